@@ -1,0 +1,108 @@
+"""Message size accounting, in chars.
+
+One function, :func:`message_chars`, sizes a message. The post-turn hook (is the
+thread over the threshold?) and the worker (where is the cut?) both call it, so
+they always agree.
+
+The rule (issue 2, and the transcripts README's "Characters are counted as
+len(content) plus the JSON length of each tool call's args"):
+
+* string content counts its length;
+* list content counts the text of its text parts (``{"type": "text", ...}``,
+  reasoning/thinking parts, bare strings);
+* image, audio, video, file and document parts count :data:`MEDIA_BLOCK_CHARS`
+  each, never the length of their base64 payload (the ``content-blocks`` case:
+  ``str(content)`` counted one screenshot as ~130k chars);
+* parts that repeat a tool call (``tool_use``) count 0, since the call is
+  counted from ``tool_calls``; any other part counts its JSON length, at most
+  :data:`MEDIA_BLOCK_CHARS`;
+* each tool call adds ``len(json.dumps(args, ensure_ascii=False))`` (the
+  ``args-heavy`` case: file-writing calls have empty content and big args).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+#: Fixed cost of one non-text content part (image, audio, video, file), in chars.
+#: 1,600 tokens, about the most that OpenAI and Anthropic bill for one image,
+#: at the seed's 4 chars per token.
+MEDIA_BLOCK_CHARS = 6_400
+
+#: Approximate chars per token, as the seed ("~15K tokens at 4 chars/token").
+CHARS_PER_TOKEN = 4
+
+_TEXT_KEYS = {"text": "text", "reasoning": "reasoning", "thinking": "thinking"}
+_MEDIA_TYPES = frozenset(
+    {
+        "image",
+        "image_url",
+        "input_image",
+        "audio",
+        "input_audio",
+        "video",
+        "file",
+        "input_file",
+        "document",
+        "media",
+    }
+)
+_CALL_TYPES = frozenset({"tool_use", "tool_call", "function_call", "server_tool_use"})
+
+
+def block_chars(block: Any) -> int:
+    """Size in chars of one content part (a string or a dict)."""
+    if isinstance(block, str):
+        return len(block)
+    if not isinstance(block, Mapping):
+        return len(str(block))
+    kind = block.get("type")
+    if kind in _TEXT_KEYS:
+        value = block.get(_TEXT_KEYS[kind])
+        return len(value) if isinstance(value, str) else 0
+    if kind in _MEDIA_TYPES:
+        return MEDIA_BLOCK_CHARS
+    if kind in _CALL_TYPES:
+        return 0
+    try:
+        return min(len(json.dumps(block, ensure_ascii=False, default=str)), MEDIA_BLOCK_CHARS)
+    except (TypeError, ValueError):
+        return MEDIA_BLOCK_CHARS
+
+
+def content_chars(content: str | Iterable[Any] | None) -> int:
+    """Size in chars of a message's ``content`` (a string or a list of parts)."""
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return len(content)
+    return sum(block_chars(b) for b in content)
+
+
+def tool_calls_chars(message: BaseMessage) -> int:
+    """JSON length of the arguments of an AI message's tool calls (0 for others)."""
+    if not isinstance(message, AIMessage) or not message.tool_calls:
+        return 0
+    total = 0
+    for call in message.tool_calls:
+        total += len(json.dumps(call.get("args") or {}, ensure_ascii=False, default=str))
+    return total
+
+
+def message_chars(message: BaseMessage) -> int:
+    """Size of one message in chars: its content's text plus its tool-call arguments."""
+    return content_chars(message.content) + tool_calls_chars(message)
+
+
+def total_chars(messages: Iterable[BaseMessage]) -> int:
+    """Sum of :func:`message_chars` over ``messages``."""
+    return sum(message_chars(m) for m in messages)
+
+
+def approx_tokens(chars: int) -> int:
+    """Chars to approximate tokens, at :data:`CHARS_PER_TOKEN` (the seed's proxy)."""
+    return chars // CHARS_PER_TOKEN

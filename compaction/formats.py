@@ -1,0 +1,83 @@
+"""Conversation files and turns: the transcript format, OpenAI chat format, LangChain dicts.
+
+Pure data handling (no file or network access): :func:`to_messages` converts a
+list of message dicts with langchain_core's own converter, and
+:func:`split_turns` cuts a conversation into turns (a human message and
+everything the agent did until the next one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage, convert_to_messages, messages_from_dict
+
+from compaction.summary import is_summary
+
+
+class ConversationFormatError(ValueError):
+    """The data is not a conversation in a format we read; the message says what is wrong."""
+
+
+def extract_messages(doc: Any) -> list[Mapping[str, Any]]:
+    """The message dicts of a document: ``{"messages": [...]}`` or a bare list.
+
+    Raises :class:`ConversationFormatError` for anything else.
+    """
+    if isinstance(doc, Mapping):
+        doc = doc.get("messages")
+        if doc is None:
+            raise ConversationFormatError('expected an object with a "messages" list')
+    if not isinstance(doc, list):
+        raise ConversationFormatError("expected a list of messages")
+    for i, m in enumerate(doc):
+        if not isinstance(m, Mapping):
+            raise ConversationFormatError(f"message {i} is not an object")
+    return doc
+
+
+def to_messages(items: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
+    """Convert message dicts to LangChain messages.
+
+    Accepts the transcript format (``type``/``content``/``tool_calls``/
+    ``tool_call_id``/``id``), OpenAI chat format (``role``, ``tool_calls`` with
+    ``function``) and LangChain's serialized dicts (``{"type": ..., "data": {...}}``).
+    Raises :class:`ConversationFormatError` naming the first bad message.
+    """
+    out: list[BaseMessage] = []
+    for i, item in enumerate(items):
+        try:
+            if "data" in item and "type" in item and isinstance(item["data"], Mapping):
+                out.extend(messages_from_dict([dict(item)]))
+            else:
+                if "role" not in item and "type" not in item:
+                    raise ValueError('it has neither "role" nor "type"')
+                out.extend(convert_to_messages([dict(item)]))
+        except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
+            raise ConversationFormatError(f"message {i}: {_first_line(exc)}") from None
+    return out
+
+
+def split_turns(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
+    """Cut ``messages`` into turns: each starts at a human message that is not a summary;
+    whatever comes before the first one (system prompt, summaries) joins the first turn."""
+    turns: list[list[BaseMessage]] = []
+    current: list[BaseMessage] = []
+    for m in messages:
+        if (
+            m.type == "human"
+            and not is_summary(m)
+            and any(x.type == "human" and not is_summary(x) for x in current)
+        ):
+            turns.append(current)
+            current = []
+        current.append(m)
+    if current:
+        turns.append(current)
+    return turns
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

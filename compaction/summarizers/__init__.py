@@ -1,0 +1,33 @@
+"""Summarizer backends behind one protocol; :func:`make_summarizer` picks one from settings."""
+
+from __future__ import annotations
+
+from compaction.settings import Settings
+from compaction.summarizers.base import (
+    EmptySummaryError,
+    Summarizer,
+    SummarizerError,
+    SummaryResult,
+    TransientSummarizerError,
+)
+from compaction.summarizers.offline import OfflineSummarizer
+
+__all__ = [
+    "EmptySummaryError",
+    "OfflineSummarizer",
+    "Summarizer",
+    "SummarizerError",
+    "SummaryResult",
+    "TransientSummarizerError",
+    "make_summarizer",
+]
+
+
+def make_summarizer(settings: Settings) -> Summarizer:
+    """The LLM summarizer when an LLM is configured (``OPENAI_API_KEY`` or ``OPENAI_BASE_URL``),
+    else the offline one."""
+    if settings.llm_configured:
+        from compaction.summarizers.llm import LLMSummarizer
+
+        return LLMSummarizer.from_settings(settings)
+    return OfflineSummarizer()

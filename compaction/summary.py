@@ -1,0 +1,113 @@
+"""The summary message: how it looks, how it is recognised, what it carries.
+
+A summary is a ``HumanMessage`` whose content is the seed's prefix line, a blank
+line, then the summary text (the seed: "Replace old messages with one
+HumanMessage containing the structured summary"). When a cut fell inside a turn,
+that turn's request follows under :data:`REQUEST_HEADING`, word for word, unchanged
+(issue 2, item 3).
+
+It is marked in ``additional_kwargs`` so that a later compaction folds it into
+the next summary instead of keeping two (issue 2, item 6)::
+
+    additional_kwargs = {
+        "lc_source": "summarization",
+        "summary": {
+            "replaced_ids": [...],        # ids of the messages this compaction removed
+            "replaced_count": 14,
+            "replaced_chars": 42000,     # chars they held (accounting.message_chars)
+            "summarizer": "llm:gpt-4o-mini" | "offline",
+            "compactions": 3,            # how many compactions this summary folds in
+            "request": "..." | None,     # the open turn's request, word for word
+        },
+    }
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import BaseMessage, HumanMessage
+
+#: The first line of every summary message (the seed's checkpoint shows it).
+SUMMARY_PREFIX = "[Context from earlier in this session, summarized]"
+#: ``additional_kwargs["lc_source"]`` of a summary message.
+SUMMARY_SOURCE = "summarization"
+#: Heading of the quoted request of a turn that was cut in the middle.
+REQUEST_HEADING = "**Request of the turn in progress (verbatim):**"
+
+
+def is_summary(message: BaseMessage) -> bool:
+    """True when ``message`` is a summary written by a compaction.
+
+    Recognised by the ``lc_source`` marker, by ``summary: true`` (the cases'
+    format), or, for summaries that lost their metadata on the way (an
+    export/import), by a human message starting with :data:`SUMMARY_PREFIX`.
+    """
+    if message.type != "human":
+        return False
+    extra = message.additional_kwargs
+    if extra.get("lc_source") == SUMMARY_SOURCE or extra.get("summary") is True:
+        return True
+    content = message.content
+    return isinstance(content, str) and content.startswith(SUMMARY_PREFIX)
+
+
+def summary_meta(message: BaseMessage) -> Mapping[str, Any]:
+    """The metadata dict of a summary message (empty for one without it)."""
+    meta = message.additional_kwargs.get("summary")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def summary_body(message: BaseMessage) -> str:
+    """The summary text of a summary message, without the prefix line and quoted request."""
+    content = message.content if isinstance(message.content, str) else _text(message.content)
+    body = content.removeprefix(SUMMARY_PREFIX).strip()
+    head, sep, _ = body.partition(REQUEST_HEADING)
+    return head.strip() if sep else body
+
+
+def build_summary_message(
+    *,
+    message_id: str,
+    summary_text: str,
+    replaced_ids: list[str],
+    replaced_chars: int,
+    summarizer: str,
+    compactions: int,
+    request: str | None,
+) -> HumanMessage:
+    """The summary ``HumanMessage``; it takes ``message_id``, the first removed message's id.
+
+    Taking that id is what puts it first: ``add_messages`` replaces a message
+    with a known id in place, and appends one with a new id at the end
+    (DESIGN.md invariant 2).
+    """
+    content = f"{SUMMARY_PREFIX}\n\n{summary_text.strip()}"
+    if request:
+        content += f"\n\n{REQUEST_HEADING}\n{request}"
+    return HumanMessage(
+        id=message_id,
+        content=content,
+        additional_kwargs={
+            "lc_source": SUMMARY_SOURCE,
+            "summary": {
+                "replaced_ids": list(replaced_ids),
+                "replaced_count": len(replaced_ids),
+                "replaced_chars": replaced_chars,
+                "summarizer": summarizer,
+                "compactions": compactions,
+                "request": request,
+            },
+        },
+    )
+
+
+def _text(content: Any) -> str:
+    parts = []
+    for block in content or []:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, Mapping) and block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+    return "\n".join(parts)

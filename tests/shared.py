@@ -1,0 +1,97 @@
+"""Access to ../shared (cases and transcripts) and test-side invariant checks.
+
+The checks here are written independently of the product code on purpose: a
+bug in ``compaction`` must not hide itself by also being in the checker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import BaseMessage, convert_to_messages
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("SHARED_DIR", ROOT.parent / "shared")).resolve()
+CASES = sorted((SHARED / "cases").glob("*.json"))
+TRANSCRIPTS = sorted((SHARED / "transcripts").glob("*.json"))
+
+if not CASES or not TRANSCRIPTS:
+    raise RuntimeError(f"../shared with cases/ and transcripts/ not found at {SHARED}")
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def messages_of(doc: dict[str, Any]) -> list[BaseMessage]:
+    return convert_to_messages(doc["messages"])
+
+
+def settings_of(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k.lower(): v for k, v in doc.get("settings", {}).items()}
+
+
+# --- invariant checks (independent of compaction/) ------------------------------------
+
+
+def marked_summary(m: BaseMessage) -> bool:
+    return m.type == "human" and (
+        m.additional_kwargs.get("lc_source") == "summarization"
+        or m.additional_kwargs.get("summary") is True
+    )
+
+
+def pairing_problems(messages: Sequence[BaseMessage]) -> set[str]:
+    """Ids of tool results with no earlier call and of calls never answered."""
+    called: set[str] = set()
+    answered: set[str] = set()
+    problems: set[str] = set()
+    for m in messages:
+        for call in getattr(m, "tool_calls", None) or []:
+            called.add(call["id"])
+        if m.type == "tool":
+            if m.tool_call_id not in called:
+                problems.add("result:" + m.tool_call_id)
+            answered.add(m.tool_call_id)
+    problems |= {"call:" + c for c in called - answered}
+    return problems
+
+
+def pending_calls(messages: Sequence[BaseMessage]) -> set[str]:
+    called = {c["id"] for m in messages for c in (getattr(m, "tool_calls", None) or [])}
+    answered = {m.tool_call_id for m in messages if m.type == "tool"}
+    return called - answered
+
+
+def check_compacted(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> BaseMessage:
+    """Assert the DESIGN.md invariants on one compaction; return the summary message."""
+    n_sys = 0
+    while n_sys < len(before) and before[n_sys].type == "system":
+        n_sys += 1
+    # system untouched and first
+    assert list(after[:n_sys]) == list(before[:n_sys]), "system prompt moved or changed"
+    # the summary goes first, and there is one
+    summaries = [m for m in after if marked_summary(m)]
+    assert len(summaries) == 1, f"expected exactly one summary, got {len(summaries)}"
+    summary = after[n_sys]
+    assert marked_summary(summary), f"first message after the system prompt is a {summary.type}"
+    # nothing lost: replaced + still there == every original id
+    replaced = list(summary.additional_kwargs["summary"]["replaced_ids"])
+    after_ids = [m.id for m in after if m is not summary]
+    before_ids = [m.id for m in before]
+    assert not set(replaced) & set(after_ids), "a message is both replaced and kept"
+    assert set(replaced) | set(after_ids) == set(before_ids), "a message was lost"
+    assert len(replaced) + len(after_ids) == len(before_ids)
+    # kept messages unchanged, in order
+    kept_expected = [m for m in before if m.id not in set(replaced)]
+    assert [m for m in after if m is not summary] == kept_expected, "kept messages changed or moved"
+    # never mid tool-call pair: no new unpaired call or result
+    new = pairing_problems(after) - pairing_problems(before)
+    assert not new, f"orphaned tool calls/results: {sorted(new)}"
+    # pending calls stay
+    assert pending_calls(before) <= pending_calls(after) | set(), "a pending call was removed"
+    return summary

@@ -1,0 +1,206 @@
+"""The cut rule, the skips and the no-progress rule (issue 2, items 3-4; the seed's edge cases)."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.graph.message import add_messages
+from shared import check_compacted
+
+from compaction.pipeline import Compaction, compact
+from compaction.planner import CompactionPlan, Skip, SkipReason, min_gain_chars, plan_compaction
+from compaction.settings import load_settings
+from compaction.summarizers.offline import OfflineSummarizer
+
+S = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=3_000)
+
+
+def turn(i, chars=1_000, calls=1):
+    out = [HumanMessage(id=f"h{i}", content=f"question {i} " + "q" * 50)]
+    ids = [f"c{i}-{k}" for k in range(calls)]
+    if calls:
+        out.append(
+            AIMessage(
+                id=f"a{i}",
+                content="",
+                tool_calls=[{"id": c, "name": "logs", "args": {}} for c in ids],
+            )
+        )
+        out += [
+            ToolMessage(id=f"t{i}-{k}", content="x" * chars, tool_call_id=c)
+            for k, c in enumerate(ids)
+        ]
+    out.append(AIMessage(id=f"f{i}", content=f"answer {i}"))
+    return out
+
+
+def test_summarization_disabled_returns_at_once_without_reading_messages():
+    class Untouchable(list):
+        def __iter__(self):
+            raise AssertionError("messages were read")
+
+        def __len__(self):
+            raise AssertionError("messages were read")
+
+    for settings in (
+        load_settings(summarization_enabled=False),
+        load_settings(summarization_threshold_chars=0),
+    ):
+        result = plan_compaction(Untouchable(), settings)
+        assert isinstance(result, Skip) and result.reason is SkipReason.DISABLED
+
+
+def test_summarization_under_threshold_gives_no_plan():
+    msgs = [m for i in range(3) for m in turn(i, chars=1_000)]
+    result = plan_compaction(msgs, S)
+    assert isinstance(result, Skip) and result.reason is SkipReason.UNDER_THRESHOLD
+
+
+def test_summarization_cuts_at_turn_start_keeping_the_keep_window():
+    msgs = [SystemMessage(id="sys", content="be brief")] + [
+        m for i in range(8) for m in turn(i, 2_000)
+    ]
+    plan = plan_compaction(msgs, S)
+    assert isinstance(plan, CompactionPlan) and plan.boundary == "turn"
+    assert msgs[plan.cut].type == "human"
+    assert sum(len(m.content) for m in msgs[plan.cut :]) >= S.summarization_keep_chars
+    # the cut is the latest turn start that still keeps the window
+    later_turns = [i for i in range(plan.cut + 1, len(msgs)) if msgs[i].type == "human"]
+    assert all(sum(len(m.content) for m in msgs[i:]) < 3_000 for i in later_turns)
+    assert plan.request is None
+
+
+def test_summarization_fewer_than_two_turns_and_no_other_cut_is_skipped():
+    # one request answered by one huge message: nothing can be cut
+    msgs = [HumanMessage(id="h", content="why?"), AIMessage(id="a", content="z" * 20_000)]
+    result = plan_compaction(msgs, S)
+    assert isinstance(result, Skip)
+    assert result.reason in (SkipReason.NO_CUT_POINT, SkipReason.TOO_FEW_MESSAGES)
+
+
+def test_summarization_single_turn_falls_back_to_tool_group_and_quotes_request():
+    request = "The nightly job failed at 02:14 UTC.\nFind out why."
+    msgs = [SystemMessage(id="sys", content="s"), HumanMessage(id="h", content=request)]
+    for i in range(30):
+        msgs += [
+            AIMessage(
+                id=f"a{i}",
+                content=f"step {i}",
+                tool_calls=[{"id": f"c{i}", "name": "q", "args": {}}],
+            ),
+            ToolMessage(id=f"t{i}", content="r" * 1_000, tool_call_id=f"c{i}"),
+        ]
+    outcome = compact(msgs, S, OfflineSummarizer())
+    assert isinstance(outcome, Compaction) and outcome.plan.boundary == "tool_group"
+    assert outcome.plan.request == request
+    after = add_messages(msgs, outcome.patch)
+    check_compacted(msgs, after)
+    assert request in after[1].content  # word for word, line break included
+    assert after[2].type == "ai"  # the kept tail starts at a complete tool-call group
+
+
+def test_summarization_never_splits_a_parallel_batch():
+    msgs = [m for i in range(4) for m in turn(i, 1_500)] + turn(9, chars=2_500, calls=4)
+    plan = plan_compaction(msgs, S)
+    assert isinstance(plan, CompactionPlan)
+    kept_ids = {m.id for m in plan.kept}
+    batch = {"a9", "t9-0", "t9-1", "t9-2", "t9-3"}
+    assert batch <= kept_ids or not batch & kept_ids
+
+
+def test_summarization_pending_call_and_everything_after_stay():
+    msgs = [m for i in range(6) for m in turn(i, 2_000)]
+    msgs += [
+        HumanMessage(id="hp", content="restart it?"),
+        AIMessage(id="ap", content="", tool_calls=[{"id": "cp", "name": "restart", "args": {}}]),
+    ]
+    # a result that arrives later for another pending call, with messages in between
+    plan = plan_compaction(
+        msgs, load_settings(summarization_threshold_chars=5_000, summarization_keep_chars=0)
+    )
+    assert isinstance(plan, CompactionPlan)
+    assert [m.id for m in plan.kept][-2:] == ["hp", "ap"]
+    assert plan.cut <= msgs.index(msgs[-1])
+
+
+def test_summarization_result_after_an_interleaved_message_binds_its_call():
+    msgs = [m for i in range(6) for m in turn(i, 2_000, calls=0)]
+    msgs[3:3] = [
+        AIMessage(id="ax", content="", tool_calls=[{"id": "cx", "name": "logs", "args": {}}]),
+        HumanMessage(id="hx", content="here is a screenshot"),
+        ToolMessage(id="tx", content="y" * 3_000, tool_call_id="cx"),
+    ]
+    for keep in range(0, 9_000, 500):
+        settings = load_settings(summarization_threshold_chars=9_500, summarization_keep_chars=keep)
+        plan = plan_compaction(msgs, settings)
+        if isinstance(plan, CompactionPlan):
+            removed = {m.id for m in plan.removed}
+            assert ("ax" in removed) == ("tx" in removed)
+
+
+def test_summarization_system_message_is_never_removed_or_moved():
+    msgs = [SystemMessage(id="sys", content="s" * 100)] + [
+        m for i in range(3) for m in turn(i, 2_000)
+    ]
+    msgs += [SystemMessage(id="sys2", content="mid-thread note")] + [
+        m for i in range(3, 7) for m in turn(i, 2_000)
+    ]
+    outcome = compact(msgs, S, OfflineSummarizer())
+    assert isinstance(outcome, Compaction)
+    after = add_messages(msgs, outcome.patch)
+    check_compacted(msgs, after)
+    assert [m.id for m in after if m.type == "system"] == ["sys", "sys2"]
+
+
+def test_summarization_no_progress_rule_stops_a_requeue_loop():
+    """An uncuttable tail over the threshold: one compaction, then no job per turn."""
+    settings = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=2_000)
+    msgs = [m for i in range(4) for m in turn(i, 1_000)]
+    msgs += [
+        HumanMessage(id="hb", content="dump everything"),
+        AIMessage(id="ab", content="", tool_calls=[{"id": "cb", "name": "dump", "args": {}}]),
+        ToolMessage(id="tb", content="d" * 12_000, tool_call_id="cb"),
+        AIMessage(id="fb", content="that is a lot"),
+    ]
+    outcome = compact(msgs, settings, OfflineSummarizer())
+    assert isinstance(outcome, Compaction) and not outcome.plan.fits
+    thread = add_messages(msgs, outcome.patch)
+    queued = 0
+    for i in range(30):
+        thread = add_messages(
+            thread, [HumanMessage(id=f"x{i}", content="and?"), AIMessage(id=f"y{i}", content="ok")]
+        )
+        plan = plan_compaction(thread, settings)
+        if isinstance(plan, CompactionPlan):
+            queued += 1
+            thread = add_messages(thread, compact(thread, settings, OfflineSummarizer()).patch)
+        else:
+            assert plan.reason in (
+                SkipReason.NO_PROGRESS,
+                SkipReason.TOO_FEW_MESSAGES,
+                SkipReason.NO_CUT_POINT,
+            )
+    assert queued == 0
+
+
+def test_summarization_min_gain_scales_with_settings():
+    assert min_gain_chars(load_settings()) == 10_000
+    assert (
+        min_gain_chars(
+            load_settings(summarization_threshold_chars=500, summarization_keep_chars=200)
+        )
+        == 75
+    )
+
+
+def test_summarization_seed_low_threshold_session_compacts():
+    """The seed's 'trigger it in a real session' settings (500 / 200) do compact."""
+    settings = load_settings(summarization_threshold_chars=500, summarization_keep_chars=200)
+    msgs = [m for i in range(4) for m in turn(i, 100)]
+    assert isinstance(plan_compaction(msgs, settings), CompactionPlan)
+
+
+def test_summarization_missing_ids_are_refused():
+    msgs = [HumanMessage(content="x" * 6_000), AIMessage(content="y" * 6_000)]
+    with pytest.raises(ValueError, match="id"):
+        plan_compaction(msgs, S)
