@@ -15,8 +15,9 @@ longer fits as :class:`Stale` (DESIGN.md invariant 4).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
 
@@ -67,8 +68,13 @@ def reconcile(plan: CompactionPlan, current: Sequence[BaseMessage]) -> Compactio
     )
 
 
-def summary_message(plan: CompactionPlan, summary_text: str, summarizer: str) -> HumanMessage:
-    """The summary message for ``plan``: it takes the first removed message's id."""
+def summary_message(
+    plan: CompactionPlan, summary_text: str, summarizer: str, extra: Mapping[str, Any] | None = None
+) -> HumanMessage:
+    """The summary message for ``plan``: it takes the first removed message's id.
+
+    ``extra`` is merged into its metadata (the worker adds the job id and the usage).
+    """
     earlier = [summary_meta(m) for m in plan.earlier_summaries]
     compactions = 1 + max((int(e.get("compactions", 1) or 1) for e in earlier), default=0)
     return build_summary_message(
@@ -79,6 +85,7 @@ def summary_message(plan: CompactionPlan, summary_text: str, summarizer: str) ->
         summarizer=summarizer,
         compactions=compactions,
         request=plan.request,
+        extra=extra,
     )
 
 

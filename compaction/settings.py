@@ -55,12 +55,16 @@ class Settings(BaseSettings):
     #: Broker URL for Celery; empty means ``redis_url``.
     celery_broker_url: str = ""
     publish_timeout_s: float = Field(default=1.0, gt=0)
-    lock_timeout_s: float = Field(default=60.0, gt=0)
+    lock_timeout_s: float = Field(default=120.0, gt=0)
     lock_wait_s: float = Field(default=10.0, ge=0)
     job_soft_time_limit_s: int = Field(default=240, gt=0)
     job_time_limit_s: int = Field(default=300, gt=0)
     job_max_retries: int = Field(default=3, ge=0)
+    job_retry_backoff_s: int = Field(default=2, ge=0)
     job_retry_backoff_max_s: int = Field(default=60, gt=0)
+    celery_visibility_timeout_s: int = Field(default=3_600, gt=0)
+    celery_queue: str = "compaction"
+    redis_key_prefix: str = "offpath"
     worker_pool: str = "threads"
     worker_concurrency: int = Field(default=32, gt=0)
     max_turn_messages: int = Field(default=500, gt=0)
@@ -89,6 +93,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"SUMMARIZATION_MAX_PROMPT_CHARS ({self.summarization_max_prompt_chars}) "
                 f"must be at least {MIN_PROMPT_CHARS}"
+            )
+        if self.celery_visibility_timeout_s <= self.job_time_limit_s:
+            raise ValueError(
+                f"CELERY_VISIBILITY_TIMEOUT_S ({self.celery_visibility_timeout_s}) must be longer "
+                f"than JOB_TIME_LIMIT_S ({self.job_time_limit_s}), or running jobs are redelivered"
             )
         if self.job_soft_time_limit_s >= self.job_time_limit_s:
             raise ValueError(

@@ -18,6 +18,7 @@ the next summary instead of keeping two (issue 2, item 6)::
             "summarizer": "llm:gpt-4o-mini" | "offline",
             "compactions": 3,            # how many compactions this summary folds in
             "request": "..." | None,     # the open turn's request, word for word
+            # and what the worker adds: job_id, model, input/output tokens, latency_ms
         },
     }
 """
@@ -76,6 +77,7 @@ def build_summary_message(
     summarizer: str,
     compactions: int,
     request: str | None,
+    extra: Mapping[str, Any] | None = None,
 ) -> HumanMessage:
     """The summary ``HumanMessage``; it takes ``message_id``, the first removed message's id.
 
@@ -98,6 +100,7 @@ def build_summary_message(
                 "summarizer": summarizer,
                 "compactions": compactions,
                 "request": request,
+                **(extra or {}),
             },
         },
     )

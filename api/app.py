@@ -1,0 +1,260 @@
+"""The chat API (FastAPI): chat turns, turn import, session reads, ``/stats``, ``/healthz``.
+
+Routes are thin: a write route takes the thread's lock, runs or appends the
+turn through the shared LangGraph graph, answers, and leaves the post-turn hook
+to a background task (after the response is sent). Run it with
+``offpath api`` or ``uvicorn api.app:app``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import BackgroundTasks, FastAPI, HTTPException, Path, Request
+from fastapi.responses import JSONResponse
+from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
+from langgraph.graph.message import add_messages
+from pydantic import BaseModel, Field
+
+from compaction.accounting import total_chars
+from compaction.formats import ConversationFormatError, to_messages
+from compaction.settings import Settings, get_settings
+from compaction.turns import TurnError, validate_turn
+from service import db
+from service.agent import AGENT_NODE, thread_config
+from service.hook import PostTurnHook, Publisher
+from service.locks import ThreadBusy
+from service.runtime import Runtime
+
+log = logging.getLogger("offpath.api")
+
+SessionId = Annotated[
+    str,
+    Path(
+        pattern=r"^[A-Za-z0-9._:@-]{1,128}$",
+        description="Thread id: 1-128 letters, digits or . _ : @ -",
+    ),
+]
+
+NO_LLM = (
+    "no LLM is configured for chat turns: set OPENAI_API_KEY (and OPENAI_BASE_URL for any "
+    "OpenAI-compatible endpoint) in .env and restart the API; POST /sessions/{id}/turns "
+    "appends turns produced elsewhere without an LLM"
+)
+
+
+class ChatIn(BaseModel):
+    content: str = Field(min_length=1, description="The user's message")
+
+
+class TurnIn(BaseModel):
+    messages: list[dict[str, Any]] = Field(
+        min_length=1,
+        description="The turn's messages: OpenAI chat format (role/content/tool_calls), "
+        "LangChain dicts (type/content/tool_calls/tool_call_id) or serialized LangChain messages",
+    )
+    state: dict[str, Any] | None = Field(
+        default=None,
+        description="Other keys of the thread's state to set (kept across compactions)",
+    )
+
+
+def message_json(m: BaseMessage) -> dict[str, Any]:
+    """A message as JSON in the LangChain dict format (readable back by ``/turns``)."""
+    out: dict[str, Any] = {"type": m.type, "id": m.id, "content": m.content}
+    if getattr(m, "tool_calls", None):
+        out["tool_calls"] = [
+            {"id": c["id"], "name": c["name"], "args": c["args"]} for c in m.tool_calls
+        ]
+    if m.type == "tool":
+        out["tool_call_id"] = m.tool_call_id
+    if m.name:
+        out["name"] = m.name
+    if m.additional_kwargs:
+        out["additional_kwargs"] = m.additional_kwargs
+    return out
+
+
+def create_app(settings: Settings | None = None, publish: Publisher | None = None) -> FastAPI:
+    """The app; ``publish`` defaults to sending ``compact_session`` to the Celery broker."""
+    settings = settings or get_settings()
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        rt = Runtime.open(settings)
+        if publish is None:
+            from worker.tasks import publish as celery_publish
+
+            publisher: Publisher = celery_publish
+        else:
+            publisher = publish
+        app.state.rt = rt
+        app.state.hook = PostTurnHook(settings, rt.locks, rt.engine, publisher)
+        log.info("api ready: checkpoints %s", type(rt.checkpoints.saver).__name__)
+        try:
+            yield
+        finally:
+            rt.close()
+
+    app = FastAPI(title="offpath", version="0.1.0", lifespan=lifespan)
+
+    @app.exception_handler(ThreadBusy)
+    async def _busy(_: Request, exc: ThreadBusy) -> JSONResponse:
+        return JSONResponse(status_code=409, content={"detail": str(exc)})
+
+    def rt_of(request: Request) -> Runtime:
+        return request.app.state.rt
+
+    def state_of(rt: Runtime, session_id: str) -> dict[str, Any]:
+        return rt.graph.get_state(thread_config(session_id)).values
+
+    def after_turn(
+        request: Request, tasks: BackgroundTasks, session_id: str, messages: Sequence[BaseMessage]
+    ) -> None:
+        tasks.add_task(request.app.state.hook, session_id, list(messages))
+
+    @app.post("/sessions/{session_id}/messages")
+    def chat(
+        session_id: SessionId, body: ChatIn, request: Request, tasks: BackgroundTasks
+    ) -> dict[str, Any]:
+        """One chat turn through the LangGraph agent (503 when no LLM is configured)."""
+        if not settings.llm_configured:
+            raise HTTPException(status_code=503, detail=NO_LLM)
+        rt = rt_of(request)
+        human = HumanMessage(id=str(uuid.uuid4()), content=body.content)
+        config = thread_config(session_id)
+        with rt.locks.turn(session_id):
+            try:
+                values = rt.graph.invoke({"messages": [human]}, config)
+            except Exception as exc:
+                _undo(rt, config, human)
+                log.warning("[%s] chat turn failed: %s", session_id[:8], exc)
+                raise HTTPException(
+                    status_code=502, detail=f"the chat model failed: {exc}"
+                ) from exc
+        messages = values["messages"]
+        after_turn(request, tasks, session_id, messages)
+        return {
+            "session_id": session_id,
+            "reply": message_json(messages[-1]),
+            "messages": len(messages),
+            "chars": total_chars(messages),
+        }
+
+    @app.post("/sessions/{session_id}/turns")
+    def append_turn(
+        session_id: SessionId, body: TurnIn, request: Request, tasks: BackgroundTasks
+    ) -> dict[str, Any]:
+        """Append a completed turn produced elsewhere; 422 names what is wrong, nothing is written."""
+        try:
+            new = to_messages(body.messages)
+        except ConversationFormatError as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from None
+        rt = rt_of(request)
+        config = thread_config(session_id)
+        with rt.locks.turn(session_id):
+            values = state_of(rt, session_id)
+            current = list(values.get("messages", []))
+            try:
+                new = validate_turn(
+                    current,
+                    new,
+                    max_messages=settings.max_turn_messages,
+                    max_message_chars=settings.max_message_chars,
+                )
+            except TurnError as exc:
+                raise HTTPException(status_code=422, detail=str(exc)) from None
+            update: dict[str, Any] = {"messages": new}
+            if body.state:
+                update["context"] = {**values.get("context", {}), **body.state}
+            rt.graph.update_state(config, update, as_node=AGENT_NODE)
+        messages = add_messages(current, new)
+        after_turn(request, tasks, session_id, messages)
+        return {
+            "session_id": session_id,
+            "appended": len(new),
+            "messages": len(messages),
+            "chars": total_chars(messages),
+        }
+
+    @app.get("/sessions/{session_id}/messages")
+    def read_messages(session_id: SessionId, request: Request) -> dict[str, Any]:
+        """The thread's messages (LangChain dict format), its size and its other state keys."""
+        values = state_of(rt_of(request), session_id)
+        messages = values.get("messages", [])
+        return {
+            "session_id": session_id,
+            "messages": [message_json(m) for m in messages],
+            "chars": total_chars(messages),
+            "state": values.get("context", {}),
+        }
+
+    @app.get("/sessions/{session_id}/compactions")
+    def read_compactions(session_id: SessionId, request: Request) -> dict[str, Any]:
+        """The thread's compaction jobs, oldest first, and how each ended."""
+        rows = db.jobs_of(rt_of(request).engine, session_id)
+        return {
+            "session_id": session_id,
+            "jobs": [
+                {
+                    "job_id": r.job_id,
+                    "status": r.status,
+                    "reason": r.reason,
+                    "attempts": r.attempts,
+                    "chars_before": r.chars_before,
+                    "created_at": r.created_at.isoformat(),
+                    "updated_at": r.updated_at.isoformat(),
+                }
+                for r in rows
+            ],
+        }
+
+    @app.get("/stats")
+    def read_stats(request: Request) -> dict[str, Any]:
+        """Aggregates over the usage tables (the seed's ``summary`` fields and ours)."""
+        return db.stats(rt_of(request).engine)
+
+    @app.get("/healthz")
+    def healthz(request: Request) -> JSONResponse:
+        """Reachability of the broker, the usage database and the checkpointer."""
+        rt = rt_of(request)
+        checks = {
+            "broker": rt.redis.ping,
+            "database": lambda: db.ping(rt.engine),
+            "checkpointer": rt.checkpoints.ping,
+        }
+        status: dict[str, str] = {}
+        for name, check in checks.items():
+            try:
+                check()
+                status[name] = "ok"
+            except Exception as exc:
+                status[name] = f"error: {type(exc).__name__}: {exc}"[:300]
+        ok = all(v == "ok" for v in status.values())
+        return JSONResponse(status_code=200 if ok else 503, content={"ok": ok, **status})
+
+    return app
+
+
+def _undo(rt: Runtime, config: dict[str, Any], human: HumanMessage) -> None:
+    """Take back the human message of a failed turn, so the thread is as it was."""
+    try:
+        ids = {m.id for m in rt.graph.get_state(config).values.get("messages", [])}
+        if human.id in ids:
+            rt.graph.update_state(
+                config, {"messages": [RemoveMessage(id=str(human.id))]}, as_node=AGENT_NODE
+            )
+    except Exception as exc:
+        log.error("could not take back the failed turn's message %s: %s", human.id, exc)
+
+
+app = create_app()

@@ -1,0 +1,80 @@
+"""One checkpointer factory for the API and the worker.
+
+``DATABASE_URL`` pointing at PostgreSQL: ``PostgresSaver`` on a psycopg
+connection pool (``setup()`` once per process). Otherwise ``SqliteSaver`` on
+``DATA_DIR/checkpoints.db`` with WAL and a busy timeout, so the API and worker
+processes can share the file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from compaction.settings import Settings
+
+#: How long a SQLite writer waits for another process's write, in seconds.
+SQLITE_BUSY_TIMEOUT_S = 30
+
+
+def is_postgres(settings: Settings) -> bool:
+    return settings.database_url.startswith(("postgresql", "postgres:"))
+
+
+def postgres_conninfo(settings: Settings) -> str:
+    """``DATABASE_URL`` as a libpq URL (a SQLAlchemy ``+driver`` suffix removed)."""
+    scheme, sep, rest = settings.database_url.partition("://")
+    return "postgresql://" + rest if sep else settings.database_url
+
+
+class Checkpoints(AbstractContextManager["Checkpoints"]):
+    """Owns a checkpointer and what it runs on (pool or connection); close it when done."""
+
+    def __init__(self, saver: BaseCheckpointSaver, closer: Any) -> None:
+        self.saver = saver
+        self._closer = closer
+
+    def ping(self) -> None:
+        """Raise if the checkpoint store does not answer."""
+        self.saver.get_tuple({"configurable": {"thread_id": "__healthz__", "checkpoint_ns": ""}})
+
+    def close(self) -> None:
+        self._closer.close()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_checkpoints(settings: Settings) -> Checkpoints:
+    """Open the checkpointer the settings ask for and make sure its tables exist."""
+    if is_postgres(settings):
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        pool = ConnectionPool(
+            postgres_conninfo(settings),
+            min_size=1,
+            max_size=max(4, min(settings.worker_concurrency, 20)),
+            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+            open=True,
+            check=ConnectionPool.check_connection,
+        )
+        saver = PostgresSaver(pool)  # type: ignore[arg-type]
+        saver.setup()
+        return Checkpoints(saver, pool)
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    path = Path(settings.data_dir) / "checkpoints.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), check_same_thread=False, timeout=SQLITE_BUSY_TIMEOUT_S)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
+    saver = SqliteSaver(conn)
+    saver.setup()
+    return Checkpoints(saver, conn)

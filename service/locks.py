@@ -1,0 +1,174 @@
+"""Per-thread write lock and per-thread job claim, on Redis (redis-py's ``Lock``).
+
+One writer per thread (DESIGN.md invariant 6): a chat turn and a compaction
+patch on the same thread are serialized by one Redis lock per thread. Its token
+says who holds it (``turn:...`` or ``patch:...``):
+
+* a turn that finds another turn holding the lock fails at once with
+  :class:`ThreadBusy` (the API answers 409); one that finds a patch waits for it
+  (a patch is short: re-read, write, one insert), at most ``LOCK_WAIT_S``;
+* a patch waits up to ``LOCK_WAIT_S`` and otherwise raises
+  :class:`LockUnavailable` (the job retries later). It never holds the lock
+  across the LLM call.
+
+Locks expire after ``LOCK_TIMEOUT_S`` so a crashed holder cannot wedge a thread.
+
+When Redis cannot be reached a turn falls back to a lock local to this API
+process and logs it (turns keep working through a broker outage; a patch cannot
+run then, since it needs Redis too).
+
+The job claim (``claim_job``/``release_job``) keeps at most one queued or
+running job per thread: the post-turn hook claims before it publishes, the job
+releases when it ends; the claim expires on its own after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis
+from redis.exceptions import LockError, RedisError
+
+log = logging.getLogger("offpath.locks")
+
+
+class ThreadBusy(Exception):
+    """Another turn is being taken on this thread right now."""
+
+
+class LockUnavailable(Exception):
+    """The thread's lock could not be taken in time (or Redis is unreachable)."""
+
+
+class ThreadLocks:
+    """Thread locks and job claims in one Redis, under ``prefix``."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        timeout_s: float,
+        wait_s: float,
+        claim_ttl_s: int,
+        prefix: str = "offpath",
+    ) -> None:
+        self.redis = client
+        self.timeout_s = timeout_s
+        self.wait_s = wait_s
+        self.claim_ttl_s = claim_ttl_s
+        self.prefix = prefix
+        self._local: weakref.WeakValueDictionary[str, threading.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self._local_guard = threading.Lock()
+
+    def _key(self, session_id: str) -> str:
+        return f"{self.prefix}:lock:thread:{session_id}"
+
+    def _claim_key(self, session_id: str) -> str:
+        return f"{self.prefix}:job:thread:{session_id}"
+
+    # --- the write lock ---------------------------------------------------------------
+
+    @contextmanager
+    def turn(self, session_id: str) -> Iterator[None]:
+        """Hold the thread's lock for one turn; :class:`ThreadBusy` if another turn has it."""
+        lock = self.redis.lock(self._key(session_id), timeout=self.timeout_s)
+        token = f"turn:{uuid.uuid4().hex}"
+        try:
+            acquired = self._acquire_for_turn(lock, token)
+        except RedisError as exc:
+            log.warning(
+                "[%s] lock store unreachable (%s); using a process-local lock", session_id[:8], exc
+            )
+            with self._local_lock(session_id):
+                yield
+            return
+        if not acquired:
+            raise ThreadBusy("a compaction patch is being written to this session; try again")
+        try:
+            yield
+        finally:
+            _release(lock, session_id)
+
+    def _acquire_for_turn(self, lock: redis.lock.Lock, token: str) -> bool:
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            if lock.acquire(blocking=False, token=token):
+                return True
+            holder = self.redis.get(lock.name)
+            if holder is not None and holder.startswith(b"turn:"):
+                raise ThreadBusy("another turn is in progress on this session")
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+    @contextmanager
+    def _local_lock(self, session_id: str) -> Iterator[None]:
+        with self._local_guard:
+            lock = self._local.get(session_id)
+            if lock is None:
+                lock = threading.Lock()
+                self._local[session_id] = lock
+        if not lock.acquire(blocking=False):
+            raise ThreadBusy("another turn is in progress on this session")
+        try:
+            yield
+        finally:
+            lock.release()
+
+    @contextmanager
+    def patch(self, session_id: str) -> Iterator[None]:
+        """Hold the thread's lock for one patch; :class:`LockUnavailable` if not had in time."""
+        lock = self.redis.lock(
+            self._key(session_id), timeout=self.timeout_s, blocking_timeout=self.wait_s
+        )
+        try:
+            acquired = lock.acquire(token=f"patch:{uuid.uuid4().hex}")
+        except RedisError as exc:
+            raise LockUnavailable(f"lock store unreachable: {exc}") from exc
+        if not acquired:
+            raise LockUnavailable(f"the session's lock was busy for {self.wait_s:g}s")
+        try:
+            yield
+        finally:
+            _release(lock, session_id)
+
+    # --- the job claim ----------------------------------------------------------------
+
+    def claim_job(self, session_id: str, job_id: str) -> bool:
+        """Claim the thread for ``job_id``; False if another job holds the claim."""
+        return bool(
+            self.redis.set(self._claim_key(session_id), job_id, nx=True, ex=self.claim_ttl_s)
+        )
+
+    def release_job(self, session_id: str, job_id: str) -> None:
+        """Drop the claim if ``job_id`` still holds it (compare-and-delete, via redis-py's Lock)."""
+        lock = self.redis.lock(self._claim_key(session_id))
+        try:
+            lock.do_release(job_id.encode())
+        except LockError:
+            pass  # another job's claim, or expired: leave it
+
+    def claimed_by(self, session_id: str) -> str | None:
+        value = self.redis.get(self._claim_key(session_id))
+        return value.decode() if value is not None else None
+
+
+def _release(lock: redis.lock.Lock, session_id: str) -> None:
+    try:
+        lock.release()
+    except LockError:
+        log.error(
+            "[%s] thread lock expired before it was released; raise LOCK_TIMEOUT_S", session_id[:8]
+        )
+    except RedisError as exc:
+        log.warning(
+            "[%s] could not release the thread lock (%s); it will expire", session_id[:8], exc
+        )

@@ -1,0 +1,88 @@
+"""The process-wide runtime: settings, checkpointer, compiled graph, usage DB, Redis, locks.
+
+The API opens one at start-up; each worker process opens one on its first job.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import redis
+from langchain_core.language_models import BaseChatModel
+from langgraph.graph.state import CompiledStateGraph
+from sqlalchemy.engine import Engine
+
+from compaction.settings import Settings
+from service.agent import build_graph
+from service.checkpoints import Checkpoints, open_checkpoints
+from service.db import make_engine, migrate
+from service.locks import ThreadLocks
+
+log = logging.getLogger("offpath.runtime")
+
+
+def redis_client(url: str, settings: Settings) -> redis.Redis:
+    """A redis-py client whose calls fail within ``PUBLISH_TIMEOUT_S`` when Redis is away."""
+    timeout = settings.publish_timeout_s
+    return redis.Redis.from_url(
+        url,
+        socket_connect_timeout=timeout,
+        socket_timeout=max(timeout, 5.0),
+        health_check_interval=30,
+    )
+
+
+def chat_model(settings: Settings) -> BaseChatModel | None:
+    """The chat agent's model, or None when no LLM is configured."""
+    if not settings.llm_configured:
+        return None
+    from langchain_openai import ChatOpenAI
+
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    return ChatOpenAI(
+        model=settings.chat_model,
+        api_key=key or "not-needed",
+        base_url=settings.openai_base_url or None,
+        timeout=settings.summarization_timeout_s,
+        max_retries=1,
+    )
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    checkpoints: Checkpoints
+    graph: CompiledStateGraph
+    engine: Engine
+    redis: redis.Redis
+    locks: ThreadLocks
+
+    @classmethod
+    def open(cls, settings: Settings, *, run_migrations: bool = True) -> Runtime:
+        if run_migrations:
+            migrate(settings)
+        checkpoints = open_checkpoints(settings)
+        client = redis_client(settings.redis_url, settings)
+        locks = ThreadLocks(
+            client,
+            timeout_s=settings.lock_timeout_s,
+            wait_s=settings.lock_wait_s,
+            claim_ttl_s=settings.celery_visibility_timeout_s + settings.job_time_limit_s,
+            prefix=settings.redis_key_prefix,
+        )
+        return cls(
+            settings=settings,
+            checkpoints=checkpoints,
+            graph=build_graph(checkpoints.saver, chat_model(settings)),
+            engine=make_engine(settings),
+            redis=client,
+            locks=locks,
+        )
+
+    def close(self) -> None:
+        for closer in (self.checkpoints.close, self.engine.dispose, self.redis.close):
+            try:
+                closer()
+            except Exception as exc:  # closing is best effort
+                log.debug("close failed: %s", exc)

@@ -1,0 +1,179 @@
+"""A small OpenAI-compatible chat-completions server for tests and benchmarks.
+
+Real HTTP, so the real ``ChatOpenAI`` client runs against it. Behaviour is set
+at run time with ``POST /_control`` (``{"mode": ..., "delay_s": ..., "times": n}``):
+
+* ``ok``: answer after ``delay_s`` (a summary for summarization prompts, a chat
+  reply otherwise);
+* ``500`` / ``429`` (with ``Retry-After: 1``) / ``empty`` (no text) /
+  ``malformed`` (a body that is not JSON) / ``timeout`` (answers after 30 s);
+* ``times``: the mode holds for that many requests, then back to ``ok``.
+
+``GET /_requests`` lists the requests' messages; ``DELETE /_requests`` clears them.
+Run alone: ``python tests/stub_llm.py --port 8999 --delay 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+SUMMARY = (
+    "**Investigating:** {first}\n**Key findings:**\n- {n} messages summarized by the stub LLM\n"
+    "**Ruled out:** nothing ruled out yet\n**Current state:** stub summary"
+)
+
+
+class StubState:
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.lock = threading.Lock()
+        self.mode = "ok"
+        self.times: int | None = None
+        self.delay_s = delay_s
+        self.requests: list[dict[str, Any]] = []
+        self.calls = 0
+
+    def next_mode(self) -> str:
+        with self.lock:
+            self.calls += 1
+            mode = self.mode
+            if self.times is not None:
+                self.times -= 1
+                if self.times <= 0:
+                    self.mode, self.times = "ok", None
+            return mode
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: StubServer  # type: ignore[assignment]
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def _send(self, code: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def do_GET(self) -> None:
+        if self.path == "/_requests":
+            with self.server.state.lock:
+                body = json.dumps(self.server.state.requests).encode()
+            self._send(200, body)
+        else:
+            self._send(404, b'{"error": "not found"}')
+
+    def do_DELETE(self) -> None:
+        with self.server.state.lock:
+            self.server.state.requests.clear()
+            self.server.state.calls = 0
+        self._send(200, b"{}")
+
+    def do_POST(self) -> None:
+        state = self.server.state
+        if self.path == "/_control":
+            body = self._json()
+            with state.lock:
+                state.mode = body.get("mode", "ok")
+                state.times = body.get("times")
+                if "delay_s" in body:
+                    state.delay_s = float(body["delay_s"])
+            self._send(200, b"{}")
+            return
+        if not self.path.endswith("/chat/completions"):
+            self._send(404, b'{"error": "not found"}')
+            return
+        body = self._json()
+        messages = body.get("messages", [])
+        with state.lock:
+            state.requests.append({"messages": messages, "model": body.get("model")})
+            delay = state.delay_s
+        mode = state.next_mode()
+        if mode == "500":
+            self._send(
+                500, b'{"error": {"message": "stub: internal error", "type": "server_error"}}'
+            )
+            return
+        if mode == "429":
+            self._send(
+                429,
+                b'{"error": {"message": "stub: rate limited", "type": "rate_limit"}}',
+                {"Retry-After": "1"},
+            )
+            return
+        if mode == "malformed":
+            self._send(200, b"this is not json")
+            return
+        time.sleep(30.0 if mode == "timeout" else delay)
+        system = next((m.get("content", "") for m in messages if m.get("role") == "system"), "")
+        if mode == "empty":
+            text = ""
+        elif isinstance(system, str) and system.startswith("You compact"):
+            user = messages[-1].get("content", "") if messages else ""
+            first = (
+                user.split("\n[human]\n", 1)[1].split("\n", 1)[0][:120]
+                if "\n[human]\n" in user
+                else "stub"
+            )
+            text = SUMMARY.format(first=first, n=user.count("\n\n["))
+        else:
+            last = messages[-1].get("content", "") if messages else ""
+            text = f"stub reply to: {str(last)[:80]}"
+        reply = {
+            "id": f"chatcmpl-stub-{state.calls}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "stub"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(json.dumps(messages)) // 4,
+                "completion_tokens": len(text) // 4,
+                "total_tokens": 0,
+            },
+        }
+        self._send(200, json.dumps(reply).encode())
+
+
+class StubServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, port: int = 0, delay_s: float = 0.0) -> None:
+        super().__init__(("127.0.0.1", port), Handler)
+        self.state = StubState(delay_s)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def start(self) -> StubServer:
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8999)
+    parser.add_argument("--delay", type=float, default=0.0)
+    args = parser.parse_args()
+    server = StubServer(args.port, args.delay)
+    print(f"stub LLM at {server.base_url}", flush=True)
+    server.serve_forever()

@@ -1,0 +1,54 @@
+"""The Celery app: broker ``REDIS_URL`` (or ``CELERY_BROKER_URL``), reliability settings.
+
+* ``task_acks_late`` + ``task_reject_on_worker_lost``: a job whose worker dies is
+  delivered again (the job is idempotent, see :mod:`worker.jobs`);
+* prefetch 1: a worker thread holds one job at a time;
+* ``visibility_timeout`` longer than the hard time limit, so a job still running
+  is not handed to a second worker;
+* soft and hard time limits (enforced by the prefork pool; on the threads pool
+  the LLM client's timeout and the lock timeout bound a job);
+* task events on, for Flower; results ignored: outcomes live in SQL.
+
+Pool: ``threads`` with ``WORKER_CONCURRENCY`` (32) by default. A job spends
+nearly all its time waiting on the LLM's HTTP answer, so threads overlap those
+waits in one process; prefork would need one process per concurrent LLM call.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from compaction.settings import Settings, get_settings
+
+
+def make_celery(settings: Settings) -> Celery:
+    broker = settings.celery_broker_url or settings.redis_url
+    app = Celery("offpath", broker=broker, include=["worker.tasks"])
+    timeout = settings.publish_timeout_s
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_soft_time_limit=settings.job_soft_time_limit_s,
+        task_time_limit=settings.job_time_limit_s,
+        task_ignore_result=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_default_queue=settings.celery_queue,
+        task_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=timeout,
+        broker_transport_options={
+            "visibility_timeout": settings.celery_visibility_timeout_s,
+            "socket_connect_timeout": timeout,
+            "socket_timeout": max(timeout, 5.0),
+            "max_retries": 1,
+        },
+        worker_pool=settings.worker_pool,
+        worker_concurrency=settings.worker_concurrency,
+    )
+    return app
+
+
+app = make_celery(get_settings())
