@@ -41,8 +41,10 @@ def to_messages(items: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
     """Convert message dicts to LangChain messages.
 
     Accepts the transcript format (``type``/``content``/``tool_calls``/
-    ``tool_call_id``/``id``), OpenAI chat format (``role``, ``tool_calls`` with
-    ``function``) and LangChain's serialized dicts (``{"type": ..., "data": {...}}``).
+    ``tool_call_id``/``id``, plus ``additional_kwargs`` as the API returns it;
+    other keys such as ``summary: true`` land in ``additional_kwargs``), OpenAI
+    chat format (``role``, ``tool_calls`` with ``function``) and LangChain's
+    serialized dicts (``{"type": ..., "data": {...}}``).
     Raises :class:`ConversationFormatError` naming the first bad message.
     """
     out: list[BaseMessage] = []
@@ -53,7 +55,11 @@ def to_messages(items: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
             else:
                 if "role" not in item and "type" not in item:
                     raise ValueError('it has neither "role" nor "type"')
-                out.extend(convert_to_messages([dict(item)]))
+                flat = dict(item)
+                extra = flat.pop("additional_kwargs", None) or {}
+                if not isinstance(extra, Mapping):
+                    raise ValueError('"additional_kwargs" must be an object')
+                out.extend(convert_to_messages([{**extra, **flat}]))
         except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
             raise ConversationFormatError(f"message {i}: {_first_line(exc)}") from None
     return out

@@ -95,3 +95,72 @@ def check_compacted(before: Sequence[BaseMessage], after: Sequence[BaseMessage])
     # pending calls stay
     assert pending_calls(before) <= pending_calls(after) | set(), "a pending call was removed"
     return summary
+
+
+def from_api(items: Sequence[dict[str, Any]]) -> list[BaseMessage]:
+    """Messages as ``GET /sessions/{id}/messages`` returns them, back to LangChain messages."""
+    out = []
+    for item in items:
+        item = dict(item)
+        extra = item.pop("additional_kwargs", None) or {}
+        (m,) = convert_to_messages([item])
+        out.append(m.model_copy(update={"additional_kwargs": extra}) if extra else m)
+    return out
+
+
+def check_case(
+    doc: dict[str, Any],
+    before: Sequence[BaseMessage],
+    after: Sequence[BaseMessage],
+    *,
+    prompts: Sequence[str],
+    jobs_queued: int,
+    offline_summary: bool,
+    state_after: dict[str, Any] | None = None,
+) -> None:
+    """Assert a case's ``expect`` keys on one run (``before``: every message posted;
+    ``after``: the thread afterwards; ``prompts``: texts sent to the summarizer)."""
+    expect = doc["expect"]
+    if expect.get("enqueued") is False:
+        assert jobs_queued == 0, f"{jobs_queued} jobs were queued"
+    if expect.get("compacts") is False:
+        assert list(after) == list(before), "the thread changed"
+        assert not any(marked_summary(m) for m in after)
+        return
+    if expect.get("compacts"):
+        assert any(marked_summary(m) for m in after), "no compaction was applied"
+    n_sys = sum(1 for m in before[:1] if m.type == "system")
+    summary = check_compacted(before, after)
+    if expect.get("summary_first"):
+        assert after[n_sys] is summary
+    if expect.get("system_untouched"):
+        assert after[0] == before[0] and after[0].type == "system"
+    if kept := expect.get("kept_verbatim_ids"):
+        by_id = {m.id: m for m in before}
+        pos = [next(i for i, m in enumerate(after) if m.id == x) for x in kept]
+        assert pos == sorted(pos) and pos[0] > n_sys, (
+            "kept messages out of order or before the summary"
+        )
+        assert all(after[p] == by_id[x] for p, x in zip(pos, kept, strict=True)), (
+            "a kept message changed"
+        )
+    if expect.get("no_orphans"):
+        assert not pairing_problems(after) - {"call:" + c for c in pending_calls(after)}
+    if expect.get("no_new_orphans"):
+        assert pairing_problems(after) <= pairing_problems(before)
+    if text := expect.get("request_verbatim"):
+        assert any(isinstance(m.content, str) and text in m.content for m in after), "request lost"
+    if expect.get("single_summary"):
+        assert sum(marked_summary(m) for m in after) == 1
+    if bad := expect.get("prompt_must_not_contain"):
+        assert prompts, "no prompt was recorded"
+        assert all(bad not in p for p in prompts), "the prompt contains forbidden text"
+    if limit := expect.get("max_prompt_chars"):
+        assert prompts and all(len(p) <= limit for p in prompts), "a prompt is too long"
+    if expect.get("state_extra_preserved"):
+        assert state_after is not None
+        for key, value in doc.get("state_extra", {}).items():
+            assert state_after.get(key) == value, f"state key {key!r} changed"
+    if offline_summary and (facts := expect.get("facts_for_fidelity")):
+        missing = [f for f in facts if f not in summary.content]
+        assert not missing, f"the summary lost {missing}"

@@ -90,14 +90,25 @@ def run_job(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) -
 def fail(rt: Runtime, session_id: str, job_id: str, reason: str) -> JobStatus:
     """End the job ``failed`` with ``reason``; the thread was not touched."""
     log.warning("[%s] summarizer failed: %s; session continues unchanged", session_id[:8], reason)
+    release_claim(rt, session_id, job_id)
     set_job(rt.engine, job_id, session_id, JobStatus.FAILED, reason)
     return JobStatus.FAILED
 
 
 def _skip(rt: Runtime, session_id: str, job_id: str, reason: str) -> JobStatus:
     log.info("[%s] summarizer skipped: %s", session_id[:8], reason)
+    release_claim(rt, session_id, job_id)
     set_job(rt.engine, job_id, session_id, JobStatus.SKIPPED, reason)
     return JobStatus.SKIPPED
+
+
+def release_claim(rt: Runtime, session_id: str, job_id: str) -> None:
+    """Let the next turn queue a job: done before the job's final status is written, so a
+    turn that sees this job finished can always queue the next one."""
+    try:
+        rt.locks.release_job(session_id, job_id)
+    except RedisError as exc:  # the claim expires on its own
+        log.warning("[%s] could not release the job claim: %s", session_id[:8], exc)
 
 
 def _messages(rt: Runtime, session_id: str) -> list[BaseMessage]:
@@ -111,6 +122,7 @@ def _compact(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) 
         messages = _messages(rt, session_id)
         if (done := _summary_of_job(messages, job_id)) is not None:
             log.info("[%s] summarizer: job %s had patched already; recording it", sid, job_id)
+            release_claim(rt, session_id, job_id)
             _record(rt, session_id, job_id, summary_meta(done))
             return JobStatus.APPLIED
         plan = plan_compaction(messages, settings)

@@ -17,7 +17,7 @@ from compaction.summarizers import Summarizer, make_summarizer
 from service.db import JobStatus, migrate
 from service.runtime import Runtime
 from worker.celery_app import app
-from worker.jobs import RetryLater, fail, run_job
+from worker.jobs import RetryLater, fail, release_claim, run_job
 
 log = logging.getLogger("offpath.worker")
 
@@ -89,10 +89,7 @@ def compact_session(self, session_id: str) -> str:
         status = fail(rt, session_id, job_id, f"unexpected error: {type(exc).__name__}: {exc}")
     finally:
         if status is not None:
-            try:
-                rt.locks.release_job(session_id, job_id)
-            except Exception as exc:  # the claim expires on its own
-                log.warning("[%s] could not release the job claim: %s", session_id[:8], exc)
+            release_claim(rt, session_id, job_id)
     return str(status)
 
 

@@ -1,0 +1,247 @@
+"""The whole loop on real processes (issue 3): turns posted over HTTP, the post-turn hook,
+a Celery worker on Redis, the LangGraph checkpoint on SQLite or PostgreSQL, /stats.
+
+Each test runs once per backend. The LLM is the stub server, over real HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from shared import (
+    CASES,
+    TRANSCRIPTS,
+    check_case,
+    check_compacted,
+    from_api,
+    load,
+    marked_summary,
+    messages_of,
+)
+from stack import Stack, split_turns
+
+from compaction.planner import Skip, plan_compaction
+from compaction.settings import load_settings
+from compaction.summary import SUMMARY_PREFIX
+
+CASE_SETTINGS = {"SUMMARIZATION_THRESHOLD_CHARS": "30000", "SUMMARIZATION_KEEP_CHARS": "10000"}
+
+
+def env_of(doc: dict[str, Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in doc.get("settings", {}).items()}
+
+
+def replay(stack: Stack, session: str, doc: dict[str, Any]) -> tuple[list, list, int]:
+    """Post ``doc`` turn by turn, waiting for the jobs after each; every compaction seen is
+    checked against the thread just before it. Returns (posted, final thread, compactions)."""
+    settings = load_settings(
+        **{k.lower(): v for k, v in stack.env.items() if k.startswith("SUMMARIZATION_")}
+    )
+    state_extra = doc.get("state_extra")
+    posted, thread, compactions = [], [], 0
+    for i, turn in enumerate(split_turns(doc["messages"])):
+        known = len(stack.jobs(session))
+        r = stack.post_turn(session, turn, state=state_extra if i == 0 and state_extra else None)
+        assert r.status_code == 200, r.text
+        before = thread + messages_of({"messages": turn})
+        posted += messages_of({"messages": turn})
+        expect_job = not isinstance(plan_compaction(before, settings), Skip)
+        stack.settle(session, expect_job, known)
+        after = from_api(stack.messages(session))
+        if after != before:
+            check_compacted(before, after)
+            compactions += 1
+        thread = after
+    return posted, thread, compactions
+
+
+def usage_rows(stack: Stack) -> list[dict[str, Any]]:
+    engine = sa.create_engine(stack.db_url())
+    with engine.connect() as conn:
+        rows = (
+            conn.execute(sa.text("SELECT session_id, job_id, metadata FROM usage_events"))
+            .mappings()
+            .all()
+        )
+    engine.dispose()
+    return [
+        {
+            **r,
+            "metadata": r["metadata"]
+            if isinstance(r["metadata"], dict)
+            else json.loads(r["metadata"]),
+        }
+        for r in rows
+    ]
+
+
+# --- a transcript end to end ------------------------------------------------------------
+
+
+def test_transcript_replayed_ends_compacted_and_stats_add_up(stacks, backend):
+    stack = stacks.get(backend)
+    doc = load(next(p for p in TRANSCRIPTS if p.stem == "holmesgpt-backend-perf"))
+    session = f"tr-{uuid.uuid4().hex[:8]}"
+    posted, final, compactions = replay(stack, session, doc)
+    assert compactions >= 1
+    n_sys = 1 if posted[0].type == "system" else 0
+    assert marked_summary(final[n_sys]) and final[:n_sys] == posted[:n_sys]
+    logs = stack.logs()
+    assert (
+        f"[{session[:8]}] summarizer: session=" in logs
+        and f"[{session[:8]}] summarizer done: -" in logs
+    )
+    rows = [r for r in usage_rows(stack) if r["session_id"] == session]
+    assert len(rows) == compactions
+    assert all(r["metadata"]["summarization"] is True for r in rows)
+    stats = stack.http.get("/stats").json()["summary"]
+    everything = usage_rows(stack)
+    assert stats["total_summarizations"] == len(everything)
+    assert stats["total_chars_compacted"] == sum(r["metadata"]["chars_removed"] for r in everything)
+    assert stats["approx_tokens_saved"] == stats["total_chars_compacted"] // 4
+    assert stats["sessions_compacted"] == len({r["session_id"] for r in everything})
+    assert stats["jobs"]["applied"] >= compactions
+
+
+# --- every case through the API -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
+def test_case_through_api(stacks, backend, path, stub):
+    doc = load(path)
+    stack = stacks.get(backend, **env_of(doc))
+    session = f"case-{uuid.uuid4().hex[:8]}"
+    posted, final, _ = replay(stack, session, doc)
+    prompts = [
+        "\n".join(str(m.get("content")) for m in req["messages"])
+        for req in stub.state.requests
+        if str(req["messages"][0].get("content", "")).startswith("You compact")
+    ]
+    jobs = stack.jobs(session)
+    check_case(
+        doc,
+        posted,
+        final,
+        prompts=prompts,
+        jobs_queued=len(jobs),
+        offline_summary=False,
+        state_after=stack.session(session)["state"],
+    )
+    if doc["expect"].get("no_requeue_loop"):
+        before = len(stack.jobs(session))
+        for i in range(10):
+            stack.post_turn(
+                session,
+                [
+                    {"type": "human", "content": f"and now? {i}"},
+                    {"type": "ai", "content": "checking"},
+                ],
+            )
+        time.sleep(1)
+        assert len(stack.jobs(session)) - before <= 1
+
+
+# --- turns during a slow summary -------------------------------------------------------------
+
+
+def test_turns_posted_while_summarizing_are_kept_after_the_summary(stacks, backend, stub):
+    stack = stacks.get(backend, **CASE_SETTINGS)
+    doc = load(next(p for p in CASES if p.stem == "summary-first"))
+    turns = split_turns(doc["messages"])
+    session = f"slow-{uuid.uuid4().hex[:8]}"
+    stub.state.delay_s = 3.0
+    for turn in turns:
+        assert stack.post_turn(session, turn).status_code == 200
+    # the job is now summarizing (3 s); post more turns meanwhile
+    started = time.monotonic()
+    extra = []
+    for i in range(3):
+        t = [
+            {"type": "human", "content": f"late question {i}", "id": f"late-h{i}"},
+            {"type": "ai", "content": f"late answer {i}", "id": f"late-a{i}"},
+        ]
+        r = stack.post_turn(session, t)
+        assert r.status_code == 200, r.text
+        extra += t
+    assert time.monotonic() - started < 2.5, "turns waited for the summarizer"
+    stack.settle(session, True, 0, timeout=60)
+    final = from_api(stack.messages(session))
+    posted = messages_of({"messages": doc["messages"] + extra})
+    check_compacted(posted, final)
+    assert [m.id for m in final][-6:] == [m["id"] for m in extra]
+
+
+# --- idempotency ----------------------------------------------------------------------------
+
+
+def test_duplicate_enqueue_and_rerun_give_one_compaction(stacks, backend):
+    stack = stacks.get(backend, **CASE_SETTINGS)
+    doc = load(next(p for p in CASES if p.stem == "recompact"))
+    session = f"dup-{uuid.uuid4().hex[:8]}"
+    posted, final, compactions = replay(stack, session, doc)
+    assert compactions == 1
+    (applied,) = [j for j in stack.jobs(session) if j["status"] == "applied"]
+    # the same job delivered again after its patch, and a second job for the same thread
+    stack.publish(session, applied["job_id"])
+    stack.publish(session, "dup-" + uuid.uuid4().hex)
+    stack.publish(session, "dup-" + uuid.uuid4().hex)
+    time.sleep(0.5)
+    stack.settle(session, False, 0)
+    assert from_api(stack.messages(session)) == final
+    rows = [r for r in usage_rows(stack) if r["session_id"] == session]
+    assert len(rows) == 1
+    statuses = sorted(j["status"] for j in stack.jobs(session))
+    assert statuses.count("applied") == 1 and "failed" not in statuses
+    assert "Traceback" not in stack.worker_log.read_text()
+
+
+# --- the LLM failing -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("500", "server error"),
+        ("429", "rate limited"),
+        ("timeout", "timed out"),
+        ("empty", "empty"),
+        ("malformed", "LLM"),
+    ],
+)
+def test_llm_failure_leaves_thread_untouched_and_job_failed(stacks, backend, stub, mode, reason):
+    stack = stacks.get(backend, **CASE_SETTINGS)
+    doc = load(next(p for p in CASES if p.stem == "summary-first"))
+    session = f"fail-{mode}-{uuid.uuid4().hex[:6]}"
+    with stub.state.lock:
+        stub.state.mode = mode
+    for turn in split_turns(doc["messages"]):
+        assert stack.post_turn(session, turn).status_code == 200
+    jobs = stack.settle(session, True, 0, timeout=90)
+    assert [j["status"] for j in jobs] == ["failed"], jobs
+    assert reason in jobs[0]["reason"], jobs[0]["reason"]
+    final = from_api(stack.messages(session))
+    assert final == messages_of(doc), "the thread changed"
+    assert not any(SUMMARY_PREFIX in str(m.content) for m in final)
+    assert not [r for r in usage_rows(stack) if r["session_id"] == session]
+    if mode in ("500", "429", "timeout"):
+        assert jobs[0]["attempts"] == 2, "transient failures are retried (JOB_MAX_RETRIES=1)"
+        assert "retrying in" in stack.worker_log.read_text()
+    assert f"[{session[:8]}] summarizer failed:" in stack.worker_log.read_text()
+
+
+def test_llm_failing_then_recovering_compacts_after_retry(stacks, backend, stub):
+    stack = stacks.get(backend, **CASE_SETTINGS)
+    doc = load(next(p for p in CASES if p.stem == "parallel-batch"))
+    session = f"retry-{uuid.uuid4().hex[:6]}"
+    with stub.state.lock:
+        stub.state.mode, stub.state.times = "429", 1
+    for turn in split_turns(doc["messages"]):
+        assert stack.post_turn(session, turn).status_code == 200
+    jobs = stack.settle(session, True, 0, timeout=60)
+    assert [j["status"] for j in jobs] == ["applied"] and jobs[0]["attempts"] == 2
+    check_compacted(messages_of(doc), from_api(stack.messages(session)))

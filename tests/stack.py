@@ -1,0 +1,270 @@
+"""Real processes for integration tests: a Celery worker and the API (uvicorn), on the
+machine's Redis and PostgreSQL or on SQLite, with a private queue and key prefix each.
+
+A :class:`Stack` is one configuration of both processes; tests talk to it over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+PG_ADMIN = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def create_pg_database(prefix: str = "offpath_test") -> str:
+    """A fresh PostgreSQL database; returns its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_pg_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def split_turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Transcript dicts cut into turns at human messages (summaries stay with the next turn)."""
+    turns: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    for m in messages:
+        is_turn_start = m.get("type") == "human" and not m.get("summary")
+        if is_turn_start and any(
+            x.get("type") == "human" and not x.get("summary") for x in current
+        ):
+            turns.append(current)
+            current = []
+        current.append(m)
+    if current:
+        turns.append(current)
+    return turns
+
+
+class Stack:
+    """A worker and an API process sharing one configuration (env)."""
+
+    def __init__(self, backend: str, tmp: Path, env: dict[str, str]) -> None:
+        self.backend = backend
+        self.tmp = tmp
+        self.name = uuid.uuid4().hex[:8]
+        self.port = free_port()
+        self.pg_url = create_pg_database() if backend == "postgres" else None
+        base = {
+            k: v for k, v in os.environ.items() if not k.startswith(("SUMMARIZATION_", "OPENAI_"))
+        }
+        self.env = {
+            **base,
+            "PYTHONPATH": str(ROOT),
+            "DATA_DIR": str(tmp / f"data-{self.name}"),
+            "DATABASE_URL": self.pg_url or "",
+            "REDIS_URL": REDIS_URL,
+            "CELERY_QUEUE": f"test-{self.name}",
+            "REDIS_KEY_PREFIX": f"test-{self.name}",
+            "WORKER_CONCURRENCY": "8",
+            "JOB_RETRY_BACKOFF_S": "1",
+            "JOB_RETRY_BACKOFF_MAX_S": "2",
+            "JOB_MAX_RETRIES": "1",
+            "SUMMARIZATION_MAX_RETRIES": "0",
+            "SUMMARIZATION_TIMEOUT_S": "3",
+            "LOG_LEVEL": "INFO",
+            **env,
+        }
+        self.worker_log = tmp / f"worker-{self.name}.log"
+        self.api_log = tmp / f"api-{self.name}.log"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.worker: subprocess.Popen[bytes] | None = None
+        self.start_worker()
+        self.api = self._spawn(
+            [
+                str(BIN / "uvicorn"),
+                "api.app:app",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            self.api_log,
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.http = httpx.Client(base_url=self.url, timeout=30)
+        self._wait_ready()
+
+    # --- processes ------------------------------------------------------------------------
+
+    def _spawn(self, cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+        out = open(log, "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def start_worker(self) -> None:
+        self.worker = self._spawn(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "worker.celery_app",
+                "worker",
+                "-l",
+                "info",
+                "--without-mingle",
+                "--without-gossip",
+                "-n",
+                f"w-{self.name}-{len(self.procs)}@%h",
+            ],
+            self.worker_log,
+        )
+        deadline = time.monotonic() + 30
+        while "ready." not in self.worker_log.read_text(errors="replace").split("celery@")[-1]:
+            if self.worker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    "worker did not start:\n" + self.worker_log.read_text(errors="replace")[-3000:]
+                )
+            time.sleep(0.1)
+
+    def kill_worker(self, sig: int = signal.SIGKILL) -> None:
+        assert self.worker is not None
+        os.killpg(self.worker.pid, sig)
+        self.worker.wait(timeout=30)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.api.poll() is not None:
+                raise RuntimeError(
+                    "api exited:\n" + self.api_log.read_text(errors="replace")[-3000:]
+                )
+            try:
+                if self.http.get("/healthz").status_code in (200, 503):
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(
+            "api did not start:\n" + self.api_log.read_text(errors="replace")[-3000:]
+        )
+
+    def stop(self) -> None:
+        self.http.close()
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+        if self.pg_url:
+            drop_pg_database(self.pg_url)
+
+    def logs(self) -> str:
+        return self.worker_log.read_text(errors="replace") + self.api_log.read_text(
+            errors="replace"
+        )
+
+    # --- HTTP helpers ---------------------------------------------------------------------
+
+    def messages(self, session: str) -> list[dict[str, Any]]:
+        r = self.http.get(f"/sessions/{session}/messages")
+        r.raise_for_status()
+        return r.json()["messages"]
+
+    def session(self, session: str) -> dict[str, Any]:
+        r = self.http.get(f"/sessions/{session}/messages")
+        r.raise_for_status()
+        return r.json()
+
+    def jobs(self, session: str) -> list[dict[str, Any]]:
+        r = self.http.get(f"/sessions/{session}/compactions")
+        r.raise_for_status()
+        return r.json()["jobs"]
+
+    def post_turn(
+        self, session: str, messages: list[dict[str, Any]], state: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        body: dict[str, Any] = {"messages": messages}
+        if state is not None:
+            body["state"] = state
+        return self.http.post(f"/sessions/{session}/turns", json=body)
+
+    def settle(
+        self, session: str, expect_new_job: bool, known: int, timeout: float = 60
+    ) -> list[dict[str, Any]]:
+        """Wait until the thread's jobs are all final; when a new job is expected, until it
+        appeared (the hook runs after the response) and finished."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            jobs = self.jobs(session)
+            if (not expect_new_job or len(jobs) > known) and all(
+                j["status"] in ("applied", "skipped", "failed") for j in jobs
+            ):
+                return jobs
+            time.sleep(0.05)
+        raise AssertionError(f"jobs did not settle: {self.jobs(session)}\n{self.logs()[-4000:]}")
+
+    def publish(self, session: str, job_id: str) -> None:
+        """Send a ``compact_session`` message straight to this stack's queue."""
+        from celery import Celery
+
+        app = Celery(broker=self.env["REDIS_URL"])
+        app.send_task(
+            "compact_session", args=[session], task_id=job_id, queue=self.env["CELERY_QUEUE"]
+        )
+        app.close()
+
+    def db_url(self) -> str:
+        if self.pg_url:
+            return self.pg_url.replace("postgresql://", "postgresql+psycopg://")
+        return f"sqlite:///{self.env['DATA_DIR']}/usage.db"
+
+
+def dump(obj: Any) -> str:
+    return json.dumps(obj, indent=1)[:3000]
+
+
+def wait_for(predicate: Any, timeout: float = 30, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+def ids(messages: Iterable[dict[str, Any]]) -> list[str]:
+    return [m["id"] for m in messages]
