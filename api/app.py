@@ -228,7 +228,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         """Reachability of the broker, the usage database and the checkpointer."""
         rt = rt_of(request)
         checks = {
-            "broker": rt.redis.ping,
+            "broker": rt.ping_broker,
             "database": lambda: db.ping(rt.engine),
             "checkpointer": rt.checkpoints.ping,
         }

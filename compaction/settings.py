@@ -12,6 +12,7 @@ names the setting (issue 2, item 1).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -54,6 +55,9 @@ class Settings(BaseSettings):
     data_dir: str = "./data"
     #: Broker URL for Celery; empty means ``redis_url``.
     celery_broker_url: str = ""
+    #: Where thread locks and job claims live: "redis" (REDIS_URL) or "database" (the usage DB;
+    #: for the embedded demo, one machine only).
+    lock_backend: Literal["redis", "database"] = "redis"
     publish_timeout_s: float = Field(default=1.0, gt=0)
     lock_timeout_s: float = Field(default=120.0, gt=0)
     lock_wait_s: float = Field(default=10.0, ge=0)
@@ -71,6 +75,7 @@ class Settings(BaseSettings):
     max_message_chars: int = Field(default=2_000_000, gt=0)
     flower_basic_auth: str = ""
     flower_port: int = 5555
+    api_url: str = "http://127.0.0.1:8000"
     log_level: str = "INFO"
 
     @model_validator(mode="after")

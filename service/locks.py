@@ -31,8 +31,10 @@ import uuid
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, Protocol
 
 import redis
+import sqlalchemy as sa
 from redis.exceptions import LockError, RedisError
 
 log = logging.getLogger("offpath.locks")
@@ -44,6 +46,17 @@ class ThreadBusy(Exception):
 
 class LockUnavailable(Exception):
     """The thread's lock could not be taken in time (or Redis is unreachable)."""
+
+
+class Locks(Protocol):
+    """What the API and the worker need: the thread lock for a turn or a patch, and the
+    per-thread job claim. Backends: :class:`ThreadLocks` (Redis), :class:`DatabaseLocks`."""
+
+    def turn(self, session_id: str) -> Any: ...
+    def patch(self, session_id: str) -> Any: ...
+    def claim_job(self, session_id: str, job_id: str) -> bool: ...
+    def release_job(self, session_id: str, job_id: str) -> None: ...
+    def claimed_by(self, session_id: str) -> str | None: ...
 
 
 class ThreadLocks:
@@ -172,3 +185,86 @@ def _release(lock: redis.lock.Lock, session_id: str) -> None:
         log.warning(
             "[%s] could not release the thread lock (%s); it will expire", session_id[:8], exc
         )
+
+
+class DatabaseLocks:
+    """The same locks and claims in the usage database, for a single machine without Redis
+    (the embedded demo: ``LOCK_BACKEND=database``). Rows of ``thread_locks`` expire like
+    Redis keys; a row's insert is the atomic acquire."""
+
+    def __init__(self, engine: Any, *, timeout_s: float, wait_s: float, claim_ttl_s: int) -> None:
+        self.engine = engine
+        self.timeout_s = timeout_s
+        self.wait_s = wait_s
+        self.claim_ttl_s = claim_ttl_s
+
+    def _try(self, name: str, token: str, ttl: float) -> bool:
+        now = time.time()
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.text("DELETE FROM thread_locks WHERE name = :n AND expires_at < :now"),
+                {"n": name, "now": now},
+            )
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        sa.text(
+                            "INSERT INTO thread_locks (name, token, expires_at) VALUES (:n, :t, :e)"
+                        ),
+                        {"n": name, "t": token, "e": now + ttl},
+                    )
+            except sa.exc.IntegrityError:
+                return False
+        return True
+
+    def _holder(self, name: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(
+                sa.text("SELECT token FROM thread_locks WHERE name = :n"), {"n": name}
+            ).scalar()
+
+    def _release(self, name: str, token: str) -> bool:
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                sa.text("DELETE FROM thread_locks WHERE name = :n AND token = :t"),
+                {"n": name, "t": token},
+            )
+            return bool(res.rowcount)
+
+    @contextmanager
+    def turn(self, session_id: str) -> Iterator[None]:
+        name, token = f"thread:{session_id}", f"turn:{uuid.uuid4().hex}"
+        deadline = time.monotonic() + self.wait_s
+        while not self._try(name, token, self.timeout_s):
+            holder = self._holder(name) or ""
+            if holder.startswith("turn:"):
+                raise ThreadBusy("another turn is in progress on this session")
+            if time.monotonic() >= deadline:
+                raise ThreadBusy("a compaction patch is being written to this session; try again")
+            time.sleep(0.02)
+        try:
+            yield
+        finally:
+            self._release(name, token)
+
+    @contextmanager
+    def patch(self, session_id: str) -> Iterator[None]:
+        name, token = f"thread:{session_id}", f"patch:{uuid.uuid4().hex}"
+        deadline = time.monotonic() + self.wait_s
+        while not self._try(name, token, self.timeout_s):
+            if time.monotonic() >= deadline:
+                raise LockUnavailable(f"the session's lock was busy for {self.wait_s:g}s")
+            time.sleep(0.02)
+        try:
+            yield
+        finally:
+            self._release(name, token)
+
+    def claim_job(self, session_id: str, job_id: str) -> bool:
+        return self._try(f"job:{session_id}", job_id, self.claim_ttl_s)
+
+    def release_job(self, session_id: str, job_id: str) -> None:
+        self._release(f"job:{session_id}", job_id)
+
+    def claimed_by(self, session_id: str) -> str | None:
+        return self._holder(f"job:{session_id}")

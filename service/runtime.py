@@ -17,7 +17,7 @@ from compaction.settings import Settings
 from service.agent import build_graph
 from service.checkpoints import Checkpoints, open_checkpoints
 from service.db import make_engine, migrate
-from service.locks import ThreadLocks
+from service.locks import DatabaseLocks, Locks, ThreadLocks
 
 log = logging.getLogger("offpath.runtime")
 
@@ -55,33 +55,60 @@ class Runtime:
     checkpoints: Checkpoints
     graph: CompiledStateGraph
     engine: Engine
-    redis: redis.Redis
-    locks: ThreadLocks
+    locks: Locks
 
     @classmethod
     def open(cls, settings: Settings, *, run_migrations: bool = True) -> Runtime:
         if run_migrations:
             migrate(settings)
         checkpoints = open_checkpoints(settings)
-        client = redis_client(settings.redis_url, settings)
-        locks = ThreadLocks(
-            client,
-            timeout_s=settings.lock_timeout_s,
-            wait_s=settings.lock_wait_s,
-            claim_ttl_s=settings.celery_visibility_timeout_s + settings.job_time_limit_s,
-            prefix=settings.redis_key_prefix,
-        )
+        engine = make_engine(settings)
+        claim_ttl = settings.celery_visibility_timeout_s + settings.job_time_limit_s
+        locks: Locks
+        if settings.lock_backend == "database":
+            locks = DatabaseLocks(
+                engine,
+                timeout_s=settings.lock_timeout_s,
+                wait_s=settings.lock_wait_s,
+                claim_ttl_s=claim_ttl,
+            )
+        else:
+            locks = ThreadLocks(
+                redis_client(settings.redis_url, settings),
+                timeout_s=settings.lock_timeout_s,
+                wait_s=settings.lock_wait_s,
+                claim_ttl_s=claim_ttl,
+                prefix=settings.redis_key_prefix,
+            )
         return cls(
             settings=settings,
             checkpoints=checkpoints,
             graph=build_graph(checkpoints.saver, chat_model(settings)),
-            engine=make_engine(settings),
-            redis=client,
+            engine=engine,
             locks=locks,
         )
 
+    def ping_broker(self) -> None:
+        """Raise if the Celery broker does not answer within ``PUBLISH_TIMEOUT_S``."""
+        url = self.settings.celery_broker_url or self.settings.redis_url
+        if url.startswith(("redis://", "rediss://")):
+            client = redis_client(url, self.settings)
+            try:
+                client.ping()
+            finally:
+                client.close()
+            return
+        from kombu import Connection
+
+        with Connection(url, connect_timeout=self.settings.publish_timeout_s) as conn:
+            conn.ensure_connection(max_retries=1)
+
     def close(self) -> None:
-        for closer in (self.checkpoints.close, self.engine.dispose, self.redis.close):
+        redis_conn = getattr(self.locks, "redis", None)
+        closers = [self.checkpoints.close, self.engine.dispose] + (
+            [redis_conn.close] if redis_conn else []
+        )
+        for closer in closers:
             try:
                 closer()
             except Exception as exc:  # closing is best effort

@@ -24,7 +24,6 @@ from compaction.settings import Settings, get_settings
 def make_celery(settings: Settings) -> Celery:
     broker = settings.celery_broker_url or settings.redis_url
     app = Celery("offpath", broker=broker, include=["worker.tasks"])
-    timeout = settings.publish_timeout_s
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -38,17 +37,23 @@ def make_celery(settings: Settings) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
-        broker_connection_timeout=timeout,
-        broker_transport_options={
-            "visibility_timeout": settings.celery_visibility_timeout_s,
-            "socket_connect_timeout": timeout,
-            "socket_timeout": max(timeout, 5.0),
-            "max_retries": 1,
-        },
+        broker_connection_timeout=settings.publish_timeout_s,
+        broker_transport_options=_transport_options(broker, settings),
         worker_pool=settings.worker_pool,
         worker_concurrency=settings.worker_concurrency,
     )
     return app
+
+
+def _transport_options(broker: str, settings: Settings) -> dict[str, object]:
+    if not broker.startswith(("redis://", "rediss://")):
+        return {}  # e.g. the embedded demo's SQLAlchemy transport takes none of these
+    return {
+        "visibility_timeout": settings.celery_visibility_timeout_s,
+        "socket_connect_timeout": settings.publish_timeout_s,
+        "socket_timeout": max(settings.publish_timeout_s, 5.0),
+        "max_retries": 1,
+    }
 
 
 app = make_celery(get_settings())

@@ -1,0 +1,299 @@
+"""Edges of the service on real processes (issue 3): disabled, broker down, bad requests,
+one writer per thread, no LLM configured, and state keys surviving a patch."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+from shared import CASES, TRANSCRIPTS, from_api, load, messages_of
+from stack import free_port, split_turns, wait_for
+
+pytestmark = pytest.mark.usefixtures("stub")
+
+
+def test_disabled_queues_nothing_and_records_nothing(stacks, backend):
+    stack = stacks.get(backend, llm=False, SUMMARIZATION_ENABLED="false")
+    doc = load(next(p for p in TRANSCRIPTS if p.stem == "miniswe-pvlib-1854"))
+    session = f"off-{uuid.uuid4().hex[:8]}"
+    for turn in split_turns(doc["messages"]):
+        assert stack.post_turn(session, turn).status_code == 200
+    time.sleep(0.5)
+    assert stack.jobs(session) == []
+    assert from_api(stack.messages(session)) == messages_of(doc)
+    stats = stack.http.get("/stats").json()["summary"]
+    assert stats["total_summarizations"] == 0 and sum(stats["jobs"].values()) == 0
+
+
+def test_chat_turn_without_llm_answers_503_saying_how_to_configure(stacks, backend):
+    stack = stacks.get(backend, llm=False, SUMMARIZATION_ENABLED="false")
+    r = stack.http.post("/sessions/s1/messages", json={"content": "hello"})
+    assert r.status_code == 503
+    assert "OPENAI_API_KEY" in r.json()["detail"] and "OPENAI_BASE_URL" in r.json()["detail"]
+    assert stack.messages("s1") == []
+
+
+def test_chat_turn_through_the_agent(stacks, backend, stub):
+    stack = stacks.get(backend)
+    session = f"chat-{uuid.uuid4().hex[:8]}"
+    r = stack.http.post(
+        f"/sessions/{session}/messages", json={"content": "is payments-api healthy?"}
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (
+        body["reply"]["type"] == "ai"
+        and "stub reply to: is payments-api healthy?" in body["reply"]["content"]
+    )
+    assert [m["type"] for m in stack.messages(session)] == ["human", "ai"]
+
+
+def test_chat_model_failure_answers_502_and_leaves_thread_unchanged(stacks, backend, stub):
+    stack = stacks.get(backend)
+    session = f"chatfail-{uuid.uuid4().hex[:8]}"
+    assert (
+        stack.http.post(f"/sessions/{session}/messages", json={"content": "first"}).status_code
+        == 200
+    )
+    before = stack.messages(session)
+    with stub.state.lock:
+        stub.state.mode = "500"
+    r = stack.http.post(f"/sessions/{session}/messages", json={"content": "second"})
+    assert r.status_code == 502 and "chat model failed" in r.json()["detail"]
+    assert stack.messages(session) == before
+
+
+def test_second_concurrent_turn_on_a_thread_gets_409(stacks, backend, stub):
+    stack = stacks.get(backend)
+    session = f"busy-{uuid.uuid4().hex[:8]}"
+    stub.state.delay_s = 2.0
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(
+            stack.http.post, f"/sessions/{session}/messages", json={"content": "slow one"}
+        )
+        time.sleep(0.5)
+        second = stack.http.post(
+            f"/sessions/{session}/turns", json={"messages": [{"type": "human", "content": "x"}]}
+        )
+        third = stack.http.post(f"/sessions/{session}/messages", json={"content": "another"})
+        assert first.result().status_code == 200
+    assert second.status_code == 409 and "another turn" in second.json()["detail"]
+    assert third.status_code == 409
+    assert [m["type"] for m in stack.messages(session)] == ["human", "ai"]
+    # other threads are not blocked
+    other = stack.http.post(
+        f"/sessions/other-{session}/turns", json={"messages": [{"type": "human", "content": "x"}]}
+    )
+    assert other.status_code == 200
+
+
+BAD_TURNS = {
+    "not a list": ({"messages": "hello"}, 422),
+    "empty list": ({"messages": []}, 422),
+    "no role or type": ({"messages": [{"content": "x"}]}, 422),
+    "unknown type": ({"messages": [{"type": "wizard", "content": "x"}]}, 422),
+    "function message": ({"messages": [{"role": "function", "name": "f", "content": "x"}]}, 422),
+    "orphan tool result": (
+        {"messages": [{"type": "tool", "content": "ok", "tool_call_id": "nope"}]},
+        422,
+    ),
+    "duplicate id in turn": (
+        {
+            "messages": [
+                {"type": "human", "content": "a", "id": "d1"},
+                {"type": "ai", "content": "b", "id": "d1"},
+            ]
+        },
+        422,
+    ),
+    "id already in thread": (
+        {"messages": [{"type": "human", "content": "edit", "id": "seed-h"}]},
+        422,
+    ),
+    "tool call id reused": (
+        {
+            "messages": [
+                {
+                    "type": "ai",
+                    "content": "",
+                    "tool_calls": [{"id": "seed-c", "name": "f", "args": {}}],
+                }
+            ]
+        },
+        422,
+    ),
+    "tool call without name": (
+        {"messages": [{"type": "ai", "content": "", "tool_calls": [{"id": "c9", "args": {}}]}]},
+        422,
+    ),
+    "answered twice": (
+        {"messages": [{"type": "tool", "content": "again", "tool_call_id": "seed-c"}]},
+        422,
+    ),
+    "bad JSON arguments": (
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c8",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{not json"},
+                        }
+                    ],
+                }
+            ]
+        },
+        422,
+    ),
+    "too many messages": ({"messages": [{"type": "human", "content": "x"}] * 501}, 422),
+    "message too large": ({"messages": [{"type": "human", "content": "x" * 2_000_001}]}, 422),
+    "state not an object": (
+        {"messages": [{"type": "human", "content": "x"}], "state": [1, 2]},
+        422,
+    ),
+}
+
+
+def test_bad_requests_get_4xx_with_a_message_and_change_nothing(stacks, backend):
+    stack = stacks.get(backend)
+    session = f"bad-{uuid.uuid4().hex[:8]}"
+    seed = [
+        {"type": "human", "content": "start", "id": "seed-h"},
+        {
+            "type": "ai",
+            "content": "",
+            "id": "seed-a",
+            "tool_calls": [{"id": "seed-c", "name": "logs", "args": {}}],
+        },
+        {"type": "tool", "content": "ok", "id": "seed-t", "tool_call_id": "seed-c"},
+    ]
+    assert stack.post_turn(session, seed).status_code == 200
+    before = stack.session(session)
+    for name, (body, code) in BAD_TURNS.items():
+        r = stack.http.post(f"/sessions/{session}/turns", json=body)
+        assert r.status_code == code, f"{name}: {r.status_code} {r.text[:300]}"
+        detail = r.json()["detail"]
+        assert detail and (isinstance(detail, str) or detail[0].get("msg")), f"{name}: no message"
+        assert stack.session(session) == before, f"{name} changed the thread"
+    assert (
+        stack.http.post(
+            f"/sessions/{session}/turns",
+            content=b"{nope",
+            headers={"content-type": "application/json"},
+        ).status_code
+        == 422
+    )
+    assert stack.http.post(f"/sessions/{session}/messages", json={"content": ""}).status_code == 422
+    assert stack.http.post(f"/sessions/{session}/messages", json={}).status_code == 422
+    for path in (
+        "/sessions/bad%20id!/messages",
+        "/sessions/" + "x" * 200 + "/messages",
+        "/sessions/a%2Fb/compactions",
+    ):
+        assert stack.http.get(path).status_code in (404, 422), path
+    assert (
+        stack.http.post(
+            "/sessions/bad id!/turns", json={"messages": [{"type": "human", "content": "x"}]}
+        ).status_code
+        == 422
+    )
+    assert stack.session(session) == before
+    assert stack.http.get("/stats", params={"x": 1}).status_code == 200
+    assert stack.http.delete("/stats").status_code == 405
+
+
+def test_state_keys_survive_compaction_through_the_api(stacks, backend):
+    doc = load(next(p for p in CASES if p.stem == "summary-first"))
+    stack = stacks.get(
+        backend, SUMMARIZATION_THRESHOLD_CHARS="30000", SUMMARIZATION_KEEP_CHARS="10000"
+    )
+    session = f"state-{uuid.uuid4().hex[:8]}"
+    extra = {"incident_id": "INC-4411", "todo": ["check pool", {"owner": "sre"}], "severity": 2}
+    turns = split_turns(doc["messages"])
+    known = 0
+    for i, turn in enumerate(turns):
+        assert stack.post_turn(session, turn, state=extra if i == 0 else None).status_code == 200
+    stack.settle(session, True, known)
+    body = stack.session(session)
+    assert body["state"] == extra
+    assert any(
+        m.get("additional_kwargs", {}).get("lc_source") == "summarization" for m in body["messages"]
+    )
+
+
+# --- the broker stopped ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.fail("redis-server is not installed; .ci/run needs it")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    yield port, proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_broker_stopped_turns_still_answer_fast_and_failure_is_logged(
+    stacks, backend, private_redis
+):
+    port, redis_proc = private_redis
+    stack = stacks.get(
+        backend,
+        REDIS_URL=f"redis://127.0.0.1:{port}/0",
+        SUMMARIZATION_THRESHOLD_CHARS="30000",
+        SUMMARIZATION_KEEP_CHARS="10000",
+    )
+    doc = load(next(p for p in CASES if p.stem == "summary-first"))
+    session = f"down-{uuid.uuid4().hex[:8]}"
+    turns = split_turns(doc["messages"])
+    assert stack.post_turn(session, turns[0]).status_code == 200
+    redis_proc.kill()
+    redis_proc.wait()
+    for turn in turns[1:]:
+        started = time.monotonic()
+        r = stack.post_turn(session, turn)
+        elapsed = time.monotonic() - started
+        assert r.status_code == 200, r.text
+        assert elapsed < 1.5, f"a turn took {elapsed:.2f}s with the broker down"
+    assert from_api(stack.messages(session)) == messages_of(doc)
+    # the hook runs after the response; its failure is logged, once per turn over the threshold
+    wait_for(
+        lambda: "compaction not queued: broker unreachable" in stack.api_log.read_text(), timeout=10
+    )
+    health = stack.http.get("/healthz")
+    assert health.status_code == 503 and health.json()["broker"].startswith("error")

@@ -1,0 +1,76 @@
+"""The worker patches through the API's own graph, so other state keys survive (DESIGN.md
+invariant 1); a narrower graph would drop them. Real SqliteSaver and PostgresSaver."""
+
+from __future__ import annotations
+
+from typing import Annotated, TypedDict
+
+import pytest
+from langchain_core.messages import AnyMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from shared import CASES, load, messages_of
+from stack import create_pg_database, drop_pg_database
+
+from compaction.pipeline import compact
+from compaction.settings import load_settings
+from compaction.summarizers.offline import OfflineSummarizer
+from service.agent import AGENT_NODE, build_graph, thread_config
+from service.checkpoints import open_checkpoints
+
+
+class MessagesOnly(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def narrow_graph(saver):
+    g = StateGraph(MessagesOnly)
+    g.add_node(AGENT_NODE, lambda s: {})
+    g.add_edge(START, AGENT_NODE)
+    g.add_edge(AGENT_NODE, END)
+    return g.compile(checkpointer=saver)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def checkpoints(request, tmp_path):
+    if request.param == "postgres":
+        url = create_pg_database()
+        cp = open_checkpoints(load_settings(database_url=url, data_dir=str(tmp_path)))
+        yield cp
+        cp.close()
+        drop_pg_database(url)
+    else:
+        cp = open_checkpoints(load_settings(data_dir=str(tmp_path)))
+        yield cp
+        cp.close()
+
+
+def _patch(checkpoints, patcher_of, session):
+    doc = load(next(p for p in CASES if p.stem == "summary-first"))
+    settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
+    graph = build_graph(checkpoints.saver, None)
+    config = thread_config(session)
+    graph.update_state(
+        config, {"messages": messages_of(doc), "context": CONTEXT}, as_node=AGENT_NODE
+    )
+    outcome = compact(graph.get_state(config).values["messages"], settings, OfflineSummarizer())
+    patcher_of(graph).update_state(config, {"messages": outcome.patch}, as_node=AGENT_NODE)
+    values = graph.get_state(config).values
+    assert values["messages"][1].id == outcome.summary.id
+    return values
+
+
+CONTEXT = {"incident_id": "INC-1", "notes": ["a", {"b": 2}]}
+
+
+def test_patch_through_the_shared_graph_keeps_other_state_keys(checkpoints):
+    values = _patch(checkpoints, lambda graph: graph, "shared")
+    assert values["context"] == CONTEXT
+
+
+def test_patch_through_a_narrower_graph_drops_them_on_sqlite(tmp_path):
+    """Why the worker uses the shared graph: with SqliteSaver a messages-only graph
+    writes a checkpoint without the keys it does not know."""
+    with open_checkpoints(load_settings(data_dir=str(tmp_path))) as cp:
+        values = _patch(cp, lambda graph: narrow_graph(cp.saver), "narrow")
+    assert "context" not in values
