@@ -21,7 +21,7 @@ from langgraph.graph.message import add_messages
 from pydantic import BaseModel, Field
 
 from compaction.accounting import total_chars
-from compaction.formats import ConversationFormatError, to_messages
+from compaction.formats import ConversationFormatError, message_json, to_messages
 from compaction.settings import Settings, get_settings
 from compaction.turns import TurnError, validate_turn
 from service import db
@@ -61,22 +61,6 @@ class TurnIn(BaseModel):
         default=None,
         description="Other keys of the thread's state to set (kept across compactions)",
     )
-
-
-def message_json(m: BaseMessage) -> dict[str, Any]:
-    """A message as JSON in the LangChain dict format (readable back by ``/turns``)."""
-    out: dict[str, Any] = {"type": m.type, "id": m.id, "content": m.content}
-    if getattr(m, "tool_calls", None):
-        out["tool_calls"] = [
-            {"id": c["id"], "name": c["name"], "args": c["args"]} for c in m.tool_calls
-        ]
-    if m.type == "tool":
-        out["tool_call_id"] = m.tool_call_id
-    if m.name:
-        out["name"] = m.name
-    if m.additional_kwargs:
-        out["additional_kwargs"] = m.additional_kwargs
-    return out
 
 
 def create_app(settings: Settings | None = None, publish: Publisher | None = None) -> FastAPI:

@@ -16,8 +16,11 @@ len(content) plus the JSON length of each tool call's args"):
 * parts that repeat a tool call (``tool_use``) count 0, since the call is
   counted from ``tool_calls``; any other part counts its JSON length, at most
   :data:`MEDIA_BLOCK_CHARS`;
-* each tool call adds ``len(json.dumps(args, ensure_ascii=False))`` (the
+* each tool call adds the length of its arguments as compact JSON (the
   ``args-heavy`` case: file-writing calls have empty content and big args).
+  Compact (no spaces after ``,`` and ``:``, as orjson writes it, which is ~10x
+  faster than ``json.dumps``) so it runs 100,000 messages in a planning
+  budget; it is a few chars per call under the transcripts README's count.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
 from langchain_core.messages import AIMessage, BaseMessage
 
 #: Fixed cost of one non-text content part (image, audio, video, file), in chars.
@@ -83,19 +87,35 @@ def content_chars(content: str | Iterable[Any] | None) -> int:
     return sum(block_chars(b) for b in content)
 
 
+def args_chars(args: Any) -> int:
+    """Length in chars of ``args`` as compact JSON (orjson; ``str()`` for what JSON can't hold)."""
+    if not args:
+        return 2
+    try:
+        return len(orjson.dumps(args, default=str).decode())
+    except TypeError:  # e.g. non-string keys
+        return len(json.dumps(args, ensure_ascii=False, separators=(",", ":"), default=str))
+
+
 def tool_calls_chars(message: BaseMessage) -> int:
-    """JSON length of the arguments of an AI message's tool calls (0 for others)."""
+    """Compact-JSON length of the arguments of an AI message's tool calls (0 for others)."""
     if not isinstance(message, AIMessage) or not message.tool_calls:
         return 0
-    total = 0
-    for call in message.tool_calls:
-        total += len(json.dumps(call.get("args") or {}, ensure_ascii=False, default=str))
-    return total
+    return sum(args_chars(call.get("args")) for call in message.tool_calls)
 
 
 def message_chars(message: BaseMessage) -> int:
-    """Size of one message in chars: its content's text plus its tool-call arguments."""
-    return content_chars(message.content) + tool_calls_chars(message)
+    """Size of one message in chars: its content's text plus its tool-call arguments.
+
+    Written for speed (the planner sizes 100,000 messages in a fraction of its budget).
+    """
+    content = message.content
+    n = len(content) if type(content) is str else content_chars(content)
+    if isinstance(message, AIMessage):
+        calls = message.tool_calls
+        if calls:
+            n += sum(args_chars(call.get("args")) for call in calls)
+    return n
 
 
 def total_chars(messages: Iterable[BaseMessage]) -> int:

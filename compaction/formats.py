@@ -65,6 +65,23 @@ def to_messages(items: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
     return out
 
 
+def message_json(m: BaseMessage) -> dict[str, Any]:
+    """A message as a JSON-ready dict in the transcript/LangChain dict format, which
+    :func:`to_messages` reads back unchanged (``additional_kwargs`` included)."""
+    out: dict[str, Any] = {"type": m.type, "id": m.id, "content": m.content}
+    if getattr(m, "tool_calls", None):
+        out["tool_calls"] = [
+            {"id": c["id"], "name": c["name"], "args": c["args"]} for c in m.tool_calls
+        ]
+    if m.type == "tool":
+        out["tool_call_id"] = m.tool_call_id
+    if m.name:
+        out["name"] = m.name
+    if m.additional_kwargs:
+        out["additional_kwargs"] = m.additional_kwargs
+    return out
+
+
 def split_turns(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
     """Cut ``messages`` into turns: each starts at a human message that is not a summary;
     whatever comes before the first one (system prompt, summaries) joins the first turn."""

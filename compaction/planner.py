@@ -51,9 +51,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import accumulate
 from typing import Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from compaction.accounting import message_chars
 from compaction.settings import Settings
@@ -148,9 +149,10 @@ def plan_compaction(messages: Sequence[BaseMessage], settings: Settings) -> Comp
 
     Returns a :class:`CompactionPlan`, or a :class:`Skip` when compaction is
     disabled, the thread is under the threshold, no valid cut exists, or no
-    cut is worth it. Every message must carry an id (LangGraph's
-    ``add_messages`` gives them one); ``ValueError`` otherwise. One forward
-    pass and one backward walk: linear in the number of messages.
+    cut is worth it. A plan needs every message to carry an id (LangGraph's
+    ``add_messages`` gives them one): ``ValueError`` otherwise. One forward
+    pass and one backward walk: linear in the number of messages; only the
+    chosen cut builds lists.
     """
     if not settings.active:
         return Skip(SkipReason.DISABLED, "summarization is disabled")
@@ -159,17 +161,9 @@ def plan_compaction(messages: Sequence[BaseMessage], settings: Settings) -> Comp
     threshold = settings.summarization_threshold_chars
     if total <= threshold:
         return Skip(SkipReason.UNDER_THRESHOLD, f"{total} chars <= {threshold}", total)
-    for m in messages:
-        if not m.id:
-            raise ValueError(f"every message needs an id to be compacted; a {m.type} has none")
 
-    n = len(messages)
-    head = 0
-    while head < n and messages[head].type == "system":
-        head += 1
-
-    blocked = _blocked_cuts(messages)
-    first_pending = blocked.index(2) if 2 in blocked else n + 1
+    scan = _Scan(messages, sizes)
+    n, head, blocked = len(messages), scan.head, scan.blocked
 
     # Walk back until the kept tail holds the keep window.
     keep = settings.summarization_keep_chars
@@ -183,7 +177,7 @@ def plan_compaction(messages: Sequence[BaseMessage], settings: Settings) -> Comp
             "everything after the system prompt fits the keep window",
             total,
         )
-    upper = min(w, first_pending - 1)
+    upper = min(w, scan.first_pending)
 
     turn_cut = group_cut = None
     for c in range(upper, head, -1):
@@ -191,135 +185,159 @@ def plan_compaction(messages: Sequence[BaseMessage], settings: Settings) -> Comp
             continue
         if group_cut is None:
             group_cut = c
-        if c < n and is_turn_start(messages[c]):
+        if scan.turn_start[c]:
             turn_cut = c
             break
     if group_cut is None:
         return Skip(SkipReason.NO_CUT_POINT, "no cut leaves tool-call pairs whole", total)
 
     min_gain = min_gain_chars(settings)
-    candidates = {"turn": _evaluate(messages, sizes, head, turn_cut, total, threshold, "turn")}
-    if group_cut != turn_cut:
-        candidates["tool_group"] = _evaluate(
-            messages, sizes, head, group_cut, total, threshold, "tool_group"
-        )
+    turn = scan.evaluate(turn_cut, "turn", total)
+    group = scan.evaluate(group_cut, "tool_group", total) if group_cut != turn_cut else None
 
-    def worth(plan: CompactionPlan | None) -> bool:
-        return (
-            plan is not None
-            and len(plan.removed) >= MIN_MESSAGES_REMOVED
-            and plan.total_chars - plan.estimated_chars_after >= min_gain
-        )
+    def worth(c: _Candidate | None) -> bool:
+        return c is not None and c.count >= MIN_MESSAGES_REMOVED and total - c.after >= min_gain
 
-    turn, group = candidates["turn"], candidates.get("tool_group")
-    if worth(turn) and turn.fits:
-        return turn
-    if worth(group):
-        return group
-    if worth(turn):
-        return turn
+    for choice in (turn if worth(turn) and turn.after <= threshold else None, group, turn):
+        if worth(choice):
+            assert choice is not None
+            return scan.build(choice, total, threshold)
     best = group or turn
     assert best is not None
-    if len(best.removed) < MIN_MESSAGES_REMOVED:
+    if best.count < MIN_MESSAGES_REMOVED:
         return Skip(
             SkipReason.TOO_FEW_MESSAGES,
-            f"the best cut removes {len(best.removed)} messages (< {MIN_MESSAGES_REMOVED})",
+            f"the best cut removes {best.count} messages (< {MIN_MESSAGES_REMOVED})",
             total,
         )
-    gain = best.total_chars - best.estimated_chars_after
     return Skip(
         SkipReason.NO_PROGRESS,
-        f"the best cut saves ~{gain} chars (< {min_gain}); waiting for more messages",
+        f"the best cut saves ~{total - best.after} chars (< {min_gain}); waiting for more messages",
         total,
     )
 
 
-def _blocked_cuts(messages: Sequence[BaseMessage]) -> list[int]:
-    """For each cut index ``0..n``: 0 if valid, 1 if a tool-call pair straddles it,
-    2 if a tool call before it is still waiting for its result."""
-    n = len(messages)
-    call_at: dict[str, int] = {}
-    answered: dict[str, int] = {}
-    for i, m in enumerate(messages):
-        if isinstance(m, AIMessage):
-            for call in (*m.tool_calls, *m.invalid_tool_calls):
-                cid = call.get("id")
-                if cid and cid not in call_at:
-                    call_at[cid] = i
-        elif isinstance(m, ToolMessage):
-            a = call_at.get(m.tool_call_id)
-            if a is not None:
-                answered[m.tool_call_id] = i
-    diff = [0] * (n + 2)
-    first_pending = n + 1
-    for cid, a in call_at.items():
-        t = answered.get(cid)
-        if t is None:
-            first_pending = min(first_pending, a + 1)
-        else:
-            diff[a + 1] += 1
-            diff[t + 1] -= 1
-    blocked = [0] * (n + 1)
-    open_pairs = 0
-    for c in range(n + 1):
-        open_pairs += diff[c]
-        if c >= first_pending:
-            blocked[c] = 2
-        elif open_pairs:
-            blocked[c] = 1
-    return blocked
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    cut: int
+    boundary: Literal["turn", "tool_group"]
+    count: int  # messages removed
+    chars: int  # chars removed
+    request: str | None
+    after: int  # estimated thread chars after the compaction
 
 
-def _evaluate(
-    messages: Sequence[BaseMessage],
-    sizes: Sequence[int],
-    head: int,
-    cut: int | None,
-    total: int,
-    threshold: int,
-    boundary: Literal["turn", "tool_group"],
-) -> CompactionPlan | None:
-    if cut is None:
+class _Scan:
+    """What the planner needs to know of each message, from one forward pass.
+
+    ``blocked[c]`` for each cut index ``0..n``: 0 if the cut is valid, 1 if a
+    tool-call pair straddles it. ``first_pending`` is the index of the first AI
+    message with a call still waiting for its result (``n`` if none): no cut
+    may lie after it. Prefix sums give the size of any removed part in O(1).
+    """
+
+    def __init__(self, messages: Sequence[BaseMessage], sizes: Sequence[int]) -> None:
+        n = len(messages)
+        self.messages, self.sizes = messages, sizes
+        self.system = [False] * n
+        self.summary = [False] * (n + 1)
+        self.turn_start = [False] * (n + 1)
+        call_at: dict[str, int] = {}
+        answered: dict[str, int] = {}
+        system, summary, turn_start = self.system, self.summary, self.turn_start
+        for i, m in enumerate(messages):
+            cls = type(m)
+            if cls is ToolMessage or (cls is not AIMessage and isinstance(m, ToolMessage)):
+                cid = m.tool_call_id
+                if cid in call_at:
+                    answered[cid] = i
+            elif cls is AIMessage or isinstance(m, AIMessage):
+                calls = m.tool_calls
+                if m.invalid_tool_calls:
+                    calls = [*calls, *m.invalid_tool_calls]
+                for call in calls:
+                    cid = call.get("id")
+                    if cid and cid not in call_at:
+                        call_at[cid] = i
+            elif isinstance(m, SystemMessage):
+                system[i] = True
+            elif isinstance(m, HumanMessage):
+                if is_summary(m):
+                    summary[i] = True
+                else:
+                    turn_start[i] = True
+        self.head = 0
+        while self.head < n and self.system[self.head]:
+            self.head += 1
+        diff = [0] * (n + 2)
+        self.first_pending = n
+        for cid, a in call_at.items():
+            t = answered.get(cid)
+            if t is None:
+                self.first_pending = min(self.first_pending, a)
+            else:
+                diff[a + 1] += 1
+                diff[t + 1] -= 1
+        self.blocked = [1 if v else 0 for v in accumulate(diff[: n + 1])]
+        # prefix sums of sizes; system messages (rarely past the head) are subtracted
+        self.chars_before = [0, *accumulate(sizes)]
+        self.summaries = [i for i in range(n) if summary[i]]
+        self.mid_systems = (
+            [i for i in range(self.head, n) if system[i]] if any(system[self.head :]) else []
+        )
+
+    def evaluate(
+        self, cut: int | None, boundary: Literal["turn", "tool_group"], total: int
+    ) -> _Candidate | None:
+        """Size of the compaction that cuts at ``cut`` (earlier summaries after it folded in)."""
+        if cut is None:
+            return None
+        late = [i for i in self.summaries if i >= cut]
+        systems = [i for i in self.mid_systems if i < cut]
+        chars = self.chars_before[cut] - self.chars_before[self.head]
+        chars += sum(self.sizes[i] for i in late) - sum(self.sizes[i] for i in systems)
+        count = cut - self.head - len(systems) + len(late)
+        request = (
+            self._request(cut) if boundary == "tool_group" and not self.turn_start[cut] else None
+        )
+        after = total - chars + estimate_summary_chars(chars, request)
+        return _Candidate(cut, boundary, count, chars, request, after)
+
+    def _request(self, cut: int) -> str | None:
+        """The request of the turn a mid-turn cut falls in: its human message, or the
+        request an earlier summary carried (the turn began before that compaction)."""
+        for i in range(cut - 1, self.head - 1, -1):
+            if self.turn_start[i]:
+                return _text_of(self.messages[i])
+        for i in reversed(self.summaries):
+            if i < cut and (request := summary_meta(self.messages[i]).get("request")):
+                return str(request)
         return None
-    removed: list[BaseMessage] = []
-    kept: list[BaseMessage] = []
-    order: list[str] = []
-    removed_chars = 0
-    last_request: BaseMessage | None = None
-    for i in range(head, len(messages)):
-        m = messages[i]
-        if m.type == "system":
-            continue
-        order.append(str(m.id))
-        if i < cut or is_summary(m):
-            removed.append(m)
-            removed_chars += sizes[i]
-            if i < cut and is_turn_start(m):
-                last_request = m
-        else:
-            kept.append(m)
-    request = None
-    if boundary == "tool_group" and not (cut < len(messages) and is_turn_start(messages[cut])):
-        if last_request is not None:
-            request = _text_of(last_request)
-        else:  # the turn began before an earlier compaction: carry its quoted request on
-            for s in reversed(removed):
-                if is_summary(s) and summary_meta(s).get("request"):
-                    request = str(summary_meta(s)["request"])
-                    break
-    after = total - removed_chars + estimate_summary_chars(removed_chars, request)
-    return CompactionPlan(
-        cut=cut,
-        boundary=boundary,
-        removed=tuple(removed),
-        kept=tuple(kept),
-        order=tuple(order),
-        request=request,
-        total_chars=total,
-        removed_chars=removed_chars,
-        estimated_chars_after=after,
-        threshold_chars=threshold,
-    )
+
+    def build(self, c: _Candidate, total: int, threshold: int) -> CompactionPlan:
+        removed: list[BaseMessage] = []
+        kept: list[BaseMessage] = []
+        order: list[str] = []
+        for i in range(self.head, len(self.messages)):
+            if self.system[i]:
+                continue
+            m = self.messages[i]
+            if not m.id:
+                raise ValueError(f"every message needs an id to be compacted; a {m.type} has none")
+            order.append(m.id)
+            (removed if i < c.cut or self.summary[i] else kept).append(m)
+        return CompactionPlan(
+            cut=c.cut,
+            boundary=c.boundary,
+            removed=tuple(removed),
+            kept=tuple(kept),
+            order=tuple(order),
+            request=c.request,
+            total_chars=total,
+            removed_chars=c.chars,
+            estimated_chars_after=c.after,
+            threshold_chars=threshold,
+        )
 
 
 def _text_of(message: BaseMessage) -> str:

@@ -1,7 +1,7 @@
 """Usage tables (SQLModel) and their queries: ``usage_events`` and ``compaction_jobs``.
 
 SQLite under ``DATA_DIR`` by default, PostgreSQL when ``DATABASE_URL`` says so;
-the schema is created by Alembic (``migrations/``, :func:`migrate`).
+the schema is created by Alembic (``service/migrations/``, :func:`migrate`).
 
 ``usage_events`` has the seed's fields (session id, model, input and output
 tokens, latency in ms, tool-call count, ``metadata`` JSON with
@@ -116,9 +116,8 @@ def migrate(settings: Settings) -> None:
     from alembic import command
     from alembic.config import Config
 
-    root = Path(__file__).resolve().parents[1]
-    cfg = Config(str(root / "alembic.ini"))
-    cfg.set_main_option("script_location", str(root / "migrations"))
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).resolve().parent / "migrations"))
     cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(settings).replace("%", "%%"))
     command.upgrade(cfg, "head")
 

@@ -201,6 +201,6 @@ def test_summarization_seed_low_threshold_session_compacts():
 
 
 def test_summarization_missing_ids_are_refused():
-    msgs = [HumanMessage(content="x" * 6_000), AIMessage(content="y" * 6_000)]
+    msgs = [m.model_copy(update={"id": None}) for i in range(6) for m in turn(i, 2_000)]
     with pytest.raises(ValueError, match="id"):
         plan_compaction(msgs, S)

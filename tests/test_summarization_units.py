@@ -97,7 +97,7 @@ def test_settings_read_from_dotenv(tmp_path, monkeypatch):
 def test_accounting_counts_text_and_tool_args():
     args = {"path": "a.yaml", "content": "é" * 100}
     m = AIMessage(content="hi", tool_calls=[{"id": "c", "name": "write", "args": args}])
-    assert message_chars(m) == 2 + len(json.dumps(args, ensure_ascii=False))
+    assert message_chars(m) == 2 + len(json.dumps(args, ensure_ascii=False, separators=(",", ":")))
     assert message_chars(ToolMessage(content="ok", tool_call_id="c")) == 2
 
 

@@ -143,8 +143,9 @@ def _findings(messages: list[BaseMessage], limit: int, seen: set[str]) -> list[s
         else:
             continue
         for line in lines:
-            line = line.strip().strip("-*# ").strip()
-            line = line[:1_000]
+            line = _plain(line)[:1_000]
+            if line.endswith(":"):
+                continue  # a heading, not a finding
             if len(line) >= 12 and (_NUMBER.search(line) or _ERROR.search(line)):
                 candidates.append((line, _DIGITS.sub("#", line), len(candidates)))
     counts = Counter(sig for _, sig, _ in candidates)
@@ -179,8 +180,9 @@ def _ruled_out(messages: list[BaseMessage]) -> list[str]:
         if m.type != "ai":
             continue
         for sentence in re.split(r"(?<=[.!?])\s+|\n", render_content(m.content)):
-            if _RULED_OUT.search(sentence):
-                out.append(_clip(sentence.strip(), MAX_BULLET_CHARS))
+            sentence = _plain(sentence)
+            if _RULED_OUT.search(sentence) and not sentence.endswith(":"):
+                out.append(_clip(sentence, MAX_BULLET_CHARS))
     return out[-4:]
 
 
@@ -193,13 +195,19 @@ def _current_state(messages: list[BaseMessage]) -> str:
                 c = m.tool_calls[-1]
                 args = json.dumps(c.get("args") or {}, ensure_ascii=False, default=str)
                 call = f"last tool call: {c.get('name')}({_clip(args, 120)})"
-            text = render_content(m.content).strip()
+            text = _plain(render_content(m.content))
             if text and not said:
-                said = _clip(text.replace("\n", " "), 300)
+                said = _clip(text, 300)
         if said and call:
             break
     parts = [p for p in (said, call) if p]
     return "; ".join(parts) if parts else "no agent message in the compacted part"
+
+
+def _plain(text: str) -> str:
+    """A line without markdown emphasis, list marks or heading marks."""
+    text = re.sub(r"\s+", " ", text.replace("**", "").replace("`", ""))
+    return text.strip().strip("-*#> ").strip()
 
 
 def _clip(text: str, limit: int) -> str:

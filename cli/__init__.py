@@ -1,0 +1,1 @@
+"""The offpath command line (typer)."""

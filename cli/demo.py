@@ -1,0 +1,242 @@
+"""``offpath demo``: the whole loop on embedded defaults, in about a minute.
+
+SQLite for checkpoints and usage tables under ``data/demo``; the broker is Redis
+at ``REDIS_URL`` when one answers there, otherwise kombu's SQLAlchemy transport
+on a SQLite file, with thread locks and job claims in the usage database (no
+server to install). It starts a real Celery worker and the API as processes,
+replays the example investigation turn by turn over HTTP, waits for the jobs,
+prints what changed, ``/stats`` and the summary, and stops every process it
+started, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+from rich.panel import Panel
+from rich.table import Table
+
+from cli.main import CliError, console, print_stats, replay_file, session_name
+from compaction.accounting import total_chars
+from compaction.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "incident-checkout-latency.json"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_answers(url: str) -> bool:
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+        client.ping()
+        client.close()
+        return True
+    except (redis.RedisError, ValueError):
+        return False
+
+
+class Processes:
+    """Child processes in their own process groups; all stopped on exit."""
+
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self.env = env
+        self.logs = logs
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+        proc = subprocess.Popen(
+            [sys.executable, "-m", *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs.append((name, proc))
+        return proc
+
+    def check(self) -> None:
+        for name, proc in self.procs:
+            if proc.poll() is not None:
+                tail = (self.logs / f"{name}.log").read_text(errors="replace")[-1500:]
+                raise CliError(
+                    f"the {name} process exited ({proc.returncode}); its log ends:\n{tail}"
+                )
+
+    def stop(self) -> None:
+        for _, proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for _, proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
+    data = ROOT / "data" / "demo"
+    shutil.rmtree(data, ignore_errors=True)
+    (data / "logs").mkdir(parents=True)
+    port = _free_port()
+    run_id = uuid.uuid4().hex[:6]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DATA_DIR": str(data),
+        "DATABASE_URL": "",
+        "CELERY_QUEUE": f"demo-{run_id}",
+        "REDIS_KEY_PREFIX": f"demo-{run_id}",
+        "WORKER_POOL": "threads",
+        "WORKER_CONCURRENCY": "4",
+        "LOG_LEVEL": "INFO",
+    }
+    if redis_answers(settings.redis_url):
+        broker = f"Redis at {settings.redis_url}"
+        env.update({"LOCK_BACKEND": "redis", "CELERY_BROKER_URL": ""})
+    else:
+        broker = f"embedded (SQLite file {data / 'broker.db'}; no Redis at {settings.redis_url})"
+        env.update(
+            {
+                "LOCK_BACKEND": "database",
+                "CELERY_BROKER_URL": f"sqla+sqlite:///{data / 'broker.db'}",
+            }
+        )
+    summarizer = (
+        f"LLM {settings.summarization_model} at {settings.openai_base_url or 'api.openai.com'}"
+        if settings.llm_configured
+        else "offline (no LLM configured: set OPENAI_API_KEY / OPENAI_BASE_URL to use one)"
+    )
+    console.print(
+        Panel.fit(
+            f"broker      {broker}\nstorage     SQLite under {data}\nsummarizer  {summarizer}\n"
+            f"threshold   {settings.summarization_threshold_chars:,} chars, keep {settings.summarization_keep_chars:,}",
+            title="offpath demo",
+        )
+    )
+    path = file or EXAMPLE
+    procs = Processes(env, data / "logs")
+    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        procs.start(
+            "worker",
+            [
+                "celery",
+                "-A",
+                "worker.celery_app",
+                "worker",
+                "--loglevel=INFO",
+                "--without-mingle",
+                "--without-gossip",
+                "-n",
+                f"demo-{run_id}@%h",
+            ],
+        )
+        procs.start(
+            "api", ["uvicorn", "api.app:app", "--port", str(port), "--log-level", "warning"]
+        )
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            _wait_healthy(client, procs)
+            console.print(f"worker and API are up (API on port {port}; logs in {data / 'logs'})")
+            session = f"demo-{session_name(path)}"[:128]
+            replay_file(client, path, session)
+            jobs = _wait_jobs(client, session, procs, timeout)
+            _report(client, session, path, jobs, data / "logs")
+        return 0
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted; stopping the worker and the API[/yellow]")
+        return 130
+    finally:
+        procs.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _wait_healthy(client: httpx.Client, procs: Processes) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        procs.check()
+        try:
+            if client.get("/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise CliError("the API did not become healthy within 60 s (see data/demo/logs)")
+
+
+def _wait_jobs(
+    client: httpx.Client, session: str, procs: Processes, timeout: float
+) -> list[dict[str, Any]]:
+    """Wait until the session's jobs are all finished (and the last turn's hook has run)."""
+    time.sleep(0.5)
+    deadline = time.monotonic() + timeout
+    with console.status("waiting for the compaction jobs..."):
+        while time.monotonic() < deadline:
+            procs.check()
+            jobs = client.get(f"/sessions/{session}/compactions").json()["jobs"]
+            if all(j["status"] in ("applied", "skipped", "failed") for j in jobs):
+                return jobs
+            time.sleep(0.3)
+    raise CliError(
+        f"the compaction jobs did not finish within {timeout:.0f} s (see data/demo/logs/worker.log)"
+    )
+
+
+def _report(
+    client: httpx.Client, session: str, path: Path, jobs: list[dict[str, Any]], logs: Path
+) -> None:
+    from cli.main import read_conversation
+
+    original = read_conversation(path)
+    after = client.get(f"/sessions/{session}/messages").json()
+    messages = after["messages"]
+    summaries = [
+        m for m in messages if m.get("additional_kwargs", {}).get("lc_source") == "summarization"
+    ]
+    table = Table(title=f"session {session}")
+    for col in ("", "messages", "chars", "what was summarized"):
+        table.add_column(col)
+    table.add_row("before", str(len(original)), f"{total_chars(original):,}", "")
+    done = (
+        ", ".join(f"{j['status']}" + (f" ({j['reason']})" if j["reason"] else "") for j in jobs)
+        or "no job"
+    )
+    if summaries:
+        meta = summaries[0]["additional_kwargs"]["summary"]
+        what = f"{meta['replaced_count']} messages, {meta['replaced_chars']:,} chars -> 1 summary ({meta['summarizer']})"
+    else:
+        what = "nothing (under the threshold)"
+    table.add_row("after", str(len(messages)), f"{after['chars']:,}", what)
+    table.add_row("jobs", str(len(jobs)), "", done)
+    console.print(table)
+    print_stats(client.get("/stats").json())
+    if summaries:
+        console.print(
+            Panel(summaries[0]["content"], title="the summary now at the top of the session")
+        )
+    lines = [
+        line
+        for line in (logs / "worker.log").read_text(errors="replace").splitlines()
+        if "summarizer" in line and "] [" in line
+    ]
+    if lines:
+        console.print("worker log:\n" + "\n".join(lines[-4:]), highlight=False, markup=False)

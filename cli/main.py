@@ -1,0 +1,290 @@
+"""The ``offpath`` command: demo, replay, stats, and starting the API, a worker or Flower.
+
+Errors are one line on stderr and a non-zero exit: 1 for bad input or a failed
+request, 2 for bad settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from compaction.formats import (
+    ConversationFormatError,
+    extract_messages,
+    message_json,
+    split_turns,
+    to_messages,
+)
+from compaction.settings import Settings, SettingsError, load_settings
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Conversation compaction off the request path."
+)
+console = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+FORMATS = ("auto", "transcript", "openai", "langchain")
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit 1."""
+
+
+def settings_or_exit() -> Settings:
+    try:
+        return load_settings()
+    except SettingsError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+def fail(message: str, code: int = 1) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+# --- reading conversation files ---------------------------------------------------------------
+
+
+def detect_format(items: list[dict[str, Any]]) -> str:
+    """``openai`` (role keys), ``langchain`` (serialized ``type``+``data``) or ``transcript``."""
+    if all("role" in m for m in items):
+        return "openai"
+    if all("type" in m and isinstance(m.get("data"), dict) for m in items):
+        return "langchain"
+    if all("type" in m for m in items):
+        return "transcript"
+    raise ConversationFormatError("messages mix formats or have neither 'role' nor 'type'")
+
+
+def read_conversation(path: Path, fmt: str = "auto") -> list[Any]:
+    """The messages of a conversation file, as LangChain messages; CliError if unreadable."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CliError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"{path}: cannot read it ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        items = extract_messages(doc)
+        if not items:
+            raise ConversationFormatError("it has no messages")
+        found = detect_format(items)
+        if fmt != "auto" and fmt != found:
+            raise ConversationFormatError(f"expected {fmt} format, found {found}")
+        return to_messages(items)
+    except ConversationFormatError as exc:
+        raise CliError(f"{path}: {exc}") from None
+
+
+def session_name(path: Path) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in path.stem)
+    return cleaned[:128] or "session"
+
+
+def replay_file(
+    client: httpx.Client, path: Path, session: str, fmt: str = "auto"
+) -> dict[str, Any]:
+    """Post ``path`` to the API turn by turn with a progress bar; returns the last answer."""
+    turns = split_turns(read_conversation(path, fmt))
+    last: dict[str, Any] = {}
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task(f"{path.name} -> {session}", total=len(turns))
+        for turn in turns:
+            try:
+                r = client.post(
+                    f"/sessions/{session}/turns", json={"messages": [message_json(m) for m in turn]}
+                )
+            except httpx.HTTPError as exc:
+                raise CliError(
+                    f"cannot reach the API at {client.base_url} ({exc}); start it with `offpath api`"
+                ) from None
+            if r.status_code != 200:
+                raise CliError(f"{path}: the API refused a turn ({r.status_code}): {_detail(r)}")
+            last = r.json()
+            progress.advance(task)
+    return last
+
+
+def _detail(r: httpx.Response) -> str:
+    try:
+        detail = r.json().get("detail")
+    except ValueError:
+        return r.text[:200]
+    if isinstance(detail, list):
+        return "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail)[
+            :300
+        ]
+    return str(detail)[:300]
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+
+@app.command()
+def replay(
+    files: Annotated[
+        list[Path], typer.Argument(help="Conversation files (transcript, OpenAI or LangChain JSON)")
+    ],
+    url: Annotated[str | None, typer.Option(help="API URL (default: API_URL)")] = None,
+    session: Annotated[str | None, typer.Option(help="Session id (default: the file name)")] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="auto, transcript, openai or langchain")
+    ] = "auto",
+) -> None:
+    """Replay conversation files against a running API, turn by turn."""
+    if fmt not in FORMATS:
+        fail(f"--format must be one of {', '.join(FORMATS)}")
+    settings = settings_or_exit()
+    try:
+        for path in files:  # read them all first: a bad file fails before anything is posted
+            read_conversation(path, fmt)
+        with httpx.Client(base_url=url or settings.api_url, timeout=60) as client:
+            for path in files:
+                sid = session or session_name(path)
+                result = replay_file(client, path, sid, fmt)
+                console.print(
+                    f"{sid}: {result.get('messages')} messages, {result.get('chars')} chars"
+                )
+    except CliError as exc:
+        fail(str(exc))
+
+
+@app.command()
+def stats(
+    url: Annotated[str | None, typer.Option(help="API URL (default: API_URL)")] = None,
+) -> None:
+    """Print /stats of a running API."""
+    settings = settings_or_exit()
+    try:
+        r = httpx.get(f"{url or settings.api_url}/stats", timeout=10)
+        r.raise_for_status()
+    except httpx.HTTPError as exc:
+        fail(f"cannot read /stats from {url or settings.api_url}: {exc}")
+    print_stats(r.json())
+
+
+def print_stats(body: dict[str, Any]) -> None:
+    s = body["summary"]
+    table = Table(title="/stats", show_header=False)
+    for key in (
+        "total_summarizations",
+        "total_chars_compacted",
+        "sessions_compacted",
+        "approx_tokens_saved",
+    ):
+        table.add_row(key, f"{s[key]:,}")
+    table.add_row("jobs", ", ".join(f"{k} {v}" for k, v in s["jobs"].items()))
+    console.print(table)
+
+
+@app.command()
+def api(
+    host: Annotated[str, typer.Option(help="Interface to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port")] = 8000,
+) -> None:
+    """Run the chat API (uvicorn)."""
+    settings = settings_or_exit()
+    import uvicorn
+
+    uvicorn.run("api.app:app", host=host, port=port, log_level=settings.log_level.lower())
+
+
+@app.command()
+def worker(
+    pool: Annotated[str | None, typer.Option(help="Celery pool (default: WORKER_POOL)")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Concurrent jobs (default: WORKER_CONCURRENCY)")
+    ] = None,
+) -> None:
+    """Run a Celery worker for compaction jobs."""
+    settings = settings_or_exit()
+    from worker.celery_app import app as celery_app
+
+    celery_app.worker_main(
+        [
+            "worker",
+            f"--loglevel={settings.log_level}",
+            f"--pool={pool or settings.worker_pool}",
+            f"--concurrency={concurrency or settings.worker_concurrency}",
+            f"--queues={settings.celery_queue}",
+        ]
+    )
+
+
+@app.command()
+def flower(
+    port: Annotated[int | None, typer.Option(help="Port (default: FLOWER_PORT)")] = None,
+) -> None:
+    """Run Flower on the broker, with basic auth from FLOWER_BASIC_AUTH."""
+    settings = settings_or_exit()
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "worker.celery_app",
+        "flower",
+        f"--port={port or settings.flower_port}",
+    ]
+    if settings.flower_basic_auth:
+        cmd.append(f"--basic-auth={settings.flower_basic_auth}")
+    os.execv(sys.executable, cmd)
+
+
+@app.command()
+def migrate() -> None:
+    """Create or upgrade the usage tables (Alembic)."""
+    settings = settings_or_exit()
+    from service.db import migrate as run_migrations
+
+    run_migrations(settings)
+    console.print("usage tables are up to date")
+
+
+@app.command()
+def demo(
+    file: Annotated[
+        Path | None, typer.Option(help="Conversation to replay (default: the example)")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the compaction jobs")] = 90,
+) -> None:
+    """Run the whole loop on embedded defaults: worker, API, a replayed investigation, /stats."""
+    from cli.demo import run_demo
+
+    settings = settings_or_exit()
+    try:
+        code = run_demo(settings, file, timeout)
+    except CliError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
+def main() -> None:  # pragma: no cover - console script
+    try:
+        app()
+    except subprocess.CalledProcessError as exc:
+        fail(str(exc))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()
