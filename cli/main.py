@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -215,20 +217,63 @@ def worker(
     concurrency: Annotated[
         int | None, typer.Option(help="Concurrent jobs (default: WORKER_CONCURRENCY)")
     ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Worker node name (default: celery@host)")
+    ] = None,
+    restart: Annotated[bool, typer.Option(help="Restart the worker if it dies")] = True,
 ) -> None:
-    """Run a Celery worker for compaction jobs."""
-    settings = settings_or_exit()
-    from worker.celery_app import app as celery_app
+    """Run a Celery worker for compaction jobs, restarted if it dies.
 
-    celery_app.worker_main(
-        [
-            "worker",
-            f"--loglevel={settings.log_level}",
-            f"--pool={pool or settings.worker_pool}",
-            f"--concurrency={concurrency or settings.worker_concurrency}",
-            f"--queues={settings.celery_queue}",
-        ]
-    )
+    The restart is there because kombu 5.7 ends a worker that loses Redis while a
+    job is in flight ("Unrecoverable error: AttributeError ... 'hostname'"); the
+    job itself is safe (redelivered after the visibility timeout).
+    """
+    settings = settings_or_exit()
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "worker.celery_app",
+        "worker",
+        f"--loglevel={settings.log_level}",
+        f"--pool={pool or settings.worker_pool}",
+        f"--concurrency={concurrency or settings.worker_concurrency}",
+        f"--queues={settings.celery_queue}",
+        "--without-mingle",
+        "--without-gossip",  # start-up sync and chatter offpath does not use
+    ] + ([f"--hostname={name}"] if name else [])
+    if not restart:
+        os.execv(sys.executable, cmd)
+    raise typer.Exit(supervise(cmd))
+
+
+def supervise(cmd: list[str]) -> int:
+    """Run ``cmd``, restarting it when it exits with an error, until it exits cleanly or we
+    are told to stop (SIGTERM/SIGINT are passed on to it). Backoff 1 s, doubling to 30 s."""
+    stopping = False
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    delay = 1.0
+    while True:
+        started = time.monotonic()
+        child = subprocess.Popen(cmd)
+        code = child.wait()
+        if stopping or code == 0:
+            return code
+        delay = 1.0 if time.monotonic() - started > 60 else min(delay * 2, 30.0)
+        err.print(f"worker exited with code {code}; restarting in {delay:.0f}s", highlight=False)
+        time.sleep(delay)
+        if stopping:
+            return code
 
 
 @app.command()

@@ -1,4 +1,81 @@
+"""Shared fixtures. Tests import helpers from this folder (``shared``, ``stack``,
+``stub_llm``). For tests with real processes: the stub LLM (real HTTP) and stacks
+of a Celery worker plus the API on SQLite or PostgreSQL, cached by configuration."""
+
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from collections import OrderedDict
+from collections.abc import Iterator
+
+import pytest
+from stack import Stack
+from stub_llm import StubServer
+
+BACKENDS = ["sqlite", "postgres"]
+MAX_ALIVE = 2
+
+
+@pytest.fixture(scope="session")
+def stub_server() -> Iterator[StubServer]:
+    server = StubServer().start()
+    yield server
+    server.shutdown()
+
+
+@pytest.fixture
+def stub(stub_server: StubServer) -> StubServer:
+    """The stub LLM, reset to answer at once, with no requests recorded."""
+    with stub_server.state.lock:
+        stub_server.state.mode, stub_server.state.times, stub_server.state.delay_s = "ok", None, 0.0
+        stub_server.state.requests.clear()
+    return stub_server
+
+
+class Stacks:
+    """Starts stacks on demand and keeps the last few alive (tests are grouped by config)."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory, stub: StubServer) -> None:
+        self.tmp = tmp_path_factory.mktemp("stacks")
+        self.stub = stub
+        self.alive: OrderedDict[tuple, Stack] = OrderedDict()
+
+    def get(self, backend: str, llm: bool = True, **env: str) -> Stack:
+        if llm:
+            env = {"OPENAI_BASE_URL": self.stub.base_url, **env}
+        key = (backend, tuple(sorted(env.items())))
+        if key in self.alive:
+            self.alive.move_to_end(key)
+            return self.alive[key]
+        while len(self.alive) >= MAX_ALIVE:
+            _, old = self.alive.popitem(last=False)
+            old.stop()
+        stack = Stack(backend, self.tmp, env)
+        self.alive[key] = stack
+        return stack
+
+    def close(self) -> None:
+        for stack in self.alive.values():
+            stack.stop()
+        self.alive.clear()
+
+
+@pytest.fixture(scope="session")
+def stacks(tmp_path_factory: pytest.TempPathFactory, stub_server: StubServer) -> Iterator[Stacks]:
+    s = Stacks(tmp_path_factory, stub_server)
+    yield s
+    s.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def fault_n() -> int:
+    """How many times each fault is injected: small in CI, larger with FAULT_N=20."""
+    return int(os.environ.get("FAULT_N", "2"))

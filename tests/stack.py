@@ -115,12 +115,14 @@ class Stack:
 
     # --- processes ------------------------------------------------------------------------
 
-    def _spawn(self, cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, cmd: list[str], log: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         out = open(log, "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
             cmd,
             cwd=ROOT,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -128,9 +130,15 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start_worker(self) -> None:
-        self.worker = self._spawn(
-            [
+    def start_worker(self, env: dict[str, str] | None = None, supervised: bool = False) -> None:
+        """Start (or restart) the worker; ``env`` adds variables for this process only.
+        ``supervised``: through ``offpath worker``, which restarts a worker that dies."""
+        offset = self.worker_log.stat().st_size if self.worker_log.exists() else 0
+        name = f"w-{self.name}-{len(self.procs)}@%h"
+        if supervised:
+            cmd = [sys.executable, "-m", "cli.main", "worker", "--name", name]
+        else:
+            cmd = [
                 str(BIN / "celery"),
                 "-A",
                 "worker.celery_app",
@@ -140,12 +148,11 @@ class Stack:
                 "--without-mingle",
                 "--without-gossip",
                 "-n",
-                f"w-{self.name}-{len(self.procs)}@%h",
-            ],
-            self.worker_log,
-        )
+                name,
+            ]
+        self.worker = self._spawn(cmd, self.worker_log, env)
         deadline = time.monotonic() + 30
-        while "ready." not in self.worker_log.read_text(errors="replace").split("celery@")[-1]:
+        while "ready." not in self.worker_log.read_text(errors="replace")[offset:]:
             if self.worker.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
                     "worker did not start:\n" + self.worker_log.read_text(errors="replace")[-3000:]

@@ -48,8 +48,14 @@ def make_celery(settings: Settings) -> Celery:
 def _transport_options(broker: str, settings: Settings) -> dict[str, object]:
     if not broker.startswith(("redis://", "rediss://")):
         return {}  # e.g. the embedded demo's SQLAlchemy transport takes none of these
+    # kombu re-queues jobs of a dead worker once their visibility timeout passed, but only
+    # sweeps every interval * throttle seconds (100 s by default): keep that near V / 10
+    v = settings.celery_visibility_timeout_s
+    interval = min(10, max(1, v // 10))
     return {
-        "visibility_timeout": settings.celery_visibility_timeout_s,
+        "visibility_timeout": v,
+        "unacked_restore_interval": interval,
+        "unacked_restore_throttle": min(10, max(1, v // 10 // interval)),
         "socket_connect_timeout": settings.publish_timeout_s,
         "socket_timeout": max(settings.publish_timeout_s, 5.0),
         "max_retries": 1,

@@ -41,6 +41,7 @@ from service.agent import AGENT_NODE, thread_config
 from service.db import FINAL, JobStatus, UsageEvent, get_job, record_compaction, set_job
 from service.locks import LockUnavailable
 from service.runtime import Runtime
+from worker.faults import failpoint
 
 log = logging.getLogger("offpath.summarizer")
 
@@ -141,8 +142,10 @@ def _compact(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) 
             plan, build_prompt(plan, settings.summarization_max_prompt_chars)
         )
         latency_ms = int((time.monotonic() - started) * 1000)
+        failpoint("before_lock")
 
         with rt.locks.patch(session_id):
+            failpoint("in_patch")
             current = _messages(rt, session_id)
             fitted = reconcile(plan, current)
             if isinstance(fitted, Stale):
@@ -167,6 +170,8 @@ def _compact(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) 
             rt.graph.update_state(
                 thread_config(session_id), {"messages": patch}, as_node=AGENT_NODE
             )
+            failpoint("after_patch")
+            release_claim(rt, session_id, job_id)
             _record(rt, session_id, job_id, summary_meta(summary))
         log.info(
             "[%s] summarizer done: -%d chars, summary %d chars, %dms",

@@ -94,5 +94,17 @@ def compact_session(self, session_id: str) -> str:
 
 
 def publish(session_id: str, job_id: str) -> None:
-    """Send one job to the broker, without retrying (the hook's publisher)."""
-    compact_session.apply_async((session_id,), task_id=job_id, retry=False)
+    """Send one job to the broker (the hook's publisher): one quick retry, for a pooled
+    connection that went stale when Redis restarted; each attempt is bounded by the
+    transport's socket timeouts (``PUBLISH_TIMEOUT_S``)."""
+    compact_session.apply_async(
+        (session_id,),
+        task_id=job_id,
+        retry=True,
+        retry_policy={
+            "max_retries": 1,
+            "interval_start": 0,
+            "interval_step": 0.1,
+            "interval_max": 0.1,
+        },
+    )

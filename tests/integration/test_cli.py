@@ -13,6 +13,8 @@ import pytest
 from shared import TRANSCRIPTS
 from stack import ROOT, free_port
 
+pytestmark = pytest.mark.usefixtures("stub")
+
 OFFPATH = [sys.executable, "-m", "cli.main"]
 
 

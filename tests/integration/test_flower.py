@@ -11,8 +11,11 @@ import time
 import uuid
 
 import httpx
+import pytest
 from shared import CASES, load
 from stack import ROOT, free_port, split_turns, wait_for
+
+pytestmark = pytest.mark.usefixtures("stub")
 
 
 def test_flower_lists_the_worker_and_a_finished_compaction(stacks):

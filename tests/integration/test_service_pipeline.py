@@ -29,6 +29,8 @@ from compaction.planner import Skip, plan_compaction
 from compaction.settings import load_settings
 from compaction.summary import SUMMARY_PREFIX
 
+pytestmark = pytest.mark.usefixtures("stub")
+
 CASE_SETTINGS = {"SUMMARIZATION_THRESHOLD_CHARS": "30000", "SUMMARIZATION_KEEP_CHARS": "10000"}
 
 
@@ -222,14 +224,17 @@ def test_llm_failure_leaves_thread_untouched_and_job_failed(stacks, backend, stu
     for turn in split_turns(doc["messages"]):
         assert stack.post_turn(session, turn).status_code == 200
     jobs = stack.settle(session, True, 0, timeout=90)
-    assert [j["status"] for j in jobs] == ["failed"], jobs
-    assert reason in jobs[0]["reason"], jobs[0]["reason"]
+    # a fast failure frees the thread, so a later turn of the replay may queue another job
+    assert jobs and all(j["status"] == "failed" for j in jobs), jobs
+    assert all(reason in j["reason"] for j in jobs), jobs
     final = from_api(stack.messages(session))
     assert final == messages_of(doc), "the thread changed"
     assert not any(SUMMARY_PREFIX in str(m.content) for m in final)
     assert not [r for r in usage_rows(stack) if r["session_id"] == session]
     if mode in ("500", "429", "timeout"):
-        assert jobs[0]["attempts"] == 2, "transient failures are retried (JOB_MAX_RETRIES=1)"
+        assert all(j["attempts"] == 2 for j in jobs), (
+            "transient failures are retried (JOB_MAX_RETRIES=1)"
+        )
         assert "retrying in" in stack.worker_log.read_text()
     assert f"[{session[:8]}] summarizer failed:" in stack.worker_log.read_text()
 
