@@ -70,7 +70,7 @@ class Settings(BaseSettings):
     celery_queue: str = "compaction"
     redis_key_prefix: str = "offpath"
     worker_pool: str = "threads"
-    worker_concurrency: int = Field(default=32, gt=0)
+    worker_concurrency: int = Field(default=64, gt=0)
     max_turn_messages: int = Field(default=500, gt=0)
     max_message_chars: int = Field(default=2_000_000, gt=0)
     flower_basic_auth: str = ""

@@ -9,7 +9,7 @@
   the LLM client's timeout and the lock timeout bound a job);
 * task events on, for Flower; results ignored: outcomes live in SQL.
 
-Pool: ``threads`` with ``WORKER_CONCURRENCY`` (32) by default. A job spends
+Pool: ``threads`` with ``WORKER_CONCURRENCY`` (64) by default. A job spends
 nearly all its time waiting on the LLM's HTTP answer, so threads overlap those
 waits in one process; prefork would need one process per concurrent LLM call.
 """

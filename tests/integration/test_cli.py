@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -134,3 +135,24 @@ def test_wrong_format_flag_and_bad_settings_fail_cleanly(tmp_path):
     assert result.returncode == 2 and "SUMMARIZATION_KEEP_CHARS" in result.stderr
     result = run(["stats", "--url", "http://127.0.0.1:9"])
     assert result.returncode == 1 and "cannot read /stats" in result.stderr
+
+
+def test_demo_interrupted_with_ctrl_c_stops_everything_it_started():
+    proc = subprocess.Popen(
+        OFFPATH + ["demo"],
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "120"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        if "worker and API are up" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, "".join(out) + rest
+    assert "interrupted" in rest
+    assert not children_of_demo(), "the demo left processes behind after Ctrl-C"

@@ -1,0 +1,1 @@
+"""Benchmarks (issue 5): `python -m bench` rewrites BENCHMARKS.md."""
