@@ -9,7 +9,9 @@ BIN    := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip 2>/dev/null || true
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+	@echo "installing offpath and its dependencies into $(VENV) (log: $(VENV)/install.log) ..."
+	@$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]' > $(VENV)/install.log 2>&1 \
+		|| { tail -n 30 $(VENV)/install.log; echo "pip install failed (full log: $(VENV)/install.log)"; exit 1; }
 	@$(BIN)/python -c "import compaction, celery, fastapi, langgraph" 
 	@touch $@
 

@@ -15,6 +15,8 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import BackgroundTasks, FastAPI, HTTPException, Path, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 from langgraph.graph.message import add_messages
@@ -91,6 +93,18 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
 
     app = FastAPI(title="offpath", version="0.1.0", lifespan=lifespan)
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        """One readable line in ``detail`` (the field and what is wrong), the list in ``errors``."""
+        parts = []
+        for e in exc.errors():
+            loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+            parts.append(f"{loc}: {e.get('msg')}")
+        return JSONResponse(
+            status_code=422,
+            content={"detail": "; ".join(parts), "errors": jsonable_encoder(exc.errors())},
+        )
+
     @app.exception_handler(ThreadBusy)
     async def _busy(_: Request, exc: ThreadBusy) -> JSONResponse:
         return JSONResponse(status_code=409, content={"detail": str(exc)})
@@ -158,6 +172,11 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
             except TurnError as exc:
                 raise HTTPException(status_code=422, detail=str(exc)) from None
             update: dict[str, Any] = {"messages": new}
+            if body.state and "messages" in body.state:
+                raise HTTPException(
+                    status_code=422,
+                    detail='state: "messages" is reserved; send messages in the messages list',
+                )
             if body.state:
                 update["context"] = {**values.get("context", {}), **body.state}
             rt.graph.update_state(config, update, as_node=AGENT_NODE)
@@ -174,6 +193,8 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
     def read_messages(session_id: SessionId, request: Request) -> dict[str, Any]:
         """The thread's messages (LangChain dict format), its size and its other state keys."""
         values = state_of(rt_of(request), session_id)
+        if not values:
+            raise HTTPException(status_code=404, detail=f"no session {session_id!r}")
         messages = values.get("messages", [])
         return {
             "session_id": session_id,
@@ -186,17 +207,21 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
     def read_compactions(session_id: SessionId, request: Request) -> dict[str, Any]:
         """The thread's compaction jobs, oldest first, and how each ended."""
         rows = db.jobs_of(rt_of(request).engine, session_id)
+        if not rows and not state_of(rt_of(request), session_id):
+            raise HTTPException(status_code=404, detail=f"no session {session_id!r}")
         return {
             "session_id": session_id,
             "jobs": [
                 {
-                    "job_id": r.job_id,
-                    "status": r.status,
-                    "reason": r.reason,
-                    "attempts": r.attempts,
-                    "chars_before": r.chars_before,
-                    "created_at": r.created_at.isoformat(),
-                    "updated_at": r.updated_at.isoformat(),
+                    "job_id": r["job_id"],
+                    "status": r["status"],
+                    "reason": r["reason"],
+                    "attempts": r["attempts"],
+                    "chars_when_queued": r["chars_before"],
+                    "messages_removed": (r["metadata"] or {}).get("messages_removed"),
+                    "chars_removed": (r["metadata"] or {}).get("chars_removed"),
+                    "created_at": r["created_at"].isoformat(),
+                    "updated_at": r["updated_at"].isoformat(),
                 }
                 for r in rows
             ],

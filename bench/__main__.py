@@ -31,10 +31,42 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from stack import create_pg_database, drop_pg_database, free_port  # noqa: E402
-from stub_llm import StubServer  # noqa: E402
 
 RUN_ID = uuid.uuid4().hex[:6]
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+
+
+class StubServer:
+    """The stub LLM (tests/stub_llm.py) in its own process, as a real LLM is on another host:
+    its request parsing must not compete with the measured code for this process's GIL."""
+
+    def __init__(self) -> None:
+        import httpx
+
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "stub_llm.py"), "--port", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self._http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
+        _wait(lambda: self._up(), 30)
+
+    def _up(self) -> bool:
+        try:
+            return self._http.get("/_requests").status_code == 200
+        except Exception:
+            return False
+
+    def set_delay(self, seconds: float) -> None:
+        self._http.post("/_control", json={"mode": "ok", "delay_s": seconds}).raise_for_status()
+        self._http.delete("/_requests")  # the stub keeps every request: drop them between steps
+
+    def shutdown(self) -> None:
+        self._http.close()
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
 
 
 @dataclass
@@ -81,7 +113,11 @@ def set_env(env: dict[str, str]) -> None:
 # --- 1. turn overhead ----------------------------------------------------------------------------
 
 
-def bench_turn_overhead(pg_url: str, stub: StubServer, turns: int, runs: int = 5) -> Result:
+def bench_hook_and_inpath(
+    stub: StubServer, turns: int, runs: int = 5
+) -> tuple[list[float], list[float]]:
+    """The hook's own run time on threads over the threshold (what it would add inline),
+    and the seed's in-path design (summarize before the agent call, 1 s LLM)."""
     from langchain_core.messages import HumanMessage
 
     from bench.workloads import thread
@@ -113,7 +149,7 @@ def bench_turn_overhead(pg_url: str, stub: StubServer, turns: int, runs: int = 5
 
     # the seed's in-path design: before the agent call, read the thread, plan, summarize
     # (1 s LLM), patch; measured on threads above the threshold
-    stub.state.delay_s = 1.0
+    stub.set_delay(1.0)
     summarizer = LLMSummarizer.from_settings(settings)
     inpath_ms: list[float] = []
     for run in range(runs):
@@ -131,30 +167,13 @@ def bench_turn_overhead(pg_url: str, stub: StubServer, turns: int, runs: int = 5
                 thread_config(sid), {"messages": compaction.patch}, as_node=AGENT_NODE
             )
             inpath_ms.append((time.perf_counter() - started) * 1000)
-    stub.state.delay_s = 0.0
+    stub.set_delay(0.0)
     rt.close()
 
-    p50, p99 = pct(hook_ms, 50), pct(hook_ms, 99)
-    inpath = med(inpath_ms)
-    ratio = med(run_p50) / inpath
-    return Result(
-        "1. Turn overhead (post-turn hook)",
-        "hook p50 <= 2 ms, p99 <= 10 ms; ratio to in-path <= 0.005",
-        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; in-path p50 {inpath:.0f} ms; ratio {ratio:.4f}",
-        p50 <= 2 and p99 <= 10 and ratio <= 0.005,
-        [
-            f"{len(hook_ms)} hook calls on threads of 100 messages / ~80,000 chars, each planning, claiming the "
-            f"thread in Redis, inserting the job row (PostgreSQL) and publishing to Redis; per-run p50s "
-            f"{', '.join(f'{x:.2f}' for x in run_p50)} ms",
-            f"in-path (the seed: read, plan, summarize with a 1 s stub LLM, patch, before the agent call): "
-            f"{len(inpath_ms)} turns, median {inpath:.0f} ms",
-            "the hook runs after the response is sent (FastAPI background task), so a client sees none of it; "
-            "these figures are what it would add if it ran inline",
-        ],
-    )
+    return hook_ms, inpath_ms
 
 
-def bench_http_turns(pg_url: str, stub: StubServer, sessions: int, runs: int = 5) -> Result:
+def bench_turn_overhead(stub: StubServer, sessions: int, runs: int = 5) -> Result:
     """Client-side latency of POST /turns on threads above the threshold, compaction on vs off."""
     import httpx
 
@@ -218,17 +237,28 @@ def bench_http_turns(pg_url: str, stub: StubServer, sessions: int, runs: int = 5
             proc.terminate()
             proc.wait(timeout=10)
     on, off = latencies["enabled"], latencies["disabled"]
+    hook_ms, inpath_ms = bench_hook_and_inpath(stub, turns=len(on))
     d50, d99 = pct(on, 50) - pct(off, 50), pct(on, 99) - pct(off, 99)
+    inpath = med(inpath_ms)
+    ratio = max(d50, 0.0) / inpath
     return Result(
-        "1b. Turn latency seen by the client",
-        "added p50 <= 2 ms, p99 <= 10 ms",
-        f"compaction on p50 {pct(on, 50):.1f} / p99 {pct(on, 99):.1f} ms, off p50 {pct(off, 50):.1f} / p99 {pct(off, 99):.1f} ms: "
-        f"added {d50:+.1f} / {d99:+.1f} ms",
-        d50 <= 2 and d99 <= 10,
+        "1. Turn overhead",
+        "added p50 <= 2 ms, p99 <= 10 ms; ratio to the in-path design <= 0.005",
+        f"added p50 {d50:+.2f} ms, p99 {d99:+.2f} ms; in-path adds {inpath:.0f} ms; ratio {ratio:.4f}",
+        d50 <= 2 and d99 <= 10 and ratio <= 0.005,
         [
-            f"{len(on)} small turns per mode (POST /turns, real HTTP) on threads over the threshold, the two APIs "
-            "interleaved request by request; the hook of the first turn per thread queues a job, later ones find it queued"
+            f"{len(on)} turns per mode (POST /turns over real HTTP, threads over the threshold), compaction on and off, "
+            f"two APIs interleaved request by request: on p50 {pct(on, 50):.2f} / p99 {pct(on, 99):.2f} ms, "
+            f"off p50 {pct(off, 50):.2f} / p99 {pct(off, 99):.2f} ms",
+            "the first turn on each thread makes the hook plan, claim the thread, insert the job row and publish; "
+            "later ones find the job queued",
+            f"the hook's own run time (in-process, {len(hook_ms)} calls, each taking the full path: plan, Redis claim, "
+            f"PostgreSQL job row, publish): p50 {pct(hook_ms, 50):.2f} ms, p99 {pct(hook_ms, 99):.2f} ms; it runs after "
+            "the response is sent (a FastAPI background task), so the client does not wait for it",
+            f"in-path (the seed: read the thread, plan, summarize with a 1 s stub LLM, patch, before the agent call): "
+            f"{len(inpath_ms)} turns, median {inpath:.0f} ms",
         ],
+        "the hook's own time is mostly two network round trips (PostgreSQL insert, Redis publish), ~1 ms each here",
     )
 
 
@@ -267,7 +297,7 @@ def bench_job_floor(pg_url: str, stub: StubServer, per_run: int, runs: int = 5) 
     settings = get_settings()
     rt = Runtime.open(settings)
     summarizer = LLMSummarizer.from_settings(settings)
-    stub.state.delay_s = 0.0
+    stub.set_delay(0.0)
     job_runs, floor_runs = [], []
     for run in range(runs):
         jobs, floors = [], []
@@ -335,7 +365,7 @@ def bench_throughput(
 
     settings = get_settings()
     rt = Runtime.open(settings)
-    stub.state.delay_s = 2.0
+    stub.set_delay(2.0)
     rates: dict[str, list[float]] = {}
     configs = [
         ("threads", str(settings.worker_concurrency), jobs_threads),
@@ -386,12 +416,14 @@ def bench_throughput(
                     job_id = uuid.uuid4().hex
                     create_job(rt.engine, job_id, sid, 70_000)
                     publish(sid, job_id)
-                _wait(lambda s=sids, n=n: _applied(rt, s) >= n, 600)
-                rates.setdefault(f"{pool} x{conc}", []).append(n / (time.perf_counter() - started))
+                _wait(lambda s=sids, n=n: _finished(rt, s) >= n, 600)
+                rates.setdefault(f"{pool} x{conc}", []).append(
+                    _applied(rt, sids) / (time.perf_counter() - started)
+                )
             finally:
                 worker.terminate()
                 worker.wait(timeout=30)
-    stub.state.delay_s = 0.0
+    stub.set_delay(0.0)
     rt.close()
     medians = {k: med(v) for k, v in rates.items()}
     ours = next(v for k, v in medians.items() if k.startswith("threads"))
@@ -418,18 +450,22 @@ def purge_broker() -> None:
     redis.Redis.from_url(REDIS_URL).flushdb()
 
 
-def _applied(rt: Any, sids: list[str]) -> int:
+def _count(rt: Any, sids: list[str], statuses: tuple[str, ...]) -> int:
     import sqlalchemy as sa
 
     with rt.engine.connect() as conn:
-        return int(
-            conn.execute(
-                sa.text(
-                    "SELECT count(*) FROM compaction_jobs WHERE status = 'applied' AND session_id = ANY(:s)"
-                ),
-                {"s": sids},
-            ).scalar()
+        q = sa.text(
+            "SELECT count(*) FROM compaction_jobs WHERE status = ANY(:st) AND session_id = ANY(:s)"
         )
+        return int(conn.execute(q, {"st": list(statuses), "s": sids}).scalar())
+
+
+def _applied(rt: Any, sids: list[str]) -> int:
+    return _count(rt, sids, ("applied",))
+
+
+def _finished(rt: Any, sids: list[str]) -> int:
+    return _count(rt, sids, ("applied", "skipped", "failed"))
 
 
 # --- 4. planner scaling ------------------------------------------------------------------------------
@@ -516,7 +552,7 @@ def bench_memory(pg_url: str, stub: StubServer, jobs: int) -> Result:
 
     settings = get_settings()
     rt = Runtime.open(settings)
-    stub.state.delay_s = 0.0
+    stub.set_delay(0.0)
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -564,7 +600,7 @@ def bench_memory(pg_url: str, stub: StubServer, jobs: int) -> Result:
                 create_job(rt.engine, job_id, sid, 4_500)
                 publish(sid, job_id)
                 sids.append(sid)
-            _wait(lambda s=sids: _applied(rt, s) >= len(s), 600)
+            _wait(lambda s=sids: _finished(rt, s) >= len(s), 600)
             done += batch
             samples.append((done, proc.memory_info().rss / 2**20))
     finally:
@@ -666,6 +702,7 @@ def write_report(
         "| benchmark | target | measured | |",
         "|---|---|---|---|",
     ]
+    results = sorted(results, key=lambda r: r.name)
     for r in results:
         mark = "met" if r.met else ("not judged" if r.met is None else "**missed**")
         lines.append(f"| {r.name} | {r.target} | {r.measured} | {mark} |")
@@ -699,7 +736,7 @@ def main() -> None:
     args = parser.parse_args()
     q = args.quick
     started = time.monotonic()
-    stub = StubServer().start()
+    stub = StubServer()
     pg_url = create_pg_database("offpath_bench")
     results: list[Result] = []
     try:
@@ -711,8 +748,7 @@ def main() -> None:
         steps = [
             ("planner", lambda: bench_planner()),
             ("growth", lambda: bench_summary_growth()),
-            ("turn overhead", lambda: bench_turn_overhead(pg_url, stub, 200 if q else 1000)),
-            ("http turns", lambda: bench_http_turns(pg_url, stub, 4 if q else 20)),
+            ("turn overhead", lambda: bench_turn_overhead(stub, 8 if q else 40)),
             ("job floor", lambda: bench_job_floor(pg_url, stub, 4 if q else 20)),
             (
                 "throughput",

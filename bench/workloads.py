@@ -31,29 +31,42 @@ def _log(r: random.Random, chars: int) -> str:
 def thread(
     n_messages: int, total_chars: int, seed: int = 1, prefix: str = "m"
 ) -> list[BaseMessage]:
-    """About ``n_messages`` messages and ``total_chars`` chars: a system prompt, then turns of
-    a question, one to six tool steps (a quarter of them parallel batches of 3) and an answer."""
+    """``n_messages`` messages of about ``total_chars`` chars in all: a system prompt, then
+    turns of a question, one to six tool steps (a quarter of them parallel batches of 3)
+    and an answer. The tool results share what the other messages leave of the size."""
     r = random.Random(seed)
-    out: list[BaseMessage] = [
-        SystemMessage(id=f"{prefix}-sys", content="You are an SRE assistant.")
-    ]
-    tool_results = max(1, int(n_messages * 0.45))
-    per_result = max(20, int(total_chars * 0.9 / tool_results))
+    skeleton: list[tuple] = [("system",)]
     i = 0
-    while len(out) < n_messages:
-        out.append(
-            HumanMessage(
-                id=f"{prefix}-h{i}",
-                content=f"Turn {i}: why is {r.choice(SERVICES)} returning 502s since 10:30 UTC?",
-            )
-        )
+    while len(skeleton) < n_messages:
+        skeleton.append(("human", i))
         for step in range(r.randint(1, 6)):
-            if len(out) >= n_messages - 2:
+            if len(skeleton) >= n_messages - 2:
                 break
             k = 3 if r.random() < 0.25 else 1
+            skeleton.append(("ai", i, step, k))
+            skeleton += [("tool", i, step, j) for j in range(k)]
+        skeleton.append(("answer", i))
+        i += 1
+    skeleton = skeleton[:n_messages]
+    n_tools = sum(1 for s in skeleton if s[0] == "tool") or 1
+    per_result = max(20, (total_chars - 120 * (len(skeleton) - n_tools)) // n_tools)
+    out: list[BaseMessage] = []
+    for spec in skeleton:
+        kind = spec[0]
+        if kind == "system":
+            out.append(SystemMessage(id=f"{prefix}-sys", content="You are an SRE assistant."))
+        elif kind == "human":
+            out.append(
+                HumanMessage(
+                    id=f"{prefix}-h{spec[1]}",
+                    content=f"Turn {spec[1]}: why is {r.choice(SERVICES)} returning 502s since 10:30 UTC?",
+                )
+            )
+        elif kind == "ai":
+            _, t, step, k = spec
             calls = [
                 {
-                    "id": f"{prefix}-c{i}-{step}-{j}",
+                    "id": f"{prefix}-c{t}-{step}-{j}",
                     "name": "kubectl_logs",
                     "args": {"pod": f"{r.choice(SERVICES)}-7d9f5c-x{j}", "since": "1h"},
                 }
@@ -61,22 +74,30 @@ def thread(
             ]
             out.append(
                 AIMessage(
-                    id=f"{prefix}-a{i}-{step}", content="Checking the logs.", tool_calls=calls
+                    id=f"{prefix}-a{t}-{step}", content="Checking the logs.", tool_calls=calls
                 )
             )
-            out += [
-                ToolMessage(
-                    id=f"{prefix}-t{c['id']}", content=_log(r, per_result), tool_call_id=c["id"]
-                )
-                for c in calls
-            ]
-        out.append(
-            AIMessage(
-                id=f"{prefix}-f{i}",
-                content=f"Turn {i}: pool exhaustion at 10:3{i % 10}:07Z (64/64 in use).",
+        elif kind == "tool":
+            _, t, step, j = spec
+            cid = f"{prefix}-c{t}-{step}-{j}"
+            out.append(
+                ToolMessage(id=f"{prefix}-t{cid}", content=_log(r, per_result), tool_call_id=cid)
             )
-        )
-        i += 1
+        else:
+            out.append(
+                AIMessage(
+                    id=f"{prefix}-f{spec[1]}",
+                    content=f"Turn {spec[1]}: pool exhaustion at 10:3{spec[1] % 10}:07Z (64/64 in use).",
+                )
+            )
+    # a cut skeleton may end inside a tool step: drop a trailing unanswered call
+    called = {c["id"] for m in out if isinstance(m, AIMessage) for c in m.tool_calls}
+    answered = {m.tool_call_id for m in out if isinstance(m, ToolMessage)}
+    while (
+        out and isinstance(out[-1], AIMessage) and {c["id"] for c in out[-1].tool_calls} - answered
+    ):
+        out.pop()
+    assert not (called - answered) or out, "unbalanced"
     return out
 
 

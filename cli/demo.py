@@ -168,6 +168,19 @@ def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
     finally:
         procs.stop()
         signal.signal(signal.SIGTERM, previous)
+        if env["LOCK_BACKEND"] == "redis":
+            _forget_redis_keys(settings.redis_url, f"demo-{run_id}")
+
+
+def _forget_redis_keys(url: str, name: str) -> None:
+    """Delete the demo's queue, its binding and its lock/claim keys from the user's Redis."""
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
+        keys = [name, f"_kombu.binding.{name}", *client.scan_iter(f"{name}:*")]
+        client.delete(*keys)
+        client.close()
+    except redis.RedisError:
+        pass  # best effort: the keys are small and expire or are reused by nothing
 
 
 def _wait_healthy(client: httpx.Client, procs: Processes) -> None:

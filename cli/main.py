@@ -110,7 +110,7 @@ def replay_file(
         TimeElapsedColumn(),
         console=console,
     ) as progress:
-        task = progress.add_task(f"{path.name} -> {session}", total=len(turns))
+        task = progress.add_task(session[:40], total=len(turns))
         for turn in turns:
             try:
                 r = client.post(
@@ -121,7 +121,12 @@ def replay_file(
                     f"cannot reach the API at {client.base_url} ({exc}); start it with `offpath api`"
                 ) from None
             if r.status_code != 200:
-                raise CliError(f"{path}: the API refused a turn ({r.status_code}): {_detail(r)}")
+                hint = ""
+                if "already used in this session" in _detail(r):
+                    hint = " (the session has these messages already: replay into a new one with --session NAME)"
+                raise CliError(
+                    f"{path}: the API refused a turn ({r.status_code}): {_detail(r)}{hint}"
+                )
             last = r.json()
             progress.advance(task)
     return last
@@ -206,6 +211,7 @@ def api(
 ) -> None:
     """Run the chat API (uvicorn)."""
     settings = settings_or_exit()
+    migrate_or_exit(settings)
     import uvicorn
 
     uvicorn.run("api.app:app", host=host, port=port, log_level=settings.log_level.lower())
@@ -229,6 +235,7 @@ def worker(
     job itself is safe (redelivered after the visibility timeout).
     """
     settings = settings_or_exit()
+    migrate_or_exit(settings)
     cmd = [
         sys.executable,
         "-m",
@@ -279,9 +286,20 @@ def supervise(cmd: list[str]) -> int:
 @app.command()
 def flower(
     port: Annotated[int | None, typer.Option(help="Port (default: FLOWER_PORT)")] = None,
+    address: Annotated[
+        str, typer.Option(help="Interface to bind; 0.0.0.0 needs FLOWER_BASIC_AUTH")
+    ] = "127.0.0.1",
 ) -> None:
     """Run Flower on the broker, with basic auth from FLOWER_BASIC_AUTH."""
     settings = settings_or_exit()
+    if not settings.flower_basic_auth and address not in ("127.0.0.1", "localhost", "::1"):
+        fail(f"FLOWER_BASIC_AUTH is empty: set user:password before binding Flower to {address}")
+    if not settings.flower_basic_auth:
+        err.print(
+            "warning: FLOWER_BASIC_AUTH is empty; Flower has no password (only 127.0.0.1 can reach it)"
+        )
+    # Flower reads FLOWER_BASIC_AUTH itself: the password stays out of the process list
+    os.environ["FLOWER_BASIC_AUTH"] = settings.flower_basic_auth
     cmd = [
         sys.executable,
         "-m",
@@ -290,20 +308,29 @@ def flower(
         "worker.celery_app",
         "flower",
         f"--port={port or settings.flower_port}",
+        f"--address={address}",
     ]
-    if settings.flower_basic_auth:
-        cmd.append(f"--basic-auth={settings.flower_basic_auth}")
     os.execv(sys.executable, cmd)
+
+
+def migrate_or_exit(settings: Settings) -> str:
+    """Bring the usage tables up to date; one line and exit 1 if the database is unreachable."""
+    from service.db import migrate as run_migrations
+
+    try:
+        return run_migrations(settings)
+    except Exception as exc:  # the driver's own message says what is wrong
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        where = settings.database_url or f"SQLite under {settings.data_dir}"
+        fail(f"cannot use the database ({where}): {reason[-1] if reason else type(exc).__name__}")
+        raise  # unreachable: fail() exits
 
 
 @app.command()
 def migrate() -> None:
     """Create or upgrade the usage tables (Alembic)."""
     settings = settings_or_exit()
-    from service.db import migrate as run_migrations
-
-    run_migrations(settings)
-    console.print("usage tables are up to date")
+    console.print(migrate_or_exit(settings))
 
 
 @app.command()

@@ -92,7 +92,8 @@ def args_chars(args: Any) -> int:
     if not args:
         return 2
     try:
-        return len(orjson.dumps(args, default=str).decode())
+        raw = orjson.dumps(args, default=str)
+        return len(raw) if raw.isascii() else len(raw.decode())
     except TypeError:  # e.g. non-string keys
         return len(json.dumps(args, ensure_ascii=False, separators=(",", ":"), default=str))
 
@@ -112,9 +113,8 @@ def message_chars(message: BaseMessage) -> int:
     content = message.content
     n = len(content) if type(content) is str else content_chars(content)
     if isinstance(message, AIMessage):
-        calls = message.tool_calls
-        if calls:
-            n += sum(args_chars(call.get("args")) for call in calls)
+        for call in message.tool_calls:
+            n += args_chars(call.get("args"))
     return n
 
 

@@ -8,6 +8,7 @@ everything the agent did until the next one).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ def to_messages(items: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
     """
     out: list[BaseMessage] = []
     for i, item in enumerate(items):
+        _check_shape(i, item)
         try:
             if "data" in item and "type" in item and isinstance(item["data"], Mapping):
                 out.extend(messages_from_dict([dict(item)]))
@@ -63,6 +65,46 @@ def to_messages(items: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
         except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
             raise ConversationFormatError(f"message {i}: {_first_line(exc)}") from None
     return out
+
+
+#: Message types we read, by ``type`` or OpenAI ``role``.
+KNOWN_TYPES = {"system", "developer", "human", "user", "ai", "assistant", "tool"}
+
+
+def _check_shape(i: int, item: Mapping[str, Any]) -> None:
+    """Say in our words what langchain_core's converter would say in its own."""
+    if "data" in item and "type" in item:
+        return  # serialized LangChain message: its converter checks it
+    kind = item.get("role", item.get("type"))
+    if kind is None:
+        raise ConversationFormatError(f'message {i}: it has neither "role" nor "type"')
+    if kind not in KNOWN_TYPES:
+        raise ConversationFormatError(
+            f"message {i}: type {kind!r} is not accepted (system, human/user, ai/assistant or tool)"
+        )
+    calls = item.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise ConversationFormatError(f"message {i}: tool_calls must be a list")
+    for k, call in enumerate(calls):
+        if not isinstance(call, Mapping):
+            raise ConversationFormatError(f"message {i}: tool call {k} is not an object")
+        fn = call.get("function")
+        name = fn.get("name") if isinstance(fn, Mapping) else call.get("name")
+        if not name:
+            raise ConversationFormatError(f"message {i}: tool call {k} has no name")
+        if isinstance(fn, Mapping) and isinstance(fn.get("arguments"), str):
+            try:
+                json.loads(fn["arguments"] or "{}")
+            except ValueError as exc:
+                raise ConversationFormatError(
+                    f"message {i}: the arguments of tool call {call.get('id') or k} are not valid JSON ({exc})"
+                ) from None
+        elif "args" in call and not isinstance(call["args"], Mapping):
+            raise ConversationFormatError(
+                f"message {i}: the args of tool call {call.get('id') or k} must be an object"
+            )
 
 
 def message_json(m: BaseMessage) -> dict[str, Any]:

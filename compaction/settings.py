@@ -11,6 +11,7 @@ names the setting (issue 2, item 1).
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from typing import Literal
 
@@ -69,7 +70,7 @@ class Settings(BaseSettings):
     celery_visibility_timeout_s: int = Field(default=3_600, gt=0)
     celery_queue: str = "compaction"
     redis_key_prefix: str = "offpath"
-    worker_pool: str = "threads"
+    worker_pool: Literal["threads", "prefork", "solo"] = "threads"
     worker_concurrency: int = Field(default=64, gt=0)
     max_turn_messages: int = Field(default=500, gt=0)
     max_message_chars: int = Field(default=2_000_000, gt=0)
@@ -99,6 +100,18 @@ class Settings(BaseSettings):
                 f"SUMMARIZATION_MAX_PROMPT_CHARS ({self.summarization_max_prompt_chars}) "
                 f"must be at least {MIN_PROMPT_CHARS}"
             )
+        url = self.database_url.strip()
+        if url and not url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+            raise ValueError(
+                f"DATABASE_URL must be empty (SQLite files under DATA_DIR) or a PostgreSQL URL "
+                f"(postgresql://user@host:5432/db), got {url.split('://')[0]}://..."
+            )
+        for pair in filter(None, self.flower_basic_auth.split(",")):
+            user, sep, password = pair.partition(":")
+            if not (user and sep and password):
+                raise ValueError(
+                    "FLOWER_BASIC_AUTH must be user:password (several: a,b separated by commas)"
+                )
         if self.celery_visibility_timeout_s <= self.job_time_limit_s:
             raise ValueError(
                 f"CELERY_VISIBILITY_TIMEOUT_S ({self.celery_visibility_timeout_s}) must be longer "
@@ -127,10 +140,13 @@ class Settings(BaseSettings):
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment and ``.env``; ``overrides`` win.
 
-    Raises :class:`SettingsError` with one line per bad setting, naming it.
+    ``OFFPATH_ENV_FILE`` names another file to read instead of ``.env`` (empty: none;
+    the tests use that so a developer's ``.env`` cannot leak into them). Raises
+    :class:`SettingsError` with one line per bad setting, naming it.
     """
+    env_file = os.environ.get("OFFPATH_ENV_FILE", ".env") or None
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(_env_file=env_file, **overrides)  # type: ignore[arg-type,call-arg]
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

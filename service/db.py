@@ -111,25 +111,72 @@ def make_engine(settings: Settings) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
 
 
-def migrate(settings: Settings) -> None:
-    """Bring the schema to the latest Alembic revision (safe to call from every process)."""
+def migrate(settings: Settings) -> str:
+    """Bring the schema to the latest Alembic revision (safe to call from every process).
+
+    Returns a line saying what it did. Raises the driver's error if the database
+    cannot be reached.
+    """
     from alembic import command
     from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
 
-    cfg = Config()
-    cfg.set_main_option("script_location", str(Path(__file__).resolve().parent / "migrations"))
-    cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(settings).replace("%", "%%"))
-    command.upgrade(cfg, "head")
+    url = sqlalchemy_url(settings)
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            before = MigrationContext.configure(conn).get_current_revision()
+        cfg = Config()
+        cfg.set_main_option("script_location", str(Path(__file__).resolve().parent / "migrations"))
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+        command.upgrade(cfg, "head")
+        with engine.connect() as conn:
+            after = MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+    if before == after:
+        return f"usage tables are up to date (revision {after})"
+    return f"usage tables {'created' if before is None else 'upgraded from ' + before} at revision {after}"
 
 
 # --- jobs -----------------------------------------------------------------------------
 
 
+JOBS = CompactionJob.__table__  # type: ignore[attr-defined]
+EVENTS = UsageEvent.__table__  # type: ignore[attr-defined]
+
+
+def _insert(engine: Engine, table: sa.Table) -> Any:
+    """``INSERT`` that can skip a row whose key exists (PostgreSQL and SQLite)."""
+    if engine.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table)
+
+
 def create_job(engine: Engine, job_id: str, session_id: str, chars_before: int) -> None:
-    """Insert a ``queued`` row for a job about to be published."""
-    with Session(engine) as s:
-        s.add(CompactionJob(job_id=job_id, session_id=session_id, chars_before=chars_before))
-        s.commit()
+    """Insert a ``queued`` row for a job about to be published (one statement).
+
+    On PostgreSQL the commit does not wait for the WAL flush: a queued row lost to a
+    database crash costs nothing (the job writes its own row when it starts), and the
+    post-turn hook saves a disk sync per turn.
+    """
+    now = _now()
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+        conn.execute(
+            sa.insert(JOBS).values(
+                job_id=job_id,
+                session_id=session_id,
+                status=JobStatus.QUEUED.value,
+                attempts=0,
+                chars_before=chars_before,
+                created_at=now,
+                updated_at=now,
+            )
+        )
 
 
 def get_job(engine: Engine, job_id: str) -> CompactionJob | None:
@@ -137,34 +184,82 @@ def get_job(engine: Engine, job_id: str) -> CompactionJob | None:
         return s.get(CompactionJob, job_id)
 
 
-def set_job(
-    engine: Engine,
-    job_id: str,
-    session_id: str,
-    status: JobStatus,
-    reason: str | None = None,
-    *,
-    attempt: bool = False,
-) -> None:
-    """Set a job's status (creating the row if the publisher could not)."""
-    with Session(engine) as s:
-        job = s.get(CompactionJob, job_id) or CompactionJob(job_id=job_id, session_id=session_id)
-        job.status = status
-        job.reason = reason[:2000] if reason else None
-        job.attempts += 1 if attempt else 0
-        job.updated_at = _now()
-        s.add(job)
-        s.commit()
+def start_job(engine: Engine, job_id: str, session_id: str) -> JobStatus | None:
+    """Mark the job ``running`` and count the attempt, unless it has finished already.
 
-
-def jobs_of(engine: Engine, session_id: str) -> list[CompactionJob]:
-    with Session(engine) as s:
-        rows = s.exec(
-            select(CompactionJob)
-            .where(CompactionJob.session_id == session_id)
-            .order_by(CompactionJob.created_at)
+    Returns the final status of a job that finished before (a redelivery: nothing to
+    do), else None. One round trip in the common case; creates the row if the
+    publisher could not. Like the queued row, the running mark does not wait for a
+    disk sync on PostgreSQL: losing it to a database crash only miscounts an attempt.
+    """
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+        row = conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id, JOBS.c.status.not_in([f.value for f in FINAL]))
+            .values(status=JobStatus.RUNNING.value, attempts=JOBS.c.attempts + 1, updated_at=_now())
+            .returning(JOBS.c.status)
+        ).first()
+        if row is not None:
+            return None
+        status = conn.execute(sa.select(JOBS.c.status).where(JOBS.c.job_id == job_id)).scalar()
+        if status is not None:
+            return JobStatus(status)
+        now = _now()
+        conn.execute(
+            _insert(engine, JOBS)
+            .values(
+                job_id=job_id,
+                session_id=session_id,
+                status=JobStatus.RUNNING.value,
+                attempts=1,
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing()
         )
-        return list(rows)
+        return None
+
+
+def set_job(
+    engine: Engine, job_id: str, session_id: str, status: JobStatus, reason: str | None = None
+) -> None:
+    """Set a job's final status and reason (creating the row if the publisher could not)."""
+    now = _now()
+    reason = reason[:2000] if reason else None
+    with engine.begin() as conn:
+        updated = conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id)
+            .values(status=status.value, reason=reason, updated_at=now)
+        ).rowcount
+        if not updated:
+            conn.execute(
+                _insert(engine, JOBS)
+                .values(
+                    job_id=job_id,
+                    session_id=session_id,
+                    status=status.value,
+                    reason=reason,
+                    attempts=1,
+                    created_at=now,
+                    updated_at=now,
+                )
+                .on_conflict_do_nothing()
+            )
+
+
+def jobs_of(engine: Engine, session_id: str) -> list[dict[str, Any]]:
+    """A session's jobs, oldest first, with what an applied one removed (from its usage event)."""
+    q = (
+        sa.select(JOBS, EVENTS.c.metadata)
+        .select_from(JOBS.outerjoin(EVENTS, EVENTS.c.job_id == JOBS.c.job_id))
+        .where(JOBS.c.session_id == session_id)
+        .order_by(JOBS.c.created_at)
+    )
+    with engine.connect() as conn:
+        return [dict(row._mapping) for row in conn.execute(q)]
 
 
 # --- usage events ---------------------------------------------------------------------
@@ -173,25 +268,36 @@ def jobs_of(engine: Engine, session_id: str) -> list[CompactionJob]:
 def record_compaction(engine: Engine, job_id: str, event_row: UsageEvent) -> bool:
     """Insert the usage event and mark the job ``applied``, in one transaction.
 
-    Returns False (and changes nothing) when an event for ``job_id`` exists already.
+    Returns False (and changes nothing) when an event for ``job_id`` exists already
+    (the unique key on ``job_id`` decides, also between two concurrent deliveries).
     """
-    with Session(engine) as s:
-        exists = s.exec(select(UsageEvent.id).where(UsageEvent.job_id == job_id)).first()
-        if exists is not None:
+    values = event_row.model_dump(exclude={"id", "metadata_"})
+    values["metadata"] = event_row.metadata_
+    now = _now()
+    with engine.begin() as conn:
+        inserted = conn.execute(
+            _insert(engine, EVENTS).values(**values).on_conflict_do_nothing()
+        ).rowcount
+        if not inserted:
             return False
-        s.add(event_row)
-        job = s.get(CompactionJob, job_id) or CompactionJob(
-            job_id=job_id, session_id=event_row.session_id
-        )
-        job.status = JobStatus.APPLIED
-        job.reason = None
-        job.updated_at = _now()
-        s.add(job)
-        try:
-            s.commit()
-        except sa.exc.IntegrityError:  # a concurrent delivery won the race on the unique job id
-            s.rollback()
-            return False
+        updated = conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id)
+            .values(status=JobStatus.APPLIED.value, reason=None, updated_at=now)
+        ).rowcount
+        if not updated:
+            conn.execute(
+                _insert(engine, JOBS)
+                .values(
+                    job_id=job_id,
+                    session_id=event_row.session_id,
+                    status=JobStatus.APPLIED.value,
+                    attempts=1,
+                    created_at=now,
+                    updated_at=now,
+                )
+                .on_conflict_do_nothing()
+            )
         return True
 
 
@@ -243,6 +349,7 @@ __all__ = [
     "UsageEvent",
     "create_job",
     "get_job",
+    "start_job",
     "jobs_of",
     "make_engine",
     "migrate",

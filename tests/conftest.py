@@ -4,16 +4,24 @@ of a Celery worker plus the API on SQLite or PostgreSQL, cached by configuration
 
 import os
 import sys
+from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+from compaction.settings import Settings
+
+# The tests set every setting they need: a developer's .env or exported settings must not
+# leak into them (nor into the processes they start, which inherit this environment).
+os.environ["OFFPATH_ENV_FILE"] = ""
+for _name in [k for k in os.environ if k.lower() in Settings.model_fields]:
+    del os.environ[_name]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from collections import OrderedDict
-from collections.abc import Iterator
-
-import pytest
-from stack import Stack
-from stub_llm import StubServer
+from stack import Stack  # noqa: E402
+from stub_llm import StubServer  # noqa: E402
 
 BACKENDS = ["sqlite", "postgres"]
 MAX_ALIVE = 2

@@ -217,6 +217,8 @@ class Stack:
 
     def jobs(self, session: str) -> list[dict[str, Any]]:
         r = self.http.get(f"/sessions/{session}/compactions")
+        if r.status_code == 404:  # no such session (yet)
+            return []
         r.raise_for_status()
         return r.json()["jobs"]
 

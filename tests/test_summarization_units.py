@@ -81,6 +81,7 @@ def test_settings_threshold_zero_disables(monkeypatch):
 
 def test_settings_read_from_dotenv(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OFFPATH_ENV_FILE", ".env")
     (tmp_path / ".env").write_text(
         "SUMMARIZATION_THRESHOLD_CHARS=1234\nSUMMARIZATION_KEEP_CHARS=12\n"
     )

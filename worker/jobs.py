@@ -38,7 +38,7 @@ from compaction.prompt import build_prompt
 from compaction.summarizers import Summarizer, SummarizerError
 from compaction.summary import is_summary, summary_meta
 from service.agent import AGENT_NODE, thread_config
-from service.db import FINAL, JobStatus, UsageEvent, get_job, record_compaction, set_job
+from service.db import JobStatus, UsageEvent, record_compaction, set_job, start_job
 from service.locks import LockUnavailable
 from service.runtime import Runtime
 from worker.faults import failpoint
@@ -73,12 +73,10 @@ def run_job(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) -
     the job with a final status recorded in ``compaction_jobs``.
     """
     sid = session_id[:8]
-    job = get_job(rt.engine, job_id)
-    if job is not None and job.status in FINAL:
-        log.info("[%s] summarizer: job %s already %s, nothing to do", sid, job_id, job.status)
-        return JobStatus(job.status)
     try:
-        set_job(rt.engine, job_id, session_id, JobStatus.RUNNING, attempt=True)
+        if (done := start_job(rt.engine, job_id, session_id)) is not None:
+            log.info("[%s] summarizer: job %s already %s, nothing to do", sid, job_id, done)
+            return done
         return _compact(rt, summarizer, session_id, job_id)
     except SummarizerError as exc:
         if exc.transient:

@@ -41,6 +41,18 @@ def _migrate(**_: object) -> None:
     migrate(get_settings())
 
 
+@signals.worker_ready.connect
+def _ready(**_: object) -> None:
+    settings = get_settings()
+    log.info(
+        "offpath worker ready: summarizer %s, threshold %d chars, keep %d chars, queue %s",
+        make_summarizer(settings).name,
+        settings.summarization_threshold_chars,
+        settings.summarization_keep_chars,
+        settings.celery_queue,
+    )
+
+
 @signals.worker_process_init.connect
 def _after_fork(**_: object) -> None:
     global _runtime

@@ -156,3 +156,25 @@ def test_demo_interrupted_with_ctrl_c_stops_everything_it_started():
     assert proc.returncode == 130, "".join(out) + rest
     assert "interrupted" in rest
     assert not children_of_demo(), "the demo left processes behind after Ctrl-C"
+
+
+def test_migrate_says_what_it_did_and_database_errors_are_one_line(tmp_path):
+    env = {"DATA_DIR": str(tmp_path)}
+    first = run(["migrate"], env=env)
+    assert first.returncode == 0 and "created" in first.stdout, first.stdout + first.stderr
+    again = run(["migrate"], env=env)
+    assert again.returncode == 0 and "up to date" in again.stdout
+    missing = run(
+        ["migrate"], env={"DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/offpath_no_such_db"}
+    )
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    wrong = run(["migrate"], env={"DATABASE_URL": "mysql://root@127.0.0.1/x"})
+    assert wrong.returncode == 2 and "DATABASE_URL" in wrong.stderr
+
+
+def test_flower_refuses_to_listen_beyond_localhost_without_a_password():
+    r = run(["flower", "--address", "0.0.0.0"], env={"FLOWER_BASIC_AUTH": ""})
+    assert r.returncode == 1 and "FLOWER_BASIC_AUTH" in r.stderr
+    r = run(["flower"], env={"FLOWER_BASIC_AUTH": "nocolon"})
+    assert r.returncode == 2 and "FLOWER_BASIC_AUTH" in r.stderr
