@@ -98,6 +98,21 @@ def args_chars(args: Any) -> int:
         return len(json.dumps(args, ensure_ascii=False, separators=(",", ":"), default=str))
 
 
+def content_text(content: str | Iterable[Any] | None) -> str:
+    """The text of a message's content: the string, or its text parts joined by newlines."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, Mapping) and block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+    return "\n".join(parts)
+
+
 def tool_calls_chars(message: BaseMessage) -> int:
     """Compact-JSON length of the arguments of an AI message's tool calls (0 for others)."""
     if not isinstance(message, AIMessage) or not message.tool_calls:

@@ -56,7 +56,7 @@ from typing import Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from compaction.accounting import message_chars
+from compaction.accounting import content_text, message_chars
 from compaction.settings import Settings
 from compaction.summary import SUMMARY_PREFIX, is_summary, summary_meta
 
@@ -319,7 +319,7 @@ class _Scan:
         request an earlier summary carried (the turn began before that compaction)."""
         for i in range(cut - 1, self.head - 1, -1):
             if self.turn_start[i]:
-                return _text_of(self.messages[i])
+                return content_text(self.messages[i].content)
         for i in reversed(self.summaries):
             if i < cut and (request := summary_meta(self.messages[i]).get("request")):
                 return str(request)
@@ -355,16 +355,3 @@ class _Scan:
             estimated_chars_after=c.after,
             threshold_chars=threshold,
         )
-
-
-def _text_of(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-    return "\n".join(parts)

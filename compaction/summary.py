@@ -30,6 +30,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from compaction.accounting import content_text
+
 #: The first line of every summary message (the seed's checkpoint shows it).
 SUMMARY_PREFIX = "[Context from earlier in this session, summarized]"
 #: ``additional_kwargs["lc_source"]`` of a summary message.
@@ -62,7 +64,7 @@ def summary_meta(message: BaseMessage) -> Mapping[str, Any]:
 
 def summary_body(message: BaseMessage) -> str:
     """The summary text of a summary message, without the prefix line and quoted request."""
-    content = message.content if isinstance(message.content, str) else _text(message.content)
+    content = content_text(message.content)
     body = content.removeprefix(SUMMARY_PREFIX).strip()
     head, sep, _ = body.partition(REQUEST_HEADING)
     return head.strip() if sep else body
@@ -104,13 +106,3 @@ def build_summary_message(
             },
         },
     )
-
-
-def _text(content: Any) -> str:
-    parts = []
-    for block in content or []:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, Mapping) and block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-    return "\n".join(parts)

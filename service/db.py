@@ -155,6 +155,31 @@ def _insert(engine: Engine, table: sa.Table) -> Any:
     return insert(table)
 
 
+def _ensure_job(
+    conn: Any,
+    engine: Engine,
+    job_id: str,
+    session_id: str,
+    status: str,
+    now: datetime,
+    reason: str | None = None,
+) -> None:
+    """Insert the job's row when the publisher could not write it (a row that exists wins)."""
+    conn.execute(
+        _insert(engine, JOBS)
+        .values(
+            job_id=job_id,
+            session_id=session_id,
+            status=status,
+            reason=reason,
+            attempts=1,
+            created_at=now,
+            updated_at=now,
+        )
+        .on_conflict_do_nothing()
+    )
+
+
 def create_job(engine: Engine, job_id: str, session_id: str, chars_before: int) -> None:
     """Insert a ``queued`` row for a job about to be published (one statement).
 
@@ -207,18 +232,7 @@ def start_job(engine: Engine, job_id: str, session_id: str) -> JobStatus | None:
         if status is not None:
             return JobStatus(status)
         now = _now()
-        conn.execute(
-            _insert(engine, JOBS)
-            .values(
-                job_id=job_id,
-                session_id=session_id,
-                status=JobStatus.RUNNING.value,
-                attempts=1,
-                created_at=now,
-                updated_at=now,
-            )
-            .on_conflict_do_nothing()
-        )
+        _ensure_job(conn, engine, job_id, session_id, JobStatus.RUNNING.value, now)
         return None
 
 
@@ -235,19 +249,7 @@ def set_job(
             .values(status=status.value, reason=reason, updated_at=now)
         ).rowcount
         if not updated:
-            conn.execute(
-                _insert(engine, JOBS)
-                .values(
-                    job_id=job_id,
-                    session_id=session_id,
-                    status=status.value,
-                    reason=reason,
-                    attempts=1,
-                    created_at=now,
-                    updated_at=now,
-                )
-                .on_conflict_do_nothing()
-            )
+            _ensure_job(conn, engine, job_id, session_id, status.value, now, reason=reason)
 
 
 def jobs_of(engine: Engine, session_id: str) -> list[dict[str, Any]]:
@@ -286,18 +288,7 @@ def record_compaction(engine: Engine, job_id: str, event_row: UsageEvent) -> boo
             .values(status=JobStatus.APPLIED.value, reason=None, updated_at=now)
         ).rowcount
         if not updated:
-            conn.execute(
-                _insert(engine, JOBS)
-                .values(
-                    job_id=job_id,
-                    session_id=event_row.session_id,
-                    status=JobStatus.APPLIED.value,
-                    attempts=1,
-                    created_at=now,
-                    updated_at=now,
-                )
-                .on_conflict_do_nothing()
-            )
+            _ensure_job(conn, engine, job_id, event_row.session_id, JobStatus.APPLIED.value, now)
         return True
 
 
