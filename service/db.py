@@ -35,6 +35,7 @@ class JobStatus(enum.StrEnum):
 
 
 FINAL = (JobStatus.APPLIED, JobStatus.SKIPPED, JobStatus.FAILED)
+FINAL_VALUES = frozenset(f.value for f in FINAL)
 
 
 def _now() -> datetime:
@@ -204,6 +205,22 @@ def create_job(engine: Engine, job_id: str, session_id: str, chars_before: int) 
         )
 
 
+def job_status(engine: Engine, job_id: str) -> tuple[str | None, datetime | None]:
+    """A job's status and when it last changed (UTC), or (None, None) if it has no row."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(JOBS.c.status, JOBS.c.updated_at).where(JOBS.c.job_id == job_id)
+        ).first()
+    if row is None:
+        return None, None
+    updated = row.updated_at
+    return row.status, updated.replace(tzinfo=UTC) if updated.tzinfo is None else updated
+
+
+def now_utc() -> datetime:
+    return _now()
+
+
 def get_job(engine: Engine, job_id: str) -> CompactionJob | None:
     with Session(engine) as s:
         return s.get(CompactionJob, job_id)
@@ -334,12 +351,15 @@ def ping(engine: Engine) -> None:
 
 __all__ = [
     "FINAL",
+    "FINAL_VALUES",
     "CompactionJob",
     "JobStatus",
     "SQLModel",
     "UsageEvent",
     "create_job",
     "get_job",
+    "job_status",
+    "now_utc",
     "start_job",
     "jobs_of",
     "make_engine",

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 
 from compaction.planner import Skip, SkipReason, plan_compaction
 from compaction.settings import Settings
-from service.db import JobStatus, create_job, set_job
+from service.db import FINAL_VALUES, JobStatus, create_job, job_status, now_utc, set_job
 from service.locks import Locks
 
 log = logging.getLogger("offpath.hook")
@@ -70,7 +70,7 @@ class PostTurnHook:
         job_id = uuid.uuid4().hex
         sid = session_id[:8]
         try:
-            if not self.locks.claim_job(session_id, job_id):
+            if not self._claim(session_id, job_id):
                 return HookResult("already_queued")
         except Exception as exc:  # Redis (or the lock database) unreachable
             log.warning("[%s] compaction not queued: broker unreachable (%s)", sid, exc)
@@ -95,6 +95,31 @@ class PostTurnHook:
             return HookResult("error", f"publish failed: {exc}")
         log.info("[%s] compaction queued: job %s (%d chars)", sid, job_id, plan.total_chars)
         return HookResult("queued", job_id=job_id)
+
+    def _claim(self, session_id: str, job_id: str) -> bool:
+        """Claim the thread for ``job_id``. A claim is taken over when its job has ended (it
+        releases the claim just after writing its final status) or has not moved for
+        ``JOB_TIME_LIMIT_S`` (its worker died: the redelivery may be an hour away)."""
+        if self.locks.claim_job(session_id, job_id):
+            return True
+        holder = self.locks.claimed_by(session_id)
+        if holder is None:
+            return self.locks.claim_job(session_id, job_id)
+        status, updated_at = job_status(self.engine, holder)
+        stale = (
+            updated_at is not None
+            and (now_utc() - updated_at).total_seconds() > self.settings.job_time_limit_s
+        )
+        if status not in FINAL_VALUES and not stale:
+            return False
+        log.info(
+            "[%s] taking over the claim of job %s (%s)",
+            session_id[:8],
+            holder,
+            status if not stale else "stale",
+        )
+        self.locks.release_job(session_id, holder)
+        return self.locks.claim_job(session_id, job_id)
 
     def _unclaim(self, session_id: str, job_id: str) -> None:
         try:

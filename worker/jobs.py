@@ -89,21 +89,21 @@ def run_job(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) -
 def fail(rt: Runtime, session_id: str, job_id: str, reason: str) -> JobStatus:
     """End the job ``failed`` with ``reason``; the thread was not touched."""
     log.warning("[%s] summarizer failed: %s; session continues unchanged", session_id[:8], reason)
-    release_claim(rt, session_id, job_id)
     set_job(rt.engine, job_id, session_id, JobStatus.FAILED, reason)
+    release_claim(rt, session_id, job_id)
     return JobStatus.FAILED
 
 
 def _skip(rt: Runtime, session_id: str, job_id: str, reason: str) -> JobStatus:
     log.info("[%s] summarizer skipped: %s", session_id[:8], reason)
-    release_claim(rt, session_id, job_id)
     set_job(rt.engine, job_id, session_id, JobStatus.SKIPPED, reason)
+    release_claim(rt, session_id, job_id)
     return JobStatus.SKIPPED
 
 
 def release_claim(rt: Runtime, session_id: str, job_id: str) -> None:
-    """Let the next turn queue a job: done before the job's final status is written, so a
-    turn that sees this job finished can always queue the next one."""
+    """Let the next turn queue a job. Done after the job's final status is written; a turn
+    that comes in between takes the claim over (the hook sees the job has ended)."""
     try:
         rt.locks.release_job(session_id, job_id)
     except Exception as exc:  # the claim expires on its own
@@ -121,8 +121,8 @@ def _compact(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) 
         messages = _messages(rt, session_id)
         if (done := _summary_of_job(messages, job_id)) is not None:
             log.info("[%s] summarizer: job %s had patched already; recording it", sid, job_id)
-            release_claim(rt, session_id, job_id)
             _record(rt, session_id, job_id, summary_meta(done))
+            release_claim(rt, session_id, job_id)
             return JobStatus.APPLIED
         plan = plan_compaction(messages, settings)
         if isinstance(plan, Skip):
@@ -169,8 +169,10 @@ def _compact(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) 
                 thread_config(session_id), {"messages": patch}, as_node=AGENT_NODE
             )
             failpoint("after_patch")
-            release_claim(rt, session_id, job_id)
+            # the claim stays until the usage row is written: no other job can fold this
+            # summary away before a redelivery of this one has recorded it
             _record(rt, session_id, job_id, summary_meta(summary))
+            release_claim(rt, session_id, job_id)
         log.info(
             "[%s] summarizer done: -%d chars, summary %d chars, %dms",
             sid,
