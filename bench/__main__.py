@@ -345,8 +345,9 @@ def bench_job_floor(pg_url: str, stub: StubServer, per_run: int, runs: int = 5) 
             "job = run_job as the worker runs it: job row, read thread, plan, prompt, LLM call, thread lock (Redis), "
             "re-read, reconcile, patch, usage row; floor = read the state, write the patched checkpoint, insert one usage row",
         ],
-        "the job reads the thread twice (once to plan, once under the lock to check the plan still fits) and "
-        "writes the job row three times; those are the price of never losing a message to a concurrent turn",
+        "the job reads the thread twice (once to plan, once under the lock to check the plan still fits), "
+        "calls the LLM and writes its job row twice (running, applied); the second read is the price of never "
+        "losing a message to a concurrent turn",
     )
 
 
@@ -496,6 +497,9 @@ def bench_planner(runs: int = 5) -> Result:
         [
             f"median of {runs} runs; threads of turns with 1-6 tool steps, a quarter of them parallel batches of 3"
         ],
+        "each message is one pydantic object touched once by a single pass; at 100,000 messages they no longer "
+        "fit the CPU caches, so the per-message cost rises (10,000 messages stay cache-resident): the growth "
+        "comes from memory, not from the algorithm, which is linear",
     )
 
 
