@@ -18,7 +18,10 @@ anywhere are folded into it, so a thread never holds two.
    invariant 3) and no tool call still waiting for its result lies before it
    (a pending call and everything after it always stay). Pairs are matched by
    ``tool_call_id``, not by position, so a result that arrives after other
-   messages (a human message in between) still binds its call.
+   messages (a human message in between) still binds its call. A call is
+   pending while no later turn has begun; one that a later turn left without a
+   result (input that was already broken) is already unpaired and holds no cut
+   back, or one abandoned call would stop a thread from ever compacting.
 3. The seed's rule first: the last valid cut at or before ``w`` that starts a
    turn (a human message that is not a summary). It is taken when it is
    *worth it* (below) and brings the thread under the threshold.
@@ -282,10 +285,16 @@ class _Scan:
             self.head += 1
         diff = [0] * (n + 2)
         self.first_pending = n
+        try:
+            last_turn = n - 1 - self.turn_start[n - 1 :: -1].index(True)
+        except ValueError:
+            last_turn = -1
         for cid, a in self.call_at.items():
             t = self.answered.get(cid)
             if t is None:
-                self.first_pending = min(self.first_pending, a)
+                if a > last_turn:  # still waiting: no turn began after it
+                    self.first_pending = min(self.first_pending, a)
+                # else abandoned by an earlier turn: already unpaired, it holds nothing back
             else:
                 diff[a + 1] += 1
                 diff[t + 1] -= 1

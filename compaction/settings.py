@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     redis_key_prefix: str = "offpath"
     worker_pool: Literal["threads", "prefork", "solo"] = "threads"
     worker_concurrency: int = Field(default=64, gt=0)
-    max_turn_messages: int = Field(default=500, gt=0)
+    max_turn_messages: int = Field(default=10_000, gt=0)
     max_message_chars: int = Field(default=2_000_000, gt=0)
     flower_basic_auth: str = ""
     flower_port: int = 5555

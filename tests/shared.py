@@ -62,9 +62,16 @@ def pairing_problems(messages: Sequence[BaseMessage]) -> set[str]:
 
 
 def pending_calls(messages: Sequence[BaseMessage]) -> set[str]:
-    called = {c["id"] for m in messages for c in (getattr(m, "tool_calls", None) or [])}
+    """Calls with no result and no turn (a human message that is not a summary) after them."""
     answered = {m.tool_call_id for m in messages if m.type == "tool"}
-    return called - answered
+    pending: set[str] = set()
+    for m in messages:
+        if m.type == "human" and not marked_summary(m):
+            pending.clear()  # a new turn: earlier unanswered calls were abandoned, not pending
+        for c in getattr(m, "tool_calls", None) or []:
+            if c["id"] not in answered:
+                pending.add(c["id"])
+    return pending
 
 
 def check_compacted(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> BaseMessage:

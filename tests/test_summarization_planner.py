@@ -204,3 +204,18 @@ def test_summarization_missing_ids_are_refused():
     msgs = [m.model_copy(update={"id": None}) for i in range(6) for m in turn(i, 2_000)]
     with pytest.raises(ValueError, match="id"):
         plan_compaction(msgs, S)
+
+
+def test_summarization_a_call_abandoned_by_a_later_turn_does_not_block_compaction():
+    """Input already broken (a call never answered, then more turns) still compacts, and
+    compacting adds no orphan of its own."""
+    msgs = turn(0, 1_000)
+    msgs.append(
+        AIMessage(id="lost", content="", tool_calls=[{"id": "c-lost", "name": "logs", "args": {}}])
+    )
+    msgs += [m for i in range(1, 8) for m in turn(i, 2_000)]
+    outcome = compact(msgs, S, OfflineSummarizer())
+    assert isinstance(outcome, Compaction)
+    after = add_messages(msgs, outcome.patch)
+    check_compacted(msgs, after)
+    assert "lost" in {m.id for m in outcome.plan.removed}

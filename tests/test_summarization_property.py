@@ -59,6 +59,14 @@ def conversations(draw):
                     draw(st.integers(0, len(results) - 1)), HumanMessage(id=nid("h"), content="fyi")
                 )
             msgs.extend(results)
+        if draw(st.integers(0, 6)) == 0:  # a call never answered (broken input, or pending)
+            msgs.append(
+                AIMessage(
+                    id=nid("ai"),
+                    content="",
+                    tool_calls=[{"id": nid("call"), "name": "x", "args": {}, "type": "tool_call"}],
+                )
+            )
         msgs.append(AIMessage(id=nid("ai"), content=draw(TEXT)))
     if draw(st.booleans()):  # a call still waiting for its result, maybe answered in part
         calls = [

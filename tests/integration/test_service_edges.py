@@ -152,7 +152,7 @@ BAD_TURNS = {
         },
         422,
     ),
-    "too many messages": ({"messages": [{"type": "human", "content": "x"}] * 501}, 422),
+    "too many messages": ({"messages": [{"type": "human", "content": "x"}] * 10_001}, 422),
     "message too large": ({"messages": [{"type": "human", "content": "x" * 2_000_001}]}, 422),
     "state key messages": (
         {"messages": [{"type": "human", "content": "x"}], "state": {"messages": []}},
