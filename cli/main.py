@@ -37,6 +37,8 @@ console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 FORMATS = ("auto", "transcript", "openai", "langchain")
+#: ``celery`` on the project's app, in this interpreter.
+CELERY = [sys.executable, "-m", "celery", "-A", "worker.celery_app"]
 
 
 class CliError(Exception):
@@ -237,11 +239,7 @@ def worker(
     settings = settings_or_exit()
     migrate_or_exit(settings)
     cmd = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "worker.celery_app",
+        *CELERY,
         "worker",
         f"--loglevel={settings.log_level}",
         f"--pool={pool or settings.worker_pool}",
@@ -301,11 +299,7 @@ def flower(
     # Flower reads FLOWER_BASIC_AUTH itself: the password stays out of the process list
     os.environ["FLOWER_BASIC_AUTH"] = settings.flower_basic_auth
     cmd = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "worker.celery_app",
+        *CELERY,
         "flower",
         f"--port={port or settings.flower_port}",
         f"--address={address}",

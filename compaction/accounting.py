@@ -98,8 +98,12 @@ def args_chars(args: Any) -> int:
         return len(json.dumps(args, ensure_ascii=False, separators=(",", ":"), default=str))
 
 
-def content_text(content: str | Iterable[Any] | None) -> str:
-    """The text of a message's content: the string, or its text parts joined by newlines."""
+def content_text(content: str | Iterable[Any] | None, placeholders: bool = False) -> str:
+    """The text of a message's content: the string, or its text parts joined by newlines.
+
+    With ``placeholders``, every other part (but tool-call parts) shows as
+    ``[image: 6400 chars not shown]``, never as its payload (for prompts).
+    """
     if content is None:
         return ""
     if isinstance(content, str):
@@ -108,8 +112,12 @@ def content_text(content: str | Iterable[Any] | None) -> str:
     for block in content:
         if isinstance(block, str):
             parts.append(block)
-        elif isinstance(block, Mapping) and block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
+        elif isinstance(block, Mapping):
+            kind = block.get("type")
+            if kind == "text":
+                parts.append(str(block.get("text", "")))
+            elif placeholders and kind not in _CALL_TYPES:
+                parts.append(f"[{kind or 'part'}: {block_chars(block)} chars not shown]")
     return "\n".join(parts)
 
 

@@ -12,13 +12,13 @@ messages from the middle are left out and say so.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from compaction.accounting import block_chars
+from compaction.accounting import content_text
 from compaction.planner import CompactionPlan
 from compaction.summary import is_summary, summary_body
 
@@ -104,21 +104,7 @@ def render_message(message: BaseMessage) -> str:
 
 def render_content(content: str | Sequence[Any]) -> str:
     """Content as text: strings and text parts; other parts as ``[image]``-style placeholders."""
-    if isinstance(content, str):
-        return content
-    parts = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, Mapping):
-            kind = block.get("type")
-            if kind == "text":
-                parts.append(str(block.get("text", "")))
-            elif kind in ("tool_use", "tool_call", "function_call"):
-                continue
-            else:
-                parts.append(f"[{kind or 'part'}: {block_chars(block)} chars not shown]")
-    return "\n".join(parts)
+    return content_text(content, placeholders=True)
 
 
 def shorten(text: str, limit: int) -> str:
