@@ -381,26 +381,7 @@ def bench_throughput(
                 "WORKER_CONCURRENCY": conc,
             }
             log = open(Path(tempfile.gettempdir()) / f"bench-worker-{RUN_ID}-{pool}.log", "ab")
-            worker = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "worker.celery_app",
-                    "worker",
-                    "--without-mingle",
-                    "--without-gossip",
-                    "-l",
-                    "warning",
-                    "-n",
-                    f"bench-{pool}-{run}@%h",
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+            worker = start_worker(env, f"bench-{pool}-{run}@%h", log)
             try:
                 sids = []
                 for k in range(n):
@@ -442,6 +423,25 @@ def bench_throughput(
         "with a 2 s LLM, a host does at most concurrency / 2 compactions per second: prefork's default concurrency "
         "is the number of cores (2 here), so it is bound to ~1/s; threads overlap the waits in one process",
     )
+
+
+def start_worker(env: dict[str, str], name: str, out: Any) -> subprocess.Popen[bytes]:
+    """A Celery worker process of the project's app, named ``name``, with ``env``."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "worker.celery_app",
+        "worker",
+        "--without-mingle",
+        "--without-gossip",
+        "-l",
+        "warning",
+        "-n",
+        name,
+    ]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def purge_broker() -> None:
@@ -565,26 +565,7 @@ def bench_memory(pg_url: str, stub: StubServer, jobs: int) -> Result:
         "SUMMARIZATION_THRESHOLD_CHARS": "3000",
         "SUMMARIZATION_KEEP_CHARS": "1000",
     }
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "worker.celery_app",
-            "worker",
-            "--without-mingle",
-            "--without-gossip",
-            "-l",
-            "warning",
-            "-n",
-            f"bench-mem-{RUN_ID}@%h",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    worker = start_worker(env, f"bench-mem-{RUN_ID}@%h", subprocess.DEVNULL)
     samples: list[tuple[int, float]] = []
     try:
         proc = psutil.Process(worker.pid)

@@ -142,11 +142,6 @@ def estimate_summary_chars(removed_chars: int, request: str | None) -> int:
     return len(SUMMARY_PREFIX) + 2 + min(SUMMARY_ESTIMATE_CHARS, removed_chars // 2) + quoted
 
 
-def is_turn_start(message: BaseMessage) -> bool:
-    """A human message that opens a turn (summaries do not)."""
-    return message.type == "human" and not is_summary(message)
-
-
 def plan_compaction(messages: Sequence[BaseMessage], settings: Settings) -> CompactionPlan | Skip:
     """Plan a compaction of ``messages`` (a thread's ``messages`` channel) under ``settings``.
 

@@ -22,7 +22,7 @@ from sqlalchemy import JSON, Column, event, func
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
-from compaction.accounting import CHARS_PER_TOKEN
+from compaction.accounting import approx_tokens
 from compaction.settings import Settings
 
 
@@ -221,11 +221,6 @@ def now_utc() -> datetime:
     return _now()
 
 
-def get_job(engine: Engine, job_id: str) -> CompactionJob | None:
-    with Session(engine) as s:
-        return s.get(CompactionJob, job_id)
-
-
 def start_job(engine: Engine, job_id: str, session_id: str) -> JobStatus | None:
     """Mark the job ``running`` and count the attempt, unless it has finished already.
 
@@ -309,14 +304,6 @@ def record_compaction(engine: Engine, job_id: str, event_row: UsageEvent) -> boo
         return True
 
 
-def usage_events_of(engine: Engine, session_id: str | None = None) -> list[UsageEvent]:
-    with Session(engine) as s:
-        q = select(UsageEvent).order_by(UsageEvent.id)
-        if session_id is not None:
-            q = q.where(UsageEvent.session_id == session_id)
-        return list(s.exec(q))
-
-
 def stats(engine: Engine) -> dict[str, Any]:
     """The ``/stats`` body, computed in SQL: the seed's two fields and ours."""
     summ = UsageEvent.metadata_["summarization"].as_boolean()
@@ -337,7 +324,7 @@ def stats(engine: Engine) -> dict[str, Any]:
             "total_summarizations": int(count),
             "total_chars_compacted": int(total),
             "sessions_compacted": int(sessions),
-            "approx_tokens_saved": int(total) // CHARS_PER_TOKEN,
+            "approx_tokens_saved": approx_tokens(int(total)),
             "jobs": {status.value: int(by_status.get(status.value, 0)) for status in JobStatus},
         }
     }
@@ -357,7 +344,6 @@ __all__ = [
     "SQLModel",
     "UsageEvent",
     "create_job",
-    "get_job",
     "job_status",
     "now_utc",
     "start_job",
@@ -369,5 +355,4 @@ __all__ = [
     "set_job",
     "sqlalchemy_url",
     "stats",
-    "usage_events_of",
 ]

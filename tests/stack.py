@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,6 +21,8 @@ from typing import Any
 
 import httpx
 import psycopg
+
+from compaction import formats
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -48,20 +51,49 @@ def drop_pg_database(url: str) -> None:
 
 
 def split_turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Transcript dicts cut into turns at human messages (summaries stay with the next turn)."""
-    turns: list[list[dict[str, Any]]] = []
-    current: list[dict[str, Any]] = []
-    for m in messages:
-        is_turn_start = m.get("type") == "human" and not m.get("summary")
-        if is_turn_start and any(
-            x.get("type") == "human" and not x.get("summary") for x in current
-        ):
-            turns.append(current)
-            current = []
-        current.append(m)
-    if current:
-        turns.append(current)
-    return turns
+    """Transcript dicts cut into turns by :func:`compaction.formats.split_turns`, kept as the
+    original dicts so that replays post the shared files' messages unchanged."""
+    sizes = [len(t) for t in formats.split_turns(formats.to_messages(messages))]
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    return [messages[a : a + n] for a, n in zip(starts, sizes, strict=True)]
+
+
+def start_redis(port: int, folder: Path, *, persist: bool = False) -> subprocess.Popen[bytes]:
+    """A private redis-server on ``port`` (never the machine's own), answering when returned;
+    ``persist``: append-only file in ``folder``, so queued jobs survive a restart."""
+    import redis
+
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError("redis-server is not installed; .ci/run needs it")
+    aof = "yes" if persist else "no"
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            aof,
+            "--dir",
+            str(folder),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+
+    def pings() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    wait_for(pings, timeout=10)
+    client.close()
+    return proc
 
 
 class Stack:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import time
@@ -21,7 +20,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from shared import CASES, check_compacted, from_api, load, marked_summary, messages_of
-from stack import PG_ADMIN, Stack, free_port, split_turns, wait_for
+from stack import PG_ADMIN, Stack, free_port, split_turns, start_redis, wait_for
 
 pytestmark = pytest.mark.usefixtures("stub")
 
@@ -115,33 +114,12 @@ def test_worker_killed_mid_job_loses_nothing(stacks, stub, fault_n, point):
 
 
 def test_broker_restart_while_turns_and_jobs_flow(stacks, stub, tmp_path, fault_n):
-    exe = shutil.which("redis-server")
-    assert exe, "redis-server is needed"
     port = free_port()
 
-    def start_redis() -> subprocess.Popen:
-        proc = subprocess.Popen(
-            [
-                exe,
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--appendonly",
-                "yes",
-                "--save",
-                "",
-                "--dir",
-                str(tmp_path),
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        import redis
+    def start_redis_here() -> subprocess.Popen:
+        return start_redis(port, tmp_path, persist=True)
 
-        wait_for(lambda: _pings(redis.Redis(port=port)), timeout=10)
-        return proc
-
-    redis_proc = start_redis()
+    redis_proc = start_redis_here()
     stack = stacks.get("sqlite", **{**FAST, "REDIS_URL": f"redis://127.0.0.1:{port}/0"})
     # as in production, the worker runs under `offpath worker`, which restarts it if it dies
     stack.kill_worker()
@@ -161,7 +139,7 @@ def test_broker_restart_while_turns_and_jobs_flow(stacks, stub, tmp_path, fault_
                 started = time.monotonic()
                 assert stack.post_turn(sessions[2], turn).status_code == 200
                 assert time.monotonic() - started < 1.5
-            redis_proc = start_redis()
+            redis_proc = start_redis_here()
             # the next turn on each thread queues what the outage could not
             for s in sessions:
                 assert (
@@ -195,13 +173,6 @@ def test_broker_restart_while_turns_and_jobs_flow(stacks, stub, tmp_path, fault_
     finally:
         redis_proc.kill()
     record("broker stopped and restarted", fault_n, ok)
-
-
-def _pings(client) -> bool:
-    try:
-        return bool(client.ping())
-    except Exception:
-        return False
 
 
 def test_postgres_connections_dropped_mid_job(stacks, stub, fault_n):

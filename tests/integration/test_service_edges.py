@@ -4,14 +4,12 @@ one writer per thread, no LLM configured, and state keys surviving a patch."""
 from __future__ import annotations
 
 import concurrent.futures
-import shutil
-import subprocess
 import time
 import uuid
 
 import pytest
 from shared import CASES, TRANSCRIPTS, from_api, load, messages_of
-from stack import free_port, split_turns, wait_for
+from stack import free_port, split_turns, start_redis, wait_for
 
 pytestmark = pytest.mark.usefixtures("stub")
 
@@ -250,35 +248,8 @@ def test_state_keys_survive_compaction_through_the_api(stacks, backend):
 
 @pytest.fixture
 def private_redis(tmp_path):
-    exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.fail("redis-server is not installed; .ci/run needs it")
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    import redis
-
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
+    proc = start_redis(port, tmp_path)
     yield port, proc
     if proc.poll() is None:
         proc.kill()
