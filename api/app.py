@@ -163,7 +163,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
             values = state_of(rt, session_id)
             current = list(values.get("messages", []))
             try:
-                new = validate_turn(
+                new, warnings = validate_turn(
                     current,
                     new,
                     max_messages=settings.max_turn_messages,
@@ -187,6 +187,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
             "appended": len(new),
             "messages": len(messages),
             "chars": total_chars(messages),
+            "warnings": [{"code": w.code, "message": w.message} for w in warnings],
         }
 
     @app.get("/sessions/{session_id}/messages")

@@ -7,7 +7,8 @@ and :func:`build_patch` (the update for LangGraph's ``add_messages``).
 """
 
 from compaction.accounting import message_chars, total_chars
-from compaction.patch import Stale, build_patch, new_unpaired, reconcile, summary_message
+from compaction.pairing import new_unpaired, pair_messages, without_orphans
+from compaction.patch import Stale, build_patch, reconcile, summary_message
 from compaction.planner import CompactionPlan, Skip, SkipReason, plan_compaction
 from compaction.prompt import SummaryPrompt, build_prompt
 from compaction.settings import Settings, SettingsError, get_settings, load_settings
@@ -33,8 +34,10 @@ __all__ = [
     "make_summarizer",
     "message_chars",
     "new_unpaired",
+    "pair_messages",
     "plan_compaction",
     "reconcile",
     "summary_message",
     "total_chars",
+    "without_orphans",
 ]

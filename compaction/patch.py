@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
+from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 
 from compaction.accounting import message_chars
 from compaction.planner import CompactionPlan
@@ -97,26 +97,4 @@ def build_patch(plan: CompactionPlan, summary: HumanMessage) -> list[BaseMessage
     return [summary, *(RemoveMessage(id=str(m.id)) for m in plan.removed[1:])]
 
 
-def unpaired(messages: Sequence[BaseMessage]) -> set[str]:
-    """Tool-call ids without their partner: results with no call before them, and calls
-    with no result (pending calls included)."""
-    calls: set[str] = set()
-    results: set[str] = set()
-    loose: set[str] = set()
-    for m in messages:
-        if isinstance(m, AIMessage):
-            calls.update(c["id"] for c in m.tool_calls if c.get("id"))
-        elif isinstance(m, ToolMessage):
-            if m.tool_call_id not in calls:
-                loose.add(m.tool_call_id)
-            results.add(m.tool_call_id)
-    return loose | (calls - results)
-
-
-def new_unpaired(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> set[str]:
-    """Tool-call ids unpaired in ``after`` that were not unpaired in ``before``: a patch
-    must leave this empty (DESIGN.md invariant 3); checked before a patch is written."""
-    return unpaired(after) - unpaired(before)
-
-
-__all__ = ["Stale", "build_patch", "new_unpaired", "reconcile", "summary_message", "unpaired"]
+__all__ = ["Stale", "build_patch", "reconcile", "summary_message"]

@@ -16,12 +16,15 @@ anywhere are folded into it, so a thread never holds two.
 2. A cut is *valid* when no tool-call pair straddles it (an AI message and all
    of its results, parallel calls included, stay on one side; DESIGN.md
    invariant 3) and no tool call still waiting for its result lies before it
-   (a pending call and everything after it always stay). Pairs are matched by
-   ``tool_call_id``, not by position, so a result that arrives after other
-   messages (a human message in between) still binds its call. A call is
+   (a pending call and everything after it always stay). A result answers the
+   nearest earlier unanswered call with its id (:mod:`compaction.pairing`), not
+   the first call with that id (ids repeat across turns on some servers) and not
+   the message right before it (a human message may come in between). A call is
    pending while no later turn has begun; one that a later turn left without a
    result (input that was already broken) is already unpaired and holds no cut
    back, or one abandoned call would stop a thread from ever compacting.
+   Orphan results (answering no call) and earlier summaries are removed
+   wherever they stand.
 3. The seed's rule first: the last valid cut at or before ``w`` that starts a
    turn (a human message that is not a summary). It is taken when it is
    *worth it* (below) and brings the thread under the threshold.
@@ -60,6 +63,7 @@ from typing import Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from compaction.accounting import content_text, message_chars
+from compaction.pairing import CallPairer, call_ids
 from compaction.settings import Settings
 from compaction.summary import SUMMARY_PREFIX, is_summary, summary_meta
 
@@ -243,26 +247,18 @@ class _Scan:
         self.turn_start = [False] * (n + 1)
         self.sizes = sizes = [0] * n
         self.ids: list[str | None] = [None] * n
-        self.call_at: dict[str, int] = {}
-        self.answered: dict[str, int] = {}
-        call_at, answered, ids = self.call_at, self.answered, self.ids
+        self.pairer = pairer = CallPairer()
+        ids = self.ids
         system, summary, turn_start = self.system, self.summary, self.turn_start
         for i, m in enumerate(messages):
             sizes[i] = message_chars(m)
             ids[i] = m.id
             cls = type(m)
             if cls is ToolMessage or (cls is not AIMessage and isinstance(m, ToolMessage)):
-                cid = m.tool_call_id
-                if cid in call_at:
-                    answered[cid] = i
+                pairer.add_result(i, m.tool_call_id)
             elif cls is AIMessage or isinstance(m, AIMessage):
-                calls = m.tool_calls
-                if m.invalid_tool_calls:
-                    calls = [*calls, *m.invalid_tool_calls]
-                for call in calls:
-                    cid = call["id"]
-                    if cid and cid not in call_at:
-                        call_at[cid] = i
+                if m.tool_calls or m.invalid_tool_calls:
+                    pairer.add_calls(i, call_ids(m))
             elif isinstance(m, SystemMessage):
                 system[i] = True
             elif isinstance(m, HumanMessage):
@@ -284,19 +280,21 @@ class _Scan:
             last_turn = n - 1 - self.turn_start[n - 1 :: -1].index(True)
         except ValueError:
             last_turn = -1
-        for cid, a in self.call_at.items():
-            t = self.answered.get(cid)
-            if t is None:
-                if a > last_turn:  # still waiting: no turn began after it
-                    self.first_pending = min(self.first_pending, a)
-                # else abandoned by an earlier turn: already unpaired, it holds nothing back
-            else:
-                diff[a + 1] += 1
-                diff[t + 1] -= 1
+        for a, _ in self.pairer.open_calls():
+            if a > last_turn:  # still waiting: no turn began after it
+                self.first_pending = min(self.first_pending, a)
+            # else abandoned by an earlier turn: already unpaired, it holds nothing back
+        for a, t in self.pairer.pairs:
+            diff[a + 1] += 1
+            diff[t + 1] -= 1
         self.blocked = [1 if v else 0 for v in accumulate(diff[: n + 1])]
         # prefix sums of sizes; system messages (rarely past the head) are subtracted
         self.chars_before = [0, *accumulate(self.sizes)]
         self.summaries = [i for i in range(n) if self.summary[i]]
+        # removed wherever they stand: earlier summaries (folded into the new one) and
+        # orphan tool results (issue 8, item 10: the next compaction removes them)
+        self.anywhere = sorted({*self.summaries, *self.pairer.orphans})
+        self.removed_anywhere = set(self.anywhere)
         self.mid_systems = (
             [i for i in range(self.head, n) if system[i]] if any(system[self.head :]) else []
         )
@@ -307,7 +305,7 @@ class _Scan:
         """Size of the compaction that cuts at ``cut`` (earlier summaries after it folded in)."""
         if cut is None:
             return None
-        late = [i for i in self.summaries if i >= cut]
+        late = [i for i in self.anywhere if i >= cut]
         systems = [i for i in self.mid_systems if i < cut]
         chars = self.chars_before[cut] - self.chars_before[self.head]
         chars += sum(self.sizes[i] for i in late) - sum(self.sizes[i] for i in systems)
@@ -336,7 +334,7 @@ class _Scan:
         if None in self.ids or "" in self.ids:
             kind = messages[(self.ids.index(None) if None in self.ids else self.ids.index(""))].type
             raise ValueError(f"every message needs an id to be compacted; a {kind} has none")
-        late = [i for i in self.summaries if i >= cut]
+        late = [i for i in self.anywhere if i >= cut]
         if not self.mid_systems and not late:
             removed, kept = list(messages[head:cut]), list(messages[cut:])
             order = self.ids[head:]
@@ -346,7 +344,7 @@ class _Scan:
                 if self.system[i]:
                     continue
                 order.append(self.ids[i])
-                (removed if i < cut or self.summary[i] else kept).append(messages[i])
+                (removed if i < cut or i in self.removed_anywhere else kept).append(messages[i])
         return CompactionPlan(
             cut=c.cut,
             boundary=c.boundary,

@@ -41,19 +41,20 @@ REQUEST_HEADING = "**Request of the turn in progress (verbatim):**"
 
 
 def is_summary(message: BaseMessage) -> bool:
-    """True when ``message`` is a summary written by a compaction.
+    """True when ``message`` carries the summary marker: ``lc_source: "summarization"`` in
+    ``additional_kwargs`` (what offpath writes), or ``summary: true`` (the cases' format
+    for a summary imported from elsewhere).
 
-    Recognised by the ``lc_source`` marker, by ``summary: true`` (the cases'
-    format), or, for summaries that lost their metadata on the way (an
-    export/import), by a human message starting with :data:`SUMMARY_PREFIX`.
+    Only the marker counts, never the text: a user message that happens to open with
+    :data:`SUMMARY_PREFIX` (a pasted note) is a request like any other (issue 8, item 9;
+    the ``prefix-in-user-text`` case). A marked message is folded into the next summary,
+    but what its metadata claims (job id, replaced counts) is never trusted: offpath
+    counts usage only from its own job records (DESIGN.md invariant 10).
     """
     if message.type != "human":
         return False
     extra = message.additional_kwargs
-    if extra.get("lc_source") == SUMMARY_SOURCE or extra.get("summary") is True:
-        return True
-    content = message.content
-    return isinstance(content, str) and content.startswith(SUMMARY_PREFIX)
+    return extra.get("lc_source") == SUMMARY_SOURCE or extra.get("summary") is True
 
 
 def summary_meta(message: BaseMessage) -> Mapping[str, Any]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from compaction.accounting import message_chars
+from compaction.pairing import CallPairer
 
 ALLOWED = (SystemMessage, HumanMessage, AIMessage, ToolMessage)
 
@@ -22,35 +24,49 @@ class TurnError(ValueError):
     """The turn cannot be appended; the message says which message and why."""
 
 
+@dataclass(frozen=True, slots=True)
+class TurnWarning:
+    """Something accepted but worth saying: ``code`` names it, ``message`` says where."""
+
+    code: str
+    message: str
+
+
+#: ``TurnWarning.code`` of a tool result that answers no earlier unanswered call.
+ORPHAN_RESULT = "orphan_tool_result"
+
+
 def validate_turn(
     current: Sequence[BaseMessage],
     new: Sequence[BaseMessage],
     *,
     max_messages: int,
     max_message_chars: int,
-) -> list[BaseMessage]:
-    """Check ``new`` against ``current`` and return it with ids filled in.
+) -> tuple[list[BaseMessage], list[TurnWarning]]:
+    """Check ``new`` against ``current``; return it with ids filled in, and the warnings.
 
     Rules: 1 to ``max_messages`` messages; only system, human, ai and tool
-    messages; at most ``max_message_chars`` chars each; ids unique and not
-    already in the thread (re-sending an id would silently edit a message);
-    tool calls well-formed with unique ids; every tool result answers a call
-    made before it (in the thread or earlier in the turn) that has no result
-    yet. Calls may stay unanswered (pending, e.g. waiting for approval).
+    messages; at most ``max_message_chars`` chars each; message ids unique and not
+    already in the thread (re-sending an id would silently edit a message); tool
+    calls with an id and a name. Call ids may repeat (some servers number calls per
+    response): a result answers the nearest earlier unanswered call with its id
+    (:mod:`compaction.pairing`). Calls may stay unanswered (pending, e.g. waiting for
+    approval). A result that answers no call (an orphan, e.g. left by another
+    framework's bad trim) is accepted with an ``orphan_tool_result`` warning: it is
+    never sent to a model and the next compaction removes it (issue 8, item 10).
+    Raises :class:`TurnError` naming the first bad message.
     """
     if not new:
         raise TurnError("the turn has no messages")
     if len(new) > max_messages:
         raise TurnError(f"the turn has {len(new)} messages; at most {max_messages} are accepted")
     seen_ids = {m.id for m in current}
-    calls: set[str] = set()
-    answered: set[str] = set()
-    for m in current:
-        if isinstance(m, AIMessage):
-            calls.update(c["id"] for c in m.tool_calls if c.get("id"))
-        elif isinstance(m, ToolMessage):
-            answered.add(m.tool_call_id)
+    pairer = CallPairer()
+    for i, m in enumerate(current):
+        pairer.add(i, m)
+    base = len(current)
     out: list[BaseMessage] = []
+    warnings: list[TurnWarning] = []
     for i, m in enumerate(new):
         where = f"message {i}"
         if not isinstance(m, ALLOWED):
@@ -63,26 +79,18 @@ def validate_turn(
         if (size := message_chars(m)) > max_message_chars:
             raise TurnError(f"{where}: {size} chars; at most {max_message_chars} are accepted")
         if isinstance(m, AIMessage):
-            if m.invalid_tool_calls:
-                bad = m.invalid_tool_calls[0]
-                raise TurnError(
-                    f"{where}: tool call {bad.get('id')!r} is malformed ({bad.get('error') or 'bad arguments'})"
-                )
-            for call in m.tool_calls:
-                cid = call.get("id")
-                if not cid or not call.get("name"):
+            for call in [*m.tool_calls, *m.invalid_tool_calls]:
+                if not call.get("id") or not call.get("name"):
                     raise TurnError(f"{where}: every tool call needs an id and a name")
-                if cid in calls:
-                    raise TurnError(f"{where}: tool call id {cid!r} is used twice")
-                calls.add(cid)
-        elif isinstance(m, ToolMessage):
-            cid = m.tool_call_id
-            if cid not in calls:
-                raise TurnError(
-                    f"{where}: tool result for {cid!r} answers no tool call of this session"
+        elif isinstance(m, ToolMessage) and pairer.add_result(base + i, m.tool_call_id) is None:
+            warnings.append(
+                TurnWarning(
+                    ORPHAN_RESULT,
+                    f"{where}: tool result for {m.tool_call_id!r} answers no earlier unanswered "
+                    "call; it is kept, never sent to a model, and removed by the next compaction",
                 )
-            if cid in answered:
-                raise TurnError(f"{where}: tool call {cid!r} already has a result")
-            answered.add(cid)
+            )
+        if isinstance(m, AIMessage):
+            pairer.add(base + i, m)
         out.append(m)
-    return out
+    return out, warnings

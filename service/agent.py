@@ -22,6 +22,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 
+from compaction.pairing import without_orphans
+
 AGENT_NODE = "agent"
 
 
@@ -42,7 +44,8 @@ def build_graph(
     def agent(state: AgentState) -> dict[str, Any]:
         if model is None:
             raise NoChatModel("no LLM configured")
-        return {"messages": [model.invoke(state["messages"])]}
+        # an orphan tool result (imported from elsewhere) never reaches the model
+        return {"messages": [model.invoke(without_orphans(state["messages"]))]}
 
     graph = StateGraph(AgentState)
     graph.add_node(AGENT_NODE, agent)

@@ -45,33 +45,39 @@ def marked_summary(m: BaseMessage) -> bool:
     )
 
 
+def _answer(waiting: list[tuple[str, str]], call_id: str) -> bool:
+    """Take the nearest earlier unanswered call with ``call_id`` off ``waiting``."""
+    for k in range(len(waiting) - 1, -1, -1):
+        if waiting[k][1] == call_id:
+            del waiting[k]
+            return True
+    return False
+
+
 def pairing_problems(messages: Sequence[BaseMessage]) -> set[str]:
-    """Ids of tool results with no earlier call and of calls never answered."""
-    called: set[str] = set()
-    answered: set[str] = set()
+    """``result:<tool message id>`` for each result that answers no earlier unanswered call,
+    ``call:<ai message id>:<call id>`` for each call never answered. A result answers the
+    nearest earlier unanswered call with its id (call ids may repeat across responses)."""
+    waiting: list[tuple[str, str]] = []
     problems: set[str] = set()
     for m in messages:
-        for call in getattr(m, "tool_calls", None) or []:
-            called.add(call["id"])
-        if m.type == "tool":
-            if m.tool_call_id not in called:
-                problems.add("result:" + m.tool_call_id)
-            answered.add(m.tool_call_id)
-    problems |= {"call:" + c for c in called - answered}
-    return problems
+        if m.type == "tool" and not _answer(waiting, m.tool_call_id):
+            problems.add(f"result:{m.id}")
+        waiting += [(m.id, c["id"]) for c in getattr(m, "tool_calls", None) or []]
+    return problems | {f"call:{mid}:{cid}" for mid, cid in waiting}
 
 
 def pending_calls(messages: Sequence[BaseMessage]) -> set[str]:
-    """Calls with no result and no turn (a human message that is not a summary) after them."""
-    answered = {m.tool_call_id for m in messages if m.type == "tool"}
-    pending: set[str] = set()
+    """``call:<ai message id>:<call id>`` of calls with no result and no turn (a human
+    message that is not a summary) after them."""
+    waiting: list[tuple[str, str]] = []
     for m in messages:
         if m.type == "human" and not marked_summary(m):
-            pending.clear()  # a new turn: earlier unanswered calls were abandoned, not pending
-        for c in getattr(m, "tool_calls", None) or []:
-            if c["id"] not in answered:
-                pending.add(c["id"])
-    return pending
+            waiting.clear()  # a new turn: earlier unanswered calls were abandoned, not pending
+        if m.type == "tool":
+            _answer(waiting, m.tool_call_id)
+        waiting += [(m.id, c["id"]) for c in getattr(m, "tool_calls", None) or []]
+    return {f"call:{mid}:{cid}" for mid, cid in waiting}
 
 
 def check_compacted(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> BaseMessage:
@@ -152,7 +158,7 @@ def check_case(
             "a kept message changed"
         )
     if expect.get("no_orphans"):
-        assert not pairing_problems(after) - {"call:" + c for c in pending_calls(after)}
+        assert not pairing_problems(after) - pending_calls(after)
     if expect.get("no_new_orphans"):
         assert pairing_problems(after) <= pairing_problems(before)
     if text := expect.get("request_verbatim"):

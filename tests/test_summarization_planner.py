@@ -219,3 +219,63 @@ def test_summarization_a_call_abandoned_by_a_later_turn_does_not_block_compactio
     after = add_messages(msgs, outcome.patch)
     check_compacted(msgs, after)
     assert "lost" in {m.id for m in outcome.plan.removed}
+
+
+def test_summarization_reused_call_ids_pair_each_call_with_its_own_result():
+    # every turn's first call is "fetch_logs:0" (per-response numbering, as Ollama does)
+    msgs = []
+    for i in range(8):
+        msgs += [
+            HumanMessage(id=f"h{i}", content=f"question {i}"),
+            AIMessage(
+                id=f"a{i}", content="", tool_calls=[{"id": "fetch_logs:0", "name": "f", "args": {}}]
+            ),
+            ToolMessage(id=f"t{i}", content="x" * 2_000, tool_call_id="fetch_logs:0"),
+            AIMessage(id=f"f{i}", content=f"answer {i}"),
+        ]
+    plan = plan_compaction(msgs, S)
+    assert isinstance(plan, CompactionPlan) and plan.boundary == "turn"
+    outcome = compact(msgs, S, OfflineSummarizer())
+    check_compacted(msgs, add_messages(msgs, outcome.patch))
+
+
+def test_summarization_parallel_calls_with_per_response_ids_stay_together():
+    msgs = []
+    for i in range(6):
+        calls = [{"id": f"call_{k}", "name": "f", "args": {}} for k in range(3)]
+        msgs += [
+            HumanMessage(id=f"h{i}", content=f"q{i}"),
+            AIMessage(id=f"a{i}", content="", tool_calls=calls),
+            *[
+                ToolMessage(id=f"t{i}-{k}", content="y" * 1_000, tool_call_id=f"call_{k}")
+                for k in (2, 0, 1)
+            ],
+            AIMessage(id=f"f{i}", content="done"),
+        ]
+    outcome = compact(msgs, S, OfflineSummarizer())
+    assert isinstance(outcome, Compaction)
+    check_compacted(msgs, add_messages(msgs, outcome.patch))
+
+
+def test_summarization_orphan_results_are_removed_by_the_next_compaction():
+    msgs = [m for i in range(8) for m in turn(i, 2_000)]
+    orphan_early = ToolMessage(id="o1", content="left by a bad trim", tool_call_id="gone-1")
+    orphan_late = ToolMessage(id="o2", content="answered twice", tool_call_id="c7-0")
+    msgs = [msgs[0], orphan_early, *msgs[1:], orphan_late]
+    outcome = compact(msgs, S, OfflineSummarizer())
+    assert isinstance(outcome, Compaction)
+    after = add_messages(msgs, outcome.patch)
+    check_compacted(msgs, after)
+    assert {"o1", "o2"} <= set(outcome.summary.additional_kwargs["summary"]["replaced_ids"])
+    assert not {"o1", "o2"} & {m.id for m in after}
+
+
+def test_summarization_a_user_message_opening_like_a_summary_is_a_request():
+    from compaction.summary import SUMMARY_PREFIX, is_summary
+
+    pasted = HumanMessage(id="p", content=f"{SUMMARY_PREFIX}\n\nmy notes; now: why is auth down?")
+    assert not is_summary(pasted)
+    msgs = [m for i in range(8) for m in turn(i, 2_000)] + [pasted]
+    outcome = compact(msgs, S, OfflineSummarizer())
+    after = add_messages(msgs, outcome.patch)
+    assert after[-1] == pasted

@@ -8,7 +8,7 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.graph.message import add_messages
-from shared import check_compacted
+from shared import check_compacted, pairing_problems
 
 from compaction.pipeline import Compaction, compact
 from compaction.planner import Skip
@@ -27,6 +27,8 @@ def conversations(draw):
     def nid(prefix):
         return f"{prefix}-{next(counter)}"
 
+    # some servers number calls per response: every turn's first call is "tool:0"
+    per_response_ids = draw(st.booleans())
     msgs = []
     if draw(st.booleans()):
         msgs.append(SystemMessage(id=nid("sys"), content=draw(TEXT)))
@@ -42,12 +44,19 @@ def conversations(draw):
         content = draw(TEXT)
         if draw(st.integers(0, 5)) == 0:
             content = [{"type": "text", "text": content}, IMAGE]
+        elif draw(st.integers(0, 8)) == 0:  # a pasted note that opens like a summary
+            content = f"{SUMMARY_PREFIX}\n\n{content}"
         msgs.append(HumanMessage(id=nid("h"), content=content))
         for _ in range(draw(st.integers(0, 6))):
             n_calls = draw(st.integers(0, 3))
             calls = [
-                {"id": nid("call"), "name": "tool", "args": {"q": draw(TEXT)}, "type": "tool_call"}
-                for _ in range(n_calls)
+                {
+                    "id": f"tool:{k}" if per_response_ids else nid("call"),
+                    "name": "tool",
+                    "args": {"q": draw(TEXT)},
+                    "type": "tool_call",
+                }
+                for k in range(n_calls)
             ]
             msgs.append(AIMessage(id=nid("ai"), content=draw(TEXT), tool_calls=calls))
             results = [
@@ -59,6 +68,8 @@ def conversations(draw):
                     draw(st.integers(0, len(results) - 1)), HumanMessage(id=nid("h"), content="fyi")
                 )
             msgs.extend(results)
+        if draw(st.integers(0, 8)) == 0:  # an orphan result, left by another framework's trim
+            msgs.append(ToolMessage(id=nid("t"), content=draw(TEXT), tool_call_id=nid("gone")))
         if draw(st.integers(0, 6)) == 0:  # a call never answered (broken input, or pending)
             msgs.append(
                 AIMessage(
@@ -103,6 +114,8 @@ def test_summarization_property_invariants(messages, settings):
     assert "iVBORw0KGgoiVBORw0KGgo" not in outcome.prompt.user
     after = add_messages(messages, outcome.patch)
     check_compacted(messages, after)
+    # orphan results are removed by the compaction, wherever they stood
+    assert not [p for p in pairing_problems(after) if p.startswith("result:")]
     # a second compaction right away folds the first summary: still one summary
     again = compact(after, settings, OfflineSummarizer())
     if isinstance(again, Compaction):

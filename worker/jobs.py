@@ -32,7 +32,8 @@ from langgraph.graph.message import add_messages
 from redis.exceptions import RedisError
 
 from compaction.accounting import message_chars
-from compaction.patch import Stale, build_patch, new_unpaired, reconcile, summary_message
+from compaction.pairing import new_unpaired
+from compaction.patch import Stale, build_patch, reconcile, summary_message
 from compaction.planner import Skip, plan_compaction
 from compaction.prompt import build_prompt
 from compaction.summarizers import Summarizer, SummarizerError

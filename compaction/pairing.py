@@ -1,0 +1,125 @@
+"""Which tool result answers which tool call. Pure.
+
+The rule (issue 8, items 8 and 10): a result answers the **nearest earlier
+unanswered call with its id**. Matching by id alone is not enough: some
+OpenAI-compatible servers (Ollama, Kimi on vLLM) number tool calls per response,
+so every turn's first call is ``fetch_logs:0``, and pairing the first call with
+the last result makes one "pair" span the whole thread (the ``reused-call-ids``
+case). Matching by position is not enough either: a result may come after other
+messages (the ``content-blocks`` case puts a human message between a call and its
+result).
+
+A result with no earlier unanswered call of its id is an *orphan* (left by another
+framework's bad trim, or a second answer to one call). A call with no result is
+*open*: pending while no later turn has begun, abandoned otherwise.
+
+:class:`CallPairer` works one message at a time, so the planner can pair in the
+same pass that sizes the messages; :func:`pair_messages` runs it over a list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+
+def call_ids(message: AIMessage) -> list[str]:
+    """Ids of an AI message's calls, malformed ones (``invalid_tool_calls``) included; a call
+    without an id cannot be answered and is left out."""
+    calls = message.tool_calls
+    if message.invalid_tool_calls:
+        calls = [*calls, *message.invalid_tool_calls]  # type: ignore[list-item]
+    return [c["id"] for c in calls if c.get("id")]
+
+
+class CallPairer:
+    """Pairs results with calls as messages are fed in thread order (by index).
+
+    ``pairs`` holds ``(call message index, result message index)``; ``orphans`` the
+    indexes of results that answer no call. :meth:`open_calls` lists calls still
+    waiting, as ``(message index, call id)``.
+    """
+
+    __slots__ = ("_open", "orphans", "pairs")
+
+    def __init__(self) -> None:
+        self._open: dict[str, list[int]] = {}
+        self.pairs: list[tuple[int, int]] = []
+        self.orphans: list[int] = []
+
+    def add_calls(self, index: int, ids: Iterable[str]) -> None:
+        """The AI message at ``index`` makes calls with ``ids`` (an id may repeat)."""
+        for cid in ids:
+            stack = self._open.get(cid)
+            if stack is None:
+                self._open[cid] = [index]
+            else:
+                stack.append(index)
+
+    def add_result(self, index: int, call_id: str) -> int | None:
+        """The tool message at ``index`` answers ``call_id``: returns the index of the call
+        it answers, or None (an orphan)."""
+        stack = self._open.get(call_id)
+        if not stack:
+            self.orphans.append(index)
+            return None
+        call = stack.pop()
+        if not stack:
+            del self._open[call_id]
+        self.pairs.append((call, index))
+        return call
+
+    def add(self, index: int, message: BaseMessage) -> None:
+        """Feed one message of any type."""
+        if isinstance(message, ToolMessage):
+            self.add_result(index, message.tool_call_id)
+        elif isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
+            self.add_calls(index, call_ids(message))
+
+    def open_calls(self) -> list[tuple[int, str]]:
+        """Calls with no result yet, as ``(message index, call id)``, in thread order."""
+        return sorted((i, cid) for cid, stack in self._open.items() for i in stack)
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    """The pairing of a whole message list (indexes into it)."""
+
+    pairs: tuple[tuple[int, int], ...]
+    orphans: tuple[int, ...]
+    open_calls: tuple[tuple[int, str], ...]
+
+
+def pair_messages(messages: Sequence[BaseMessage]) -> Pairing:
+    """Pair every tool result of ``messages`` with its call (see the module doc)."""
+    pairer = CallPairer()
+    for i, m in enumerate(messages):
+        pairer.add(i, m)
+    return Pairing(tuple(pairer.pairs), tuple(pairer.orphans), tuple(pairer.open_calls()))
+
+
+def unpaired(messages: Sequence[BaseMessage]) -> set[str]:
+    """What is unpaired in ``messages``, named by message id: ``result:<tool message id>``
+    for orphan results and ``call:<ai message id>:<call id>`` for calls with no result
+    (pending calls included). Message ids, not call ids, since call ids may repeat."""
+    p = pair_messages(messages)
+    out = {f"result:{messages[i].id}" for i in p.orphans}
+    out.update(f"call:{messages[i].id}:{cid}" for i, cid in p.open_calls)
+    return out
+
+
+def new_unpaired(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> set[str]:
+    """What is unpaired in ``after`` and was not in ``before``: a patch must leave this
+    empty (DESIGN.md invariant 3); checked before a patch is written."""
+    return unpaired(after) - unpaired(before)
+
+
+def without_orphans(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` without orphan tool results: what may be sent to a model (issue 8,
+    item 10: an orphan never reaches a model call)."""
+    orphans = set(pair_messages(messages).orphans)
+    if not orphans:
+        return list(messages)
+    return [m for i, m in enumerate(messages) if i not in orphans]
