@@ -4,14 +4,15 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY compaction ./compaction
 COPY service ./service
 COPY api ./api
 COPY worker ./worker
 COPY cli ./cli
 COPY examples ./examples
-RUN pip install . && useradd --create-home offpath && mkdir -p /app/data && chown offpath /app/data
+# the versions CI tested (constraints.txt, `make lock`)
+RUN pip install -c constraints.txt . && useradd --create-home offpath && mkdir -p /app/data && chown offpath /app/data
 USER offpath
 
 EXPOSE 8000 5555

@@ -16,6 +16,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from compaction.settings import Settings
+from service.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_session_lock
 
 #: How long a SQLite writer waits for another process's write, in seconds.
 SQLITE_BUSY_TIMEOUT_S = 30
@@ -65,7 +66,14 @@ def open_checkpoints(settings: Settings) -> Checkpoints:
             check=ConnectionPool.check_connection,
         )
         saver = PostgresSaver(pool)  # type: ignore[arg-type]
-        saver.setup()
+        try:
+            # one set-up at a time across processes: concurrent ones on a fresh database
+            # collide (UniqueViolation); setup() commits each statement before returning
+            with pg_session_lock(postgres_conninfo(settings), CHECKPOINTS_LOCK_KEY):
+                saver.setup()
+        except BaseException:
+            pool.close()
+            raise
         return Checkpoints(saver, pool)
 
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -73,8 +81,13 @@ def open_checkpoints(settings: Settings) -> Checkpoints:
     path = Path(settings.data_dir) / "checkpoints.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), check_same_thread=False, timeout=SQLITE_BUSY_TIMEOUT_S)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
-    saver = SqliteSaver(conn)
-    saver.setup()
+    try:
+        with file_lock(path.with_name(path.name + ".setup.lock")):  # one set-up at a time
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
+            saver = SqliteSaver(conn)
+            saver.setup()
+    except BaseException:
+        conn.close()
+        raise
     return Checkpoints(saver, conn)

@@ -1,0 +1,134 @@
+"""Removing a Celery queue from a Redis broker without leaving kombu's bookkeeping behind.
+
+kombu's Redis transport keeps, besides the queue's lists, binding tables: sets
+``_kombu.binding.<exchange>`` (and ``_kombu.binding_permanent.<exchange>`` for queues
+without ``x-expires``) whose members are ``routing_key\\x06\\x16pattern\\x06\\x16queue``,
+plus a sorted set ``_kombu.binding_deadlines`` of exchanges whose tables expire. A
+worker's remote-control queue (``<node name>.celery.pidbox`` in ``celery.pidbox``) and
+an event receiver's queue (``celeryev.<uuid>`` in ``celeryev``) add members to shared
+tables, and a worker that is killed, or a queue that is simply abandoned, leaves them
+there for ever. So do the messages a killed worker had not acknowledged (hash
+``unacked``, sorted set ``unacked_index``): kombu puts them back in their queue after
+the visibility timeout, re-creating it. The demo and the tests use queues of their own
+on the user's Redis; :func:`forget_queue` removes one and everything that names it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import redis
+
+TABLE_PREFIX = "_kombu.binding."
+PERMANENT_PREFIX = "_kombu.binding_permanent."
+DEADLINES_KEY = "_kombu.binding_deadlines"
+UNACKED_KEY, UNACKED_INDEX_KEY = "unacked", "unacked_index"  # kombu's defaults
+SEP = "\x06\x16"  # kombu.transport.redis.Channel.sep
+
+#: Drops the deadlines of exchanges whose binding table is gone (KEYS[1]: the deadline
+#: set, ARGV[1]: the table key prefix). Atomic, so a consumer re-adding its table (the
+#: table and its deadline are written together, by a script) is never undone.
+_DROP_DEADLINES = """
+local dropped = 0
+for _, exchange in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    if redis.call('EXISTS', ARGV[1] .. exchange) == 0 then
+        redis.call('ZREM', KEYS[1], exchange)
+        dropped = dropped + 1
+    end
+end
+return dropped
+"""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One member of a binding table."""
+
+    key: str  # the table: _kombu.binding.<exchange> or _kombu.binding_permanent.<exchange>
+    exchange: str
+    queue: str
+    member: bytes
+
+
+def is_redis(url: str) -> bool:
+    return url.startswith(("redis://", "rediss://"))
+
+
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+
+
+def bindings(redis_url: str) -> Iterator[Binding]:
+    """Every member of every kombu binding table in the Redis database at ``redis_url``."""
+    client = _client(redis_url)
+    try:
+        for prefix in (TABLE_PREFIX, PERMANENT_PREFIX):
+            for raw_key in client.scan_iter(match=prefix + "*", count=1000):
+                key = raw_key.decode()
+                for member in client.smembers(raw_key):
+                    queue = member.decode(errors="replace").split(SEP)[-1]
+                    yield Binding(key, key[len(prefix) :], queue, member)
+    finally:
+        client.close()
+
+
+def unacked(redis_url: str) -> Iterator[tuple[bytes, str]]:
+    """(delivery tag, queue) of each message delivered but not acknowledged (the queue is
+    the routing key, or the exchange, of a Celery message)."""
+    client = _client(redis_url)
+    try:
+        for tag, raw in client.hscan_iter(UNACKED_KEY, count=1000):
+            try:
+                _, exchange, routing_key = json.loads(raw)
+            except (ValueError, TypeError):
+                continue
+            yield tag, routing_key or exchange
+    finally:
+        client.close()
+
+
+def forget_queue(redis_url: str, queue: str, also_matching: Iterable[str] = ()) -> int:
+    """Delete ``queue`` (a Celery queue: direct exchange and routing key of the same name)
+    and its messages from the Redis broker at ``redis_url``, and every binding-table
+    member that names it or whose queue name contains one of ``also_matching`` (e.g. a
+    worker's node name, for its ``<node>.celery.pidbox`` queue). Sets left empty go
+    (Redis drops them), and so do deadlines of tables no longer there, and the queue's
+    unacknowledged messages.
+
+    Returns how many members were removed besides the queue's own. Does nothing for
+    other brokers. Raises the client's error if Redis does not answer.
+    """
+    if not is_redis(redis_url):
+        return 0
+    from kombu import Connection, Exchange, Queue
+
+    tags = [tag for tag, name in unacked(redis_url) if name == queue]
+    if tags:  # before the queue goes: kombu would put them back in it
+        client = _client(redis_url)
+        try:
+            client.pipeline().hdel(UNACKED_KEY, *tags).zrem(UNACKED_INDEX_KEY, *tags).execute()
+        finally:
+            client.close()
+    # through kombu: it unbinds what it declares and drops the priority lists
+    with Connection(redis_url, connect_timeout=2) as conn:
+        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0.2)
+        bound = Queue(queue, Exchange(queue, type="direct"), routing_key=queue)(
+            conn.default_channel
+        )
+        bound.declare()
+        bound.delete()
+    needles = [n for n in also_matching if n]
+    doomed: dict[str, list[bytes]] = {}
+    for b in bindings(redis_url):
+        if b.exchange == queue or b.queue == queue or any(n in b.queue for n in needles):
+            doomed.setdefault(b.key, []).append(b.member)
+    client = _client(redis_url)
+    try:
+        for key, members in doomed.items():
+            client.srem(key, *members)
+        client.eval(_DROP_DEADLINES, 1, DEADLINES_KEY, TABLE_PREFIX)
+    finally:
+        client.close()
+    return sum(len(m) for m in doomed.values())
