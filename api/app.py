@@ -12,13 +12,14 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from datetime import timedelta
+from typing import Annotated, Any, Literal
 
-from fastapi import BackgroundTasks, FastAPI, HTTPException, Path, Request
+from fastapi import BackgroundTasks, FastAPI, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
+from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, messages_to_dict
 from langgraph.graph.message import add_messages
 from pydantic import BaseModel, Field
 
@@ -29,7 +30,9 @@ from compaction.turns import TurnError, validate_turn
 from service import db
 from service.agent import AGENT_NODE, thread_config
 from service.hook import PostTurnHook, Publisher
+from service.leases import failure_backoff_s
 from service.locks import ThreadBusy
+from service.logs import tag
 from service.runtime import Runtime
 
 log = logging.getLogger("offpath.api")
@@ -65,6 +68,34 @@ class TurnIn(BaseModel):
     )
 
 
+def warn_if_redis_down(rt: Runtime) -> None:
+    """One WARNING line at start-up when the broker or the lock store does not answer: the
+    API starts all the same (turns do not need them), but should not start silently."""
+    from kombu.utils.url import sanitize_url
+
+    settings = rt.settings
+    down: dict[str, list[str]] = {}
+    errors: dict[str, str] = {}
+    redis_conn = getattr(rt.locks, "redis", None)  # None with LOCK_BACKEND=database
+    checks = [("broker", settings.celery_broker_url or settings.redis_url, rt.ping_broker)]
+    if redis_conn is not None:
+        checks.append(("lock store", settings.redis_url, redis_conn.ping))
+    for role, url, ping in checks:
+        try:
+            ping()
+        except Exception as exc:
+            down.setdefault(url, []).append(role)
+            errors.setdefault(url, f"{type(exc).__name__}: {exc}")
+    for url, roles in down.items():
+        log.warning(
+            "%s at %s unreachable at start-up (%s): turns work, but compaction jobs are not "
+            "queued until it is back",
+            " and ".join(roles),
+            sanitize_url(url),
+            errors[url],
+        )
+
+
 def create_app(settings: Settings | None = None, publish: Publisher | None = None) -> FastAPI:
     """The app; ``publish`` defaults to sending ``compact_session`` to the Celery broker."""
     settings = settings or get_settings()
@@ -83,8 +114,9 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
             publisher: Publisher = celery_publish
         else:
             publisher = publish
+        warn_if_redis_down(rt)
         app.state.rt = rt
-        app.state.hook = PostTurnHook(settings, rt.locks, rt.engine, publisher)
+        app.state.hook = PostTurnHook(settings, rt.leases, rt.engine, publisher)
         log.info("api ready: checkpoints %s", type(rt.checkpoints.saver).__name__)
         try:
             yield
@@ -135,7 +167,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
                 values = rt.graph.invoke({"messages": [human]}, config)
             except Exception as exc:
                 _undo(rt, config, human)
-                log.warning("[%s] chat turn failed: %s", session_id[:8], exc)
+                log.warning("[%s] chat turn failed: %s", tag(session_id), exc)
                 raise HTTPException(
                     status_code=502, detail=f"the chat model failed: {exc}"
                 ) from exc
@@ -191,41 +223,44 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         }
 
     @app.get("/sessions/{session_id}/messages")
-    def read_messages(session_id: SessionId, request: Request) -> dict[str, Any]:
-        """The thread's messages (LangChain dict format), its size and its other state keys."""
+    def read_messages(
+        session_id: SessionId,
+        request: Request,
+        format: Literal["transcript", "langchain"] = Query(  # noqa: A002 - the query name
+            "transcript",
+            description="transcript: LangChain dicts (type/content/tool_calls/...); langchain: "
+            "langchain_core's messages_to_dict, lossless",
+        ),
+    ) -> dict[str, Any]:
+        """The thread's messages, its size and its other state keys."""
         values = state_of(rt_of(request), session_id)
         if not values:
             raise HTTPException(status_code=404, detail=f"no session {session_id!r}")
         messages = values.get("messages", [])
         return {
             "session_id": session_id,
-            "messages": [message_json(m) for m in messages],
+            "messages": (
+                messages_to_dict(messages)
+                if format == "langchain"
+                else [message_json(m) for m in messages]
+            ),
             "chars": total_chars(messages),
             "state": values.get("context", {}),
         }
 
     @app.get("/sessions/{session_id}/compactions")
     def read_compactions(session_id: SessionId, request: Request) -> dict[str, Any]:
-        """The thread's compaction jobs, oldest first, and how each ended."""
-        rows = db.jobs_of(rt_of(request).engine, session_id)
-        if not rows and not state_of(rt_of(request), session_id):
+        """The thread's compaction jobs, oldest first, and how each ended; who holds the
+        thread now (``lease``) and the failure backoff, if one is running."""
+        rt = rt_of(request)
+        rows = db.jobs_of(rt.engine, session_id)
+        if not rows and not state_of(rt, session_id):
             raise HTTPException(status_code=404, detail=f"no session {session_id!r}")
         return {
             "session_id": session_id,
-            "jobs": [
-                {
-                    "job_id": r["job_id"],
-                    "status": r["status"],
-                    "reason": r["reason"],
-                    "attempts": r["attempts"],
-                    "chars_when_queued": r["chars_before"],
-                    "messages_removed": (r["metadata"] or {}).get("messages_removed"),
-                    "chars_removed": (r["metadata"] or {}).get("chars_removed"),
-                    "created_at": r["created_at"].isoformat(),
-                    "updated_at": r["updated_at"].isoformat(),
-                }
-                for r in rows
-            ],
+            "jobs": [job_json(r) for r in rows],
+            "lease": lease_json(rt, session_id),
+            "backoff": backoff_json(rt, session_id),
         }
 
     @app.get("/stats")
@@ -250,9 +285,69 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
             except Exception as exc:
                 status[name] = f"error: {type(exc).__name__}: {exc}"[:300]
         ok = all(v == "ok" for v in status.values())
+        status["reconciler"] = reconciler_status(rt)  # reported, not required (demo: no beat)
         return JSONResponse(status_code=200 if ok else 503, content={"ok": ok, **status})
 
     return app
+
+
+def reconciler_status(rt: Runtime) -> str:
+    """When the reconciler last ran (``offpath beat`` with a worker), as /healthz reports it."""
+    from worker.reconciler import seconds_since_last_pass
+
+    try:
+        ago = seconds_since_last_pass(rt)
+    except Exception as exc:
+        return f"unknown: {type(exc).__name__}"
+    if ago is None:
+        return "no pass seen: is `offpath beat` running?"
+    late = ago > 3 * rt.settings.reconcile_interval_s
+    return f"{'late: ' if late else 'ok: '}last pass {ago:.0f}s ago"
+
+
+def job_json(r: dict[str, Any]) -> dict[str, Any]:
+    """One ``compaction_jobs`` row as ``/compactions`` shows it."""
+    result = r["result"] or {}
+    applied = r["status"] == db.JobStatus.APPLIED
+    return {
+        "job_id": r["job_id"],
+        "status": r["status"],
+        "reason": r["reason"],
+        "reason_code": r["reason_code"],
+        "attempts": r["attempts"],
+        "published": r["published"],
+        "chars_when_queued": r["chars_before"],
+        "messages_removed": result.get("messages_removed") if applied else None,
+        "chars_removed": result.get("chars_removed") if applied else None,
+        "summarizer": result.get("summarizer"),
+        "latency_ms": result.get("latency_ms"),
+        "created_at": r["created_at"].isoformat(),
+        "updated_at": r["updated_at"].isoformat(),
+    }
+
+
+def lease_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
+    """Who holds the thread's claim now (None: free, or the lock store is unreachable)."""
+    try:
+        holder = rt.leases.holder(session_id)
+    except Exception:
+        return None
+    if holder is None:
+        return None
+    return {"job_id": holder.job_id, "state": holder.state.name.lower()}
+
+
+def backoff_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
+    """The failure backoff after jobs failed in a row (issue 8, item 5), while it runs."""
+    failures, last = db.failures_in_a_row(rt.engine, session_id)
+    s = rt.settings
+    seconds = failure_backoff_s(failures, s.failure_backoff_s, s.failure_backoff_max_s)
+    if not seconds or last is None:
+        return None
+    until = last + timedelta(seconds=seconds)
+    if until <= db.now_utc():
+        return None
+    return {"failures_in_a_row": failures, "seconds": seconds, "until": until.isoformat()}
 
 
 def _undo(rt: Runtime, config: dict[str, Any], human: HumanMessage) -> None:

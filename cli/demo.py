@@ -30,6 +30,7 @@ from rich.table import Table
 from cli.main import CliError, console, print_stats, replay_file, session_name
 from compaction.accounting import total_chars
 from compaction.settings import Settings
+from service.broker import forget_queue
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "incident-checkout-latency.json"
@@ -173,13 +174,18 @@ def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
 
 
 def _forget_redis_keys(url: str, name: str) -> None:
-    """Delete the demo's queue, its binding and its lock/claim keys from the user's Redis."""
+    """Delete the demo's queue, kombu's bindings naming it or the demo worker (remote
+    control), and the lock/claim keys from the user's Redis."""
+    from kombu.exceptions import KombuError
+
     try:
+        forget_queue(url, name, also_matching=[f"{name}@"])  # the worker is {name}@host
         client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
-        keys = [name, f"_kombu.binding.{name}", *client.scan_iter(f"{name}:*")]
-        client.delete(*keys)
+        keys = [*client.scan_iter(f"{name}:*")]
+        if keys:
+            client.delete(*keys)
         client.close()
-    except redis.RedisError:
+    except (redis.RedisError, KombuError, OSError):
         pass  # best effort: the keys are small and expire or are reused by nothing
 
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import httpx
 import typer
+from langchain_core.messages import messages_to_dict
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -24,7 +25,6 @@ from rich.table import Table
 from compaction.formats import (
     ConversationFormatError,
     extract_messages,
-    message_json,
     split_turns,
     to_messages,
 )
@@ -116,7 +116,10 @@ def replay_file(
         for turn in turns:
             try:
                 r = client.post(
-                    f"/sessions/{session}/turns", json={"messages": [message_json(m) for m in turn]}
+                    # langchain_core's own serialization: a lossless round trip (tool-call
+                    # errors, metadata, a tool message's status and artifact included)
+                    f"/sessions/{session}/turns",
+                    json={"messages": messages_to_dict(turn)},
                 )
             except httpx.HTTPError as exc:
                 raise CliError(
@@ -253,32 +256,83 @@ def worker(
     raise typer.Exit(supervise(cmd))
 
 
+#: Signals that stop the supervised worker; blocked while a new child is being started.
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
 def supervise(cmd: list[str]) -> int:
     """Run ``cmd``, restarting it when it exits with an error, until it exits cleanly or we
-    are told to stop (SIGTERM/SIGINT are passed on to it). Backoff 1 s, doubling to 30 s."""
-    stopping = False
+    are told to stop. Backoff 1 s, doubling to 30 s.
+
+    The child runs in a process group of its own, so a Ctrl-C in the terminal reaches only
+    us, and we pass it on once: the first SIGINT, SIGTERM or SIGHUP becomes a SIGTERM
+    (Celery's warm shutdown: running jobs finish, exit 0), a second Ctrl-C a SIGQUIT
+    (cold shutdown). On Linux the child is also told to stop (SIGTERM) if we die, even
+    by SIGKILL, so no worker is left behind.
+    """
+    stops = 0
     child: subprocess.Popen[bytes] | None = None
 
     def forward(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
+        nonlocal stops
+        stops += 1
         if child is not None and child.poll() is None:
-            child.send_signal(signum)
+            cold = stops > 1 and signum == signal.SIGINT
+            child.send_signal(signal.SIGQUIT if cold else signal.SIGTERM)
+            if stops == 1:
+                err.print(
+                    "stopping the worker when its running jobs end (Ctrl-C again: cancel them)"
+                )
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, forward)
+    in_child = _child_setup()
     delay = 1.0
+    code = 0
     while True:
         started = time.monotonic()
-        child = subprocess.Popen(cmd)
+        # a stop signal that arrives while the child is starting is handled once ``child``
+        # is set; the child unblocks them for itself (in_child)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            if stops:
+                return code
+            child = subprocess.Popen(cmd, process_group=0, preexec_fn=in_child)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         code = child.wait()
-        if stopping or code == 0:
+        if stops or code == 0:
             return code
         delay = 1.0 if time.monotonic() - started > 60 else min(delay * 2, 30.0)
         err.print(f"worker exited with code {code}; restarting in {delay:.0f}s", highlight=False)
-        time.sleep(delay)
-        if stopping:
-            return code
+        deadline = time.monotonic() + delay
+        while not stops and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def _child_setup() -> Any:
+    """What the supervised child runs before exec: ask for SIGTERM when the supervisor dies
+    (Linux ``PR_SET_PDEATHSIG``; skipped elsewhere), then take the stop signals back."""
+    parent = os.getpid()
+    prctl = None
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            pass
+
+    def in_child() -> None:
+        if prctl is not None:
+            prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        if prctl is not None and os.getppid() != parent:  # it died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return in_child
 
 
 @app.command()
@@ -307,6 +361,42 @@ def flower(
     os.execv(sys.executable, cmd)
 
 
+@app.command()
+def beat(
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Exit 0 if the reconciler ran in the last 3 intervals"),
+    ] = False,
+) -> None:
+    """Run Celery beat: the reconciler's schedule (every RECONCILE_INTERVAL_S). Run one."""
+    settings = settings_or_exit()
+    if check:
+        from service.runtime import Runtime
+        from worker.reconciler import seconds_since_last_pass
+
+        rt = Runtime.open(settings, run_migrations=False)
+        try:
+            ago = seconds_since_last_pass(rt)
+        finally:
+            rt.close()
+        if ago is None or ago > 3 * settings.reconcile_interval_s:
+            fail(
+                "the reconciler has not run lately"
+                + (f" (last pass {ago:.0f}s ago)" if ago else "")
+            )
+        console.print(f"reconciler: last pass {ago:.0f}s ago")
+        return
+    migrate_or_exit(settings)
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    cmd = [
+        *CELERY,
+        "beat",
+        f"--loglevel={settings.log_level}",
+        f"--schedule={Path(settings.data_dir) / 'celerybeat-schedule'}",
+    ]
+    os.execv(sys.executable, cmd)
+
+
 def migrate_or_exit(settings: Settings) -> str:
     """Bring the usage tables up to date; one line and exit 1 if the database is unreachable."""
     from service.db import migrate as run_migrations
@@ -314,9 +404,10 @@ def migrate_or_exit(settings: Settings) -> str:
     try:
         return run_migrations(settings)
     except Exception as exc:  # the driver's own message says what is wrong
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        # all of it on one line: the first line says where it failed, the last one why
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
         where = settings.database_url or f"SQLite under {settings.data_dir}"
-        fail(f"cannot use the database ({where}): {reason[-1] if reason else type(exc).__name__}")
+        fail(f"cannot use the database ({where}): {reason or type(exc).__name__}")
         raise  # unreachable: fail() exits
 
 

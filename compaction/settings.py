@@ -15,7 +15,7 @@ import os
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The smallest prompt budget that still fits the instructions and a few messages.
@@ -26,8 +26,16 @@ class SettingsError(ValueError):
     """A setting is missing, malformed or inconsistent; the message names it."""
 
 
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
 class Settings(BaseSettings):
-    """Service settings. Units are in the names: ``_chars``, ``_s`` (seconds), ``_ms``."""
+    """Service settings. Units are in the names: ``_chars``, ``_s`` (seconds), ``_ms``.
+
+    Every field is validated by its type (bounds, ``Literal`` choices, URL schemes);
+    settings that contradict each other fail together, naming both (issue 8, items
+    2, 4 and 17).
+    """
 
     model_config = SettingsConfigDict(
         env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
@@ -35,70 +43,84 @@ class Settings(BaseSettings):
 
     # --- compaction (the seed) -------------------------------------------------------
     summarization_enabled: bool = True
-    summarization_threshold_chars: int = 60_000
-    summarization_keep_chars: int = 20_000
-    summarization_max_prompt_chars: int = 60_000
+    summarization_threshold_chars: int = Field(default=60_000, ge=0)
+    summarization_keep_chars: int = Field(default=20_000, ge=0)
+    summarization_max_prompt_chars: int = Field(default=60_000, ge=MIN_PROMPT_CHARS)
 
     # --- summarizer LLM ----------------------------------------------------------------
-    summarization_model: str = "gpt-4o-mini"
+    summarization_model: str = Field(default="gpt-4o-mini", min_length=1)
     openai_api_key: SecretStr | None = None
-    openai_base_url: str | None = None
-    summarization_timeout_s: float = Field(default=60.0, gt=0)
-    summarization_max_retries: int = Field(default=2, ge=0)
+    openai_base_url: str | None = Field(default=None, pattern=r"^(https?://\S+)?$")
+    summarization_timeout_s: float = Field(default=60.0, gt=0, le=3_600)
+    summarization_max_retries: int = Field(default=2, ge=0, le=10)
     summarization_max_output_tokens: int = Field(default=1_024, gt=0)
     #: Model of the chat agent behind ``POST /sessions/{id}/messages``.
-    chat_model: str = "gpt-4o-mini"
+    chat_model: str = Field(default="gpt-4o-mini", min_length=1)
 
     # --- infrastructure ----------------------------------------------------------------
-    redis_url: str = "redis://localhost:6379/0"
+    redis_url: str = Field(default="redis://localhost:6379/0", pattern=r"^(rediss?|unix)://")
     #: Empty: SQLite files under ``data_dir``. ``postgresql://...``: PostgreSQL.
     database_url: str = ""
-    data_dir: str = "./data"
-    #: Broker URL for Celery; empty means ``redis_url``.
-    celery_broker_url: str = ""
-    #: Where thread locks and job claims live: "redis" (REDIS_URL) or "database" (the usage DB;
-    #: for the embedded demo, one machine only).
+    data_dir: str = Field(default="./data", min_length=1)
+    #: Broker URL for Celery; empty means ``redis_url``. ``amqp://`` for RabbitMQ.
+    celery_broker_url: str = Field(
+        default="", pattern=r"^$|^(rediss?|amqps?|pyamqp|sqla\+[a-z]+)://"
+    )
+    #: Where thread locks and job leases live: "redis" (REDIS_URL) or "database" (the usage
+    #: DB; for the embedded demo, one machine only).
     lock_backend: Literal["redis", "database"] = "redis"
-    publish_timeout_s: float = Field(default=1.0, gt=0)
+    publish_timeout_s: float = Field(default=1.0, gt=0, le=60)
     lock_timeout_s: float = Field(default=120.0, gt=0)
     lock_wait_s: float = Field(default=10.0, ge=0)
     job_soft_time_limit_s: int = Field(default=240, gt=0)
     job_time_limit_s: int = Field(default=300, gt=0)
-    job_max_retries: int = Field(default=3, ge=0)
+    job_max_retries: int = Field(default=3, ge=0, le=20)
     job_retry_backoff_s: int = Field(default=2, ge=0)
     job_retry_backoff_max_s: int = Field(default=60, gt=0)
+    #: A running job renews its lease on the thread every third of this; a dead job's
+    #: lease lapses within it (DESIGN.md invariant 11).
+    job_lease_s: int = Field(default=30, ge=3, le=3_600)
+    #: Period of the reconciler (``offpath beat``): ends or re-publishes lapsed jobs and
+    #: queues jobs for threads left over the threshold.
+    reconcile_interval_s: int = Field(default=15, ge=1, le=3_600)
+    #: After a job fails, its thread gets no new job for this long, doubling with each
+    #: further failure in a row, up to ``failure_backoff_max_s``.
+    failure_backoff_s: int = Field(default=60, ge=0)
+    failure_backoff_max_s: int = Field(default=3_600, gt=0)
     celery_visibility_timeout_s: int = Field(default=3_600, gt=0)
-    celery_queue: str = "compaction"
-    redis_key_prefix: str = "offpath"
+    celery_queue: str = Field(default="compaction", pattern=r"^[A-Za-z0-9._:-]{1,100}$")
+    redis_key_prefix: str = Field(default="offpath", pattern=r"^[A-Za-z0-9._:-]{1,100}$")
     worker_pool: Literal["threads", "prefork", "solo"] = "threads"
-    worker_concurrency: int = Field(default=64, gt=0)
+    worker_concurrency: int = Field(default=64, gt=0, le=4_096)
     max_turn_messages: int = Field(default=10_000, gt=0)
     max_message_chars: int = Field(default=2_000_000, gt=0)
     flower_basic_auth: str = ""
-    flower_port: int = 5555
-    api_url: str = "http://127.0.0.1:8000"
-    log_level: str = "INFO"
+    flower_port: int = Field(default=5555, ge=1, le=65_535)
+    api_url: str = Field(default="http://127.0.0.1:8000", pattern=r"^https?://\S+$")
+    log_level: LogLevel = "INFO"
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @property
+    def broker_url(self) -> str:
+        """The Celery broker: ``CELERY_BROKER_URL``, else ``REDIS_URL``."""
+        return self.celery_broker_url or self.redis_url
+
+    @property
+    def broker_is_redis(self) -> bool:
+        return self.broker_url.startswith(("redis://", "rediss://", "unix://"))
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
-        for name in (
-            "summarization_threshold_chars",
-            "summarization_keep_chars",
-            "summarization_max_prompt_chars",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name.upper()} must be 0 or more, got {getattr(self, name)}")
         threshold = self.summarization_threshold_chars
         keep = self.summarization_keep_chars
         if threshold and keep >= threshold:
             raise ValueError(
                 f"SUMMARIZATION_KEEP_CHARS ({keep}) must be smaller than "
                 f"SUMMARIZATION_THRESHOLD_CHARS ({threshold})"
-            )
-        if self.summarization_max_prompt_chars < MIN_PROMPT_CHARS:
-            raise ValueError(
-                f"SUMMARIZATION_MAX_PROMPT_CHARS ({self.summarization_max_prompt_chars}) "
-                f"must be at least {MIN_PROMPT_CHARS}"
             )
         url = self.database_url.strip()
         if url and not url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
@@ -112,15 +134,34 @@ class Settings(BaseSettings):
                 raise ValueError(
                     "FLOWER_BASIC_AUTH must be user:password (several: a,b separated by commas)"
                 )
-        if self.celery_visibility_timeout_s <= self.job_time_limit_s:
-            raise ValueError(
-                f"CELERY_VISIBILITY_TIMEOUT_S ({self.celery_visibility_timeout_s}) must be longer "
-                f"than JOB_TIME_LIMIT_S ({self.job_time_limit_s}), or running jobs are redelivered"
-            )
         if self.job_soft_time_limit_s >= self.job_time_limit_s:
             raise ValueError(
                 f"JOB_SOFT_TIME_LIMIT_S ({self.job_soft_time_limit_s}) must be smaller than "
                 f"JOB_TIME_LIMIT_S ({self.job_time_limit_s})"
+            )
+        llm_s = self.summarization_timeout_s * (self.summarization_max_retries + 1)
+        if llm_s >= self.job_soft_time_limit_s:
+            raise ValueError(
+                f"SUMMARIZATION_TIMEOUT_S ({self.summarization_timeout_s:g}) x "
+                f"(SUMMARIZATION_MAX_RETRIES ({self.summarization_max_retries}) + 1) = {llm_s:g} s "
+                f"must be under JOB_SOFT_TIME_LIMIT_S ({self.job_soft_time_limit_s}): one job "
+                "attempt would outlive its time limit"
+            )
+        if self.broker_is_redis:
+            # a retry is a message with an ETA, held unacknowledged until it is due: if it is
+            # held past the visibility timeout, Redis hands it to a second worker as well
+            held = self.job_retry_backoff_max_s + self.job_time_limit_s
+            if held >= self.celery_visibility_timeout_s:
+                raise ValueError(
+                    f"JOB_RETRY_BACKOFF_MAX_S ({self.job_retry_backoff_max_s}) + JOB_TIME_LIMIT_S "
+                    f"({self.job_time_limit_s}) must be under CELERY_VISIBILITY_TIMEOUT_S "
+                    f"({self.celery_visibility_timeout_s}), or Redis redelivers a job still "
+                    "waiting for its retry and it runs twice"
+                )
+        if self.failure_backoff_s > self.failure_backoff_max_s:
+            raise ValueError(
+                f"FAILURE_BACKOFF_S ({self.failure_backoff_s}) must not exceed "
+                f"FAILURE_BACKOFF_MAX_S ({self.failure_backoff_max_s})"
             )
         return self
 
@@ -152,6 +193,8 @@ def load_settings(**overrides: object) -> Settings:
         for err in exc.errors():
             loc = ".".join(str(p) for p in err.get("loc", ())).upper()
             msg = str(err.get("msg", "")).removeprefix("Value error, ")
+            if loc and err.get("type") != "value_error":
+                msg += f" (got {str(err.get('input'))[:60]!r})"
             lines.append(f"{loc}: {msg}" if loc else msg)
         raise SettingsError("invalid settings: " + "; ".join(lines)) from None
 

@@ -64,7 +64,14 @@ class UsageEvent(SQLModel, table=True):
 
 
 class CompactionJob(SQLModel, table=True):
-    """One queued compaction request and how it ended."""
+    """One queued compaction request and how it ended.
+
+    ``reason_code`` names why a job was skipped or failed (low cardinality, for
+    metrics); ``reason`` says it in words. ``published`` is false while the broker
+    has not taken the job (the reconciler publishes it). ``result`` is offpath's own
+    record of the summary a job is about to patch in (written before the patch): the
+    only source of what a compaction removed (DESIGN.md invariant 10).
+    """
 
     __tablename__ = "compaction_jobs"
 
@@ -72,8 +79,11 @@ class CompactionJob(SQLModel, table=True):
     session_id: str = Field(index=True, max_length=128)
     status: str = Field(default=JobStatus.QUEUED, index=True, max_length=16)
     reason: str | None = Field(default=None, max_length=2000)
+    reason_code: str | None = Field(default=None, max_length=32)
     attempts: int = 0
     chars_before: int | None = None
+    published: bool = True
+    result: dict[str, Any] | None = Field(default=None, sa_column=Column("result", JSON))
     created_at: datetime = Field(default_factory=_now, sa_type=sa.DateTime(timezone=True))
     updated_at: datetime = Field(default_factory=_now, sa_type=sa.DateTime(timezone=True))
 
@@ -113,28 +123,23 @@ def make_engine(settings: Settings) -> Engine:
 
 
 def migrate(settings: Settings) -> str:
-    """Bring the schema to the latest Alembic revision (safe to call from every process).
+    """Bring the schema to the latest Alembic revision (safe to call from every process,
+    also at once: ``service/migrations/env.py`` runs one migrator at a time).
 
     Returns a line saying what it did. Raises the driver's error if the database
     cannot be reached.
     """
     from alembic import command
     from alembic.config import Config
-    from alembic.runtime.migration import MigrationContext
 
     url = sqlalchemy_url(settings)
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            before = MigrationContext.configure(conn).get_current_revision()
-        cfg = Config()
-        cfg.set_main_option("script_location", str(Path(__file__).resolve().parent / "migrations"))
-        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-        command.upgrade(cfg, "head")
-        with engine.connect() as conn:
-            after = MigrationContext.configure(conn).get_current_revision()
-    finally:
-        engine.dispose()
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).resolve().parent / "migrations"))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    command.upgrade(cfg, "head")
+    # read under the migration lock by env.py: a migrator that waited sees the tables made
+    before = cfg.attributes.get("revision_before")
+    after = cfg.attributes.get("revision_after")
     if before == after:
         return f"usage tables are up to date (revision {after})"
     return f"usage tables {'created' if before is None else 'upgraded from ' + before} at revision {after}"
@@ -156,6 +161,13 @@ def _insert(engine: Engine, table: sa.Table) -> Any:
     return insert(table)
 
 
+def _async_commit(conn: Any, engine: Engine) -> None:
+    """On PostgreSQL, let this transaction's commit skip the WAL flush: for rows whose loss to
+    a database crash costs nothing (a queued or running mark the job rewrites anyway)."""
+    if engine.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+
+
 def _ensure_job(
     conn: Any,
     engine: Engine,
@@ -163,7 +175,7 @@ def _ensure_job(
     session_id: str,
     status: str,
     now: datetime,
-    reason: str | None = None,
+    **values: Any,
 ) -> None:
     """Insert the job's row when the publisher could not write it (a row that exists wins)."""
     conn.execute(
@@ -172,106 +184,272 @@ def _ensure_job(
             job_id=job_id,
             session_id=session_id,
             status=status,
-            reason=reason,
             attempts=1,
             created_at=now,
             updated_at=now,
+            **values,
         )
         .on_conflict_do_nothing()
     )
 
 
-def create_job(engine: Engine, job_id: str, session_id: str, chars_before: int) -> None:
-    """Insert a ``queued`` row for a job about to be published (one statement).
+def create_job(
+    engine: Engine,
+    job_id: str,
+    session_id: str,
+    chars_before: int | None,
+    *,
+    published: bool = True,
+    reason: str | None = None,
+) -> None:
+    """Insert a ``queued`` row for a job about to be published (one statement; no WAL flush
+    on PostgreSQL: a lost queued row costs nothing, the job writes its own row).
 
-    On PostgreSQL the commit does not wait for the WAL flush: a queued row lost to a
-    database crash costs nothing (the job writes its own row when it starts), and the
-    post-turn hook saves a disk sync per turn.
+    ``published=False`` records a job the broker could not take: the reconciler
+    publishes it once the broker is back (issue 8, item 3).
     """
     now = _now()
     with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+        _async_commit(conn, engine)
         conn.execute(
             sa.insert(JOBS).values(
                 job_id=job_id,
                 session_id=session_id,
                 status=JobStatus.QUEUED.value,
+                reason=reason,
+                reason_code="not_published" if not published else None,
                 attempts=0,
                 chars_before=chars_before,
+                published=published,
                 created_at=now,
                 updated_at=now,
             )
         )
 
 
-def job_status(engine: Engine, job_id: str) -> tuple[str | None, datetime | None]:
-    """A job's status and when it last changed (UTC), or (None, None) if it has no row."""
+def set_published(engine: Engine, job_id: str, published: bool, reason: str | None = None) -> None:
+    """Record whether the broker took a queued job (and why not)."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id)
+            .values(
+                published=published,
+                reason=None if published else (reason or "")[:2000],
+                reason_code=None if published else "not_published",
+                updated_at=_now(),
+            )
+        )
+
+
+def has_unpublished_job(engine: Engine, session_id: str) -> bool:
+    """The thread has a queued job the broker has not taken yet."""
     with engine.connect() as conn:
-        row = conn.execute(
-            sa.select(JOBS.c.status, JOBS.c.updated_at).where(JOBS.c.job_id == job_id)
-        ).first()
-    if row is None:
-        return None, None
-    updated = row.updated_at
-    return row.status, updated.replace(tzinfo=UTC) if updated.tzinfo is None else updated
+        return (
+            conn.execute(
+                sa.select(JOBS.c.job_id).where(
+                    JOBS.c.session_id == session_id,
+                    JOBS.c.published.is_(False),
+                    JOBS.c.status == JobStatus.QUEUED.value,
+                )
+            ).first()
+            is not None
+        )
 
 
 def now_utc() -> datetime:
     return _now()
 
 
-def start_job(engine: Engine, job_id: str, session_id: str) -> JobStatus | None:
+def _utc(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes: they are UTC."""
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+def start_job(
+    engine: Engine, job_id: str, session_id: str
+) -> tuple[JobStatus | None, dict[str, Any] | None]:
     """Mark the job ``running`` and count the attempt, unless it has finished already.
 
-    Returns the final status of a job that finished before (a redelivery: nothing to
-    do), else None. One round trip in the common case; creates the row if the
-    publisher could not. Like the queued row, the running mark does not wait for a
-    disk sync on PostgreSQL: losing it to a database crash only miscounts an attempt.
+    Returns ``(final status, None)`` for a job that finished before (a redelivery:
+    nothing to do), else ``(None, stored result)``: the result a previous delivery
+    recorded before it died, if any. Creates the row if the publisher could not.
     """
     with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+        _async_commit(conn, engine)
         row = conn.execute(
             sa.update(JOBS)
-            .where(JOBS.c.job_id == job_id, JOBS.c.status.not_in([f.value for f in FINAL]))
-            .values(status=JobStatus.RUNNING.value, attempts=JOBS.c.attempts + 1, updated_at=_now())
-            .returning(JOBS.c.status)
+            .where(JOBS.c.job_id == job_id, JOBS.c.status.not_in(list(FINAL_VALUES)))
+            .values(
+                status=JobStatus.RUNNING.value,
+                attempts=JOBS.c.attempts + 1,
+                published=True,
+                updated_at=_now(),
+            )
+            .returning(JOBS.c.result)
         ).first()
         if row is not None:
-            return None
+            return None, row.result
         status = conn.execute(sa.select(JOBS.c.status).where(JOBS.c.job_id == job_id)).scalar()
         if status is not None:
-            return JobStatus(status)
-        now = _now()
-        _ensure_job(conn, engine, job_id, session_id, JobStatus.RUNNING.value, now)
-        return None
+            return JobStatus(status), None
+        _ensure_job(conn, engine, job_id, session_id, JobStatus.RUNNING.value, _now())
+        return None, None
 
 
 def set_job(
-    engine: Engine, job_id: str, session_id: str, status: JobStatus, reason: str | None = None
-) -> None:
-    """Set a job's final status and reason (creating the row if the publisher could not)."""
+    engine: Engine,
+    job_id: str,
+    session_id: str,
+    status: JobStatus,
+    reason: str | None = None,
+    code: str | None = None,
+    *,
+    only_if_open: bool = False,
+) -> bool:
+    """Set a job's status, reason and reason code (creating the row if the publisher could
+    not). ``only_if_open``: change a job that has not ended yet, else nothing (returns
+    whether a row changed)."""
     now = _now()
-    reason = reason[:2000] if reason else None
+    values = {"status": status.value, "reason": reason[:2000] if reason else None}
+    values.update(reason_code=code, updated_at=now)
     with engine.begin() as conn:
-        updated = conn.execute(
+        q = sa.update(JOBS).where(JOBS.c.job_id == job_id)
+        if only_if_open:
+            q = q.where(JOBS.c.status.not_in(list(FINAL_VALUES)))
+        if conn.execute(q.values(**values)).rowcount:
+            return True
+        if only_if_open:
+            return False
+        _ensure_job(
+            conn,
+            engine,
+            job_id,
+            session_id,
+            status.value,
+            now,
+            reason=values["reason"],
+            reason_code=code,
+        )
+        return True
+
+
+def end_others(engine: Engine, session_id: str, job_id: str) -> int:
+    """End the thread's other open jobs: called by a job that holds the thread's running lease,
+    so they are dead (their lease lapsed) or were never published. Returns how many."""
+    now = _now()
+    others = (
+        JOBS.c.session_id == session_id,
+        JOBS.c.job_id != job_id,
+        JOBS.c.status.not_in(list(FINAL_VALUES)),
+    )
+    why = f"job {job_id} took the thread over"
+    with engine.begin() as conn:
+        n = conn.execute(
             sa.update(JOBS)
-            .where(JOBS.c.job_id == job_id)
-            .values(status=status.value, reason=reason, updated_at=now)
+            .where(*others, JOBS.c.published.is_(True))
+            .values(
+                status=JobStatus.FAILED.value,
+                reason=f"lease_lapsed: its worker was lost; {why}",
+                reason_code="lease_lapsed",
+                updated_at=now,
+            )
         ).rowcount
-        if not updated:
-            _ensure_job(conn, engine, job_id, session_id, status.value, now, reason=reason)
+        n += conn.execute(
+            sa.update(JOBS)
+            .where(*others)
+            .values(
+                status=JobStatus.SKIPPED.value,
+                reason=f"superseded: never published; {why}",
+                reason_code="superseded",
+                updated_at=now,
+            )
+        ).rowcount
+    return n
+
+
+def store_result(engine: Engine, job_id: str, result: dict[str, Any]) -> None:
+    """Record the summary a job is about to patch in, before the patch (see :class:`CompactionJob`)."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(JOBS).where(JOBS.c.job_id == job_id).values(result=result, updated_at=_now())
+        )
+
+
+def job_row(engine: Engine, job_id: str) -> dict[str, Any] | None:
+    """One job's row as a dict (None if there is none)."""
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(JOBS).where(JOBS.c.job_id == job_id)).first()
+    return dict(row._mapping) if row is not None else None
+
+
+def open_jobs(engine: Engine, quiet_since: datetime) -> list[dict[str, Any]]:
+    """Jobs not ended yet whose row has not changed since ``quiet_since`` (the reconciler's
+    candidates), oldest first."""
+    q = (
+        sa.select(JOBS)
+        .where(JOBS.c.status.not_in(list(FINAL_VALUES)), JOBS.c.updated_at < quiet_since)
+        .order_by(JOBS.c.created_at)
+    )
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(q)]
+
+
+#: Reason codes of ended jobs whose thread is still over its threshold with no job.
+REQUEUE_CODES = ("stale",)
+
+
+def threads_to_requeue(engine: Engine, ended_since: datetime) -> list[str]:
+    """Threads whose latest job ended ``failed`` (or skipped as stale) since ``ended_since``,
+    with no job open: they are still over the threshold and need one (the reconciler
+    queues it once the failure backoff, held in the thread's claim, has passed)."""
+    latest = (
+        sa.select(JOBS.c.session_id, func.max(JOBS.c.created_at).label("at"))
+        .group_by(JOBS.c.session_id)
+        .subquery()
+    )
+    q = (
+        sa.select(JOBS.c.session_id)
+        .join(
+            latest,
+            sa.and_(JOBS.c.session_id == latest.c.session_id, JOBS.c.created_at == latest.c.at),
+        )
+        .where(
+            JOBS.c.updated_at >= ended_since,
+            sa.or_(
+                JOBS.c.status == JobStatus.FAILED.value,
+                sa.and_(
+                    JOBS.c.status == JobStatus.SKIPPED.value,
+                    JOBS.c.reason_code.in_(REQUEUE_CODES),
+                ),
+            ),
+        )
+    )
+    with engine.connect() as conn:
+        return list(dict.fromkeys(r.session_id for r in conn.execute(q)))
+
+
+def failures_in_a_row(engine: Engine, session_id: str) -> tuple[int, datetime | None]:
+    """How many of the thread's latest jobs failed in a row, and when the last one ended."""
+    q = (
+        sa.select(JOBS.c.status, JOBS.c.updated_at)
+        .where(JOBS.c.session_id == session_id, JOBS.c.status.in_(list(FINAL_VALUES)))
+        .order_by(JOBS.c.created_at.desc())
+        .limit(64)
+    )
+    count, last = 0, None
+    with engine.connect() as conn:
+        for row in conn.execute(q):
+            if row.status != JobStatus.FAILED.value:
+                break
+            count += 1
+            last = last or _utc(row.updated_at)
+    return count, last
 
 
 def jobs_of(engine: Engine, session_id: str) -> list[dict[str, Any]]:
-    """A session's jobs, oldest first, with what an applied one removed (from its usage event)."""
-    q = (
-        sa.select(JOBS, EVENTS.c.metadata)
-        .select_from(JOBS.outerjoin(EVENTS, EVENTS.c.job_id == JOBS.c.job_id))
-        .where(JOBS.c.session_id == session_id)
-        .order_by(JOBS.c.created_at)
-    )
+    """A session's jobs, oldest first (what an applied one removed is in its ``result``)."""
+    q = sa.select(JOBS).where(JOBS.c.session_id == session_id).order_by(JOBS.c.created_at)
     with engine.connect() as conn:
         return [dict(row._mapping) for row in conn.execute(q)]
 
@@ -279,28 +457,47 @@ def jobs_of(engine: Engine, session_id: str) -> list[dict[str, Any]]:
 # --- usage events ---------------------------------------------------------------------
 
 
-def record_compaction(engine: Engine, job_id: str, event_row: UsageEvent) -> bool:
-    """Insert the usage event and mark the job ``applied``, in one transaction.
+def finalize(engine: Engine, job_id: str, session_id: str) -> bool:
+    """Record the compaction of ``job_id`` (its usage event, from the job's stored result, never
+    from the summary message) and mark the job ``applied``, in one transaction.
 
-    Returns False (and changes nothing) when an event for ``job_id`` exists already
-    (the unique key on ``job_id`` decides, also between two concurrent deliveries).
+    Returns False (and changes nothing) when it was recorded already (the unique key on
+    ``usage_events.job_id`` decides, also between two concurrent deliveries). Raises
+    ``LookupError`` when the job has no stored result.
     """
-    values = event_row.model_dump(exclude={"id", "metadata_"})
-    values["metadata"] = event_row.metadata_
-    now = _now()
     with engine.begin() as conn:
+        result = conn.execute(sa.select(JOBS.c.result).where(JOBS.c.job_id == job_id)).scalar()
+        if not result:
+            raise LookupError(f"job {job_id} has no stored result")
+        values = {
+            "job_id": job_id,
+            "session_id": session_id,
+            "model": str(result.get("model") or "unknown")[:200],
+            "input_tokens": int(result.get("input_tokens") or 0),
+            "output_tokens": int(result.get("output_tokens") or 0),
+            "latency_ms": int(result.get("latency_ms") or 0),
+            "tool_call_count": 0,
+            "metadata": {
+                "summarization": True,
+                "messages_removed": int(result["messages_removed"]),
+                "chars_removed": int(result["chars_removed"]),
+                "tool_calls_removed": int(result.get("tool_calls_removed") or 0),
+                "summarizer": result.get("summarizer"),
+            },
+            "created_at": _now(),
+        }
         inserted = conn.execute(
             _insert(engine, EVENTS).values(**values).on_conflict_do_nothing()
         ).rowcount
         if not inserted:
             return False
-        updated = conn.execute(
+        conn.execute(
             sa.update(JOBS)
             .where(JOBS.c.job_id == job_id)
-            .values(status=JobStatus.APPLIED.value, reason=None, updated_at=now)
-        ).rowcount
-        if not updated:
-            _ensure_job(conn, engine, job_id, event_row.session_id, JobStatus.APPLIED.value, now)
+            .values(
+                status=JobStatus.APPLIED.value, reason=None, reason_code=None, updated_at=_now()
+            )
+        )
         return True
 
 
@@ -344,14 +541,21 @@ __all__ = [
     "SQLModel",
     "UsageEvent",
     "create_job",
-    "job_status",
-    "now_utc",
-    "start_job",
+    "end_others",
+    "failures_in_a_row",
+    "finalize",
+    "has_unpublished_job",
+    "job_row",
     "jobs_of",
+    "now_utc",
+    "open_jobs",
+    "set_published",
+    "start_job",
+    "store_result",
+    "threads_to_requeue",
     "make_engine",
     "migrate",
     "ping",
-    "record_compaction",
     "set_job",
     "sqlalchemy_url",
     "stats",

@@ -17,9 +17,8 @@ When Redis cannot be reached a turn falls back to a lock local to this API
 process and logs it (turns keep working through a broker outage; a patch cannot
 run then, since it needs Redis too).
 
-The job claim (``claim_job``/``release_job``) keeps at most one queued or
-running job per thread: the post-turn hook claims before it publishes, the job
-releases when it ends; the claim expires on its own after a crash.
+Which job may compact a thread is a different question, answered by the job
+leases of :mod:`service.leases`.
 """
 
 from __future__ import annotations
@@ -37,6 +36,8 @@ import redis
 import sqlalchemy as sa
 from redis.exceptions import LockError, RedisError
 
+from service.logs import tag
+
 log = logging.getLogger("offpath.locks")
 
 
@@ -49,32 +50,22 @@ class LockUnavailable(Exception):
 
 
 class Locks(Protocol):
-    """What the API and the worker need: the thread lock for a turn or a patch, and the
-    per-thread job claim. Backends: :class:`ThreadLocks` (Redis), :class:`DatabaseLocks`."""
+    """What the API and the worker need: the thread lock for a turn or a patch.
+    Backends: :class:`ThreadLocks` (Redis), :class:`DatabaseLocks`."""
 
     def turn(self, session_id: str) -> Any: ...
     def patch(self, session_id: str) -> Any: ...
-    def claim_job(self, session_id: str, job_id: str) -> bool: ...
-    def release_job(self, session_id: str, job_id: str) -> None: ...
-    def claimed_by(self, session_id: str) -> str | None: ...
 
 
 class ThreadLocks:
-    """Thread locks and job claims in one Redis, under ``prefix``."""
+    """Thread locks in one Redis, under ``prefix``."""
 
     def __init__(
-        self,
-        client: redis.Redis,
-        *,
-        timeout_s: float,
-        wait_s: float,
-        claim_ttl_s: int,
-        prefix: str = "offpath",
+        self, client: redis.Redis, *, timeout_s: float, wait_s: float, prefix: str = "offpath"
     ) -> None:
         self.redis = client
         self.timeout_s = timeout_s
         self.wait_s = wait_s
-        self.claim_ttl_s = claim_ttl_s
         self.prefix = prefix
         self._local: weakref.WeakValueDictionary[str, threading.Lock] = (
             weakref.WeakValueDictionary()
@@ -83,9 +74,6 @@ class ThreadLocks:
 
     def _key(self, session_id: str) -> str:
         return f"{self.prefix}:lock:thread:{session_id}"
-
-    def _claim_key(self, session_id: str) -> str:
-        return f"{self.prefix}:job:thread:{session_id}"
 
     # --- the write lock ---------------------------------------------------------------
 
@@ -98,7 +86,7 @@ class ThreadLocks:
             acquired = self._acquire_for_turn(lock, token)
         except RedisError as exc:
             log.warning(
-                "[%s] lock store unreachable (%s); using a process-local lock", session_id[:8], exc
+                "[%s] lock store unreachable (%s); using a process-local lock", tag(session_id), exc
             )
             with self._local_lock(session_id):
                 yield
@@ -153,50 +141,29 @@ class ThreadLocks:
         finally:
             _release(lock, session_id)
 
-    # --- the job claim ----------------------------------------------------------------
-
-    def claim_job(self, session_id: str, job_id: str) -> bool:
-        """Claim the thread for ``job_id``; False if another job holds the claim."""
-        return bool(
-            self.redis.set(self._claim_key(session_id), job_id, nx=True, ex=self.claim_ttl_s)
-        )
-
-    def release_job(self, session_id: str, job_id: str) -> None:
-        """Drop the claim if ``job_id`` still holds it (compare-and-delete, via redis-py's Lock)."""
-        lock = self.redis.lock(self._claim_key(session_id))
-        try:
-            lock.do_release(job_id.encode())
-        except LockError:
-            pass  # another job's claim, or expired: leave it
-
-    def claimed_by(self, session_id: str) -> str | None:
-        value = self.redis.get(self._claim_key(session_id))
-        return value.decode() if value is not None else None
-
 
 def _release(lock: redis.lock.Lock, session_id: str) -> None:
     try:
         lock.release()
     except LockError:
         log.error(
-            "[%s] thread lock expired before it was released; raise LOCK_TIMEOUT_S", session_id[:8]
+            "[%s] thread lock expired before it was released; raise LOCK_TIMEOUT_S", tag(session_id)
         )
     except RedisError as exc:
         log.warning(
-            "[%s] could not release the thread lock (%s); it will expire", session_id[:8], exc
+            "[%s] could not release the thread lock (%s); it will expire", tag(session_id), exc
         )
 
 
 class DatabaseLocks:
-    """The same locks and claims in the usage database, for a single machine without Redis
-    (the embedded demo: ``LOCK_BACKEND=database``). Rows of ``thread_locks`` expire like
-    Redis keys; a row's insert is the atomic acquire."""
+    """The same locks in the usage database, for a single machine without Redis (the
+    embedded demo: ``LOCK_BACKEND=database``). Rows of ``thread_locks`` expire like Redis
+    keys; a row's insert is the atomic acquire."""
 
-    def __init__(self, engine: Any, *, timeout_s: float, wait_s: float, claim_ttl_s: int) -> None:
+    def __init__(self, engine: Any, *, timeout_s: float, wait_s: float) -> None:
         self.engine = engine
         self.timeout_s = timeout_s
         self.wait_s = wait_s
-        self.claim_ttl_s = claim_ttl_s
 
     def _try(self, name: str, token: str, ttl: float) -> bool:
         now = time.time()
@@ -259,12 +226,3 @@ class DatabaseLocks:
             yield
         finally:
             self._release(name, token)
-
-    def claim_job(self, session_id: str, job_id: str) -> bool:
-        return self._try(f"job:{session_id}", job_id, self.claim_ttl_s)
-
-    def release_job(self, session_id: str, job_id: str) -> None:
-        self._release(f"job:{session_id}", job_id)
-
-    def claimed_by(self, session_id: str) -> str | None:
-        return self._holder(f"job:{session_id}")

@@ -17,6 +17,7 @@ from compaction.settings import Settings
 from service.agent import build_graph
 from service.checkpoints import Checkpoints, open_checkpoints
 from service.db import make_engine, migrate
+from service.leases import Leases, RedisKeyStore, SqlKeyStore
 from service.locks import DatabaseLocks, Locks, ThreadLocks
 
 log = logging.getLogger("offpath.runtime")
@@ -56,6 +57,7 @@ class Runtime:
     graph: CompiledStateGraph
     engine: Engine
     locks: Locks
+    leases: Leases
 
     @classmethod
     def open(cls, settings: Settings, *, run_migrations: bool = True) -> Runtime:
@@ -63,29 +65,35 @@ class Runtime:
             migrate(settings)
         checkpoints = open_checkpoints(settings)
         engine = make_engine(settings)
-        claim_ttl = settings.celery_visibility_timeout_s + settings.job_time_limit_s
         locks: Locks
         if settings.lock_backend == "database":
             locks = DatabaseLocks(
-                engine,
-                timeout_s=settings.lock_timeout_s,
-                wait_s=settings.lock_wait_s,
-                claim_ttl_s=claim_ttl,
+                engine, timeout_s=settings.lock_timeout_s, wait_s=settings.lock_wait_s
             )
+            store: RedisKeyStore | SqlKeyStore = SqlKeyStore(engine)
         else:
+            client = redis_client(settings.redis_url, settings)
             locks = ThreadLocks(
-                redis_client(settings.redis_url, settings),
+                client,
                 timeout_s=settings.lock_timeout_s,
                 wait_s=settings.lock_wait_s,
-                claim_ttl_s=claim_ttl,
                 prefix=settings.redis_key_prefix,
             )
+            store = RedisKeyStore(client)
+        leases = Leases(
+            store,
+            prefix=settings.redis_key_prefix,
+            lease_s=settings.job_lease_s,
+            # a queued job's claim lasts as long as the broker may take to hand it out
+            queued_ttl_s=settings.celery_visibility_timeout_s,
+        )
         return cls(
             settings=settings,
             checkpoints=checkpoints,
             graph=build_graph(checkpoints.saver, chat_model(settings)),
             engine=engine,
             locks=locks,
+            leases=leases,
         )
 
     def ping_broker(self) -> None:

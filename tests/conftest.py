@@ -20,7 +20,7 @@ for _name in [k for k in os.environ if k.lower() in Settings.model_fields]:
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stack import Stack  # noqa: E402
+from stack import REDIS_URL, Stack  # noqa: E402
 from stub_llm import StubServer  # noqa: E402
 
 BACKENDS = ["sqlite", "postgres"]
@@ -40,6 +40,7 @@ def stub(stub_server: StubServer) -> StubServer:
     with stub_server.state.lock:
         stub_server.state.mode, stub_server.state.times, stub_server.state.delay_s = "ok", None, 0.0
         stub_server.state.requests.clear()
+    stub_server.state.gate.set()
     return stub_server
 
 
@@ -51,19 +52,26 @@ class Stacks:
         self.stub = stub
         self.alive: OrderedDict[tuple, Stack] = OrderedDict()
 
-    def get(self, backend: str, llm: bool = True, **env: str) -> Stack:
+    def get(self, backend: str, llm: bool = True, beat: bool = True, **env: str) -> Stack:
+        """A stack of this configuration; ``beat=False``: no reconciler runs."""
         if llm:
             env = {"OPENAI_BASE_URL": self.stub.base_url, **env}
-        key = (backend, tuple(sorted(env.items())))
+        key = (backend, beat, tuple(sorted(env.items())))
         if key in self.alive:
             self.alive.move_to_end(key)
             return self.alive[key]
         while len(self.alive) >= MAX_ALIVE:
             _, old = self.alive.popitem(last=False)
             old.stop()
-        stack = Stack(backend, self.tmp, env)
+        stack = Stack(backend, self.tmp, env, beat=beat)
         self.alive[key] = stack
         return stack
+
+    def discard(self, stack: Stack) -> None:
+        """Stop a stack whose services a test broke (a private Redis it killed)."""
+        stack.stop()
+        for key in [k for k, v in self.alive.items() if v is stack]:
+            del self.alive[key]
 
     def close(self) -> None:
         for stack in self.alive.values():
@@ -87,3 +95,29 @@ def backend(request: pytest.FixtureRequest) -> str:
 def fault_n() -> int:
     """How many times each fault is injected: small in CI, larger with FAULT_N=20."""
     return int(os.environ.get("FAULT_N", "2"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_broker_bindings_left_behind() -> Iterator[None]:
+    """Issue 8, item 12: the session leaves no kombu binding naming a test queue or worker,
+    nor unacknowledged messages of a test queue, in the tests' Redis database. Leftovers
+    of earlier runs are removed first; at the end only what appeared during this session
+    is checked (and removed)."""
+    import redis
+    from leftovers import abandoned, everything, forget
+
+    try:
+        forget(REDIS_URL, abandoned(REDIS_URL))
+        before = {(b.key, b.member) for b in everything(REDIS_URL)}  # a live session's too
+    except redis.RedisError:  # no Redis: the tests that need it say so themselves
+        yield
+        return
+    yield
+    left = [b for b in abandoned(REDIS_URL) if (b.key, b.member) not in before]
+    forget(REDIS_URL, left)
+    if left:
+        pytest.fail(
+            "the tests left kombu bindings or unacked messages in Redis (now removed): "
+            + ", ".join(sorted({f"{b.key} -> {b.queue}" for b in left})),
+            pytrace=False,
+        )

@@ -44,6 +44,25 @@ def create_pg_database(prefix: str = "offpath_test") -> str:
     return PG_ADMIN.rsplit("/", 1)[0] + "/" + name
 
 
+def forget_broker_queue(env: dict[str, str], worker_names: Iterable[str] = ()) -> None:
+    """Remove the queue ``env`` names, and kombu's bindings naming it or the workers, from
+    the broker (:func:`service.broker.forget_queue`); a broker that is gone (a private
+    redis-server stopped) took them with it."""
+    import redis
+    from kombu.exceptions import KombuError
+
+    from service.broker import forget_queue
+
+    try:
+        forget_queue(
+            env.get("CELERY_BROKER_URL") or env["REDIS_URL"],
+            env["CELERY_QUEUE"],
+            also_matching=worker_names,
+        )
+    except (redis.RedisError, KombuError, OSError):
+        pass
+
+
 def drop_pg_database(url: str) -> None:
     name = url.rsplit("/", 1)[1]
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
@@ -99,7 +118,7 @@ def start_redis(port: int, folder: Path, *, persist: bool = False) -> subprocess
 class Stack:
     """A worker and an API process sharing one configuration (env)."""
 
-    def __init__(self, backend: str, tmp: Path, env: dict[str, str]) -> None:
+    def __init__(self, backend: str, tmp: Path, env: dict[str, str], beat: bool = True) -> None:
         self.backend = backend
         self.tmp = tmp
         self.name = uuid.uuid4().hex[:8]
@@ -130,6 +149,10 @@ class Stack:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.worker: subprocess.Popen[bytes] | None = None
         self.start_worker()
+        # the reconciler's schedule, as in production: its own process (`offpath beat`)
+        self.beat_log = tmp / f"beat-{self.name}.log"
+        if beat:
+            self._spawn([sys.executable, "-m", "cli.main", "beat"], self.beat_log)
         self.api = self._spawn(
             [
                 str(BIN / "uvicorn"),
@@ -227,6 +250,7 @@ class Stack:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
+        forget_broker_queue(self.env, worker_names=[f"w-{self.name}-"])
         if self.pg_url:
             drop_pg_database(self.pg_url)
 

@@ -7,7 +7,10 @@ at run time with ``POST /_control`` (``{"mode": ..., "delay_s": ..., "times": n}
   reply otherwise);
 * ``500`` / ``429`` (with ``Retry-After: 1``) / ``empty`` (no text) /
   ``malformed`` (a body that is not JSON) / ``timeout`` (answers after 30 s);
-* ``times``: the mode holds for that many requests, then back to ``ok``.
+* ``times``: the mode holds for that many requests, then back to ``ok``;
+* ``hold``: ``true`` makes every request wait (up to 60 s) until ``hold`` is set
+  back to ``false``, so a test can act while a summary is being written without
+  guessing how long it takes.
 
 ``GET /_requests`` lists the requests' messages; ``DELETE /_requests`` clears them.
 Run alone: ``python tests/stub_llm.py --port 8999 --delay 1``.
@@ -37,6 +40,8 @@ class StubState:
         self.delay_s = delay_s
         self.requests: list[dict[str, Any]] = []
         self.calls = 0
+        self.gate = threading.Event()  # set: answer; clear: hold every request
+        self.gate.set()
 
     def next_mode(self) -> str:
         with self.lock:
@@ -98,6 +103,8 @@ class Handler(BaseHTTPRequestHandler):
                 state.times = body.get("times")
                 if "delay_s" in body:
                     state.delay_s = float(body["delay_s"])
+                if "hold" in body:
+                    (state.gate.clear if body["hold"] else state.gate.set)()
             self._send(200, b"{}")
             return
         if not self.path.endswith("/chat/completions"):
@@ -109,6 +116,7 @@ class Handler(BaseHTTPRequestHandler):
             state.requests.append({"messages": messages, "model": body.get("model")})
             delay = state.delay_s
         mode = state.next_mode()
+        state.gate.wait(timeout=60)
         if mode == "500":
             self._send(
                 500, b'{"error": {"message": "stub: internal error", "type": "server_error"}}'

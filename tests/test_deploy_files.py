@@ -72,3 +72,138 @@ def test_dockerfile_copies_every_package_and_installs_the_console_script():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'offpath = "cli.main:app"' in pyproject
     assert '"migrations/versions/*.py"' in pyproject, "the migrations must ship in the wheel"
+
+
+# --- dependencies: declared with bounds, pinned, installed from the pins (issue 8, item 19) --
+
+FIRST_PARTY = ("compaction", "service", "api", "worker", "cli", "bench")
+RUNTIME = FIRST_PARTY[:-1]  # what the wheel ships; bench and tests run from the checkout
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirements(items: list[str]) -> dict[str, str]:
+    """{canonical name: version specifier} of PEP 508 requirement strings."""
+    out = {}
+    for item in items:
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*([^;]*)", item)
+        assert m, item
+        out[_canonical(m.group(1))] = m.group(3).strip()
+    return out
+
+
+def _pyproject() -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep and version, f"constraints.txt: {line!r} is not name==version"
+            pins[_canonical(name)] = version
+    return pins
+
+
+def _imports(folder: str) -> set[str]:
+    """Dotted names of the modules imported (absolutely) by the .py files under ``folder``."""
+    import ast
+
+    names = set()
+    for path in (ROOT / folder).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module)
+    return names
+
+
+def _distribution(module: str) -> str:
+    """The installed distribution that provides ``module`` (a namespace package such as
+    ``langgraph`` spans several: the one holding the module's file)."""
+    import importlib.metadata
+    import importlib.util
+
+    top = module.split(".")[0]
+    candidates = importlib.metadata.packages_distributions().get(top)
+    assert candidates, f"{module} is imported but no installed distribution provides it"
+    if len(set(candidates)) > 1:
+        origin = Path(importlib.util.find_spec(module).origin or "").resolve()
+        for name in set(candidates):
+            dist = importlib.metadata.distribution(name)
+            if any(Path(dist.locate_file(f)).resolve() == origin for f in dist.files or ()):
+                return _canonical(name)
+    return _canonical(candidates[0])
+
+
+def _local_modules() -> set[str]:
+    tests = ROOT / "tests"
+    return (
+        set(FIRST_PARTY)
+        | {p.stem for p in tests.glob("*.py")}
+        | {p.name for p in tests.iterdir() if p.is_dir()}
+    )
+
+
+def test_every_third_party_import_is_declared_with_bounds_and_pinned():
+    import importlib.metadata
+    import sys
+
+    project = _pyproject()["project"]
+    runtime = _requirements(project["dependencies"])
+    dev = _requirements(project["optional-dependencies"]["dev"])
+    pins = _pins()
+    local = _local_modules()
+    problems = []
+    for folder in (*FIRST_PARTY, "tests"):
+        declared = runtime if folder in RUNTIME else {**runtime, **dev}
+        for module in sorted(_imports(folder)):
+            top = module.split(".")[0]
+            if top in sys.stdlib_module_names or top in local or top == "__future__":
+                continue
+            dist = _distribution(module)
+            if dist not in declared:
+                where = "dependencies" if folder in RUNTIME else "dependencies or the dev extras"
+                problems.append(f"{folder} imports {module} ({dist}), not in {where}")
+    for name, spec in {**runtime, **dev}.items():
+        if not re.search(r"(>=|~=|==)", spec) or not re.search(r"(<|~=|==)", spec):
+            problems.append(f"{name}{spec or ' (no version)'}: needs a lower and an upper bound")
+        if name not in pins:
+            problems.append(f"{name} is not pinned in constraints.txt (run `make lock`)")
+        elif importlib.metadata.version(name) != pins[name]:
+            problems.append(
+                f"{name} {importlib.metadata.version(name)} is installed, constraints.txt pins "
+                f"{pins[name]} (run `make install`)"
+            )
+    assert not problems, "\n".join(problems)
+
+
+def test_makefile_ci_and_dockerfile_install_from_the_constraints_file():
+    header = (ROOT / "constraints.txt").read_text().splitlines()[0:5]
+    assert any("make lock" in line for line in header), "constraints.txt must say how it was made"
+    makefile = (ROOT / "Makefile").read_text()
+    stamp = re.search(r"^\$\(BIN\)/\.installed:(.*)$", makefile, re.M)
+    assert stamp and "constraints.txt" in stamp.group(1).split(), "reinstall when the pins change"
+    assert "pip install --disable-pip-version-check -c constraints.txt -e '.[dev]'" in makefile
+    lock = makefile[makefile.index("\nlock:") :]
+    assert "venv" in lock and "pip freeze --disable-pip-version-check --exclude-editable" in lock
+    assert "make test" in (ROOT / ".ci" / "run").read_text()  # CI installs through the Makefile
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^COPY .*constraints\.txt", dockerfile, re.M)
+    assert "pip install -c constraints.txt ." in dockerfile
+
+
+def test_pytest_has_a_timeout_guard():
+    options = _pyproject()["tool"]["pytest"]["ini_options"]
+    assert 0 < int(options["timeout"]) <= 1800
+    assert options["timeout_method"] == "signal"  # fixtures still stop their processes
+    assert "pytest-timeout" in _requirements(
+        _pyproject()["project"]["optional-dependencies"]["dev"]
+    )

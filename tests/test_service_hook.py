@@ -1,40 +1,63 @@
-"""The post-turn hook on real Redis and a real SQLite usage DB (issue 3, item 3)."""
+"""The post-turn hook and the job leases on real Redis and a real SQLite usage DB
+(issue 3, item 3; issue 8, items 1, 2, 5 and 7)."""
 
 from __future__ import annotations
 
+import time
 import uuid
-from datetime import timedelta
 
 import pytest
 import redis
-import sqlalchemy as sa
+from langchain_core.messages import HumanMessage
 from shared import CASES, load, messages_of
 from stack import REDIS_URL
 
 from compaction.settings import load_settings
-from service.db import JOBS, JobStatus, create_job, make_engine, migrate, now_utc, set_job
+from service.db import make_engine, migrate
 from service.hook import PostTurnHook
-from service.locks import ThreadLocks
+from service.leases import (
+    LeaseKeeper,
+    Leases,
+    RedisKeyStore,
+    SqlKeyStore,
+    Start,
+    State,
+    failure_backoff_s,
+)
 
 
 @pytest.fixture
-def parts(tmp_path):
-    settings = load_settings(
+def settings(tmp_path):
+    s = load_settings(
         data_dir=str(tmp_path),
         summarization_threshold_chars=30_000,
         summarization_keep_chars=10_000,
     )
-    migrate(settings)
+    migrate(s)
+    return s
+
+
+@pytest.fixture(params=["redis", "database"])
+def leases(request, settings):
+    """Leases on each claim store: Redis, and the usage database (LOCK_BACKEND=database)."""
     engine = make_engine(settings)
     client = redis.Redis.from_url(REDIS_URL)
-    locks = ThreadLocks(
-        client, timeout_s=5, wait_s=1, claim_ttl_s=60, prefix=f"hooktest-{uuid.uuid4().hex[:6]}"
-    )
-    published: list[tuple[str, str]] = []
-    hook = PostTurnHook(settings, locks, engine, lambda s, j: published.append((s, j)))
-    yield settings, engine, locks, hook, published
-    engine.dispose()
+    store = RedisKeyStore(client) if request.param == "redis" else SqlKeyStore(engine)
+    prefix = f"leasetest-{uuid.uuid4().hex[:6]}"
+    yield Leases(store, prefix=prefix, lease_s=3, queued_ttl_s=60)
+    for key in client.scan_iter(f"{prefix}:*"):
+        client.delete(key)
     client.close()
+    engine.dispose()
+
+
+@pytest.fixture
+def parts(settings, leases):
+    engine = make_engine(settings)
+    published: list[tuple[str, str]] = []
+    hook = PostTurnHook(settings, leases, engine, lambda s, j: published.append((s, j)))
+    yield settings, engine, leases, hook, published
+    engine.dispose()
 
 
 def over_threshold():
@@ -42,11 +65,12 @@ def over_threshold():
 
 
 def test_hook_queues_once_per_thread(parts):
-    _, _, _, hook, published = parts
+    _, _, leases, hook, published = parts
     first = hook("t1", over_threshold())
     second = hook("t1", over_threshold())
     assert first.action == "queued" and second.action == "already_queued"
     assert published == [("t1", first.job_id)]
+    assert leases.holder("t1").state is State.QUEUED
 
 
 def test_hook_skips_a_thread_under_the_threshold(parts):
@@ -54,25 +78,75 @@ def test_hook_skips_a_thread_under_the_threshold(parts):
     assert hook("t2", over_threshold()[:5]).action == "skipped" and not published
 
 
-@pytest.mark.parametrize(
-    ("status", "age_s", "taken"),
-    [("applied", 0, True), ("failed", 0, True), ("running", 0, False), ("running", 3600, True)],
-)
-def test_claim_of_an_ended_or_dead_job_is_taken_over(parts, status, age_s, taken):
-    _, engine, locks, hook, published = parts
-    old = uuid.uuid4().hex
-    create_job(engine, old, "t3", 1)
-    set_job(engine, old, "t3", JobStatus(status))
-    with engine.begin() as conn:
-        conn.execute(
-            sa.update(JOBS)
-            .where(JOBS.c.job_id == old)
-            .values(updated_at=now_utc() - timedelta(seconds=age_s))
-        )
-    assert locks.claim_job("t3", old)
-    result = hook("t3", over_threshold())
-    assert (result.action == "queued") is taken, result
-    assert locks.claimed_by("t3") == (result.job_id if taken else old)
+def test_a_live_lease_is_never_taken_over_and_a_dead_one_lapses(parts):
+    _, _, leases, hook, published = parts
+    job = hook("t3", over_threshold()).job_id
+    assert leases.start("t3", job, "tok")[0] is Start.OK
+    keeper = LeaseKeeper(leases, max_age_s=60)
+    held = keeper.hold("t3", job, "tok")
+    time.sleep(leases.lease_s * 2)  # two lease lengths: renewed by the heartbeat
+    assert hook("t3", over_threshold()).action == "already_queued"
+    assert leases.holder("t3").raw == f"r:{job}:tok" and not held.lost.is_set()
+    # the worker "dies": nothing renews the lease, which lapses within JOB_LEASE_S
+    keeper.stop()
+    time.sleep(leases.lease_s + 0.5)
+    again = hook("t3", over_threshold())
+    assert again.action == "queued" and again.job_id != job
+    assert len(published) == 2
+
+
+def test_a_second_delivery_of_a_running_job_is_a_duplicate_and_another_job_is_superseded(leases):
+    assert leases.claim("t4", "j1") is None
+    assert leases.start("t4", "j1", "a")[0] is Start.OK
+    assert leases.start("t4", "j1", "b")[0] is Start.DUPLICATE
+    assert leases.start("t4", "j2", "c")[0] is Start.SUPERSEDED
+    assert leases.renew("t4", "j1", "a") and not leases.renew("t4", "j1", "b")
+
+
+def test_a_retry_keeps_the_thread_and_a_failure_holds_it_for_the_backoff(leases):
+    assert leases.claim("t5", "j1") is None
+    leases.start("t5", "j1", "a")
+    assert leases.requeue("t5", "j1", "a")
+    assert leases.claim("t5", "j2").job_id == "j1"  # waiting for its retry: still held
+    assert leases.start("t5", "j1", "b")[0] is Start.OK
+    assert leases.finish("t5", "j1", "b", applied=False, backoff_s=1.5)
+    held = leases.claim("t5", "j2")
+    assert held.state is State.BACKOFF
+    assert leases.start("t5", "j9", "x")[0] is Start.BACKOFF
+    time.sleep(1.7)
+    assert leases.claim("t5", "j2") is None
+
+
+def test_failure_backoff_doubles_and_is_capped():
+    assert [failure_backoff_s(n, 60, 3600) for n in range(0, 9)] == [
+        0,
+        60,
+        120,
+        240,
+        480,
+        960,
+        1920,
+        3600,
+        3600,
+    ]
+
+
+def test_a_turn_that_read_the_thread_before_a_patch_landed_queues_nothing(parts):
+    """Issue 8, item 7: the claim says which job compacted last; a view without its summary
+    is superseded."""
+    _, _, leases, hook, published = parts
+    job = hook("t6", over_threshold()).job_id
+    leases.start("t6", job, "a")
+    leases.finish("t6", job, "a", applied=True)
+    stale_view = over_threshold()
+    assert hook("t6", stale_view).action == "superseded"
+    summary = HumanMessage(
+        id="s",
+        content="summary",
+        additional_kwargs={"lc_source": "summarization", "summary": {"job_id": job}},
+    )
+    fresh_view = [summary, *over_threshold()]  # still over the threshold after it
+    assert hook("t6", fresh_view).action == "queued"
 
 
 def test_disabled_hook_touches_nothing():
@@ -83,14 +157,41 @@ def test_disabled_hook_touches_nothing():
     hook = PostTurnHook(
         load_settings(summarization_enabled=False), Untouchable(), Untouchable(), Untouchable()
     )
-    assert hook("t4", over_threshold()).action == "skipped"
+    assert hook("t7", over_threshold()).action == "skipped"
 
 
-def test_broker_down_is_reported_not_raised(parts, tmp_path):
-    settings, engine, _, _, _ = parts
-    dead = ThreadLocks(
-        redis.Redis(port=1, socket_connect_timeout=0.5), timeout_s=5, wait_s=1, claim_ttl_s=60
+def test_broker_down_is_reported_not_raised_and_the_job_is_recorded_unpublished(settings):
+    engine = make_engine(settings)
+    dead = Leases(
+        RedisKeyStore(redis.Redis(port=1, socket_connect_timeout=0.5)),
+        prefix="x",
+        lease_s=3,
+        queued_ttl_s=60,
     )
     hook = PostTurnHook(settings, dead, engine, lambda s, j: None)
-    result = hook("t5", over_threshold())
-    assert result.action == "error" and "broker unreachable" in result.detail
+    first = hook("t8", over_threshold())
+    second = hook("t8", over_threshold())
+    assert first.action == "error" and "broker unreachable" in first.detail
+    assert second.action == "error"
+    from service.db import jobs_of
+
+    (row,) = jobs_of(engine, "t8")  # one row for the reconciler, however many turns
+    assert row["status"] == "queued" and not row["published"]
+    engine.dispose()
+
+
+def test_publish_failure_keeps_the_claim_and_records_the_job_unpublished(settings, leases):
+    engine = make_engine(settings)
+
+    def broken(session_id, job_id):
+        raise ConnectionError("broker went away")
+
+    hook = PostTurnHook(settings, leases, engine, broken)
+    result = hook("t9", over_threshold())
+    assert result.action == "error"
+    assert hook("t9", over_threshold()).action == "already_queued"
+    from service.db import jobs_of
+
+    (row,) = jobs_of(engine, "t9")
+    assert not row["published"] and "broker went away" in row["reason"]
+    engine.dispose()

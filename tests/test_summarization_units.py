@@ -67,11 +67,46 @@ def test_settings_defaults_are_the_seeds():
         ({"summarization_keep_chars": -1}, "SUMMARIZATION_KEEP_CHARS"),
         ({"summarization_threshold_chars": -5}, "SUMMARIZATION_THRESHOLD_CHARS"),
         ({"summarization_max_prompt_chars": 100}, "SUMMARIZATION_MAX_PROMPT_CHARS"),
+        ({"log_level": "verbose"}, "LOG_LEVEL"),
+        ({"flower_port": 70_000}, "FLOWER_PORT"),
+        ({"redis_url": "http://127.0.0.1:6379"}, "REDIS_URL"),
+        ({"celery_broker_url": "kafka://x"}, "CELERY_BROKER_URL"),
+        ({"job_lease_s": 1}, "JOB_LEASE_S"),
+        ({"worker_pool": "gevent"}, "WORKER_POOL"),
+        # contradictions name both settings (issue 8, items 2 and 4)
+        ({"summarization_timeout_s": 100}, "SUMMARIZATION_TIMEOUT_S .*JOB_SOFT_TIME_LIMIT_S"),
+        (
+            {
+                "summarization_timeout_s": 10,
+                "summarization_max_retries": 2,
+                "job_soft_time_limit_s": 25,
+            },
+            "SUMMARIZATION_MAX_RETRIES .*JOB_SOFT_TIME_LIMIT_S",
+        ),
+        (
+            {"job_retry_backoff_max_s": 7_200},
+            "JOB_RETRY_BACKOFF_MAX_S .*CELERY_VISIBILITY_TIMEOUT_S",
+        ),
+        (
+            {"celery_visibility_timeout_s": 5, "job_retry_backoff_max_s": 20},
+            "CELERY_VISIBILITY_TIMEOUT_S",
+        ),
+        ({"failure_backoff_s": 7_200}, "FAILURE_BACKOFF_S .*FAILURE_BACKOFF_MAX_S"),
     ],
 )
 def test_settings_bad_values_fail_naming_the_setting(overrides, named):
-    with pytest.raises(SettingsError, match=named):
+    with pytest.raises(SettingsError, match=named) as err:
         load_settings(**overrides)
+    assert "\n" not in str(err.value)
+
+
+def test_settings_log_level_is_case_insensitive_and_a_retry_on_rabbitmq_is_not_bound_by_redis():
+    assert load_settings(log_level="info").log_level == "INFO"
+    # the visibility timeout is Redis's: with RabbitMQ a long backoff is fine
+    s = load_settings(
+        celery_broker_url="amqp://guest:guest@127.0.0.1:5672//", job_retry_backoff_max_s=7_200
+    )
+    assert s.job_retry_backoff_max_s == 7_200
 
 
 def test_settings_threshold_zero_disables(monkeypatch):

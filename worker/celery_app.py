@@ -9,6 +9,13 @@
   the LLM client's timeout and the lock timeout bound a job);
 * task events on, for Flower; results ignored: outcomes live in SQL.
 
+Brokers: Redis (the default) or RabbitMQ (``CELERY_BROKER_URL=amqp://...``), where the
+jobs' queue is a durable quorum queue and publishes are confirmed: the one to choose
+when queued jobs must survive anything. Locks and leases stay on Redis either way.
+
+The reconciler's ``reconcile`` task runs every ``RECONCILE_INTERVAL_S`` from Celery
+beat (``offpath beat``; its schedule file lives in ``DATA_DIR``).
+
 Pool: ``threads`` with ``WORKER_CONCURRENCY`` (64) by default. A job spends
 nearly all its time waiting on the LLM's HTTP answer, so threads overlap those
 waits in one process; prefork would need one process per concurrent LLM call.
@@ -16,14 +23,18 @@ waits in one process; prefork would need one process per concurrent LLM call.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from celery import Celery
+from kombu import Queue
 
 from compaction.settings import Settings, get_settings
 
 
 def make_celery(settings: Settings) -> Celery:
-    broker = settings.celery_broker_url or settings.redis_url
+    broker = settings.broker_url
     app = Celery("offpath", broker=broker, include=["worker.tasks"])
+    amqp = broker.startswith(("amqp://", "amqps://", "pyamqp://"))
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -41,11 +52,31 @@ def make_celery(settings: Settings) -> Celery:
         broker_transport_options=_transport_options(broker, settings),
         worker_pool=settings.worker_pool,
         worker_concurrency=settings.worker_concurrency,
+        beat_schedule={
+            "offpath-reconcile": {
+                "task": "reconcile",
+                "schedule": float(settings.reconcile_interval_s),
+                "options": {"expires": float(settings.reconcile_interval_s)},
+            }
+        },
+        beat_schedule_filename=str(Path(settings.data_dir) / "celerybeat-schedule"),
     )
+    if amqp:
+        # durable quorum queue: queued jobs survive a broker restart; confirmed publishes
+        app.conf.task_queues = [
+            Queue(
+                settings.celery_queue,
+                durable=True,
+                queue_arguments={"x-queue-type": "quorum"},
+            )
+        ]
+        app.conf.task_default_queue_type = "quorum"
     return app
 
 
 def _transport_options(broker: str, settings: Settings) -> dict[str, object]:
+    if broker.startswith(("amqp://", "amqps://", "pyamqp://")):
+        return {"confirm_publish": True, "connect_timeout": settings.publish_timeout_s}
     if not broker.startswith(("redis://", "rediss://")):
         return {}  # e.g. the embedded demo's SQLAlchemy transport takes none of these
     # kombu re-queues jobs of a dead worker once their visibility timeout passed, but only

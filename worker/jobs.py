@@ -1,18 +1,25 @@
 """One compaction job, from the thread's checkpoint to the patched checkpoint and the usage row.
 
-1. A job already finished (a redelivery, a duplicate publish) returns at once.
-2. Read the thread; a summary written by this very job means a previous delivery
-   patched and died before its usage row: record the row now, done.
-3. Plan (a skip ends the job ``skipped``, with the reason).
-4. Summarize, with no lock held (the LLM call is the slow part).
-5. Take the thread's lock, re-read the thread, check the plan against it
-   (ids already gone are dropped; a stale plan is re-planned once, then the job
-   ends ``skipped``), patch through the shared graph, record the usage event
-   (unique job id) and mark the job ``applied``, release.
+The Celery task (:mod:`worker.tasks`) first marks the job ``running`` and takes the
+running lease on the thread (:mod:`service.leases`); then :func:`run_job`:
+
+1. Reads the thread. A summary in it whose compaction was never recorded (a
+   worker died between the patch and the usage row) is recorded now, if the job
+   that wrote it stored a matching result: offpath's own records decide, never the
+   message's metadata (DESIGN.md invariant 10). If it is this very job's summary,
+   the job is done. The thread's other open jobs are dead (this job holds the
+   lease): they are ended.
+2. Plans (a skip ends the job ``skipped``, with the reason).
+3. Summarizes, with no lock held (the LLM call is the slow part).
+4. Takes the thread's lock, checks it still holds its lease, re-reads the thread
+   and checks the plan against it (ids already gone are dropped; a stale plan is
+   re-planned once, then the job ends ``skipped: stale``), stores its result (what
+   it is about to patch in), patches through the shared graph, records the usage
+   event from the stored result and marks the job ``applied``, releases the lock.
 
 Transient failures raise :class:`RetryLater`; the Celery task retries them with
 backoff and marks the job ``failed`` when retries run out. The thread is only
-ever written in step 5, in one ``update_state`` call, so a failure anywhere
+ever written in step 4, in one ``update_state`` call, so a failure anywhere
 leaves it exactly as it was.
 """
 
@@ -21,7 +28,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -34,13 +41,24 @@ from redis.exceptions import RedisError
 from compaction.accounting import message_chars
 from compaction.pairing import new_unpaired
 from compaction.patch import Stale, build_patch, reconcile, summary_message
-from compaction.planner import Skip, plan_compaction
+from compaction.planner import CompactionPlan, Skip, plan_compaction
 from compaction.prompt import build_prompt
 from compaction.summarizers import Summarizer, SummarizerError
-from compaction.summary import is_summary, summary_meta
+from compaction.summarizers.base import SummaryResult
+from compaction.summary import fingerprint, is_summary, summary_meta
 from service.agent import AGENT_NODE, thread_config
-from service.db import JobStatus, UsageEvent, record_compaction, set_job, start_job
+from service.db import (
+    FINAL_VALUES,
+    JobStatus,
+    end_others,
+    finalize,
+    job_row,
+    set_job,
+    store_result,
+)
+from service.leases import Held
 from service.locks import LockUnavailable
+from service.logs import tag
 from service.runtime import Runtime
 from worker.faults import failpoint
 
@@ -67,67 +85,123 @@ class RetryLater(Exception):
         self.retry_after_s = retry_after_s
 
 
-def run_job(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) -> JobStatus:
-    """Run compaction job ``job_id`` on thread ``session_id``; return how it ended.
+class JobEnded(Exception):
+    """The job ended ``failed`` or ``skipped`` with ``code`` and ``reason`` (recorded by the
+    caller)."""
 
-    Raises :class:`RetryLater` for failures worth retrying; everything else ends
-    the job with a final status recorded in ``compaction_jobs``.
+    def __init__(self, status: JobStatus, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.code = code
+        self.reason = reason
+
+
+def run_job(
+    rt: Runtime,
+    summarizer: Summarizer,
+    session_id: str,
+    job_id: str,
+    lease: Held,
+    stored: Mapping[str, Any] | None = None,
+) -> JobStatus:
+    """Run compaction job ``job_id`` on thread ``session_id`` under ``lease``; return how it
+    ended (``applied``, ``skipped`` or ``failed``, recorded in ``compaction_jobs``).
+
+    ``stored`` is the result a previous delivery of this job recorded before it died.
+    Raises :class:`RetryLater` for failures worth retrying.
     """
-    sid = session_id[:8]
     try:
-        if (done := start_job(rt.engine, job_id, session_id)) is not None:
-            log.info("[%s] summarizer: job %s already %s, nothing to do", sid, job_id, done)
-            return done
-        return _compact(rt, summarizer, session_id, job_id)
+        return _compact(rt, summarizer, session_id, job_id, lease, stored)
     except SummarizerError as exc:
         if exc.transient:
             raise RetryLater(str(exc), exc.retry_after_s) from exc
-        return fail(rt, session_id, job_id, str(exc))
+        return end(rt, session_id, job_id, JobEnded(JobStatus.FAILED, exc.code, str(exc)))
+    except JobEnded as exc:
+        return end(rt, session_id, job_id, exc)
     except TRANSIENT_STORE_ERRORS as exc:
         raise RetryLater(f"{type(exc).__name__}: {exc}") from exc
 
 
-def fail(rt: Runtime, session_id: str, job_id: str, reason: str) -> JobStatus:
-    """End the job ``failed`` with ``reason``; the thread was not touched."""
-    log.warning("[%s] summarizer failed: %s; session continues unchanged", session_id[:8], reason)
-    set_job(rt.engine, job_id, session_id, JobStatus.FAILED, reason)
-    release_claim(rt, session_id, job_id)
-    return JobStatus.FAILED
-
-
-def _skip(rt: Runtime, session_id: str, job_id: str, reason: str) -> JobStatus:
-    log.info("[%s] summarizer skipped: %s", session_id[:8], reason)
-    set_job(rt.engine, job_id, session_id, JobStatus.SKIPPED, reason)
-    release_claim(rt, session_id, job_id)
-    return JobStatus.SKIPPED
-
-
-def release_claim(rt: Runtime, session_id: str, job_id: str) -> None:
-    """Let the next turn queue a job. Done after the job's final status is written; a turn
-    that comes in between takes the claim over (the hook sees the job has ended)."""
-    try:
-        rt.locks.release_job(session_id, job_id)
-    except Exception as exc:  # the claim expires on its own
-        log.warning("[%s] could not release the job claim: %s", session_id[:8], exc)
+def end(rt: Runtime, session_id: str, job_id: str, ended: JobEnded) -> JobStatus:
+    """Record how the job ended (the thread was not touched)."""
+    if ended.status is JobStatus.FAILED:
+        log.warning(
+            "[%s] summarizer failed: %s; session continues unchanged", tag(session_id), ended.reason
+        )
+    else:
+        log.info("[%s] summarizer skipped: %s", tag(session_id), ended.reason)
+    set_job(rt.engine, job_id, session_id, ended.status, ended.reason, ended.code)
+    return ended.status
 
 
 def _messages(rt: Runtime, session_id: str) -> list[BaseMessage]:
     return list(rt.graph.get_state(thread_config(session_id)).values.get("messages", []))
 
 
-def _compact(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) -> JobStatus:
-    sid = session_id[:8]
+def landed(messages: Sequence[BaseMessage], job_id: str, result: Mapping[str, Any] | None) -> bool:
+    """The summary that ``result`` (a job's own record) describes is in the thread."""
+    if not result:
+        return False
+    for m in messages:
+        if m.id == result.get("summary_id"):
+            return (
+                is_summary(m)
+                and summary_meta(m).get("job_id") == job_id
+                and fingerprint(m) == result.get("summary_sha")
+            )
+    return False
+
+
+def record_landed(
+    rt: Runtime,
+    session_id: str,
+    job_id: str,
+    messages: Sequence[BaseMessage],
+    stored: Mapping[str, Any] | None,
+) -> bool:
+    """Record compactions whose patch is in ``messages`` but whose usage row was never written.
+    Returns True if this job's own (from ``stored``) is one of them."""
+    mine = False
+    for m in messages:
+        if not is_summary(m) or not (owner := summary_meta(m).get("job_id")):
+            continue
+        if owner == job_id:
+            result = stored
+        else:
+            row = job_row(rt.engine, str(owner))
+            if row is None or row["status"] in FINAL_VALUES or row["session_id"] != session_id:
+                continue  # recorded already, or not one of ours: never trusted
+            result = row["result"]
+        if landed(messages, str(owner), result):
+            log.info(
+                "[%s] summarizer: job %s had patched but not recorded; recording it",
+                tag(session_id),
+                owner,
+            )
+            finalize(rt.engine, str(owner), session_id)
+            mine = mine or owner == job_id
+    return mine
+
+
+def _compact(
+    rt: Runtime,
+    summarizer: Summarizer,
+    session_id: str,
+    job_id: str,
+    lease: Held,
+    stored: Mapping[str, Any] | None,
+) -> JobStatus:
+    sid = tag(session_id)
     settings = rt.settings
-    for _ in range(2):  # a stale plan is re-planned once
+    for attempt in range(2):  # a stale plan is re-planned once
         messages = _messages(rt, session_id)
-        if (done := _summary_of_job(messages, job_id)) is not None:
-            log.info("[%s] summarizer: job %s had patched already; recording it", sid, job_id)
-            _record(rt, session_id, job_id, summary_meta(done))
-            release_claim(rt, session_id, job_id)
+        if record_landed(rt, session_id, job_id, messages, stored):
             return JobStatus.APPLIED
+        if attempt == 0 and (n := end_others(rt.engine, session_id, job_id)):
+            log.info("[%s] summarizer: ended %d dead job(s) of this thread", sid, n)
         plan = plan_compaction(messages, settings)
         if isinstance(plan, Skip):
-            return _skip(rt, session_id, job_id, f"{plan.reason}: {plan.detail}")
+            raise JobEnded(JobStatus.SKIPPED, plan.reason.value, f"{plan.reason}: {plan.detail}")
         log.info(
             "[%s] summarizer: session=%d chars, removing %d msgs (%d chars), keeping %d msgs",
             sid,
@@ -145,35 +219,32 @@ def _compact(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) 
 
         with rt.locks.patch(session_id):
             failpoint("in_patch")
+            if lease.lost.is_set():
+                raise JobEnded(
+                    JobStatus.FAILED, "lease_lost", "lease lost before the patch; not applied"
+                )
             current = _messages(rt, session_id)
             fitted = reconcile(plan, current)
             if isinstance(fitted, Stale):
                 log.info("[%s] summarizer: plan is stale (%s); re-planning", sid, fitted.reason)
                 continue
-            meta = {
-                "job_id": job_id,
-                "model": result.model,
-                "input_tokens": result.input_tokens,
-                "output_tokens": result.output_tokens,
-                "latency_ms": latency_ms,
-                "tool_calls_removed": sum(
-                    len(getattr(m, "tool_calls", None) or []) for m in fitted.removed
-                ),
-            }
-            summary = summary_message(fitted, result.text, summarizer.name, meta)
+            summary = summary_message(
+                fitted, result.text, summarizer.name, {"job_id": job_id, "model": result.model}
+            )
             patch = build_patch(fitted, summary)
             if broken := new_unpaired(current, add_messages(current, patch)):
-                return fail(
-                    rt, session_id, job_id, f"patch would orphan tool calls {sorted(broken)}"
+                raise JobEnded(
+                    JobStatus.FAILED,
+                    "orphan_guard",
+                    f"patch would orphan tool calls {sorted(broken)}",
                 )
+            # offpath's own record of what it patches in, written before the patch
+            store_result(rt.engine, job_id, result_record(fitted, summary, result, latency_ms))
             rt.graph.update_state(
                 thread_config(session_id), {"messages": patch}, as_node=AGENT_NODE
             )
             failpoint("after_patch")
-            # the claim stays until the usage row is written: no other job can fold this
-            # summary away before a redelivery of this one has recorded it
-            _record(rt, session_id, job_id, summary_meta(summary))
-            release_claim(rt, session_id, job_id)
+            finalize(rt.engine, job_id, session_id)
         log.info(
             "[%s] summarizer done: -%d chars, summary %d chars, %dms",
             sid,
@@ -182,33 +253,23 @@ def _compact(rt: Runtime, summarizer: Summarizer, session_id: str, job_id: str) 
             latency_ms,
         )
         return JobStatus.APPLIED
-    return _skip(rt, session_id, job_id, "stale: the thread changed under the plan twice")
+    raise JobEnded(JobStatus.SKIPPED, "stale", "stale: the thread changed under the plan twice")
 
 
-def _summary_of_job(messages: Sequence[BaseMessage], job_id: str) -> BaseMessage | None:
-    for m in messages:
-        if is_summary(m) and summary_meta(m).get("job_id") == job_id:
-            return m
-    return None
-
-
-def _record(rt: Runtime, session_id: str, job_id: str, meta: Any) -> None:
-    """The usage event of an applied compaction (once per job id), and the job ``applied``."""
-    event = UsageEvent(
-        job_id=job_id,
-        session_id=session_id,
-        model=str(meta.get("model") or "unknown"),
-        input_tokens=int(meta.get("input_tokens") or 0),
-        output_tokens=int(meta.get("output_tokens") or 0),
-        latency_ms=int(meta.get("latency_ms") or 0),
-        tool_call_count=0,
-        metadata_={
-            "summarization": True,
-            "messages_removed": int(meta.get("replaced_count") or 0),
-            "chars_removed": int(meta.get("replaced_chars") or 0),
-            "tool_calls_removed": int(meta.get("tool_calls_removed") or 0),
-            "summarizer": meta.get("summarizer"),
-        },
-    )
-    if not record_compaction(rt.engine, job_id, event):
-        log.info("[%s] summarizer: usage event for job %s exists already", session_id[:8], job_id)
+def result_record(
+    plan: CompactionPlan, summary: BaseMessage, result: SummaryResult, latency_ms: int
+) -> dict[str, Any]:
+    """A job's own record of one compaction: the summary it patches in (id and fingerprint)
+    and what the compaction removed and cost. The usage event is made from it."""
+    return {
+        "summary_id": summary.id,
+        "summary_sha": fingerprint(summary),
+        "messages_removed": len(plan.removed),
+        "chars_removed": plan.removed_chars,
+        "tool_calls_removed": sum(len(getattr(m, "tool_calls", None) or []) for m in plan.removed),
+        "summarizer": summary_meta(summary).get("summarizer"),
+        "model": result.model,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "latency_ms": latency_ms,
+    }

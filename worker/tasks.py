@@ -1,37 +1,52 @@
-"""The Celery task ``compact_session``: one job per call, retried with backoff and jitter.
+"""The Celery tasks: ``compact_session`` (one job per call, retried with backoff and jitter)
+and ``reconcile`` (the reconciler's pass, on a Celery beat schedule).
 
-The task id is the job id (the post-turn hook picks it), so a redelivered or
-retried message is recognised as the same job.
+The task id of ``compact_session`` is the job id (the post-turn hook picks it), so a
+redelivered or retried message is recognised as the same job. Each delivery takes
+the thread's running lease (:mod:`service.leases`) and renews it while it runs.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
 
 from celery import signals
 from celery.utils.time import get_exponential_backoff_interval
 
 from compaction.settings import get_settings
 from compaction.summarizers import Summarizer, make_summarizer
-from service.db import JobStatus, migrate
+from service.db import JobStatus, failures_in_a_row, migrate, start_job
+from service.leases import LeaseKeeper, Start, failure_backoff_s
+from service.logs import tag
 from service.runtime import Runtime
 from worker.celery_app import app
-from worker.jobs import RetryLater, fail, release_claim, run_job
+from worker.jobs import JobEnded, RetryLater, end, run_job
 
 log = logging.getLogger("offpath.worker")
 
 _lock = threading.Lock()
-_runtime: tuple[Runtime, Summarizer] | None = None
+_runtime: tuple[Runtime, Summarizer, LeaseKeeper] | None = None
 
 
-def runtime() -> tuple[Runtime, Summarizer]:
-    """This process's runtime and summarizer, opened on first use (after any fork)."""
+class JobFailed(Exception):
+    """Raised by ``compact_session`` for a job that ended ``failed``, so that Celery (and
+    Flower) count it as a failed task (issue 8, item 6); the job row says why."""
+
+
+def runtime() -> tuple[Runtime, Summarizer, LeaseKeeper]:
+    """This process's runtime, summarizer and lease keeper, opened on first use (after any fork)."""
     global _runtime
     with _lock:
         if _runtime is None:
             settings = get_settings()
-            _runtime = (Runtime.open(settings, run_migrations=False), make_summarizer(settings))
+            rt = Runtime.open(settings, run_migrations=False)
+            _runtime = (
+                rt,
+                make_summarizer(settings),
+                LeaseKeeper(rt.leases, settings.job_time_limit_s),
+            )
             log.info("worker ready: summarizer %s", _runtime[1].name)
         return _runtime
 
@@ -62,23 +77,60 @@ def _after_fork(**_: object) -> None:
 @signals.worker_shutdown.connect
 def _close(**_: object) -> None:
     if _runtime is not None:
+        _runtime[2].stop()
         _runtime[0].close()
 
 
-@app.task(bind=True, name="compact_session", acks_late=True, reject_on_worker_lost=True)
+@app.task(
+    bind=True,
+    name="compact_session",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    throws=(JobFailed,),  # an expected outcome: logged without a traceback
+)
 def compact_session(self, session_id: str) -> str:
-    """Compact thread ``session_id``; returns the job's final status (also in SQL)."""
-    rt, summarizer = runtime()
+    """Compact thread ``session_id``; returns the job's final status (also in SQL). A job
+    that ends ``failed`` raises :class:`JobFailed`."""
+    rt, summarizer, keeper = runtime()
     settings = rt.settings
     job_id = self.request.id
+    sid = tag(session_id)
+    done, stored = start_job(rt.engine, job_id, session_id)
+    if done is not None:
+        log.info("[%s] summarizer: job %s already %s, nothing to do", sid, job_id, done)
+        rt.leases.release_queued(session_id, job_id)  # a reconciler's re-publish raced its end
+        return str(done)
+    token = uuid.uuid4().hex[:12]
+    started, before = rt.leases.start(session_id, job_id, token)
+    log.info(
+        "[%s] summarizer: job %s for session %r, attempt %d (%s)",
+        sid,
+        job_id,
+        session_id,
+        self.request.retries + 1,
+        started,
+    )
+    if started is Start.DUPLICATE:
+        return "duplicate delivery"  # the other delivery records the outcome
+    if started is not Start.OK:
+        reason = f"{started}: job {before.job_id if before else '?'} holds the thread"
+        return str(end(rt, session_id, job_id, JobEnded(JobStatus.SKIPPED, str(started), reason)))
+    held = keeper.hold(session_id, job_id, token)
     status: JobStatus | None = None
     try:
-        status = run_job(rt, summarizer, session_id, job_id)
+        status = run_job(rt, summarizer, session_id, job_id, held, stored)
     except RetryLater as exc:
         attempt = self.request.retries + 1
         if self.request.retries >= settings.job_max_retries:
-            status = fail(
-                rt, session_id, job_id, f"{exc.reason} (gave up after {attempt} attempts)"
+            status = end(
+                rt,
+                session_id,
+                job_id,
+                JobEnded(
+                    JobStatus.FAILED,
+                    "llm_error",
+                    f"{exc.reason} (gave up after {attempt} attempts)",
+                ),
             )
         else:
             backoff = get_exponential_backoff_interval(
@@ -90,19 +142,59 @@ def compact_session(self, session_id: str) -> str:
             countdown = min(max(backoff, exc.retry_after_s or 0), settings.job_retry_backoff_max_s)
             log.warning(
                 "[%s] summarizer: attempt %d failed (%s); retrying in %.1fs",
-                session_id[:8],
+                sid,
                 attempt,
                 exc.reason,
                 countdown,
             )
+            keeper.drop(held)
+            rt.leases.requeue(session_id, job_id, token)  # queued again until the retry runs
             raise self.retry(countdown=countdown, max_retries=settings.job_max_retries) from exc
     except Exception as exc:  # a bug must still end the job, not leave it "running"
-        log.exception("[%s] summarizer: unexpected error", session_id[:8])
-        status = fail(rt, session_id, job_id, f"unexpected error: {type(exc).__name__}: {exc}")
+        log.exception("[%s] summarizer: unexpected error", sid)
+        status = end(
+            rt,
+            session_id,
+            job_id,
+            JobEnded(
+                JobStatus.FAILED, "internal_error", f"unexpected error: {type(exc).__name__}: {exc}"
+            ),
+        )
     finally:
+        keeper.drop(held)
         if status is not None:
-            release_claim(rt, session_id, job_id)
+            _hand_on(rt, session_id, job_id, token, status)
+    if status is JobStatus.FAILED:
+        raise JobFailed(
+            f"compaction job {job_id} failed (see GET /sessions/{session_id}/compactions)"
+        )
     return str(status)
+
+
+def _hand_on(rt: Runtime, session_id: str, job_id: str, token: str, status: JobStatus) -> None:
+    """Release the thread after the job's final status is written: ``d:<job>`` after a
+    compaction, the failure backoff after a failure, free after a skip."""
+    s = rt.settings
+    backoff = 0.0
+    if status is JobStatus.FAILED:
+        failures, _ = failures_in_a_row(rt.engine, session_id)
+        backoff = failure_backoff_s(failures, s.failure_backoff_s, s.failure_backoff_max_s)
+    try:
+        rt.leases.finish(
+            session_id, job_id, token, applied=status is JobStatus.APPLIED, backoff_s=backoff
+        )
+    except Exception as exc:  # the lease lapses on its own
+        log.warning("[%s] could not release the thread's lease: %s", tag(session_id), exc)
+
+
+@app.task(name="reconcile", ignore_result=True)
+def reconcile() -> dict[str, int]:
+    """One pass of the reconciler (:mod:`worker.reconciler`); Celery beat runs it every
+    ``RECONCILE_INTERVAL_S``."""
+    from worker.reconciler import reconcile_once
+
+    rt, _, _ = runtime()
+    return reconcile_once(rt, publish)
 
 
 def publish(session_id: str, job_id: str) -> None:

@@ -20,6 +20,8 @@ class SummarizerError(Exception):
 
     #: Worth retrying later (timeouts, 429, 5xx, connection errors).
     transient: bool = False
+    #: Names the failure in job rows and metrics (``compaction_jobs.reason_code``).
+    code: str = "llm_error"
     #: Seconds the server asked us to wait (HTTP ``Retry-After``), if it did.
     retry_after_s: float | None = None
 
@@ -36,6 +38,8 @@ class TransientSummarizerError(SummarizerError):
 
 class EmptySummaryError(SummarizerError):
     """The model answered with no text (or only whitespace)."""
+
+    code = "empty_summary"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import time
 import uuid
@@ -24,25 +23,33 @@ from stack import PG_ADMIN, Stack, free_port, split_turns, start_redis, wait_for
 
 pytestmark = pytest.mark.usefixtures("stub")
 
-# fast redelivery: Redis hands an unacknowledged job to a new worker after 6 s
+# Recovery comes from leases and the reconciler, never from the broker's redelivery: the
+# visibility timeout stays at its default (an hour) while leases lapse in seconds.
+# `make bench` runs this suite with the production defaults (FAULT_LEASE_S=30,
+# FAULT_RECONCILE_S=15) to measure the recovery target.
+LEASE_S = int(os.environ.get("FAULT_LEASE_S", "3"))
+RECONCILE_S = int(os.environ.get("FAULT_RECONCILE_S", "2"))
 FAST = {
     "SUMMARIZATION_THRESHOLD_CHARS": "30000",
     "SUMMARIZATION_KEEP_CHARS": "10000",
-    "CELERY_VISIBILITY_TIMEOUT_S": "6",
-    "JOB_TIME_LIMIT_S": "5",
-    "JOB_SOFT_TIME_LIMIT_S": "4",
+    "JOB_LEASE_S": str(LEASE_S),
+    "RECONCILE_INTERVAL_S": str(RECONCILE_S),
     "LOCK_TIMEOUT_S": "3",
     "LOCK_WAIT_S": "5",
     "JOB_MAX_RETRIES": "3",
+    "SUMMARIZATION_TIMEOUT_S": "10",
 }
+#: Target (issue 8): after a SIGKILL, a new job within 60 s, compacted within 60 s + a summary.
+RECOVERY_BOUND_S = 2 * LEASE_S + 3 * RECONCILE_S + 15
 RESULTS = Path(os.environ.get("FAULT_RESULTS", "")) if os.environ.get("FAULT_RESULTS") else None
 
 
-def record(name: str, runs: int, ok: int, note: str = "") -> None:
+def record(name: str, runs: int, ok: int, note: str = "", **figures: object) -> None:
     """Append one line of results for BENCHMARKS.md (when FAULT_RESULTS names a file)."""
     if RESULTS:
         with RESULTS.open("a") as f:
-            f.write(json.dumps({"fault": name, "runs": runs, "ok": ok, "note": note}) + "\n")
+            line = {"fault": name, "runs": runs, "ok": ok, "note": note, **figures}
+            f.write(json.dumps(line) + "\n")
 
 
 def case_doc() -> dict:
@@ -82,97 +89,234 @@ def assert_consistent(stack: Stack, session: str, posted: list) -> bool:
 
 
 @pytest.mark.parametrize("point", ["llm_call", "before_lock", "in_patch", "after_patch"])
-def test_worker_killed_mid_job_loses_nothing(stacks, stub, fault_n, point):
+def test_worker_killed_mid_job_recovers_within_a_lease(stacks, stub, fault_n, point):
+    """Issue 8, item 1: a worker SIGKILLed at any point of a job; the thread gets a job again
+    once the lease lapses (the reconciler re-publishes it, with no new turn), and is
+    compacted once, with no message lost. The visibility timeout is an hour: recovery owes
+    nothing to the broker's redelivery."""
     stack = stacks.get("postgres", **FAST)
     doc = case_doc()
     posted = messages_of(doc)
-    ok = 0
+    ok, recovery = 0, []
     for _ in range(fault_n):
         session = f"kill-{point}-{uuid.uuid4().hex[:6]}"
         stack.kill_worker()
         if point == "llm_call":
-            stub.state.delay_s = 2.0
+            stub.state.gate.clear()
             stack.start_worker()
             post_all(stack, session, doc)
-            wait_for(
-                lambda s=session: any(j["status"] == "running" for j in stack.jobs(s)), timeout=20
-            )
-            time.sleep(random.uniform(0.2, 1.5))  # somewhere inside the 2 s LLM call
+            wait_for(lambda: stub.state.requests, timeout=20)  # inside the LLM call
+            stack.kill_worker()
+            stub.state.gate.set()
         else:
             stack.start_worker(env={"OFFPATH_FAILPOINTS": point})
             post_all(stack, session, doc)
-        wait_for(lambda: stack.worker.poll() is not None or point == "llm_call", timeout=30)
-        if stack.worker.poll() is None:
-            stack.kill_worker()
-        stub.state.delay_s = 0.0
-        stack.start_worker()  # the job is redelivered once the visibility timeout passes
-        jobs = stack.settle(session, True, 0, timeout=90)
-        assert [j["status"] for j in jobs] == ["applied"], jobs
+            wait_for(lambda: stack.worker.poll() is not None, timeout=30)
+        killed = time.monotonic()
+        stack.start_worker()
+        jobs = wait_for(
+            lambda s=session: (
+                [j for j in stack.jobs(s) if j["status"] == "applied"] and stack.jobs(s)
+            ),
+            timeout=RECOVERY_BOUND_S + 60,
+            interval=0.2,
+        )
+        recovery.append(time.monotonic() - killed)
+        assert [j["status"] for j in jobs] == ["applied"], jobs  # the killed job, re-published
+        # re-published and run again; after the patch, the reconciler may record it at once
+        assert jobs[0]["attempts"] == 2 or point == "after_patch", jobs
+        assert recovery[-1] < RECOVERY_BOUND_S, f"recovered after {recovery[-1]:.1f}s"
         assert assert_consistent(stack, session, posted)
+        log = stack.worker_log.read_text()
+        job = jobs[0]["job_id"]
+        assert f"re-published job {job}" in log or f"job {job} had patched" in log
+        stub.state.requests.clear()
         ok += 1
-    record(f"worker SIGKILL at {point}", fault_n, ok)
+    record(
+        f"worker SIGKILL at {point}",
+        fault_n,
+        ok,
+        f"SIGKILL -> applied: max {max(recovery):.1f} s",
+        recovery_s=recovery,
+    )
 
 
-def test_broker_restart_while_turns_and_jobs_flow(stacks, stub, tmp_path, fault_n):
-    port = free_port()
-
-    def start_redis_here() -> subprocess.Popen:
-        return start_redis(port, tmp_path, persist=True)
-
-    redis_proc = start_redis_here()
-    stack = stacks.get("sqlite", **{**FAST, "REDIS_URL": f"redis://127.0.0.1:{port}/0"})
-    # as in production, the worker runs under `offpath worker`, which restarts it if it dies
-    stack.kill_worker()
-    stack.start_worker(supervised=True)
+def test_a_turn_after_a_worker_died_queues_a_new_job_once_the_lease_lapsed(stacks, stub):
+    """Issue 8, item 1: with no reconciler running, the next turn queues a new job once the
+    dead job's lease lapsed, instead of waiting for the broker's redelivery; the new job
+    ends the dead one's row."""
+    stack = stacks.get("postgres", beat=False, **FAST)
     doc = case_doc()
-    turns = split_turns(doc["messages"])
-    stub.state.delay_s = 1.0
-    ok = 0
+    session = f"turnrec-{uuid.uuid4().hex[:6]}"
+    stack.kill_worker()
+    stack.start_worker(env={"OFFPATH_FAILPOINTS": "before_lock"})
+    post_all(stack, session, doc)
+    wait_for(lambda: stack.worker.poll() is not None, timeout=30)
+    stack.start_worker()
+    time.sleep(LEASE_S + 0.5)
+    late = [{"type": "human", "content": "any news?"}, {"type": "ai", "content": "checking"}]
+    assert stack.post_turn(session, late).status_code == 200
+    jobs = stack.settle(session, True, 1, timeout=RECOVERY_BOUND_S + 30)
+    assert [(j["status"], j["reason_code"]) for j in jobs] == [
+        ("failed", "lease_lapsed"),
+        ("applied", None),
+    ], jobs
+    assert sum(marked_summary(m) for m in from_api(stack.messages(session))) == 1
+
+
+def test_a_slow_summary_never_starts_a_second_job(stacks, stub):
+    """Issue 8, item 2: a summary held for three lease lengths, turns coming meanwhile: the
+    running job's lease is renewed, never taken over: one job, one summarizer call."""
+    stack = stacks.get("postgres", **{**FAST, "SUMMARIZATION_TIMEOUT_S": "30"})
+    doc = case_doc()
+    session = f"slow-{uuid.uuid4().hex[:6]}"
+    stub.state.gate.clear()
+    post_all(stack, session, doc)
+    wait_for(lambda: stub.state.requests, timeout=20)
+    deadline = time.monotonic() + 3 * LEASE_S + RECONCILE_S
+    i = 0
+    while time.monotonic() < deadline:
+        turn = [{"type": "human", "content": f"still there? {i}"}, {"type": "ai", "content": "yes"}]
+        assert stack.post_turn(session, turn).status_code == 200
+        i += 1
+        time.sleep(0.5)
+    stub.state.gate.set()
+    jobs = stack.settle(session, False, 0, timeout=60)
+    assert [j["status"] for j in jobs] == ["applied"], jobs
+    assert len(stub.state.requests) == 1, "a second summarizer call"
+
+
+def _restart_rabbitmq() -> None:
+    subprocess.run(["rabbitmqctl", "stop_app"], check=True, capture_output=True, timeout=60)
+    subprocess.run(["rabbitmqctl", "start_app"], check=True, capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def rabbit_vhost():
+    """A private RabbitMQ vhost on the machine's broker (127.0.0.1:5672, guest)."""
+    name = f"offpath-test-{uuid.uuid4().hex[:6]}"
+    for args in (("add_vhost", name), ("set_permissions", "-p", name, "guest", ".*", ".*", ".*")):
+        subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=60)
+    yield f"amqp://guest:guest@127.0.0.1:5672/{name}"
+    subprocess.run(["rabbitmqctl", "delete_vhost", name], capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
+def test_broker_restart_leaves_no_job_open_and_every_thread_compacts(
+    stacks, stub, tmp_path, fault_n, broker, request
+):
+    """Issue 8, item 3: jobs queued while no worker runs, then the broker restarts (Redis
+    without persistence loses them, with their claims; RabbitMQ keeps them in a durable
+    quorum queue). Afterwards no job row stays open past two reconcile intervals and every
+    thread is compacted."""
+    port = free_port()
+    redis_proc = start_redis(port, tmp_path)  # locks and leases; the broker when "redis"
+    env = {**FAST, "REDIS_URL": f"redis://127.0.0.1:{port}/0"}
+    if broker == "rabbitmq":
+        env["CELERY_BROKER_URL"] = request.getfixturevalue("rabbit_vhost")
+    stack = stacks.get("sqlite", **env)
+    doc = case_doc()
+    ok, open_after = 0, []
     try:
         for _ in range(fault_n):
-            sessions = [f"brk-{uuid.uuid4().hex[:6]}" for _ in range(3)]
-            for s in sessions[:2]:  # these queue jobs before the outage
-                post_all(stack, s, doc)
-            redis_proc.send_signal(signal.SIGTERM)
-            redis_proc.wait(timeout=10)
-            for turn in turns:  # turns during the outage: all answered, fast
-                started = time.monotonic()
-                assert stack.post_turn(sessions[2], turn).status_code == 200
-                assert time.monotonic() - started < 1.5
-            redis_proc = start_redis_here()
-            # the next turn on each thread queues what the outage could not
+            stack.kill_worker()
+            sessions = [f"brk-{broker}-{uuid.uuid4().hex[:6]}" for _ in range(3)]
             for s in sessions:
-                assert (
-                    stack.post_turn(
-                        s,
-                        [
-                            {"type": "human", "content": "status?"},
-                            {"type": "ai", "content": "checking"},
-                        ],
-                    ).status_code
-                    == 200
-                )
+                post_all(stack, s, doc)
+            wait_for(lambda ss=sessions: all(stack.jobs(s) for s in ss), timeout=20)
+            if broker == "redis":
+                redis_proc.kill()
+                redis_proc.wait(timeout=10)
+                redis_proc = start_redis(port, tmp_path)
+            else:
+                _restart_rabbitmq()
+            back = time.monotonic()
+            stack.start_worker()
             for s in sessions:
                 wait_for(
                     lambda s=s: any(j["status"] == "applied" for j in stack.jobs(s)),
-                    timeout=90,
+                    timeout=RECOVERY_BOUND_S + 60,
                     interval=0.3,
                 )
-                final = from_api(stack.messages(s))
-                assert sum(marked_summary(m) for m in final) == 1
-                extra = messages_of(
-                    {
-                        "messages": [
-                            {"type": "human", "content": "status?"},
-                            {"type": "ai", "content": "checking"},
-                        ]
-                    }
-                )
-                assert len(final) >= len(extra)
+            open_after.append(time.monotonic() - back)
+            log = stack.worker_log.read_text()
+            for s in sessions:
+                jobs = stack.jobs(s)
+                assert all(j["status"] in ("applied", "skipped", "failed") for j in jobs), jobs
+                assert sum(marked_summary(m) for m in from_api(stack.messages(s))) == 1
+                # Redis without persistence lost the queued job: the reconciler re-published
+                # it; RabbitMQ's durable quorum queue kept it
+                republished = f"re-published job {jobs[0]['job_id']}" in log
+                assert republished == (broker == "redis"), (broker, jobs)
             ok += 1
     finally:
         redis_proc.kill()
-    record("broker stopped and restarted", fault_n, ok)
+        stacks.discard(stack)
+    record(
+        f"{broker} restarted ({'no persistence' if broker == 'redis' else 'durable quorum queue'}) with jobs queued",
+        fault_n,
+        ok,
+        f"all rows final and threads compacted {max(open_after):.1f} s after the restart",
+        open_s=open_after,
+    )
+
+
+def test_broker_down_during_publish_the_reconciler_publishes_it_later(stacks, stub, tmp_path):
+    """Issue 8, item 3: the broker (a Redis of its own) is down when the turn ends: the job is
+    recorded unpublished and the claim kept; once the broker is back the reconciler
+    publishes it, with no new turn."""
+    port = free_port()
+    broker = start_redis(port, tmp_path)
+    stack = stacks.get("sqlite", **FAST, CELERY_BROKER_URL=f"redis://127.0.0.1:{port}/0")
+    doc = case_doc()
+    session = f"pubfail-{uuid.uuid4().hex[:6]}"
+    try:
+        broker.kill()
+        broker.wait(timeout=10)
+        post_all(stack, session, doc)
+        (job,) = wait_for(
+            lambda: [j for j in stack.jobs(session) if not j["published"]], timeout=15
+        )
+        assert job["status"] == "queued" and "publish failed" in job["reason"], job
+        broker = start_redis(port, tmp_path)
+        stack.kill_worker()
+        stack.start_worker()  # a worker on the restarted broker
+        wait_for(
+            lambda: [j["status"] for j in stack.jobs(session)] == ["applied"],
+            timeout=4 * RECONCILE_S + 30,
+            interval=0.3,
+        )
+    finally:
+        broker.kill()
+        stacks.discard(stack)
+
+
+def test_a_failing_llm_backs_off_per_thread(stacks, stub):
+    """Issue 8, item 5: after a failed job, turns over the threshold queue nothing until the
+    thread's backoff ends; the backoff is shown in /compactions; then one job again."""
+    env = {**FAST, "JOB_MAX_RETRIES": "0", "FAILURE_BACKOFF_S": "6", "FAILURE_BACKOFF_MAX_S": "60"}
+    stack = stacks.get("sqlite", **env)
+    doc = case_doc()
+    session = f"backoff-{uuid.uuid4().hex[:6]}"
+    stub.state.mode = "500"
+    post_all(stack, session, doc)
+    stack.settle(session, True, 0)
+    calls = len(stub.state.requests)
+    for i in range(5):  # within the backoff: nothing queued
+        turn = [{"type": "human", "content": f"again {i}"}, {"type": "ai", "content": "ok"}]
+        assert stack.post_turn(session, turn).status_code == 200
+    time.sleep(1)
+    body = stack.http.get(f"/sessions/{session}/compactions").json()
+    assert [j["status"] for j in body["jobs"]] == ["failed"], body
+    assert body["backoff"]["failures_in_a_row"] == 1 and body["backoff"]["seconds"] == 6
+    assert len(stub.state.requests) == calls
+    # after the backoff, the reconciler queues the thread again, with no new turn
+    jobs = wait_for(lambda: len(stack.jobs(session)) >= 2 and stack.jobs(session), timeout=30)
+    stack.settle(session, False, 0)
+    assert jobs[1]["status"] in ("queued", "running", "failed")
+    body = stack.http.get(f"/sessions/{session}/compactions").json()
+    assert body["backoff"]["failures_in_a_row"] == 2 and body["backoff"]["seconds"] == 12
+    stub.state.mode = "ok"
 
 
 def test_postgres_connections_dropped_mid_job(stacks, stub, fault_n):

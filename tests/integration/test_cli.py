@@ -8,11 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 
 import psutil
 import pytest
 from shared import TRANSCRIPTS
-from stack import ROOT, free_port
+from stack import REDIS_URL, ROOT, forget_broker_queue, free_port, wait_for
 
 pytestmark = pytest.mark.usefixtures("stub")
 
@@ -40,7 +41,10 @@ def children_of_demo():
 
 @pytest.mark.parametrize("broker", ["redis", "embedded"])
 def test_demo_runs_to_the_end_and_leaves_no_process(broker):
-    env = {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"} if broker == "embedded" else {}
+    # the redis demo runs in the tests' database (13), where the session checks that it
+    # leaves no kombu binding behind (conftest.py)
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    env = {"REDIS_URL": closed if broker == "embedded" else REDIS_URL}
     env.update({"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""})
     result = run(["demo"], env=env)
     out = result.stdout
@@ -158,6 +162,90 @@ def test_demo_interrupted_with_ctrl_c_stops_everything_it_started():
     assert not children_of_demo(), "the demo left processes behind after Ctrl-C"
 
 
+def start_worker_as_in_a_terminal(tmp_path):
+    """``offpath worker`` as a shell starts it: the leader of the terminal's foreground
+    process group (os.killpg on it is the terminal's Ctrl-C), on a private queue in the
+    tests' Redis database, SQLite under tmp_path. Returns (process, log, env, name)."""
+    name = uuid.uuid4().hex[:8]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DATA_DIR": str(tmp_path / "data"),
+        "DATABASE_URL": "",
+        "REDIS_URL": REDIS_URL,
+        "CELERY_QUEUE": f"test-{name}",
+        "REDIS_KEY_PREFIX": f"test-{name}",
+        "WORKER_POOL": "threads",
+        "WORKER_CONCURRENCY": "4",
+        "LOG_LEVEL": "INFO",
+    }
+    log = tmp_path / f"worker-{name}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            OFFPATH + ["worker", "--name", f"w-{name}-0@%h"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def ready():
+        assert proc.poll() is None, log.read_text()
+        return "ready." in log.read_text()
+
+    wait_for(ready, timeout=60, interval=0.1)
+    return proc, log, env, name
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_worker_ctrl_c_is_one_warm_shutdown(tmp_path, trial):
+    """Issue 8, item 16: the terminal sends SIGINT to the whole foreground group; the
+    Celery child must see one stop request, not two (a second one is a cold shutdown)."""
+    proc, log, env, name = start_worker_as_in_a_terminal(tmp_path)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    try:
+        assert children, "offpath worker started no Celery child"
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=60)
+        text = log.read_text()
+        assert code == 0, text
+        assert "worker: Warm shutdown" in text, text
+        assert "Cold shutdown" not in text and "Unrecoverable error" not in text, text
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, f"Celery processes left running: {alive}"
+    finally:
+        kill_all(proc, children)
+        forget_broker_queue(env, worker_names=[f"w-{name}-"])
+
+
+def test_worker_killed_supervisor_leaves_no_orphan(tmp_path):
+    """SIGKILL of ``offpath worker`` (it cannot pass anything on) still stops its child."""
+    proc, log, env, name = start_worker_as_in_a_terminal(tmp_path)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    try:
+        assert children, "offpath worker started no Celery child"
+        proc.kill()  # the supervisor only
+        proc.wait(timeout=10)
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, f"Celery processes orphaned: {alive}\n{log.read_text()}"
+        assert "worker: Warm shutdown" in log.read_text()
+    finally:
+        kill_all(proc, children)
+        forget_broker_queue(env, worker_names=[f"w-{name}-"])
+
+
+def kill_all(proc, children):
+    for p in children:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def test_migrate_says_what_it_did_and_database_errors_are_one_line(tmp_path):
     env = {"DATA_DIR": str(tmp_path)}
     first = run(["migrate"], env=env)
@@ -169,6 +257,12 @@ def test_migrate_says_what_it_did_and_database_errors_are_one_line(tmp_path):
     )
     assert missing.returncode == 1 and "does not exist" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    # the driver's message has two lines: where it failed (kept, issue 15), then a hint
+    closed = run(["migrate"], env={"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/x"})
+    assert closed.returncode == 1, closed.stdout + closed.stderr
+    assert len(closed.stderr.strip().splitlines()) == 1, closed.stderr
+    assert '"127.0.0.1", port 1 failed: Connection refused' in closed.stderr, closed.stderr
+    assert "Is the server running" in closed.stderr, closed.stderr
     wrong = run(["migrate"], env={"DATABASE_URL": "mysql://root@127.0.0.1/x"})
     assert wrong.returncode == 2 and "DATABASE_URL" in wrong.stderr
 
@@ -178,3 +272,52 @@ def test_flower_refuses_to_listen_beyond_localhost_without_a_password():
     assert r.returncode == 1 and "FLOWER_BASIC_AUTH" in r.stderr
     r = run(["flower"], env={"FLOWER_BASIC_AUTH": "nocolon"})
     assert r.returncode == 2 and "FLOWER_BASIC_AUTH" in r.stderr
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.stem)
+def test_replay_is_a_lossless_round_trip(stacks, tmp_path, path):
+    """Issue 8, item 18: `offpath replay` keeps what langchain_core's converter keeps:
+    invalid tool calls, response and usage metadata, a tool message's status and artifact."""
+    from langchain_core.messages import (
+        AIMessage,
+        ToolMessage,
+        messages_from_dict,
+        messages_to_dict,
+    )
+    from shared import load, messages_of
+
+    stack = stacks.get("sqlite", llm=False, SUMMARIZATION_ENABLED="false")
+    rich = []
+    for i, m in enumerate(messages_of(load(path))):
+        if isinstance(m, AIMessage):
+            m = m.model_copy(
+                update={
+                    "response_metadata": {"model_name": "m-1", "finish_reason": "stop"},
+                    "usage_metadata": {"input_tokens": 9, "output_tokens": 3, "total_tokens": 12},
+                }
+            )
+            if m.tool_calls and not any(x.type == "ai" and x.invalid_tool_calls for x in rich):
+                bad = {"id": f"bad-{i}", "name": "f", "args": "{oops", "error": "not JSON"}
+                m = m.model_copy(
+                    update={"invalid_tool_calls": [{**bad, "type": "invalid_tool_call"}]}
+                )
+                rich.append(m)
+                rich.append(
+                    ToolMessage(
+                        id=f"bad-result-{i}",
+                        content="error: arguments are not JSON",
+                        tool_call_id=f"bad-{i}",
+                        status="error",
+                    )
+                )
+                continue
+        elif isinstance(m, ToolMessage):
+            m = m.model_copy(update={"artifact": {"rows": i}, "status": "success"})
+        rich.append(m)
+    f = tmp_path / f"{path.stem}.json"
+    f.write_text(json.dumps({"messages": messages_to_dict(rich)}))
+    session = f"lossless-{path.stem}"[:60]
+    result = run(["replay", str(f), "--url", stack.url, "--session", session])
+    assert result.returncode == 0, result.stdout + result.stderr
+    r = stack.http.get(f"/sessions/{session}/messages", params={"format": "langchain"})
+    assert messages_from_dict(r.json()["messages"]) == rich

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import httpx
@@ -15,15 +14,21 @@ import pytest
 from shared import CASES, load
 from stack import ROOT, free_port, split_turns, wait_for
 
+from service.broker import bindings, forget_queue
+
 pytestmark = pytest.mark.usefixtures("stub")
 
+#: Exchanges Flower binds queues of its own to: events, and replies to its inspect calls.
+FLOWER_EXCHANGES = {"celeryev", "reply.celery.pidbox"}
 
-def test_flower_lists_the_worker_and_a_finished_compaction(stacks):
+
+def test_flower_lists_the_worker_and_a_finished_compaction(stacks, stub):
     stack = stacks.get(
         "sqlite", SUMMARIZATION_THRESHOLD_CHARS="30000", SUMMARIZATION_KEEP_CHARS="10000"
     )
     port = free_port()
     env = {**stack.env, "FLOWER_BASIC_AUTH": "ops:s3cret", "FLOWER_PORT": str(port)}
+    before = {b.member for b in bindings(stack.env["REDIS_URL"])}
     log = open(stack.tmp / f"flower-{port}.log", "wb")
     flower = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "flower"],
@@ -60,14 +65,26 @@ def test_flower_lists_the_worker_and_a_finished_compaction(stacks):
         jobs = stack.settle(session, True, 0)
         job_id = jobs[0]["job_id"]
 
-        def task():
-            r = client.get(f"/api/task/info/{job_id}", auth=auth)
-            return r.json() if r.status_code == 200 and r.json().get("state") == "SUCCESS" else None
+        def task(job, state):
+            r = client.get(f"/api/task/info/{job}", auth=auth)
+            return r.json() if r.status_code == 200 and r.json().get("state") == state else None
 
-        info = wait_for(task, timeout=20, interval=0.3)
+        info = wait_for(lambda: task(job_id, "SUCCESS"), timeout=20, interval=0.3)
         assert info["name"] == "compact_session"
         assert "applied" in str(info["result"])
         assert info["args"] and session in str(info["args"])
+
+        # a job that ends failed is a failed task for Celery and Flower (issue 8, item 6)
+        failing = f"flower-fail-{uuid.uuid4().hex[:8]}"
+        stub.state.mode = "empty"  # fails at once, no retry
+        for turn in split_turns(
+            load(next(p for p in CASES if p.stem == "summary-first"))["messages"]
+        ):
+            assert stack.post_turn(failing, turn).status_code == 200
+        (failed,) = stack.settle(failing, True, 0)[:1]
+        assert failed["status"] == "failed"
+        info = wait_for(lambda: task(failed["job_id"], "FAILURE"), timeout=20, interval=0.3)
+        assert "JobFailed" in str(info.get("exception")), info
     finally:
         os.killpg(flower.pid, signal.SIGTERM)
         try:
@@ -75,4 +92,8 @@ def test_flower_lists_the_worker_and_a_finished_compaction(stacks):
         except subprocess.TimeoutExpired:
             os.killpg(flower.pid, signal.SIGKILL)
         log.close()
-        time.sleep(0)
+        # Flower's event receiver (celeryev.<uuid>) and remote-control reply queues stay
+        # bound after it stops (issue 8, item 12)
+        for b in bindings(stack.env["REDIS_URL"]):
+            if b.member not in before and b.exchange in FLOWER_EXCHANGES:
+                forget_queue(stack.env["REDIS_URL"], b.queue)

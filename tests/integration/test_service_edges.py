@@ -309,3 +309,32 @@ def test_orphan_results_and_reused_call_ids_are_accepted_and_never_reach_the_mod
     (request,) = stub.state.requests
     sent = json.dumps(request["messages"])
     assert "LEFT BY A BAD TRIM" not in sent and "ok again" in sent
+
+
+def test_healthz_and_beat_check_report_whether_the_reconciler_runs(stacks):
+    """Issue 8, item 1: a stalled recovery must show; /healthz and `offpath beat --check` (the
+    compose health check of the beat service) say when the reconciler last ran."""
+    import subprocess
+    import sys
+
+    from stack import ROOT
+
+    def check(stack):
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", "beat", "--check"],
+            cwd=ROOT,
+            env=stack.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    without = stacks.get("sqlite", beat=False, RECONCILE_INTERVAL_S="1")
+    assert "no pass seen" in without.http.get("/healthz").json()["reconciler"]
+    assert check(without).returncode == 1
+    with_beat = stacks.get("sqlite", RECONCILE_INTERVAL_S="1")
+    wait_for(
+        lambda: with_beat.http.get("/healthz").json()["reconciler"].startswith("ok"), timeout=30
+    )
+    result = check(with_beat)
+    assert result.returncode == 0 and "last pass" in result.stdout, result.stderr

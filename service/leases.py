@@ -1,0 +1,329 @@
+"""Job leases: at most one compaction job per thread in flight, and recovery in seconds.
+
+Each thread has one *claim* key (in Redis, or in the usage database for the
+embedded demo). Its value says who holds the thread:
+
+========================  =================================================  ==========================
+value                     meaning                                            expires after
+========================  =================================================  ==========================
+``q:<job>``               a job is queued (or waiting for a retry)           ``CELERY_VISIBILITY_TIMEOUT_S``
+``r:<job>:<token>``       one delivery of a job is running                   ``JOB_LEASE_S``, renewed
+``d:<job>``               the job applied a compaction; the thread is free   10 minutes
+``b:<job>``               the job failed; no new job until the backoff ends  the backoff
+(absent)                  free                                               -
+========================  =================================================  ==========================
+
+A running job's lease is renewed by :class:`LeaseKeeper` (a heartbeat every
+third of ``JOB_LEASE_S``), so it is never taken over while its worker lives, and
+lapses within ``JOB_LEASE_S`` when the worker dies (DESIGN.md invariant 11;
+issue 8, items 1-2). The next turn or the reconciler then queues the thread
+again. ``d:<job>`` tells the post-turn hook whose compaction it may not have
+seen yet (issue 8, item 7: a turn that read the thread before a patch landed
+must not queue a job after it).
+
+Every change is one atomic compare-and-swap on the key (:class:`KeyStore`): a
+Lua script on Redis, a conditional ``UPDATE``/``INSERT`` in SQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+import redis
+import sqlalchemy as sa
+
+log = logging.getLogger("offpath.leases")
+
+#: How long ``d:<job>`` stays after a compaction (the post-turn hook's view may lag by this).
+DONE_TTL_S = 600.0
+
+
+class KeyStore(Protocol):
+    """One atomic operation on string keys that expire."""
+
+    def get(self, key: str) -> str | None:
+        """The key's value, or None if it is absent or expired."""
+        ...
+
+    def swap(self, key: str, expected: str | None, new: str | None, ttl_s: float) -> bool:
+        """If the key holds ``expected`` (None: absent), set it to ``new`` expiring after
+        ``ttl_s`` (None: delete it) and return True; else change nothing, return False."""
+        ...
+
+
+_SWAP = """
+local cur = redis.call('GET', KEYS[1])
+if (ARGV[1] == '' and not cur) or cur == ARGV[1] then
+  if ARGV[2] == '' then redis.call('DEL', KEYS[1])
+  else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
+  return 1
+end
+return 0
+"""
+
+
+class RedisKeyStore:
+    """Claims in Redis: ``swap`` is one Lua script (redis-py's ``register_script``)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.redis = client
+        self._swap = client.register_script(_SWAP)
+
+    def get(self, key: str) -> str | None:
+        value = self.redis.get(key)
+        return value.decode() if value is not None else None
+
+    def swap(self, key: str, expected: str | None, new: str | None, ttl_s: float) -> bool:
+        ttl_ms = max(1, int(ttl_s * 1000))
+        return bool(self._swap(keys=[key], args=[expected or "", new or "", ttl_ms]))
+
+
+class SqlKeyStore:
+    """Claims in the usage database's ``thread_locks`` table (``LOCK_BACKEND=database``)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def get(self, key: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(
+                sa.text("SELECT token FROM thread_locks WHERE name = :n AND expires_at >= :now"),
+                {"n": key, "now": time.time()},
+            ).scalar()
+
+    def swap(self, key: str, expected: str | None, new: str | None, ttl_s: float) -> bool:
+        now = time.time()
+        args = {"n": key, "t": expected, "v": new, "e": now + ttl_s, "now": now}
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.text("DELETE FROM thread_locks WHERE name = :n AND expires_at < :now"), args
+            )
+            if expected is None:
+                if new is None:
+                    return (
+                        conn.execute(
+                            sa.text("SELECT 1 FROM thread_locks WHERE name = :n"), args
+                        ).first()
+                        is None
+                    )
+                try:
+                    with conn.begin_nested():
+                        conn.execute(
+                            sa.text(
+                                "INSERT INTO thread_locks (name, token, expires_at) "
+                                "VALUES (:n, :v, :e)"
+                            ),
+                            args,
+                        )
+                except sa.exc.IntegrityError:
+                    return False
+                return True
+            if new is None:
+                sql = "DELETE FROM thread_locks WHERE name = :n AND token = :t"
+            else:
+                sql = "UPDATE thread_locks SET token = :v, expires_at = :e WHERE name = :n AND token = :t"
+            return bool(conn.execute(sa.text(sql), args).rowcount)
+
+
+class State(StrEnum):
+    QUEUED = "q"
+    RUNNING = "r"
+    DONE = "d"
+    BACKOFF = "b"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A parsed claim value; ``raw`` is the value as stored."""
+
+    state: State
+    job_id: str
+    token: str | None
+    raw: str
+
+    @classmethod
+    def parse(cls, raw: str | None) -> Claim | None:
+        if not raw:
+            return None
+        state, _, rest = raw.partition(":")
+        job_id, _, token = rest.partition(":")
+        return cls(State(state), job_id, token or None, raw)
+
+    @property
+    def in_flight(self) -> bool:
+        """A job is queued or running on the thread."""
+        return self.state in (State.QUEUED, State.RUNNING)
+
+
+class Start(StrEnum):
+    """What :meth:`Leases.start` found."""
+
+    OK = "ok"  # this delivery holds the running lease now
+    DUPLICATE = "duplicate"  # another delivery of the same job is running
+    SUPERSEDED = "superseded"  # another job holds the thread
+    BACKOFF = "backoff"  # the thread is in its failure backoff
+
+
+class Leases:
+    """The claim protocol on a :class:`KeyStore`; see the module doc."""
+
+    def __init__(self, store: KeyStore, *, prefix: str, lease_s: float, queued_ttl_s: float):
+        self.store = store
+        self.prefix = prefix
+        self.lease_s = lease_s
+        self.queued_ttl_s = queued_ttl_s
+
+    def key(self, session_id: str) -> str:
+        return f"{self.prefix}:job:thread:{session_id}"
+
+    def holder(self, session_id: str) -> Claim | None:
+        """Who holds the thread now (None: free)."""
+        return Claim.parse(self.store.get(self.key(session_id)))
+
+    def claim(
+        self, session_id: str, job_id: str, superseded: Callable[[Claim], bool] = lambda _: False
+    ) -> Claim | None:
+        """Claim a free thread for the queued job ``job_id``.
+
+        Returns None when claimed, else the claim that keeps it (a job in flight, a
+        backoff, or ``d:<job>`` of a compaction that ``superseded`` says the caller's
+        view has not seen).
+        """
+        key, value = self.key(session_id), f"q:{job_id}"
+        for _ in range(5):
+            current = self.holder(session_id)
+            if current is not None and (current.state is not State.DONE or superseded(current)):
+                return current
+            if self.store.swap(key, current.raw if current else None, value, self.queued_ttl_s):
+                return None
+        return self.holder(session_id)
+
+    def start(self, session_id: str, job_id: str, token: str) -> tuple[Start, Claim | None]:
+        """Take the running lease for one delivery of ``job_id``; also returns what held the
+        thread before (None: free, e.g. a lapsed claim)."""
+        key, value = self.key(session_id), f"r:{job_id}:{token}"
+        for _ in range(5):
+            current = self.holder(session_id)
+            if current is not None:
+                if current.job_id == job_id and current.state is State.RUNNING:
+                    return Start.DUPLICATE, current
+                if current.job_id != job_id and current.in_flight:
+                    return Start.SUPERSEDED, current
+                if current.job_id != job_id and current.state is State.BACKOFF:
+                    return Start.BACKOFF, current
+            if self.store.swap(key, current.raw if current else None, value, self.lease_s):
+                return Start.OK, current
+        raise RuntimeError(f"the claim of thread {session_id!r} kept changing")
+
+    def renew(self, session_id: str, job_id: str, token: str) -> bool:
+        """Extend the running lease; False if this delivery no longer holds it."""
+        value = f"r:{job_id}:{token}"
+        return self.store.swap(self.key(session_id), value, value, self.lease_s)
+
+    def requeue(self, session_id: str, job_id: str, token: str) -> bool:
+        """Running -> queued while the job waits for its retry (the lease is not renewed)."""
+        return self.store.swap(
+            self.key(session_id), f"r:{job_id}:{token}", f"q:{job_id}", self.queued_ttl_s
+        )
+
+    def finish(
+        self, session_id: str, job_id: str, token: str, *, applied: bool, backoff_s: float = 0
+    ) -> bool:
+        """Hand the thread on: ``d:<job>`` after a compaction, ``b:<job>`` for the backoff
+        after a failure, else free. False if this delivery no longer held the lease."""
+        if applied:
+            new, ttl = f"d:{job_id}", DONE_TTL_S
+        elif backoff_s > 0:
+            new, ttl = f"b:{job_id}", backoff_s
+        else:
+            new, ttl = None, 0.0
+        return self.store.swap(self.key(session_id), f"r:{job_id}:{token}", new, ttl)
+
+    def release_queued(self, session_id: str, job_id: str) -> bool:
+        """Free a thread claimed for a job that was never published (the hook's undo)."""
+        return self.store.swap(self.key(session_id), f"q:{job_id}", None, 0)
+
+
+@dataclass(eq=False)
+class Held:
+    """One lease held by this process; ``lost`` is set when a renewal found it gone."""
+
+    session_id: str
+    job_id: str
+    token: str
+    since: float = field(default_factory=time.monotonic)
+    lost: threading.Event = field(default_factory=threading.Event)
+
+
+class LeaseKeeper:
+    """Renews every running lease of this process, every third of ``JOB_LEASE_S``.
+
+    One daemon thread per process, whatever the number of jobs. A lease held longer
+    than ``max_age_s`` (``JOB_TIME_LIMIT_S``: a job stuck in a call with no timeout)
+    is no longer renewed, so it lapses and the thread is queued again. A lease found
+    gone is marked ``lost``: its job stops before it patches.
+    """
+
+    def __init__(self, leases: Leases, max_age_s: float) -> None:
+        self.leases = leases
+        self.max_age_s = max_age_s
+        self.interval_s = leases.lease_s / 3
+        self._held: set[Held] = set()
+        self._guard = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, session_id: str, job_id: str, token: str) -> Held:
+        held = Held(session_id, job_id, token)
+        with self._guard:
+            self._held.add(held)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="offpath-lease-keeper", daemon=True
+                )
+                self._thread.start()
+        return held
+
+    def drop(self, held: Held) -> None:
+        with self._guard:
+            self._held.discard(held)
+
+    def _run(self) -> None:
+        while not self._wake.wait(self.interval_s):
+            with self._guard:
+                held = list(self._held)
+            for h in held:
+                if time.monotonic() - h.since > self.max_age_s:
+                    log.error(
+                        "job %s has run for over %ds: its lease is left to lapse",
+                        h.job_id,
+                        self.max_age_s,
+                    )
+                    h.lost.set()
+                    self.drop(h)
+                    continue
+                try:
+                    if not self.leases.renew(h.session_id, h.job_id, h.token):
+                        log.warning("job %s lost its lease on the thread", h.job_id)
+                        h.lost.set()
+                        self.drop(h)
+                except Exception as exc:  # the store is away: try again next beat
+                    log.warning("could not renew the lease of job %s: %s", h.job_id, exc)
+
+    def stop(self) -> None:
+        self._wake.set()
+
+
+def failure_backoff_s(failures: int, base_s: float, cap_s: float) -> float:
+    """How long a thread waits for its next job after ``failures`` failed jobs in a row:
+    ``base_s`` doubling with each further failure, at most ``cap_s`` (issue 8, item 5: a
+    permanently failing LLM costs a bounded number of calls per thread per hour)."""
+    if failures <= 0 or base_s <= 0:
+        return 0.0
+    return float(min(cap_s, base_s * 2 ** min(failures - 1, 30)))

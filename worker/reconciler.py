@@ -1,0 +1,141 @@
+"""The reconciler: ends or re-publishes jobs whose lease has lapsed, and queues jobs for
+threads left over the threshold with none (DESIGN.md invariant 11; issue 8, item 3).
+
+Celery beat (``offpath beat``) sends the ``reconcile`` task every
+``RECONCILE_INTERVAL_S``; one pass (:func:`reconcile_once`) runs at a time across
+all workers (a lease on the claim store). Per open job row that has not moved for
+an interval:
+
+* not published (the broker was down): claim the thread for it and publish it;
+* its lease is alive (queued or running): nothing to do;
+* lapsed (its worker died, or the broker lost it): if its summary is in the thread,
+  record it (the patch landed, the usage row did not); else end it when another job
+  holds the thread, the thread is in its failure backoff, or it was delivered more
+  than ``JOB_MAX_RETRIES + 1`` times; else claim the thread for it and re-publish it.
+
+Then every thread whose latest job failed (or was skipped as stale) and whose
+claim is free, the failure backoff being over, gets a new job.
+
+What it did is logged in one line and counted in ``offpath_reconciler_actions_total``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+from prometheus_client import Counter as PromCounter
+
+from service.agent import thread_config
+from service.db import (
+    JobStatus,
+    finalize,
+    now_utc,
+    open_jobs,
+    set_job,
+    set_published,
+    threads_to_requeue,
+)
+from service.hook import Publisher, queue_job
+from service.leases import State
+from service.logs import tag
+from service.runtime import Runtime
+from worker.jobs import landed
+
+log = logging.getLogger("offpath.reconciler")
+
+ACTIONS = PromCounter(
+    "offpath_reconciler_actions", "What the reconciler did, by action", ["action"]
+)
+
+
+def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
+    """One pass; returns how many times it took each action (also logged and counted)."""
+    s = rt.settings
+    token = uuid.uuid4().hex
+    key = f"{s.redis_key_prefix}:reconciler"
+    if not rt.leases.store.swap(key, None, token, max(2 * s.reconcile_interval_s, 10)):
+        return {}  # another worker is running a pass
+    done: Counter[str] = Counter()
+    try:
+        now = now_utc()
+        for row in open_jobs(rt.engine, now - timedelta(seconds=s.reconcile_interval_s)):
+            done[_one(rt, publish, row)] += 1
+        ended_since = now - timedelta(seconds=2 * s.failure_backoff_max_s + s.reconcile_interval_s)
+        for session_id in threads_to_requeue(rt.engine, ended_since):
+            # queued only if its claim is free: no job in flight, the failure backoff over
+            if queue_job(rt.leases, rt.engine, publish, session_id, None).action == "queued":
+                done["queued"] += 1
+        last = f"{s.redis_key_prefix}:reconciler:last"
+        rt.leases.store.swap(last, rt.leases.store.get(last), f"{time.time():.3f}", 86_400)
+    finally:
+        rt.leases.store.swap(key, token, None, 0)
+    done.pop("alive", None)
+    if done:
+        log.info("reconciler: %s", ", ".join(f"{k} {v}" for k, v in sorted(done.items())))
+        for action, n in done.items():
+            ACTIONS.labels(action).inc(n)
+    return dict(done)
+
+
+def seconds_since_last_pass(rt: Runtime) -> float | None:
+    """How long ago the reconciler finished a pass (None: never, or over a day ago)."""
+    value = rt.leases.store.get(f"{rt.settings.redis_key_prefix}:reconciler:last")
+    return time.time() - float(value) if value else None
+
+
+def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
+    session_id, job_id = row["session_id"], row["job_id"]
+    holder = rt.leases.holder(session_id)
+    mine = holder is not None and holder.job_id == job_id and holder.in_flight
+    if not row["published"]:
+        if not mine and rt.leases.claim(session_id, job_id) is not None:
+            return _end(
+                rt, row, "superseded", f"job {holder.job_id if holder else '?'} holds the thread"
+            )
+        publish(session_id, job_id)
+        set_published(rt.engine, job_id, True)
+        log.info("[%s] reconciler: published job %s", tag(session_id), job_id)
+        return "published"
+    if mine:
+        return "alive"
+    if row["result"]:
+        messages = rt.graph.get_state(thread_config(session_id)).values.get("messages", [])
+        if landed(messages, job_id, row["result"]):
+            finalize(rt.engine, job_id, session_id)
+            log.info("[%s] reconciler: job %s had patched; recorded it", tag(session_id), job_id)
+            return "recorded"
+    if holder is not None and holder.state is not State.DONE:
+        return _end(
+            rt,
+            row,
+            "lease_lapsed",
+            f"its worker was lost; {holder.state.name.lower()} job {holder.job_id} holds the thread",
+        )
+    if row["attempts"] > rt.settings.job_max_retries:
+        return _end(rt, row, "lease_lapsed", f"its worker was lost {row['attempts']} times")
+    if rt.leases.claim(session_id, job_id) is not None:
+        return "alive"  # someone claimed the thread meanwhile: next pass
+    publish(session_id, job_id)
+    log.info(
+        "[%s] reconciler: re-published job %s (its lease lapsed: worker lost or message lost)",
+        tag(session_id),
+        job_id,
+    )
+    return "republished"
+
+
+def _end(rt: Runtime, row: dict[str, Any], code: str, why: str) -> str:
+    status = JobStatus.SKIPPED if code == "superseded" else JobStatus.FAILED
+    reason = f"{code}: {why}"
+    if set_job(
+        rt.engine, row["job_id"], row["session_id"], status, reason, code, only_if_open=True
+    ):
+        log.info(
+            "[%s] reconciler: ended job %s (%s)", tag(row["session_id"]), row["job_id"], reason
+        )
+    return "ended"
