@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from compaction.patch import build_patch, summary_message
+from compaction.patch import Fitted, Prepared, Stale, fit
 from compaction.planner import CompactionPlan, Skip, plan_compaction
 from compaction.prompt import SummaryPrompt, build_prompt
 from compaction.settings import Settings
@@ -25,20 +25,43 @@ class Compaction:
     plan: CompactionPlan
     prompt: SummaryPrompt
     result: SummaryResult
-    summary: HumanMessage
-    patch: list[BaseMessage]
+    prepared: Prepared
+    fitted: Fitted
+
+    @property
+    def summary(self) -> HumanMessage:
+        return self.fitted.summary
+
+    @property
+    def patch(self) -> list[BaseMessage]:
+        return self.fitted.patch
 
 
-def summarize_plan(plan: CompactionPlan, settings: Settings, summarizer: Summarizer) -> Compaction:
-    """Prompt, summarize and build the patch for ``plan``.
+def summarize_plan(
+    plan: CompactionPlan,
+    messages: Sequence[BaseMessage],
+    settings: Settings,
+    summarizer: Summarizer,
+    job_id: str = "local",
+) -> Compaction:
+    """Prompt, summarize and fit ``plan`` (made on ``messages``) into a patch.
 
     Raises :class:`~compaction.summarizers.base.SummarizerError` when the summary
     cannot be written (nothing is built then).
     """
     prompt = build_prompt(plan, settings.summarization_max_prompt_chars)
     result = summarizer.summarize(plan, prompt)
-    summary = summary_message(plan, result.text, summarizer.name)
-    return Compaction(plan, prompt, result, summary, build_patch(plan, summary))
+    prepared = Prepared.from_plan(
+        plan,
+        job_id=job_id,
+        summary_text=result.text,
+        summarizer=summarizer.name,
+        model=result.model,
+    )
+    fitted = fit(prepared, messages)
+    if isinstance(fitted, Stale):  # the plan was made on these very messages
+        raise AssertionError(f"a fresh plan does not fit its own thread: {fitted.reason}")
+    return Compaction(plan, prompt, result, prepared, fitted)
 
 
 def compact(
@@ -48,4 +71,4 @@ def compact(
     plan = plan_compaction(messages, settings)
     if isinstance(plan, Skip):
         return plan
-    return summarize_plan(plan, settings, summarizer)
+    return summarize_plan(plan, messages, settings, summarizer)

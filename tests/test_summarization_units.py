@@ -1,4 +1,4 @@
-"""Settings, accounting, prompt, summary message, reconcile and summarizers (issue 2)."""
+"""Settings, accounting, prompt, summary message, prepared compactions and summarizers."""
 
 from __future__ import annotations
 
@@ -6,19 +6,25 @@ import json
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langgraph.graph.message import add_messages
 
 from compaction.accounting import MEDIA_BLOCK_CHARS, message_chars
-from compaction.patch import Stale, build_patch, reconcile, summary_message
+from compaction.patch import Prepared, Stale, fit, landed
 from compaction.pipeline import Compaction, compact
-from compaction.planner import CompactionPlan, plan_compaction
+from compaction.planner import plan_compaction
 from compaction.prompt import CLOSE_FENCE, SYSTEM_PROMPT, build_prompt, shorten
 from compaction.settings import SettingsError, load_settings
 from compaction.summarizers import EmptySummaryError, SummarizerError, make_summarizer
 from compaction.summarizers.llm import LLMSummarizer
 from compaction.summarizers.offline import OfflineSummarizer
-from compaction.summary import SUMMARY_PREFIX, is_summary
+from compaction.summary import SUMMARY_PREFIX, fingerprint, is_summary
 
 S = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=3_000)
 
@@ -206,71 +212,93 @@ def test_prompt_shorten_keeps_head_and_tail():
     assert len(out) <= 500 and out.startswith("HEAD") and out.endswith("TAIL") and "omitted" in out
 
 
-# --- summary message, patch, reconcile ----------------------------------------------------
+# --- summary message, prepared compaction, fit -------------------------------------------
+
+
+def prepare(plan, text="s"):
+    return Prepared.from_plan(plan, job_id="j1", summary_text=text, summarizer="offline", model="m")
 
 
 def test_summary_message_carries_ids_chars_and_summarizer():
-    plan = plan_compaction(thread(), S)
-    msg = summary_message(plan, "**Investigating:** x", "offline")
+    msgs = thread()
+    plan = plan_compaction(msgs, S)
+    fitted = fit(prepare(plan, "**Investigating:** x"), msgs)
+    msg = fitted.summary
     assert msg.content.startswith(SUMMARY_PREFIX + "\n\n**Investigating:** x")
     meta = msg.additional_kwargs["summary"]
     assert meta["replaced_ids"] == [m.id for m in plan.removed]
     assert meta["replaced_chars"] == sum(message_chars(m) for m in plan.removed)
-    assert meta["summarizer"] == "offline" and is_summary(msg)
+    assert meta["summarizer"] == "offline" and meta["job_id"] == "j1" and is_summary(msg)
     assert msg.id == plan.removed[0].id
+    assert fitted.record["chars_removed"] == meta["replaced_chars"]
+    assert fitted.record["summary_sha"] == fingerprint(msg)
 
 
 def test_summary_with_a_fresh_id_would_land_last_which_is_why_it_takes_the_first_id():
     msgs = thread()
-    plan = plan_compaction(msgs, S)
     wrong = HumanMessage(id="new-id", content="summary")
     after = add_messages(msgs, [wrong])
     assert after[-1].id == "new-id"  # add_messages appends unknown ids at the end
-    with pytest.raises(ValueError):
-        build_patch(plan, wrong)
+    plan = plan_compaction(msgs, S)
+    patched = add_messages(msgs, fit(prepare(plan), msgs).patch)
+    assert patched[1].id == plan.removed[0].id and is_summary(patched[1])  # in place, first
 
 
-def test_reconcile_keeps_turns_appended_while_summarizing():
+def test_prepared_round_trips_through_json():
+    plan = plan_compaction(thread(), S)
+    p = prepare(plan)
+    assert Prepared.from_json(json.loads(json.dumps(p.to_json()))) == p
+
+
+def test_fit_keeps_turns_appended_while_summarizing():
     msgs = thread()
     plan = plan_compaction(msgs, S)
     later = add_messages(
         msgs, [HumanMessage(id="new-h", content="more?"), AIMessage(id="new-a", content="yes")]
     )
-    fitted = reconcile(plan, later)
-    assert isinstance(fitted, CompactionPlan)
-    after = add_messages(later, build_patch(fitted, summary_message(fitted, "s", "offline")))
+    fitted = fit(prepare(plan), later)
+    assert not isinstance(fitted, Stale)
+    after = add_messages(later, fitted.patch)
     assert [m.id for m in after][-2:] == ["new-h", "new-a"]
     assert after[1].id == plan.removed[0].id and is_summary(after[1])
 
 
-def test_reconcile_drops_ids_already_gone():
+def test_fit_drops_ids_already_gone():
     msgs = thread()
     plan = plan_compaction(msgs, S)
     gone = plan.removed[0].id, plan.removed[1].id
-    from langchain_core.messages import RemoveMessage
+    current = add_messages(msgs, [RemoveMessage(id=i) for i in gone])
+    fitted = fit(prepare(plan), current)
+    assert not isinstance(fitted, Stale)
+    assert fitted.summary.id == plan.removed[2].id
+    assert fitted.record["messages_removed"] == len(plan.removed) - 2
+    after = add_messages(current, fitted.patch)
+    assert not set(gone) & {m.id for m in after}
 
-    current = add_messages(msgs, [RemoveMessage(id=g) for g in gone])
-    fitted = reconcile(plan, current)
-    assert isinstance(fitted, CompactionPlan)
-    assert not {m.id for m in fitted.removed} & set(gone)
-    after = add_messages(current, build_patch(fitted, summary_message(fitted, "s", "offline")))
-    assert after[1].id == fitted.removed[0].id
 
-
-def test_reconcile_reports_stale_plans():
+def test_fit_reports_stale_compactions():
     msgs = thread()
     plan = plan_compaction(msgs, S)
+    p = prepare(plan)
     kept = plan.kept[0]
     changed = add_messages(msgs, [kept.model_copy(update={"content": "edited"})])
-    assert isinstance(reconcile(plan, changed), Stale)
-    from langchain_core.messages import RemoveMessage
+    assert isinstance(fit(p, changed), Stale)
+    assert isinstance(fit(p, add_messages(msgs, [RemoveMessage(id=kept.id)])), Stale)
+    inserted = [*msgs[:3], HumanMessage(id="ins", content="x"), *msgs[3:]]
+    assert isinstance(fit(p, inserted), Stale)
+    patched = add_messages(msgs, fit(p, msgs).patch)
+    assert isinstance(fit(p, patched), Stale)  # applied already
 
-    assert isinstance(reconcile(plan, add_messages(msgs, [RemoveMessage(id=kept.id)])), Stale)
-    inserted = msgs[: plan.cut] + [HumanMessage(id="ins", content="x")] + msgs[plan.cut :]
-    assert isinstance(reconcile(plan, inserted), Stale)
-    # the same job run again after its patch: nothing to do
-    patched = add_messages(msgs, build_patch(plan, summary_message(plan, "s", "offline")))
-    assert isinstance(reconcile(plan, patched), Stale)
+
+def test_landed_recognises_only_the_jobs_own_summary():
+    msgs = thread()
+    fitted = fit(prepare(plan_compaction(msgs, S)), msgs)
+    after = add_messages(msgs, fitted.patch)
+    assert landed(after, "j1", fitted.record)
+    assert not landed(after, "j2", fitted.record)  # another job's id in the record
+    forged = fitted.summary.model_copy(update={"content": fitted.summary.content + " (edited)"})
+    assert not landed(add_messages(after, [forged]), "j1", fitted.record)
+    assert not landed(msgs, "j1", fitted.record)
 
 
 # --- summarizers --------------------------------------------------------------------------

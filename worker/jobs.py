@@ -40,12 +40,11 @@ from redis.exceptions import RedisError
 
 from compaction.accounting import message_chars
 from compaction.pairing import new_unpaired
-from compaction.patch import Stale, build_patch, reconcile, summary_message
-from compaction.planner import CompactionPlan, Skip, plan_compaction
+from compaction.patch import Prepared, Stale, fit, landed
+from compaction.planner import Skip, plan_compaction
 from compaction.prompt import build_prompt
 from compaction.summarizers import Summarizer, SummarizerError
-from compaction.summarizers.base import SummaryResult
-from compaction.summary import fingerprint, is_summary, summary_meta
+from compaction.summary import is_summary, summary_meta
 from service.agent import AGENT_NODE, thread_config
 from service.db import (
     FINAL_VALUES,
@@ -138,20 +137,6 @@ def _messages(rt: Runtime, session_id: str) -> list[BaseMessage]:
     return list(rt.graph.get_state(thread_config(session_id)).values.get("messages", []))
 
 
-def landed(messages: Sequence[BaseMessage], job_id: str, result: Mapping[str, Any] | None) -> bool:
-    """The summary that ``result`` (a job's own record) describes is in the thread."""
-    if not result:
-        return False
-    for m in messages:
-        if m.id == result.get("summary_id"):
-            return (
-                is_summary(m)
-                and summary_meta(m).get("job_id") == job_id
-                and fingerprint(m) == result.get("summary_sha")
-            )
-    return False
-
-
 def record_landed(
     rt: Runtime,
     session_id: str,
@@ -224,14 +209,18 @@ def _compact(
                     JobStatus.FAILED, "lease_lost", "lease lost before the patch; not applied"
                 )
             current = _messages(rt, session_id)
-            fitted = reconcile(plan, current)
+            prepared = Prepared.from_plan(
+                plan,
+                job_id=job_id,
+                summary_text=result.text,
+                summarizer=summarizer.name,
+                model=result.model,
+            )
+            fitted = fit(prepared, current)
             if isinstance(fitted, Stale):
                 log.info("[%s] summarizer: plan is stale (%s); re-planning", sid, fitted.reason)
                 continue
-            summary = summary_message(
-                fitted, result.text, summarizer.name, {"job_id": job_id, "model": result.model}
-            )
-            patch = build_patch(fitted, summary)
+            summary, patch = fitted.summary, fitted.patch
             if broken := new_unpaired(current, add_messages(current, patch)):
                 raise JobEnded(
                     JobStatus.FAILED,
@@ -239,7 +228,13 @@ def _compact(
                     f"patch would orphan tool calls {sorted(broken)}",
                 )
             # offpath's own record of what it patches in, written before the patch
-            store_result(rt.engine, job_id, result_record(fitted, summary, result, latency_ms))
+            record = {
+                **fitted.record,
+                "input_tokens": result.input_tokens,
+                "output_tokens": result.output_tokens,
+                "latency_ms": latency_ms,
+            }
+            store_result(rt.engine, job_id, record)
             rt.graph.update_state(
                 thread_config(session_id), {"messages": patch}, as_node=AGENT_NODE
             )
@@ -248,28 +243,9 @@ def _compact(
         log.info(
             "[%s] summarizer done: -%d chars, summary %d chars, %dms",
             sid,
-            fitted.removed_chars,
+            fitted.record["chars_removed"],
             message_chars(summary),
             latency_ms,
         )
         return JobStatus.APPLIED
     raise JobEnded(JobStatus.SKIPPED, "stale", "stale: the thread changed under the plan twice")
-
-
-def result_record(
-    plan: CompactionPlan, summary: BaseMessage, result: SummaryResult, latency_ms: int
-) -> dict[str, Any]:
-    """A job's own record of one compaction: the summary it patches in (id and fingerprint)
-    and what the compaction removed and cost. The usage event is made from it."""
-    return {
-        "summary_id": summary.id,
-        "summary_sha": fingerprint(summary),
-        "messages_removed": len(plan.removed),
-        "chars_removed": plan.removed_chars,
-        "tool_calls_removed": sum(len(getattr(m, "tool_calls", None) or []) for m in plan.removed),
-        "summarizer": summary_meta(summary).get("summarizer"),
-        "model": result.model,
-        "input_tokens": result.input_tokens,
-        "output_tokens": result.output_tokens,
-        "latency_ms": latency_ms,
-    }

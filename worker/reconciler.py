@@ -30,6 +30,7 @@ from typing import Any
 
 from prometheus_client import Counter as PromCounter
 
+from compaction.patch import landed
 from service.agent import thread_config
 from service.db import (
     JobStatus,
@@ -44,7 +45,6 @@ from service.hook import Publisher, queue_job
 from service.leases import State
 from service.logs import tag
 from service.runtime import Runtime
-from worker.jobs import landed
 
 log = logging.getLogger("offpath.reconciler")
 
