@@ -31,7 +31,7 @@ def run_like_the_worker(rt: Any, summarizer: Any, keeper: Any, session_id: str, 
     held = keeper.hold(session_id, job_id, token)
     status = None
     try:
-        status = run_job(rt, summarizer, session_id, job_id, held, stored)
+        status = run_job(rt, summarizer, session_id, job_id, held, stored).status
     finally:
         keeper.drop(held)
         if status is not None:

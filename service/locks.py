@@ -1,15 +1,19 @@
-"""Per-thread write lock and per-thread job claim, on Redis (redis-py's ``Lock``).
+"""Per-thread write lock, on Redis (redis-py's ``Lock``).
 
-One writer per thread (DESIGN.md invariant 6): a chat turn and a compaction
-patch on the same thread are serialized by one Redis lock per thread. Its token
-says who holds it (``turn:...`` or ``patch:...``):
+One writer per thread (DESIGN.md invariant 6): a turn and a compaction patch on
+the same thread are serialized by one Redis lock per thread. Its token says who
+holds it (``turn:...`` for an appended turn, ``run:...`` for an agent run,
+``patch:...``):
 
-* a turn that finds another turn holding the lock fails at once with
-  :class:`ThreadBusy` (the API answers 409); one that finds a patch waits for it
-  (a patch is short: re-read, write, one insert), at most ``LOCK_WAIT_S``;
-* a patch waits up to ``LOCK_WAIT_S`` and otherwise raises
-  :class:`LockUnavailable` (the job retries later). It never holds the lock
-  across the LLM call.
+* a turn that finds another turn or run holding the lock fails at once with
+  :class:`ThreadBusy` (the API answers 409); one that finds a patch holding the
+  lock, or waiting for it, waits (a patch is short: re-read, write, one insert),
+  at most ``LOCK_WAIT_S``: a client posting turns back to back cannot keep a
+  patch out;
+* a patch waits for a turn up to ``LOCK_WAIT_S`` and otherwise raises
+  :class:`LockUnavailable` (the job retries later); it does not wait for an agent
+  run (:class:`RunInProgress`): the job leaves its compaction prepared, and the
+  run's middleware applies it. It never holds the lock across the LLM call.
 
 Locks expire after ``LOCK_TIMEOUT_S`` so a crashed holder cannot wedge a thread.
 
@@ -49,11 +53,16 @@ class LockUnavailable(Exception):
     """The thread's lock could not be taken in time (or Redis is unreachable)."""
 
 
+class RunInProgress(Exception):
+    """An agent run holds the thread: a patch must not wait for it (the run's middleware
+    applies the prepared compaction at its next model call)."""
+
+
 class Locks(Protocol):
     """What the API and the worker need: the thread lock for a turn or a patch.
     Backends: :class:`ThreadLocks` (Redis), :class:`DatabaseLocks`."""
 
-    def turn(self, session_id: str) -> Any: ...
+    def turn(self, session_id: str, run: bool = False) -> Any: ...
     def patch(self, session_id: str) -> Any: ...
 
 
@@ -75,15 +84,19 @@ class ThreadLocks:
     def _key(self, session_id: str) -> str:
         return f"{self.prefix}:lock:thread:{session_id}"
 
+    def _waiting_key(self, session_id: str) -> str:
+        return f"{self.prefix}:lock:patch-waiting:{session_id}"
+
     # --- the write lock ---------------------------------------------------------------
 
     @contextmanager
-    def turn(self, session_id: str) -> Iterator[None]:
-        """Hold the thread's lock for one turn; :class:`ThreadBusy` if another turn has it."""
+    def turn(self, session_id: str, run: bool = False) -> Iterator[None]:
+        """Hold the thread's lock for one turn (``run``: an agent run, which a patch does not
+        wait for); :class:`ThreadBusy` if another turn has it."""
         lock = self.redis.lock(self._key(session_id), timeout=self.timeout_s)
-        token = f"turn:{uuid.uuid4().hex}"
+        token = f"{'run' if run else 'turn'}:{uuid.uuid4().hex}"
         try:
-            acquired = self._acquire_for_turn(lock, token)
+            acquired = self._acquire_for_turn(lock, token, self._waiting_key(session_id))
         except RedisError as exc:
             log.warning(
                 "[%s] lock store unreachable (%s); using a process-local lock", tag(session_id), exc
@@ -98,17 +111,20 @@ class ThreadLocks:
         finally:
             _release(lock, session_id)
 
-    def _acquire_for_turn(self, lock: redis.lock.Lock, token: str) -> bool:
+    def _acquire_for_turn(self, lock: redis.lock.Lock, token: str, waiting: str) -> bool:
+        """A turn lets a patch that is waiting for the lock go first (a patch is short), or a
+        client posting turns back to back would keep every patch out."""
         deadline = time.monotonic() + self.wait_s
         while True:
-            if lock.acquire(blocking=False, token=token):
+            patch_waits = self.redis.exists(waiting) and time.monotonic() < deadline
+            if not patch_waits and lock.acquire(blocking=False, token=token):
                 return True
             holder = self.redis.get(lock.name)
-            if holder is not None and holder.startswith(b"turn:"):
+            if holder is not None and holder.startswith((b"turn:", b"run:")):
                 raise ThreadBusy("another turn is in progress on this session")
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.01)
+            time.sleep(0.005)
 
     @contextmanager
     def _local_lock(self, session_id: str) -> Iterator[None]:
@@ -126,12 +142,25 @@ class ThreadLocks:
 
     @contextmanager
     def patch(self, session_id: str) -> Iterator[None]:
-        """Hold the thread's lock for one patch; :class:`LockUnavailable` if not had in time."""
-        lock = self.redis.lock(
-            self._key(session_id), timeout=self.timeout_s, blocking_timeout=self.wait_s
-        )
+        """Hold the thread's lock for one patch. Turns arriving meanwhile wait for it (a
+        marker says a patch is waiting). Raises :class:`RunInProgress` at once if an agent
+        run holds the thread, :class:`LockUnavailable` if the lock is not had in time."""
+        lock = self.redis.lock(self._key(session_id), timeout=self.timeout_s)
+        token = f"patch:{uuid.uuid4().hex}"
+        waiting = self._waiting_key(session_id)
+        deadline = time.monotonic() + self.wait_s
         try:
-            acquired = lock.acquire(token=f"patch:{uuid.uuid4().hex}")
+            self.redis.set(waiting, token, px=max(1, int(self.wait_s * 1000)))
+            try:
+                while not (acquired := lock.acquire(blocking=False, token=token)):
+                    holder = self.redis.get(lock.name)
+                    if holder is not None and holder.startswith(b"run:"):
+                        raise RunInProgress("an agent run holds the thread")
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.005)
+            finally:
+                self.redis.delete(waiting)
         except RedisError as exc:
             raise LockUnavailable(f"lock store unreachable: {exc}") from exc
         if not acquired:
@@ -199,12 +228,12 @@ class DatabaseLocks:
             return bool(res.rowcount)
 
     @contextmanager
-    def turn(self, session_id: str) -> Iterator[None]:
-        name, token = f"thread:{session_id}", f"turn:{uuid.uuid4().hex}"
+    def turn(self, session_id: str, run: bool = False) -> Iterator[None]:
+        name, token = f"thread:{session_id}", f"{'run' if run else 'turn'}:{uuid.uuid4().hex}"
         deadline = time.monotonic() + self.wait_s
         while not self._try(name, token, self.timeout_s):
             holder = self._holder(name) or ""
-            if holder.startswith("turn:"):
+            if holder.startswith(("turn:", "run:")):
                 raise ThreadBusy("another turn is in progress on this session")
             if time.monotonic() >= deadline:
                 raise ThreadBusy("a compaction patch is being written to this session; try again")
@@ -219,6 +248,8 @@ class DatabaseLocks:
         name, token = f"thread:{session_id}", f"patch:{uuid.uuid4().hex}"
         deadline = time.monotonic() + self.wait_s
         while not self._try(name, token, self.timeout_s):
+            if (self._holder(name) or "").startswith("run:"):
+                raise RunInProgress("an agent run holds the thread")
             if time.monotonic() >= deadline:
                 raise LockUnavailable(f"the session's lock was busy for {self.wait_s:g}s")
             time.sleep(0.02)

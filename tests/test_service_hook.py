@@ -195,3 +195,58 @@ def test_publish_failure_keeps_the_claim_and_records_the_job_unpublished(setting
     (row,) = jobs_of(engine, "t9")
     assert not row["published"] and "broker went away" in row["reason"]
     engine.dispose()
+
+
+# --- the thread lock ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def locks():
+    from service.locks import ThreadLocks
+
+    client = redis.Redis.from_url(REDIS_URL)
+    yield ThreadLocks(client, timeout_s=10, wait_s=5, prefix=f"locktest-{uuid.uuid4().hex[:6]}")
+    client.close()
+
+
+def test_turns_posted_back_to_back_cannot_keep_a_patch_out(locks):
+    """A client re-takes the lock within microseconds of releasing it; the patch announces
+    that it waits and the next turn lets it go first (it used to time out after
+    LOCK_WAIT_S, and the job retried with a second LLM call)."""
+    import threading
+
+    stop = threading.Event()
+    turns = 0
+
+    def client():
+        nonlocal turns
+        while not stop.is_set():
+            with locks.turn("t"):
+                time.sleep(0.02)  # a turn: the lock is free for well under 1% of the time
+            turns += 1
+
+    t = threading.Thread(target=client)
+    t.start()
+    try:
+        time.sleep(0.2)
+        with locks.patch("t"):  # LockUnavailable if starved for wait_s (5 s)
+            pass
+        assert t.is_alive()  # the turns kept coming meanwhile
+    finally:
+        stop.set()
+        t.join()
+    assert turns > 10
+
+
+def test_a_patch_does_not_wait_for_an_agent_run(locks):
+    from service.locks import RunInProgress, ThreadBusy
+
+    with locks.turn("r", run=True):
+        started = time.monotonic()
+        with pytest.raises(RunInProgress):
+            with locks.patch("r"):
+                pass
+        assert time.monotonic() - started < locks.wait_s
+        with pytest.raises(ThreadBusy):
+            with locks.turn("r"):
+                pass

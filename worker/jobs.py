@@ -29,6 +29,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -38,7 +39,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.graph.message import add_messages
 from redis.exceptions import RedisError
 
-from compaction.accounting import message_chars
+from compaction.accounting import message_chars, total_chars
 from compaction.pairing import new_unpaired
 from compaction.patch import Prepared, Stale, fit, landed
 from compaction.planner import Skip, plan_compaction
@@ -84,6 +85,15 @@ class RetryLater(Exception):
         self.retry_after_s = retry_after_s
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a job ended; ``follow_up_chars``: the thread is still over its threshold after this
+    compaction and a next one is worth it (queue a job once this one handed the thread on)."""
+
+    status: JobStatus
+    follow_up_chars: int | None = None
+
+
 class JobEnded(Exception):
     """The job ended ``failed`` or ``skipped`` with ``code`` and ``reason`` (recorded by the
     caller)."""
@@ -102,7 +112,7 @@ def run_job(
     job_id: str,
     lease: Held,
     stored: Mapping[str, Any] | None = None,
-) -> JobStatus:
+) -> Outcome:
     """Run compaction job ``job_id`` on thread ``session_id`` under ``lease``; return how it
     ended (``applied``, ``skipped`` or ``failed``, recorded in ``compaction_jobs``).
 
@@ -114,9 +124,9 @@ def run_job(
     except SummarizerError as exc:
         if exc.transient:
             raise RetryLater(str(exc), exc.retry_after_s) from exc
-        return end(rt, session_id, job_id, JobEnded(JobStatus.FAILED, exc.code, str(exc)))
+        return Outcome(end(rt, session_id, job_id, JobEnded(JobStatus.FAILED, exc.code, str(exc))))
     except JobEnded as exc:
-        return end(rt, session_id, job_id, exc)
+        return Outcome(end(rt, session_id, job_id, exc))
     except TRANSIENT_STORE_ERRORS as exc:
         raise RetryLater(f"{type(exc).__name__}: {exc}") from exc
 
@@ -175,13 +185,13 @@ def _compact(
     job_id: str,
     lease: Held,
     stored: Mapping[str, Any] | None,
-) -> JobStatus:
+) -> Outcome:
     sid = tag(session_id)
     settings = rt.settings
     for attempt in range(2):  # a stale plan is re-planned once
         messages = _messages(rt, session_id)
         if record_landed(rt, session_id, job_id, messages, stored):
-            return JobStatus.APPLIED
+            return Outcome(JobStatus.APPLIED)
         if attempt == 0 and (n := end_others(rt.engine, session_id, job_id)):
             log.info("[%s] summarizer: ended %d dead job(s) of this thread", sid, n)
         plan = plan_compaction(messages, settings)
@@ -221,7 +231,8 @@ def _compact(
                 log.info("[%s] summarizer: plan is stale (%s); re-planning", sid, fitted.reason)
                 continue
             summary, patch = fitted.summary, fitted.patch
-            if broken := new_unpaired(current, add_messages(current, patch)):
+            after = add_messages(current, patch)
+            if broken := new_unpaired(current, after):
                 raise JobEnded(
                     JobStatus.FAILED,
                     "orphan_guard",
@@ -247,5 +258,15 @@ def _compact(
             message_chars(summary),
             latency_ms,
         )
-        return JobStatus.APPLIED
+        return Outcome(JobStatus.APPLIED, follow_up(after, settings))
     raise JobEnded(JobStatus.SKIPPED, "stale", "stale: the thread changed under the plan twice")
+
+
+def follow_up(messages: Sequence[BaseMessage], settings: Any) -> int | None:
+    """The size of ``messages`` (a thread just compacted) if it is still over its threshold
+    and a next compaction is worth it: turns that came while this job ran found it in flight
+    and queued nothing, and no turn may come now."""
+    if total_chars(messages) <= settings.summarization_threshold_chars:
+        return None
+    plan = plan_compaction(messages, settings)
+    return None if isinstance(plan, Skip) else plan.total_chars

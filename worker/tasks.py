@@ -18,6 +18,7 @@ from celery.utils.time import get_exponential_backoff_interval
 from compaction.settings import get_settings
 from compaction.summarizers import Summarizer, make_summarizer
 from service.db import JobStatus, failures_in_a_row, migrate, start_job
+from service.hook import queue_job
 from service.leases import LeaseKeeper, Start, failure_backoff_s
 from service.logs import tag
 from service.runtime import Runtime
@@ -58,7 +59,13 @@ def _migrate(**_: object) -> None:
 
 @signals.worker_ready.connect
 def _ready(**_: object) -> None:
+    """Log the configuration and run a reconciler pass at once: a worker that (re)starts after
+    an outage picks up lapsed and unpublished jobs without waiting for beat's next tick."""
     settings = get_settings()
+    try:
+        reconcile.apply_async(expires=settings.reconcile_interval_s)
+    except Exception as exc:  # beat will send one anyway
+        log.warning("could not queue a reconciler pass at start-up: %s", exc)
     log.info(
         "offpath worker ready: summarizer %s, threshold %d chars, keep %d chars, queue %s",
         make_summarizer(settings).name,
@@ -117,8 +124,10 @@ def compact_session(self, session_id: str) -> str:
         return str(end(rt, session_id, job_id, JobEnded(JobStatus.SKIPPED, str(started), reason)))
     held = keeper.hold(session_id, job_id, token)
     status: JobStatus | None = None
+    follow_up: int | None = None
     try:
-        status = run_job(rt, summarizer, session_id, job_id, held, stored)
+        outcome = run_job(rt, summarizer, session_id, job_id, held, stored)
+        status, follow_up = outcome.status, outcome.follow_up_chars
     except RetryLater as exc:
         attempt = self.request.retries + 1
         if self.request.retries >= settings.job_max_retries:
@@ -164,6 +173,9 @@ def compact_session(self, session_id: str) -> str:
         keeper.drop(held)
         if status is not None:
             _hand_on(rt, session_id, job_id, token, status)
+    if follow_up is not None:
+        log.info("[%s] summarizer: still over the threshold; queueing the next job", sid)
+        queue_job(rt.leases, rt.engine, publish, session_id, follow_up)
     if status is JobStatus.FAILED:
         raise JobFailed(
             f"compaction job {job_id} failed (see GET /sessions/{session_id}/compactions)"

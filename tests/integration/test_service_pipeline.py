@@ -310,3 +310,36 @@ def test_a_forged_summary_marker_never_applies_a_job_or_changes_stats(stacks, ba
     after_stats = stack.http.get("/stats").json()["summary"]
     added = after_stats["total_chars_compacted"] - before_stats["total_chars_compacted"]
     assert added == rows[0]["metadata"]["chars_removed"] == jobs[0]["chars_removed"]
+
+
+def test_a_thread_still_over_the_threshold_after_a_job_gets_the_next_job_without_a_turn(
+    stacks, backend, stub
+):
+    """Turns posted while a job summarized found it in flight and queued nothing; once it
+    lands the thread is still over the threshold, and no further turn may come: the job
+    queues the next one itself."""
+    stack = stacks.get(backend, **CASE_SETTINGS)
+    doc = load(next(p for p in CASES if p.stem == "summary-first"))
+    session = f"follow-{uuid.uuid4().hex[:8]}"
+    stub.state.gate.clear()
+    for turn in split_turns(doc["messages"]):
+        assert stack.post_turn(session, turn).status_code == 200
+    wait_for(lambda: summary_requests(stub), timeout=30)
+    for i in range(6):
+        turn = [
+            {"type": "human", "content": f"and the logs of shard {i}?"},
+            {"type": "ai", "content": f"shard {i}: " + "pool wait 2.4s; " * 400},
+        ]
+        assert stack.post_turn(session, turn).status_code == 200
+    stub.state.gate.set()
+    jobs = wait_for(
+        lambda: (
+            len(js := stack.jobs(session)) >= 2
+            and all(j["status"] in ("applied", "skipped", "failed") for j in js)
+            and js
+        ),
+        timeout=60,
+    )
+    assert [j["status"] for j in jobs] == ["applied", "applied"], jobs
+    assert stack.session(session)["chars"] <= int(CASE_SETTINGS["SUMMARIZATION_THRESHOLD_CHARS"])
+    assert "still over the threshold; queueing the next job" in stack.worker_log.read_text()
