@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 	@echo "installing offpath and its dependencies into $(VENV) (log: $(VENV)/install.log) ..."
 	@$(BIN)/python -m pip install --disable-pip-version-check -c constraints.txt -e '.[dev]' > $(VENV)/install.log 2>&1 \
 		|| { tail -n 30 $(VENV)/install.log; echo "pip install failed (full log: $(VENV)/install.log)"; exit 1; }
-	@$(BIN)/python -c "import compaction, celery, fastapi, langgraph" 
+	@$(BIN)/python -c "import offpath.api.app, offpath.worker.tasks"
 	@touch $@
 
 install: $(BIN)/.installed

@@ -3,7 +3,7 @@
 Routes are thin: a write route takes the thread's lock, runs or appends the
 turn through the shared LangGraph graph, answers, and leaves the post-turn hook
 to a background task (after the response is sent). Run it with
-``offpath api`` or ``uvicorn api.app:app``.
+``offpath api`` or ``uvicorn offpath.api.app:app``.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, me
 from langgraph.graph.message import add_messages
 from pydantic import BaseModel, Field
 
-from compaction.accounting import total_chars
-from compaction.formats import ConversationFormatError, message_json, to_messages
-from compaction.settings import Settings, get_settings
-from compaction.turns import TurnError, validate_turn
-from service import db
-from service.agent import AGENT_NODE, thread_config
-from service.hook import PostTurnHook, Publisher
-from service.leases import failure_backoff_s
-from service.locks import ThreadBusy
-from service.logs import tag
-from service.runtime import Runtime
+from offpath.compaction.accounting import total_chars
+from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
+from offpath.compaction.settings import Settings, get_settings
+from offpath.compaction.turns import TurnError, validate_turn
+from offpath.service import db
+from offpath.service.agent import AGENT_NODE, thread_config
+from offpath.service.hook import PostTurnHook, Publisher
+from offpath.service.leases import failure_backoff_s
+from offpath.service.locks import ThreadBusy
+from offpath.service.logs import tag
+from offpath.service.runtime import Runtime
 
 log = logging.getLogger("offpath.api")
 
@@ -109,7 +109,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rt = Runtime.open(settings)
         if publish is None:
-            from worker.tasks import publish as celery_publish
+            from offpath.worker.tasks import publish as celery_publish
 
             publisher: Publisher = celery_publish
         else:
@@ -293,7 +293,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
 
 def reconciler_status(rt: Runtime) -> str:
     """When the reconciler last ran (``offpath beat`` with a worker), as /healthz reports it."""
-    from worker.reconciler import seconds_since_last_pass
+    from offpath.worker.reconciler import seconds_since_last_pass
 
     try:
         ago = seconds_since_last_pass(rt)

@@ -136,7 +136,7 @@ def set_env(env: dict[str, str]) -> None:
             del os.environ[key]
     os.environ["OFFPATH_ENV_FILE"] = ""
     os.environ.update(env)
-    from compaction.settings import get_settings
+    from offpath.compaction.settings import get_settings
 
     get_settings.cache_clear()
 
@@ -171,7 +171,7 @@ def start_worker(
         "-m",
         "celery",
         "-A",
-        "worker.celery_app",
+        "offpath.worker.celery_app",
         "worker",
         "--without-mingle",
         "--without-gossip",
@@ -184,12 +184,12 @@ def start_worker(
 
 
 def start_api(env: dict[str, str], port: int, out: Any) -> subprocess.Popen[bytes]:
-    """The API (``uvicorn api.app:app``) on ``port``, with ``env``."""
+    """The API (``uvicorn offpath.api.app:app``) on ``port``, with ``env``."""
     cmd = [
         sys.executable,
         "-m",
         "uvicorn",
-        "api.app:app",
+        "offpath.api.app:app",
         "--port",
         str(port),
         "--log-level",

@@ -13,9 +13,9 @@ def run(ctx: Context | None = None, steps: int = 20) -> Result:
     from langgraph.graph.message import add_messages
 
     from bench.workloads import turn_messages
-    from compaction.pipeline import Compaction, compact
-    from compaction.settings import load_settings
-    from compaction.summarizers.offline import OfflineSummarizer
+    from offpath.compaction.pipeline import Compaction, compact
+    from offpath.compaction.settings import load_settings
+    from offpath.compaction.summarizers.offline import OfflineSummarizer
 
     settings = load_settings()
     thread: list = []

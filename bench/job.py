@@ -18,10 +18,11 @@ def run_like_the_worker(rt: Any, summarizer: Any, keeper: Any, session_id: str, 
     """The steps of ``worker.tasks.compact_session`` for one delivery, minus Celery's
     dispatch: mark the job ``running``, take the thread's running lease, have the lease
     keeper renew it, run the job, then hand the thread on. Returns the job's status."""
-    from service.db import start_job
-    from service.leases import Start
-    from worker.jobs import run_job
-    from worker.tasks import _hand_on
+    from offpath.worker.jobs import run_job
+    from offpath.worker.tasks import _hand_on
+
+    from offpath.service.db import start_job
+    from offpath.service.leases import Start
 
     done, stored = start_job(rt.engine, job_id, session_id)
     assert done is None, done
@@ -43,14 +44,14 @@ def run(ctx: Context, runs: int = 5) -> Result:
     from sqlmodel import Session
 
     from bench.workloads import thread
-    from compaction.pipeline import compact
-    from compaction.settings import get_settings
-    from compaction.summarizers.llm import LLMSummarizer
-    from compaction.summarizers.offline import OfflineSummarizer
-    from service.agent import AGENT_NODE, thread_config
-    from service.db import UsageEvent, create_job
-    from service.leases import LeaseKeeper
-    from service.runtime import Runtime
+    from offpath.compaction.pipeline import compact
+    from offpath.compaction.settings import get_settings
+    from offpath.compaction.summarizers.llm import LLMSummarizer
+    from offpath.compaction.summarizers.offline import OfflineSummarizer
+    from offpath.service.agent import AGENT_NODE, thread_config
+    from offpath.service.db import UsageEvent, create_job
+    from offpath.service.leases import LeaseKeeper
+    from offpath.service.runtime import Runtime
 
     per_run = 4 if ctx.quick else 20
     settings = get_settings()

@@ -3,7 +3,7 @@ back over HTTP to a real API, a real worker and the reconciler's beat; how many 
 jobs they queue end ``skipped: under_threshold`` (a turn that read the thread before a
 patch landed queued a job after it), and whether every thread ends consistent.
 
-One API (``uvicorn api.app:app``), one worker (threads pool, default concurrency), one
+One API (``uvicorn offpath.api.app:app``), one worker (threads pool, default concurrency), one
 ``offpath beat``, on a scratch PostgreSQL database and Redis db 14, the stub LLM
 answering in 1 s, ``SUMMARIZATION_THRESHOLD_CHARS=30000`` / ``KEEP_CHARS=10000`` so that
 compactions come every few turns; leases and the reconcile interval at their defaults.
@@ -151,9 +151,9 @@ def check_threads(
     posted messages are (``kept``, ``replaced``, ``lost``)."""
     import sqlalchemy as sa
 
-    from compaction.summary import is_summary, summary_meta
-    from service.agent import thread_config
-    from service.runtime import Runtime
+    from offpath.compaction.summary import is_summary, summary_meta
+    from offpath.service.agent import thread_config
+    from offpath.service.runtime import Runtime
 
     rt = Runtime.open(settings, run_migrations=False)
     problems: dict[str, list[str]] = {}
@@ -217,9 +217,9 @@ def check_threads(
 
 def final_sizes(settings: Any, sids: list[str]) -> dict[str, int]:
     """Each thread's size in chars at the end."""
-    from compaction.accounting import total_chars
-    from service.agent import thread_config
-    from service.runtime import Runtime
+    from offpath.compaction.accounting import total_chars
+    from offpath.service.agent import thread_config
+    from offpath.service.runtime import Runtime
 
     rt = Runtime.open(settings, run_migrations=False)
     try:
@@ -257,7 +257,7 @@ def run(ctx: Context) -> Result:
     import httpx
     import sqlalchemy as sa
 
-    from compaction.settings import load_settings
+    from offpath.compaction.settings import load_settings
 
     sessions, seconds = (10, 15.0) if ctx.quick else (50, 60.0)
     pg_url = create_pg_database("offpath_bench_load")
@@ -265,7 +265,6 @@ def run(ctx: Context) -> Result:
     folder = Path(tempfile.mkdtemp(prefix=f"bench-load-{RUN_ID}-"))
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
         **base_env(
             pg_url,
             queue,
@@ -301,7 +300,7 @@ def run(ctx: Context) -> Result:
         procs.append(worker)
         wait_for_log(logs["worker"], "ready.", worker, 60)
         beat = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "beat"],
+            [sys.executable, "-m", "offpath.cli.main", "beat"],
             cwd=ROOT,
             env=env,
             stdout=outs["beat"],

@@ -7,20 +7,20 @@ import subprocess
 import time
 import uuid
 
-from bench.common import ROOT, RUN_ID, Context, Result, finished, start_worker, wait
+from bench.common import RUN_ID, Context, Result, finished, start_worker, wait
 
 NAME = "memory"
 
 
 def run(ctx: Context) -> Result:
     import psutil
+    from offpath.worker.tasks import publish
 
     from bench.workloads import thread
-    from compaction.settings import get_settings
-    from service.agent import AGENT_NODE, thread_config
-    from service.db import create_job
-    from service.runtime import Runtime
-    from worker.tasks import publish
+    from offpath.compaction.settings import get_settings
+    from offpath.service.agent import AGENT_NODE, thread_config
+    from offpath.service.db import create_job
+    from offpath.service.runtime import Runtime
 
     jobs = 1_000 if ctx.quick else 10_000
     settings = get_settings()
@@ -28,7 +28,6 @@ def run(ctx: Context) -> Result:
     ctx.stub.set_delay(0.0)
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
         "WORKER_POOL": "threads",
         "WORKER_CONCURRENCY": "16",
         "SUMMARIZATION_THRESHOLD_CHARS": "3000",

@@ -11,8 +11,8 @@ NAME = "planner"
 
 def run(ctx: Context | None = None, runs: int = 5) -> Result:
     from bench.workloads import thread
-    from compaction.planner import CompactionPlan, plan_compaction
-    from compaction.settings import load_settings
+    from offpath.compaction.planner import CompactionPlan, plan_compaction
+    from offpath.compaction.settings import load_settings
 
     settings = load_settings()
     times = {}

@@ -9,18 +9,19 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import ROOT, RUN_ID, Context, Result, applied, finished, med, start_worker, wait
+from bench.common import RUN_ID, Context, Result, applied, finished, med, start_worker, wait
 
 NAME = "throughput"
 
 
 def run(ctx: Context, runs: int | None = None) -> Result:
+    from offpath.worker.tasks import publish
+
     from bench.workloads import thread
-    from compaction.settings import get_settings
-    from service.agent import AGENT_NODE, thread_config
-    from service.db import create_job
-    from service.runtime import Runtime
-    from worker.tasks import publish
+    from offpath.compaction.settings import get_settings
+    from offpath.service.agent import AGENT_NODE, thread_config
+    from offpath.service.db import create_job
+    from offpath.service.runtime import Runtime
 
     jobs_threads, jobs_prefork = (64, 4) if ctx.quick else (240, 8)
     runs = runs or (2 if ctx.quick else 5)
@@ -36,7 +37,6 @@ def run(ctx: Context, runs: int | None = None) -> Result:
         for pool, conc, n in configs:
             env = {
                 **os.environ,
-                "PYTHONPATH": str(ROOT),
                 "WORKER_POOL": pool,
                 "WORKER_CONCURRENCY": conc,
             }

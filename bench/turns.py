@@ -11,7 +11,6 @@ import tempfile
 import time
 
 from bench.common import (
-    ROOT,
     RUN_ID,
     Context,
     Result,
@@ -31,15 +30,15 @@ def hook_and_inpath(stub: StubServer, turns: int, runs: int = 5) -> tuple[list[f
     """The hook's own run time on threads over the threshold (what it would add inline),
     and the seed's in-path design (summarize before the agent call, 1 s LLM)."""
     from langchain_core.messages import HumanMessage
+    from offpath.worker.tasks import publish
 
     from bench.workloads import thread
-    from compaction.pipeline import Compaction, compact
-    from compaction.settings import get_settings
-    from compaction.summarizers.llm import LLMSummarizer
-    from service.agent import AGENT_NODE, thread_config
-    from service.hook import PostTurnHook
-    from service.runtime import Runtime
-    from worker.tasks import publish
+    from offpath.compaction.pipeline import Compaction, compact
+    from offpath.compaction.settings import get_settings
+    from offpath.compaction.summarizers.llm import LLMSummarizer
+    from offpath.service.agent import AGENT_NODE, thread_config
+    from offpath.service.hook import PostTurnHook
+    from offpath.service.runtime import Runtime
 
     settings = get_settings()
     rt = Runtime.open(settings)
@@ -91,7 +90,6 @@ def run(ctx: Context, runs: int = 5) -> Result:
     for mode in latencies:
         env = {
             **os.environ,
-            "PYTHONPATH": str(ROOT),
             "SUMMARIZATION_ENABLED": "true" if mode == "enabled" else "false",
             "DATA_DIR": tempfile.mkdtemp(prefix="bench-"),
         }

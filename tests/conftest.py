@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compaction.settings import Settings
+from offpath.compaction.settings import Settings
 
 # The tests set every setting they need: a developer's .env or exported settings must not
 # leak into them (nor into the processes they start, which inherit this environment).

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from compaction import formats
+from offpath.compaction import formats
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -51,7 +51,7 @@ def forget_broker_queue(env: dict[str, str], worker_names: Iterable[str] = ()) -
     import redis
     from kombu.exceptions import KombuError
 
-    from service.broker import forget_queue
+    from offpath.service.broker import forget_queue
 
     try:
         forget_queue(
@@ -129,7 +129,6 @@ class Stack:
         }
         self.env = {
             **base,
-            "PYTHONPATH": str(ROOT),
             "DATA_DIR": str(tmp / f"data-{self.name}"),
             "DATABASE_URL": self.pg_url or "",
             "REDIS_URL": REDIS_URL,
@@ -152,11 +151,11 @@ class Stack:
         # the reconciler's schedule, as in production: its own process (`offpath beat`)
         self.beat_log = tmp / f"beat-{self.name}.log"
         if beat:
-            self._spawn([sys.executable, "-m", "cli.main", "beat"], self.beat_log)
+            self._spawn([sys.executable, "-m", "offpath.cli.main", "beat"], self.beat_log)
         self.api = self._spawn(
             [
                 str(BIN / "uvicorn"),
-                "api.app:app",
+                "offpath.api.app:app",
                 "--port",
                 str(self.port),
                 "--log-level",
@@ -191,12 +190,12 @@ class Stack:
         offset = self.worker_log.stat().st_size if self.worker_log.exists() else 0
         name = f"w-{self.name}-{len(self.procs)}@%h"
         if supervised:
-            cmd = [sys.executable, "-m", "cli.main", "worker", "--name", name]
+            cmd = [sys.executable, "-m", "offpath.cli.main", "worker", "--name", name]
         else:
             cmd = [
                 str(BIN / "celery"),
                 "-A",
-                "worker.celery_app",
+                "offpath.worker.celery_app",
                 "worker",
                 "-l",
                 "info",

@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from cli.main import app
-from compaction.settings import Settings
+from offpath.cli.main import app
+from offpath.compaction.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,19 +65,47 @@ def test_compose_services_commands_exist_and_variables_are_documented():
         assert var in documented, var
 
 
-def test_dockerfile_copies_every_package_and_installs_the_console_script():
+def test_dockerfile_copies_every_folder_of_the_package_and_installs_the_console_script():
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for package in ("compaction", "service", "api", "worker", "cli"):
-        assert f"COPY {package}" in dockerfile, package
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    assert 'offpath = "cli.main:app"' in pyproject
-    assert '"migrations/versions/*.py"' in pyproject, "the migrations must ship in the wheel"
+    for folder in ("offpath", "api", "worker", "examples"):
+        assert f"COPY {folder} ./{folder}" in dockerfile, folder
+    scripts = _pyproject()["project"]["scripts"]
+    assert scripts == {"offpath": "offpath.cli.main:app"}
+
+
+def test_the_wheel_installs_one_top_level_package_with_its_migrations(tmp_path):
+    """Issue 9, item 3: installed, offpath adds one import name, `offpath`; api/ and worker/
+    are mapped under it, and the Alembic migrations ship in the wheel."""
+    import subprocess
+    import sys
+    import zipfile
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"offpath"}, tops
+    for path in (
+        "offpath/api/app.py",
+        "offpath/worker/tasks.py",
+        "offpath/middleware.py",
+        "offpath/service/migrations/env.py",
+        "offpath/service/migrations/script.py.mako",
+        "offpath/service/migrations/versions/0001_usage_tables.py",
+    ):
+        assert path in names, path
 
 
 # --- dependencies: declared with bounds, pinned, installed from the pins (issue 8, item 19) --
 
-FIRST_PARTY = ("compaction", "service", "api", "worker", "cli", "bench")
-RUNTIME = FIRST_PARTY[:-1]  # what the wheel ships; bench and tests run from the checkout
+FIRST_PARTY = ("offpath", "api", "worker", "bench", "examples")
+RUNTIME = ("offpath", "api", "worker")  # what the wheel ships; the rest runs from the checkout
 
 
 def _canonical(name: str) -> str:

@@ -12,11 +12,11 @@ from langgraph.graph.message import add_messages
 from shared import CASES, load, messages_of
 from stack import create_pg_database, drop_pg_database
 
-from compaction.pipeline import compact
-from compaction.settings import load_settings
-from compaction.summarizers.offline import OfflineSummarizer
-from service.agent import AGENT_NODE, build_graph, thread_config
-from service.checkpoints import open_checkpoints
+from offpath.compaction.pipeline import compact
+from offpath.compaction.settings import load_settings
+from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.service.agent import AGENT_NODE, build_graph, thread_config
+from offpath.service.checkpoints import open_checkpoints
 
 
 class MessagesOnly(TypedDict):

@@ -12,10 +12,10 @@ from langchain_core.messages import HumanMessage
 from shared import CASES, load, messages_of
 from stack import REDIS_URL
 
-from compaction.settings import load_settings
-from service.db import make_engine, migrate
-from service.hook import PostTurnHook
-from service.leases import (
+from offpath.compaction.settings import load_settings
+from offpath.service.db import make_engine, migrate
+from offpath.service.hook import PostTurnHook
+from offpath.service.leases import (
     LeaseKeeper,
     Leases,
     RedisKeyStore,
@@ -173,7 +173,7 @@ def test_broker_down_is_reported_not_raised_and_the_job_is_recorded_unpublished(
     second = hook("t8", over_threshold())
     assert first.action == "error" and "broker unreachable" in first.detail
     assert second.action == "error"
-    from service.db import jobs_of
+    from offpath.service.db import jobs_of
 
     (row,) = jobs_of(engine, "t8")  # one row for the reconciler, however many turns
     assert row["status"] == "queued" and not row["published"]
@@ -190,7 +190,7 @@ def test_publish_failure_keeps_the_claim_and_records_the_job_unpublished(setting
     result = hook("t9", over_threshold())
     assert result.action == "error"
     assert hook("t9", over_threshold()).action == "already_queued"
-    from service.db import jobs_of
+    from offpath.service.db import jobs_of
 
     (row,) = jobs_of(engine, "t9")
     assert not row["published"] and "broker went away" in row["reason"]
@@ -202,7 +202,7 @@ def test_publish_failure_keeps_the_claim_and_records_the_job_unpublished(setting
 
 @pytest.fixture
 def locks():
-    from service.locks import ThreadLocks
+    from offpath.service.locks import ThreadLocks
 
     client = redis.Redis.from_url(REDIS_URL)
     yield ThreadLocks(client, timeout_s=10, wait_s=5, prefix=f"locktest-{uuid.uuid4().hex[:6]}")
@@ -239,7 +239,7 @@ def test_turns_posted_back_to_back_cannot_keep_a_patch_out(locks):
 
 
 def test_a_patch_does_not_wait_for_an_agent_run(locks):
-    from service.locks import RunInProgress, ThreadBusy
+    from offpath.service.locks import RunInProgress, ThreadBusy
 
     with locks.turn("r", run=True):
         started = time.monotonic()

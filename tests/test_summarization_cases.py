@@ -12,10 +12,10 @@ from langgraph.graph.message import add_messages
 from shared import CASES, check_case, load, messages_of
 from shared import settings_of as case_settings
 
-from compaction.pipeline import Compaction, compact
-from compaction.planner import Skip, plan_compaction
-from compaction.settings import load_settings
-from compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.pipeline import Compaction, compact
+from offpath.compaction.planner import Skip, plan_compaction
+from offpath.compaction.settings import load_settings
+from offpath.compaction.summarizers.offline import OfflineSummarizer
 
 KNOWN_KEYS = {
     "compacts",

@@ -7,10 +7,16 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.graph.message import add_messages
 from shared import check_compacted
 
-from compaction.pipeline import Compaction, compact
-from compaction.planner import CompactionPlan, Skip, SkipReason, min_gain_chars, plan_compaction
-from compaction.settings import load_settings
-from compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.pipeline import Compaction, compact
+from offpath.compaction.planner import (
+    CompactionPlan,
+    Skip,
+    SkipReason,
+    min_gain_chars,
+    plan_compaction,
+)
+from offpath.compaction.settings import load_settings
+from offpath.compaction.summarizers.offline import OfflineSummarizer
 
 S = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=3_000)
 
@@ -271,7 +277,7 @@ def test_summarization_orphan_results_are_removed_by_the_next_compaction():
 
 
 def test_summarization_a_user_message_opening_like_a_summary_is_a_request():
-    from compaction.summary import SUMMARY_PREFIX, is_summary
+    from offpath.compaction.summary import SUMMARY_PREFIX, is_summary
 
     pasted = HumanMessage(id="p", content=f"{SUMMARY_PREFIX}\n\nmy notes; now: why is auth down?")
     assert not is_summary(pasted)

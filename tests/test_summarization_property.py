@@ -10,11 +10,11 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.graph.message import add_messages
 from shared import check_compacted, pairing_problems
 
-from compaction.pipeline import Compaction, compact
-from compaction.planner import Skip
-from compaction.settings import load_settings
-from compaction.summarizers.offline import OfflineSummarizer
-from compaction.summary import SUMMARY_PREFIX
+from offpath.compaction.pipeline import Compaction, compact
+from offpath.compaction.planner import Skip
+from offpath.compaction.settings import load_settings
+from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.summary import SUMMARY_PREFIX
 
 TEXT = st.text(alphabet="abc xyz 0123456789:-\n", min_size=0, max_size=40).map(lambda s: s * 30)
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBORw0KGgo" * 2000}}

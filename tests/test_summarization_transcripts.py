@@ -7,11 +7,11 @@ import pytest
 from langgraph.graph.message import add_messages
 from shared import TRANSCRIPTS, check_compacted, load, messages_of
 
-from compaction.accounting import message_chars
-from compaction.pipeline import Compaction, compact
-from compaction.planner import Skip, SkipReason
-from compaction.settings import load_settings
-from compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.accounting import message_chars
+from offpath.compaction.pipeline import Compaction, compact
+from offpath.compaction.planner import Skip, SkipReason
+from offpath.compaction.settings import load_settings
+from offpath.compaction.summarizers.offline import OfflineSummarizer
 
 SETTINGS = {
     "default": {},

@@ -15,16 +15,16 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import add_messages
 
-from compaction.accounting import MEDIA_BLOCK_CHARS, message_chars
-from compaction.patch import Prepared, Stale, fit, landed
-from compaction.pipeline import Compaction, compact
-from compaction.planner import plan_compaction
-from compaction.prompt import CLOSE_FENCE, SYSTEM_PROMPT, build_prompt, shorten
-from compaction.settings import SettingsError, load_settings
-from compaction.summarizers import EmptySummaryError, SummarizerError, make_summarizer
-from compaction.summarizers.llm import LLMSummarizer
-from compaction.summarizers.offline import OfflineSummarizer
-from compaction.summary import SUMMARY_PREFIX, fingerprint, is_summary
+from offpath.compaction.accounting import MEDIA_BLOCK_CHARS, message_chars
+from offpath.compaction.patch import Prepared, Stale, fit, landed
+from offpath.compaction.pipeline import Compaction, compact
+from offpath.compaction.planner import plan_compaction
+from offpath.compaction.prompt import CLOSE_FENCE, SYSTEM_PROMPT, build_prompt, shorten
+from offpath.compaction.settings import SettingsError, load_settings
+from offpath.compaction.summarizers import EmptySummaryError, SummarizerError, make_summarizer
+from offpath.compaction.summarizers.llm import LLMSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.summary import SUMMARY_PREFIX, fingerprint, is_summary
 
 S = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=3_000)
 

@@ -1,1 +1,1 @@
-"""Celery app and the ``compact_session`` job (``celery -A worker.celery_app worker``)."""
+"""Celery app and the ``compact_session`` job (``celery -A offpath.worker.celery_app worker``)."""

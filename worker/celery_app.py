@@ -28,12 +28,12 @@ from pathlib import Path
 from celery import Celery
 from kombu import Queue
 
-from compaction.settings import Settings, get_settings
+from offpath.compaction.settings import Settings, get_settings
 
 
 def make_celery(settings: Settings) -> Celery:
     broker = settings.broker_url
-    app = Celery("offpath", broker=broker, include=["worker.tasks"])
+    app = Celery("offpath", broker=broker, include=["offpath.worker.tasks"])
     amqp = broker.startswith(("amqp://", "amqps://", "pyamqp://"))
     app.conf.update(
         task_acks_late=True,

@@ -37,17 +37,18 @@ import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
 from langchain_core.messages import BaseMessage
 from langgraph.graph.message import add_messages
+from offpath.worker.faults import failpoint
 from redis.exceptions import RedisError
 
-from compaction.accounting import message_chars, total_chars
-from compaction.pairing import new_unpaired
-from compaction.patch import Prepared, Stale, fit, landed
-from compaction.planner import Skip, plan_compaction
-from compaction.prompt import build_prompt
-from compaction.summarizers import Summarizer, SummarizerError
-from compaction.summary import is_summary, summary_meta
-from service.agent import AGENT_NODE, thread_config
-from service.db import (
+from offpath.compaction.accounting import message_chars, total_chars
+from offpath.compaction.pairing import new_unpaired
+from offpath.compaction.patch import Prepared, Stale, fit, landed
+from offpath.compaction.planner import Skip, plan_compaction
+from offpath.compaction.prompt import build_prompt
+from offpath.compaction.summarizers import Summarizer, SummarizerError
+from offpath.compaction.summary import is_summary, summary_meta
+from offpath.service.agent import AGENT_NODE, thread_config
+from offpath.service.db import (
     FINAL_VALUES,
     JobStatus,
     end_others,
@@ -56,11 +57,10 @@ from service.db import (
     set_job,
     store_result,
 )
-from service.leases import Held
-from service.locks import LockUnavailable
-from service.logs import tag
-from service.runtime import Runtime
-from worker.faults import failpoint
+from offpath.service.leases import Held
+from offpath.service.locks import LockUnavailable
+from offpath.service.logs import tag
+from offpath.service.runtime import Runtime
 
 log = logging.getLogger("offpath.summarizer")
 

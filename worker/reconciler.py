@@ -30,9 +30,9 @@ from typing import Any
 
 from prometheus_client import Counter as PromCounter
 
-from compaction.patch import landed
-from service.agent import thread_config
-from service.db import (
+from offpath.compaction.patch import landed
+from offpath.service.agent import thread_config
+from offpath.service.db import (
     JobStatus,
     finalize,
     now_utc,
@@ -41,10 +41,10 @@ from service.db import (
     set_published,
     threads_to_requeue,
 )
-from service.hook import Publisher, queue_job
-from service.leases import State
-from service.logs import tag
-from service.runtime import Runtime
+from offpath.service.hook import Publisher, queue_job
+from offpath.service.leases import State
+from offpath.service.logs import tag
+from offpath.service.runtime import Runtime
 
 log = logging.getLogger("offpath.reconciler")
 

@@ -14,16 +14,16 @@ import uuid
 
 from celery import signals
 from celery.utils.time import get_exponential_backoff_interval
+from offpath.worker.celery_app import app
+from offpath.worker.jobs import JobEnded, RetryLater, end, run_job
 
-from compaction.settings import get_settings
-from compaction.summarizers import Summarizer, make_summarizer
-from service.db import JobStatus, failures_in_a_row, migrate, start_job
-from service.hook import queue_job
-from service.leases import LeaseKeeper, Start, failure_backoff_s
-from service.logs import tag
-from service.runtime import Runtime
-from worker.celery_app import app
-from worker.jobs import JobEnded, RetryLater, end, run_job
+from offpath.compaction.settings import get_settings
+from offpath.compaction.summarizers import Summarizer, make_summarizer
+from offpath.service.db import JobStatus, failures_in_a_row, migrate, start_job
+from offpath.service.hook import queue_job
+from offpath.service.leases import LeaseKeeper, Start, failure_backoff_s
+from offpath.service.logs import tag
+from offpath.service.runtime import Runtime
 
 log = logging.getLogger("offpath.worker")
 
@@ -203,7 +203,7 @@ def _hand_on(rt: Runtime, session_id: str, job_id: str, token: str, status: JobS
 def reconcile() -> dict[str, int]:
     """One pass of the reconciler (:mod:`worker.reconciler`); Celery beat runs it every
     ``RECONCILE_INTERVAL_S``."""
-    from worker.reconciler import reconcile_once
+    from offpath.worker.reconciler import reconcile_once
 
     rt, _, _ = runtime()
     return reconcile_once(rt, publish)

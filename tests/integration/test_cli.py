@@ -17,7 +17,7 @@ from stack import REDIS_URL, ROOT, forget_broker_queue, free_port, wait_for
 
 pytestmark = pytest.mark.usefixtures("stub")
 
-OFFPATH = [sys.executable, "-m", "cli.main"]
+OFFPATH = [sys.executable, "-m", "offpath.cli.main"]
 
 
 def run(args, env=None, timeout=180):
@@ -169,7 +169,6 @@ def start_worker_as_in_a_terminal(tmp_path):
     name = uuid.uuid4().hex[:8]
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
         "DATA_DIR": str(tmp_path / "data"),
         "DATABASE_URL": "",
         "REDIS_URL": REDIS_URL,

@@ -14,7 +14,7 @@ import pytest
 from shared import CASES, load
 from stack import ROOT, free_port, split_turns, wait_for
 
-from service.broker import bindings, forget_queue
+from offpath.service.broker import bindings, forget_queue
 
 pytestmark = pytest.mark.usefixtures("stub")
 
@@ -31,7 +31,7 @@ def test_flower_lists_the_worker_and_a_finished_compaction(stacks, stub):
     before = {b.member for b in bindings(stack.env["REDIS_URL"])}
     log = open(stack.tmp / f"flower-{port}.log", "wb")
     flower = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "flower"],
+        [sys.executable, "-m", "offpath.cli.main", "flower"],
         cwd=ROOT,
         env=env,
         stdout=log,

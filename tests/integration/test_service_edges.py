@@ -321,7 +321,7 @@ def test_healthz_and_beat_check_report_whether_the_reconciler_runs(stacks):
 
     def check(stack):
         return subprocess.run(
-            [sys.executable, "-m", "cli.main", "beat", "--check"],
+            [sys.executable, "-m", "offpath.cli.main", "beat", "--check"],
             cwd=ROOT,
             env=stack.env,
             capture_output=True,

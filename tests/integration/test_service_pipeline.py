@@ -25,10 +25,10 @@ from shared import (
 )
 from stack import Stack, split_turns, wait_for
 
-from compaction.planner import Skip, plan_compaction
-from compaction.settings import load_settings
-from compaction.summary import SUMMARY_PREFIX
-from service.logs import tag
+from offpath.compaction.planner import Skip, plan_compaction
+from offpath.compaction.settings import load_settings
+from offpath.compaction.summary import SUMMARY_PREFIX
+from offpath.service.logs import tag
 
 pytestmark = pytest.mark.usefixtures("stub")
 

@@ -22,16 +22,16 @@ N = 6
 #: processes reach the database together instead of one import time apart.
 MIGRATE = """
 import os, sys, time
-import alembic.command, cli.main, service.db
+import alembic.command, offpath.cli.main, offpath.service.db
 time.sleep(max(0.0, float(os.environ["START_AT"]) - time.time()))
 sys.argv = ["offpath", "migrate"]
-cli.main.app()
+offpath.cli.main.app()
 """
 
 CHECKPOINTS = """
 import os, time
-from compaction.settings import load_settings
-from service.checkpoints import open_checkpoints
+from offpath.compaction.settings import load_settings
+from offpath.service.checkpoints import open_checkpoints
 import langgraph.checkpoint.postgres, langgraph.checkpoint.sqlite
 settings = load_settings(database_url=os.environ["RACE_DATABASE_URL"])
 time.sleep(max(0.0, float(os.environ["START_AT"]) - time.time()))
@@ -48,7 +48,7 @@ def run_at_once(code: str, env: dict[str, str]) -> list[tuple[int, str]]:
         subprocess.Popen(
             [sys.executable, "-c", textwrap.dedent(code)],
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "START_AT": str(start_at), **env},
+            env={**os.environ, "START_AT": str(start_at), **env},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -100,14 +100,20 @@ def test_api_warns_at_start_up_when_redis_is_down(tmp_path):
     log = tmp_path / "api.log"
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
         "DATA_DIR": str(tmp_path / "data"),
         "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
         "LOG_LEVEL": "INFO",
     }
     with open(log, "wb") as out:
         api = subprocess.Popen(
-            [str(BIN / "uvicorn"), "api.app:app", "--port", str(port), "--log-level", "warning"],
+            [
+                str(BIN / "uvicorn"),
+                "offpath.api.app:app",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
             cwd=ROOT,
             env=env,
             stdout=out,

@@ -13,12 +13,12 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.graph.state import CompiledStateGraph
 from sqlalchemy.engine import Engine
 
-from compaction.settings import Settings
-from service.agent import build_graph
-from service.checkpoints import Checkpoints, open_checkpoints
-from service.db import make_engine, migrate
-from service.leases import Leases, RedisKeyStore, SqlKeyStore
-from service.locks import DatabaseLocks, Locks, ThreadLocks
+from offpath.compaction.settings import Settings
+from offpath.service.agent import build_graph
+from offpath.service.checkpoints import Checkpoints, open_checkpoints
+from offpath.service.db import make_engine, migrate
+from offpath.service.leases import Leases, RedisKeyStore, SqlKeyStore
+from offpath.service.locks import DatabaseLocks, Locks, ThreadLocks
 
 log = logging.getLogger("offpath.runtime")
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from compaction.settings import Settings
-from compaction.summarizers.base import (
+from offpath.compaction.settings import Settings
+from offpath.compaction.summarizers.base import (
     EmptySummaryError,
     Summarizer,
     SummarizerError,
     SummaryResult,
     TransientSummarizerError,
 )
-from compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
 
 __all__ = [
     "EmptySummaryError",
@@ -27,7 +27,7 @@ def make_summarizer(settings: Settings) -> Summarizer:
     """The LLM summarizer when an LLM is configured (``OPENAI_API_KEY`` or ``OPENAI_BASE_URL``),
     else the offline one."""
     if settings.llm_configured:
-        from compaction.summarizers.llm import LLMSummarizer
+        from offpath.compaction.summarizers.llm import LLMSummarizer
 
         return LLMSummarizer.from_settings(settings)
     return OfflineSummarizer()

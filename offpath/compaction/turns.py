@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from compaction.accounting import message_chars
-from compaction.pairing import CallPairer
+from offpath.compaction.accounting import message_chars
+from offpath.compaction.pairing import CallPairer
 
 ALLOWED = (SystemMessage, HumanMessage, AIMessage, ToolMessage)
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from alembic import context
 from sqlalchemy import engine_from_config, make_url, pool
 
-from compaction.settings import get_settings
-from service.db import SQLModel, sqlalchemy_url
-from service.setup_lock import MIGRATIONS_LOCK_KEY, file_lock
+from offpath.compaction.settings import get_settings
+from offpath.service.db import SQLModel, sqlalchemy_url
+from offpath.service.setup_lock import MIGRATIONS_LOCK_KEY, file_lock
 
 config = context.config
 target_metadata = SQLModel.metadata

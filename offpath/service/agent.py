@@ -22,7 +22,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 
-from compaction.pairing import without_orphans
+from offpath.compaction.pairing import without_orphans
 
 AGENT_NODE = "agent"
 

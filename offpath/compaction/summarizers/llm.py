@@ -13,10 +13,10 @@ import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from compaction.planner import CompactionPlan
-from compaction.prompt import SummaryPrompt
-from compaction.settings import Settings
-from compaction.summarizers.base import (
+from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.prompt import SummaryPrompt
+from offpath.compaction.settings import Settings
+from offpath.compaction.summarizers.base import (
     EmptySummaryError,
     SummarizerError,
     SummaryResult,

@@ -18,9 +18,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from compaction.accounting import content_text
-from compaction.planner import CompactionPlan
-from compaction.summary import is_summary, summary_body
+from offpath.compaction.accounting import content_text
+from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.summary import is_summary, summary_body
 
 SUMMARY_TEMPLATE = """**Investigating:** <original incident or question>
 **Key findings:**

@@ -22,13 +22,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from compaction.formats import (
+from offpath.compaction.formats import (
     ConversationFormatError,
     extract_messages,
     split_turns,
     to_messages,
 )
-from compaction.settings import Settings, SettingsError, load_settings
+from offpath.compaction.settings import Settings, SettingsError, load_settings
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Conversation compaction off the request path."
@@ -38,7 +38,7 @@ err = Console(stderr=True, soft_wrap=True)
 
 FORMATS = ("auto", "transcript", "openai", "langchain")
 #: ``celery`` on the project's app, in this interpreter.
-CELERY = [sys.executable, "-m", "celery", "-A", "worker.celery_app"]
+CELERY = [sys.executable, "-m", "celery", "-A", "offpath.worker.celery_app"]
 
 
 class CliError(Exception):
@@ -219,7 +219,7 @@ def api(
     migrate_or_exit(settings)
     import uvicorn
 
-    uvicorn.run("api.app:app", host=host, port=port, log_level=settings.log_level.lower())
+    uvicorn.run("offpath.api.app:app", host=host, port=port, log_level=settings.log_level.lower())
 
 
 @app.command()
@@ -371,8 +371,8 @@ def beat(
     """Run Celery beat: the reconciler's schedule (every RECONCILE_INTERVAL_S). Run one."""
     settings = settings_or_exit()
     if check:
-        from service.runtime import Runtime
-        from worker.reconciler import seconds_since_last_pass
+        from offpath.service.runtime import Runtime
+        from offpath.worker.reconciler import seconds_since_last_pass
 
         rt = Runtime.open(settings, run_migrations=False)
         try:
@@ -399,7 +399,7 @@ def beat(
 
 def migrate_or_exit(settings: Settings) -> str:
     """Bring the usage tables up to date; one line and exit 1 if the database is unreachable."""
-    from service.db import migrate as run_migrations
+    from offpath.service.db import migrate as run_migrations
 
     try:
         return run_migrations(settings)
@@ -426,7 +426,7 @@ def demo(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the compaction jobs")] = 90,
 ) -> None:
     """Run the whole loop on embedded defaults: worker, API, a replayed investigation, /stats."""
-    from cli.demo import run_demo
+    from offpath.cli.demo import run_demo
 
     settings = settings_or_exit()
     try:

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from compaction.planner import CompactionPlan
-from compaction.prompt import SummaryPrompt, render_content
-from compaction.summarizers.base import SummaryResult
-from compaction.summary import is_summary, summary_body
+from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.prompt import SummaryPrompt, render_content
+from offpath.compaction.summarizers.base import SummaryResult
+from offpath.compaction.summary import is_summary, summary_body
 
 OFFLINE_NOTE = "_Offline summary: no LLM is configured; these lines were extracted from the compacted messages._"
 MAX_BULLETS = 12

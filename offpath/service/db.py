@@ -22,8 +22,8 @@ from sqlalchemy import JSON, Column, event, func
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
-from compaction.accounting import approx_tokens
-from compaction.settings import Settings
+from offpath.compaction.accounting import approx_tokens
+from offpath.compaction.settings import Settings
 
 
 class JobStatus(enum.StrEnum):

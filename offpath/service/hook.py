@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from langchain_core.messages import BaseMessage
 from sqlalchemy.engine import Engine
 
-from compaction.planner import Skip, SkipReason, plan_compaction
-from compaction.settings import Settings
-from compaction.summary import is_summary, summary_meta
-from service.db import create_job, has_unpublished_job, set_published
-from service.leases import Claim, Leases, State
-from service.logs import tag
+from offpath.compaction.planner import Skip, SkipReason, plan_compaction
+from offpath.compaction.settings import Settings
+from offpath.compaction.summary import is_summary, summary_meta
+from offpath.service.db import create_job, has_unpublished_job, set_published
+from offpath.service.leases import Claim, Leases, State
+from offpath.service.logs import tag
 
 log = logging.getLogger("offpath.hook")
 

@@ -62,10 +62,10 @@ from typing import Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from compaction.accounting import content_text, message_chars
-from compaction.pairing import CallPairer, call_ids
-from compaction.settings import Settings
-from compaction.summary import SUMMARY_PREFIX, is_summary, summary_meta
+from offpath.compaction.accounting import content_text, message_chars
+from offpath.compaction.pairing import CallPairer, call_ids
+from offpath.compaction.settings import Settings
+from offpath.compaction.summary import SUMMARY_PREFIX, is_summary, summary_meta
 
 #: The seed: fewer messages than this is "too little to compact".
 MIN_MESSAGES_REMOVED = 4

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from compaction.patch import Fitted, Prepared, Stale, fit
-from compaction.planner import CompactionPlan, Skip, plan_compaction
-from compaction.prompt import SummaryPrompt, build_prompt
-from compaction.settings import Settings
-from compaction.summarizers.base import Summarizer, SummaryResult
+from offpath.compaction.patch import Fitted, Prepared, Stale, fit
+from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
+from offpath.compaction.prompt import SummaryPrompt, build_prompt
+from offpath.compaction.settings import Settings
+from offpath.compaction.summarizers.base import Summarizer, SummaryResult
 
 
 @dataclass(frozen=True, slots=True)

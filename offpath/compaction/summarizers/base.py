@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from compaction.planner import CompactionPlan
-from compaction.prompt import SummaryPrompt
+from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.prompt import SummaryPrompt
 
 
 class SummarizerError(Exception):

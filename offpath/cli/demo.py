@@ -27,12 +27,12 @@ import redis
 from rich.panel import Panel
 from rich.table import Table
 
-from cli.main import CliError, console, print_stats, replay_file, session_name
-from compaction.accounting import total_chars
-from compaction.settings import Settings
-from service.broker import forget_queue
+from offpath.cli.main import CliError, console, print_stats, replay_file, session_name
+from offpath.compaction.accounting import total_chars
+from offpath.compaction.settings import Settings
+from offpath.service.broker import forget_queue
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "incident-checkout-latency.json"
 
 
@@ -102,7 +102,6 @@ def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
     run_id = uuid.uuid4().hex[:6]
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
         "DATA_DIR": str(data),
         "DATABASE_URL": "",
         "CELERY_QUEUE": f"demo-{run_id}",
@@ -143,7 +142,7 @@ def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
             [
                 "celery",
                 "-A",
-                "worker.celery_app",
+                "offpath.worker.celery_app",
                 "worker",
                 "--loglevel=INFO",
                 "--without-mingle",
@@ -153,7 +152,7 @@ def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
             ],
         )
         procs.start(
-            "api", ["uvicorn", "api.app:app", "--port", str(port), "--log-level", "warning"]
+            "api", ["uvicorn", "offpath.api.app:app", "--port", str(port), "--log-level", "warning"]
         )
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             _wait_healthy(client, procs)
@@ -223,7 +222,7 @@ def _wait_jobs(
 def _report(
     client: httpx.Client, session: str, path: Path, jobs: list[dict[str, Any]], logs: Path
 ) -> None:
-    from cli.main import read_conversation
+    from offpath.cli.main import read_conversation
 
     original = read_conversation(path)
     after = client.get(f"/sessions/{session}/messages").json()

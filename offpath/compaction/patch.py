@@ -40,8 +40,8 @@ from typing import Any
 import orjson
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 
-from compaction.planner import CompactionPlan
-from compaction.summary import build_summary_message, fingerprint, summary_meta
+from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.summary import build_summary_message, fingerprint, summary_meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ class Prepared:
         cls, plan: CompactionPlan, *, job_id: str, summary_text: str, summarizer: str, model: str
     ) -> Prepared:
         """The prepared form of ``plan`` with its summary text."""
-        from compaction.accounting import message_chars
+        from offpath.compaction.accounting import message_chars
 
         earlier = [summary_meta(m) for m in plan.earlier_summaries]
         seen = (*plan.removed, *plan.kept)

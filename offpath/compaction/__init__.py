@@ -6,14 +6,14 @@ One job's path through it: :func:`plan_compaction` (where to cut) ->
 still fit the thread? the update for LangGraph's ``add_messages``).
 """
 
-from compaction.accounting import message_chars, total_chars
-from compaction.pairing import new_unpaired, pair_messages, without_orphans
-from compaction.patch import Fitted, Prepared, Stale, fit, landed
-from compaction.planner import CompactionPlan, Skip, SkipReason, plan_compaction
-from compaction.prompt import SummaryPrompt, build_prompt
-from compaction.settings import Settings, SettingsError, get_settings, load_settings
-from compaction.summarizers import Summarizer, SummarizerError, make_summarizer
-from compaction.summary import SUMMARY_PREFIX, is_summary
+from offpath.compaction.accounting import message_chars, total_chars
+from offpath.compaction.pairing import new_unpaired, pair_messages, without_orphans
+from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
+from offpath.compaction.planner import CompactionPlan, Skip, SkipReason, plan_compaction
+from offpath.compaction.prompt import SummaryPrompt, build_prompt
+from offpath.compaction.settings import Settings, SettingsError, get_settings, load_settings
+from offpath.compaction.summarizers import Summarizer, SummarizerError, make_summarizer
+from offpath.compaction.summary import SUMMARY_PREFIX, is_summary
 
 __all__ = [
     "SUMMARY_PREFIX",

@@ -40,7 +40,7 @@ import redis
 import sqlalchemy as sa
 from redis.exceptions import LockError, RedisError
 
-from service.logs import tag
+from offpath.service.logs import tag
 
 log = logging.getLogger("offpath.locks")
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from compaction.accounting import content_text
+from offpath.compaction.accounting import content_text
 
 #: The first line of every summary message (the seed's checkpoint shows it).
 SUMMARY_PREFIX = "[Context from earlier in this session, summarized]"

@@ -15,8 +15,8 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from compaction.settings import Settings
-from service.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_session_lock
+from offpath.compaction.settings import Settings
+from offpath.service.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_session_lock
 
 #: How long a SQLite writer waits for another process's write, in seconds.
 SQLITE_BUSY_TIMEOUT_S = 30
