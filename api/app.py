@@ -26,14 +26,16 @@ from pydantic import BaseModel, Field
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.settings import Settings, get_settings
+from offpath.compaction.summary import is_summary
 from offpath.compaction.turns import TurnError, validate_turn
 from offpath.service import db
-from offpath.service.agent import AGENT_NODE, thread_config
-from offpath.service.hook import PostTurnHook, Publisher
+from offpath.service.agent import thread_config
+from offpath.service.compactions import apply_prepared
+from offpath.service.hook import PostTurnHook
 from offpath.service.leases import failure_backoff_s
 from offpath.service.locks import ThreadBusy
 from offpath.service.logs import tag
-from offpath.service.runtime import Runtime
+from offpath.service.runtime import Publisher, Runtime
 
 log = logging.getLogger("offpath.api")
 
@@ -107,16 +109,11 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        rt = Runtime.open(settings)
-        if publish is None:
-            from offpath.worker.tasks import publish as celery_publish
-
-            publisher: Publisher = celery_publish
-        else:
-            publisher = publish
+        rt = Runtime.open(settings, publish=publish)
+        rt.graph  # noqa: B018 - build the agent now: a bad AGENT_TOOLS fails start-up
         warn_if_redis_down(rt)
         app.state.rt = rt
-        app.state.hook = PostTurnHook(settings, rt.leases, rt.engine, publisher)
+        app.state.hook = PostTurnHook(rt, apply=lambda s, j: apply_prepared(rt, s, j))
         log.info("api ready: checkpoints %s", type(rt.checkpoints.saver).__name__)
         try:
             yield
@@ -153,26 +150,25 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         tasks.add_task(request.app.state.hook, session_id, list(messages))
 
     @app.post("/sessions/{session_id}/messages")
-    def chat(
-        session_id: SessionId, body: ChatIn, request: Request, tasks: BackgroundTasks
-    ) -> dict[str, Any]:
-        """One chat turn through the LangGraph agent (503 when no LLM is configured)."""
-        if not settings.llm_configured:
+    def chat(session_id: SessionId, body: ChatIn, request: Request) -> dict[str, Any]:
+        """One chat turn: a run of the agent (its tools, offpath's middleware compacting during
+        the run). 503 when no LLM is configured; 502 if the model fails (the turn is taken back)."""
+        if not (settings.llm_configured or settings.chat_model == "scripted"):
             raise HTTPException(status_code=503, detail=NO_LLM)
         rt = rt_of(request)
         human = HumanMessage(id=str(uuid.uuid4()), content=body.content)
         config = thread_config(session_id)
-        with rt.locks.turn(session_id):
+        with rt.locks.turn(session_id, run=True):
+            before = {m.id for m in state_of(rt, session_id).get("messages", [])}
             try:
                 values = rt.graph.invoke({"messages": [human]}, config)
             except Exception as exc:
-                _undo(rt, config, human)
+                _undo(rt, session_id, before)
                 log.warning("[%s] chat turn failed: %s", tag(session_id), exc)
                 raise HTTPException(
                     status_code=502, detail=f"the chat model failed: {exc}"
                 ) from exc
         messages = values["messages"]
-        after_turn(request, tasks, session_id, messages)
         return {
             "session_id": session_id,
             "reply": message_json(messages[-1]),
@@ -190,7 +186,6 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         except ConversationFormatError as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from None
         rt = rt_of(request)
-        config = thread_config(session_id)
         with rt.locks.turn(session_id):
             values = state_of(rt, session_id)
             current = list(values.get("messages", []))
@@ -211,7 +206,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
                 )
             if body.state:
                 update["context"] = {**values.get("context", {}), **body.state}
-            rt.graph.update_state(config, update, as_node=AGENT_NODE)
+            rt.patch(session_id, update)
         messages = add_messages(current, new)
         after_turn(request, tasks, session_id, messages)
         return {
@@ -307,7 +302,10 @@ def reconciler_status(rt: Runtime) -> str:
 
 def job_json(r: dict[str, Any]) -> dict[str, Any]:
     """One ``compaction_jobs`` row as ``/compactions`` shows it."""
-    result = r["result"] or {}
+    result = {
+        **((r["result"] or {}).get("usage") or {}),
+        **((r["result"] or {}).get("record") or {}),
+    }
     applied = r["status"] == db.JobStatus.APPLIED
     return {
         "job_id": r["job_id"],
@@ -350,16 +348,16 @@ def backoff_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
     return {"failures_in_a_row": failures, "seconds": seconds, "until": until.isoformat()}
 
 
-def _undo(rt: Runtime, config: dict[str, Any], human: HumanMessage) -> None:
-    """Take back the human message of a failed turn, so the thread is as it was."""
+def _undo(rt: Runtime, session_id: str, before: set[Any]) -> None:
+    """Take back what a failed run added, so the thread is as it was (a summary the run's
+    middleware applied stays: it replaced messages that are gone)."""
     try:
-        ids = {m.id for m in rt.graph.get_state(config).values.get("messages", [])}
-        if human.id in ids:
-            rt.graph.update_state(
-                config, {"messages": [RemoveMessage(id=str(human.id))]}, as_node=AGENT_NODE
-            )
+        messages = rt.graph.get_state(thread_config(session_id)).values.get("messages", [])
+        added = [m.id for m in messages if m.id not in before and not is_summary(m)]
+        if added:
+            rt.patch(session_id, {"messages": [RemoveMessage(id=str(i)) for i in added]})
     except Exception as exc:
-        log.error("could not take back the failed turn's message %s: %s", human.id, exc)
+        log.error("[%s] could not take back the failed turn (%s): %s", tag(session_id), added, exc)
 
 
 app = create_app()

@@ -846,6 +846,14 @@ SOURCE = {
     "commit": "generated",
 }
 DESCRIPTION = "Synthetic SRE investigation: checkout-api p99 2.4 s after deploy v2.14.0 cut DB_POOL_MAX 50->10"
-doc = {"source": SOURCE | {"license": "MIT"}, "description": DESCRIPTION, "messages": MSGS}
-OUT.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-print(f"wrote {OUT} ({len(MSGS)} messages, {NCALL[0]} tool calls)")
+
+
+def main():
+    """Write OUT. Guarded, so that examples/make_sre_fixtures.py can reuse this module's models."""
+    doc = {"source": SOURCE | {"license": "MIT"}, "description": DESCRIPTION, "messages": MSGS}
+    OUT.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {OUT} ({len(MSGS)} messages, {NCALL[0]} tool calls)")
+
+
+if __name__ == "__main__":
+    main()

@@ -146,6 +146,7 @@ class Stack:
         self.worker_log = tmp / f"worker-{self.name}.log"
         self.api_log = tmp / f"api-{self.name}.log"
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.clients: list[Any] = []
         self.worker: subprocess.Popen[bytes] | None = None
         self.start_worker()
         # the reconciler's schedule, as in production: its own process (`offpath beat`)
@@ -237,6 +238,8 @@ class Stack:
 
     def stop(self) -> None:
         self.http.close()
+        for client in self.clients:
+            client.close()
         for proc in self.procs:
             if proc.poll() is None:
                 try:
@@ -286,34 +289,84 @@ class Stack:
         return self.http.post(f"/sessions/{session}/turns", json=body)
 
     def settle(
-        self, session: str, expect_new_job: bool, known: int, timeout: float = 60
+        self,
+        session: str,
+        expect_new_job: bool,
+        known: int,
+        timeout: float = 60,
+        final: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Wait until the thread's jobs are all final; when a new job is expected, until it
-        appeared (the hook runs after the response) and finished."""
+        """Wait until the thread's jobs are all settled (final, or prepared: a compaction
+        prepared ahead waits for the thread to cross its threshold); when a new job is
+        expected, until it appeared (the hook runs after the response); ``final``: until
+        that job is final too."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             jobs = self.jobs(session)
-            if (not expect_new_job or len(jobs) > known) and all(
-                j["status"] in ("applied", "skipped", "failed") for j in jobs
-            ):
+            settled = all(j["status"] in SETTLED for j in jobs)
+            ended = final is None or any(
+                j["job_id"] == final and j["status"] in FINAL for j in jobs
+            )
+            if (not expect_new_job or len(jobs) > known) and settled and ended:
                 return jobs
             time.sleep(0.05)
         raise AssertionError(f"jobs did not settle: {self.jobs(session)}\n{self.logs()[-4000:]}")
 
-    def publish(self, session: str, job_id: str) -> None:
-        """Send a ``compact_session`` message straight to this stack's queue."""
+    def expect_after_turn(
+        self, thread: list, jobs: list[dict[str, Any]], settings: Any
+    ) -> tuple[bool, str | None]:
+        """What the post-turn hook does after a turn that made ``thread`` (the jobs as they were
+        before): ``(a new job is queued, the prepared job it applies)``."""
+        from offpath.compaction.accounting import total_chars
+        from offpath.compaction.planner import Skip, plan_compaction
+
+        busy = [j for j in jobs if j["status"] in ("queued", "running")]
+        prepared = [j["job_id"] for j in jobs if j["status"] == "prepared"]
+        over = total_chars(thread) > settings.summarization_threshold_chars
+        if prepared and over:
+            return False, prepared[-1]
+        plan = plan_compaction(thread, settings, early=True)
+        return not busy and not prepared and not isinstance(plan, Skip), None
+
+    def publish(self, session: str, job_id: str, options: dict | None = None) -> None:
+        """Send a ``compact_session`` message straight to this stack's queue (a publisher for
+        a :class:`~offpath.service.runtime.Client` in the test process)."""
         from celery import Celery
 
-        app = Celery(broker=self.env["REDIS_URL"])
+        app = Celery(broker=self.env.get("CELERY_BROKER_URL") or self.env["REDIS_URL"])
         app.send_task(
-            "compact_session", args=[session], task_id=job_id, queue=self.env["CELERY_QUEUE"]
+            "compact_session",
+            args=[session],
+            kwargs={"options": options} if options else {},
+            task_id=job_id,
+            queue=self.env["CELERY_QUEUE"],
         )
         app.close()
+
+    def settings(self, **overrides: Any):
+        """This stack's settings, for code run in the test process (a middleware, a hook)."""
+        from offpath.compaction.settings import Settings, load_settings
+
+        env = {k.lower(): v for k, v in self.env.items() if k.lower() in Settings.model_fields}
+        return load_settings(**{**env, **overrides})
+
+    def client(self, **overrides: Any):
+        """A :class:`~offpath.service.runtime.Client` on this stack's usage DB and Redis, which
+        publishes to its queue."""
+        from offpath.service.runtime import Client
+
+        client = Client.open(self.settings(**overrides), publish=self.publish)
+        self.clients.append(client)
+        return client
 
     def db_url(self) -> str:
         if self.pg_url:
             return self.pg_url.replace("postgresql://", "postgresql+psycopg://")
         return f"sqlite:///{self.env['DATA_DIR']}/usage.db"
+
+
+FINAL = ("applied", "skipped", "failed")
+SETTLED = (*FINAL, "prepared")
 
 
 def dump(obj: Any) -> str:

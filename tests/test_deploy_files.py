@@ -76,13 +76,19 @@ def test_dockerfile_copies_every_folder_of_the_package_and_installs_the_console_
 def test_the_wheel_installs_one_top_level_package_with_its_migrations(tmp_path):
     """Issue 9, item 3: installed, offpath adds one import name, `offpath`; api/ and worker/
     are mapped under it, and the Alembic migrations ship in the wheel."""
+    import shutil
     import subprocess
     import sys
     import zipfile
 
+    src = tmp_path / "src"  # a copy: setuptools writes build/ beside the sources
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "offpath", "api", "worker"):
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
+        copy(ROOT / name, src / name)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["-w", str(tmp_path), str(ROOT)],
+        + ["-w", str(tmp_path), str(src)],
         check=True,
         capture_output=True,
         timeout=300,

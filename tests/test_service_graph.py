@@ -15,7 +15,8 @@ from stack import create_pg_database, drop_pg_database
 from offpath.compaction.pipeline import compact
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.service.agent import AGENT_NODE, build_graph, thread_config
+from offpath.middleware import OffPathCompaction
+from offpath.service.agent import build_graph, end_node, thread_config
 from offpath.service.checkpoints import open_checkpoints
 
 
@@ -25,9 +26,9 @@ class MessagesOnly(TypedDict):
 
 def narrow_graph(saver):
     g = StateGraph(MessagesOnly)
-    g.add_node(AGENT_NODE, lambda s: {})
-    g.add_edge(START, AGENT_NODE)
-    g.add_edge(AGENT_NODE, END)
+    g.add_node("agent", lambda s: {})
+    g.add_edge(START, "agent")
+    g.add_edge("agent", END)
     return g.compile(checkpointer=saver)
 
 
@@ -48,14 +49,17 @@ def checkpoints(request, tmp_path):
 def _patch(checkpoints, patcher_of, session):
     doc = load(next(p for p in CASES if p.stem == "summary-first"))
     settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
-    graph = build_graph(checkpoints.saver, None)
+    graph = build_graph(checkpoints.saver, OffPathCompaction(settings, patch=True))
     config = thread_config(session)
-    graph.update_state(
-        config, {"messages": messages_of(doc), "context": CONTEXT}, as_node=AGENT_NODE
-    )
+    node = end_node(graph)
+    graph.update_state(config, {"messages": messages_of(doc), "context": CONTEXT}, as_node=node)
     outcome = compact(graph.get_state(config).values["messages"], settings, OfflineSummarizer())
-    patcher_of(graph).update_state(config, {"messages": outcome.patch}, as_node=AGENT_NODE)
+    patcher = patcher_of(graph)
+    patcher.update_state(
+        config, {"messages": outcome.patch}, as_node=node if patcher is graph else "agent"
+    )
     values = graph.get_state(config).values
+    assert graph.get_state(config).next == ()  # the thread still reads as finished
     assert values["messages"][1].id == outcome.summary.id
     return values
 

@@ -24,6 +24,7 @@ from offpath.service.leases import (
     State,
     failure_backoff_s,
 )
+from offpath.service.runtime import Client
 
 
 @pytest.fixture
@@ -55,7 +56,8 @@ def leases(request, settings):
 def parts(settings, leases):
     engine = make_engine(settings)
     published: list[tuple[str, str]] = []
-    hook = PostTurnHook(settings, leases, engine, lambda s, j: published.append((s, j)))
+    client = Client(settings, engine, leases, lambda s, j, o: published.append((s, j)))
+    hook = PostTurnHook(client)
     yield settings, engine, leases, hook, published
     engine.dispose()
 
@@ -109,7 +111,7 @@ def test_a_retry_keeps_the_thread_and_a_failure_holds_it_for_the_backoff(leases)
     assert leases.requeue("t5", "j1", "a")
     assert leases.claim("t5", "j2").job_id == "j1"  # waiting for its retry: still held
     assert leases.start("t5", "j1", "b")[0] is Start.OK
-    assert leases.finish("t5", "j1", "b", applied=False, backoff_s=1.5)
+    assert leases.finish("t5", "j1", "b", Leases.after("j1", State.BACKOFF, backoff_s=1.5))
     held = leases.claim("t5", "j2")
     assert held.state is State.BACKOFF
     assert leases.start("t5", "j9", "x")[0] is Start.BACKOFF
@@ -137,7 +139,7 @@ def test_a_turn_that_read_the_thread_before_a_patch_landed_queues_nothing(parts)
     _, _, leases, hook, published = parts
     job = hook("t6", over_threshold()).job_id
     leases.start("t6", job, "a")
-    leases.finish("t6", job, "a", applied=True)
+    leases.finish("t6", job, "a", Leases.after(job, State.DONE))
     stale_view = over_threshold()
     assert hook("t6", stale_view).action == "superseded"
     summary = HumanMessage(
@@ -154,9 +156,8 @@ def test_disabled_hook_touches_nothing():
         def __getattr__(self, name):
             raise AssertionError(f"the disabled hook used {name}")
 
-    hook = PostTurnHook(
-        load_settings(summarization_enabled=False), Untouchable(), Untouchable(), Untouchable()
-    )
+    settings = load_settings(summarization_enabled=False)
+    hook = PostTurnHook(Client(settings, Untouchable(), Untouchable(), Untouchable()))
     assert hook("t7", over_threshold()).action == "skipped"
 
 
@@ -168,7 +169,7 @@ def test_broker_down_is_reported_not_raised_and_the_job_is_recorded_unpublished(
         lease_s=3,
         queued_ttl_s=60,
     )
-    hook = PostTurnHook(settings, dead, engine, lambda s, j: None)
+    hook = PostTurnHook(Client(settings, engine, dead, lambda s, j, o: None))
     first = hook("t8", over_threshold())
     second = hook("t8", over_threshold())
     assert first.action == "error" and "broker unreachable" in first.detail
@@ -183,10 +184,10 @@ def test_broker_down_is_reported_not_raised_and_the_job_is_recorded_unpublished(
 def test_publish_failure_keeps_the_claim_and_records_the_job_unpublished(settings, leases):
     engine = make_engine(settings)
 
-    def broken(session_id, job_id):
+    def broken(session_id, job_id, options):
         raise ConnectionError("broker went away")
 
-    hook = PostTurnHook(settings, leases, engine, broken)
+    hook = PostTurnHook(Client(settings, engine, leases, broken))
     result = hook("t9", over_threshold())
     assert result.action == "error"
     assert hook("t9", over_threshold()).action == "already_queued"

@@ -1,26 +1,31 @@
-"""One compaction job, from the thread's checkpoint to the patched checkpoint and the usage row.
+"""One compaction job: plan and summarize (prepare), then apply if the thread allows it now.
 
-The Celery task (:mod:`worker.tasks`) first marks the job ``running`` and takes the
-running lease on the thread (:mod:`service.leases`); then :func:`run_job`:
+The Celery task (:mod:`offpath.worker.tasks`) marks the job ``running`` and takes the
+running lease on the thread (:mod:`offpath.service.leases`); then :func:`run_job`:
 
-1. Reads the thread. A summary in it whose compaction was never recorded (a
-   worker died between the patch and the usage row) is recorded now, if the job
-   that wrote it stored a matching result: offpath's own records decide, never the
-   message's metadata (DESIGN.md invariant 10). If it is this very job's summary,
-   the job is done. The thread's other open jobs are dead (this job holds the
-   lease): they are ended.
-2. Plans (a skip ends the job ``skipped``, with the reason).
-3. Summarizes, with no lock held (the LLM call is the slow part).
-4. Takes the thread's lock, checks it still holds its lease, re-reads the thread
-   and checks the plan against it (ids already gone are dropped; a stale plan is
-   re-planned once, then the job ends ``skipped: stale``), stores its result (what
-   it is about to patch in), patches through the shared graph, records the usage
-   event from the stored result and marks the job ``applied``, releases the lock.
+1. Reads the thread from its checkpointer (one read; a user's own agent's by URL).
+   A summary in it whose compaction was never recorded (a worker died between
+   the patch and the usage row) is recorded now, if the job that wrote it stored
+   a matching record: offpath's own records decide, never the message's metadata
+   (DESIGN.md invariant 10). If it is this very job's summary, the job is done.
+   The thread's other open jobs are dead (this job holds the lease): they end.
+2. Plans, from ``SUMMARIZATION_PREPARE_AT`` x the threshold (a skip ends the job
+   ``skipped``, with the reason).
+3. Summarizes, with no lock held (the LLM call is the slow part), and stores the
+   prepared compaction (:class:`~offpath.compaction.patch.Prepared`).
+4. Applies it now if it may (:mod:`offpath.service.compactions`): the thread is one
+   of offpath's own (``patch``), no agent run holds it, and it is over its
+   threshold. Under the thread's lock it checks the lease, re-reads the thread,
+   fits the compaction to it (a stale one is re-planned once, then the job ends
+   ``skipped: stale``), stores its record, patches and records the usage event.
+   Otherwise the job ends ``prepared``, and the compaction is applied by whoever
+   holds the thread when it is over its threshold: the post-turn hook, or the
+   middleware at the run's next model call.
 
 Transient failures raise :class:`RetryLater`; the Celery task retries them with
 backoff and marks the job ``failed`` when retries run out. The thread is only
-ever written in step 4, in one ``update_state`` call, so a failure anywhere
-leaves it exactly as it was.
+ever written in step 4, in one update, so a failure anywhere leaves it exactly as
+it was.
 """
 
 from __future__ import annotations
@@ -37,17 +42,15 @@ import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
 from langchain_core.messages import BaseMessage
 from langgraph.graph.message import add_messages
-from offpath.worker.faults import failpoint
 from redis.exceptions import RedisError
 
 from offpath.compaction.accounting import message_chars, total_chars
-from offpath.compaction.pairing import new_unpaired
-from offpath.compaction.patch import Prepared, Stale, fit, landed
+from offpath.compaction.patch import Prepared, Stale, landed
 from offpath.compaction.planner import Skip, plan_compaction
 from offpath.compaction.prompt import build_prompt
 from offpath.compaction.summarizers import Summarizer, SummarizerError
 from offpath.compaction.summary import is_summary, summary_meta
-from offpath.service.agent import AGENT_NODE, thread_config
+from offpath.service.compactions import JobEnded, JobOptions, apply_locked, read_messages
 from offpath.service.db import (
     FINAL_VALUES,
     JobStatus,
@@ -57,8 +60,9 @@ from offpath.service.db import (
     set_job,
     store_result,
 )
-from offpath.service.leases import Held
-from offpath.service.locks import LockUnavailable
+from offpath.service.faults import failpoint
+from offpath.service.leases import Held, Leases, State
+from offpath.service.locks import LockUnavailable, RunInProgress
 from offpath.service.logs import tag
 from offpath.service.runtime import Runtime
 
@@ -87,22 +91,15 @@ class RetryLater(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How a job ended; ``follow_up_chars``: the thread is still over its threshold after this
-    compaction and a next one is worth it (queue a job once this one handed the thread on)."""
+    """How a job ended, and the claim it leaves on the thread (``then``; None: free).
+
+    ``follow_up_chars``: the thread is still over its threshold after this compaction
+    and a next one is worth it (queue a job once this one handed the thread on).
+    """
 
     status: JobStatus
+    then: Any = None
     follow_up_chars: int | None = None
-
-
-class JobEnded(Exception):
-    """The job ended ``failed`` or ``skipped`` with ``code`` and ``reason`` (recorded by the
-    caller)."""
-
-    def __init__(self, status: JobStatus, code: str, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.code = code
-        self.reason = reason
 
 
 def run_job(
@@ -112,27 +109,29 @@ def run_job(
     job_id: str,
     lease: Held,
     stored: Mapping[str, Any] | None = None,
+    options: JobOptions | None = None,
 ) -> Outcome:
     """Run compaction job ``job_id`` on thread ``session_id`` under ``lease``; return how it
-    ended (``applied``, ``skipped`` or ``failed``, recorded in ``compaction_jobs``).
+    ended (recorded in ``compaction_jobs``).
 
-    ``stored`` is the result a previous delivery of this job recorded before it died.
+    ``stored`` is the result a previous delivery of this job stored before it died.
     Raises :class:`RetryLater` for failures worth retrying.
     """
     try:
-        return _compact(rt, summarizer, session_id, job_id, lease, stored)
+        return _compact(rt, summarizer, session_id, job_id, lease, stored, options or JobOptions())
     except SummarizerError as exc:
         if exc.transient:
             raise RetryLater(str(exc), exc.retry_after_s) from exc
-        return Outcome(end(rt, session_id, job_id, JobEnded(JobStatus.FAILED, exc.code, str(exc))))
+        return end(rt, session_id, job_id, JobEnded(JobStatus.FAILED, exc.code, str(exc)))
     except JobEnded as exc:
-        return Outcome(end(rt, session_id, job_id, exc))
+        return end(rt, session_id, job_id, exc)
     except TRANSIENT_STORE_ERRORS as exc:
         raise RetryLater(f"{type(exc).__name__}: {exc}") from exc
 
 
-def end(rt: Runtime, session_id: str, job_id: str, ended: JobEnded) -> JobStatus:
-    """Record how the job ended (the thread was not touched)."""
+def end(rt: Runtime, session_id: str, job_id: str, ended: JobEnded) -> Outcome:
+    """Record how the job ended (the thread was not touched); a planner skip leaves
+    ``s:<job>:<chars>`` on the thread, so that it is not asked again before it grew."""
     if ended.status is JobStatus.FAILED:
         log.warning(
             "[%s] summarizer failed: %s; session continues unchanged", tag(session_id), ended.reason
@@ -140,11 +139,8 @@ def end(rt: Runtime, session_id: str, job_id: str, ended: JobEnded) -> JobStatus
     else:
         log.info("[%s] summarizer skipped: %s", tag(session_id), ended.reason)
     set_job(rt.engine, job_id, session_id, ended.status, ended.reason, ended.code)
-    return ended.status
-
-
-def _messages(rt: Runtime, session_id: str) -> list[BaseMessage]:
-    return list(rt.graph.get_state(thread_config(session_id)).values.get("messages", []))
+    then = Leases.after(job_id, State.SKIPPED, chars=ended.chars) if ended.chars else None
+    return Outcome(ended.status, then)
 
 
 def record_landed(
@@ -167,7 +163,7 @@ def record_landed(
             if row is None or row["status"] in FINAL_VALUES or row["session_id"] != session_id:
                 continue  # recorded already, or not one of ours: never trusted
             result = row["result"]
-        if landed(messages, str(owner), result):
+        if landed(messages, str(owner), (result or {}).get("record")):
             log.info(
                 "[%s] summarizer: job %s had patched but not recorded; recording it",
                 tag(session_id),
@@ -185,18 +181,25 @@ def _compact(
     job_id: str,
     lease: Held,
     stored: Mapping[str, Any] | None,
+    options: JobOptions,
 ) -> Outcome:
     sid = tag(session_id)
     settings = rt.settings
-    for attempt in range(2):  # a stale plan is re-planned once
-        messages = _messages(rt, session_id)
+    saver = rt.checkpoints_for(options.checkpoints).saver
+    for attempt in range(2):  # a stale compaction is re-planned once
+        messages = read_messages(saver, session_id)
         if record_landed(rt, session_id, job_id, messages, stored):
-            return Outcome(JobStatus.APPLIED)
+            return Outcome(JobStatus.APPLIED, Leases.after(job_id, State.DONE))
         if attempt == 0 and (n := end_others(rt.engine, session_id, job_id)):
             log.info("[%s] summarizer: ended %d dead job(s) of this thread", sid, n)
-        plan = plan_compaction(messages, settings)
+        plan = plan_compaction(messages, settings, early=True)
         if isinstance(plan, Skip):
-            raise JobEnded(JobStatus.SKIPPED, plan.reason.value, f"{plan.reason}: {plan.detail}")
+            raise JobEnded(
+                JobStatus.SKIPPED,
+                plan.reason.value,
+                f"{plan.reason}: {plan.detail}",
+                plan.total_chars,
+            )
         log.info(
             "[%s] summarizer: session=%d chars, removing %d msgs (%d chars), keeping %d msgs",
             sid,
@@ -210,56 +213,69 @@ def _compact(
             plan, build_prompt(plan, settings.summarization_max_prompt_chars)
         )
         latency_ms = int((time.monotonic() - started) * 1000)
+        prepared = Prepared.from_plan(
+            plan,
+            job_id=job_id,
+            summary_text=result.text,
+            summarizer=summarizer.name,
+            model=result.model,
+        )
+        usage = {
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+            "latency_ms": latency_ms,
+        }
+        stored = {"prepared": prepared.to_json(), "usage": usage}
+        store_result(rt.engine, job_id, stored)
         failpoint("before_lock")
-
-        with rt.locks.patch(session_id):
-            failpoint("in_patch")
-            if lease.lost.is_set():
-                raise JobEnded(
-                    JobStatus.FAILED, "lease_lost", "lease lost before the patch; not applied"
-                )
-            current = _messages(rt, session_id)
-            prepared = Prepared.from_plan(
-                plan,
-                job_id=job_id,
-                summary_text=result.text,
-                summarizer=summarizer.name,
-                model=result.model,
+        if not options.patch:  # a user's own agent: its middleware applies it
+            return _prepared(
+                rt, session_id, job_id, lease, stored, "the agent's middleware applies it"
             )
-            fitted = fit(prepared, current)
-            if isinstance(fitted, Stale):
-                log.info("[%s] summarizer: plan is stale (%s); re-planning", sid, fitted.reason)
-                continue
-            summary, patch = fitted.summary, fitted.patch
-            after = add_messages(current, patch)
-            if broken := new_unpaired(current, after):
-                raise JobEnded(
-                    JobStatus.FAILED,
-                    "orphan_guard",
-                    f"patch would orphan tool calls {sorted(broken)}",
-                )
-            # offpath's own record of what it patches in, written before the patch
-            record = {
-                **fitted.record,
-                "input_tokens": result.input_tokens,
-                "output_tokens": result.output_tokens,
-                "latency_ms": latency_ms,
-            }
-            store_result(rt.engine, job_id, record)
-            rt.graph.update_state(
-                thread_config(session_id), {"messages": patch}, as_node=AGENT_NODE
-            )
-            failpoint("after_patch")
-            finalize(rt.engine, job_id, session_id)
+        try:
+            with rt.locks.patch(session_id):
+                failpoint("in_patch")
+                if lease.lost.is_set():
+                    raise JobEnded(
+                        JobStatus.FAILED, "lease_lost", "lease lost before the patch; not applied"
+                    )
+                current = read_messages(saver, session_id)
+                if total_chars(current) <= settings.summarization_threshold_chars:
+                    # prepared ahead: applied once the thread crosses (the hook sees it)
+                    return _prepared(rt, session_id, job_id, lease, stored, "under the threshold")
+                fitted = apply_locked(rt, session_id, job_id, stored, current)
+        except RunInProgress:
+            return _prepared(rt, session_id, job_id, lease, stored, "a run holds the thread")
+        if isinstance(fitted, Stale):
+            log.info("[%s] summarizer: plan is stale (%s); re-planning", sid, fitted.reason)
+            continue
+        if fitted is None:  # landed already
+            return Outcome(JobStatus.APPLIED, Leases.after(job_id, State.DONE))
         log.info(
             "[%s] summarizer done: -%d chars, summary %d chars, %dms",
             sid,
             fitted.record["chars_removed"],
-            message_chars(summary),
+            message_chars(fitted.summary),
             latency_ms,
         )
-        return Outcome(JobStatus.APPLIED, follow_up(after, settings))
+        after = add_messages(current, fitted.patch)
+        return Outcome(
+            JobStatus.APPLIED, Leases.after(job_id, State.DONE), follow_up(after, settings)
+        )
     raise JobEnded(JobStatus.SKIPPED, "stale", "stale: the thread changed under the plan twice")
+
+
+def _prepared(
+    rt: Runtime, session_id: str, job_id: str, lease: Held, stored: dict[str, Any], why: str
+) -> Outcome:
+    """End the run of the job with its compaction prepared, and hand the thread on to ``p:<job>``
+    at once (still under the thread's lock when there is one: a turn that crosses the
+    threshold next finds it prepared)."""
+    store_result(rt.engine, job_id, stored, JobStatus.PREPARED)
+    then = Leases.after(job_id, State.PREPARED)
+    rt.leases.finish(session_id, job_id, lease.token, then)
+    log.info("[%s] summarizer: compaction prepared (%s)", tag(session_id), why)
+    return Outcome(JobStatus.PREPARED, then)
 
 
 def follow_up(messages: Sequence[BaseMessage], settings: Any) -> int | None:

@@ -31,7 +31,7 @@ from typing import Any
 from prometheus_client import Counter as PromCounter
 
 from offpath.compaction.patch import landed
-from offpath.service.agent import thread_config
+from offpath.service.compactions import JobOptions, read_messages
 from offpath.service.db import (
     JobStatus,
     finalize,
@@ -41,10 +41,10 @@ from offpath.service.db import (
     set_published,
     threads_to_requeue,
 )
-from offpath.service.hook import Publisher, queue_job
+from offpath.service.hook import queue_job
 from offpath.service.leases import State
 from offpath.service.logs import tag
-from offpath.service.runtime import Runtime
+from offpath.service.runtime import Publisher, Runtime
 
 log = logging.getLogger("offpath.reconciler")
 
@@ -66,9 +66,11 @@ def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
         for row in open_jobs(rt.engine, now - timedelta(seconds=s.reconcile_interval_s)):
             done[_one(rt, publish, row)] += 1
         ended_since = now - timedelta(seconds=2 * s.failure_backoff_max_s + s.reconcile_interval_s)
-        for session_id in threads_to_requeue(rt.engine, ended_since):
+        for session_id, options in threads_to_requeue(rt.engine, ended_since):
             # queued only if its claim is free: no job in flight, the failure backoff over
-            if queue_job(rt.leases, rt.engine, publish, session_id, None).action == "queued":
+            opts = JobOptions.from_json(options)
+            result = queue_job(rt.leases, rt.engine, publish, session_id, None, options=opts)
+            if result.action == "queued":
                 done["queued"] += 1
         last = f"{s.redis_key_prefix}:reconciler:last"
         rt.leases.store.swap(last, rt.leases.store.get(last), f"{time.time():.3f}", 86_400)
@@ -91,21 +93,28 @@ def seconds_since_last_pass(rt: Runtime) -> float | None:
 def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
     session_id, job_id = row["session_id"], row["job_id"]
     holder = rt.leases.holder(session_id)
-    mine = holder is not None and holder.job_id == job_id and holder.in_flight
+    mine = holder is not None and holder.job_id == job_id
+    options = JobOptions.from_json(row["options"])
+    if row["status"] == JobStatus.PREPARED:
+        if mine and holder.state is State.PREPARED:
+            return "alive"  # waits for its thread to cross the threshold
+        return _end(rt, row, "expired", "its prepared compaction was never applied")
+    mine = mine and holder.in_flight
     if not row["published"]:
         if not mine and rt.leases.claim(session_id, job_id) is not None:
             return _end(
                 rt, row, "superseded", f"job {holder.job_id if holder else '?'} holds the thread"
             )
-        publish(session_id, job_id)
+        publish(session_id, job_id, options.to_json())
         set_published(rt.engine, job_id, True)
         log.info("[%s] reconciler: published job %s", tag(session_id), job_id)
         return "published"
     if mine:
         return "alive"
-    if row["result"]:
-        messages = rt.graph.get_state(thread_config(session_id)).values.get("messages", [])
-        if landed(messages, job_id, row["result"]):
+    record = (row["result"] or {}).get("record")
+    if record:
+        saver = rt.checkpoints_for(options.checkpoints).saver
+        if landed(read_messages(saver, session_id), job_id, record):
             finalize(rt.engine, job_id, session_id)
             log.info("[%s] reconciler: job %s had patched; recorded it", tag(session_id), job_id)
             return "recorded"
@@ -120,7 +129,7 @@ def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
         return _end(rt, row, "lease_lapsed", f"its worker was lost {row['attempts']} times")
     if rt.leases.claim(session_id, job_id) is not None:
         return "alive"  # someone claimed the thread meanwhile: next pass
-    publish(session_id, job_id)
+    publish(session_id, job_id, options.to_json())
     log.info(
         "[%s] reconciler: re-published job %s (its lease lapsed: worker lost or message lost)",
         tag(session_id),
@@ -130,7 +139,7 @@ def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
 
 
 def _end(rt: Runtime, row: dict[str, Any], code: str, why: str) -> str:
-    status = JobStatus.SKIPPED if code == "superseded" else JobStatus.FAILED
+    status = JobStatus.SKIPPED if code in ("superseded", "expired") else JobStatus.FAILED
     reason = f"{code}: {why}"
     if set_job(
         rt.engine, row["job_id"], row["session_id"], status, reason, code, only_if_open=True

@@ -15,13 +15,14 @@ import uuid
 from celery import signals
 from celery.utils.time import get_exponential_backoff_interval
 from offpath.worker.celery_app import app
-from offpath.worker.jobs import JobEnded, RetryLater, end, run_job
+from offpath.worker.jobs import Outcome, RetryLater, end, run_job
 
 from offpath.compaction.settings import get_settings
 from offpath.compaction.summarizers import Summarizer, make_summarizer
+from offpath.service.compactions import JobEnded, JobOptions
 from offpath.service.db import JobStatus, failures_in_a_row, migrate, start_job
 from offpath.service.hook import queue_job
-from offpath.service.leases import LeaseKeeper, Start, failure_backoff_s
+from offpath.service.leases import LeaseKeeper, Leases, Start, State, failure_backoff_s
 from offpath.service.logs import tag
 from offpath.service.runtime import Runtime
 
@@ -95,9 +96,9 @@ def _close(**_: object) -> None:
     reject_on_worker_lost=True,
     throws=(JobFailed,),  # an expected outcome: logged without a traceback
 )
-def compact_session(self, session_id: str) -> str:
-    """Compact thread ``session_id``; returns the job's final status (also in SQL). A job
-    that ends ``failed`` raises :class:`JobFailed`."""
+def compact_session(self, session_id: str, options: dict | None = None) -> str:
+    """Compact thread ``session_id`` (``options``: :class:`JobOptions` as JSON); returns how
+    the job ended (also in SQL). A job that ends ``failed`` raises :class:`JobFailed`."""
     rt, summarizer, keeper = runtime()
     settings = rt.settings
     job_id = self.request.id
@@ -121,13 +122,15 @@ def compact_session(self, session_id: str) -> str:
         return "duplicate delivery"  # the other delivery records the outcome
     if started is not Start.OK:
         reason = f"{started}: job {before.job_id if before else '?'} holds the thread"
-        return str(end(rt, session_id, job_id, JobEnded(JobStatus.SKIPPED, str(started), reason)))
+        return str(
+            end(rt, session_id, job_id, JobEnded(JobStatus.SKIPPED, str(started), reason)).status
+        )
     held = keeper.hold(session_id, job_id, token)
-    status: JobStatus | None = None
-    follow_up: int | None = None
+    outcome: Outcome | None = None
     try:
-        outcome = run_job(rt, summarizer, session_id, job_id, held, stored)
-        status, follow_up = outcome.status, outcome.follow_up_chars
+        outcome = run_job(
+            rt, summarizer, session_id, job_id, held, stored, JobOptions.from_json(options)
+        )
     except RetryLater as exc:
         attempt = self.request.retries + 1
         if self.request.retries >= settings.job_max_retries:
@@ -161,7 +164,7 @@ def compact_session(self, session_id: str) -> str:
             raise self.retry(countdown=countdown, max_retries=settings.job_max_retries) from exc
     except Exception as exc:  # a bug must still end the job, not leave it "running"
         log.exception("[%s] summarizer: unexpected error", sid)
-        status = end(
+        outcome = end(
             rt,
             session_id,
             job_id,
@@ -171,11 +174,13 @@ def compact_session(self, session_id: str) -> str:
         )
     finally:
         keeper.drop(held)
-        if status is not None:
-            _hand_on(rt, session_id, job_id, token, status)
-    if follow_up is not None:
+        if outcome is not None:
+            _hand_on(rt, session_id, job_id, token, outcome)
+    assert outcome is not None
+    if outcome.follow_up_chars is not None:
         log.info("[%s] summarizer: still over the threshold; queueing the next job", sid)
-        queue_job(rt.leases, rt.engine, publish, session_id, follow_up)
+        queue_job(rt.leases, rt.engine, publish, session_id, outcome.follow_up_chars)
+    status = outcome.status
     if status is JobStatus.FAILED:
         raise JobFailed(
             f"compaction job {job_id} failed (see GET /sessions/{session_id}/compactions)"
@@ -183,18 +188,17 @@ def compact_session(self, session_id: str) -> str:
     return str(status)
 
 
-def _hand_on(rt: Runtime, session_id: str, job_id: str, token: str, status: JobStatus) -> None:
-    """Release the thread after the job's final status is written: ``d:<job>`` after a
-    compaction, the failure backoff after a failure, free after a skip."""
+def _hand_on(rt: Runtime, session_id: str, job_id: str, token: str, outcome: Outcome) -> None:
+    """Hand the thread on after the job's status is written: the claim the outcome leaves
+    (``d``, ``p``, ``s``), the failure backoff after a failure, else free."""
     s = rt.settings
-    backoff = 0.0
-    if status is JobStatus.FAILED:
+    then = outcome.then
+    if outcome.status is JobStatus.FAILED:
         failures, _ = failures_in_a_row(rt.engine, session_id)
         backoff = failure_backoff_s(failures, s.failure_backoff_s, s.failure_backoff_max_s)
+        then = Leases.after(job_id, State.BACKOFF, backoff_s=backoff)
     try:
-        rt.leases.finish(
-            session_id, job_id, token, applied=status is JobStatus.APPLIED, backoff_s=backoff
-        )
+        rt.leases.finish(session_id, job_id, token, then)
     except Exception as exc:  # the lease lapses on its own
         log.warning("[%s] could not release the thread's lease: %s", tag(session_id), exc)
 
@@ -209,12 +213,13 @@ def reconcile() -> dict[str, int]:
     return reconcile_once(rt, publish)
 
 
-def publish(session_id: str, job_id: str) -> None:
+def publish(session_id: str, job_id: str, options: dict | None = None) -> None:
     """Send one job to the broker (the hook's publisher): one quick retry, for a pooled
     connection that went stale when Redis restarted; each attempt is bounded by the
     transport's socket timeouts (``PUBLISH_TIMEOUT_S``)."""
     compact_session.apply_async(
         (session_id,),
+        {"options": options} if options else None,
         task_id=job_id,
         retry=True,
         retry_policy={

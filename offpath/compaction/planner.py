@@ -146,12 +146,16 @@ def estimate_summary_chars(removed_chars: int, request: str | None) -> int:
     return len(SUMMARY_PREFIX) + 2 + min(SUMMARY_ESTIMATE_CHARS, removed_chars // 2) + quoted
 
 
-def plan_compaction(messages: Sequence[BaseMessage], settings: Settings) -> CompactionPlan | Skip:
+def plan_compaction(
+    messages: Sequence[BaseMessage], settings: Settings, *, early: bool = False
+) -> CompactionPlan | Skip:
     """Plan a compaction of ``messages`` (a thread's ``messages`` channel) under ``settings``.
 
     Returns a :class:`CompactionPlan`, or a :class:`Skip` when compaction is
     disabled, the thread is under the threshold, no valid cut exists, or no
-    cut is worth it. A plan needs every message to carry an id (LangGraph's
+    cut is worth it. ``early``: plan from ``SUMMARIZATION_PREPARE_AT`` x the
+    threshold already (a compaction prepared ahead, applied once the thread is
+    over the threshold; DESIGN.md "Compaction during a run"). A plan needs every message to carry an id (LangGraph's
     ``add_messages`` gives them one): ``ValueError`` otherwise. One forward
     pass and one backward walk: linear in the number of messages; only the
     chosen cut builds lists.
@@ -161,8 +165,9 @@ def plan_compaction(messages: Sequence[BaseMessage], settings: Settings) -> Comp
     scan = _Scan(messages)
     sizes, total = scan.sizes, scan.total
     threshold = settings.summarization_threshold_chars
-    if total <= threshold:
-        return Skip(SkipReason.UNDER_THRESHOLD, f"{total} chars <= {threshold}", total)
+    floor = settings.prepare_floor_chars if early else threshold
+    if total <= floor:
+        return Skip(SkipReason.UNDER_THRESHOLD, f"{total} chars <= {floor}", total)
     scan.index_pairs()
     n, head, blocked = len(messages), scan.head, scan.blocked
 

@@ -46,6 +46,12 @@ class Settings(BaseSettings):
     summarization_threshold_chars: int = Field(default=60_000, ge=0)
     summarization_keep_chars: int = Field(default=20_000, ge=0)
     summarization_max_prompt_chars: int = Field(default=60_000, ge=MIN_PROMPT_CHARS)
+    #: A job may start when the thread reaches this share of the threshold, so that its
+    #: summary is ready by the time the thread crosses it (applied only over the threshold).
+    summarization_prepare_at: float = Field(default=0.8, gt=0, le=1)
+    #: No model call goes over this many chars: if one would and no summary is prepared,
+    #: the oldest tool results are masked for that call only. 0: 3x the threshold.
+    context_hard_limit_chars: int = Field(default=0, ge=0)
 
     # --- summarizer LLM ----------------------------------------------------------------
     summarization_model: str = Field(default="gpt-4o-mini", min_length=1)
@@ -54,8 +60,13 @@ class Settings(BaseSettings):
     summarization_timeout_s: float = Field(default=60.0, gt=0, le=3_600)
     summarization_max_retries: int = Field(default=2, ge=0, le=10)
     summarization_max_output_tokens: int = Field(default=1_024, gt=0)
-    #: Model of the chat agent behind ``POST /sessions/{id}/messages``.
+    #: Model of the chat agent behind ``POST /sessions/{id}/messages``; ``scripted``: the
+    #: demo's scripted model (no LLM; its answers say so).
     chat_model: str = Field(default="gpt-4o-mini", min_length=1)
+    #: The chat agent's tools: ``package.module:attribute``, a list of LangChain tools.
+    agent_tools: str = Field(
+        default="offpath.demo.sre_tools:SRE_TOOLS", pattern=r"^$|^[\w.]+:[\w.]+$"
+    )
 
     # --- infrastructure ----------------------------------------------------------------
     redis_url: str = Field(default="redis://localhost:6379/0", pattern=r"^(rediss?|unix)://")
@@ -158,12 +169,27 @@ class Settings(BaseSettings):
                     f"({self.celery_visibility_timeout_s}), or Redis redelivers a job still "
                     "waiting for its retry and it runs twice"
                 )
+        if self.context_hard_limit_chars and self.context_hard_limit_chars <= threshold:
+            raise ValueError(
+                f"CONTEXT_HARD_LIMIT_CHARS ({self.context_hard_limit_chars}) must be above "
+                f"SUMMARIZATION_THRESHOLD_CHARS ({threshold}) (0: three times it)"
+            )
         if self.failure_backoff_s > self.failure_backoff_max_s:
             raise ValueError(
                 f"FAILURE_BACKOFF_S ({self.failure_backoff_s}) must not exceed "
                 f"FAILURE_BACKOFF_MAX_S ({self.failure_backoff_max_s})"
             )
         return self
+
+    @property
+    def hard_limit_chars(self) -> int:
+        """``CONTEXT_HARD_LIMIT_CHARS``, or 3x the threshold when it is 0 (0 when disabled)."""
+        return self.context_hard_limit_chars or 3 * self.summarization_threshold_chars
+
+    @property
+    def prepare_floor_chars(self) -> int:
+        """The size at which a job may start preparing (``SUMMARIZATION_PREPARE_AT`` x threshold)."""
+        return int(self.summarization_threshold_chars * self.summarization_prepare_at)
 
     @property
     def active(self) -> bool:

@@ -1,57 +1,141 @@
-"""The chat agent's LangGraph graph, compiled once per process and shared by the API
-(chat turns, imported turns) and the worker (the compaction patch).
+"""The API's own chat agent: a LangChain v1 ``create_agent`` agent with offpath's middleware.
 
-The worker patches a thread through this same graph, so every key of the
-thread's state survives (DESIGN.md invariant 1: a graph with a narrower state
+Compiled once per process and shared by the API (chat runs, imported turns) and
+the worker (the compaction patch between runs), so every key of the thread's
+state survives a patch (DESIGN.md invariant 1: a graph with a narrower state
 schema would write a checkpoint without the keys it does not know).
 
-State: ``messages`` (``add_messages`` reducer) and ``context``, a dict of the
-thread's other keys (set by ``POST /sessions/{id}/turns`` with ``"state"``).
-Every write goes in "as" the one node, ``agent``, so a patch never changes what
-the graph would run next.
+* Tools: ``AGENT_TOOLS=package.module:attribute``, a list of LangChain tools (by
+  default the read-only SRE demo toolset, ``offpath.demo.sre_tools:SRE_TOOLS``).
+* Model: ``ChatOpenAI`` when an LLM is configured; ``CHAT_MODEL=scripted`` gives the
+  demo's scripted model; otherwise none (chat runs answer 503).
+* State: the agent's (``messages``, ...), offpath's private size key, and
+  ``context``, a dict of the thread's other keys (set by ``POST /sessions/{id}/turns``
+  with ``"state"``).
+
+Writes from outside a run (an imported turn, a patch) go in as the graph's last
+node before its end (:func:`end_node`), so the thread still reads as finished.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypedDict
+import importlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NotRequired
 
+from langchain.agents import AgentState as _AgentState
+from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AnyMessage
+from langchain_core.outputs import ChatResult
+from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
+from langgraph.graph import END
 from langgraph.graph.state import CompiledStateGraph
 
-from offpath.compaction.pairing import without_orphans
+from offpath.compaction.settings import Settings
 
-AGENT_NODE = "agent"
+if TYPE_CHECKING:
+    from offpath.middleware import OffPathCompaction
+
+SYSTEM_PROMPT = (
+    "You are an SRE assistant investigating incidents. Use the read-only tools to look at "
+    "logs, metrics, recent deploys and pod status; be specific (numbers, names, timestamps)."
+)
 
 
-class AgentState(TypedDict, total=False):
-    messages: Annotated[list[AnyMessage], add_messages]
-    context: dict[str, Any]
+class AgentState(_AgentState):
+    """The API agent's state: the agent's keys and ``context``, the thread's other keys."""
+
+    context: NotRequired[dict[str, Any]]
 
 
 class NoChatModel(RuntimeError):
     """A chat turn was asked for but no LLM is configured."""
 
 
+class AgentToolsError(ValueError):
+    """``AGENT_TOOLS`` does not name a list of LangChain tools; the message says why."""
+
+
+class _Unconfigured(BaseChatModel):
+    """Stands in for the chat model when none is configured: the graph still compiles (the
+    worker patches through it), and a chat run fails with :class:`NoChatModel`."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "unconfigured"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> _Unconfigured:
+        return self
+
+    def _generate(
+        self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        raise NoChatModel("no LLM configured")
+
+
+def load_tools(spec: str) -> list[BaseTool]:
+    """The tools ``spec`` (``package.module:attribute``) names; empty spec: none.
+
+    Raises :class:`AgentToolsError` naming what is wrong.
+    """
+    if not spec:
+        return []
+    module_name, _, attr = spec.partition(":")
+    try:
+        value: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as exc:
+        raise AgentToolsError(f"AGENT_TOOLS={spec!r}: {exc}") from None
+    tools = list(value) if isinstance(value, Sequence) else None
+    if tools is None or not all(isinstance(t, BaseTool) for t in tools):
+        raise AgentToolsError(f"AGENT_TOOLS={spec!r} is not a list of LangChain tools")
+    return tools
+
+
+def chat_model(settings: Settings) -> BaseChatModel | None:
+    """The chat agent's model: ``CHAT_MODEL=scripted`` (the demo), ``ChatOpenAI`` when an LLM
+    is configured, else None."""
+    if settings.chat_model == "scripted":
+        from offpath.demo.scripted import ScriptedChatModel
+
+        return ScriptedChatModel()
+    if not settings.llm_configured:
+        return None
+    from langchain_openai import ChatOpenAI
+
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    return ChatOpenAI(
+        model=settings.chat_model,
+        api_key=key or "not-needed",
+        base_url=settings.openai_base_url or None,
+        timeout=settings.summarization_timeout_s,
+        max_retries=1,
+    )
+
+
 def build_graph(
-    checkpointer: BaseCheckpointSaver, model: BaseChatModel | None
+    checkpointer: BaseCheckpointSaver,
+    middleware: OffPathCompaction,
+    model: BaseChatModel | None = None,
+    tools: Sequence[BaseTool] = (),
 ) -> CompiledStateGraph:
-    """START -> agent -> END, the agent answering with ``model`` (None: no chat turns)."""
+    """The agent graph: ``create_agent`` with ``middleware`` (offpath's), on ``checkpointer``."""
+    return create_agent(
+        model or _Unconfigured(),
+        list(tools),
+        system_prompt=SYSTEM_PROMPT,
+        middleware=[middleware],
+        state_schema=AgentState,
+        checkpointer=checkpointer,
+    )
 
-    def agent(state: AgentState) -> dict[str, Any]:
-        if model is None:
-            raise NoChatModel("no LLM configured")
-        # an orphan tool result (imported from elsewhere) never reaches the model
-        return {"messages": [model.invoke(without_orphans(state["messages"]))]}
 
-    graph = StateGraph(AgentState)
-    graph.add_node(AGENT_NODE, agent)
-    graph.add_edge(START, AGENT_NODE)
-    graph.add_edge(AGENT_NODE, END)
-    return graph.compile(checkpointer=checkpointer)
+def end_node(graph: CompiledStateGraph) -> str:
+    """The node whose edge leads to the graph's end: a write "as" it leaves nothing to run."""
+    (node,) = {e.source for e in graph.get_graph().edges if e.target == END and not e.conditional}
+    return node
 
 
 def thread_config(session_id: str) -> dict[str, Any]:

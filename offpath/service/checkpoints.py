@@ -53,32 +53,52 @@ class Checkpoints(AbstractContextManager["Checkpoints"]):
 def open_checkpoints(settings: Settings) -> Checkpoints:
     """Open the checkpointer the settings ask for and make sure its tables exist."""
     if is_postgres(settings):
-        from langgraph.checkpoint.postgres import PostgresSaver
-        from psycopg.rows import dict_row
-        from psycopg_pool import ConnectionPool
+        return _postgres(postgres_conninfo(settings), max(4, min(settings.worker_concurrency, 20)))
+    return _sqlite(Path(settings.data_dir) / "checkpoints.db")
 
-        pool = ConnectionPool(
-            postgres_conninfo(settings),
-            min_size=1,
-            max_size=max(4, min(settings.worker_concurrency, 20)),
-            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-            open=True,
-            check=ConnectionPool.check_connection,
+
+def open_checkpoints_url(url: str, settings: Settings) -> Checkpoints:
+    """Open the checkpointer at ``url``: ``postgresql://...`` or ``sqlite:///path/to/file.db``
+    (a user's own agent's; the worker reads its threads). ``ValueError`` for another URL."""
+    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        return _postgres(
+            "postgresql://" + url.partition("://")[2], max(4, min(settings.worker_concurrency, 20))
         )
-        saver = PostgresSaver(pool)  # type: ignore[arg-type]
-        try:
-            # one set-up at a time across processes: concurrent ones on a fresh database
-            # collide (UniqueViolation); setup() commits each statement before returning
-            with pg_session_lock(postgres_conninfo(settings), CHECKPOINTS_LOCK_KEY):
-                saver.setup()
-        except BaseException:
-            pool.close()
-            raise
-        return Checkpoints(saver, pool)
+    if url.startswith("sqlite:///"):
+        return _sqlite(Path(url.removeprefix("sqlite:///")))
+    raise ValueError(
+        f"checkpointer URL must be postgresql://... or sqlite:///path, got {url[:40]!r}"
+    )
 
+
+def _postgres(conninfo: str, pool_size: int) -> Checkpoints:
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    pool = ConnectionPool(
+        conninfo,
+        min_size=1,
+        max_size=pool_size,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        open=True,
+        check=ConnectionPool.check_connection,
+    )
+    saver = PostgresSaver(pool)  # type: ignore[arg-type]
+    try:
+        # one set-up at a time across processes: concurrent ones on a fresh database
+        # collide (UniqueViolation); setup() commits each statement before returning
+        with pg_session_lock(conninfo, CHECKPOINTS_LOCK_KEY):
+            saver.setup()
+    except BaseException:
+        pool.close()
+        raise
+    return Checkpoints(saver, pool)
+
+
+def _sqlite(path: Path) -> Checkpoints:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    path = Path(settings.data_dir) / "checkpoints.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), check_same_thread=False, timeout=SQLITE_BUSY_TIMEOUT_S)
     try:

@@ -27,8 +27,13 @@ from offpath.compaction.settings import Settings
 
 
 class JobStatus(enum.StrEnum):
+    """A job's life: ``queued`` -> ``running`` -> ``applied``, ``skipped`` or ``failed``;
+    or ``running`` -> ``prepared`` (its compaction waits for the thread to be free and over
+    its threshold) -> ``applied``, or ``skipped`` (stale)."""
+
     QUEUED = "queued"
     RUNNING = "running"
+    PREPARED = "prepared"
     APPLIED = "applied"
     SKIPPED = "skipped"
     FAILED = "failed"
@@ -36,6 +41,8 @@ class JobStatus(enum.StrEnum):
 
 FINAL = (JobStatus.APPLIED, JobStatus.SKIPPED, JobStatus.FAILED)
 FINAL_VALUES = frozenset(f.value for f in FINAL)
+#: A delivery of a job in these states runs it; in any other, it has nothing to do.
+RUNNABLE_VALUES = frozenset({JobStatus.QUEUED.value, JobStatus.RUNNING.value})
 
 
 def _now() -> datetime:
@@ -68,9 +75,13 @@ class CompactionJob(SQLModel, table=True):
 
     ``reason_code`` names why a job was skipped or failed (low cardinality, for
     metrics); ``reason`` says it in words. ``published`` is false while the broker
-    has not taken the job (the reconciler publishes it). ``result`` is offpath's own
-    record of the summary a job is about to patch in (written before the patch): the
-    only source of what a compaction removed (DESIGN.md invariant 10).
+    has not taken the job (the reconciler publishes it). ``options`` say how it may
+    apply its compaction (:class:`~offpath.service.compactions.JobOptions`).
+    ``result`` holds ``prepared`` (the summary and its plan, kept until applied:
+    :class:`~offpath.compaction.patch.Prepared`), ``usage`` (what the summarizer
+    cost) and ``record``, offpath's own record of the summary about to be patched in
+    (written before the patch): the only source of what a compaction removed
+    (DESIGN.md invariant 10).
     """
 
     __tablename__ = "compaction_jobs"
@@ -84,8 +95,22 @@ class CompactionJob(SQLModel, table=True):
     chars_before: int | None = None
     published: bool = True
     result: dict[str, Any] | None = Field(default=None, sa_column=Column("result", JSON))
+    options: dict[str, Any] | None = Field(default=None, sa_column=Column("options", JSON))
     created_at: datetime = Field(default_factory=_now, sa_type=sa.DateTime(timezone=True))
     updated_at: datetime = Field(default_factory=_now, sa_type=sa.DateTime(timezone=True))
+
+
+class FallbackMasking(SQLModel, table=True):
+    """One model call whose oldest tool results were masked because it would have gone over
+    ``CONTEXT_HARD_LIMIT_CHARS`` with no summary ready (DESIGN.md invariant 9)."""
+
+    __tablename__ = "fallback_maskings"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(index=True, max_length=128)
+    results: int
+    chars: int
+    created_at: datetime = Field(default_factory=_now, sa_type=sa.DateTime(timezone=True))
 
 
 # --- engine and schema -----------------------------------------------------------------
@@ -201,6 +226,7 @@ def create_job(
     *,
     published: bool = True,
     reason: str | None = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """Insert a ``queued`` row for a job about to be published (one statement; no WAL flush
     on PostgreSQL: a lost queued row costs nothing, the job writes its own row).
@@ -221,6 +247,7 @@ def create_job(
                 attempts=0,
                 chars_before=chars_before,
                 published=published,
+                options=options,
                 created_at=now,
                 updated_at=now,
             )
@@ -271,15 +298,16 @@ def start_job(
 ) -> tuple[JobStatus | None, dict[str, Any] | None]:
     """Mark the job ``running`` and count the attempt, unless it has finished already.
 
-    Returns ``(final status, None)`` for a job that finished before (a redelivery:
-    nothing to do), else ``(None, stored result)``: the result a previous delivery
-    recorded before it died, if any. Creates the row if the publisher could not.
+    Returns ``(status, None)`` for a job that is past running (finished, or prepared:
+    a redelivery has nothing to do), else ``(None, stored result)``: the result a
+    previous delivery recorded before it died, if any. Creates the row if the
+    publisher could not.
     """
     with engine.begin() as conn:
         _async_commit(conn, engine)
         row = conn.execute(
             sa.update(JOBS)
-            .where(JOBS.c.job_id == job_id, JOBS.c.status.not_in(list(FINAL_VALUES)))
+            .where(JOBS.c.job_id == job_id, JOBS.c.status.in_(list(RUNNABLE_VALUES)))
             .values(
                 status=JobStatus.RUNNING.value,
                 attempts=JOBS.c.attempts + 1,
@@ -336,44 +364,53 @@ def set_job(
 
 def end_others(engine: Engine, session_id: str, job_id: str) -> int:
     """End the thread's other open jobs: called by a job that holds the thread's running lease,
-    so they are dead (their lease lapsed) or were never published. Returns how many."""
+    so they are dead (their lease lapsed), were never published, or hold a prepared
+    compaction whose claim expired. Returns how many."""
     now = _now()
-    others = (
-        JOBS.c.session_id == session_id,
-        JOBS.c.job_id != job_id,
-        JOBS.c.status.not_in(list(FINAL_VALUES)),
-    )
     why = f"job {job_id} took the thread over"
+    others = (JOBS.c.session_id == session_id, JOBS.c.job_id != job_id)
+    runnable = JOBS.c.status.in_(list(RUNNABLE_VALUES))
+    endings = [
+        (
+            runnable & JOBS.c.published.is_(True),
+            JobStatus.FAILED,
+            "lease_lapsed",
+            "its worker was lost",
+        ),
+        (runnable, JobStatus.SKIPPED, "superseded", "never published"),
+        (
+            JOBS.c.status == JobStatus.PREPARED.value,
+            JobStatus.SKIPPED,
+            "superseded",
+            "never applied",
+        ),
+    ]
+    n = 0
     with engine.begin() as conn:
-        n = conn.execute(
-            sa.update(JOBS)
-            .where(*others, JOBS.c.published.is_(True))
-            .values(
-                status=JobStatus.FAILED.value,
-                reason=f"lease_lapsed: its worker was lost; {why}",
-                reason_code="lease_lapsed",
-                updated_at=now,
-            )
-        ).rowcount
-        n += conn.execute(
-            sa.update(JOBS)
-            .where(*others)
-            .values(
-                status=JobStatus.SKIPPED.value,
-                reason=f"superseded: never published; {why}",
-                reason_code="superseded",
-                updated_at=now,
-            )
-        ).rowcount
+        for where, status, code, what in endings:
+            n += conn.execute(
+                sa.update(JOBS)
+                .where(*others, where)
+                .values(
+                    status=status.value,
+                    reason=f"{code}: {what}; {why}",
+                    reason_code=code,
+                    updated_at=now,
+                )
+            ).rowcount
     return n
 
 
-def store_result(engine: Engine, job_id: str, result: dict[str, Any]) -> None:
-    """Record the summary a job is about to patch in, before the patch (see :class:`CompactionJob`)."""
+def store_result(
+    engine: Engine, job_id: str, result: dict[str, Any], status: JobStatus | None = None
+) -> None:
+    """Write a job's ``result`` (see :class:`CompactionJob`): its prepared compaction, or its
+    record of the summary it is about to patch in, before the patch; ``status`` with it."""
+    values: dict[str, Any] = {"result": result, "updated_at": _now()}
+    if status is not None:
+        values["status"] = status.value
     with engine.begin() as conn:
-        conn.execute(
-            sa.update(JOBS).where(JOBS.c.job_id == job_id).values(result=result, updated_at=_now())
-        )
+        conn.execute(sa.update(JOBS).where(JOBS.c.job_id == job_id).values(**values))
 
 
 def job_row(engine: Engine, job_id: str) -> dict[str, Any] | None:
@@ -399,17 +436,18 @@ def open_jobs(engine: Engine, quiet_since: datetime) -> list[dict[str, Any]]:
 REQUEUE_CODES = ("stale",)
 
 
-def threads_to_requeue(engine: Engine, ended_since: datetime) -> list[str]:
+def threads_to_requeue(engine: Engine, ended_since: datetime) -> list[tuple[str, Any]]:
     """Threads whose latest job ended ``failed`` (or skipped as stale) since ``ended_since``,
-    with no job open: they are still over the threshold and need one (the reconciler
-    queues it once the failure backoff, held in the thread's claim, has passed)."""
+    with no job open, and that job's options: they are still over the threshold and need
+    one (the reconciler queues it once the failure backoff, held in the thread's claim,
+    has passed)."""
     latest = (
         sa.select(JOBS.c.session_id, func.max(JOBS.c.created_at).label("at"))
         .group_by(JOBS.c.session_id)
         .subquery()
     )
     q = (
-        sa.select(JOBS.c.session_id)
+        sa.select(JOBS.c.session_id, JOBS.c.options)
         .join(
             latest,
             sa.and_(JOBS.c.session_id == latest.c.session_id, JOBS.c.created_at == latest.c.at),
@@ -426,7 +464,7 @@ def threads_to_requeue(engine: Engine, ended_since: datetime) -> list[str]:
         )
     )
     with engine.connect() as conn:
-        return list(dict.fromkeys(r.session_id for r in conn.execute(q)))
+        return list({r.session_id: (r.session_id, r.options) for r in conn.execute(q)}.values())
 
 
 def failures_in_a_row(engine: Engine, session_id: str) -> tuple[int, datetime | None]:
@@ -466,9 +504,10 @@ def finalize(engine: Engine, job_id: str, session_id: str) -> bool:
     ``LookupError`` when the job has no stored result.
     """
     with engine.begin() as conn:
-        result = conn.execute(sa.select(JOBS.c.result).where(JOBS.c.job_id == job_id)).scalar()
-        if not result:
-            raise LookupError(f"job {job_id} has no stored result")
+        stored = conn.execute(sa.select(JOBS.c.result).where(JOBS.c.job_id == job_id)).scalar()
+        if not stored or not stored.get("record"):
+            raise LookupError(f"job {job_id} has no stored record of its summary")
+        result = {**(stored.get("usage") or {}), **stored["record"]}
         values = {
             "job_id": job_id,
             "session_id": session_id,
@@ -501,6 +540,19 @@ def finalize(engine: Engine, job_id: str, session_id: str) -> bool:
         return True
 
 
+MASKINGS = FallbackMasking.__table__  # type: ignore[attr-defined]
+
+
+def record_masking(engine: Engine, session_id: str, results: int, chars: int) -> None:
+    """Count one fallback masking (``/stats`` ``fallback_maskings``)."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(MASKINGS).values(
+                session_id=session_id, results=results, chars=chars, created_at=_now()
+            )
+        )
+
+
 def stats(engine: Engine) -> dict[str, Any]:
     """The ``/stats`` body, computed in SQL: the seed's two fields and ours."""
     summ = UsageEvent.metadata_["summarization"].as_boolean()
@@ -516,6 +568,7 @@ def stats(engine: Engine) -> dict[str, Any]:
         by_status = dict(
             s.exec(select(CompactionJob.status, func.count()).group_by(CompactionJob.status)).all()
         )
+        maskings = s.exec(select(func.count(FallbackMasking.id))).one()
     return {
         "summary": {
             "total_summarizations": int(count),
@@ -523,6 +576,7 @@ def stats(engine: Engine) -> dict[str, Any]:
             "sessions_compacted": int(sessions),
             "approx_tokens_saved": approx_tokens(int(total)),
             "jobs": {status.value: int(by_status.get(status.value, 0)) for status in JobStatus},
+            "fallback_maskings": int(maskings),
         }
     }
 
@@ -540,6 +594,7 @@ __all__ = [
     "JobStatus",
     "SQLModel",
     "UsageEvent",
+    "RUNNABLE_VALUES",
     "create_job",
     "end_others",
     "failures_in_a_row",
@@ -556,6 +611,7 @@ __all__ = [
     "make_engine",
     "migrate",
     "ping",
+    "record_masking",
     "set_job",
     "sqlalchemy_url",
     "stats",

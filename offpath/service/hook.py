@@ -1,19 +1,25 @@
-"""The post-turn hook: decide on the turn's own state whether to queue a compaction job.
+"""The post-turn hook: after a turn appended through ``/turns``, apply a prepared compaction or
+queue a job, on the turn's own state.
 
-Runs after every turn on both write routes, after the response has been sent
-(FastAPI background task, in the thread pool, off the event loop), so it never
-slows or fails the turn (DESIGN.md invariant 5):
+Runs after every imported turn, after the response has been sent (off the event
+loop), so it never slows or fails the turn (DESIGN.md invariant 5):
 
 * disabled: returns at once, no Redis, database or LLM call (invariant 7);
 * plans on the messages the turn already produced: no checkpoint read, no LLM;
-* queues ``compact_session`` only for a plan (the planner's threshold and
-  no-progress rules), and only if the thread's claim is free (:mod:`service.leases`):
-  no job queued or running, no failure backoff, and no compaction that landed
-  after the state this turn saw (its view is superseded: issue 8, item 7);
+* a compaction prepared ahead and the thread now over its threshold: it applies
+  it (a state update, no LLM: milliseconds);
+* otherwise it queues ``compact_session`` for a plan (the planner's threshold,
+  prepare-early and no-progress rules), only if the thread's claim is free
+  (:mod:`offpath.service.leases`): no job queued, running or prepared, no
+  failure backoff, and no compaction that landed after the state this turn saw
+  (its view is superseded: issue 8, item 7);
 * a broker or database failure is logged, never raised; Redis calls and the
   publish are bounded by ``PUBLISH_TIMEOUT_S``. A job the broker could not take
   is recorded unpublished, and the reconciler publishes it once the broker is
   back (issue 8, item 3).
+
+Chat runs of offpath's own agent do the same from inside the run, in the
+middleware (:mod:`offpath.middleware`).
 """
 
 from __future__ import annotations
@@ -26,24 +32,29 @@ from dataclasses import dataclass
 from langchain_core.messages import BaseMessage
 from sqlalchemy.engine import Engine
 
-from offpath.compaction.planner import Skip, SkipReason, plan_compaction
-from offpath.compaction.settings import Settings
+from offpath.compaction.accounting import total_chars
+from offpath.compaction.planner import Skip, SkipReason, min_gain_chars, plan_compaction
 from offpath.compaction.summary import is_summary, summary_meta
+from offpath.service.compactions import JobOptions
 from offpath.service.db import create_job, has_unpublished_job, set_published
 from offpath.service.leases import Claim, Leases, State
 from offpath.service.logs import tag
+from offpath.service.runtime import Client, Publisher
 
 log = logging.getLogger("offpath.hook")
 
-#: ``publish(session_id, job_id)`` sends the job to the broker; raises on failure.
-Publisher = Callable[[str, str], None]
+#: The options of a job on one of offpath's own threads (its graph, its checkpointer).
+OWN_THREAD = JobOptions()
+#: ``apply(session_id, job_id)`` applies a prepared compaction to offpath's own thread now.
+Applier = Callable[[str, str], str]
 
 
 @dataclass(frozen=True, slots=True)
 class HookResult:
-    """What the hook did: ``queued`` with the job id, or why not."""
+    """What the hook did: ``queued`` with the job id, ``applied``, or why not."""
 
-    # "queued", "skipped", "already_queued", "superseded", "backoff", "error"
+    # "queued", "applied", "skipped", "already_queued", "prepared", "superseded", "backoff",
+    # "error"
     action: str
     detail: str = ""
     job_id: str | None = None
@@ -59,11 +70,13 @@ def saw_compaction(messages: Sequence[BaseMessage], job_id: str) -> bool:
 
 
 class PostTurnHook:
-    def __init__(self, settings: Settings, leases: Leases, engine: Engine, publish: Publisher):
-        self.settings = settings
-        self.leases = leases
-        self.engine = engine
-        self.publish = publish
+    """``hook(session_id, messages)`` after a turn; ``apply`` (offpath's own threads) applies
+    a prepared compaction, None: never (then a prepared one waits for the worker)."""
+
+    def __init__(self, client: Client, apply: Applier | None = None) -> None:
+        self.client = client
+        self.settings = client.settings
+        self.apply = apply
 
     def __call__(self, session_id: str, messages: Sequence[BaseMessage]) -> HookResult:
         try:
@@ -73,20 +86,31 @@ class PostTurnHook:
             return HookResult("error", str(exc))
 
     def _run(self, session_id: str, messages: Sequence[BaseMessage]) -> HookResult:
-        if not self.settings.active:
+        settings = self.settings
+        if not settings.active:
             return HookResult("skipped", SkipReason.DISABLED)
-        plan = plan_compaction(messages, self.settings)
+        size = total_chars(messages)
+        if size < settings.prepare_floor_chars:
+            return HookResult("skipped", SkipReason.UNDER_THRESHOLD)
+        if size > settings.summarization_threshold_chars and self.apply is not None:
+            holder = self.client.leases.holder(session_id)
+            if holder is not None and holder.state is State.PREPARED:
+                done = self.apply(session_id, holder.job_id)
+                if done == "applied":
+                    return HookResult("applied", job_id=holder.job_id)
+        plan = plan_compaction(messages, settings, early=True)
         if isinstance(plan, Skip):
             if plan.reason is SkipReason.NO_PROGRESS:
                 log.info("[%s] not queued: %s", tag(session_id), plan.detail)
             return HookResult("skipped", plan.reason)
         return queue_job(
-            self.leases,
-            self.engine,
-            self.publish,
+            self.client.leases,
+            self.client.engine,
+            self.client.publish,
             session_id,
             plan.total_chars,
             superseded=lambda c: not saw_compaction(messages, c.job_id),
+            min_gain=min_gain_chars(settings),
         )
 
 
@@ -97,16 +121,24 @@ def queue_job(
     session_id: str,
     chars: int | None,
     superseded: Callable[[Claim], bool] = lambda _: False,
+    *,
+    options: JobOptions = OWN_THREAD,
+    min_gain: int = 0,
 ) -> HookResult:
-    """Claim the thread for a new job, write its ``queued`` row and publish it (the hook's and
-    the reconciler's one way to queue a job)."""
+    """Claim the thread for a new job, write its ``queued`` row and publish it (the hook's, the
+    middleware's and the reconciler's one way to queue a job). ``chars`` is the thread's
+    size, if known; a thread a job found nothing worth compacting in is queued again only
+    once it has grown by ``min_gain`` chars."""
     sid = tag(session_id)
     job_id = uuid.uuid4().hex
+    opts = options.to_json()
     try:
-        holder = leases.claim(session_id, job_id, superseded)
+        holder = leases.claim(session_id, job_id, superseded, chars=chars, min_gain=min_gain)
     except Exception as exc:  # Redis (or the lock database) unreachable
         log.warning("[%s] compaction not queued: broker unreachable (%s)", sid, exc)
-        _record_unpublished(engine, session_id, job_id, chars, f"lock store unreachable: {exc}")
+        _record_unpublished(
+            engine, session_id, job_id, chars, f"lock store unreachable: {exc}", opts
+        )
         return HookResult("error", f"broker unreachable: {exc}")
     if holder is not None:
         if holder.state is State.DONE:
@@ -116,15 +148,19 @@ def queue_job(
             return HookResult("superseded", holder.job_id)
         if holder.state is State.BACKOFF:
             return HookResult("backoff", f"job {holder.job_id} failed; backing off")
+        if holder.state is State.PREPARED:
+            return HookResult("prepared", holder.job_id)
+        if holder.state is State.SKIPPED:
+            return HookResult("skipped", SkipReason.NO_PROGRESS)
         return HookResult("already_queued", holder.job_id)
     try:
-        create_job(engine, job_id, session_id, chars)
+        create_job(engine, job_id, session_id, chars, options=opts)
     except Exception as exc:
         log.warning("[%s] compaction not queued: usage database error (%s)", sid, exc)
         leases.release_queued(session_id, job_id)
         return HookResult("error", f"database error: {exc}")
     try:
-        publish(session_id, job_id)
+        publish(session_id, job_id, opts)
     except Exception as exc:
         # the claim stays, so later turns do not pile up jobs; the reconciler publishes it
         log.warning("[%s] compaction not queued: publish failed (%s)", sid, exc)
@@ -138,12 +174,19 @@ def queue_job(
 
 
 def _record_unpublished(
-    engine: Engine, session_id: str, job_id: str, chars: int | None, reason: str
+    engine: Engine,
+    session_id: str,
+    job_id: str,
+    chars: int | None,
+    reason: str,
+    options: dict[str, object],
 ) -> None:
     """Remember that the thread needs a job the broker could not take (one such row per
     thread), for the reconciler."""
     try:
         if not has_unpublished_job(engine, session_id):
-            create_job(engine, job_id, session_id, chars, published=False, reason=reason)
+            create_job(
+                engine, job_id, session_id, chars, published=False, reason=reason, options=options
+            )
     except Exception as exc:
         log.warning("[%s] could not record the unqueued job either: %s", tag(session_id), exc)

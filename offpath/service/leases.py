@@ -8,7 +8,10 @@ value                     meaning                                            exp
 ========================  =================================================  ==========================
 ``q:<job>``               a job is queued (or waiting for a retry)           ``CELERY_VISIBILITY_TIMEOUT_S``
 ``r:<job>:<token>``       one delivery of a job is running                   ``JOB_LEASE_S``, renewed
+``p:<job>``               the job's compaction is prepared, to be applied    a day
+                          once the thread is over its threshold
 ``d:<job>``               the job applied a compaction; the thread is free   10 minutes
+``s:<job>:<chars>``       the job found nothing worth compacting at <chars>  a day
 ``b:<job>``               the job failed; no new job until the backoff ends  the backoff
 (absent)                  free                                               -
 ========================  =================================================  ==========================
@@ -19,7 +22,10 @@ lapses within ``JOB_LEASE_S`` when the worker dies (DESIGN.md invariant 11;
 issue 8, items 1-2). The next turn or the reconciler then queues the thread
 again. ``d:<job>`` tells the post-turn hook whose compaction it may not have
 seen yet (issue 8, item 7: a turn that read the thread before a patch landed
-must not queue a job after it).
+must not queue a job after it). ``s:<job>:<chars>`` lets a caller that cannot
+afford to plan (the middleware, at every model call) wait until the thread has
+grown by a compaction's worth before it asks again: the no-progress rule,
+kept in one key.
 
 Every change is one atomic compare-and-swap on the key (:class:`KeyStore`): a
 Lua script on Redis, a conditional ``UPDATE``/``INSERT`` in SQL.
@@ -42,6 +48,9 @@ log = logging.getLogger("offpath.leases")
 
 #: How long ``d:<job>`` stays after a compaction (the post-turn hook's view may lag by this).
 DONE_TTL_S = 600.0
+#: How long a prepared compaction waits for its thread to cross the threshold, and how long
+#: ``s:<job>:<chars>`` remembers a skip.
+PREPARED_TTL_S = SKIPPED_TTL_S = 86_400.0
 
 
 class KeyStore(Protocol):
@@ -134,7 +143,9 @@ class SqlKeyStore:
 class State(StrEnum):
     QUEUED = "q"
     RUNNING = "r"
+    PREPARED = "p"
     DONE = "d"
+    SKIPPED = "s"
     BACKOFF = "b"
 
 
@@ -159,6 +170,18 @@ class Claim:
     def in_flight(self) -> bool:
         """A job is queued or running on the thread."""
         return self.state in (State.QUEUED, State.RUNNING)
+
+    @property
+    def chars(self) -> int:
+        """The size a skip was decided at (``s:<job>:<chars>``; 0 for other states)."""
+        return int(self.token) if self.state is State.SKIPPED and self.token else 0
+
+    def frees_for(self, chars: int | None, min_gain: int) -> bool:
+        """A new job may take the thread from this claim: the last job is done, or it skipped
+        and the thread (``chars``, if known) has grown by ``min_gain`` since."""
+        if self.state is State.DONE:
+            return True
+        return self.state is State.SKIPPED and (chars is None or chars >= self.chars + min_gain)
 
 
 class Start(StrEnum):
@@ -187,18 +210,28 @@ class Leases:
         return Claim.parse(self.store.get(self.key(session_id)))
 
     def claim(
-        self, session_id: str, job_id: str, superseded: Callable[[Claim], bool] = lambda _: False
+        self,
+        session_id: str,
+        job_id: str,
+        superseded: Callable[[Claim], bool] = lambda _: False,
+        *,
+        chars: int | None = None,
+        min_gain: int = 0,
     ) -> Claim | None:
         """Claim a free thread for the queued job ``job_id``.
 
         Returns None when claimed, else the claim that keeps it (a job in flight, a
-        backoff, or ``d:<job>`` of a compaction that ``superseded`` says the caller's
-        view has not seen).
+        prepared compaction, a backoff, a skip the thread of ``chars`` has not grown
+        ``min_gain`` past, or ``d:<job>`` of a compaction that ``superseded`` says the
+        caller's view has not seen).
         """
         key, value = self.key(session_id), f"q:{job_id}"
         for _ in range(5):
             current = self.holder(session_id)
-            if current is not None and (current.state is not State.DONE or superseded(current)):
+            if current is not None and (
+                not current.frees_for(chars, min_gain)
+                or (current.state is State.DONE and superseded(current))
+            ):
                 return current
             if self.store.swap(key, current.raw if current else None, value, self.queued_ttl_s):
                 return None
@@ -213,7 +246,9 @@ class Leases:
             if current is not None:
                 if current.job_id == job_id and current.state is State.RUNNING:
                     return Start.DUPLICATE, current
-                if current.job_id != job_id and current.in_flight:
+                if current.job_id != job_id and (
+                    current.in_flight or current.state is State.PREPARED
+                ):
                     return Start.SUPERSEDED, current
                 if current.job_id != job_id and current.state is State.BACKOFF:
                     return Start.BACKOFF, current
@@ -232,18 +267,29 @@ class Leases:
             self.key(session_id), f"r:{job_id}:{token}", f"q:{job_id}", self.queued_ttl_s
         )
 
-    def finish(
-        self, session_id: str, job_id: str, token: str, *, applied: bool, backoff_s: float = 0
-    ) -> bool:
-        """Hand the thread on: ``d:<job>`` after a compaction, ``b:<job>`` for the backoff
-        after a failure, else free. False if this delivery no longer held the lease."""
-        if applied:
-            new, ttl = f"d:{job_id}", DONE_TTL_S
-        elif backoff_s > 0:
-            new, ttl = f"b:{job_id}", backoff_s
-        else:
-            new, ttl = None, 0.0
+    def finish(self, session_id: str, job_id: str, token: str, then: Claim | None) -> bool:
+        """Hand the thread on from this delivery's running lease to ``then`` (see
+        :meth:`after`). False if this delivery no longer held the lease."""
+        new, ttl = (then.raw, _ttl(then)) if then is not None else (None, 0.0)
         return self.store.swap(self.key(session_id), f"r:{job_id}:{token}", new, ttl)
+
+    def settle(self, session_id: str, prepared_job: str, then: Claim | None) -> bool:
+        """Hand the thread on from a prepared compaction (applied, or found stale)."""
+        new, ttl = (then.raw, _ttl(then)) if then is not None else (None, 0.0)
+        return self.store.swap(self.key(session_id), f"p:{prepared_job}", new, ttl)
+
+    @staticmethod
+    def after(job_id: str, state: State, *, chars: int = 0, backoff_s: float = 0) -> Claim | None:
+        """The claim a job leaves: ``d`` (applied), ``p`` (prepared), ``s`` (nothing worth
+        compacting at ``chars``), ``b`` (failed, for ``backoff_s``), or None (free)."""
+        if state is State.BACKOFF and backoff_s <= 0:
+            return None
+        token = (
+            str(chars)
+            if state is State.SKIPPED
+            else (f"{backoff_s:g}" if state is State.BACKOFF else "")
+        )
+        return Claim.parse(f"{state.value}:{job_id}" + (f":{token}" if token else ""))
 
     def release_queued(self, session_id: str, job_id: str) -> bool:
         """Free a thread claimed for a job that was never published (the hook's undo)."""
@@ -318,6 +364,12 @@ class LeaseKeeper:
 
     def stop(self) -> None:
         self._wake.set()
+
+
+def _ttl(claim: Claim) -> float:
+    if claim.state is State.BACKOFF:
+        return float(claim.token or 0)
+    return {State.DONE: DONE_TTL_S, State.PREPARED: PREPARED_TTL_S}.get(claim.state, SKIPPED_TTL_S)
 
 
 def failure_backoff_s(failures: int, base_s: float, cap_s: float) -> float:

@@ -1,26 +1,33 @@
-"""The process-wide runtime: settings, checkpointer, compiled graph, usage DB, Redis, locks.
+"""What a process needs to queue, run and apply compactions.
 
-The API opens one at start-up; each worker process opens one on its first job.
+* :class:`Client`: the usage database, the job leases and a publisher: what the
+  middleware needs inside a user's own agent (no checkpointer, no graph).
+* :class:`Runtime`: a client plus offpath's own checkpointer, thread locks and
+  agent graph: what the API and the worker need. The API opens one at start-up;
+  each worker process opens one on its first job.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import redis
-from langchain_core.language_models import BaseChatModel
 from langgraph.graph.state import CompiledStateGraph
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.settings import Settings
-from offpath.service.agent import build_graph
-from offpath.service.checkpoints import Checkpoints, open_checkpoints
+from offpath.service.checkpoints import Checkpoints, open_checkpoints, open_checkpoints_url
 from offpath.service.db import make_engine, migrate
 from offpath.service.leases import Leases, RedisKeyStore, SqlKeyStore
 from offpath.service.locks import DatabaseLocks, Locks, ThreadLocks
 
 log = logging.getLogger("offpath.runtime")
+
+#: ``publish(session_id, job_id, options)`` sends a job to the broker; raises on failure.
+Publisher = Callable[[str, str, dict[str, Any] | None], None]
 
 
 def redis_client(url: str, settings: Settings) -> redis.Redis:
@@ -34,72 +41,47 @@ def redis_client(url: str, settings: Settings) -> redis.Redis:
     )
 
 
-def chat_model(settings: Settings) -> BaseChatModel | None:
-    """The chat agent's model, or None when no LLM is configured."""
-    if not settings.llm_configured:
-        return None
-    from langchain_openai import ChatOpenAI
+def celery_publisher() -> Publisher:
+    """The publisher that sends ``compact_session`` to the Celery broker."""
+    from offpath.worker.tasks import publish
 
-    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-    return ChatOpenAI(
-        model=settings.chat_model,
-        api_key=key or "not-needed",
-        base_url=settings.openai_base_url or None,
-        timeout=settings.summarization_timeout_s,
-        max_retries=1,
-    )
+    return publish
 
 
-@dataclass
-class Runtime:
-    settings: Settings
-    checkpoints: Checkpoints
-    graph: CompiledStateGraph
-    engine: Engine
-    locks: Locks
-    leases: Leases
+class Client:
+    """The usage database (``engine``), the job leases and a publisher."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        leases: Leases,
+        publish: Publisher | None = None,
+        redis_conn: redis.Redis | None = None,
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.leases = leases
+        self._publish = publish
+        self._redis = redis_conn
 
     @classmethod
-    def open(cls, settings: Settings, *, run_migrations: bool = True) -> Runtime:
-        if run_migrations:
-            migrate(settings)
-        checkpoints = open_checkpoints(settings)
+    def open(cls, settings: Settings, publish: Publisher | None = None) -> Client:
+        """A client for ``settings`` (no connection is made until one is used)."""
         engine = make_engine(settings)
-        locks: Locks
-        if settings.lock_backend == "database":
-            locks = DatabaseLocks(
-                engine, timeout_s=settings.lock_timeout_s, wait_s=settings.lock_wait_s
-            )
-            store: RedisKeyStore | SqlKeyStore = SqlKeyStore(engine)
-        else:
-            client = redis_client(settings.redis_url, settings)
-            locks = ThreadLocks(
-                client,
-                timeout_s=settings.lock_timeout_s,
-                wait_s=settings.lock_wait_s,
-                prefix=settings.redis_key_prefix,
-            )
-            store = RedisKeyStore(client)
-        leases = Leases(
-            store,
-            prefix=settings.redis_key_prefix,
-            lease_s=settings.job_lease_s,
-            # a queued job's claim lasts as long as the broker may take to hand it out
-            queued_ttl_s=settings.celery_visibility_timeout_s,
-        )
-        return cls(
-            settings=settings,
-            checkpoints=checkpoints,
-            graph=build_graph(checkpoints.saver, chat_model(settings)),
-            engine=engine,
-            locks=locks,
-            leases=leases,
-        )
+        leases, conn = _leases(settings, engine)
+        return cls(settings, engine, leases, publish, conn)
+
+    @property
+    def publish(self) -> Publisher:
+        if self._publish is None:
+            self._publish = celery_publisher()
+        return self._publish
 
     def ping_broker(self) -> None:
         """Raise if the Celery broker does not answer within ``PUBLISH_TIMEOUT_S``."""
-        url = self.settings.celery_broker_url or self.settings.redis_url
-        if url.startswith(("redis://", "rediss://")):
+        url = self.settings.broker_url
+        if self.settings.broker_is_redis:
             client = redis_client(url, self.settings)
             try:
                 client.ping()
@@ -112,12 +94,110 @@ class Runtime:
             conn.ensure_connection(max_retries=1)
 
     def close(self) -> None:
-        redis_conn = getattr(self.locks, "redis", None)
-        closers = [self.checkpoints.close, self.engine.dispose] + (
-            [redis_conn.close] if redis_conn else []
-        )
-        for closer in closers:
+        for closer in self._closers():
             try:
                 closer()
             except Exception as exc:  # closing is best effort
                 log.debug("close failed: %s", exc)
+
+    def _closers(self) -> list[Callable[[], object]]:
+        return [self.engine.dispose] + ([self._redis.close] if self._redis else [])
+
+
+def _leases(settings: Settings, engine: Engine) -> tuple[Leases, redis.Redis | None]:
+    conn = (
+        None if settings.lock_backend == "database" else redis_client(settings.redis_url, settings)
+    )
+    store = SqlKeyStore(engine) if conn is None else RedisKeyStore(conn)
+    leases = Leases(
+        store,
+        prefix=settings.redis_key_prefix,
+        lease_s=settings.job_lease_s,
+        # a queued job's claim lasts as long as the broker may take to hand it out
+        queued_ttl_s=settings.celery_visibility_timeout_s,
+    )
+    return leases, conn
+
+
+class Runtime(Client):
+    """A :class:`Client` plus offpath's own checkpointer, thread locks and agent graph."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        leases: Leases,
+        checkpoints: Checkpoints,
+        locks: Locks,
+        publish: Publisher | None = None,
+        redis_conn: redis.Redis | None = None,
+    ) -> None:
+        super().__init__(settings, engine, leases, publish, redis_conn)
+        self.checkpoints = checkpoints
+        self.locks = locks
+        self._graph: CompiledStateGraph | None = None
+        self._end_node = ""
+        self._other_checkpoints: dict[str, Checkpoints] = {}
+        self._guard = threading.Lock()
+
+    @classmethod
+    def open(  # type: ignore[override]
+        cls, settings: Settings, *, run_migrations: bool = True, publish: Publisher | None = None
+    ) -> Runtime:
+        if run_migrations:
+            migrate(settings)
+        checkpoints = open_checkpoints(settings)
+        engine = make_engine(settings)
+        leases, conn = _leases(settings, engine)
+        locks: Locks
+        if conn is None:
+            locks = DatabaseLocks(
+                engine, timeout_s=settings.lock_timeout_s, wait_s=settings.lock_wait_s
+            )
+        else:
+            locks = ThreadLocks(
+                conn,
+                timeout_s=settings.lock_timeout_s,
+                wait_s=settings.lock_wait_s,
+                prefix=settings.redis_key_prefix,
+            )
+        return cls(settings, engine, leases, checkpoints, locks, publish, conn)
+
+    @property
+    def graph(self) -> CompiledStateGraph:
+        """The API's agent graph (built on first use: the worker only patches through it)."""
+        with self._guard:
+            if self._graph is None:
+                from offpath.middleware import OffPathCompaction
+                from offpath.service.agent import build_graph, chat_model, end_node, load_tools
+
+                middleware = OffPathCompaction(self.settings, client=self, patch=True)
+                self._graph = build_graph(
+                    self.checkpoints.saver,
+                    middleware,
+                    chat_model(self.settings),
+                    load_tools(self.settings.agent_tools),
+                )
+                self._end_node = end_node(self._graph)
+            return self._graph
+
+    def patch(self, session_id: str, update: dict[str, Any]) -> None:
+        """Write ``update`` to the thread's state from outside a run (an imported turn, a
+        compaction), as the graph's last node: the thread still reads as finished."""
+        from offpath.service.agent import thread_config
+
+        graph = self.graph
+        graph.update_state(thread_config(session_id), update, as_node=self._end_node)
+
+    def checkpoints_for(self, url: str | None) -> Checkpoints:
+        """The checkpointer at ``url`` (a user's own agent's), or offpath's own for None."""
+        if not url:
+            return self.checkpoints
+        with self._guard:
+            if url not in self._other_checkpoints:
+                self._other_checkpoints[url] = open_checkpoints_url(url, self.settings)
+            return self._other_checkpoints[url]
+
+    def _closers(self) -> list[Callable[[], object]]:
+        others = [c.close for c in self._other_checkpoints.values()]
+        return [self.checkpoints.close, *others, *super()._closers()]

@@ -152,11 +152,12 @@ def test_a_turn_after_a_worker_died_queues_a_new_job_once_the_lease_lapsed(stack
     stack.start_worker(env={"OFFPATH_FAILPOINTS": "before_lock"})
     post_all(stack, session, doc)
     wait_for(lambda: stack.worker.poll() is not None, timeout=30)
-    stack.start_worker()
-    time.sleep(LEASE_S + 0.5)
+    time.sleep(LEASE_S + 0.5)  # the dead job's lease lapses; no worker runs meanwhile
     late = [{"type": "human", "content": "any news?"}, {"type": "ai", "content": "checking"}]
     assert stack.post_turn(session, late).status_code == 200
-    jobs = stack.settle(session, True, 1, timeout=RECOVERY_BOUND_S + 30)
+    wait_for(lambda: len(stack.jobs(session)) == 2, timeout=10)
+    stack.start_worker()
+    jobs = stack.settle(session, False, 2, timeout=RECOVERY_BOUND_S + 30)
     assert [(j["status"], j["reason_code"]) for j in jobs] == [
         ("failed", "lease_lapsed"),
         ("applied", None),

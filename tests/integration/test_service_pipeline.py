@@ -25,8 +25,6 @@ from shared import (
 )
 from stack import Stack, split_turns, wait_for
 
-from offpath.compaction.planner import Skip, plan_compaction
-from offpath.compaction.settings import load_settings
 from offpath.compaction.summary import SUMMARY_PREFIX
 from offpath.service.logs import tag
 
@@ -45,21 +43,20 @@ def env_of(doc: dict[str, Any]) -> dict[str, str]:
 
 
 def replay(stack: Stack, session: str, doc: dict[str, Any]) -> tuple[list, list, int]:
-    """Post ``doc`` turn by turn, waiting for the jobs after each; every compaction seen is
-    checked against the thread just before it. Returns (posted, final thread, compactions)."""
-    settings = load_settings(
-        **{k.lower(): v for k, v in stack.env.items() if k.startswith("SUMMARIZATION_")}
-    )
+    """Post ``doc`` turn by turn, waiting for what the post-turn hook does after each; every
+    compaction seen is checked against the thread just before it. Returns (posted, final
+    thread, compactions)."""
+    settings = stack.settings()
     state_extra = doc.get("state_extra")
     posted, thread, compactions = [], [], 0
     for i, turn in enumerate(split_turns(doc["messages"])):
-        known = len(stack.jobs(session))
+        jobs = stack.jobs(session)
         r = stack.post_turn(session, turn, state=state_extra if i == 0 and state_extra else None)
         assert r.status_code == 200, r.text
         before = thread + messages_of({"messages": turn})
         posted += messages_of({"messages": turn})
-        expect_job = not isinstance(plan_compaction(before, settings), Skip)
-        stack.settle(session, expect_job, known)
+        new_job, applies = stack.expect_after_turn(before, jobs, settings)
+        stack.settle(session, new_job, len(jobs), final=applies)
         after = from_api(stack.messages(session))
         if after != before:
             check_compacted(before, after)

@@ -1,0 +1,156 @@
+"""Applying a prepared compaction to offpath's own threads, and how a job may do it.
+
+A job prepares (plans and summarizes); the compaction is applied once the thread
+is free and over its threshold (DESIGN.md "Compaction during a run"):
+
+* by the worker, at once, if no agent run holds the thread;
+* by the post-turn hook, after the turn that pushed the thread over (``/turns``);
+* by the middleware, inside a run, at its next model call
+  (:mod:`offpath.middleware`; the only way for a user's own agent, whose
+  checkpoint offpath never writes).
+
+The worker and the hook both go through :func:`apply_locked`, under the thread's
+lock: it recognises a patch that already landed, fits the prepared compaction to
+the thread as it is, refuses a patch that would orphan a tool call, stores
+offpath's own record of the summary, writes the checkpoint and records the
+usage event.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph.message import add_messages
+
+from offpath.compaction.pairing import new_unpaired
+from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
+from offpath.service.db import JobStatus, finalize, job_row, set_job, store_result
+from offpath.service.faults import failpoint
+from offpath.service.leases import Leases, State
+from offpath.service.logs import tag
+
+if TYPE_CHECKING:
+    from offpath.service.runtime import Runtime
+
+log = logging.getLogger("offpath.compactions")
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """How a job's compaction may be applied (kept in the job's row and message).
+
+    ``patch``: the thread is one of offpath's own agent threads, whose checkpoint the
+    worker (or the post-turn hook) may write when no run holds it. False for a
+    user's own agent: only its middleware applies the compaction, as a state update
+    of its run. ``checkpoints``: the URL of the checkpointer that holds the thread,
+    if it is not offpath's own (``postgresql://...`` or ``sqlite:///path``).
+    """
+
+    patch: bool = True
+    checkpoints: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"patch": self.patch, "checkpoints": self.checkpoints}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> JobOptions:
+        if not data:
+            return cls()
+        return cls(patch=bool(data.get("patch", True)), checkpoints=data.get("checkpoints"))
+
+
+class JobEnded(Exception):
+    """The job ended ``failed`` or ``skipped`` with ``code`` and ``reason`` (recorded by the
+    caller); ``chars``: the thread's size when a planner skip was decided."""
+
+    def __init__(self, status: JobStatus, code: str, reason: str, chars: int = 0) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.code = code
+        self.reason = reason
+        self.chars = chars
+
+
+def read_messages(saver: BaseCheckpointSaver, session_id: str) -> list[BaseMessage]:
+    """The thread's messages, read straight from its latest checkpoint (one read, no graph)."""
+    tup = saver.get_tuple({"configurable": {"thread_id": session_id, "checkpoint_ns": ""}})
+    if tup is None:
+        return []
+    return list(tup.checkpoint.get("channel_values", {}).get("messages") or [])
+
+
+def apply_locked(
+    rt: Runtime,
+    session_id: str,
+    job_id: str,
+    result: Mapping[str, Any],
+    current: Sequence[BaseMessage],
+) -> Fitted | Stale | None:
+    """Apply the job's prepared compaction (``result["prepared"]``) to offpath's own thread,
+    whose messages are ``current``; the caller holds the thread's lock.
+
+    Returns the fitted compaction (applied and recorded), None if it had landed already
+    (now recorded), or :class:`Stale`. Raises :class:`JobEnded` if the patch would
+    orphan a tool call.
+    """
+    if landed(current, job_id, result.get("record")):
+        finalize(rt.engine, job_id, session_id)
+        return None
+    fitted = fit(Prepared.from_json(result["prepared"]), current)
+    if isinstance(fitted, Stale):
+        return fitted
+    if broken := new_unpaired(current, add_messages(current, fitted.patch)):
+        raise JobEnded(
+            JobStatus.FAILED, "orphan_guard", f"patch would orphan tool calls {sorted(broken)}"
+        )
+    # offpath's own record of what it patches in, written before the patch
+    store_result(rt.engine, job_id, {**result, "record": fitted.record})
+    rt.patch(session_id, {"messages": fitted.patch})
+    failpoint("after_patch")
+    finalize(rt.engine, job_id, session_id)
+    return fitted
+
+
+def apply_prepared(rt: Runtime, session_id: str, job_id: str) -> str:
+    """Apply job ``job_id``'s prepared compaction to offpath's own thread now (the post-turn
+    hook, after the turn that pushed the thread over its threshold). Takes the thread's
+    lock; hands the claim on. Returns what happened: ``applied``, ``stale``, ``gone``
+    (nothing prepared any more) or ``failed``."""
+    with rt.locks.patch(session_id):
+        row = job_row(rt.engine, job_id)
+        if row is None or row["status"] != JobStatus.PREPARED or not row["result"]:
+            return "gone"
+        current = read_messages(rt.checkpoints.saver, session_id)
+        try:
+            fitted = apply_locked(rt, session_id, job_id, row["result"], current)
+        except JobEnded as exc:
+            set_job(rt.engine, job_id, session_id, exc.status, exc.reason, exc.code)
+            rt.leases.settle(session_id, job_id, None)
+            return "failed"
+    if isinstance(fitted, Stale):
+        end_stale(rt.engine, rt.leases, session_id, job_id, fitted)
+        return "stale"
+    rt.leases.settle(session_id, job_id, Leases.after(job_id, State.DONE))
+    if fitted is not None:
+        log.info(
+            "[%s] compaction applied: job %s, -%d chars",
+            tag(session_id),
+            job_id,
+            fitted.record["chars_removed"],
+        )
+    return "applied"
+
+
+def end_stale(engine: Any, leases: Leases, session_id: str, job_id: str, stale: Stale) -> None:
+    """A prepared compaction that no longer fits: the job ends ``skipped: stale``, the thread
+    is free for a new job."""
+    log.info(
+        "[%s] prepared compaction of job %s dropped: %s", tag(session_id), job_id, stale.reason
+    )
+    set_job(engine, job_id, session_id, JobStatus.SKIPPED, f"stale: {stale.reason}", "stale")
+    leases.settle(session_id, job_id, None)

@@ -1,0 +1,166 @@
+"""The middleware in a user's own agent, during long tool loops (issue 9).
+
+Each single-request transcript of ../shared/transcripts is replayed as a live run
+of a LangChain ``create_agent`` agent: a scripted model returns the transcript's
+AI messages in order and scripted tools return its tool results. The agent has
+``OffPathCompaction`` and a checkpointer of its own (a PostgreSQL database or a
+SQLite file that is not offpath's); a real worker on Redis prepares the
+compactions, reading the thread by URL, and the middleware applies them inside
+the run. At every model call the DESIGN invariants are checked on what the
+model is sent, and no call goes over the hard limit.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import InjectedToolCallId, StructuredTool
+from pydantic import BaseModel, ConfigDict
+from shared import TRANSCRIPTS, load, marked_summary, messages_of, pairing_problems
+from stack import create_pg_database, drop_pg_database, wait_for
+
+from offpath import OffPathCompaction
+from offpath.compaction.accounting import total_chars
+from offpath.service.checkpoints import open_checkpoints_url
+
+pytestmark = pytest.mark.usefixtures("stub")
+
+SINGLE_REQUEST = [
+    p
+    for p in TRANSCRIPTS
+    if sum(m["type"] == "human" for m in load(p)["messages"]) == 1
+    and sum(len(str(m.get("content", ""))) for m in load(p)["messages"]) > 60_000
+]
+#: The service's defaults, as a user would run it; a short lease keeps the suite quick.
+ENV = {"JOB_LEASE_S": "3", "RECONCILE_INTERVAL_S": "2"}
+
+
+class TranscriptModel(BaseChatModel):
+    """Answers with the transcript's AI messages in order; records what each call was sent."""
+
+    replies: list[AIMessage]
+    calls: list[list[BaseMessage]] = []
+    delay_s: float = 0.0
+
+    @property
+    def _llm_type(self) -> str:
+        return "transcript"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> TranscriptModel:
+        return self
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
+        self.calls.append(list(messages))
+        time.sleep(self.delay_s)
+        reply = self.replies[len(self.calls) - 1]
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+class AnyArgs(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    tool_call_id: Annotated[str, InjectedToolCallId]
+
+
+def scripted_tools(messages: Sequence[BaseMessage]) -> list[StructuredTool]:
+    """One tool per name the transcript calls, answering each call with its recorded result."""
+    results = {m.tool_call_id: m.content for m in messages if m.type == "tool"}
+    names = {c["name"] for m in messages for c in getattr(m, "tool_calls", None) or []}
+
+    def answer(tool_call_id: str, **_: Any) -> str:
+        return results.get(tool_call_id, "(no recorded result)")
+
+    return [
+        StructuredTool.from_function(
+            answer, name=name, description=f"replays {name}", args_schema=AnyArgs
+        )
+        for name in sorted(names)
+    ]
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def agent_store(request, tmp_path) -> Iterator[str]:
+    """The user's own checkpointer: a database offpath does not use for itself."""
+    if request.param == "postgres":
+        url = create_pg_database("offpath_test_agent")
+        yield url
+        drop_pg_database(url)
+    else:
+        yield f"sqlite:///{tmp_path / 'agent-checkpoints.db'}"
+
+
+def check_model_call(
+    sent: Sequence[BaseMessage], system: SystemMessage | None, seen: set, covered: set, limit: int
+) -> None:
+    """The DESIGN invariants on what one model call is sent."""
+    assert total_chars(sent) <= limit, f"a model call of {total_chars(sent)} chars > {limit}"
+    body = list(sent)
+    if system is not None:
+        assert body[0] == system, "the system prompt moved or changed"
+        body = body[1:]
+    summaries = [m for m in body if marked_summary(m)]
+    assert len(summaries) <= 1, "two summaries"
+    if summaries:
+        assert body[0] is summaries[0], "the summary is not first"
+        covered.update(summaries[0].additional_kwargs["summary"]["replaced_ids"])
+    assert not pairing_problems(body), f"orphans sent to the model: {pairing_problems(body)}"
+    ids = {m.id for m in sent}
+    lost = seen - ids - covered
+    assert not lost, f"messages lost: {sorted(lost)[:5]}"
+    seen.update(ids)
+
+
+@pytest.mark.parametrize("path", SINGLE_REQUEST, ids=lambda p: p.stem)
+def test_single_request_transcript_as_a_live_run(stacks, path, agent_store):
+    stack = stacks.get("sqlite" if agent_store.startswith("sqlite") else "postgres", **ENV)
+    doc = load(path)
+    messages = messages_of(doc)
+    system = messages[0] if isinstance(messages[0], SystemMessage) else None
+    request = next(m for m in messages if isinstance(m, HumanMessage))
+    replies = [m for m in messages if isinstance(m, AIMessage)]
+    if replies[-1].tool_calls:  # the run ends with the submit command's result
+        replies.append(AIMessage(id=f"{path.stem}-end", content="Submitted."))
+    model = TranscriptModel(replies=replies, delay_s=0.05)
+    middleware = OffPathCompaction(
+        stack.settings(), checkpointer_url=agent_store, client=stack.client()
+    )
+    with open_checkpoints_url(agent_store, stack.settings()) as checkpoints:
+        agent = create_agent(
+            model,
+            scripted_tools(messages),
+            system_prompt=system,
+            middleware=[middleware],
+            checkpointer=checkpoints.saver,
+        )
+        session = f"run-{path.stem[:20]}-{uuid.uuid4().hex[:6]}"
+        config = {"configurable": {"thread_id": session}, "recursion_limit": 10_000}
+        agent.invoke({"messages": [request]}, config)
+        final = agent.get_state(config).values["messages"]
+
+    limit = stack.settings().hard_limit_chars
+    seen: set = set()
+    covered: set = set()
+    for sent in model.calls:
+        check_model_call(sent, system, seen, covered, limit)
+    assert len(model.calls) == len(replies)
+    assert final[-1].content == replies[-1].content  # the run went to its end
+    # compactions happened during the run (the transcripts are 90k-290k chars)
+    assert covered, "no compaction was applied during the run"
+    jobs = wait_for(
+        lambda: (
+            (js := stack.jobs(session))
+            and all(j["status"] in ("applied", "skipped", "failed", "prepared") for j in js)
+            and js
+        ),
+        timeout=60,
+    )
+    applied = [j for j in jobs if j["status"] == "applied"]
+    assert applied and not [j for j in jobs if j["status"] == "failed"], jobs
+    assert len([m for m in final if marked_summary(m)]) == 1
