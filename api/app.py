@@ -159,7 +159,8 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         human = HumanMessage(id=str(uuid.uuid4()), content=body.content)
         config = thread_config(session_id)
         with rt.locks.turn(session_id, run=True):
-            before = {m.id for m in state_of(rt, session_id).get("messages", [])}
+            prior = state_of(rt, session_id).get("messages", [])
+            before = {m.id for m in prior}
             try:
                 values = rt.graph.invoke({"messages": [human]}, config)
             except Exception as exc:
@@ -169,11 +170,19 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
                     status_code=502, detail=f"the chat model failed: {exc}"
                 ) from exc
         messages = values["messages"]
+        added = [m for m in messages if m.id not in before]
         return {
             "session_id": session_id,
             "reply": message_json(messages[-1]),
             "messages": len(messages),
             "chars": total_chars(messages),
+            "run": {
+                "messages": len(added),
+                "chars": total_chars(added),
+                "tool_calls": sum(len(getattr(m, "tool_calls", None) or []) for m in added),
+                # a compaction was applied during the run (the summary is new or changed)
+                "compacted": _summary_text(messages) not in ("", _summary_text(prior)),
+            },
         }
 
     @app.post("/sessions/{session_id}/turns")
@@ -346,6 +355,10 @@ def backoff_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
     if until <= db.now_utc():
         return None
     return {"failures_in_a_row": failures, "seconds": seconds, "until": until.isoformat()}
+
+
+def _summary_text(messages: Sequence[BaseMessage]) -> str:
+    return next((str(m.content) for m in messages if is_summary(m)), "")
 
 
 def _undo(rt: Runtime, session_id: str, before: set[Any]) -> None:

@@ -2,11 +2,14 @@
 
 SQLite for checkpoints and usage tables under ``data/demo``; the broker is Redis
 at ``REDIS_URL`` when one answers there, otherwise kombu's SQLAlchemy transport
-on a SQLite file, with thread locks and job claims in the usage database (no
-server to install). It starts a real Celery worker and the API as processes,
-replays the example investigation turn by turn over HTTP, waits for the jobs,
-prints what changed, ``/stats`` and the summary, and stops every process it
-started, also on Ctrl-C.
+on a SQLite file, with thread locks and job leases in the usage database (no
+server to install). It starts a real Celery worker (with the reconciler's beat)
+and the API as processes, then runs the example investigation as chat turns of
+the API's own agent: a real tool loop over the read-only SRE toolset (the
+scripted model when no LLM is configured), compacted during the runs by the
+middleware. ``--file`` replays a conversation file through ``/turns`` instead.
+It waits for the jobs, prints what changed, ``/stats`` and the summary, and
+stops every process it started, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -27,13 +30,19 @@ import redis
 from rich.panel import Panel
 from rich.table import Table
 
-from offpath.cli.main import CliError, console, print_stats, replay_file, session_name
+from offpath.cli.main import (
+    CliError,
+    console,
+    print_stats,
+    read_conversation,
+    replay_file,
+    session_name,
+)
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.settings import Settings
 from offpath.service.broker import forget_queue
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "incident-checkout-latency.json"
 
 
 def _free_port() -> int:
@@ -109,6 +118,8 @@ def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
         "WORKER_POOL": "threads",
         "WORKER_CONCURRENCY": "4",
         "LOG_LEVEL": "INFO",
+        # the demo's tool loop: the scripted model stands in when no LLM is configured
+        "CHAT_MODEL": settings.chat_model if settings.llm_configured else "scripted",
     }
     if redis_answers(settings.redis_url):
         broker = f"Redis at {settings.redis_url}"
@@ -126,14 +137,19 @@ def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
         if settings.llm_configured
         else "offline (no LLM configured: set OPENAI_API_KEY / OPENAI_BASE_URL to use one)"
     )
+    agent = (
+        f"LLM {settings.chat_model}"
+        if settings.llm_configured
+        else "the scripted model (no LLM configured; its answers say \\[scripted model])"
+    )
     console.print(
         Panel.fit(
             f"broker      {broker}\nstorage     SQLite under {data}\nsummarizer  {summarizer}\n"
+            f"agent       {agent}\n"
             f"threshold   {settings.summarization_threshold_chars:,} chars, keep {settings.summarization_keep_chars:,}",
             title="offpath demo",
         )
     )
-    path = file or EXAMPLE
     procs = Processes(env, data / "logs")
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
@@ -147,6 +163,8 @@ def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
                 "--loglevel=INFO",
                 "--without-mingle",
                 "--without-gossip",
+                "-B",  # the reconciler's schedule, in the worker (one process fewer)
+                f"--schedule={data / 'celerybeat-schedule'}",
                 "-n",
                 f"demo-{run_id}@%h",
             ],
@@ -157,10 +175,16 @@ def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             _wait_healthy(client, procs)
             console.print(f"worker and API are up (API on port {port}; logs in {data / 'logs'})")
-            session = f"demo-{session_name(path)}"[:128]
-            replay_file(client, path, session)
+            if file is not None:
+                session = f"demo-{session_name(file)}"[:128]
+                replay_file(client, file, session)
+                produced = read_conversation(file)
+                before = (len(produced), total_chars(produced))
+            else:
+                session = "demo-incident"
+                before = _investigate(client, session, procs)
             jobs = _wait_jobs(client, session, procs, timeout)
-            _report(client, session, path, jobs, data / "logs")
+            _report(client, session, before, jobs, data / "logs")
         return 0
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; stopping the worker and the API[/yellow]")
@@ -201,6 +225,33 @@ def _wait_healthy(client: httpx.Client, procs: Processes) -> None:
     raise CliError("the API did not become healthy within 60 s (see data/demo/logs)")
 
 
+def _investigate(client: httpx.Client, session: str, procs: Processes) -> tuple[int, int]:
+    """Ask the agent the demo's requests, one chat turn each; returns how many messages and
+    chars the runs produced in all."""
+    from offpath.demo.scripted import DEMO_REQUESTS
+
+    messages = chars = 0
+    for i, request in enumerate(DEMO_REQUESTS, 1):
+        procs.check()
+        try:
+            r = client.post(f"/sessions/{session}/messages", json={"content": request}, timeout=300)
+        except httpx.HTTPError as exc:
+            raise CliError(f"the chat turn failed: {exc}") from None
+        if r.status_code != 200:
+            raise CliError(f"the chat turn failed ({r.status_code}): {r.text[:300]}")
+        body = r.json()
+        run = body["run"]
+        messages += run["messages"]
+        chars += run["chars"]
+        note = "  [green](compacted during the run)[/green]" if run["compacted"] else ""
+        console.print(
+            f"{i}. {request[:58]}{'...' if len(request) > 58 else ''}\n"
+            f"   {run['tool_calls']} tool calls, +{run['chars']:,} chars; "
+            f"the thread is {body['chars']:,} chars{note}"
+        )
+    return messages, chars
+
+
 def _wait_jobs(
     client: httpx.Client, session: str, procs: Processes, timeout: float
 ) -> list[dict[str, Any]]:
@@ -211,7 +262,7 @@ def _wait_jobs(
         while time.monotonic() < deadline:
             procs.check()
             jobs = client.get(f"/sessions/{session}/compactions").json()["jobs"]
-            if all(j["status"] in ("applied", "skipped", "failed") for j in jobs):
+            if all(j["status"] in ("applied", "skipped", "failed", "prepared") for j in jobs):
                 return jobs
             time.sleep(0.3)
     raise CliError(
@@ -220,11 +271,12 @@ def _wait_jobs(
 
 
 def _report(
-    client: httpx.Client, session: str, path: Path, jobs: list[dict[str, Any]], logs: Path
+    client: httpx.Client,
+    session: str,
+    before: tuple[int, int],
+    jobs: list[dict[str, Any]],
+    logs: Path,
 ) -> None:
-    from offpath.cli.main import read_conversation
-
-    original = read_conversation(path)
     after = client.get(f"/sessions/{session}/messages").json()
     messages = after["messages"]
     summaries = [
@@ -233,7 +285,7 @@ def _report(
     table = Table(title=f"session {session}")
     for col in ("", "messages", "chars", "what was summarized"):
         table.add_column(col)
-    table.add_row("before", str(len(original)), f"{total_chars(original):,}", "")
+    table.add_row("produced", str(before[0]), f"{before[1]:,}", "")
     done = (
         ", ".join(f"{j['status']}" + (f" ({j['reason']})" if j["reason"] else "") for j in jobs)
         or "no job"
@@ -243,7 +295,7 @@ def _report(
         what = f"{meta['replaced_count']} messages, {meta['replaced_chars']:,} chars -> 1 summary ({meta['summarizer']})"
     else:
         what = "nothing (under the threshold)"
-    table.add_row("after", str(len(messages)), f"{after['chars']:,}", what)
+    table.add_row("the thread now", str(len(messages)), f"{after['chars']:,}", what)
     table.add_row("jobs", str(len(jobs)), "", done)
     console.print(table)
     print_stats(client.get("/stats").json())
@@ -251,10 +303,15 @@ def _report(
         console.print(
             Panel(summaries[0]["content"], title="the summary now at the top of the session")
         )
-    lines = [
-        line
-        for line in (logs / "worker.log").read_text(errors="replace").splitlines()
-        if "summarizer" in line and "] [" in line
-    ]
+    lines = []
+    for name, marker in (("worker.log", "summarizer"), ("api.log", "applying job")):
+        found = [
+            line
+            for line in (logs / name).read_text(errors="replace").splitlines()
+            if marker in line and "] " in line
+        ]
+        lines += found[-3:]
     if lines:
-        console.print("worker log:\n" + "\n".join(lines[-4:]), highlight=False, markup=False)
+        console.print(
+            "worker and API logs (last lines):\n" + "\n".join(lines), highlight=False, markup=False
+        )

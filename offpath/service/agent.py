@@ -43,6 +43,10 @@ SYSTEM_PROMPT = (
 )
 
 
+#: Seconds the scripted model (``CHAT_MODEL=scripted``) takes per answer.
+SCRIPTED_DELAY_S = 0.25
+
+
 class AgentState(_AgentState):
     """The API agent's state: the agent's keys and ``context``, the thread's other keys."""
 
@@ -100,7 +104,8 @@ def chat_model(settings: Settings) -> BaseChatModel | None:
     if settings.chat_model == "scripted":
         from offpath.demo.scripted import ScriptedChatModel
 
-        return ScriptedChatModel()
+        # paced like a fast LLM, so that compaction has a run to happen in
+        return ScriptedChatModel(delay_s=SCRIPTED_DELAY_S)
     if not settings.llm_configured:
         return None
     from langchain_openai import ChatOpenAI

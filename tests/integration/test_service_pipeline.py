@@ -116,7 +116,12 @@ def test_transcript_replayed_ends_compacted_and_stats_add_up(stacks, backend):
 # --- every case through the API -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    ("backend", "path"),
+    # each case once, on the two backends in turn (the suite's time budget)
+    [(("postgres", "sqlite")[i % 2], p) for i, p in enumerate(CASES)],
+    ids=lambda v: v if isinstance(v, str) else v.stem,
+)
 def test_case_through_api(stacks, backend, path, stub):
     doc = load(path)
     stack = stacks.get(backend, **env_of(doc))

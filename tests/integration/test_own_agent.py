@@ -1,0 +1,79 @@
+"""examples/own_agent.py, a team's own create_agent app with its own PostgresSaver, runs with
+offpath added in two lines (issue 9, item 4): the worker prepares from the agent's
+checkpointer, the middleware applies at the next run's first model call, and offpath
+never writes that checkpointer itself."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import psycopg
+import pytest
+from shared import marked_summary, pairing_problems
+from stack import ROOT, create_pg_database, drop_pg_database, wait_for
+
+from offpath.demo.scripted import DEMO_REQUESTS
+from offpath.service.checkpoints import open_checkpoints_url
+from offpath.service.compactions import read_messages
+
+pytestmark = pytest.mark.usefixtures("stub")
+
+
+def test_own_agent_example_compacts_in_its_own_checkpointer(stacks):
+    text = (ROOT / "examples" / "own_agent.py").read_text()
+    assert text.count("# offpath") <= 5, "offpath takes at most 5 lines of the app"
+    stack = stacks.get("postgres", llm=False, JOB_LEASE_S="3", RECONCILE_INTERVAL_S="2")
+    agent_db = create_pg_database("offpath_test_own")
+    thread = f"own-{uuid.uuid4().hex[:6]}"
+    env = {
+        **stack.env,
+        "OPENAI_API_KEY": "",
+        "OPENAI_BASE_URL": "",  # the example's model: offpath's scripted one
+    }
+
+    def run(*questions: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "examples/own_agent.py", "--db", agent_db, "--thread", thread]
+            + list(questions),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    try:
+        out = run(*DEMO_REQUESTS)  # ~158,000 chars of tool output: past the threshold
+        assert "[scripted model]" in out
+        wait_for(
+            lambda: any(j["status"] in ("prepared", "applied") for j in stack.jobs(thread)),
+            timeout=60,
+        )
+        run("Summarize where we are.")  # its first model call applies what was prepared
+        jobs = wait_for(
+            lambda: (
+                [j for j in stack.jobs(thread) if j["status"] == "applied"] and stack.jobs(thread)
+            ),
+            timeout=60,
+        )
+        assert not [j for j in jobs if j["status"] == "failed"], jobs
+        with psycopg.connect(agent_db) as conn:
+            sources = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT metadata->>'source' FROM checkpoints WHERE thread_id = %s", (thread,)
+                )
+            }
+        assert "update" not in sources, "offpath wrote the agent's checkpointer"
+        assert stack.http.get(f"/sessions/{thread}/messages").status_code == 404  # not offpath's
+        with open_checkpoints_url(agent_db, stack.settings()) as checkpoints:
+            messages = read_messages(checkpoints.saver, thread)
+        body = [m for m in messages if m.type != "system"]
+        assert marked_summary(body[0]) and sum(marked_summary(m) for m in body) == 1
+        assert not pairing_problems(body)
+    finally:
+        drop_pg_database(agent_db)
