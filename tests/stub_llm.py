@@ -8,6 +8,10 @@ at run time with ``POST /_control`` (``{"mode": ..., "delay_s": ..., "times": n}
 * ``500`` / ``429`` (with ``Retry-After: 1``) / ``empty`` (no text) /
   ``malformed`` (a body that is not JSON) / ``timeout`` (answers after 30 s);
 * ``times``: the mode holds for that many requests, then back to ``ok``;
+* ``tool_calls``: chat requests that offer tools are answered with tool calls (the first
+  of ``get_logs``) numbered per response, as Ollama and some vLLM models do: every
+  response's first call is ``get_logs:0``; three rounds per user message, then a text
+  answer (summarization requests are answered as in ``ok``);
 * ``hold``: ``true`` makes every request wait (up to 60 s) until ``hold`` is set
   back to ``false``, so a test can act while a summary is being written without
   guessing how long it takes.
@@ -147,6 +151,22 @@ class Handler(BaseHTTPRequestHandler):
         else:
             last = messages[-1].get("content", "") if messages else ""
             text = f"stub reply to: {str(last)[:80]}"
+        calls = None
+        if mode == "tool_calls" and body.get("tools") and not str(system).startswith("You compact"):
+            users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+            since_user = messages[users[-1] if users else 0 :]
+            if sum(m.get("role") == "assistant" for m in since_user) < 3:
+                text = ""
+                calls = [
+                    {
+                        "id": "get_logs:0",  # per-response numbering: the same id every time
+                        "type": "function",
+                        "function": {
+                            "name": "get_logs",
+                            "arguments": json.dumps({"service": "checkout-api", "limit": 400}),
+                        },
+                    }
+                ]
         reply = {
             "id": f"chatcmpl-stub-{state.calls}",
             "object": "chat.completion",
@@ -155,7 +175,9 @@ class Handler(BaseHTTPRequestHandler):
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "message": {"role": "assistant", "content": text, "tool_calls": calls}
+                    if calls
+                    else {"role": "assistant", "content": text},
                     "finish_reason": "stop",
                 }
             ],

@@ -9,7 +9,15 @@ import time
 import uuid
 
 import pytest
-from shared import CASES, TRANSCRIPTS, from_api, load, messages_of
+from shared import (
+    CASES,
+    TRANSCRIPTS,
+    from_api,
+    load,
+    marked_summary,
+    messages_of,
+    pairing_problems,
+)
 from stack import free_port, split_turns, start_redis, wait_for
 
 pytestmark = pytest.mark.usefixtures("stub")
@@ -341,3 +349,25 @@ def test_healthz_and_beat_check_report_whether_the_reconciler_runs(stacks):
     )
     result = check(with_beat)
     assert result.returncode == 0 and "last pass" in result.stdout, result.stderr
+
+
+def test_reused_call_ids_from_the_chat_model_compact_through_the_chat_route(stacks, stub):
+    """Issue 8, item 8: a model that numbers tool calls per response (every first call is
+    get_logs:0) drives the API's own agent; its threads compact, each call kept with its
+    own result."""
+    stack = stacks.get(
+        "postgres", SUMMARIZATION_THRESHOLD_CHARS="30000", SUMMARIZATION_KEEP_CHARS="10000"
+    )
+    stub.state.mode = "tool_calls"
+    session = f"reused-chat-{uuid.uuid4().hex[:6]}"
+    for i in range(5):
+        r = stack.http.post(f"/sessions/{session}/messages", json={"content": f"question {i}"})
+        assert r.status_code == 200, r.text
+        assert r.json()["run"]["tool_calls"] == 3
+    jobs = stack.settle(session, False, 0)
+    thread = from_api(stack.messages(session))
+    calls = [c["id"] for m in thread for c in getattr(m, "tool_calls", None) or []]
+    assert calls and set(calls) == {"get_logs:0"}  # the same id in every response
+    assert any(j["status"] == "applied" for j in jobs), jobs
+    assert sum(marked_summary(m) for m in thread) == 1 and marked_summary(thread[0])
+    assert not pairing_problems(thread), pairing_problems(thread)
