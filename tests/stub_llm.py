@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import threading
 import time
@@ -142,12 +143,9 @@ class Handler(BaseHTTPRequestHandler):
             text = ""
         elif isinstance(system, str) and system.startswith("You compact"):
             user = messages[-1].get("content", "") if messages else ""
-            first = (
-                user.split("\n[human]\n", 1)[1].split("\n", 1)[0][:120]
-                if "\n[human]\n" in user
-                else "stub"
-            )
-            text = SUMMARY.format(first=first, n=user.count("\n\n["))
+            human = re.search(r"\n\[[0-9a-f]{16} human\]\n(.*)", user)
+            first = human.group(1)[:120] if human else "stub"
+            text = SUMMARY.format(first=first, n=len(re.findall(r"\n\n\[[0-9a-f]{16} ", user)))
         else:
             last = messages[-1].get("content", "") if messages else ""
             text = f"stub reply to: {str(last)[:80]}"

@@ -241,3 +241,21 @@ def test_pytest_has_a_timeout_guard():
     assert "pytest-timeout" in _requirements(
         _pyproject()["project"]["optional-dependencies"]["dev"]
     )
+
+
+def test_the_middleware_imports_no_server():
+    """Issue 9, item 3: `from offpath import OffPathCompaction` in a team's agent pulls in no
+    server dependency (FastAPI, uvicorn, Flower, Celery until a job is published)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from offpath import OffPathCompaction; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'fastapi', 'uvicorn', 'flower', 'starlette', 'celery', 'offpath.api'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

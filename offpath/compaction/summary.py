@@ -26,6 +26,7 @@ the next summary instead of keeping two (issue 2, item 6)::
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +40,55 @@ SUMMARY_PREFIX = "[Context from earlier in this session, summarized]"
 SUMMARY_SOURCE = "summarization"
 #: Heading of the quoted request of a turn that was cut in the middle.
 REQUEST_HEADING = "**Request of the turn in progress (verbatim):**"
+
+
+#: The seed's template headings, in order; every summary must have them (issue 10, item 4).
+HEADINGS = ("**Investigating:**", "**Key findings:**", "**Ruled out:**", "**Current state:**")
+
+#: Lines that speak to an assistant rather than record a finding: injected instructions
+#: (from tool output, a web page, a log line) that must not reach the summary, which the
+#: model reads in the user's role.
+_INSTRUCTION = re.compile(
+    r"\b(ignore|disregard|forget|override)\b.{0,40}\b(instructions?|prompts?|rules|messages?|context)\b"
+    r"|\byou are now\b|\bact as\b|\bnew instructions?\b|\bsystem prompt\b"
+    r"|\b(operator|admin(istrator)?|system|developer) (note|notice|message|override|instruction)s?\b"
+    r"|\bpriority[ :]*[0-9]\b|^\W*(system|assistant|developer)\s*:"
+    r"|<\|?(im_start|im_end|system|assistant)\|?>",
+    re.IGNORECASE,
+)
+
+
+def template_problem(text: str) -> str | None:
+    """What is wrong with a summary's text against the seed's template (its four headings, in
+    order, the first one first), or None."""
+    body = text.strip()
+    at = -1
+    for heading in HEADINGS:
+        found = body.find(heading, at + 1)
+        if found < 0:
+            return f"it has no {heading} heading"
+        if found < at:
+            return "its headings are out of order"
+        at = found
+    if not body.startswith(HEADINGS[0]):
+        return f"it does not start with {HEADINGS[0]}"
+    return None
+
+
+def looks_like_instruction(line: str) -> bool:
+    """The line addresses an assistant (an injected instruction), by its wording."""
+    return bool(_INSTRUCTION.search(line))
+
+
+def strip_instructions(text: str) -> tuple[str, int]:
+    """``text`` without the lines that look like injected instructions, and how many there were."""
+    kept, dropped = [], 0
+    for line in text.splitlines():
+        if looks_like_instruction(line):
+            dropped += 1
+        else:
+            kept.append(line)
+    return "\n".join(kept), dropped
 
 
 def is_summary(message: BaseMessage) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from offpath.compaction.settings import Settings
 from offpath.compaction.summarizers.base import (
     EmptySummaryError,
+    MalformedSummaryError,
     Summarizer,
     SummarizerError,
     SummaryResult,
@@ -14,6 +15,7 @@ from offpath.compaction.summarizers.offline import OfflineSummarizer
 
 __all__ = [
     "EmptySummaryError",
+    "MalformedSummaryError",
     "OfflineSummarizer",
     "Summarizer",
     "SummarizerError",

@@ -42,6 +42,13 @@ class EmptySummaryError(SummarizerError):
     code = "empty_summary"
 
 
+class MalformedSummaryError(SummarizerError):
+    """The model's answer is not the seed's template (its four headings, in order): it never
+    becomes a summary (issue 10, item 4: any non-empty answer used to)."""
+
+    code = "malformed_summary"
+
+
 @dataclass(frozen=True, slots=True)
 class SummaryResult:
     """Summary ``text`` and what it cost: tokens as reported by the model (0 offline)."""

@@ -4,10 +4,14 @@ Configured by ``SUMMARIZATION_MODEL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``,
 ``SUMMARIZATION_TIMEOUT_S``, ``SUMMARIZATION_MAX_RETRIES`` (the client's own
 retries, with its backoff) and ``SUMMARIZATION_MAX_OUTPUT_TOKENS``. Errors are
 mapped to :class:`TransientSummarizerError` (timeouts, 429, 5xx, connection) or
-:class:`SummarizerError`; an empty answer raises :class:`EmptySummaryError`.
+:class:`SummarizerError`; an empty answer raises :class:`EmptySummaryError`, an answer
+that is not the template :class:`MalformedSummaryError`. Lines of the answer that read as
+instructions to an assistant (injected text the model copied) are dropped.
 """
 
 from __future__ import annotations
+
+import logging
 
 import openai
 from langchain_core.language_models import BaseChatModel
@@ -18,10 +22,14 @@ from offpath.compaction.prompt import SummaryPrompt
 from offpath.compaction.settings import Settings
 from offpath.compaction.summarizers.base import (
     EmptySummaryError,
+    MalformedSummaryError,
     SummarizerError,
     SummaryResult,
     TransientSummarizerError,
 )
+from offpath.compaction.summary import strip_instructions, template_problem
+
+log = logging.getLogger("offpath.summarizer")
 
 #: Hard cap on a summary's length in chars, whatever the model writes (~4x the 400 words).
 MAX_SUMMARY_CHARS = 10_000
@@ -79,6 +87,11 @@ class LLMSummarizer:
         text = str(answer.text).strip()
         if not text:
             raise EmptySummaryError("the LLM answered with an empty summary")
+        if problem := template_problem(text):
+            raise MalformedSummaryError(f"malformed summary: {problem}")
+        text, dropped = strip_instructions(text)
+        if dropped:
+            log.warning("dropped %d line(s) of the summary that read as instructions", dropped)
         if len(text) > MAX_SUMMARY_CHARS:
             text = text[:MAX_SUMMARY_CHARS].rstrip() + "\n[summary cut at 10,000 chars]"
         usage = getattr(answer, "usage_metadata", None) or {}

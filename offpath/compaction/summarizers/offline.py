@@ -27,7 +27,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt, render_content
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summary import is_summary, summary_body
+from offpath.compaction.summary import is_summary, looks_like_instruction, summary_body
 
 OFFLINE_NOTE = "_Offline summary: no LLM is configured; these lines were extracted from the compacted messages._"
 MAX_BULLETS = 12
@@ -134,6 +134,7 @@ def _findings(messages: list[BaseMessage], limit: int, seen: set[str]) -> list[s
     if limit <= 0:
         return []
     candidates: list[tuple[str, str, int]] = []  # (line, signature, order)
+    sources: dict[str, str] = {}  # line -> the tool whose output it quotes
     for m in messages:
         text = render_content(m.content)
         if m.type == "ai":
@@ -144,10 +145,12 @@ def _findings(messages: list[BaseMessage], limit: int, seen: set[str]) -> list[s
             continue
         for line in lines:
             line = _plain(line)[:1_000]
-            if line.endswith(":"):
-                continue  # a heading, not a finding
+            if line.endswith(":") or looks_like_instruction(line):
+                continue  # a heading, or an instruction to an assistant: not a finding
             if len(line) >= 12 and (_NUMBER.search(line) or _ERROR.search(line)):
                 candidates.append((line, _DIGITS.sub("#", line), len(candidates)))
+                if m.type == "tool":
+                    sources.setdefault(line, m.name or "tool")
     counts = Counter(sig for _, sig, _ in candidates)
     scored = []
     first_of: dict[str, int] = {}
@@ -164,6 +167,8 @@ def _findings(messages: list[BaseMessage], limit: int, seen: set[str]) -> list[s
     picked: list[tuple[int, str]] = []
     for _, order, line, count in scored:
         bullet = _clip(line, MAX_BULLET_CHARS)
+        if line in sources:  # quoted as data, never as words of the user
+            bullet = f"`{bullet}` ({sources[line]} output)"
         if count > 2:
             bullet += f" ({count} similar lines)"
         if bullet not in seen:
@@ -181,6 +186,8 @@ def _ruled_out(messages: list[BaseMessage]) -> list[str]:
             continue
         for sentence in re.split(r"(?<=[.!?])\s+|\n", render_content(m.content)):
             sentence = _plain(sentence)
+            if looks_like_instruction(sentence):
+                continue
             if _RULED_OUT.search(sentence) and not sentence.endswith(":"):
                 out.append(_clip(sentence, MAX_BULLET_CHARS))
     return out[-4:]
@@ -195,7 +202,11 @@ def _current_state(messages: list[BaseMessage]) -> str:
                 c = m.tool_calls[-1]
                 args = json.dumps(c.get("args") or {}, ensure_ascii=False, default=str)
                 call = f"last tool call: {c.get('name')}({_clip(args, 120)})"
-            text = _plain(render_content(m.content))
+            text = " ".join(
+                line
+                for line in _plain(render_content(m.content)).split(". ")
+                if not looks_like_instruction(line)
+            )
             if text and not said:
                 said = _clip(text, 300)
         if said and call:
