@@ -167,6 +167,24 @@ class Stack:
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, timeout=30)
         self._wait_ready()
+        # an admin key, as an operator would make one; every request of the tests sends it
+        self.key = self.create_key("test", admin=True)
+        self.http.headers["Authorization"] = f"Bearer {self.key}"
+
+    def create_key(self, tenant: str, admin: bool = False) -> str:
+        """A new API key (`offpath keys create`), for this stack's database."""
+        result = subprocess.run(
+            [sys.executable, "-m", "offpath.cli.main", "keys", "create", "--tenant", tenant]
+            + (["--admin"] if admin else []),
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"keys create failed: {result.stderr}")
+        return result.stdout.strip().splitlines()[-1]
 
     # --- processes ------------------------------------------------------------------------
 

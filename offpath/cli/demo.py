@@ -118,6 +118,8 @@ def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
         "WORKER_POOL": "threads",
         "WORKER_CONCURRENCY": "4",
         "LOG_LEVEL": "INFO",
+        # the embedded demo answers on 127.0.0.1 only, with no API keys to set up
+        "AUTH_DISABLED": "true",
         # the demo's tool loop: the scripted model stands in when no LLM is configured
         "CHAT_MODEL": settings.chat_model if settings.llm_configured else "scripted",
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -125,6 +126,8 @@ def replay_file(
                 raise CliError(
                     f"cannot reach the API at {client.base_url} ({exc}); start it with `offpath api`"
                 ) from None
+            if r.status_code == 401:
+                check_answer(r, f"{path}")
             if r.status_code != 200:
                 hint = ""
                 if "already used in this session" in _detail(r):
@@ -152,16 +155,44 @@ def _detail(r: httpx.Response) -> str:
 # --- commands -----------------------------------------------------------------------------------
 
 
+ApiKeyOption = Annotated[
+    str | None,
+    typer.Option("--api-key", help="API key (default: OFFPATH_API_KEY)", show_default=False),
+]
+UrlOption = Annotated[str | None, typer.Option(help="API URL (default: API_URL)")]
+
+
+def api_client(settings: Settings, url: str | None, api_key: str | None, timeout: float = 60):
+    """An HTTP client for the API at ``url`` (``API_URL``), sending the API key."""
+    key = api_key or (
+        settings.offpath_api_key.get_secret_value() if settings.offpath_api_key else ""
+    )
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=url or settings.api_url, timeout=timeout, headers=headers)
+
+
+def check_answer(r: httpx.Response, what: str) -> None:
+    """One line and exit 1 for an answer that is not 2xx (401 says how to get a key)."""
+    if r.status_code == 401:
+        fail(
+            f"{what}: the API refused the key ({_detail(r)}); pass --api-key or set "
+            "OFFPATH_API_KEY (create one with `offpath keys create --tenant NAME`)"
+        )
+    if r.status_code >= 400:
+        fail(f"{what}: the API answered {r.status_code}: {_detail(r)}")
+
+
 @app.command()
 def replay(
     files: Annotated[
         list[Path], typer.Argument(help="Conversation files (transcript, OpenAI or LangChain JSON)")
     ],
-    url: Annotated[str | None, typer.Option(help="API URL (default: API_URL)")] = None,
+    url: UrlOption = None,
     session: Annotated[str | None, typer.Option(help="Session id (default: the file name)")] = None,
     fmt: Annotated[
         str, typer.Option("--format", help="auto, transcript, openai or langchain")
     ] = "auto",
+    api_key: ApiKeyOption = None,
 ) -> None:
     """Replay conversation files against a running API, turn by turn."""
     if fmt not in FORMATS:
@@ -170,7 +201,7 @@ def replay(
     try:
         for path in files:  # read them all first: a bad file fails before anything is posted
             read_conversation(path, fmt)
-        with httpx.Client(base_url=url or settings.api_url, timeout=60) as client:
+        with api_client(settings, url, api_key) as client:
             for path in files:
                 sid = session or session_name(path)
                 result = replay_file(client, path, sid, fmt)
@@ -182,16 +213,15 @@ def replay(
 
 
 @app.command()
-def stats(
-    url: Annotated[str | None, typer.Option(help="API URL (default: API_URL)")] = None,
-) -> None:
+def stats(url: UrlOption = None, api_key: ApiKeyOption = None) -> None:
     """Print /stats of a running API."""
     settings = settings_or_exit()
     try:
-        r = httpx.get(f"{url or settings.api_url}/stats", timeout=10)
-        r.raise_for_status()
+        with api_client(settings, url, api_key, timeout=10) as client:
+            r = client.get("/stats")
     except httpx.HTTPError as exc:
         fail(f"cannot read /stats from {url or settings.api_url}: {exc}")
+    check_answer(r, "cannot read /stats")
     print_stats(r.json())
 
 
@@ -206,6 +236,7 @@ def print_stats(body: dict[str, Any]) -> None:
     ):
         table.add_row(key, f"{s[key]:,}")
     table.add_row("jobs", ", ".join(f"{k} {v}" for k, v in s["jobs"].items()))
+    table.add_row("fallback_maskings", f"{s.get('fallback_maskings', 0):,}")
     console.print(table)
 
 
@@ -217,6 +248,12 @@ def api(
     """Run the chat API (uvicorn)."""
     settings = settings_or_exit()
     migrate_or_exit(settings)
+    if settings.auth_disabled and host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(
+            f"[red]warning:[/red] AUTH_DISABLED=true and the API listens on {host}: anyone who "
+            "reaches it can read and write every session and spend the LLM budget",
+            highlight=False,
+        )
     import uvicorn
 
     uvicorn.run("offpath.api.app:app", host=host, port=port, log_level=settings.log_level.lower())
@@ -395,6 +432,72 @@ def beat(
         f"--schedule={Path(settings.data_dir) / 'celerybeat-schedule'}",
     ]
     os.execv(sys.executable, cmd)
+
+
+keys_app = typer.Typer(no_args_is_help=True, help="Create, list and revoke API keys.")
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="The tenant the key acts for")],
+    admin: Annotated[bool, typer.Option(help="An admin key sees every tenant")] = False,
+) -> None:
+    """Create a key; it is printed once (only its hash is stored)."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", tenant):
+        fail("--tenant must be 1-64 letters, digits or . _ -")
+    settings = settings_or_exit()
+    migrate_or_exit(settings)
+    from offpath.service.db import make_engine
+    from offpath.service.tenants import create_key
+
+    engine = make_engine(settings)
+    key = create_key(engine, tenant, admin=admin)
+    engine.dispose()
+    err.print(f"key for tenant {tenant}{' (admin)' if admin else ''}; shown once, keep it:")
+    print(key)
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """List keys (their prefixes, never the keys)."""
+    settings = settings_or_exit()
+    migrate_or_exit(settings)
+    from offpath.service.db import make_engine
+    from offpath.service.tenants import list_keys
+
+    engine = make_engine(settings)
+    table = Table("prefix", "tenant", "admin", "created", "revoked")
+    for k in list_keys(engine):
+        table.add_row(
+            k["prefix"],
+            k["tenant"],
+            "yes" if k["admin"] else "",
+            f"{k['created_at']:%Y-%m-%d %H:%M}",
+            f"{k['revoked_at']:%Y-%m-%d %H:%M}" if k["revoked_at"] else "",
+        )
+    engine.dispose()
+    console.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key: Annotated[str, typer.Argument(help="The key, or its prefix as `keys list` shows it")],
+) -> None:
+    """Revoke a key (it stops working within seconds)."""
+    settings = settings_or_exit()
+    migrate_or_exit(settings)
+    from offpath.service.db import make_engine
+    from offpath.service.tenants import UnknownKey, revoke_key
+
+    engine = make_engine(settings)
+    try:
+        n = revoke_key(engine, key)
+    except UnknownKey as exc:
+        fail(str(exc))
+    finally:
+        engine.dispose()
+    console.print(f"revoked {n} key(s)")
 
 
 def migrate_or_exit(settings: Settings) -> str:

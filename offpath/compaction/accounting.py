@@ -141,6 +141,15 @@ def message_chars(message: BaseMessage) -> int:
     return n
 
 
+def wire_chars(message: BaseMessage) -> int:
+    """Size in chars of everything a message carries, every field counted: its content with
+    media at their real (base64) size, tool calls, ``additional_kwargs``, metadata, name,
+    id, artifact. What a client's message may weigh (``MAX_MESSAGE_CHARS``; issue 10, item
+    2); :func:`message_chars` stays the size that counts against the threshold."""
+    raw = orjson.dumps(message.model_dump(), default=str)
+    return len(raw) if raw.isascii() else len(raw.decode())
+
+
 def total_chars(messages: Iterable[BaseMessage]) -> int:
     """Sum of :func:`message_chars` over ``messages``."""
     return sum(message_chars(m) for m in messages)

@@ -104,7 +104,26 @@ class Settings(BaseSettings):
     worker_pool: Literal["threads", "prefork", "solo"] = "threads"
     worker_concurrency: int = Field(default=64, gt=0, le=4_096)
     max_turn_messages: int = Field(default=10_000, gt=0)
+    #: Largest message accepted, every field counted (content with media at their real
+    #: size, tool calls, additional_kwargs, name, id, artifact...), in chars.
     max_message_chars: int = Field(default=2_000_000, gt=0)
+    #: Largest ``state`` of ``/turns`` (as JSON), in chars.
+    max_state_chars: int = Field(default=200_000, gt=0)
+    #: Largest request body, in bytes, refused (413) before it is parsed.
+    max_request_bytes: int = Field(default=32 * 2**20, gt=0)
+    #: Deepest nesting of JSON arrays and objects in a request (422 beyond).
+    max_json_depth: int = Field(default=32, ge=4, le=200)
+    #: Checkpoints kept per thread: once a thread has more, the older ones are pruned
+    #: (the originals a compaction removes are in the archive, not in old checkpoints).
+    #: 0: never prune.
+    checkpoint_history: int = Field(default=5, ge=0)
+    #: ``Host`` headers the API answers (comma-separated; ``*``: any; DNS rebinding).
+    allowed_hosts: str = Field(default="localhost,127.0.0.1,[::1]", min_length=1)
+    #: No API keys: every caller is the admin of tenant "default". For the embedded demo
+    #: only; the API warns at start-up, loudly when `offpath api` binds beyond 127.0.0.1.
+    auth_disabled: bool = False
+    #: The key the CLI (``replay``, ``stats``...) sends to the API.
+    offpath_api_key: SecretStr | None = None
     flower_basic_auth: str = ""
     flower_port: int = Field(default=5555, ge=1, le=65_535)
     api_url: str = Field(default="http://127.0.0.1:8000", pattern=r"^https?://\S+$")

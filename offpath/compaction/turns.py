@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from offpath.compaction.accounting import message_chars
+from offpath.compaction.accounting import wire_chars
 from offpath.compaction.pairing import CallPairer
 
 ALLOWED = (SystemMessage, HumanMessage, AIMessage, ToolMessage)
@@ -46,7 +46,8 @@ def validate_turn(
     """Check ``new`` against ``current``; return it with ids filled in, and the warnings.
 
     Rules: 1 to ``max_messages`` messages; only system, human, ai and tool
-    messages; at most ``max_message_chars`` chars each; message ids unique and not
+    messages; at most ``max_message_chars`` chars each, every field counted
+    (:func:`~offpath.compaction.accounting.wire_chars`); message ids unique and not
     already in the thread (re-sending an id would silently edit a message); tool
     calls with an id and a name. Call ids may repeat (some servers number calls per
     response): a result answers the nearest earlier unanswered call with its id
@@ -76,8 +77,11 @@ def validate_turn(
         if m.id in seen_ids:
             raise TurnError(f"{where}: id {m.id!r} is already used in this session or turn")
         seen_ids.add(m.id)
-        if (size := message_chars(m)) > max_message_chars:
-            raise TurnError(f"{where}: {size} chars; at most {max_message_chars} are accepted")
+        if (size := wire_chars(m)) > max_message_chars:
+            raise TurnError(
+                f"{where}: {size} chars, every field counted; at most {max_message_chars} "
+                "are accepted (MAX_MESSAGE_CHARS)"
+            )
         if isinstance(m, AIMessage):
             for call in [*m.tool_calls, *m.invalid_tool_calls]:
                 if not call.get("id") or not call.get("name"):

@@ -39,6 +39,45 @@ class Checkpoints(AbstractContextManager["Checkpoints"]):
         self.saver = saver
         self._closer = closer
 
+    def prune(self, session_id: str, keep: int) -> bool:
+        """Once the thread has more than ``keep`` checkpoints, delete all but its latest (with
+        their pending writes and the blobs only they held): storage stays bounded, and the
+        originals a compaction removed are in the archive, not in old checkpoints (issue
+        10, item 3). PostgreSQL: LangGraph's own ``prune(strategy="keep_latest")``, safe
+        against a run appending meanwhile; SQLite: the same in one write transaction.
+        ``keep=0``: never. Returns whether it pruned."""
+        if keep <= 0:
+            return False
+        if hasattr(self.saver, "prune") and type(self.saver).__name__ == "PostgresSaver":
+            with self._closer.connection() as conn:
+                n = conn.execute(
+                    "SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s "
+                    "AND checkpoint_ns = ''",
+                    (session_id,),
+                ).fetchone()["n"]
+            if n <= keep:
+                return False
+            self.saver.prune([session_id], strategy="keep_latest")
+            return True
+        conn = self._closer
+        with self.saver.lock:  # type: ignore[attr-defined]
+            cur = conn.execute(
+                "SELECT count(*), max(checkpoint_id) FROM checkpoints "
+                "WHERE thread_id = ? AND checkpoint_ns = ''",
+                (session_id,),
+            )
+            n, latest = cur.fetchone()
+            if n <= keep:
+                return False
+            with conn:  # one transaction
+                for table in ("writes", "checkpoints"):
+                    conn.execute(
+                        f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = '' "
+                        "AND checkpoint_id <> ?",
+                        (session_id, latest),
+                    )
+        return True
+
     def ping(self) -> None:
         """Raise if the checkpoint store does not answer."""
         self.saver.get_tuple({"configurable": {"thread_id": "__healthz__", "checkpoint_ns": ""}})

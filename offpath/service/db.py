@@ -553,22 +553,42 @@ def record_masking(engine: Engine, session_id: str, results: int, chars: int) ->
         )
 
 
-def stats(engine: Engine) -> dict[str, Any]:
-    """The ``/stats`` body, computed in SQL: the seed's two fields and ours."""
+def stats(engine: Engine, tenant: str | None = None) -> dict[str, Any]:
+    """The ``/stats`` body, computed in SQL: the seed's two fields and ours; ``tenant``:
+    only the sessions it owns (None: all)."""
+    from offpath.service.tenants import SessionOwner
+
     summ = UsageEvent.metadata_["summarization"].as_boolean()
     chars = UsageEvent.metadata_["chars_removed"].as_integer()
+
+    def owned(query: Any, column: Any) -> Any:
+        if tenant is None:
+            return query
+        mine = select(SessionOwner.session_id).where(SessionOwner.tenant == tenant)
+        return query.where(column.in_(mine))
+
     with Session(engine) as s:
         count, total, sessions = s.exec(
-            select(
-                func.count(UsageEvent.id),
-                func.coalesce(func.sum(chars), 0),
-                func.count(sa.distinct(UsageEvent.session_id)),
-            ).where(summ.is_(True))
+            owned(
+                select(
+                    func.count(UsageEvent.id),
+                    func.coalesce(func.sum(chars), 0),
+                    func.count(sa.distinct(UsageEvent.session_id)),
+                ).where(summ.is_(True)),
+                UsageEvent.session_id,
+            )
         ).one()
         by_status = dict(
-            s.exec(select(CompactionJob.status, func.count()).group_by(CompactionJob.status)).all()
+            s.exec(
+                owned(
+                    select(CompactionJob.status, func.count()).group_by(CompactionJob.status),
+                    CompactionJob.session_id,
+                )
+            ).all()
         )
-        maskings = s.exec(select(func.count(FallbackMasking.id))).one()
+        maskings = s.exec(
+            owned(select(func.count(FallbackMasking.id)), FallbackMasking.session_id)
+        ).one()
     return {
         "summary": {
             "total_summarizations": int(count),

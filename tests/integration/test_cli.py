@@ -66,11 +66,14 @@ def test_demo_runs_to_the_end_and_leaves_no_process(broker):
 def test_replay_and_stats_against_a_running_api(stacks):
     stack = stacks.get("sqlite")
     path = next(p for p in TRANSCRIPTS if p.stem == "taubench-airline-task2")
-    result = run(["replay", str(path), "--url", stack.url, "--session", "cli-replay"])
+    result = run(
+        ["replay", str(path), "--url", stack.url, "--session", "cli-replay"],
+        env={"OFFPATH_API_KEY": stack.key},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     posted = json.loads(path.read_text())["messages"]
     assert [m["id"] for m in stack.messages("cli-replay")] == [m["id"] for m in posted]
-    stats = run(["stats", "--url", stack.url])
+    stats = run(["stats", "--url", stack.url, "--api-key", stack.key])
     assert stats.returncode == 0 and "total_summarizations" in stats.stdout
 
 
@@ -100,7 +103,8 @@ def test_replay_openai_format_file(stacks, tmp_path):
         )
     )
     result = run(
-        ["replay", str(f), "--url", stack.url, "--session", "cli-openai", "--format", "openai"]
+        ["replay", str(f), "--url", stack.url, "--session", "cli-openai", "--format", "openai"],
+        env={"OFFPATH_API_KEY": stack.key},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert [m["type"] for m in stack.messages("cli-openai")] == [
@@ -320,7 +324,10 @@ def test_replay_is_a_lossless_round_trip(stacks, tmp_path, path):
     f = tmp_path / f"{path.stem}.json"
     f.write_text(json.dumps({"messages": messages_to_dict(rich)}))
     session = f"lossless-{path.stem}"[:60]
-    result = run(["replay", str(f), "--url", stack.url, "--session", session])
+    result = run(
+        ["replay", str(f), "--url", stack.url, "--session", session],
+        env={"OFFPATH_API_KEY": stack.key},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     r = stack.http.get(f"/sessions/{session}/messages", params={"format": "langchain"})
     assert messages_from_dict(r.json()["messages"]) == rich

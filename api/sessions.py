@@ -1,0 +1,292 @@
+"""Session routes: chat turns (a run of the API's own agent), turn import, reads.
+
+Routes are thin: a write route checks the caller owns the session, takes the
+thread's lock, runs or appends the turn through the shared LangGraph graph and
+answers; the post-turn hook and the checkpoint pruning run after the response
+(FastAPI background tasks).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, Literal
+
+import orjson
+from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request
+from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, messages_to_dict
+from langgraph.graph.message import add_messages
+
+from api.deps import (
+    Caller,
+    SessionId,
+    check_readable,
+    check_readable_or_new,
+    no_session,
+    rt_of,
+    take_writable,
+)
+from api.schemas import ERRORS, ChatIn, Problem, TurnIn
+from offpath.compaction.accounting import total_chars
+from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
+from offpath.compaction.summary import is_summary
+from offpath.compaction.turns import TurnError, validate_turn
+from offpath.service import db
+from offpath.service.agent import thread_config
+from offpath.service.leases import failure_backoff_s
+from offpath.service.logs import tag
+from offpath.service.runtime import Runtime
+
+log = logging.getLogger("offpath.api")
+
+router = APIRouter(prefix="/sessions", tags=["sessions"], responses=ERRORS)
+
+NO_LLM = (
+    "no LLM is configured for chat turns: set OPENAI_API_KEY (and OPENAI_BASE_URL for any "
+    "OpenAI-compatible endpoint) in .env and restart the API; POST /sessions/{id}/turns "
+    "appends turns produced elsewhere without an LLM"
+)
+BUSY = {409: {"model": Problem, "description": "Another turn is in progress on the session"}}
+
+
+def state_of(rt: Runtime, session_id: str) -> dict[str, Any]:
+    return rt.graph.get_state(thread_config(session_id)).values
+
+
+def after_write(
+    request: Request, tasks: BackgroundTasks, session_id: str, messages: Sequence[BaseMessage]
+) -> None:
+    """After the response: the post-turn hook (``messages``: an imported turn's thread) and
+    the pruning of old checkpoints."""
+    rt = rt_of(request)
+    if messages:
+        tasks.add_task(request.app.state.hook, session_id, list(messages))
+    tasks.add_task(prune, rt, session_id)
+
+
+def prune(rt: Runtime, session_id: str) -> None:
+    try:
+        rt.checkpoints.prune(session_id, rt.settings.checkpoint_history)
+    except Exception as exc:  # best effort: the next write prunes
+        log.warning("[%s] could not prune old checkpoints: %s", tag(session_id), exc)
+
+
+@router.post(
+    "/{session_id}/messages",
+    responses={
+        **BUSY,
+        502: {"model": Problem, "description": "The chat model failed; the turn was taken back"},
+        503: {"model": Problem, "description": "No LLM is configured"},
+    },
+)
+def chat(
+    session_id: SessionId, body: ChatIn, request: Request, tasks: BackgroundTasks, caller: Caller
+) -> dict[str, Any]:
+    """One chat turn: a run of the API's own agent (its tools, offpath's middleware compacting
+    during the run). Answers the reply and what the run added."""
+    rt = rt_of(request)
+    settings = rt.settings
+    if not (settings.llm_configured or settings.chat_model == "scripted"):
+        raise HTTPException(status_code=503, detail=NO_LLM)
+    if len(body.content) > settings.max_message_chars:
+        raise HTTPException(
+            status_code=422,
+            detail=f"content: {len(body.content)} chars; at most "
+            f"{settings.max_message_chars} are accepted (MAX_MESSAGE_CHARS)",
+        )
+    check_readable_or_new(rt, caller, session_id)
+    human = HumanMessage(id=str(uuid.uuid4()), content=body.content)
+    config = thread_config(session_id)
+    with rt.locks.turn(session_id, run=True):
+        take_writable(rt, caller, session_id)  # under the lock: the first writer owns it
+        prior = state_of(rt, session_id).get("messages", [])
+        before = {m.id for m in prior}
+        try:
+            values = rt.graph.invoke({"messages": [human]}, config)
+        except Exception as exc:
+            _undo(rt, session_id, before)
+            log.warning("[%s] chat turn failed: %s", tag(session_id), exc)
+            raise HTTPException(status_code=502, detail=f"the chat model failed: {exc}") from exc
+    messages = values["messages"]
+    added = [m for m in messages if m.id not in before]
+    after_write(request, tasks, session_id, ())
+    return {
+        "session_id": session_id,
+        "reply": message_json(messages[-1]),
+        "messages": len(messages),
+        "chars": total_chars(messages),
+        "run": {
+            "messages": len(added),
+            "chars": total_chars(added),
+            "tool_calls": sum(len(getattr(m, "tool_calls", None) or []) for m in added),
+            # a compaction was applied during the run (the summary is new or changed)
+            "compacted": _summary_text(messages) not in ("", _summary_text(prior)),
+        },
+    }
+
+
+@router.post("/{session_id}/turns", responses=BUSY)
+def append_turn(
+    session_id: SessionId, body: TurnIn, request: Request, tasks: BackgroundTasks, caller: Caller
+) -> dict[str, Any]:
+    """Append a completed turn produced elsewhere; 422 names what is wrong, nothing is written."""
+    rt = rt_of(request)
+    settings = rt.settings
+    if body.state is not None:
+        if "messages" in body.state:
+            raise HTTPException(
+                status_code=422,
+                detail='state: "messages" is reserved; send messages in the messages list',
+            )
+        size = len(orjson.dumps(body.state).decode())
+        if size > settings.max_state_chars:
+            raise HTTPException(
+                status_code=422,
+                detail=f"state: {size} chars; at most {settings.max_state_chars} are accepted "
+                "(MAX_STATE_CHARS)",
+            )
+    try:
+        new = to_messages(body.messages)
+    except ConversationFormatError as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from None
+    check_readable_or_new(rt, caller, session_id)
+    with rt.locks.turn(session_id):
+        take_writable(rt, caller, session_id)  # under the lock: the first writer owns it
+        values = state_of(rt, session_id)
+        current = list(values.get("messages", []))
+        try:
+            new, warnings = validate_turn(
+                current,
+                new,
+                max_messages=settings.max_turn_messages,
+                max_message_chars=settings.max_message_chars,
+            )
+        except TurnError as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from None
+        update: dict[str, Any] = {"messages": new}
+        if body.state:
+            update["context"] = {**values.get("context", {}), **body.state}
+        rt.patch(session_id, update)
+    messages = add_messages(current, new)
+    after_write(request, tasks, session_id, messages)
+    return {
+        "session_id": session_id,
+        "appended": len(new),
+        "messages": len(messages),
+        "chars": total_chars(messages),
+        "warnings": [{"code": w.code, "message": w.message} for w in warnings],
+    }
+
+
+@router.get("/{session_id}/messages")
+def read_messages(
+    session_id: SessionId,
+    request: Request,
+    caller: Caller,
+    format: Literal["transcript", "langchain"] = Query(  # noqa: A002 - the query name
+        "transcript",
+        description="transcript: LangChain dicts (type/content/tool_calls/...); langchain: "
+        "langchain_core's messages_to_dict, lossless",
+    ),
+) -> dict[str, Any]:
+    """The thread's messages, its size and its other state keys."""
+    rt = rt_of(request)
+    check_readable(rt, caller, session_id)
+    values = state_of(rt, session_id)
+    if not values:
+        raise no_session(session_id)
+    messages = values.get("messages", [])
+    return {
+        "session_id": session_id,
+        "messages": (
+            messages_to_dict(messages)
+            if format == "langchain"
+            else [message_json(m) for m in messages]
+        ),
+        "chars": total_chars(messages),
+        "state": values.get("context", {}),
+    }
+
+
+@router.get("/{session_id}/compactions")
+def read_compactions(session_id: SessionId, request: Request, caller: Caller) -> dict[str, Any]:
+    """The thread's compaction jobs, oldest first, and how each ended; who holds the thread
+    now (``lease``) and the failure backoff, if one is running."""
+    rt = rt_of(request)
+    check_readable(rt, caller, session_id)
+    rows = db.jobs_of(rt.engine, session_id)
+    if not rows and not state_of(rt, session_id):
+        raise no_session(session_id)
+    return {
+        "session_id": session_id,
+        "jobs": [job_json(r) for r in rows],
+        "lease": lease_json(rt, session_id),
+        "backoff": backoff_json(rt, session_id),
+    }
+
+
+def job_json(r: dict[str, Any]) -> dict[str, Any]:
+    """One ``compaction_jobs`` row as ``/compactions`` shows it."""
+    result = {
+        **((r["result"] or {}).get("usage") or {}),
+        **((r["result"] or {}).get("record") or {}),
+    }
+    applied = r["status"] == db.JobStatus.APPLIED
+    return {
+        "job_id": r["job_id"],
+        "status": r["status"],
+        "reason": r["reason"],
+        "reason_code": r["reason_code"],
+        "attempts": r["attempts"],
+        "published": r["published"],
+        "chars_when_queued": r["chars_before"],
+        "messages_removed": result.get("messages_removed") if applied else None,
+        "chars_removed": result.get("chars_removed") if applied else None,
+        "summarizer": result.get("summarizer"),
+        "latency_ms": result.get("latency_ms"),
+        "created_at": r["created_at"].isoformat(),
+        "updated_at": r["updated_at"].isoformat(),
+    }
+
+
+def lease_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
+    """Who holds the thread's claim now (None: free, or the lock store is unreachable)."""
+    try:
+        holder = rt.leases.holder(session_id)
+    except Exception:
+        return None
+    if holder is None:
+        return None
+    return {"job_id": holder.job_id, "state": holder.state.name.lower()}
+
+
+def backoff_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
+    """The failure backoff after jobs failed in a row (issue 8, item 5), while it runs."""
+    failures, last = db.failures_in_a_row(rt.engine, session_id)
+    s = rt.settings
+    seconds = failure_backoff_s(failures, s.failure_backoff_s, s.failure_backoff_max_s)
+    if not seconds or last is None:
+        return None
+    until = last + timedelta(seconds=seconds)
+    if until <= db.now_utc():
+        return None
+    return {"failures_in_a_row": failures, "seconds": seconds, "until": until.isoformat()}
+
+
+def _summary_text(messages: Sequence[BaseMessage]) -> str:
+    return next((str(m.content) for m in messages if is_summary(m)), "")
+
+
+def _undo(rt: Runtime, session_id: str, before: set[Any]) -> None:
+    """Take back what a failed run added, so the thread is as it was (a summary the run's
+    middleware applied stays: it replaced messages that are gone)."""
+    added: list[Any] = []
+    try:
+        messages = state_of(rt, session_id).get("messages", [])
+        added = [m.id for m in messages if m.id not in before and not is_summary(m)]
+        if added:
+            rt.patch(session_id, {"messages": [RemoveMessage(id=str(i)) for i in added]})
+    except Exception as exc:
+        log.error("[%s] could not take back the failed turn (%s): %s", tag(session_id), added, exc)

@@ -1,0 +1,189 @@
+"""API keys and tenants: who may call the API, and which sessions are theirs (issue 10).
+
+A key is ``op_`` and 43 random URL-safe chars, shown once when it is created
+(``offpath keys create --tenant NAME``) and stored as its SHA-256 only (the keys
+are random: a slow hash adds nothing). A key belongs to a tenant; an admin key
+sees every tenant's sessions and the global ``/stats``.
+
+A session belongs to the tenant whose key first wrote to it (``sessions`` table).
+Another tenant gets 404 for it, not 403, so session ids do not leak. Threads of a
+team's own agent (the middleware) have no owner: only admin keys see them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlmodel import Field, SQLModel
+
+#: The tenant of everything when ``AUTH_DISABLED=true``, and of sessions older than keys.
+DEFAULT_TENANT = "default"
+#: A key's known prefix; ``PREFIX_CHARS`` of it (with the ``op_``) are kept to name it.
+KEY_PREFIX = "op_"
+PREFIX_CHARS = 10
+#: How long a looked-up key is remembered in this process (a revoked key stops within it).
+CACHE_S = 5.0
+
+
+class ApiKey(SQLModel, table=True):
+    """An API key, stored as its SHA-256; ``prefix`` names it in lists."""
+
+    __tablename__ = "api_keys"
+
+    id: int | None = Field(default=None, primary_key=True)
+    key_hash: str = Field(max_length=64, unique=True)
+    prefix: str = Field(max_length=16)
+    tenant: str = Field(max_length=64)
+    admin: bool = False
+    created_at: datetime = Field(sa_type=sa.DateTime(timezone=True))
+    revoked_at: datetime | None = Field(default=None, sa_type=sa.DateTime(timezone=True))
+
+
+class SessionOwner(SQLModel, table=True):
+    """Which tenant owns a session (the first to write to it)."""
+
+    __tablename__ = "sessions"
+
+    session_id: str = Field(primary_key=True, max_length=128)
+    tenant: str = Field(max_length=64, index=True)
+    created_at: datetime = Field(sa_type=sa.DateTime(timezone=True))
+    last_activity: datetime = Field(sa_type=sa.DateTime(timezone=True))
+
+
+KEYS = ApiKey.__table__  # type: ignore[attr-defined]
+SESSIONS = SessionOwner.__table__  # type: ignore[attr-defined]
+
+
+class UnknownKey(LookupError):
+    """No active key matches (to revoke)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: a tenant, admin or not."""
+
+    tenant: str
+    admin: bool = False
+
+    def sees(self, owner: str | None) -> bool:
+        """May this caller see a session owned by ``owner`` (None: no owner)?"""
+        return self.admin or owner == self.tenant
+
+
+def _hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def create_key(engine: Engine, tenant: str, admin: bool = False) -> str:
+    """A new key for ``tenant``; returned once, stored hashed."""
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(KEYS).values(
+                key_hash=_hash(key),
+                prefix=key[:PREFIX_CHARS],
+                tenant=tenant,
+                admin=admin,
+                created_at=_now(),
+            )
+        )
+    return key
+
+
+def revoke_key(engine: Engine, key_or_prefix: str) -> int:
+    """Revoke the key (given whole, or by the prefix ``keys list`` shows); how many were.
+
+    Raises :class:`UnknownKey` if none matches."""
+    match = (
+        KEYS.c.key_hash == _hash(key_or_prefix)
+        if len(key_or_prefix) > PREFIX_CHARS
+        else KEYS.c.prefix == key_or_prefix
+    )
+    with engine.begin() as conn:
+        n = conn.execute(
+            sa.update(KEYS).where(match, KEYS.c.revoked_at.is_(None)).values(revoked_at=_now())
+        ).rowcount
+    if not n:
+        raise UnknownKey(f"no active key {key_or_prefix[:PREFIX_CHARS]}...")
+    _cache.clear()
+    return n
+
+
+def list_keys(engine: Engine) -> list[dict[str, Any]]:
+    """Every key (prefix, tenant, admin, created, revoked), newest first; never the key."""
+    q = sa.select(
+        KEYS.c.prefix, KEYS.c.tenant, KEYS.c.admin, KEYS.c.created_at, KEYS.c.revoked_at
+    ).order_by(KEYS.c.created_at.desc())
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(q)]
+
+
+_cache: dict[str, tuple[float, Principal | None]] = {}
+
+
+def principal_of(engine: Engine, key: str) -> Principal | None:
+    """The caller ``key`` names, or None (unknown or revoked)."""
+    digest = _hash(key)
+    hit = _cache.get(digest)
+    if hit is not None and time.monotonic() - hit[0] < CACHE_S:
+        return hit[1]
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(KEYS.c.tenant, KEYS.c.admin).where(
+                KEYS.c.key_hash == digest, KEYS.c.revoked_at.is_(None)
+            )
+        ).first()
+    found = Principal(row.tenant, bool(row.admin)) if row is not None else None
+    if len(_cache) > 10_000:
+        _cache.clear()
+    _cache[digest] = (time.monotonic(), found)
+    return found
+
+
+def owner_of(engine: Engine, session_id: str) -> str | None:
+    """The tenant that owns ``session_id`` (None: nobody, or no such session)."""
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.select(SESSIONS.c.tenant).where(SESSIONS.c.session_id == session_id)
+        ).scalar()
+
+
+def take_session(engine: Engine, session_id: str, tenant: str) -> str:
+    """Make ``tenant`` the owner of ``session_id`` if it has none; return its owner (one
+    statement and a read: the first writer wins, also between two at once)."""
+    now = _now()
+    if engine.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    with engine.begin() as conn:
+        conn.execute(
+            insert(SESSIONS)
+            .values(session_id=session_id, tenant=tenant, created_at=now, last_activity=now)
+            .on_conflict_do_update(
+                index_elements=["session_id"],
+                set_={"last_activity": now},
+                where=SESSIONS.c.tenant == tenant,
+            )
+        )
+        return str(
+            conn.execute(
+                sa.select(SESSIONS.c.tenant).where(SESSIONS.c.session_id == session_id)
+            ).scalar()
+        )
+
+
+def forget_session(engine: Engine, session_id: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.delete(SESSIONS).where(SESSIONS.c.session_id == session_id))
