@@ -11,20 +11,24 @@ Run it with ``offpath api`` or ``uvicorn offpath.api.app:app``.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
-from starlette.middleware.trustedhost import TrustedHostMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from api import sessions, stats
 from api.deps import principal
-from api.limits import BodyLimit, short
+from api.limits import BodyLimit, HostCheck, short
+from api.schemas import Invalid
 from offpath.compaction.settings import Settings, get_settings
 from offpath.service.compactions import apply_prepared
 from offpath.service.hook import PostTurnHook
@@ -100,12 +104,21 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         openapi_url=None,
     )
     hosts = [h.strip() for h in settings.allowed_hosts.split(",") if h.strip()]
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
+    app.add_middleware(HostCheck, allowed_hosts=hosts)
     app.add_middleware(
         BodyLimit, max_bytes=settings.max_request_bytes, max_depth=settings.max_json_depth
     )
     app.include_router(sessions.router)
     app.include_router(stats.router)
+
+    plain_openapi = app.openapi
+
+    def openapi_document() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = our_422(plain_openapi())
+        return app.openapi_schema
+
+    app.openapi = openapi_document  # type: ignore[method-assign]
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(principal)])
     def openapi() -> dict[str, Any]:
@@ -130,11 +143,56 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
             status_code=422, content={"detail": short(detail, 1000), "errors": errors}
         )
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        """FastAPI's answer, but a 405's ``Allow`` lists the methods of every route on the
+        path (Starlette lists only those of the first route it matched)."""
+        if exc.status_code == 405:
+            allowed = sorted(methods_of(request))
+            exc = StarletteHTTPException(
+                405, exc.detail, {**(exc.headers or {}), "Allow": ", ".join(allowed)}
+            )
+        return await http_exception_handler(request, exc)
+
     @app.exception_handler(ThreadBusy)
     async def _busy(_: Request, exc: ThreadBusy) -> JSONResponse:
         return JSONResponse(status_code=409, content={"detail": str(exc)})
 
     return app
+
+
+def methods_of(request: Request) -> set[str]:
+    """The methods the app's routes answer on ``request``'s path."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return methods
+
+
+def our_422(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with our 422 body (:class:`~api.schemas.Invalid`: ``detail`` a string,
+    ``errors`` a list) wherever FastAPI put its own ``HTTPValidationError``."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    ref = "#/components/schemas/Invalid"
+    theirs = "#/components/schemas/HTTPValidationError"
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            answer = operation.get("responses", {}).get("422")
+            media = (answer or {}).get("content", {}).get("application/json", {})
+            if media.get("schema", {}).get("$ref") == theirs:
+                media["schema"] = {"$ref": ref}
+                answer["description"] = "The request is not valid; nothing was written"
+    if "Invalid" not in schemas:
+        invalid = Invalid.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(invalid.pop("$defs", {}))
+        schemas["Invalid"] = invalid
+    for name in ("HTTPValidationError", "ValidationError"):  # unless still referred to
+        others = {k: v for k, v in schemas.items() if k != name}
+        if f'"#/components/schemas/{name}"' not in json.dumps([document["paths"], others]):
+            schemas.pop(name, None)
+    return document
 
 
 app = create_app()

@@ -1,20 +1,33 @@
-"""Request and error bodies of the API, as pydantic models (and so in its OpenAPI document)."""
+"""Request, answer and error bodies of the API, as pydantic models (and so in its OpenAPI
+document, which a schema-driven fuzzer reads: ``tests/integration/test_fuzz.py``).
+
+Requests: :class:`ChatIn`, :class:`TurnIn` (its ``messages`` one of three shapes: OpenAI
+chat format, LangChain transcript dicts, serialized LangChain messages, by role or type).
+Answers: one model per route (``*Out``); the routes build plain dicts and FastAPI checks
+them against these (``response_model_exclude_unset``: a key a route leaves out stays out).
+Errors: :class:`Problem` (``{"detail": str}``), :class:`Invalid` for 422 (with ``errors``).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from api.limits import lone_surrogate
+from api.limits import unstorable
 
 
 class _Checked(BaseModel):
+    """A request body: refused (422) if a value in it cannot be stored as sent."""
+
     @model_validator(mode="before")
     @classmethod
-    def _no_lone_surrogates(cls, data: Any) -> Any:
-        if (where := lone_surrogate(data)) is not None:
-            raise ValueError(f"{where}: a lone UTF-16 surrogate is not text (send valid UTF-8)")
+    def _storable(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):  # the fields kept (other keys are ignored)
+            kept = {k: v for k, v in data.items() if k in cls.model_fields}
+            if (problem := unstorable(kept)) is not None:
+                raise ValueError(problem)
         return data
 
 
@@ -22,8 +35,232 @@ class ChatIn(_Checked):
     content: str = Field(min_length=1, description="The user's message")
 
 
+# --- the messages of a turn --------------------------------------------------------------------
+
+#: A message's content: text, or a list of content blocks (text, image, file...).
+Content = str | list[str | dict[str, Any]]
+#: Message ids and tool-call ids: ``/turns`` refuses a call without one.
+CallId = Annotated[str, Field(min_length=1)]
+ToolName = Annotated[str, Field(min_length=1)]
+
+
+class _Open(BaseModel):
+    """Other keys are kept (they land in the message's ``additional_kwargs``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _not_keys(*keys: str, object_data: bool = False) -> dict[str, Any]:
+    """JSON schema: an object that has none of ``keys`` (and, with ``object_data``, no object
+    under ``data``): how the API tells the three shapes apart (:func:`shape_of`)."""
+    cases: list[dict[str, Any]] = [{"required": [k]} for k in keys]
+    if object_data:
+        cases.append({"required": ["type", "data"], "properties": {"data": {"type": "object"}}})
+    return {"not": {"anyOf": cases}}
+
+
+# OpenAI chat format: role / content / tool_calls [{id, type, function {name, arguments}}]
+
+
+class OpenAIFunction(_Open):
+    name: ToolName
+    arguments: str | dict[str, Any] = Field(
+        description="The call's arguments: a JSON object, as text (OpenAI) or as an object"
+    )
+
+
+class OpenAIToolCall(_Open):
+    id: CallId
+    type: Literal["function"] = "function"
+    function: OpenAIFunction
+
+
+class LangChainToolCall(_Open):
+    model_config = ConfigDict(json_schema_extra=_not_keys("function"))
+
+    id: CallId
+    name: ToolName
+    args: dict[str, Any]
+    type: Literal["tool_call"] | None = None
+
+
+def _call_shape(call: Any) -> str:
+    """A tool call with a ``function`` is in OpenAI's format (as langchain_core reads it)."""
+    if isinstance(call, BaseModel):
+        call = call.model_dump(exclude_unset=True)
+    return "openai" if isinstance(call, Mapping) and "function" in call else "langchain"
+
+
+#: A tool call in either format (both message shapes accept both).
+ToolCall = Annotated[
+    Annotated[LangChainToolCall, Tag("langchain")] | Annotated[OpenAIToolCall, Tag("openai")],
+    Discriminator(_call_shape),
+]
+
+
+class _Fields(_Open):
+    """What OpenAI chat format and LangChain dicts share (they differ in ``role``/``type``)."""
+
+    content: Content | None = Field(description="null is read as empty")
+    id: str | None = Field(default=None, description="Unique in the session; made up if absent")
+    name: str | None = None
+    additional_kwargs: dict[str, Any] | None = None
+    response_metadata: dict[str, Any] | None = None
+
+
+class _HumanFields(_Fields):
+    example: bool = Field(default=False, strict=True)
+
+
+class _AIFields(_Fields):
+    tool_calls: list[ToolCall] | None = None
+    example: bool = Field(default=False, strict=True)
+
+
+class _ToolFields(_Fields):
+    tool_call_id: str = Field(description="The id of the call this result answers")
+    artifact: Any = None
+    status: Literal["success", "error"] = "success"
+
+
+#: JSON schema: OpenAI messages are told apart by ``role``, unless serialized (``data``).
+_OPENAI = ConfigDict(json_schema_extra=_not_keys(object_data=True))
+#: JSON schema: LangChain dicts have a ``type`` and no ``role``.
+_LANGCHAIN = ConfigDict(json_schema_extra=_not_keys("role", object_data=True))
+
+
+class OpenAISystem(_Fields):
+    model_config = _OPENAI
+    role: Literal["system", "developer"]
+
+
+class OpenAIUser(_HumanFields):
+    model_config = _OPENAI
+    role: Literal["user"]
+
+
+class OpenAIAssistant(_AIFields):
+    model_config = _OPENAI
+    role: Literal["assistant"]
+
+
+class OpenAITool(_ToolFields):
+    model_config = _OPENAI
+    role: Literal["tool"]
+
+
+OpenAIMessage = Annotated[
+    OpenAISystem | OpenAIUser | OpenAIAssistant | OpenAITool, Field(discriminator="role")
+]
+
+
+# LangChain transcript dicts: type / content / tool_calls [{id, name, args}] / tool_call_id / id
+
+
+class LangChainSystem(_Fields):
+    model_config = _LANGCHAIN
+    type: Literal["system", "developer"]
+
+
+class LangChainHuman(_HumanFields):
+    model_config = _LANGCHAIN
+    type: Literal["human", "user"]
+
+
+class LangChainAI(_AIFields):
+    model_config = _LANGCHAIN
+    type: Literal["ai", "assistant"]
+
+
+class LangChainTool(_ToolFields):
+    model_config = _LANGCHAIN
+    type: Literal["tool"]
+
+
+LangChainMessage = Annotated[
+    LangChainSystem | LangChainHuman | LangChainAI | LangChainTool, Field(discriminator="type")
+]
+
+
+# serialized LangChain messages (langchain_core's messages_to_dict): {type, data}
+
+
+class SerializedData(_Open):
+    content: Content
+    id: str | None = None
+    name: str | None = None
+    additional_kwargs: dict[str, Any] = Field(default_factory=dict)
+    response_metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class AIData(SerializedData):
+    tool_calls: list[LangChainToolCall] = Field(default_factory=list)
+
+
+class ToolData(SerializedData):
+    tool_call_id: str
+    artifact: Any = None
+    status: Literal["success", "error"] = "success"
+
+
+class SerializedSystem(BaseModel):
+    type: Literal["system", "SystemMessageChunk"]
+    data: SerializedData
+
+
+class SerializedHuman(BaseModel):
+    type: Literal["human", "HumanMessageChunk"]
+    data: SerializedData
+
+
+class SerializedAI(BaseModel):
+    type: Literal["ai", "AIMessageChunk"]
+    data: AIData
+
+
+class SerializedTool(BaseModel):
+    type: Literal["tool", "ToolMessageChunk"]
+    data: ToolData
+
+
+SerializedMessage = Annotated[
+    SerializedSystem | SerializedHuman | SerializedAI | SerializedTool,
+    Field(discriminator="type"),
+]
+
+
+def shape_of(item: Any) -> str | None:
+    """Which shape a message dict is, as :func:`offpath.compaction.formats.to_messages` reads
+    it: ``type`` with an object ``data``: serialized; else ``role``: OpenAI; else ``type``:
+    LangChain; anything else: None (refused)."""
+    if isinstance(item, BaseModel):
+        item = item.model_dump(exclude_unset=True)
+    if not isinstance(item, Mapping):
+        return None
+    if "type" in item and isinstance(item.get("data"), Mapping):
+        return "serialized"
+    if "role" in item:
+        return "openai"
+    if "type" in item:
+        return "langchain"
+    return None
+
+
+Message = Annotated[
+    Annotated[OpenAIMessage, Tag("openai")]
+    | Annotated[LangChainMessage, Tag("langchain")]
+    | Annotated[SerializedMessage, Tag("serialized")],
+    Discriminator(
+        shape_of,
+        custom_error_type="message_shape",
+        custom_error_message='a message is an object with "role" (OpenAI chat format), '
+        '"type" (LangChain) or "type" and "data" (serialized LangChain)',
+    ),
+]
+
+
 class TurnIn(_Checked):
-    messages: list[dict[str, Any]] = Field(
+    messages: list[Message] = Field(
         min_length=1,
         description="The turn's messages: OpenAI chat format (role/content/tool_calls), "
         "LangChain dicts (type/content/tool_calls/tool_call_id) or serialized LangChain messages",
@@ -33,6 +270,145 @@ class TurnIn(_Checked):
         description="Other keys of the thread's state to set (kept across compactions)",
     )
 
+    def message_dicts(self) -> list[dict[str, Any]]:
+        """The messages as the client sent them (plain dicts: keys it left out stay out)."""
+        return [m.model_dump(exclude_unset=True) for m in self.messages]
+
+
+# --- answers ----------------------------------------------------------------------------------
+
+
+class ToolCallOut(BaseModel):
+    id: str | None
+    name: str
+    args: dict[str, Any]
+
+
+class MessageOut(_Open):
+    """A message in the transcript format (``/turns`` reads it back unchanged)."""
+
+    type: str
+    id: str | None
+    content: Content
+    tool_calls: list[ToolCallOut] = Field(default_factory=list, description="AI messages")
+    tool_call_id: str = Field(default="", description="Tool messages")
+    name: str = ""
+    additional_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class SerializedOut(BaseModel):
+    """A message as langchain_core's ``messages_to_dict`` writes it (lossless)."""
+
+    type: str
+    data: dict[str, Any]
+
+
+class RunOut(BaseModel):
+    """What a chat turn's run added to the thread."""
+
+    messages: int
+    chars: int
+    tool_calls: int
+    compacted: bool = Field(description="A compaction was applied during the run")
+
+
+class ChatOut(BaseModel):
+    session_id: str
+    reply: MessageOut
+    messages: int = Field(description="Messages in the thread now")
+    chars: int = Field(description="The thread's size now, in chars")
+    run: RunOut
+
+
+class WarningOut(BaseModel):
+    code: str = Field(description="orphan_tool_result")
+    message: str
+
+
+class TurnOut(BaseModel):
+    session_id: str
+    appended: int
+    messages: int = Field(description="Messages in the thread now")
+    chars: int = Field(description="The thread's size now, in chars")
+    warnings: list[WarningOut]
+
+
+class SessionOut(BaseModel):
+    session_id: str
+    messages: list[MessageOut] | list[SerializedOut]
+    chars: int
+    state: dict[str, Any] = Field(description="The thread's other state keys")
+
+
+class JobOut(BaseModel):
+    job_id: str
+    status: Literal["queued", "running", "prepared", "applied", "skipped", "failed"]
+    reason: str | None
+    reason_code: str | None
+    attempts: int
+    published: bool
+    chars_when_queued: int | None
+    messages_removed: int | None
+    chars_removed: int | None
+    summarizer: str | None
+    latency_ms: int | None
+    created_at: str
+    updated_at: str
+
+
+class LeaseOut(BaseModel):
+    job_id: str
+    state: Literal["queued", "running", "prepared", "done", "skipped", "backoff"]
+
+
+class BackoffOut(BaseModel):
+    failures_in_a_row: int
+    seconds: float
+    until: str
+
+
+class CompactionsOut(BaseModel):
+    session_id: str
+    jobs: list[JobOut] = Field(description="Oldest first")
+    lease: LeaseOut | None = Field(description="Who holds the thread now")
+    backoff: BackoffOut | None = Field(description="The failure backoff, while it runs")
+
+
+class JobCounts(BaseModel):
+    queued: int
+    running: int
+    prepared: int
+    applied: int
+    skipped: int
+    failed: int
+
+
+class StatsSummary(_Open):
+    total_summarizations: int
+    total_chars_compacted: int
+    sessions_compacted: int
+    approx_tokens_saved: int
+    jobs: JobCounts
+    fallback_maskings: int
+
+
+class StatsOut(BaseModel):
+    summary: StatsSummary
+
+
+class HealthOut(BaseModel):
+    """``ok`` when the broker, the database and the checkpointer answer; each says ``ok`` or
+    ``error: ...``; ``reconciler`` says when it last ran (reported, not required)."""
+
+    ok: bool
+    broker: str
+    database: str
+    checkpointer: str
+    reconciler: str
+
+
+# --- errors -----------------------------------------------------------------------------------
+
 
 class Problem(BaseModel):
     """An error: ``detail`` says what is wrong, in one line."""
@@ -40,17 +416,44 @@ class Problem(BaseModel):
     detail: str
 
 
+class FieldError(BaseModel):
+    loc: list[str] = Field(description="Where: body, messages, 0, content...")
+    msg: str
+    type: str | None
+
+
 class Invalid(Problem):
     """A request that is not valid: ``detail`` in one line, ``errors`` one per field (the
     input is never echoed)."""
 
-    errors: list[dict[str, Any]] = Field(default_factory=list)
+    errors: list[FieldError] = Field(default_factory=list)
 
 
-#: The error answers every route may give, for the OpenAPI document.
+def _problem(description: str) -> dict[str, Any]:
+    return {"model": Problem, "description": description}
+
+
+#: The error answers of the routes, for the OpenAPI document.
 ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": Problem, "description": "No API key, or an unknown or revoked one"},
-    404: {"model": Problem, "description": "No such session (or another tenant's)"},
-    413: {"model": Problem, "description": "Request body over MAX_REQUEST_BYTES"},
+    400: _problem("The Host header is not in ALLOWED_HOSTS, or the body could not be read"),
+    401: _problem("No API key, or an unknown or revoked one"),
+    404: _problem("No such session (or another tenant's)"),
+    409: _problem("Another turn is in progress on the session"),
+    413: _problem("Request body over MAX_REQUEST_BYTES"),
     422: {"model": Invalid, "description": "The request is not valid; nothing was written"},
+    502: _problem("The chat model failed; the turn was taken back"),
+    503: _problem("No LLM is configured"),
 }
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The entries of :data:`ERRORS` for ``codes``."""
+    return {code: ERRORS[code] for code in codes}
+
+
+#: What every keyed route may answer: a bad Host header, no key.
+ANY_ROUTE = errors(400, 401)
+#: A read of one session.
+READ = errors(400, 401, 404, 422)
+#: A write to one session (a body: 413; its lock: 409).
+WRITE = errors(400, 401, 404, 409, 413, 422)

@@ -28,7 +28,17 @@ from api.deps import (
     rt_of,
     take_writable,
 )
-from api.schemas import ERRORS, ChatIn, Problem, TurnIn
+from api.schemas import (
+    READ,
+    WRITE,
+    ChatIn,
+    ChatOut,
+    CompactionsOut,
+    SessionOut,
+    TurnIn,
+    TurnOut,
+    errors,
+)
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.summary import is_summary
@@ -41,14 +51,13 @@ from offpath.service.runtime import Runtime
 
 log = logging.getLogger("offpath.api")
 
-router = APIRouter(prefix="/sessions", tags=["sessions"], responses=ERRORS)
+router = APIRouter(prefix="/sessions", tags=["sessions"])
 
 NO_LLM = (
     "no LLM is configured for chat turns: set OPENAI_API_KEY (and OPENAI_BASE_URL for any "
     "OpenAI-compatible endpoint) in .env and restart the API; POST /sessions/{id}/turns "
     "appends turns produced elsewhere without an LLM"
 )
-BUSY = {409: {"model": Problem, "description": "Another turn is in progress on the session"}}
 
 
 def state_of(rt: Runtime, session_id: str) -> dict[str, Any]:
@@ -75,11 +84,9 @@ def prune(rt: Runtime, session_id: str) -> None:
 
 @router.post(
     "/{session_id}/messages",
-    responses={
-        **BUSY,
-        502: {"model": Problem, "description": "The chat model failed; the turn was taken back"},
-        503: {"model": Problem, "description": "No LLM is configured"},
-    },
+    response_model=ChatOut,
+    response_model_exclude_unset=True,
+    responses={**WRITE, **errors(502, 503)},
 )
 def chat(
     session_id: SessionId, body: ChatIn, request: Request, tasks: BackgroundTasks, caller: Caller
@@ -127,7 +134,12 @@ def chat(
     }
 
 
-@router.post("/{session_id}/turns", responses=BUSY)
+@router.post(
+    "/{session_id}/turns",
+    response_model=TurnOut,
+    response_model_exclude_unset=True,
+    responses=WRITE,
+)
 def append_turn(
     session_id: SessionId, body: TurnIn, request: Request, tasks: BackgroundTasks, caller: Caller
 ) -> dict[str, Any]:
@@ -148,7 +160,7 @@ def append_turn(
                 "(MAX_STATE_CHARS)",
             )
     try:
-        new = to_messages(body.messages)
+        new = to_messages(body.message_dicts())
     except ConversationFormatError as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from None
     check_readable_or_new(rt, caller, session_id)
@@ -180,7 +192,12 @@ def append_turn(
     }
 
 
-@router.get("/{session_id}/messages")
+@router.get(
+    "/{session_id}/messages",
+    response_model=SessionOut,
+    response_model_exclude_unset=True,
+    responses=READ,
+)
 def read_messages(
     session_id: SessionId,
     request: Request,
@@ -210,7 +227,12 @@ def read_messages(
     }
 
 
-@router.get("/{session_id}/compactions")
+@router.get(
+    "/{session_id}/compactions",
+    response_model=CompactionsOut,
+    response_model_exclude_unset=True,
+    responses=READ,
+)
 def read_compactions(session_id: SessionId, request: Request, caller: Caller) -> dict[str, Any]:
     """The thread's compaction jobs, oldest first, and how each ended; who holds the thread
     now (``lease``) and the failure backoff, if one is running."""

@@ -8,21 +8,31 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from api.deps import Caller, rt_of
-from api.schemas import ERRORS
+from api.schemas import ANY_ROUTE, HealthOut, StatsOut, errors
 from offpath.service import db
 from offpath.service.runtime import Runtime
 
 router = APIRouter(tags=["stats"])
 
 
-@router.get("/stats", responses={401: ERRORS[401]})
+@router.get(
+    "/stats", response_model=StatsOut, response_model_exclude_unset=True, responses=ANY_ROUTE
+)
 def read_stats(request: Request, caller: Caller) -> dict[str, Any]:
     """Aggregates over the usage tables (the seed's ``summary`` fields and ours), for the
     caller's tenant (all tenants for an admin key)."""
     return db.stats(rt_of(request).engine, tenant=None if caller.admin else caller.tenant)
 
 
-@router.get("/healthz")
+@router.get(
+    "/healthz",
+    response_class=JSONResponse,
+    responses={
+        200: {"model": HealthOut, "description": "Everything answers"},
+        503: {"model": HealthOut, "description": "The broker, database or checkpointer is down"},
+        **errors(400),
+    },
+)
 def healthz(request: Request) -> JSONResponse:
     """Reachability of the broker, the usage database and the checkpointer (503 if one is
     down), and when the reconciler last ran. Needs no key."""

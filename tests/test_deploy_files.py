@@ -51,7 +51,7 @@ def test_compose_services_commands_exist_and_variables_are_documented():
     commands = {c.name or c.callback.__name__ for c in app.registered_commands}
     for name in ("migrate", "api", "worker", "flower"):
         svc = services[name]
-        assert svc["build"] == "." and svc["env_file"] == ".env"
+        assert svc["build"] == "."
         cmd = svc["command"]
         assert cmd[0] == "offpath" and cmd[1] in commands, cmd
         assert CliRunner().invoke(app, [*cmd[1:], "--help"]).exit_code == 0, cmd
@@ -63,6 +63,123 @@ def test_compose_services_commands_exist_and_variables_are_documented():
     text = (ROOT / "docker-compose.yml").read_text()
     for var in re.findall(r"\$\{(\w+)", text):
         assert var in documented, var
+
+
+# --- deploy defaults (issue 10, item 3) ------------------------------------------------------
+
+#: Settings no container needs: the CLI's own, and those docker-compose.yml sets otherwise
+#: (the database password is a secret file; Flower's port is on its command line).
+NOT_FOR_CONTAINERS = {"OFFPATH_API_KEY", "API_URL", "DATA_DIR", "DATABASE_PASSWORD", "FLOWER_PORT"}
+
+
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _environment(svc: dict) -> dict:
+    env = svc.get("environment") or {}
+    assert isinstance(env, dict), "environment as a mapping (NAME: value, or NAME: to pass it on)"
+    return env
+
+
+def test_compose_publishes_ports_on_127_0_0_1_only():
+    """The API and Flower answer on the host's loopback only; nothing else is published."""
+    services = _compose()["services"]
+    published = {name: svc["ports"] for name, svc in services.items() if svc.get("ports")}
+    assert set(published) == {"api", "flower"}, published
+    for name, ports in published.items():
+        for port in ports:
+            assert isinstance(port, str) and port.startswith("127.0.0.1:"), (name, port)
+    assert published["api"] == ["127.0.0.1:8000:8000"]
+    assert published["flower"] == ["127.0.0.1:5555:5555"]
+
+
+def test_compose_gives_each_service_only_the_settings_it_needs():
+    """No env_file hands the whole .env to every service: each service names its variables.
+    The LLM key reaches the API and the worker only, Flower's password Flower only, the API's
+    own switches the API only; and every setting reaches some service, or is known not to."""
+    services = _compose()["services"]
+    for name, svc in services.items():
+        assert "env_file" not in svc, f"{name} gets the whole .env through env_file"
+    offpath = {name for name, svc in services.items() if svc.get("build") == "."}
+    assert offpath == {"migrate", "api", "worker", "beat", "flower"}
+    given = {name: set(_environment(services[name])) for name in offpath}
+    holders = lambda var: {name for name, env in given.items() if var in env}  # noqa: E731
+    assert holders("OPENAI_API_KEY") == {"api", "worker"}
+    assert holders("OPENAI_BASE_URL") == {"api", "worker"}
+    assert holders("FLOWER_BASIC_AUTH") == {"flower"}
+    assert holders("AUTH_DISABLED") == {"api"}
+    assert holders("DATABASE_URL") == {"migrate", "api", "worker", "beat"}
+    assert given["migrate"] <= {"DATABASE_URL", "LOG_LEVEL"}
+    settings = {name.upper() for name in Settings.model_fields}
+    for name, env in given.items():
+        assert env <= settings, f"{name} sets {env - settings}, which are not settings"
+    reached = set().union(*given.values())
+    missing = settings - reached - NOT_FOR_CONTAINERS
+    assert not missing, f"docker-compose.yml passes {sorted(missing)} to no service: add them"
+    # a service given one side of a cross-checked pair gets the other side too
+    pairs = [
+        ("SUMMARIZATION_KEEP_CHARS", "SUMMARIZATION_THRESHOLD_CHARS"),
+        ("CONTEXT_HARD_LIMIT_CHARS", "SUMMARIZATION_THRESHOLD_CHARS"),
+        ("JOB_SOFT_TIME_LIMIT_S", "JOB_TIME_LIMIT_S"),
+        ("SUMMARIZATION_TIMEOUT_S", "JOB_SOFT_TIME_LIMIT_S"),
+        ("SUMMARIZATION_MAX_RETRIES", "JOB_SOFT_TIME_LIMIT_S"),
+        ("JOB_RETRY_BACKOFF_MAX_S", "CELERY_VISIBILITY_TIMEOUT_S"),
+        ("JOB_TIME_LIMIT_S", "CELERY_VISIBILITY_TIMEOUT_S"),
+        ("FAILURE_BACKOFF_S", "FAILURE_BACKOFF_MAX_S"),
+    ]
+    for name, env in given.items():
+        for a, b in pairs:
+            assert (a in env) == (b in env), f"{name} gets one of {a} and {b} without the other"
+
+
+def test_compose_reads_the_database_password_from_a_secret():
+    compose = _compose()
+    services = compose["services"]
+    secret = compose["secrets"]["database_password"]
+    assert secret == {"file": "./secrets/database_password"}
+    postgres = services["postgres"]
+    env = _environment(postgres)
+    assert "POSTGRES_PASSWORD" not in env
+    assert env["POSTGRES_PASSWORD_FILE"] == "/run/secrets/database_password"
+    assert "database_password" in postgres["secrets"]
+    for name, svc in services.items():
+        url = _environment(svc).get("DATABASE_URL")
+        if url is None:
+            continue
+        assert "database_password" in svc.get("secrets", []), f"{name} has no database secret"
+        assert url == "postgresql://offpath@postgres:5432/offpath", f"{name}: {url}"
+    assert "offpath:offpath@" not in (ROOT / "docker-compose.yml").read_text()
+
+
+def test_the_app_adds_the_secret_file_to_database_url(tmp_path):
+    """What the containers do: the file /run/secrets/database_password is the setting
+    DATABASE_PASSWORD, which completes a DATABASE_URL that has no password."""
+    import sqlalchemy
+
+    (tmp_path / "database_password").write_text("p@ss/w:rd\n")
+    settings = Settings(
+        _env_file=None,
+        _secrets_dir=tmp_path,
+        database_url="postgresql://offpath@postgres:5432/offpath",
+    )
+    url = sqlalchemy.engine.make_url(settings.database_url)
+    assert (url.username, url.password, url.host, url.database) == (
+        "offpath",
+        "p@ss/w:rd",
+        "postgres",
+        "offpath",
+    )
+    own = Settings(_env_file=None, database_url="postgresql://u:mine@h/db", database_password="x")
+    assert own.database_url == "postgresql://u:mine@h/db"  # a URL's own password wins
+
+
+def test_compose_api_answers_its_health_check_and_the_other_containers():
+    services = _compose()["services"]
+    hosts = _environment(services["api"])["ALLOWED_HOSTS"]
+    fixed = hosts.split("${", 1)[0].split(",")
+    assert {"127.0.0.1", "api"} <= set(fixed), hosts  # the health check's Host, the service name
+    assert "127.0.0.1:8000/healthz" in " ".join(services["api"]["healthcheck"]["test"])
 
 
 def test_dockerfile_copies_every_folder_of_the_package_and_installs_the_console_script():

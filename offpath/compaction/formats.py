@@ -61,7 +61,7 @@ def to_messages(items: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
                 extra = flat.pop("additional_kwargs", None) or {}
                 if not isinstance(extra, Mapping):
                     raise ValueError('"additional_kwargs" must be an object')
-                out.extend(convert_to_messages([{**extra, **flat}]))
+                out.extend(convert_to_messages([_blank_arguments_as_empty({**extra, **flat})]))
         except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
             raise ConversationFormatError(f"message {i}: {_first_line(exc)}") from None
     return out
@@ -96,15 +96,36 @@ def _check_shape(i: int, item: Mapping[str, Any]) -> None:
             raise ConversationFormatError(f"message {i}: tool call {k} has no name")
         if isinstance(fn, Mapping) and isinstance(fn.get("arguments"), str):
             try:
-                json.loads(fn["arguments"] or "{}")
+                args = json.loads(fn["arguments"].strip() or "{}")
             except ValueError as exc:
                 raise ConversationFormatError(
                     f"message {i}: the arguments of tool call {call.get('id') or k} are not valid JSON ({exc})"
                 ) from None
+            if not isinstance(args, Mapping):
+                raise ConversationFormatError(
+                    f"message {i}: the arguments of tool call {call.get('id') or k} must be a JSON object"
+                )
         elif "args" in call and not isinstance(call["args"], Mapping):
             raise ConversationFormatError(
                 f"message {i}: the args of tool call {call.get('id') or k} must be an object"
             )
+
+
+def _blank_arguments_as_empty(item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` with OpenAI tool calls whose ``arguments`` are blank (``""``, as some
+    OpenAI-compatible servers send for a tool without parameters) given ``"{}"``: no
+    arguments, as :func:`_check_shape` reads them (langchain_core's parser refuses ``""``)."""
+    calls = item.get("tool_calls")
+    if not isinstance(calls, list):
+        return item
+    fixed = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(fn, Mapping) and isinstance(fn.get("arguments"), str):
+            if not fn["arguments"].strip():
+                call = {**call, "function": {**fn, "arguments": "{}"}}
+        fixed.append(call)
+    return {**item, "tool_calls": fixed}
 
 
 def message_json(m: BaseMessage) -> dict[str, Any]:

@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The smallest prompt budget that still fits the instructions and a few messages.
 MIN_PROMPT_CHARS = 4_000
+
+#: Where Docker (Compose secrets, Swarm) mounts secrets: a file named after a setting
+#: (``database_password``) sets it, when the environment does not.
+SECRETS_DIR = "/run/secrets"
 
 
 class SettingsError(ValueError):
@@ -72,6 +78,9 @@ class Settings(BaseSettings):
     redis_url: str = Field(default="redis://localhost:6379/0", pattern=r"^(rediss?|unix)://")
     #: Empty: SQLite files under ``data_dir``. ``postgresql://...``: PostgreSQL.
     database_url: str = ""
+    #: The password of ``database_url``'s user, when the URL has none: kept out of the URL
+    #: (and of ``.env``) as a file, e.g. the Compose secret ``/run/secrets/database_password``.
+    database_password: SecretStr | None = None
     data_dir: str = Field(default="./data", min_length=1)
     #: Broker URL for Celery; empty means ``redis_url``. ``amqp://`` for RabbitMQ.
     celery_broker_url: str = Field(
@@ -158,6 +167,9 @@ class Settings(BaseSettings):
                 f"DATABASE_URL must be empty (SQLite files under DATA_DIR) or a PostgreSQL URL "
                 f"(postgresql://user@host:5432/db), got {url.split('://')[0]}://..."
             )
+        db_password = self.database_password.get_secret_value() if self.database_password else ""
+        if url and db_password:
+            self.database_url = with_password(url, db_password)
         for pair in filter(None, self.flower_basic_auth.split(",")):
             user, sep, password = pair.partition(":")
             if not (user and sep and password):
@@ -223,16 +235,34 @@ class Settings(BaseSettings):
         )
 
 
+def with_password(url: str, password: str) -> str:
+    """``url`` (``postgresql://user@host/db``) with ``password`` for its user; a URL that has a
+    password already keeps its own. Raises ``ValueError`` for a URL with no user."""
+    parts = urlsplit(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at or not userinfo:
+        raise ValueError(
+            "DATABASE_PASSWORD is set but DATABASE_URL names no user "
+            "(postgresql://user@host:5432/db)"
+        )
+    if ":" in userinfo:
+        return url
+    netloc = f"{userinfo}:{quote(password, safe='')}@{hostport}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment and ``.env``; ``overrides`` win.
 
     ``OFFPATH_ENV_FILE`` names another file to read instead of ``.env`` (empty: none;
-    the tests use that so a developer's ``.env`` cannot leak into them). Raises
-    :class:`SettingsError` with one line per bad setting, naming it.
+    the tests use that so a developer's ``.env`` cannot leak into them). Files in
+    :data:`SECRETS_DIR`, where it exists, set the settings they are named after (the
+    environment wins). Raises :class:`SettingsError` with one line per bad setting, naming it.
     """
     env_file = os.environ.get("OFFPATH_ENV_FILE", ".env") or None
+    secrets_dir = SECRETS_DIR if Path(SECRETS_DIR).is_dir() else None
     try:
-        return Settings(_env_file=env_file, **overrides)  # type: ignore[arg-type,call-arg]
+        return Settings(_env_file=env_file, _secrets_dir=secrets_dir, **overrides)  # type: ignore[arg-type,call-arg]
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

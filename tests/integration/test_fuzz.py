@@ -1,0 +1,244 @@
+"""Fuzzed (issue 10): schemathesis runs every check (``--checks all``) against a real API
+process, with an admin key, for a bounded time; no 5xx and no answer off the OpenAPI document.
+
+``FUZZ_SECONDS`` (20) bounds the run, ``FUZZ_SEED`` (fixed, so CI is repeatable) picks the
+examples: ``FUZZ_SECONDS=300 FUZZ_SEED=$RANDOM pytest tests/integration/test_fuzz.py`` fuzzes
+longer. The run's events are in ``fuzz.ndjson`` under the test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema_rs
+import pytest
+from stack import BIN
+
+pytestmark = pytest.mark.usefixtures("stub")
+
+SECONDS = int(os.environ.get("FUZZ_SECONDS", "20"))
+SEED = int(os.environ.get("FUZZ_SEED", "20261130"))
+
+#: Checks whose every failure fails the test.
+STRICT = {
+    "not_a_server_error",
+    "status_code_conformance",
+    "content_type_conformance",
+    "response_headers_conformance",
+    "response_schema_conformance",
+    "negative_data_rejection",
+    "missing_required_header",
+    "unsupported_method",
+    "allow_header_conformance",
+    "ignored_auth",
+    "use_after_free",
+    "ensure_resource_availability",
+    "object_level_authorization",
+}
+
+
+@dataclass
+class Exchange:
+    """One request schemathesis sent and the answer it got."""
+
+    operation: str  # "POST /sessions/{session_id}/turns"
+    status: int | None
+    request: bytes
+    response: bytes
+    negative: set[str]  # the parts of the request generated to break the schema
+
+    def answer(self) -> Any:
+        try:
+            return json.loads(self.response)
+        except ValueError:
+            return None
+
+    def show(self) -> str:
+        sent = self.request.decode("utf-8", "replace")[:300]
+        got = self.response.decode("utf-8", "replace")[:300]
+        return f"{self.operation} -> {self.status}\n    sent: {sent}\n    got: {got}"
+
+
+@dataclass
+class Failure:
+    check: str
+    title: str
+    exchange: Exchange
+
+
+def _bytes(content: Any) -> bytes:
+    if isinstance(content, dict) and "$base64" in content:
+        return base64.b64decode(content["$base64"])
+    return b"" if content is None else str(content).encode()
+
+
+def read_events(path: Path) -> tuple[list[Exchange], list[Failure], list[str]]:
+    """The exchanges, check failures and engine errors of a schemathesis NDJSON report."""
+    exchanges: list[Exchange] = []
+    failures: list[Failure] = []
+    errors: list[str] = []
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        if "NonFatalError" in event or "FatalError" in event:
+            error = event.get("NonFatalError") or event.get("FatalError")
+            errors.append(json.dumps(error)[:500])
+            continue
+        finished = event.get("ScenarioFinished") or event.get("FuzzScenarioFinished")
+        if not finished:
+            continue
+        recorder = finished["recorder"]
+        by_case: dict[str, Exchange] = {}
+        for case_id, interaction in (recorder.get("interactions") or {}).items():
+            case = (recorder.get("cases") or {}).get(case_id, {}).get("value", {})
+            request, response = interaction["request"], interaction.get("response") or {}
+            parts = (case.get("meta") or {}).get("components") or {}
+            exchange = Exchange(
+                operation=f"{request['method']} {case.get('path', request['uri'])}",
+                status=response.get("status_code"),
+                request=_bytes(request.get("body")),
+                response=_bytes(response.get("content")),
+                negative={k for k, v in parts.items() if v.get("mode") == "negative"},
+            )
+            by_case[case_id] = exchange
+            exchanges.append(exchange)
+        for case_id, checks in (recorder.get("checks") or {}).items():
+            for check in checks:
+                if check["status"] == "failure" and case_id in by_case:
+                    info = (check.get("failure_info") or {}).get("failure") or {}
+                    failures.append(Failure(check["name"], info.get("title", ""), by_case[case_id]))
+    return exchanges, failures, errors
+
+
+def refused_for_a_reason_no_schema_says(exchange: Exchange) -> bool:
+    """A schema-valid request refused by a check the document cannot express: a 413
+    (MAX_REQUEST_BYTES), or a 422 from the route itself (``detail`` only: an id already in
+    the thread, arguments that are not a JSON object, MAX_JSON_DEPTH...) or from the body's
+    storability check (one ``value_error`` on the whole body: an integer beyond 64 bits).
+    A 422 with pydantic's field errors on a schema-valid body is not one: the document and
+    the models disagree."""
+    if exchange.status == 413:
+        return True
+    answer = exchange.answer()
+    if exchange.status != 422 or not isinstance(answer, dict):
+        return False
+    if not isinstance(answer.get("detail"), str):
+        return False
+    errors = answer.get("errors", [])
+    return all(e.get("type") == "value_error" and e.get("loc") == ["body"] for e in errors)
+
+
+def valid_after_all(exchange: Exchange, document: dict[str, Any]) -> bool:
+    """Whether a body schemathesis generated to break the schema is valid against the
+    document all the same (a mutation of one branch of a ``oneOf`` that lands in another)."""
+    if exchange.negative != {"body"}:
+        return False
+    method, path = exchange.operation.split(" ", 1)
+    operation = document["paths"].get(path, {}).get(method.lower(), {})
+    media = operation.get("requestBody", {}).get("content", {}).get("application/json")
+    if media is None:
+        return False
+    try:
+        body = json.loads(exchange.request)
+    except ValueError:
+        return False
+    schema = {**media["schema"], "components": document["components"]}
+    return jsonschema_rs.validator_for(schema).is_valid(body)
+
+
+def test_schemathesis_finds_no_server_error_and_no_answer_off_the_document(stacks, tmp_path):
+    """What is asserted, and why:
+
+    * no answer is a 5xx (``not_a_server_error``, and every status counted);
+    * every answer matches the document: status codes, content types, headers, bodies
+      (``*_conformance``), 405s with their ``Allow`` (``unsupported_method``,
+      ``allow_header_conformance``); the key is never ignored (``ignored_auth``,
+      ``missing_required_header``);
+    * a request that breaks the schema is refused (``negative_data_rejection``), unless the
+      body schemathesis sent as invalid is valid against the document after all (checked
+      again here with a JSON Schema validator);
+    * ``positive_data_acceptance`` (a schema-valid request gets a 2xx) is held to what the
+      document can say. The API keeps the checks no schema expresses (a message id already
+      in the thread, tool-call arguments that are not a JSON object, an integer beyond 64
+      bits, MAX_JSON_DEPTH, MAX_MESSAGE_CHARS); their 422s are expected and only counted
+      (:func:`refused_for_a_reason_no_schema_says`). Any other rejection of a valid request
+      fails the test: the document promises something the models refuse;
+    * the fuzzer gets past validation: POST /turns and POST /messages answer 200 too.
+    """
+    stack = stacks.get("sqlite")
+    document = stack.http.get("/openapi.json").json()
+    report = tmp_path / "fuzz.ndjson"
+    started = time.monotonic()
+    run = subprocess.run(
+        [
+            str(BIN / "schemathesis"),
+            "run",
+            f"{stack.url}/openapi.json",
+            "--header",
+            f"Authorization: Bearer {stack.key}",
+            "--checks",
+            "all",
+            "--continue-on-failure",
+            "--max-time",
+            str(SECONDS),
+            "--max-examples",
+            "25",
+            "--seed",
+            str(SEED),
+            "--workers",
+            "1",
+            "--request-timeout",
+            "30",
+            "--generation-database",
+            "none",
+            "--no-color",
+            "--report",
+            "ndjson",
+            "--report-ndjson-path",
+            str(report),
+        ],
+        cwd=tmp_path,  # schemathesis keeps a cache of crashes in the working directory
+        env={**os.environ, "COLUMNS": "160"},
+        capture_output=True,
+        text=True,
+        timeout=SECONDS + 120,
+    )
+    took = time.monotonic() - started
+    assert run.returncode in (0, 1) and report.exists(), run.stdout[-3000:] + run.stderr[-3000:]
+    exchanges, failures, errors = read_events(report)
+    statuses = Counter((e.operation, e.status) for e in exchanges)
+    print(f"\nschemathesis: {len(exchanges)} requests in {took:.0f}s (seed {SEED})")
+    for (operation, status), n in sorted(statuses.items(), key=str):
+        print(f"  {n:5d}  {status}  {operation}")
+
+    problems = [f"schemathesis error: {e}" for e in errors]
+    problems += [f"5xx: {e.show()}" for e in exchanges if (e.status or 0) >= 500]
+    expected: Counter[str] = Counter()
+    for f in failures:
+        if f.check in STRICT:
+            if f.check == "negative_data_rejection" and valid_after_all(f.exchange, document):
+                expected["negative_data_rejection: the body was valid after all"] += 1
+                continue
+            problems.append(f"{f.check} ({f.title}): {f.exchange.show()}")
+        elif f.check == "positive_data_acceptance":
+            if refused_for_a_reason_no_schema_says(f.exchange):
+                answer = f.exchange.answer() or {}
+                expected[f"{f.exchange.status}: {str(answer.get('detail'))[:60]}"] += 1
+            else:
+                problems.append(f"{f.check} ({f.title}): {f.exchange.show()}")
+        else:
+            problems.append(f"{f.check}, a check this test does not know: {f.exchange.show()}")
+    if expected:
+        print("  valid requests refused by the API's own checks (expected):")
+        for reason, n in expected.most_common(10):
+            print(f"  {n:5d}  {reason}")
+    assert not problems, "\n".join(problems[:20])
+    for operation in ("POST /sessions/{session_id}/turns", "POST /sessions/{session_id}/messages"):
+        assert statuses[(operation, 200)] > 0, f"the fuzzer never got past validation: {operation}"
