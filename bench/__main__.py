@@ -25,7 +25,19 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from bench import faults, growth, job, load, memory, planner, report, throughput, turns
+from bench import (
+    faults,
+    growth,
+    job,
+    load,
+    memory,
+    middleware,
+    peak,
+    planner,
+    report,
+    throughput,
+    turns,
+)
 from bench.common import (
     RUN_ID,
     Context,
@@ -47,6 +59,8 @@ BENCHMARKS: dict[str, Callable[[Any], Result]] = {
     throughput.NAME: throughput.run,
     memory.NAME: memory.run,
     load.NAME: load.run,
+    middleware.NAME: middleware.run,
+    peak.NAME: peak.run,
 }
 #: Those that need neither the stub LLM nor a database.
 PURE = {planner.NAME, growth.NAME}

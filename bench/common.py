@@ -78,6 +78,10 @@ class StubServer:
         self._http.post("/_control", json={"mode": "ok", "delay_s": seconds}).raise_for_status()
         self._http.delete("/_requests")  # the stub keeps every request: drop them between steps
 
+    def requests(self) -> list[dict[str, Any]]:
+        """The requests the stub answered since the last :meth:`set_delay` (their messages)."""
+        return self._http.get("/_requests").json()
+
     def shutdown(self) -> None:
         self._http.close()
         self.proc.terminate()
@@ -104,6 +108,8 @@ class Result:
     met: bool | None
     details: list[str] = field(default_factory=list)
     limits: str = ""
+    #: Markdown lines (a table) printed after the details, as they are.
+    table: list[str] = field(default_factory=list)
 
 
 def pct(values: list[float], q: float) -> float:

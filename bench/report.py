@@ -68,6 +68,8 @@ def details(results: list[Result]) -> list[str]:
         if r.limits:
             lines.append(f"- what limits it: {r.limits}")
         lines.append("")
+        if r.table:
+            lines += [*r.table, ""]
     return lines
 
 
@@ -80,7 +82,8 @@ def render(
         "# Benchmarks",
         "",
         "Written by `make bench` (`python -m bench`); do not edit by hand. Figures are medians of at least",
-        "5 runs; ratios are measured side by side in the same run. Targets come from issues 5 and 8.",
+        "5 runs unless a section says otherwise; ratios are measured side by side in the same run.",
+        "Targets come from issues 5, 8 and 9.",
         "",
         *machine(),
         f"- whole run: {seconds / 60:.1f} min" + (" (`--quick`: a smoke run)" if quick else ""),

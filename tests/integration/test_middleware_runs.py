@@ -12,18 +12,13 @@ model is sent, and no call goes over the hard limit.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Annotated, Any
 
 import pytest
+from agent_replay import TranscriptModel, scripted_tools
 from langchain.agents import create_agent
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.tools import InjectedToolCallId, StructuredTool
-from pydantic import BaseModel, ConfigDict
 from shared import TRANSCRIPTS, load, marked_summary, messages_of, pairing_problems
 from stack import create_pg_database, drop_pg_database, wait_for
 
@@ -41,48 +36,6 @@ SINGLE_REQUEST = [
 ]
 #: The service's defaults, as a user would run it; a short lease keeps the suite quick.
 ENV = {"JOB_LEASE_S": "3", "RECONCILE_INTERVAL_S": "2"}
-
-
-class TranscriptModel(BaseChatModel):
-    """Answers with the transcript's AI messages in order; records what each call was sent."""
-
-    replies: list[AIMessage]
-    calls: list[list[BaseMessage]] = []
-    delay_s: float = 0.0
-
-    @property
-    def _llm_type(self) -> str:
-        return "transcript"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> TranscriptModel:
-        return self
-
-    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
-        self.calls.append(list(messages))
-        time.sleep(self.delay_s)
-        reply = self.replies[len(self.calls) - 1]
-        return ChatResult(generations=[ChatGeneration(message=reply)])
-
-
-class AnyArgs(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    tool_call_id: Annotated[str, InjectedToolCallId]
-
-
-def scripted_tools(messages: Sequence[BaseMessage]) -> list[StructuredTool]:
-    """One tool per name the transcript calls, answering each call with its recorded result."""
-    results = {m.tool_call_id: m.content for m in messages if m.type == "tool"}
-    names = {c["name"] for m in messages for c in getattr(m, "tool_calls", None) or []}
-
-    def answer(tool_call_id: str, **_: Any) -> str:
-        return results.get(tool_call_id, "(no recorded result)")
-
-    return [
-        StructuredTool.from_function(
-            answer, name=name, description=f"replays {name}", args_schema=AnyArgs
-        )
-        for name in sorted(names)
-    ]
 
 
 @pytest.fixture(params=["postgres", "sqlite"])

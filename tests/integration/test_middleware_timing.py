@@ -1,0 +1,289 @@
+"""When a summary is ready, and what happens when things fail, during a run (issue 9, tests).
+
+Runs of a user's own ``create_agent`` agent with ``OffPathCompaction``, on a real
+worker, Redis and PostgreSQL (the transcript replay of
+``test_middleware_runs``), and of the API's own agent:
+
+* a summary that is ready only several steps later is applied then;
+* a prepared compaction that no longer fits is dropped (``skipped: stale``);
+* a run that ends before its summary is ready: the worker applies it to the API's
+  own thread (a user's own agent gets it at its next run's first model call:
+  ``test_own_agent``);
+* a failing summarizer, a broker that is down and a worker killed mid-job leave the
+  run going unchanged: every model call is made, none over the hard limit, and the
+  middleware never holds a call up.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from agent_replay import TranscriptModel, scripted_tools
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from shared import TRANSCRIPTS, load, marked_summary, messages_of
+from stack import Stack, wait_for
+
+from offpath import OffPathCompaction
+from offpath.compaction.accounting import total_chars
+from offpath.service.agent import end_node
+from offpath.service.checkpoints import open_checkpoints_url
+from offpath.service.runtime import Client
+
+pytestmark = pytest.mark.usefixtures("stub")
+
+ENV = {"JOB_LEASE_S": "3", "RECONCILE_INTERVAL_S": "2", "SUMMARIZATION_TIMEOUT_S": "30"}
+PVLIB = next(p for p in TRANSCRIPTS if p.stem == "miniswe-pvlib-1854")  # 148k chars, 1 request
+#: Far above what a step of the middleware takes, far below a blocking publish (1 s).
+STEP_BOUND_S = 0.5
+
+
+class Timed(OffPathCompaction):
+    """The middleware, with the time each of its hooks took."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.took: list[float] = []
+
+    def _timed(self, fn: Any, *args: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.took.append(time.perf_counter() - started)
+
+    def before_model(self, state: Any, runtime: Any) -> Any:
+        return self._timed(super().before_model, state, runtime)
+
+    def after_model(self, state: Any, runtime: Any) -> Any:
+        return self._timed(super().after_model, state, runtime)
+
+
+def summary_requests(stub) -> list:
+    return [
+        r
+        for r in stub.state.requests
+        if str(r["messages"][0].get("content", "")).startswith("You compact")
+    ]
+
+
+def replay(
+    stack: Stack,
+    agent_store: str,
+    model: TranscriptModel,
+    messages: list,
+    *,
+    client: Client | None = None,
+    session: str | None = None,
+    question: HumanMessage | None = None,
+) -> tuple[Timed, list, str]:
+    """Run ``model`` (a transcript replay) as a user's own agent; returns the middleware, the
+    thread afterwards and the session."""
+    system = messages[0] if isinstance(messages[0], SystemMessage) else None
+    question = question or next(m for m in messages if isinstance(m, HumanMessage))
+    middleware = Timed(
+        stack.settings(), checkpointer_url=agent_store, client=client or stack.client()
+    )
+    session = session or f"mw-{uuid.uuid4().hex[:8]}"
+    with open_checkpoints_url(agent_store, stack.settings()) as checkpoints:
+        agent = create_agent(
+            model,
+            scripted_tools(messages),
+            system_prompt=system,
+            middleware=[middleware],
+            checkpointer=checkpoints.saver,
+        )
+        config = {"configurable": {"thread_id": session}, "recursion_limit": 10_000}
+        agent.invoke({"messages": [question]}, config)
+        final = agent.get_state(config).values["messages"]
+    return middleware, final, session
+
+
+@pytest.fixture
+def agent_store(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'agent.db'}"
+
+
+def transcript_replies(messages: list) -> list[AIMessage]:
+    replies = [m for m in messages if isinstance(m, AIMessage)]
+    if replies[-1].tool_calls:
+        replies.append(AIMessage(id=f"end-{uuid.uuid4().hex[:6]}", content="Submitted."))
+    return replies
+
+
+def first_compacted_call(model: TranscriptModel) -> int | None:
+    return next((i for i, sent in enumerate(model.calls) if any(map(marked_summary, sent))), None)
+
+
+def test_a_summary_ready_several_steps_later_is_applied_then(stacks, stub, agent_store):
+    stack = stacks.get("postgres", **ENV)
+    messages = messages_of(load(PVLIB))
+    asked_at: list[int] = []
+    released: list[int] = []
+
+    class HeldSummary(TranscriptModel):
+        def _generate(self, *args: Any, **kwargs: Any):
+            # the summary is held until 8 model calls after the worker asked for it
+            if summary_requests(stub) and not asked_at:
+                asked_at.append(len(self.calls))
+            if asked_at and not released and len(self.calls) >= asked_at[0] + 8:
+                released.append(len(self.calls))
+                stub.state.gate.set()
+            return super()._generate(*args, **kwargs)
+
+    stub.state.gate.clear()
+    model = HeldSummary(replies=transcript_replies(messages), delay_s=0.02)
+    middleware, final, _ = replay(stack, agent_store, model, messages)
+    stub.state.gate.set()
+    assert released, "the worker never asked for a summary"
+    applied_at = first_compacted_call(model)
+    assert applied_at is not None and applied_at >= released[0], (applied_at, released)
+    limit = stack.settings().hard_limit_chars
+    assert all(total_chars(sent) <= limit for sent in model.calls)
+    assert max(middleware.took) < STEP_BOUND_S
+
+
+def test_a_stale_prepared_compaction_is_dropped(stacks, stub, agent_store):
+    """A message the compaction covers is edited in place between runs (a human-in-the-loop
+    fix): the prepared compaction no longer fits, its job ends skipped: stale, and a new
+    job is queued."""
+    stack = stacks.get("postgres", **ENV)
+    messages = messages_of(load(PVLIB))
+    threshold = stack.settings().summarization_threshold_chars
+    # the first run stops between the prepare floor and the threshold
+    replies, size = [], 0
+    for m in messages:
+        size += total_chars([m])
+        if isinstance(m, AIMessage):
+            replies.append(m)
+            if size > 0.9 * threshold:
+                replies[-1] = AIMessage(id=m.id, content="Pausing here.")
+                break
+    model = TranscriptModel(replies=replies, delay_s=0.02)
+    _, final, session = replay(stack, agent_store, model, messages)
+    (job,) = wait_for(
+        lambda: [j for j in stack.jobs(session) if j["status"] == "prepared"], timeout=60
+    )
+    edited = next(m for m in final if isinstance(m, AIMessage) and m.content and m is not final[-1])
+    with open_checkpoints_url(agent_store, stack.settings()) as checkpoints:
+        agent = create_agent(
+            model,
+            scripted_tools(messages),
+            middleware=[OffPathCompaction(stack.settings())],
+            checkpointer=checkpoints.saver,
+        )
+        config = {"configurable": {"thread_id": session}}
+        agent.update_state(
+            config,
+            {"messages": [edited.model_copy(update={"content": edited.content + " (edited)"})]},
+            as_node=end_node(agent),
+        )
+    # the second run grows the thread over the threshold: the compaction is tried, and dropped
+    more = TranscriptModel(
+        replies=[
+            AIMessage(id=f"note-{i}", content="", tool_calls=[c])
+            for i, c in enumerate(
+                {"id": f"more-{i}", "name": "bash", "args": {"command": "true"}} for i in range(6)
+            )
+        ]
+        + [AIMessage(id="done", content="done")],
+        delay_s=0.05,
+    )
+    replay(
+        stack,
+        agent_store,
+        more,
+        messages,
+        session=session,
+        question=HumanMessage(content="Go on: " + "details " * 2_000),
+    )
+    jobs = wait_for(
+        lambda: (js := stack.jobs(session)) and js[0]["status"] != "prepared" and js, timeout=30
+    )
+    assert jobs[0]["job_id"] == job["job_id"]
+    assert (jobs[0]["status"], jobs[0]["reason_code"]) == ("skipped", "stale"), jobs
+
+
+def test_a_chat_run_that_ends_before_its_summary_is_ready_is_compacted_by_the_worker(stacks, stub):
+    """The API's own agent: the summary is held until the runs are over; the worker then
+    finds the thread free and over its threshold, and applies it itself."""
+    from offpath.demo.scripted import DEMO_REQUESTS
+
+    stack = stacks.get(
+        "postgres",
+        SUMMARIZATION_THRESHOLD_CHARS="30000",
+        SUMMARIZATION_KEEP_CHARS="10000",
+        CHAT_MODEL="scripted",
+        **ENV,
+    )
+    session = f"chat-late-{uuid.uuid4().hex[:6]}"
+    stub.state.gate.clear()
+    for request in DEMO_REQUESTS[:2]:  # ~49,000 chars, with the summary held throughout
+        r = stack.http.post(f"/sessions/{session}/messages", json={"content": request})
+        assert r.status_code == 200, r.text
+        assert not r.json()["run"]["compacted"]
+    assert summary_requests(stub), "no job asked for a summary during the runs"
+    stub.state.gate.set()
+    jobs = wait_for(
+        lambda: [j for j in stack.jobs(session) if j["status"] == "applied"], timeout=60
+    )
+    assert jobs
+    thread = stack.messages(session)
+    assert thread[0]["additional_kwargs"].get("lc_source") == "summarization"
+    assert "summarizer done: -" in stack.worker_log.read_text()
+
+
+def dead_broker_publisher(session: str, job_id: str, options: dict | None = None) -> None:
+    """Publishes to a broker nobody listens on: fails (a real Celery client, no retry)."""
+    from celery import Celery
+
+    app = Celery(broker="redis://127.0.0.1:9/0")
+    app.conf.broker_connection_timeout = 0.5
+    try:
+        app.send_task("compact_session", args=[session], task_id=job_id, retry=False)
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("fault", ["summarizer_fails", "broker_down", "worker_killed"])
+def test_faults_leave_the_run_going_unchanged(stacks, stub, agent_store, fault):
+    stack = stacks.get("postgres", **ENV)
+    messages = messages_of(load(PVLIB))
+    client = None
+    if fault == "summarizer_fails":
+        stub.state.mode = "500"
+    elif fault == "broker_down":
+        client = stack.client()
+        client._publish = dead_broker_publisher
+    else:
+        stub.state.gate.clear()
+
+    class KillsTheWorker(TranscriptModel):
+        def _generate(self, *args: Any, **kwargs: Any):
+            if summary_requests(stub) and stack.worker.poll() is None:
+                stack.kill_worker()  # mid-job: the summary was asked for, not written
+                stub.state.gate.set()
+            return super()._generate(*args, **kwargs)
+
+    kind = KillsTheWorker if fault == "worker_killed" else TranscriptModel
+    model = kind(replies=transcript_replies(messages), delay_s=0.02)
+    try:
+        middleware, final, session = replay(stack, agent_store, model, messages, client=client)
+    finally:
+        stub.state.gate.set()
+        stub.state.mode = "ok"
+        if stack.worker.poll() is not None:
+            stack.start_worker()
+    assert len(model.calls) == len(model.replies), "the run did not go to its end"
+    limit = stack.settings().hard_limit_chars
+    assert all(total_chars(sent) <= limit for sent in model.calls)
+    assert max(middleware.took) < STEP_BOUND_S, max(middleware.took)
+    if fault == "summarizer_fails":
+        assert first_compacted_call(model) is None
+        wait_for(lambda: any(j["status"] == "failed" for j in stack.jobs(session)), timeout=60)
+    if fault == "broker_down":
+        assert first_compacted_call(model) is None
+        wait_for(lambda: any(not j["published"] for j in stack.jobs(session)), timeout=30)
