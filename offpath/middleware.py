@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
@@ -54,6 +54,7 @@ from offpath.compaction.patch import Prepared, Stale, fit, landed
 from offpath.compaction.planner import min_gain_chars
 from offpath.compaction.settings import Settings, get_settings
 from offpath.compaction.tracking import ThreadSize, mask_observations
+from offpath.service import archive
 from offpath.service.compactions import JobOptions, end_stale
 from offpath.service.db import (
     JobStatus,
@@ -61,7 +62,6 @@ from offpath.service.db import (
     job_row,
     record_masking,
     set_job,
-    store_result,
 )
 from offpath.service.leases import Claim, Leases, State
 from offpath.service.logs import tag
@@ -161,22 +161,18 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             self._record(session_id, pending, messages)
             pending = None
         if settings.active and size.chars >= settings.prepare_floor_chars:
-            try:
-                holder = self.client.leases.holder(session_id)
-            except Exception as exc:  # Redis away: the run goes on, no compaction now
-                self._warn_once(
-                    "store", f"offpath: lease store unreachable ({exc}); not compacting"
-                )
-                holder = None
-            else:
-                if holder is not None and holder.state is State.PREPARED:
-                    if apply and size.chars > settings.summarization_threshold_chars:
-                        applied = self._apply(session_id, holder.job_id, messages)
-                        if applied is not None:
-                            update["messages"], pending = applied
-                            size = ThreadSize()  # recounted at the next step
-                elif holder is None or holder.frees_for(size.chars, min_gain_chars(settings)):
-                    self._publish_soon(session_id, size.chars)
+            known, holder = self._claim_of(session_id)
+            if not known:  # first read under way, or the store is away: nothing to do now
+                pass
+            elif holder is not None and holder.state is State.PREPARED:
+                if apply and size.chars > settings.summarization_threshold_chars:
+                    applied = self._apply(session_id, holder.job_id, messages)
+                    self._forget_claim(session_id)
+                    if applied is not None:
+                        update["messages"], pending = applied
+                        size = ThreadSize()  # recounted at the next step
+            elif holder is None or holder.frees_for(size.chars, min_gain_chars(settings)):
+                self._publish_soon(session_id, size.chars, messages[-1].id if messages else None)
         update[KEY] = {"size": size.to_state(), "pending": pending}
         return update
 
@@ -203,7 +199,10 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 set_job(client.engine, job_id, session_id, JobStatus.FAILED, reason, "orphan_guard")
                 client.leases.settle(session_id, job_id, None)
                 return None
-            store_result(client.engine, job_id, {**result, "record": fitted.record})
+            rows = archive.rows_for(
+                session_id, job_id, str(fitted.summary.id), messages, fitted.removed
+            )
+            archive.store_record(client.engine, job_id, {**result, "record": fitted.record}, rows)
         except Exception as exc:  # the run goes on uncompacted; the reconciler tidies up
             log.warning("[%s] could not apply job %s: %s", tag(session_id), job_id, exc)
             return None
@@ -272,15 +271,17 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             pool = self._pool
         pool.submit(fn, *args)
 
-    def _publish_soon(self, session_id: str, chars: int) -> None:
-        """Queue a job for the thread in a background thread (the model call does not wait)."""
+    def _publish_soon(self, session_id: str, chars: int, seen: str | None) -> None:
+        """Queue a job for the thread in a background thread (the model call does not wait).
+        ``seen``: the id of the run's newest message, which the worker waits to find in the
+        checkpoint (LangGraph writes it in the background) before it plans."""
         with self._guard:
             if session_id in self._publishing:
                 return
             self._publishing.add(session_id)
-        self._submit(self._publish, session_id, chars)
+        self._submit(self._publish, session_id, chars, seen)
 
-    def _publish(self, session_id: str, chars: int) -> None:
+    def _publish(self, session_id: str, chars: int, seen: str | None) -> None:
         from offpath.service.hook import queue_job
 
         try:
@@ -291,15 +292,15 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 client.publish,
                 session_id,
                 chars,
-                options=self.options,
+                options=replace(self.options, seen=seen),
                 min_gain=min_gain_chars(self.settings),
             )
         except Exception as exc:
             log.warning("[%s] compaction not queued: %s", tag(session_id), exc)
         finally:
+            self._read_claim(session_id)  # the claim it took (or found), before the next try
             with self._guard:
                 self._publishing.discard(session_id)
-            self._read_claim(session_id)  # the claim it took (or found)
 
     # --- what the model is sent -------------------------------------------------------------
 

@@ -50,7 +50,13 @@ from offpath.compaction.planner import Skip, plan_compaction
 from offpath.compaction.prompt import build_prompt
 from offpath.compaction.summarizers import Summarizer, SummarizerError
 from offpath.compaction.summary import is_summary, summary_meta
-from offpath.service.compactions import JobEnded, JobOptions, apply_locked, read_messages
+from offpath.service.compactions import (
+    JobEnded,
+    JobOptions,
+    apply_locked,
+    read_caught_up,
+    read_messages,
+)
 from offpath.service.db import (
     FINAL_VALUES,
     JobStatus,
@@ -67,6 +73,10 @@ from offpath.service.logs import tag
 from offpath.service.runtime import Runtime
 
 log = logging.getLogger("offpath.summarizer")
+
+#: How long (s) a job queued from inside a run waits for the run's checkpoint to catch up
+#: with what the run had seen (:func:`read_caught_up`).
+CHECKPOINT_LAG_S = 3.0
 
 #: Errors of our stores that may pass: retried like an LLM timeout.
 TRANSIENT_STORE_ERRORS: tuple[type[BaseException], ...] = (
@@ -187,7 +197,10 @@ def _compact(
     settings = rt.settings
     saver = rt.checkpoints_for(options.checkpoints).saver
     for attempt in range(2):  # a stale compaction is re-planned once
-        messages = read_messages(saver, session_id)
+        if attempt == 0:
+            messages = read_caught_up(saver, session_id, options.seen, CHECKPOINT_LAG_S)
+        else:
+            messages = read_messages(saver, session_id)
         if record_landed(rt, session_id, job_id, messages, stored):
             return Outcome(JobStatus.APPLIED, Leases.after(job_id, State.DONE))
         if attempt == 0 and (n := end_others(rt.engine, session_id, job_id)):

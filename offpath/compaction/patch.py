@@ -158,6 +158,7 @@ class Fitted:
     summary: HumanMessage
     patch: list[BaseMessage]
     record: dict[str, Any]
+    removed: tuple[str, ...] = ()  # ids of the messages it removes (archived with the patch)
 
 
 def fit(prepared: Prepared, messages: Sequence[BaseMessage]) -> Fitted | Stale:
@@ -200,7 +201,7 @@ def fit(prepared: Prepared, messages: Sequence[BaseMessage]) -> Fitted | Stale:
         "summarizer": prepared.summarizer,
         "model": prepared.model,
     }
-    return Fitted(summary, patch, record)
+    return Fitted(summary, patch, record, tuple(present))
 
 
 def landed(messages: Sequence[BaseMessage], job_id: str, record: Mapping[str, Any] | None) -> bool:

@@ -19,6 +19,7 @@ usage event.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,8 @@ from langgraph.graph.message import add_messages
 
 from offpath.compaction.pairing import new_unpaired
 from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
-from offpath.service.db import JobStatus, finalize, job_row, set_job, store_result
+from offpath.service import archive
+from offpath.service.db import JobStatus, finalize, job_row, set_job
 from offpath.service.faults import failpoint
 from offpath.service.leases import Leases, State
 from offpath.service.logs import tag
@@ -48,20 +50,31 @@ class JobOptions:
     worker (or the post-turn hook) may write when no run holds it. False for a
     user's own agent: only its middleware applies the compaction, as a state update
     of its run. ``checkpoints``: the URL of the checkpointer that holds the thread,
-    if it is not offpath's own (``postgresql://...`` or ``sqlite:///path``).
+    if it is not offpath's own (``postgresql://...`` or ``sqlite:///path``). ``seen``: the
+    id of the newest message the run had when it queued the job; the worker waits (up to
+    ``CHECKPOINT_LAG_S``) for the checkpoint to hold it before planning, as LangGraph writes
+    a run's checkpoints in the background and they lag the live state.
     """
 
     patch: bool = True
     checkpoints: str | None = None
+    seen: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"patch": self.patch, "checkpoints": self.checkpoints}
+        data: dict[str, Any] = {"patch": self.patch, "checkpoints": self.checkpoints}
+        if self.seen:
+            data["seen"] = self.seen
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> JobOptions:
         if not data:
             return cls()
-        return cls(patch=bool(data.get("patch", True)), checkpoints=data.get("checkpoints"))
+        return cls(
+            patch=bool(data.get("patch", True)),
+            checkpoints=data.get("checkpoints"),
+            seen=data.get("seen"),
+        )
 
 
 class JobEnded(Exception):
@@ -82,6 +95,22 @@ def read_messages(saver: BaseCheckpointSaver, session_id: str) -> list[BaseMessa
     if tup is None:
         return []
     return list(tup.checkpoint.get("channel_values", {}).get("messages") or [])
+
+
+def read_caught_up(
+    saver: BaseCheckpointSaver, session_id: str, seen: str | None, wait_s: float
+) -> list[BaseMessage]:
+    """The thread's messages once its checkpoint holds message ``seen`` (the newest one when
+    the job was queued), re-read every 0.1 s for up to ``wait_s`` seconds; after that, what
+    the checkpoint holds. A run's checkpoints are written in the background (LangGraph's
+    default durability), so a job queued from inside a run can find them steps behind:
+    planning on them wastes a summary (found stale) or skips a thread that is over."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        messages = read_messages(saver, session_id)
+        if not seen or time.monotonic() >= deadline or any(m.id == seen for m in messages):
+            return messages
+        time.sleep(0.1)
 
 
 def apply_locked(
@@ -108,8 +137,11 @@ def apply_locked(
         raise JobEnded(
             JobStatus.FAILED, "orphan_guard", f"patch would orphan tool calls {sorted(broken)}"
         )
-    # offpath's own record of what it patches in, written before the patch
-    store_result(rt.engine, job_id, {**result, "record": fitted.record})
+    # offpath's own record of what it patches in, and the originals it removes (the
+    # archive), written together before the patch: a patch never lands unarchived
+    rows = archive.rows_for(session_id, job_id, str(fitted.summary.id), current, fitted.removed)
+    archive.store_record(rt.engine, job_id, {**result, "record": fitted.record}, rows)
+    failpoint("after_archive")
     rt.patch(session_id, {"messages": fitted.patch})
     failpoint("after_patch")
     finalize(rt.engine, job_id, session_id)

@@ -16,7 +16,8 @@ from pathlib import Path
 from alembic import context
 from sqlalchemy import engine_from_config, make_url, pool
 
-import offpath.service.tenants  # noqa: F401 - its tables are part of the metadata
+import offpath.service.archive  # noqa: F401 - its tables are part of the metadata
+import offpath.service.tenants  # noqa: F401
 from offpath.compaction.settings import get_settings
 from offpath.service.db import SQLModel, sqlalchemy_url
 from offpath.service.setup_lock import MIGRATIONS_LOCK_KEY, file_lock

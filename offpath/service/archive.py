@@ -1,0 +1,193 @@
+"""The archive: every message a compaction removed, kept unchanged and searchable (issue 11).
+
+Each row is one removed message (``messages_to_dict`` form), with its thread, the
+job and the summary that replaced it, and its position in the thread when it
+was removed. Rows are written in the same transaction as the job's own record of
+the summary, before the patch (:func:`store_record`), so a patch is never
+applied without its originals archived; rows of a job that never applied are
+not shown (its record may be replaced, or it ends ``stale``). DESIGN.md
+invariant 1, "nothing is lost", means: in the thread, or in the archive
+(invariant 12).
+
+Search (``recall``) uses the database's own full-text index: SQLite FTS5, or a
+PostgreSQL ``tsvector`` column with a GIN index (``simple`` configuration, so
+identifiers and error codes are kept as they are).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from langchain_core.messages import BaseMessage, messages_to_dict
+from sqlalchemy.engine import Engine
+from sqlmodel import JSON, Column, Field, SQLModel
+
+from offpath.compaction.accounting import content_text
+from offpath.service.db import JOBS, JobStatus
+
+
+class ArchivedMessage(SQLModel, table=True):
+    """One original a compaction removed."""
+
+    __tablename__ = "archive"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(max_length=128)
+    job_id: str = Field(max_length=64)
+    summary_id: str = Field(max_length=200)
+    position: int
+    message_id: str = Field(max_length=200)
+    message: dict[str, Any] = Field(sa_column=Column("message", JSON, nullable=False))
+    text: str
+    created_at: datetime = Field(sa_type=sa.DateTime(timezone=True))
+
+
+ARCHIVE = ArchivedMessage.__table__  # type: ignore[attr-defined]
+#: Most chars a recall answer holds.
+RECALL_MAX_CHARS = 4_000
+
+
+def searchable(message: BaseMessage) -> str:
+    """What full-text search sees of a message: its text, tool calls and tool name."""
+    parts = [content_text(message.content)]
+    for call in getattr(message, "tool_calls", None) or []:
+        parts.append(f"{call.get('name')} {call.get('args')}")
+    if message.name:
+        parts.append(message.name)
+    return "\n".join(p for p in parts if p)
+
+
+def rows_for(
+    session_id: str,
+    job_id: str,
+    summary_id: str,
+    thread: Sequence[BaseMessage],
+    removed: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Archive rows for the messages ``removed`` (ids) of ``thread``."""
+    now = datetime.now(UTC)
+    wanted = set(removed)
+    rows = []
+    for position, m in enumerate(thread):
+        if m.id in wanted:
+            rows.append(
+                {
+                    "session_id": session_id,
+                    "job_id": job_id,
+                    "summary_id": summary_id,
+                    "position": position,
+                    "message_id": str(m.id),
+                    "message": messages_to_dict([m])[0],
+                    "text": searchable(m),
+                    "created_at": now,
+                }
+            )
+    return rows
+
+
+def store_record(
+    engine: Engine, job_id: str, result: dict[str, Any], rows: list[dict[str, Any]]
+) -> None:
+    """Write a job's record of the summary it is about to patch in, and the originals it
+    removes, in one transaction (before the patch)."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id)
+            .values(result=result, updated_at=datetime.now(UTC))
+        )
+        conn.execute(sa.delete(ARCHIVE).where(ARCHIVE.c.job_id == job_id))
+        if rows:
+            conn.execute(sa.insert(ARCHIVE), rows)
+
+
+def _applied() -> Any:
+    return ARCHIVE.c.job_id.in_(
+        sa.select(JOBS.c.job_id).where(JOBS.c.status == JobStatus.APPLIED.value)
+    )
+
+
+def read(
+    engine: Engine, session_id: str, offset: int = 0, limit: int = 100
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of a thread's archived originals (oldest compaction first), and how many in all."""
+    where = (ARCHIVE.c.session_id == session_id, _applied())
+    q = (
+        sa.select(
+            ARCHIVE.c.message_id,
+            ARCHIVE.c.job_id,
+            ARCHIVE.c.summary_id,
+            ARCHIVE.c.position,
+            ARCHIVE.c.message,
+            ARCHIVE.c.created_at,
+        )
+        .where(*where)
+        .order_by(ARCHIVE.c.id)
+        .offset(offset)
+        .limit(limit)
+    )
+    with engine.connect() as conn:
+        total = conn.execute(sa.select(sa.func.count()).where(*where)).scalar() or 0
+        return [dict(r._mapping) for r in conn.execute(q)], int(total)
+
+
+def search(
+    engine: Engine, session_id: str, query: str, limit: int = 5, max_chars: int = RECALL_MAX_CHARS
+) -> list[dict[str, Any]]:
+    """The archived originals of a thread that best match ``query`` (any of its words), as
+    ``{"message_id", "type", "excerpt"}``, at most ``max_chars`` of excerpts in all."""
+    words = re.findall(r"[\w][\w.:/@-]*", query)[:20]
+    if not words:
+        return []
+    if engine.dialect.name == "postgresql":
+        sql = sa.text(
+            "SELECT a.message_id, a.message->>'type' AS type, ts_headline('simple', a.text, q, "
+            "'MaxFragments=2, MaxWords=30, MinWords=8, StartSel=[, StopSel=]') AS excerpt "
+            "FROM archive a, websearch_to_tsquery('simple', :q) q "
+            "WHERE a.session_id = :s AND a.tsv @@ q AND a.job_id IN "
+            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied') "
+            "ORDER BY ts_rank(a.tsv, q) DESC, a.id LIMIT :n"
+        )
+        params = {"q": " or ".join(words), "s": session_id, "n": limit}
+    else:
+        sql = sa.text(
+            "SELECT a.message_id, json_extract(a.message, '$.type') AS type, "
+            "snippet(archive_fts, 0, '[', ']', '...', 24) AS excerpt "
+            "FROM archive_fts JOIN archive a ON a.id = archive_fts.rowid "
+            "WHERE archive_fts MATCH :q AND a.session_id = :s AND a.job_id IN "
+            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied') "
+            "ORDER BY bm25(archive_fts), a.id LIMIT :n"
+        )
+        params = {
+            "q": " OR ".join('"' + w.replace('"', "") + '"' for w in words),
+            "s": session_id,
+            "n": limit,
+        }
+    out, used = [], 0
+    with engine.connect() as conn:
+        for row in conn.execute(sql, params):
+            excerpt = str(row.excerpt or "")[: max(0, max_chars - used)]
+            if not excerpt:
+                break
+            used += len(excerpt)
+            out.append({"message_id": row.message_id, "type": row.type, "excerpt": excerpt})
+    return out
+
+
+def purge(engine: Engine, days: int) -> int:
+    """Delete archived originals older than ``days`` (``ARCHIVE_RETENTION_DAYS``; 0: keep)."""
+    if days <= 0:
+        return 0
+    cutoff = datetime.now(UTC) - timedelta(days=days)
+    with engine.begin() as conn:
+        return conn.execute(sa.delete(ARCHIVE).where(ARCHIVE.c.created_at < cutoff)).rowcount
+
+
+def forget(engine: Engine, session_id: str) -> int:
+    """Delete a thread's archive (its session is deleted)."""
+    with engine.begin() as conn:
+        return conn.execute(sa.delete(ARCHIVE).where(ARCHIVE.c.session_id == session_id)).rowcount
