@@ -22,7 +22,12 @@ from offpath.compaction.pipeline import Compaction, compact
 from offpath.compaction.planner import plan_compaction
 from offpath.compaction.prompt import build_prompt, shorten
 from offpath.compaction.settings import SettingsError, load_settings
-from offpath.compaction.summarizers import EmptySummaryError, SummarizerError, make_summarizer
+from offpath.compaction.summarizers import (
+    EmptySummaryError,
+    GuardedSummarizer,
+    SummarizerError,
+    make_summarizer,
+)
 from offpath.compaction.summarizers.llm import LLMSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.compaction.summary import HEADINGS, SUMMARY_PREFIX, fingerprint, is_summary
@@ -410,14 +415,17 @@ def test_llm_summarizer_error_raises_named_exception():
 
 
 def test_make_summarizer_picks_llm_only_when_configured():
-    assert isinstance(make_summarizer(load_settings()), OfflineSummarizer)
-    llm = make_summarizer(
+    offline = make_summarizer(load_settings())
+    assert isinstance(offline, GuardedSummarizer) and isinstance(offline.inner, OfflineSummarizer)
+    guarded = make_summarizer(
         load_settings(
             openai_base_url="http://127.0.0.1:9/v1",
             summarization_timeout_s=3,
             summarization_max_retries=1,
         )
     )
+    assert isinstance(guarded, GuardedSummarizer) and guarded.name == "llm:gpt-4o-mini"
+    llm = guarded.inner
     assert isinstance(llm, LLMSummarizer)
     assert llm.model.openai_api_base == "http://127.0.0.1:9/v1"
     assert llm.model.request_timeout == 3 and llm.model.max_retries == 1
@@ -431,6 +439,7 @@ def test_offline_summary_is_deterministic_labelled_and_filled():
     b = OfflineSummarizer().summarize(plan, prompt).text
     assert a == b
     assert "Offline summary" in a
-    assert a.startswith("**Investigating:** q0")
+    # the latest request among the summarized messages is what the agent was last asked
+    assert a.startswith("**Investigating:** q5")
     assert "2026-03-02T10:30:07Z ERROR svc-0 pool exhausted" in a
     assert "**Current state:**" in a and len(a.split()) < 400

@@ -11,10 +11,12 @@ from offpath.compaction.summarizers.base import (
     SummaryResult,
     TransientSummarizerError,
 )
+from offpath.compaction.summarizers.guarded import GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
 
 __all__ = [
     "EmptySummaryError",
+    "GuardedSummarizer",
     "MalformedSummaryError",
     "OfflineSummarizer",
     "Summarizer",
@@ -27,9 +29,12 @@ __all__ = [
 
 def make_summarizer(settings: Settings) -> Summarizer:
     """The LLM summarizer when an LLM is configured (``OPENAI_API_KEY`` or ``OPENAI_BASE_URL``),
-    else the offline one."""
+    else the offline one; either behind the fact guard (``SUMMARY_PINNED_MAX_CHARS``)."""
+    inner: Summarizer
     if settings.llm_configured:
         from offpath.compaction.summarizers.llm import LLMSummarizer
 
-        return LLMSummarizer.from_settings(settings)
-    return OfflineSummarizer()
+        inner = LLMSummarizer.from_settings(settings)
+    else:
+        inner = OfflineSummarizer()
+    return GuardedSummarizer(inner, settings.summary_pinned_max_chars)

@@ -3,14 +3,21 @@
 Used when no LLM is configured (issue 2, item 9b). Deterministic: the same
 messages give the same text. What goes where:
 
-* **Investigating**: the earlier summary's line, else the first request in the
-  compacted messages, else the quoted request of the turn in progress;
+* **Investigating**: the latest request (the turn in progress, else the last
+  request in the compacted messages), else the earlier summary's line (issue 11:
+  the session moves on);
 * **Key findings**: the earlier summary's findings first (at most half the
-  bullets), then lines of tool output and agent text that carry errors,
-  numbers, identifiers and timestamps; rare lines beat lines repeated with other
-  numbers (a repeated log line appears once, with its count);
-* **Ruled out**: earlier ones, plus agent sentences that rule something out;
-* **Current state**: the last thing the agent said, and its last tool call.
+  bullets), then the agent's own sentences that state facts (numbers,
+  identifiers, errors), then lines of tool output that carry errors, numbers,
+  identifiers and timestamps; rare lines beat lines repeated with other numbers
+  (a repeated log line appears once, with its count). Noise never counts: object
+  metadata (``Annotations:``, ``Labels:`` ...), bare metric names, questions to
+  the user. Tool output is quoted as data, never as the user's words;
+* **Ruled out**: earlier ones, plus the evidence against: the agent's negative
+  results ("no ... were found", "not the cause", "ruled out", healthy checks)
+  and tool output lines that report a healthy check;
+* **Current state**: the last thing the agent said (whole sentences, never cut
+  mid-word), and its last tool call.
 
 The text says that it is an offline summary. It stays under 400 words.
 """
@@ -44,8 +51,34 @@ _NUMBER = re.compile(r"\d")
 _IDENT = re.compile(r"[a-z0-9]+[-_.][a-z0-9]+", re.IGNORECASE)
 _DIGITS = re.compile(r"[0-9a-f]{6,}|\d+", re.IGNORECASE)
 _RULED_OUT = re.compile(
-    r"ruled out|not the cause|isn't the cause|is not the cause|unrelated|looks (fine|healthy|normal)|"
-    r"no (errors?|issues?|problems?) (in|with|on)|can be excluded|excluded",
+    r"\brul(ed|e|ing) out\b|\bnot (the|a) (root )?(cause|culprit|issue|problem)\b"
+    r"|\bisn't (the|a) (cause|culprit|issue|problem)\b|\bunrelated\b|\bnot related\b"
+    r"|\blooks? (fine|healthy|normal|ok)\b|\b(is|are|was|were) (healthy|normal|fine|stable)\b"
+    r"|\bwithin (limits|normal range)\b|\bno (errors?|issues?|problems?|anomal\w*|restarts?|"
+    r"evidence|sign)\b|\bno [\w-]+(?: [\w-]+){0,4} (were|was|is|are) (found|seen|detected|"
+    r"reported|present|available)\b|\bnothing (unusual|abnormal|suspicious|wrong)\b"
+    r"|\bcan be (excluded|ignored)\b|\b(0|zero) errors\b|\bhealth ?checks? (pass|ok)",
+    re.IGNORECASE,
+)
+#: A tool output line that reports a healthy check (evidence for **Ruled out**).
+_HEALTHY = re.compile(
+    r"\b(status|health|state)[=: ]+\"?(healthy|ok|up|passing|green)\b|\ball checks passed\b"
+    r"|\bno errors? found\b",
+    re.IGNORECASE,
+)
+#: Object metadata and other lines that are never findings (issue 11: "noise lines").
+_NOISE = re.compile(
+    r"^(annotations|labels|selector|tolerations|node-selectors|mounts|volumes|environment|"
+    r"image id|container id|controlled by|qos class|priority class name|service account|"
+    r"conditions|events|args|command|host port|port|ip|ips|node|start time|volume mounts)\s*:"
+    r"|^[\w.:/@-]+$",
+    re.IGNORECASE,
+)
+#: Sentences that ask or offer rather than state (not findings, not the current state).
+_ASKS = re.compile(
+    r"\?\s*$|^(would you like|do you want|shall i|let me know|next steps|recommendations)\b"
+    r"|^(\d+\.\s*)?(check|verify|investigate|reduce|confirm|consider|review|try|run|look|"
+    r"increase|decrease|adjust|monitor|ensure|inspect)\b",
     re.IGNORECASE,
 )
 _SECTION = re.compile(r"^\*\*(Investigating|Key findings|Ruled out|Current state):\*\*\s*(.*)$")
@@ -68,7 +101,7 @@ class OfflineSummarizer:
         earlier = _parse_earlier([m for m in plan.removed if is_summary(m)])
         fresh = [m for m in plan.removed if not is_summary(m)]
 
-        investigating = earlier.investigating or _first_request(fresh) or plan.request or ""
+        investigating = plan.request or _last_request(fresh) or earlier.investigating or ""
         investigating = _clip(investigating.strip().replace("\n", " "), 300) or "(not stated)"
 
         carried = (earlier.findings or [])[: MAX_BULLETS // 2]
@@ -121,8 +154,8 @@ def _parse_earlier(summaries: list[BaseMessage]) -> _Earlier:
     return out
 
 
-def _first_request(messages: list[BaseMessage]) -> str:
-    for m in messages:
+def _last_request(messages: list[BaseMessage]) -> str:
+    for m in reversed(messages):
         if m.type == "human":
             text = render_content(m.content).strip()
             if text:
@@ -133,32 +166,34 @@ def _first_request(messages: list[BaseMessage]) -> str:
 def _findings(messages: list[BaseMessage], limit: int, seen: set[str]) -> list[str]:
     if limit <= 0:
         return []
-    candidates: list[tuple[str, str, int]] = []  # (line, signature, order)
+    candidates: list[tuple[str, str, int, bool]] = []  # (line, signature, order, the agent's)
     sources: dict[str, str] = {}  # line -> the tool whose output it quotes
     for m in messages:
         text = render_content(m.content)
         if m.type == "ai":
-            lines = [s for s in re.split(r"(?<=[.!?])\s+|\n", text) if s]
+            lines = _sentences(text)
         elif m.type == "tool":
             lines = text.splitlines()
         else:
             continue
         for line in lines:
             line = _plain(line)[:1_000]
-            if line.endswith(":") or looks_like_instruction(line):
-                continue  # a heading, or an instruction to an assistant: not a finding
+            if line.endswith(":") or looks_like_instruction(line) or _NOISE.search(line):
+                continue  # a heading, metadata, a bare name, an injected instruction
+            if m.type == "ai" and _ASKS.search(line):
+                continue
             if len(line) >= 12 and (_NUMBER.search(line) or _ERROR.search(line)):
-                candidates.append((line, _DIGITS.sub("#", line), len(candidates)))
+                candidates.append((line, _DIGITS.sub("#", line), len(candidates), m.type == "ai"))
                 if m.type == "tool":
                     sources.setdefault(line, m.name or "tool")
-    counts = Counter(sig for _, sig, _ in candidates)
+    counts = Counter(sig for _, sig, _, _ in candidates)
     scored = []
     first_of: dict[str, int] = {}
-    for line, sig, order in candidates:
+    for line, sig, order, stated in candidates:
         if sig in first_of:
             continue
         first_of[sig] = order
-        score = 3 * bool(_ERROR.search(line)) + bool(_TIMESTAMP.search(line))
+        score = 3 * bool(_ERROR.search(line)) + bool(_TIMESTAMP.search(line)) + 4 * stated
         score += bool(_IDENT.search(line)) + (
             2 if counts[sig] <= 2 else 1 if counts[sig] <= 5 else 0
         )
@@ -182,15 +217,21 @@ def _findings(messages: list[BaseMessage], limit: int, seen: set[str]) -> list[s
 def _ruled_out(messages: list[BaseMessage]) -> list[str]:
     out = []
     for m in messages:
-        if m.type != "ai":
-            continue
-        for sentence in re.split(r"(?<=[.!?])\s+|\n", render_content(m.content)):
-            sentence = _plain(sentence)
-            if looks_like_instruction(sentence):
-                continue
-            if _RULED_OUT.search(sentence) and not sentence.endswith(":"):
-                out.append(_clip(sentence, MAX_BULLET_CHARS))
-    return out[-4:]
+        if m.type == "ai":
+            for sentence in _sentences(render_content(m.content)):
+                sentence = _plain(sentence)
+                if looks_like_instruction(sentence) or _ASKS.search(sentence):
+                    continue
+                if _RULED_OUT.search(sentence) and not sentence.endswith(":"):
+                    out.append(_clip(sentence, MAX_BULLET_CHARS))
+        elif m.type == "tool":
+            for line in render_content(m.content).splitlines():
+                line = _plain(line)
+                if (
+                    _HEALTHY.search(line) or _RULED_OUT.search(line)
+                ) and not looks_like_instruction(line):
+                    out.append(f"`{_clip(line, MAX_BULLET_CHARS)}` ({m.name or 'tool'} output)")
+    return list(dict.fromkeys(out))[-4:]
 
 
 def _current_state(messages: list[BaseMessage]) -> str:
@@ -202,17 +243,33 @@ def _current_state(messages: list[BaseMessage]) -> str:
                 c = m.tool_calls[-1]
                 args = json.dumps(c.get("args") or {}, ensure_ascii=False, default=str)
                 call = f"last tool call: {c.get('name')}({_clip(args, 120)})"
-            text = " ".join(
-                line
-                for line in _plain(render_content(m.content)).split(". ")
-                if not looks_like_instruction(line)
-            )
-            if text and not said:
-                said = _clip(text, 300)
+            if not said:
+                sentences = [
+                    _plain(x)
+                    for x in _sentences(render_content(m.content))
+                    if not looks_like_instruction(x) and not _ASKS.search(x)
+                ]
+                said = _whole_sentences([x for x in sentences if x], 300)
         if said and call:
             break
     parts = [p for p in (said, call) if p]
     return "; ".join(parts) if parts else "no agent message in the compacted part"
+
+
+def _sentences(text: str) -> list[str]:
+    """``text`` split into sentences and lines (list items and headings apart)."""
+    return [s for s in re.split(r"(?<=[.!?])\s+|\n", text) if s.strip()]
+
+
+def _whole_sentences(sentences: list[str], limit: int) -> str:
+    """As many whole sentences as fit in ``limit`` chars (the first one clipped at a word)."""
+    out = ""
+    for sentence in sentences:
+        joined = f"{out} {sentence}".strip()
+        if len(joined) > limit:
+            break
+        out = joined
+    return out or (_clip(sentences[0], limit) if sentences else "")
 
 
 def _plain(text: str) -> str:
@@ -222,4 +279,10 @@ def _plain(text: str) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+    """``text`` in at most ``limit`` chars, cut at a word boundary (never mid-word)."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3]
+    if " " in cut and not text[limit - 3].isspace():
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:") + "..."

@@ -1,0 +1,272 @@
+"""The fact guard: the specifics of the removed messages that a summary must not lose (issue 11).
+
+Pure functions, no I/O. :func:`extract` finds the facts of a list of messages with
+regular expressions: identifiers (pod, host and service names, ticket and trace ids,
+commit SHAs, file paths, URLs), error codes, numbers with units, and timestamps.
+:func:`rank` orders them by how often they recur and by whether the agent stated
+them itself (its own text and tool-call arguments: its conclusions and actions).
+:func:`pin` appends the facts a summary missed as a bounded **Pinned facts**
+section; each entry is the line the fact was found on, clipped, with the id of
+the message it came from, so the ``recall`` tool can fetch the original from the
+archive.
+
+It runs after any summarizer (the LLM's or the offline one): see
+:class:`offpath.compaction.summarizers.guarded.GuardedSummarizer`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from langchain_core.messages import BaseMessage
+
+from offpath.compaction.summary import is_summary, looks_like_instruction, summary_body
+
+#: The heading of the section the guard appends (after the seed's four).
+PINNED_HEADING = "**Pinned facts**"
+#: Most chars of one pinned entry's quoted line.
+MAX_LINE_CHARS = 160
+
+# Kinds, most specific first: a span taken by one kind is not matched again by a later one.
+_KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
+    ("url", re.compile(r"https?://[^\s'\"<>()\[\]{}`]+[^\s'\"<>()\[\]{}`.,;:!?]"), 3),
+    (
+        "timestamp",
+        re.compile(
+            r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+            r"|\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?Z?\b|\b\d{1,2}:\d{2}Z?(?= ?(?:UTC|GMT|Z)\b)"
+        ),
+        2,
+    ),
+    (
+        "path",
+        re.compile(
+            r"(?<![\w/.~-])(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?"
+            r"|\b[\w.-]+(?:/[\w.@+-]+)+\.[A-Za-z][\w]{0,5}\b"
+        ),
+        3,
+    ),
+    ("ticket", re.compile(r"(?<![\w.-])[A-Z][A-Z0-9]{1,9}-\d{1,7}(?![\w.-])"), 3),
+    (
+        "trace_id",
+        re.compile(r"\b(?:trace|span|request|correlation)[_-]?id[=: ]+([\w-]{6,})", re.IGNORECASE),
+        3,
+    ),
+    (
+        "sha",
+        re.compile(
+            r"(?<![\w.-])(?=[0-9a-f]{0,39}[a-f])(?=[0-9a-f]{0,39}\d)[0-9a-f]{7,40}(?![\w.-])"
+        ),
+        3,
+    ),
+    (
+        "error_code",
+        re.compile(
+            r"\b(?:HTTP|status|code|exit code|exit status)[=: ]+\d{3}\b"
+            r"|\b[45]\d\ds?(?= (?:errors?|responses?|status|Bad|Service|Gateway|Internal|Not Found|"
+            r"Forbidden|Unauthorized|Too Many)\b)"
+            r"|\b[A-Z][A-Za-z]*(?:Error|Exception|BackOff|Killed|Failure|Timeout)\b"
+            r"|\bE(?:CONNREFUSED|CONNRESET|CONNABORTED|TIMEDOUT|HOSTUNREACH|NETUNREACH|ADDRINUSE|"
+            r"ACCES|PERM|PIPE|AGAIN|NOENT|NOSPC|MFILE|NOTFOUND|NOMEM|AI_AGAIN)\b"
+            r"|\b(?:ERR|ORA|SQLSTATE|E)[-_ ]?\d{3,5}\b"
+        ),
+        3,
+    ),
+    (
+        "quantity",
+        re.compile(
+            r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|"
+            r"h|hrs?|hours?|days?|%|[KMGT]i?B?|[KMGT]iB|bytes?|cores?|nanocores|millicores|"
+            r"m?cpus?|req/s|rps|qps|ops/s|conns?|connections)(?![\w/])"
+            r"|(?<![\w./])\d+/\d+(?![\w/.])"
+        ),
+        2,
+    ),
+    (
+        "identifier",
+        re.compile(r"(?<![\w./-])[A-Za-z][\w]*(?:[-.:][\w]+)+(?![\w/-])"),
+        2,
+    ),
+)
+#: An identifier without digits is a fact only with one of these parts (a service's usual
+#: names) or at least two separators; ``read-only`` and ``well-known`` are words, not names.
+_SERVICE_PARTS = frozenset(
+    "api service svc worker web app db database cache redis postgres mysql mongo kafka proxy "
+    "gateway server primary replica queue broker controller operator agent node cluster pod "
+    "deployment ingress frontend backend auth payments checkout ledger loki prometheus grafana "
+    "nginx envoy istio etcd coredns kube".split()
+)
+_WORDS = re.compile(r"[a-z]+")
+
+
+@dataclass(slots=True)
+class Fact:
+    """One fact: its ``value`` (as written), ``kind``, the id of the first message it was seen
+    in and the line there, how many messages hold it, and whether the agent stated it."""
+
+    value: str
+    kind: str
+    message_id: str
+    line: str
+    messages: int = 1
+    stated: bool = False
+    order: int = 0
+    _seen: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def score(self) -> int:
+        """Higher first: kind weight, +3 if the agent stated it, + up to 3 for recurrence."""
+        weight = next(w for k, _, w in _KINDS if k == self.kind)
+        return weight + 3 * self.stated + min(self.messages - 1, 3)
+
+
+def find(text: str) -> list[tuple[str, str, int]]:
+    """The facts in ``text`` as ``(value, kind, offset)``, in order of appearance."""
+    taken: list[tuple[int, int]] = []
+    out: list[tuple[str, str, int]] = []
+    for kind, pattern, _ in _KINDS:
+        for m in pattern.finditer(text):
+            group = m.lastindex or 0  # a kind with a group: the value is the group
+            start, end = m.span(group)
+            if any(start < e and s < end for s, e in taken):
+                continue
+            value = m.group(group).rstrip(".,:;")
+            if kind == "identifier" and not _is_name(value):
+                continue
+            if kind == "quantity" and re.fullmatch(r"\d+/\d+", value) and value.count("/") != 1:
+                continue
+            taken.append((start, end))
+            out.append((value, kind, start))
+    out.sort(key=lambda f: f[2])
+    return out
+
+
+def _is_name(value: str) -> bool:
+    if any(c.isdigit() for c in value):
+        return len(value) >= 4
+    if sum(value.count(c) for c in "-.:") >= 2:
+        return not value.endswith((".py", ".md")) or "/" in value
+    return any(w in _SERVICE_PARTS for w in _WORDS.findall(value.lower()))
+
+
+def _lines(message: BaseMessage) -> Iterable[tuple[str, bool]]:
+    """``(line, stated)`` for each line of a message worth reading for facts; ``stated``: the
+    agent's own words or actions (its text, its tool-call arguments)."""
+    from offpath.compaction.prompt import render_content
+
+    if is_summary(message):
+        body = summary_body(message)
+        for line in body.splitlines():
+            yield line, True  # an earlier summary is what the agent concluded before
+        return
+    stated = message.type == "ai"
+    for line in render_content(message.content).splitlines():
+        yield line, stated
+    for call in getattr(message, "tool_calls", None) or []:
+        args = json.dumps(call.get("args") or {}, ensure_ascii=False, default=str)
+        yield f"{call.get('name')}({args})", True
+
+
+def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
+    """The facts of ``messages``, one per distinct value, with where each was first seen.
+
+    Lines that read as instructions to an assistant (injected text) are skipped: their
+    contents are never pinned into a summary, which the model reads in the user's role.
+    """
+    facts: dict[str, Fact] = {}
+    for m in messages:
+        mid = str(m.id)
+        for line, stated in _lines(m):
+            if not line.strip() or looks_like_instruction(line):
+                continue
+            for value, kind, offset in find(line):
+                fact = facts.get(value)
+                if fact is None:
+                    fact = facts[value] = Fact(
+                        value, kind, mid, _around(line, offset, value), order=len(facts)
+                    )
+                    fact._seen.add(mid)
+                elif mid not in fact._seen:
+                    fact._seen.add(mid)
+                    fact.messages += 1
+                fact.stated = fact.stated or stated
+    return list(facts.values())
+
+
+def rank(facts: Iterable[Fact]) -> list[Fact]:
+    """``facts`` most important first: by :attr:`Fact.score`, then first seen first."""
+    return sorted(facts, key=lambda f: (-f.score, f.order))
+
+
+def stated_facts(messages: Sequence[BaseMessage]) -> list[Fact]:
+    """The facts the agent stated itself (what the fidelity benchmark marks in a transcript)."""
+    return [f for f in extract(messages) if f.stated]
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """What :func:`pin` added: the entries, and how many facts they cover."""
+
+    entries: tuple[str, ...]
+    facts: int
+
+
+def pin(
+    summary_text: str,
+    removed: Sequence[BaseMessage],
+    max_chars: int,
+    kept: Sequence[BaseMessage] = (),
+) -> tuple[str, Pinned]:
+    """``summary_text`` with a **Pinned facts** section listing, most important first, the
+    facts of ``removed`` that neither the summary nor the ``kept`` messages contain, in at
+    most ``max_chars`` chars (0: no section). Each entry quotes the line the fact was found on
+    (at most :data:`MAX_LINE_CHARS`) and names its message. Returns the text and what was
+    pinned; the text is unchanged when nothing is missing."""
+    if max_chars <= 0:
+        return summary_text, Pinned((), 0)
+    from offpath.compaction.prompt import render_content
+
+    present = summary_text + "\n" + "\n".join(render_content(m.content) for m in kept)
+    header = f"\n\n{PINNED_HEADING} (verbatim from the summarized messages; `recall` finds them):"
+    budget = max_chars - len(header)
+    position = {str(m.id): i for i, m in enumerate(removed)}
+    entries: list[tuple[int, int, str]] = []
+    missing = [fact for fact in rank(extract(removed)) if fact.value not in present]
+    for fact in missing:
+        if fact.value in present:  # on a line pinned for an earlier fact
+            continue
+        quoted = fact.line.replace("`", "'")
+        entry = f"\n- `{quoted}` ({fact.message_id})"
+        if len(entry) > budget:
+            continue
+        entries.append((position.get(fact.message_id, 0), fact.order, entry))
+        budget -= len(entry)
+        present += "\n" + fact.line
+    if not entries:
+        return summary_text, Pinned((), 0)
+    ordered = tuple(entry for *_, entry in sorted(entries))  # in conversation order
+    covered = sum(fact.value in present for fact in missing)
+    return summary_text.rstrip() + header + "".join(ordered), Pinned(ordered, covered)
+
+
+def _around(line: str, offset: int, value: str) -> str:
+    """``line`` clipped to :data:`MAX_LINE_CHARS` around ``value`` (at ``offset``), cut at
+    word boundaries."""
+    line = " ".join(line.split())
+    if len(line) <= MAX_LINE_CHARS:
+        return line
+    offset = max(0, line.find(value))
+    room = MAX_LINE_CHARS - len(value)
+    start = max(0, offset - room // 2)
+    end = min(len(line), start + MAX_LINE_CHARS)
+    start = max(0, end - MAX_LINE_CHARS)
+    if start > 0:
+        cut = line.find(" ", start, offset)
+        start = cut + 1 if cut >= 0 else start
+    if end < len(line):
+        cut = line.rfind(" ", offset + len(value), end)
+        end = cut if cut > 0 else end
+    return ("..." if start else "") + line[start:end] + ("..." if end < len(line) else "")
