@@ -46,7 +46,6 @@ from typing import Annotated, Any, NotRequired
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import ModelRequest, ModelResponse, PrivateStateAttr
 from langchain_core.messages import BaseMessage
-from langgraph.config import get_config
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.pairing import new_unpaired
@@ -65,6 +64,7 @@ from offpath.service.db import (
 )
 from offpath.service.leases import Claim, Leases, State
 from offpath.service.logs import tag
+from offpath.service.recall import recall_tool, thread_of_run
 from offpath.service.runtime import Client
 
 log = logging.getLogger("offpath.middleware")
@@ -98,7 +98,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
     (``postgresql://...`` or ``sqlite:///path``; default: offpath's own).
     ``patch``: offpath's own API agent only (the worker may then write the thread
     between runs). ``client``: the usage DB, leases and publisher to use (default:
-    opened from ``settings`` on first use).
+    opened from ``settings`` on first use). ``recall``: give the agent the ``recall`` tool
+    (:mod:`offpath.service.recall`), which searches the thread's archived originals.
     """
 
     state_schema = OffPathState
@@ -110,8 +111,11 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         checkpointer_url: str | None = None,
         patch: bool = False,
         client: Client | None = None,
+        recall: bool = True,
     ) -> None:
         super().__init__()
+        #: ``recall`` (issue 11): the agent reads its thread's archived originals.
+        self.tools = [recall_tool(lambda: self.client.engine)] if recall else []
         self.settings = settings or get_settings()
         self.options = JobOptions(patch=patch, checkpoints=checkpointer_url)
         self._client = client
@@ -149,7 +153,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
 
     def _step(self, state: OffPathState, apply: bool) -> dict[str, Any] | None:
         settings = self.settings
-        session_id = _thread_id()
+        session_id = thread_of_run()
         if session_id is None:
             return None
         messages: list[BaseMessage] = state["messages"]
@@ -315,7 +319,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         limit = self.settings.hard_limit_chars
         if self.settings.active and size.chars > limit:
             messages, masking = mask_observations(messages, limit)
-            session_id = _thread_id() or "?"
+            session_id = thread_of_run() or "?"
             if masking.results:
                 log.warning(
                     "[%s] context over its hard limit (%d > %d chars) with no summary ready: "
@@ -344,12 +348,3 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         if key not in self._warned:
             self._warned.add(key)
             log.warning(message)
-
-
-def _thread_id() -> str | None:
-    """The thread of the run this step belongs to (LangGraph's ``thread_id``), if any."""
-    try:
-        value = get_config().get("configurable", {}).get("thread_id")
-    except RuntimeError:  # not inside a run
-        return None
-    return str(value) if value is not None else None

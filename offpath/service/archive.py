@@ -178,6 +178,19 @@ def search(
     return out
 
 
+def original(engine: Engine, session_id: str, message_id: str) -> dict[str, Any] | None:
+    """One archived original of a thread by its message id (``messages_to_dict`` form), or
+    None: not archived, or its compaction never applied."""
+    q = (
+        sa.select(ARCHIVE.c.message)
+        .where(ARCHIVE.c.session_id == session_id, ARCHIVE.c.message_id == message_id, _applied())
+        .order_by(ARCHIVE.c.id.desc())
+        .limit(1)
+    )
+    with engine.connect() as conn:
+        return conn.execute(q).scalar()
+
+
 def purge(engine: Engine, days: int) -> int:
     """Delete archived originals older than ``days`` (``ARCHIVE_RETENTION_DAYS``; 0: keep)."""
     if days <= 0:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from langchain_core.messages import messages_from_dict
 from shared import (
     CASES,
     TRANSCRIPTS,
@@ -25,7 +26,9 @@ from shared import (
 )
 from stack import Stack, split_turns, wait_for
 
+from offpath.compaction.prompt import render_content
 from offpath.compaction.summary import SUMMARY_PREFIX
+from offpath.service import archive, recall
 from offpath.service.logs import tag
 
 pytestmark = pytest.mark.usefixtures("stub")
@@ -111,6 +114,31 @@ def test_transcript_replayed_ends_compacted_and_stats_add_up(stacks, backend):
     assert stats["approx_tokens_saved"] == stats["total_chars_compacted"] // 4
     assert stats["sessions_compacted"] == len({r["session_id"] for r in everything})
     assert stats["jobs"]["applied"] >= compactions
+    archived_and_recalled(stack, session, posted, final)
+
+
+def archived_and_recalled(stack: Stack, session: str, posted: list, final: list) -> None:
+    """Invariant 12 (issue 11): each posted message is in the thread or, unchanged, in the
+    archive; ``recall`` finds a removed original by its words and by its id, on this thread
+    only."""
+    engine = sa.create_engine(stack.db_url())
+    try:
+        rows, total = archive.read(engine, session, limit=100_000)
+        originals = messages_from_dict([r["message"] for r in rows])
+        assert total == len(rows) == len(originals) > 0
+        kept = [m for m in final if not marked_summary(m)]
+        assert len(kept) + total == len(posted)
+        where = {render_content(m.content) for m in kept + originals}
+        assert all(render_content(m.content) in where for m in posted)
+        tool = next(m for m in originals if m.type == "tool" and len(m.content) > 200)
+        words = [w for w in render_content(tool.content).split() if len(w) > 8][:3]
+        found = recall.answer(engine, session, " ".join(words))
+        assert f"[{tool.id}]" in found, found
+        whole = recall.answer(engine, session, str(tool.id))
+        assert render_content(tool.content)[:200] in whole
+        assert "nothing archived" in recall.answer(engine, "another-thread", " ".join(words))
+    finally:
+        engine.dispose()
 
 
 # --- every case through the API -----------------------------------------------------------

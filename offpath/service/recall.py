@@ -1,0 +1,91 @@
+"""The ``recall`` tool: the agent reads the originals its thread's summaries replaced (issue 11).
+
+A compaction archives every message it removes (:mod:`offpath.service.archive`);
+the summary's last line tells the model this tool exists, and its **Pinned facts**
+name the message each fact came from. ``recall(query)`` answers, for the thread of
+the run that calls it (LangGraph's ``thread_id``; another thread's archive is never
+searched):
+
+* ``query`` is an archived message id: that message, whole up to
+  :data:`~offpath.service.archive.RECALL_MAX_CHARS` chars;
+* otherwise: the best full-text matches (SQLite FTS5, or PostgreSQL full-text
+  search), each an excerpt with its message id, at most ``RECALL_MAX_CHARS`` chars
+  in all.
+
+Errors (no thread, the database down) come back as the tool's text, so a run never
+fails on a lookup.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from langchain_core.messages import messages_from_dict
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.config import get_config
+from sqlalchemy.engine import Engine
+
+from offpath.compaction.accounting import content_text
+from offpath.service import archive
+
+log = logging.getLogger("offpath.recall")
+
+#: The tool's description, as the model reads it.
+DESCRIPTION = (
+    "Search the original messages that this conversation's summaries replaced (tool "
+    "outputs, logs, earlier answers), which are archived unchanged. `query`: words to find "
+    "(an error code, a pod or file name, ...) or a message id named in the summary's Pinned "
+    "facts. Returns matching excerpts with their message ids."
+)
+
+
+def thread_of_run() -> str | None:
+    """The ``thread_id`` of the run this call belongs to, if any."""
+    try:
+        value = get_config().get("configurable", {}).get("thread_id")
+    except RuntimeError:  # not inside a run
+        return None
+    return str(value) if value is not None else None
+
+
+def answer(engine: Engine, thread_id: str, query: str) -> str:
+    """The tool's answer for ``query`` on ``thread_id``'s archive (see the module doc);
+    at most about :data:`~offpath.service.archive.RECALL_MAX_CHARS` chars."""
+    query = query.strip()
+    if not query:
+        return "recall: give some words to search for, or a message id."
+    limit = archive.RECALL_MAX_CHARS
+    stored = archive.original(engine, thread_id, query)
+    if stored is not None:
+        (message,) = messages_from_dict([stored])
+        text = content_text(message.content)
+        calls = getattr(message, "tool_calls", None) or []
+        if calls:
+            text += "\n" + "\n".join(
+                f"tool call {c.get('name')}({json.dumps(c.get('args'), default=str)})"
+                for c in calls
+            )
+        clipped = text[:limit] + (" [...]" if len(text) > limit else "")
+        return f"[{query}] ({message.type})\n{clipped}"
+    hits = archive.search(engine, thread_id, query, max_chars=limit)
+    if not hits:
+        return f"recall: nothing archived in this conversation matches {query!r}."
+    return "\n\n".join(f"[{h['message_id']}] ({h['type']}) {h['excerpt']}" for h in hits)
+
+
+def recall_tool(engine_of: Callable[[], Engine]) -> BaseTool:
+    """The ``recall`` tool over the archive in ``engine_of()`` (opened on first use)."""
+
+    def recall(query: str) -> str:
+        thread_id = thread_of_run()
+        if thread_id is None:
+            return "recall: this call is not part of a conversation (no thread_id)."
+        try:
+            return answer(engine_of(), thread_id, query)
+        except Exception as exc:  # the archive's store is down: the run goes on
+            log.warning("recall failed on thread %s: %s", thread_id, exc)
+            return f"recall: the archive could not be read ({type(exc).__name__}); try later."
+
+    return StructuredTool.from_function(recall, name="recall", description=DESCRIPTION)

@@ -1,0 +1,112 @@
+"""The ``recall`` tool (issue 11, item 4) in a real ``create_agent`` run, on a real SQLite
+archive: the middleware gives the agent the tool, and it reads only its own thread's
+originals of compactions that applied."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from offpath.compaction.settings import load_settings
+from offpath.middleware import OffPathCompaction
+from offpath.service import archive, recall
+from offpath.service.db import JOBS, create_job, make_engine, migrate
+
+
+class ToolModel(GenericFakeChatModel):
+    """The fake chat model, with tools bound (it answers from its script regardless)."""
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+
+ORIGINAL = ToolMessage(
+    id="t-17",
+    content="checkout-api-7f9c4 returned ERR-5012 while db-primary-2 was failing over",
+    tool_call_id="c-17",
+    name="logs",
+)
+
+
+def archived(tmp_path, status="applied"):
+    settings = load_settings(data_dir=str(tmp_path))
+    migrate(settings)
+    engine = make_engine(settings)
+    for thread, job in [("inc-1", "job-1"), ("inc-2", "job-2")]:
+        create_job(engine, job, thread, 100)
+        rows = archive.rows_for(thread, job, "summary-1", [ORIGINAL], [ORIGINAL.id])
+        archive.store_record(engine, job, {"summary": "s"}, rows)
+    with engine.begin() as conn:
+        conn.execute(sa.update(JOBS).where(JOBS.c.job_id == "job-1").values(status=status))
+    return settings, engine
+
+
+def test_recall_finds_words_and_ids_of_applied_compactions_only(tmp_path):
+    _, engine = archived(tmp_path)
+    found = recall.answer(engine, "inc-1", "ERR-5012")
+    assert found.startswith("[t-17] (tool)") and "[ERR-5012]" in found
+    assert recall.answer(engine, "inc-1", "t-17").endswith(ORIGINAL.content)
+    # inc-2 has the same original, but its job never applied: not shown
+    assert "nothing archived" in recall.answer(engine, "inc-2", "ERR-5012")
+    assert "nothing archived" in recall.answer(engine, "inc-1", "ENOSPC")
+    assert "give some words" in recall.answer(engine, "inc-1", "   ")
+
+
+def test_recall_is_bounded(tmp_path):
+    _, engine = archived(tmp_path)
+    big = ToolMessage(id="t-big", content="ERR-9 " * 5_000, tool_call_id="c")
+    create_job(engine, "job-3", "inc-1", 100)
+    archive.store_record(
+        engine, "job-3", {}, archive.rows_for("inc-1", "job-3", "s", [big], ["t-big"])
+    )
+    with engine.begin() as conn:
+        conn.execute(sa.update(JOBS).where(JOBS.c.job_id == "job-3").values(status="applied"))
+    whole = recall.answer(engine, "inc-1", "t-big")
+    assert len(whole) <= archive.RECALL_MAX_CHARS + 100 and whole.endswith("[...]")
+
+
+def test_agent_has_recall_and_reads_its_own_thread(tmp_path):
+    settings, engine = archived(tmp_path)
+    model = ToolModel(
+        messages=iter(
+            [
+                AIMessage(
+                    content="",
+                    tool_calls=[{"id": "r1", "name": "recall", "args": {"query": "ERR-5012"}}],
+                ),
+                AIMessage(content="It was ERR-5012."),
+            ]
+        )
+    )
+    middleware = OffPathCompaction(settings)
+    assert [t.name for t in middleware.tools] == ["recall"]
+    agent = create_agent(model, [], middleware=[middleware], checkpointer=InMemorySaver())
+    out = agent.invoke(
+        {"messages": [HumanMessage("which error code?")]},
+        {"configurable": {"thread_id": "inc-1"}},
+    )
+    answer = next(m for m in out["messages"] if m.type == "tool")
+    assert answer.name == "recall" and "[t-17]" in answer.content
+    assert OffPathCompaction(settings, recall=False).tools == []
+
+
+def test_recall_outside_a_run_and_with_the_store_down_answers_in_text(tmp_path):
+    tool = recall.recall_tool(lambda: make_engine(load_settings(data_dir=str(tmp_path))))
+    assert "no thread_id" in tool.invoke({"query": "x"})
+    broken = recall.recall_tool(lambda: (_ for _ in ()).throw(OSError("down")))
+    model = ToolModel(
+        messages=iter(
+            [
+                AIMessage(
+                    content="", tool_calls=[{"id": "r", "name": "recall", "args": {"query": "a"}}]
+                ),
+                AIMessage(content="ok"),
+            ]
+        )
+    )
+    agent = create_agent(model, [broken], checkpointer=InMemorySaver())
+    out = agent.invoke({"messages": [HumanMessage("q")]}, {"configurable": {"thread_id": "x"}})
+    assert "could not be read (OSError)" in out["messages"][2].content
