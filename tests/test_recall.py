@@ -110,3 +110,41 @@ def test_recall_outside_a_run_and_with_the_store_down_answers_in_text(tmp_path):
     agent = create_agent(model, [broken], checkpointer=InMemorySaver())
     out = agent.invoke({"messages": [HumanMessage("q")]}, {"configurable": {"thread_id": "x"}})
     assert "could not be read (OSError)" in out["messages"][2].content
+
+
+def test_reconciler_purges_the_archive_past_its_retention_once_an_hour(tmp_path):
+    """``ARCHIVE_RETENTION_DAYS`` (issue 11, item 1): the reconciler deletes older originals,
+    at most once per ``PURGE_EVERY_S`` (real Redis holds the mark)."""
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from offpath.service.runtime import Runtime
+    from worker.reconciler import reconcile_once
+
+    settings = load_settings(
+        data_dir=str(tmp_path),
+        archive_retention_days=7,
+        redis_key_prefix=f"test-purge-{uuid.uuid4().hex[:8]}",
+    )
+    rt = Runtime.open(settings)
+    try:
+
+        def add(job: str, age_days: int) -> None:
+            create_job(rt.engine, job, "inc-9", 100)
+            rows = archive.rows_for("inc-9", job, "s", [ORIGINAL], [ORIGINAL.id])
+            rows[0]["created_at"] = datetime.now(UTC) - timedelta(days=age_days)
+            archive.store_record(rt.engine, job, {}, rows)
+
+        def jobs_archived() -> set[str]:
+            with rt.engine.connect() as conn:
+                return set(conn.execute(sa.select(archive.ARCHIVE.c.job_id)).scalars())
+
+        add("old", 8)
+        add("new", 6)
+        done = reconcile_once(rt, lambda *a: None)
+        assert done.get("archive_purged") == 1 and jobs_archived() == {"new"}
+        add("old-2", 30)
+        reconcile_once(rt, lambda *a: None)  # within the hour: not again
+        assert jobs_archived() == {"new", "old-2"}
+    finally:
+        rt.close()

@@ -14,7 +14,9 @@ an interval:
   than ``JOB_MAX_RETRIES + 1`` times; else claim the thread for it and re-publish it.
 
 Then every thread whose latest job failed (or was skipped as stale) and whose
-claim is free, the failure backoff being over, gets a new job.
+claim is free, the failure backoff being over, gets a new job. At most once every
+:data:`PURGE_EVERY_S`, archived originals older than ``ARCHIVE_RETENTION_DAYS`` are
+deleted (issue 11).
 
 What it did is logged in one line and counted in ``offpath_reconciler_actions_total``.
 """
@@ -31,6 +33,7 @@ from typing import Any
 from prometheus_client import Counter as PromCounter
 
 from offpath.compaction.patch import landed
+from offpath.service import archive
 from offpath.service.compactions import JobOptions, read_messages
 from offpath.service.db import (
     JobStatus,
@@ -47,6 +50,9 @@ from offpath.service.logs import tag
 from offpath.service.runtime import Publisher, Runtime
 
 log = logging.getLogger("offpath.reconciler")
+
+#: Seconds between two purges of the archive (``ARCHIVE_RETENTION_DAYS`` > 0).
+PURGE_EVERY_S = 3_600
 
 ACTIONS = PromCounter(
     "offpath_reconciler_actions", "What the reconciler did, by action", ["action"]
@@ -72,6 +78,11 @@ def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
             result = queue_job(rt.leases, rt.engine, publish, session_id, None, options=opts)
             if result.action == "queued":
                 done["queued"] += 1
+        if s.archive_retention_days and rt.leases.store.swap(
+            f"{s.redis_key_prefix}:archive:purged", None, token, PURGE_EVERY_S
+        ):
+            if purged := archive.purge(rt.engine, s.archive_retention_days):
+                done["archive_purged"] += purged
         last = f"{s.redis_key_prefix}:reconciler:last"
         rt.leases.store.swap(last, rt.leases.store.get(last), f"{time.time():.3f}", 86_400)
     finally:
