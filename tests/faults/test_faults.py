@@ -21,6 +21,8 @@ import sqlalchemy as sa
 from shared import CASES, check_compacted, from_api, load, marked_summary, messages_of
 from stack import PG_ADMIN, Stack, free_port, split_turns, start_redis, wait_for
 
+from offpath.service import archive
+
 pytestmark = pytest.mark.usefixtures("stub")
 
 # Recovery comes from leases and the reconciler, never from the broker's redelivery: the
@@ -82,13 +84,23 @@ def assert_consistent(stack: Stack, session: str, posted: list) -> bool:
             usage_count(stack, session),
             applied,
         )
+        # invariant 12: each removed message archived once, whatever attempt wrote it
+        engine = sa.create_engine(stack.db_url())
+        rows, _ = archive.read(engine, session, limit=100_000)
+        engine.dispose()
+        kept = [m for m in final if not marked_summary(m)]
+        assert sorted(r["message_id"] for r in rows) == sorted(
+            str(m.id) for m in posted if m not in kept
+        )
         return True
     assert final == posted, "a thread without a summary changed"
     assert usage_count(stack, session) == 0
     return False
 
 
-@pytest.mark.parametrize("point", ["llm_call", "before_lock", "in_patch", "after_patch"])
+@pytest.mark.parametrize(
+    "point", ["llm_call", "before_lock", "after_archive", "in_patch", "after_patch"]
+)
 def test_worker_killed_mid_job_recovers_within_a_lease(stacks, stub, fault_n, point):
     """Issue 8, item 1: a worker SIGKILLed at any point of a job; the thread gets a job again
     once the lease lapses (the reconciler re-publishes it, with no new turn), and is
