@@ -27,6 +27,7 @@ from typing import Any
 
 from bench import (
     faults,
+    fidelity,
     growth,
     job,
     load,
@@ -61,9 +62,10 @@ BENCHMARKS: dict[str, Callable[[Any], Result]] = {
     load.NAME: load.run,
     middleware.NAME: middleware.run,
     peak.NAME: peak.run,
+    fidelity.NAME: fidelity.run,
 }
 #: Those that need neither the stub LLM nor a database.
-PURE = {planner.NAME, growth.NAME}
+PURE = {planner.NAME, growth.NAME, fidelity.NAME}
 NAMES = [*BENCHMARKS, faults.NAME]
 
 

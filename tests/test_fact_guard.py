@@ -4,11 +4,15 @@ The expected values are the facts written into the inputs below, by hand."""
 
 from __future__ import annotations
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.graph.message import add_messages
+from shared import CASES, load, messages_of
 
 from offpath.compaction.facts import MAX_LINE_CHARS, PINNED_HEADING, extract, find, pin, rank
+from offpath.compaction.pipeline import Skip, compact
 from offpath.compaction.planner import plan_compaction
-from offpath.compaction.prompt import build_prompt
+from offpath.compaction.prompt import build_prompt, render_content
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
 from offpath.compaction.summarizers.base import SummaryResult
@@ -112,8 +116,12 @@ def test_pin_adds_only_missing_facts_with_their_message_ids_bounded():
     assert pinned.facts >= 4
     assert all(len(e) < MAX_LINE_CHARS + 20 for e in pinned.entries)
     # bounded: a small budget keeps the highest-ranked facts only, never over it
-    small, few = pin("s", removed, 200)
-    assert len(small) - 1 <= 200 and 0 < few.facts < pinned.facts
+    for budget in (120, 200, 300, 500, 1_000):
+        small, few = pin("s", removed, budget)
+        assert len(small) - len("s") <= budget
+    small, few = pin("s", removed, 200)  # no room for a quoted line: values by message
+    assert "- also in t1: `HTTP 503`" in small and "`INC-4821`" in small
+    assert few.facts == 5
     # nothing missing, or a budget of 0: the summary is unchanged
     assert pin("s", removed, 0) == ("s", pin("s", [], 0)[1])
     assert pin(text, removed, 2_000)[0] == text
@@ -246,3 +254,36 @@ def test_offline_current_state_is_never_cut_mid_word():
     words = set(long.split()) | {"end.", "..."}
     for word in state.replace("...", " ... ").split():
         assert word.strip(".,") in {w.strip(".,") for w in words} or word in words, word
+
+
+def test_a_multiline_tool_argument_is_data_after_its_first_line():
+    script = "cat > /testbed/fix.py <<'EOF'\nmodel_b._meta.get_field('x')\nEOF"
+    msgs = [
+        AIMessage(
+            id="a1", content="", tool_calls=[{"id": "c", "name": "bash", "args": {"cmd": script}}]
+        )
+    ]
+    facts = {f.value: f for f in extract(msgs)}
+    assert facts["/testbed/fix.py"].stated  # the command: the agent's action
+    assert not facts["model_b._meta.get_field"].stated  # the file's content: data
+
+
+@pytest.mark.parametrize("path", [p for p in CASES if "facts_for_fidelity" in p.read_text()])
+def test_case_facts_survive_a_generic_summary(path):
+    """The cases' ``facts_for_fidelity`` are in the thread after a compaction whose summary
+    names no specifics (issue 11, item 5: the guard must lift it)."""
+    doc = load(path)
+    settings = load_settings(**{k.lower(): v for k, v in doc.get("settings", {}).items()})
+    thread = messages_of(doc)
+    done = compact(
+        thread, settings, GuardedSummarizer(Generic(), settings.summary_pinned_max_chars)
+    )
+    assert not isinstance(done, Skip)
+    after = add_messages(thread, done.patch)
+    text = "\n".join(render_content(m.content) for m in after)
+    facts = doc["expect"]["facts_for_fidelity"]
+    assert [f for f in facts if f not in text] == []
+    # without the guard they are gone: the test can fail
+    bare = compact(thread, settings, GuardedSummarizer(Generic(), 0))
+    text = "\n".join(render_content(m.content) for m in add_messages(thread, bare.patch))
+    assert [f for f in facts if f not in text] == facts

@@ -166,8 +166,15 @@ def _lines(message: BaseMessage) -> Iterable[tuple[str, bool]]:
     for line in render_content(message.content).splitlines():
         yield line, stated
     for call in getattr(message, "tool_calls", None) or []:
-        args = json.dumps(call.get("args") or {}, ensure_ascii=False, default=str)
-        yield f"{call.get('name')}({args})", True
+        # the call with the first line of each argument is the agent's action (stated); the
+        # rest of a multi-line argument (a heredoc, a file's new content) is data it wrote
+        args = call.get("args") or {}
+        heads = {k: v.split("\n", 1)[0] if isinstance(v, str) else v for k, v in args.items()}
+        yield f"{call.get('name')}({json.dumps(heads, ensure_ascii=False, default=str)})", True
+        for value in args.values():
+            if isinstance(value, str) and "\n" in value:
+                for line in value.split("\n")[1:]:
+                    yield line, False
 
 
 def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
@@ -220,11 +227,13 @@ def pin(
     max_chars: int,
     kept: Sequence[BaseMessage] = (),
 ) -> tuple[str, Pinned]:
-    """``summary_text`` with a **Pinned facts** section listing, most important first, the
+    """``summary_text`` with a **Pinned facts** section holding, most important first, the
     facts of ``removed`` that neither the summary nor the ``kept`` messages contain, in at
-    most ``max_chars`` chars (0: no section). Each entry quotes the line the fact was found on
-    (at most :data:`MAX_LINE_CHARS`) and names its message. Returns the text and what was
-    pinned; the text is unchanged when nothing is missing."""
+    most ``max_chars`` chars (0: no section). In the first half of the budget each entry
+    quotes the line a fact was found on (at most :data:`MAX_LINE_CHARS` chars), in
+    conversation order; then the remaining facts are listed by value, grouped by message
+    ("also in <id>: ..."). Every entry names its message, for ``recall``. Returns the text
+    and what was pinned; the text is unchanged when nothing is missing."""
     if max_chars <= 0:
         return summary_text, Pinned((), 0)
     from offpath.compaction.prompt import render_content
@@ -233,21 +242,41 @@ def pin(
     header = f"\n\n{PINNED_HEADING} (verbatim from the summarized messages; `recall` finds them):"
     budget = max_chars - len(header)
     position = {str(m.id): i for i, m in enumerate(removed)}
-    entries: list[tuple[int, int, str]] = []
     missing = [fact for fact in rank(extract(removed)) if fact.value not in present]
+    # the highest-ranked facts with the line they were found on, in up to half the budget
+    quoted: list[tuple[int, int, str]] = []
+    room = budget // 2
     for fact in missing:
-        if fact.value in present:  # on a line pinned for an earlier fact
+        if fact.value in present:  # on a line quoted for an earlier fact
             continue
-        quoted = fact.line.replace("`", "'")
-        entry = f"\n- `{quoted}` ({fact.message_id})"
-        if len(entry) > budget:
+        line = fact.line.replace("`", "'")
+        entry = f"\n- `{line}` ({fact.message_id})"
+        if len(entry) > room:
             continue
-        entries.append((position.get(fact.message_id, 0), fact.order, entry))
-        budget -= len(entry)
+        quoted.append((position.get(fact.message_id, 0), fact.order, entry))
+        room -= len(entry)
         present += "\n" + fact.line
-    if not entries:
+    budget -= budget // 2 - room
+    # the rest by value only, grouped by the message they came from, while the budget lasts
+    named: dict[str, list[str]] = {}
+    for fact in missing:
+        if fact.value in present:
+            continue
+        values = named.setdefault(fact.message_id, [])
+        cost = len(fact.value) + 4 + (0 if values else len(fact.message_id) + 12)
+        if cost > budget:
+            continue
+        values.append(fact.value.replace("`", "'"))
+        budget -= cost
+        present += "\n" + fact.value
+    listed = [
+        (position.get(mid, 0), 0, f"\n- also in {mid}: " + ", ".join(f"`{v}`" for v in values))
+        for mid, values in named.items()
+        if values
+    ]
+    if not quoted and not listed:
         return summary_text, Pinned((), 0)
-    ordered = tuple(entry for *_, entry in sorted(entries))  # in conversation order
+    ordered = tuple(entry for *_, entry in sorted(quoted)) + tuple(e for *_, e in sorted(listed))
     covered = sum(fact.value in present for fact in missing)
     return summary_text.rstrip() + header + "".join(ordered), Pinned(ordered, covered)
 

@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     context_hard_limit_chars: int = Field(default=0, ge=0)
     #: Most chars of the fact guard's **Pinned facts** section, appended to every summary
     #: with the facts of the removed messages that the summary missed. 0: no fact guard.
-    summary_pinned_max_chars: int = Field(default=2_000, ge=0, le=20_000)
+    summary_pinned_max_chars: int = Field(default=4_000, ge=0, le=20_000)
     #: Days the archive keeps the originals that compactions removed. 0: keep them.
     archive_retention_days: int = Field(default=0, ge=0)
 
