@@ -242,7 +242,7 @@ def _current_state(messages: list[BaseMessage]) -> str:
             if not call and m.tool_calls:
                 c = m.tool_calls[-1]
                 args = json.dumps(c.get("args") or {}, ensure_ascii=False, default=str)
-                call = f"last tool call: {c.get('name')}({_clip(args, 120)})"
+                call = f"Last tool call: {c.get('name')}({_clip(args, 120)})."
             if not said:
                 sentences = [
                     _plain(x)
@@ -253,7 +253,7 @@ def _current_state(messages: list[BaseMessage]) -> str:
         if said and call:
             break
     parts = [p for p in (said, call) if p]
-    return "; ".join(parts) if parts else "no agent message in the compacted part"
+    return " ".join(parts) if parts else "no agent message in the compacted part"
 
 
 def _sentences(text: str) -> list[str]:
