@@ -30,8 +30,6 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-from prometheus_client import Counter as PromCounter
-
 from offpath.compaction.patch import landed
 from offpath.service import archive
 from offpath.service.compactions import JobOptions, read_messages
@@ -47,16 +45,13 @@ from offpath.service.db import (
 from offpath.service.hook import queue_job
 from offpath.service.leases import State
 from offpath.service.logs import tag
+from offpath.service.metrics import RECONCILER_ACTIONS
 from offpath.service.runtime import Publisher, Runtime
 
 log = logging.getLogger("offpath.reconciler")
 
 #: Seconds between two purges of the archive (``ARCHIVE_RETENTION_DAYS`` > 0).
 PURGE_EVERY_S = 3_600
-
-ACTIONS = PromCounter(
-    "offpath_reconciler_actions", "What the reconciler did, by action", ["action"]
-)
 
 
 def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
@@ -91,7 +86,7 @@ def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
     if done:
         log.info("reconciler: %s", ", ".join(f"{k} {v}" for k, v in sorted(done.items())))
         for action, n in done.items():
-            ACTIONS.labels(action).inc(n)
+            RECONCILER_ACTIONS.labels(action).inc(n)
     return dict(done)
 
 
