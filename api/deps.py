@@ -24,8 +24,13 @@ SessionId = Annotated[
     ),
 ]
 
-#: The cookie the web UI keeps the key in.
+#: The cookie the web UI keeps the key in (HttpOnly, SameSite=Strict: :mod:`api.ui`).
 KEY_COOKIE = "offpath_key"
+#: The header the UI's own scripts send with a state-changing request authenticated by the
+#: cookie (a cross-site form cannot set it): without it such a request gets 403.
+UI_HEADER = "X-Offpath-UI"
+#: Methods that change nothing, which need no :data:`UI_HEADER`.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -46,6 +51,13 @@ def principal(
     if rt.settings.auth_disabled:
         return Principal(DEFAULT_TENANT, admin=True)
     key = credentials.credentials if credentials else request.cookies.get(KEY_COOKIE)
+    if key and not credentials and request.method not in SAFE_METHODS:
+        if not request.headers.get(UI_HEADER):
+            raise HTTPException(
+                status_code=403,
+                detail=f"a {request.method} authenticated by the UI's cookie must send "
+                f"the {UI_HEADER} header (or use Authorization: Bearer <key>)",
+            )
     if not key:
         raise HTTPException(
             status_code=401,

@@ -1,0 +1,100 @@
+// offpath web UI: live regions and the "compact now" button. Plain JS, no build step.
+//
+// A page whose <body> has data-live="/ui/live/..." polls that URL every data-poll-ms
+// milliseconds; the answer is {"regions": {name: html}} and each element with
+// data-region="name" gets the new html when it changed. <details> that were open
+// (by their data-key) stay open across a refresh.
+"use strict";
+
+(function () {
+  const body = document.body;
+  const live = body.dataset.live;
+  const pollMs = Number(body.dataset.pollMs) || 2000;
+  const uiHeader = body.dataset.uiHeader || "X-Offpath-UI";
+  const status = document.getElementById("live-status");
+  const last = {};
+
+  function setStatus(text, ok) {
+    if (!status) return;
+    status.textContent = text;
+    status.className = "live-status " + (ok ? "ok" : "bad");
+  }
+
+  function swap(region, html) {
+    const open = new Set(
+      Array.from(region.querySelectorAll("details[open][data-key]"), (d) => d.dataset.key)
+    );
+    region.innerHTML = html;
+    region.querySelectorAll("details[data-key]").forEach((d) => {
+      if (open.has(d.dataset.key)) d.open = true;
+    });
+  }
+
+  async function poll() {
+    if (document.hidden) return;
+    try {
+      const r = await fetch(live, { credentials: "same-origin", cache: "no-store" });
+      if (r.status === 401) {
+        window.location = "/ui/login?next=" + encodeURIComponent(location.pathname + location.search);
+        return;
+      }
+      if (!r.ok) {
+        setStatus("refresh failed (" + r.status + ")", false);
+        return;
+      }
+      const data = await r.json();
+      for (const [name, html] of Object.entries(data.regions)) {
+        const region = document.querySelector('[data-region="' + name + '"]');
+        if (!region) continue;
+        if (!(name in last)) last[name] = region.innerHTML;
+        if (html !== last[name]) {
+          swap(region, html);
+          last[name] = html;
+        }
+      }
+      setStatus("live · " + new Date().toLocaleTimeString(), true);
+    } catch (e) {
+      setStatus("offline", false);
+    }
+  }
+
+  if (live) {
+    // the first poll records the server's html for each region, so later ones swap only on change
+    poll();
+    setInterval(poll, pollMs);
+  }
+
+  const button = document.getElementById("compact-now");
+  if (button) {
+    button.addEventListener("click", async () => {
+      const out = document.getElementById("compact-result");
+      button.disabled = true;
+      out.textContent = "queueing...";
+      try {
+        const r = await fetch(
+          "/sessions/" + encodeURIComponent(button.dataset.session) + "/compact",
+          { method: "POST", credentials: "same-origin", headers: { [uiHeader]: "1" } }
+        );
+        let detail = "";
+        let data = {};
+        try {
+          data = await r.json();
+          detail = data.detail || "";
+        } catch (e) {
+          /* not JSON */
+        }
+        if (r.status === 202) {
+          out.textContent = "job " + String(data.job_id).slice(0, 8) + " " + (data.status || "queued");
+          out.dataset.jobId = data.job_id;
+        } else {
+          out.textContent = "not queued (" + r.status + "): " + (typeof detail === "string" ? detail : JSON.stringify(detail));
+        }
+      } catch (e) {
+        out.textContent = "the API did not answer: " + e;
+      } finally {
+        button.disabled = false;
+        if (live) poll();
+      }
+    });
+  }
+})();

@@ -1,0 +1,322 @@
+"""The web UI at ``/ui``: a dashboard, the sessions list and one session's page (issue 12).
+
+Server-rendered Jinja2 templates (``api/templates/``) and one small plain script
+(``api/static/ui.js``, no build step, nothing from a CDN). Every page has regions
+(``data-region``) that the script refreshes every 2 s from ``/ui/live/...``, which
+answers ``{"regions": {name: html}}`` rendered by the same partial templates.
+
+Auth is the API's: the key is entered once on ``/ui/login`` and kept in the
+``offpath_key`` cookie (HttpOnly, SameSite=Strict), which the JSON endpoints accept
+too (:func:`api.deps.principal`); a state-changing request authenticated by the
+cookie must also send the ``X-Offpath-UI`` header, which the script adds and a
+cross-site form cannot. ``AUTH_DISABLED=true`` (the embedded demo) needs no login.
+
+Pages read the service layer in-process (:mod:`api.ui_data`); the dashboard's figures
+are the ``/stats`` body itself, each widget tagged with its JSON path (``data-stat``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from fastapi.security.utils import get_authorization_scheme_param
+from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
+
+from api import ui_data
+from api.deps import KEY_COOKIE, UI_HEADER, SessionId, check_readable, principal, rt_of
+from offpath.compaction.accounting import total_chars
+from offpath.service.tenants import Principal, principal_of
+
+HERE = Path(__file__).resolve().parent
+templates = Jinja2Templates(directory=HERE / "templates")
+templates.env.filters["num"] = ui_data.fmt
+STATIC = HERE / "static"
+#: The files ``/ui/static/`` serves, and their media types (nothing else is served).
+STATIC_FILES = {"ui.js": "text/javascript", "ui.css": "text/css"}
+
+#: How often the pages poll ``/ui/live/...``, in milliseconds.
+POLL_MS = 2000
+#: Pages may load only their own script and style, and be framed by nobody.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+class LoginNeeded(Exception):
+    """The request has no valid key: pages redirect to the login page, live data says 401."""
+
+
+def caller_of(request: Request) -> Principal:
+    """The caller, by ``Authorization: Bearer`` or the UI's cookie (:func:`api.deps.principal`);
+    raises :class:`LoginNeeded` without a valid key."""
+    scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
+    credentials = None
+    if scheme.lower() == "bearer" and token:
+        from fastapi.security import HTTPAuthorizationCredentials
+
+        credentials = HTTPAuthorizationCredentials(scheme=scheme, credentials=token)
+    try:
+        return principal(request, credentials)
+    except HTTPException as exc:
+        if exc.status_code == 401:
+            raise LoginNeeded(str(exc.detail)) from None
+        raise
+
+
+def page(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
+    """A rendered page with the UI's security headers."""
+    response = templates.TemplateResponse(
+        request,
+        template,
+        {
+            "poll_ms": POLL_MS,
+            "ui_header": UI_HEADER,
+            "auth_disabled": rt_of(request).settings.auth_disabled,
+            **context,
+        },
+        status_code=status,
+    )
+    return secured(response)
+
+
+def secured(response: Response) -> Response:
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def to_login(request: Request) -> RedirectResponse:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
+
+
+def safe_next(value: str | None) -> str:
+    """Where to go after logging in: a path under ``/ui`` only (no open redirect)."""
+    if value and value.startswith("/ui") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/ui"
+
+
+# --- login ------------------------------------------------------------------------------
+
+
+@router.get("/login")
+def login_page(request: Request, next: str = "/ui") -> Response:  # noqa: A002 - the query name
+    """The login form: one field, the API key."""
+    if rt_of(request).settings.auth_disabled:
+        return RedirectResponse(safe_next(next), status_code=303)
+    return page(request, "login.html", {"next": safe_next(next), "error": None})
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    """Check the key (form field ``key``) and keep it in the ``offpath_key`` cookie: HttpOnly
+    (scripts never read it), SameSite=Strict (no other site's request carries it), Secure
+    over HTTPS; a wrong key shows the form again with 401."""
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    key = (form.get("key") or [""])[0].strip()
+    target = safe_next((form.get("next") or ["/ui"])[0])
+    rt = rt_of(request)
+    found = await run_in_threadpool(principal_of, rt.engine, key) if key else None
+    if found is None:
+        error = "unknown or revoked API key" if key else "enter an API key"
+        return page(request, "login.html", {"next": target, "error": error}, status=401)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(
+        KEY_COOKIE,
+        key,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    return response
+
+
+@router.post("/logout")
+def logout() -> Response:
+    """Forget the key cookie."""
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(KEY_COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+# --- pages ------------------------------------------------------------------------------
+
+
+def dashboard_context(request: Request, caller: Principal) -> dict[str, Any]:
+    rt = rt_of(request)
+    stats = ui_data.dashboard_stats(rt, caller)
+    return {
+        "stats": stats,
+        "widgets": ui_data.widgets(stats),
+        "chart": ui_data.size_chart(rt, caller),
+        "failures": ui_data.recent_failures(rt, caller),
+        "caller": caller,
+    }
+
+
+DASHBOARD_REGIONS = {
+    "widgets": "_widgets.html",
+    "chart": "_chart.html",
+    "failures": "_failures.html",
+}
+
+
+@router.get("")
+@router.get("/")
+def dashboard(request: Request) -> Response:
+    """The dashboard: the ``/stats`` figures, thread size over time, recent failures."""
+    try:
+        caller = caller_of(request)
+    except LoginNeeded:
+        return to_login(request)
+    context = dashboard_context(request, caller)
+    return page(request, "dashboard.html", {**context, "live": "/ui/live/dashboard"})
+
+
+def sessions_context(
+    request: Request, caller: Principal, q: str, sort: str, order: str
+) -> dict[str, Any]:
+    rows = ui_data.session_rows(rt_of(request), caller, q=q, sort=sort, order=order)
+    sort = sort if sort in ui_data.SORTS else "last_activity"
+    return {
+        "rows": rows,
+        "q": q,
+        "sort": sort,
+        "order": order or ui_data.SORTS[sort],
+        "sorts": ui_data.SORTS,
+        "caller": caller,
+    }
+
+
+SESSIONS_REGIONS = {"table": "_sessions_table.html"}
+SearchQuery = Query("", max_length=128, description="part of a session id")
+
+
+@router.get("/sessions")
+def sessions_page(
+    request: Request,
+    q: str = SearchQuery,
+    sort: str = "last_activity",
+    order: str = Query("", pattern="^(|asc|desc)$"),
+) -> Response:
+    """The sessions list: size, compactions, last activity; sortable, searchable by id."""
+    try:
+        caller = caller_of(request)
+    except LoginNeeded:
+        return to_login(request)
+    context = sessions_context(request, caller, q, sort, order)
+    live = f"/ui/live/sessions?{request.url.query}" if request.url.query else "/ui/live/sessions"
+    return page(request, "sessions.html", {**context, "live": live})
+
+
+def session_context(request: Request, caller: Principal, session_id: str) -> dict[str, Any]:
+    """One session: its thread, the originals behind each summary, its jobs; 404 if the
+    caller may not see it or it has neither a thread nor a job."""
+    rt = rt_of(request)
+    check_readable(rt, caller, session_id)
+    messages = ui_data.thread_of(rt, session_id)
+    jobs = ui_data.job_timeline(rt, session_id)
+    if not messages and not jobs:
+        raise HTTPException(status_code=404, detail=f"no session {session_id!r}")
+    items = ui_data.thread_items(messages)
+    summaries = [i["id"] for i in items if i["summary"]]
+    originals, archived = ui_data.originals_by_summary(rt, session_id, summaries)
+    return {
+        "session_id": session_id,
+        "items": items,
+        "originals": originals,
+        "archived": archived,
+        "messages": len(messages),
+        "chars": total_chars(messages),
+        "threshold": rt.settings.summarization_threshold_chars,
+        "jobs": jobs,
+        "caller": caller,
+    }
+
+
+SESSION_REGIONS = {"header": "_session_header.html", "thread": "_thread.html", "jobs": "_jobs.html"}
+
+
+@router.get("/sessions/{session_id}")
+def session_page(session_id: SessionId, request: Request) -> Response:
+    """One session: the thread as the model sees it, summaries expandable to the originals
+    they replaced, the timeline of its jobs and a "compact now" button."""
+    try:
+        caller = caller_of(request)
+        context = session_context(request, caller, session_id)
+    except LoginNeeded:
+        return to_login(request)
+    except HTTPException as exc:
+        if exc.status_code != 404:
+            raise
+        return page(request, "not_found.html", {"detail": exc.detail}, status=404)
+    live = f"/ui/live/sessions/{quote(session_id, safe='')}"
+    return page(request, "session.html", {**context, "live": live})
+
+
+# --- live regions -------------------------------------------------------------------------
+
+
+def regions(request: Request, parts: dict[str, str], context: dict[str, Any]) -> Response:
+    """``{"regions": {name: html}}``: each partial template rendered with ``context``."""
+    env = templates.env
+    body = {
+        name: env.get_template(template).render({"request": request, **context})
+        for name, template in parts.items()
+    }
+    return secured(JSONResponse({"regions": body}))
+
+
+def _live(request: Request, build: Any, parts: dict[str, str]) -> Response:
+    try:
+        caller = caller_of(request)
+    except LoginNeeded as exc:
+        return JSONResponse(status_code=401, content={"detail": str(exc)})
+    return regions(request, parts, build(caller))
+
+
+@router.get("/live/dashboard")
+def live_dashboard(request: Request) -> Response:
+    """The dashboard's regions, for the page's polling."""
+    return _live(request, lambda c: dashboard_context(request, c), DASHBOARD_REGIONS)
+
+
+@router.get("/live/sessions")
+def live_sessions(
+    request: Request,
+    q: str = SearchQuery,
+    sort: str = "last_activity",
+    order: str = Query("", pattern="^(|asc|desc)$"),
+) -> Response:
+    """The sessions table, for the page's polling."""
+    return _live(request, lambda c: sessions_context(request, c, q, sort, order), SESSIONS_REGIONS)
+
+
+@router.get("/live/sessions/{session_id}")
+def live_session(session_id: SessionId, request: Request) -> Response:
+    """One session's regions (header, thread, jobs), for the page's polling."""
+    return _live(request, lambda c: session_context(request, c, session_id), SESSION_REGIONS)
+
+
+@router.get("/static/{name}")
+def static(name: str) -> Response:
+    """The UI's own script and stylesheet (no auth: the login page needs them)."""
+    if name not in STATIC_FILES:
+        raise HTTPException(status_code=404, detail="no such file")
+    return FileResponse(
+        STATIC / name,
+        media_type=STATIC_FILES[name],
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )

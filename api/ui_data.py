@@ -1,0 +1,464 @@
+"""What the web UI's pages show (:mod:`api.ui`), read in-process from the service layer.
+
+Every function takes the runtime and the caller (a :class:`~offpath.service.tenants.Principal`)
+and returns plain dicts and lists for the Jinja2 templates; nothing here renders HTML.
+A non-admin caller sees only the sessions its tenant owns, as in the JSON API.
+
+* :func:`dashboard_stats`: the ``/stats`` body (the same function the route calls) and its
+  widgets, each tagged with its JSON path in that body;
+* :func:`size_chart`: thread size over time for the busiest sessions, as SVG coordinates;
+* :func:`recent_failures`: the latest failed jobs and why;
+* :func:`session_rows`: the sessions list;
+* :func:`thread_items` / :func:`originals_by_summary`: one session's thread as the model
+  sees it, and the archived originals each summary replaced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from langchain_core.messages import BaseMessage, messages_from_dict
+
+from offpath.compaction.accounting import content_text, message_chars, total_chars
+from offpath.compaction.summary import build_summary_message, is_summary, summary_meta
+from offpath.service import archive, db
+from offpath.service.agent import thread_config
+from offpath.service.runtime import Runtime
+from offpath.service.tenants import SESSIONS, Principal
+
+#: The dashboard's widgets: (JSON path in the ``/stats`` body, label, unit). Paths missing
+#: from the body are not shown; numeric fields of ``summary`` not listed here are shown too,
+#: after these, labelled by their path.
+WIDGETS: tuple[tuple[str, str, str], ...] = (
+    ("summary.sessions_compacted", "sessions compacted", ""),
+    ("summary.approx_tokens_saved", "~tokens saved", "chars / 4"),
+    ("summary.total_chars_compacted", "chars compacted", "chars"),
+    ("summary.total_summarizations", "compactions", ""),
+    *((f"summary.jobs.{s.value}", f"jobs {s.value}", "") for s in db.JobStatus),
+    ("summary.lag_ms.p50", "compaction lag p50", "ms"),
+    ("summary.lag_ms.p99", "compaction lag p99", "ms"),
+    ("summary.summarizer_latency_ms.p50", "summarizer latency p50", "ms"),
+    ("summary.summarizer_latency_ms.p99", "summarizer latency p99", "ms"),
+    ("summary.fallback_maskings", "fallback maskings", "model calls"),
+    ("summary.llm_tokens.input", "LLM tokens in", "as the LLM reported"),
+    ("summary.llm_tokens.output", "LLM tokens out", "as the LLM reported"),
+)
+
+#: How many sessions the size chart draws, and how many the sessions list reads at most.
+CHART_SESSIONS = 5
+MAX_LISTED = 500
+#: Most archived originals a session page shows (the rest: ``GET /sessions/{id}/archive``).
+MAX_ORIGINALS = 2000
+
+
+# --- the dashboard ---------------------------------------------------------------------
+
+
+def dashboard_stats(rt: Runtime, caller: Principal) -> dict[str, Any]:
+    """The ``/stats`` body for ``caller``: :func:`offpath.service.db.stats`, as the route
+    computes it (all tenants for an admin key)."""
+    return db.stats(rt.engine, tenant=None if caller.admin else caller.tenant)
+
+
+def flatten(body: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: every leaf of a JSON object by its dotted path."""
+    out: dict[str, Any] = {}
+    for key, value in body.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def fmt(value: Any) -> str:
+    """How a widget shows a figure: ints with thousands separators, floats to one decimal,
+    ``None`` as an em dash (no data yet)."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return str(value)
+
+
+def widgets(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's widgets for a ``/stats`` body: ``{"path", "label", "unit", "value",
+    "text"}``, in :data:`WIDGETS` order, then any other numeric field of ``summary``."""
+    flat = flatten(body)
+    known = {path for path, _, _ in WIDGETS}
+    out = []
+    for path, label, unit in WIDGETS:
+        if path in flat:
+            out.append(
+                {"path": path, "label": label, "unit": unit, "value": flat[path]}
+                | {"text": fmt(flat[path])}
+            )
+    for path, value in flat.items():
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if path.startswith("summary.") and path not in known and numeric:
+            label = path.removeprefix("summary.").replace("_", " ").replace(".", " ")
+            out.append(
+                {"path": path, "label": label, "unit": "", "value": value} | {"text": fmt(value)}
+            )
+    return out
+
+
+def _owned(caller: Principal, column: Any) -> Any:
+    """A WHERE clause: ``column`` (a session id) is one of the caller's (True for an admin)."""
+    if caller.admin:
+        return sa.true()
+    return column.in_(sa.select(SESSIONS.c.session_id).where(SESSIONS.c.tenant == caller.tenant))
+
+
+def recent_failures(rt: Runtime, caller: Principal, limit: int = 10) -> list[dict[str, Any]]:
+    """The latest ``failed`` jobs, newest first: ``{"job_id", "session_id", "reason_code",
+    "reason", "attempts", "at"}`` (``at``: when it ended, UTC ISO 8601)."""
+    jobs = db.JOBS
+    q = (
+        sa.select(jobs)
+        .where(jobs.c.status == db.JobStatus.FAILED.value, _owned(caller, jobs.c.session_id))
+        .order_by(jobs.c.updated_at.desc())
+        .limit(limit)
+    )
+    with rt.engine.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(q)]
+    return [
+        {
+            "job_id": r["job_id"],
+            "session_id": r["session_id"],
+            "reason_code": r["reason_code"],
+            "reason": r["reason"],
+            "attempts": r["attempts"],
+            "at": _iso(r["updated_at"]),
+        }
+        for r in rows
+    ]
+
+
+@dataclass
+class Series:
+    """One session's line in the size chart: ``points`` are ``(time, chars, what)``."""
+
+    session_id: str
+    points: list[tuple[datetime, int, str]] = field(default_factory=list)
+
+
+def summary_chars(prepared: Mapping[str, Any]) -> int:
+    """Size in chars (:func:`message_chars`) of the summary message a prepared compaction
+    patches in (its text, prefix line and quoted request)."""
+    message = build_summary_message(
+        message_id="size",
+        summary_text=str(prepared.get("summary_text") or ""),
+        replaced_ids=[],
+        replaced_chars=0,
+        summarizer="",
+        compactions=1,
+        request=prepared.get("request"),
+    )
+    return message_chars(message)
+
+
+def size_series(rt: Runtime, session_id: str) -> Series:
+    """A thread's size over time (chars), from its job rows and its checkpoint.
+
+    The points: the session's start (empty, when its first writer took it); each job's
+    size when it was queued (``chars_before``); for each applied compaction, two points at
+    the time it was applied (its row's last update): the size when the job planned it
+    (``prepared.total_chars``) and that size less the chars removed plus the summary's own;
+    last, the thread's size now (its checkpoint) at its last activity. Growth between
+    points is drawn as a straight line: only these sizes are known.
+    """
+    points: list[tuple[datetime, int, str]] = []
+    for job in db.jobs_of(rt.engine, session_id):
+        short = job["job_id"][:8]
+        if job["chars_before"] is not None:
+            points.append(
+                (_utc(job["created_at"]), int(job["chars_before"]), f"job {short} queued")
+            )
+        result = job["result"] or {}
+        record = result.get("record") or {}
+        if job["status"] != db.JobStatus.APPLIED or "chars_removed" not in record:
+            continue
+        prepared = result.get("prepared") or {}
+        before = int(prepared.get("total_chars") or job["chars_before"] or 0)
+        after = max(0, before - int(record["chars_removed"]) + summary_chars(prepared))
+        at = _utc(job["updated_at"])
+        points.append((at, before, f"before job {short} applied"))
+        points.append((at, after, f"after job {short} applied"))
+    points.sort(key=lambda p: p[0])  # stable: before stays before after
+    started, last = activity_of(rt, session_id)
+    if started is not None and (not points or started <= points[0][0]):
+        points.insert(0, (started, 0, "session started"))
+    messages = thread_of(rt, session_id)
+    if messages and points:
+        now = max(last or points[-1][0], points[-1][0])
+        points.append((now, total_chars(messages), "now"))
+    return Series(session_id, points)
+
+
+def busiest_sessions(rt: Runtime, caller: Principal, n: int = CHART_SESSIONS) -> list[str]:
+    """The ``n`` sessions with the most chars compacted (usage events), most first."""
+    events = db.EVENTS
+    removed = sa.cast(events.c.metadata["chars_removed"].as_integer(), sa.BigInteger)
+    q = (
+        sa.select(events.c.session_id, sa.func.sum(removed).label("chars"))
+        .where(_owned(caller, events.c.session_id))
+        .group_by(events.c.session_id)
+        .order_by(sa.desc("chars"), events.c.session_id)
+        .limit(n)
+    )
+    with rt.engine.connect() as conn:
+        return [r.session_id for r in conn.execute(q)]
+
+
+#: The chart's size and margins in SVG user units (px).
+CHART_W, CHART_H, PAD_L, PAD_R, PAD_T, PAD_B = 760, 280, 64, 16, 14, 34
+COLORS = ("#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed")
+
+
+def size_chart(rt: Runtime, caller: Principal) -> dict[str, Any]:
+    """The dashboard's chart of thread size over time for the busiest sessions, laid out for
+    an inline SVG: ``{"width", "height", "lines": [{"session_id", "color", "points" (the
+    polyline's "x,y ..."), "dots": [{"x", "y", "title"}]}], "y_ticks": [{"y", "label"}],
+    "x_ticks": [...], "threshold": {"y", "label"} | None, "empty": bool}``."""
+    series = [size_series(rt, s) for s in busiest_sessions(rt, caller)]
+    series = [s for s in series if s.points]
+    chart: dict[str, Any] = {"width": CHART_W, "height": CHART_H, "lines": [], "empty": not series}
+    chart.update(y_ticks=[], x_ticks=[], threshold=None, left=PAD_L, bottom=CHART_H - PAD_B)
+    chart["right"] = CHART_W - PAD_R
+    if not series:
+        return chart
+    threshold = rt.settings.summarization_threshold_chars
+    times = [p[0] for s in series for p in s.points]
+    t0, t1 = min(times), max(times)
+    span = max((t1 - t0).total_seconds(), 1.0)
+    top = max(max(p[1] for s in series for p in s.points), threshold, 1) * 1.08
+    plot_w, plot_h = CHART_W - PAD_L - PAD_R, CHART_H - PAD_T - PAD_B
+
+    def x(t: datetime) -> float:
+        return round(PAD_L + plot_w * (t - t0).total_seconds() / span, 1)
+
+    def y(chars: float) -> float:
+        return round(PAD_T + plot_h * (1 - chars / top), 1)
+
+    for i, s in enumerate(series):
+        color = COLORS[i % len(COLORS)]
+        coords = [(x(t), y(c), f"{s.session_id}: {c:,} chars {what}") for t, c, what in s.points]
+        chart["lines"].append(
+            {
+                "session_id": s.session_id,
+                "color": color,
+                "points": " ".join(f"{a},{b}" for a, b, _ in coords),
+                "dots": [{"x": a, "y": b, "title": t} for a, b, t in coords],
+            }
+        )
+    for k in range(5):
+        chars = top * k / 4
+        chart["y_ticks"].append({"y": y(chars), "label": f"{int(chars / 1000):,}k"})
+    for k, anchor in enumerate(("start", "middle", "end")):
+        t = t0 + (t1 - t0) * k / 2
+        label = t.strftime("%H:%M:%S UTC") if k == 0 else f"+{(t - t0).total_seconds():,.1f} s"
+        chart["x_ticks"].append({"x": x(t), "label": label, "anchor": anchor})
+    if threshold:
+        chart["threshold"] = {"y": y(threshold), "label": f"threshold {threshold:,}"}
+    return chart
+
+
+# --- sessions -------------------------------------------------------------------------
+
+#: The sessions list's sort keys (``?sort=``), each with its default order.
+SORTS = {"last_activity": "desc", "chars": "desc", "compactions": "desc", "session_id": "asc"}
+
+
+def session_rows(
+    rt: Runtime, caller: Principal, q: str = "", sort: str = "last_activity", order: str = ""
+) -> list[dict[str, Any]]:
+    """The caller's sessions whose id contains ``q``, sorted by ``sort`` (``order``: asc or
+    desc; default per :data:`SORTS`): ``{"session_id", "tenant", "messages", "chars",
+    "compactions", "last_activity", "jobs_in_flight"}``, at most :data:`MAX_LISTED`.
+    ``messages``/``chars`` are read from the thread's checkpoint (None for a thread of a
+    team's own agent, which offpath's checkpointer does not hold)."""
+    s, jobs = SESSIONS, db.JOBS
+    where = [_owned(caller, s.c.session_id)]
+    if q:
+        where.append(s.c.session_id.contains(q, autoescape=True))
+    owned = sa.select(s.c.session_id, s.c.tenant, s.c.last_activity).where(*where)
+    with rt.engine.connect() as conn:
+        rows = {r.session_id: dict(r._mapping) for r in conn.execute(owned.limit(MAX_LISTED))}
+        if caller.admin:  # threads of a team's own agent: jobs, no owner
+            job_where = [jobs.c.session_id.not_in(sa.select(s.c.session_id))]
+            if q:
+                job_where.append(jobs.c.session_id.contains(q, autoescape=True))
+            for r in conn.execute(
+                sa.select(jobs.c.session_id, sa.func.max(jobs.c.updated_at).label("last_activity"))
+                .where(*job_where)
+                .group_by(jobs.c.session_id)
+                .limit(MAX_LISTED)
+            ):
+                rows.setdefault(r.session_id, {**r._mapping, "tenant": None})
+        counts = conn.execute(
+            sa.select(
+                jobs.c.session_id,
+                sa.func.count().filter(jobs.c.status == db.JobStatus.APPLIED.value),
+                sa.func.count().filter(jobs.c.status.not_in(list(db.FINAL_VALUES))),
+            )
+            .where(jobs.c.session_id.in_(list(rows)))
+            .group_by(jobs.c.session_id)
+        ).all()
+    by_id = {sid: (applied, open_) for sid, applied, open_ in counts}
+    out = []
+    for sid, row in rows.items():
+        messages = thread_of(rt, sid) if row["tenant"] is not None else None
+        applied, in_flight = by_id.get(sid, (0, 0))
+        out.append(
+            {
+                "session_id": sid,
+                "tenant": row["tenant"],
+                "messages": None if messages is None else len(messages),
+                "chars": None if messages is None else total_chars(messages),
+                "compactions": applied,
+                "last_activity": _iso(row["last_activity"]),
+                "jobs_in_flight": in_flight,
+            }
+        )
+    sort = sort if sort in SORTS else "last_activity"
+    reverse = (order or SORTS[sort]) == "desc"
+    out.sort(key=lambda r: (r[sort] is not None, r[sort] or 0), reverse=reverse)
+    return out
+
+
+def thread_of(rt: Runtime, session_id: str) -> list[BaseMessage]:
+    """The thread's messages as the model sees them (offpath's checkpointer; [] if none)."""
+    return list(rt.graph.get_state(thread_config(session_id)).values.get("messages", []))
+
+
+def activity_of(rt: Runtime, session_id: str) -> tuple[datetime | None, datetime | None]:
+    """When the session was created and last written to (its owner row; Nones for a thread
+    offpath does not own)."""
+    with rt.engine.connect() as conn:
+        row = conn.execute(
+            sa.select(SESSIONS.c.created_at, SESSIONS.c.last_activity).where(
+                SESSIONS.c.session_id == session_id
+            )
+        ).first()
+    if row is None:
+        return None, None
+    return _utc(row.created_at), _utc(row.last_activity)
+
+
+# --- one session ----------------------------------------------------------------------
+
+
+def thread_items(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """``messages`` as the session page shows them: one item per message but tool results,
+    which are folded into the call they answer (an orphan result stays an item).
+
+    An item: ``{"id", "type", "text", "chars", "name", "summary": bool, "meta"
+    (a summary's metadata), "calls": [{"id", "name", "args" (JSON text), "result"
+    (text or None), "result_chars", "status"}]}``.
+    """
+    results: dict[str, BaseMessage] = {}
+    for m in messages:
+        if m.type == "tool":
+            results.setdefault(str(getattr(m, "tool_call_id", "")), m)
+    folded: set[int] = set()
+    items = []
+    for m in messages:
+        if m.type == "tool" and id(m) in folded:
+            continue
+        calls = []
+        for call in getattr(m, "tool_calls", None) or []:
+            result = results.get(str(call.get("id")))
+            if result is not None:
+                folded.add(id(result))
+            calls.append(
+                {
+                    "id": call.get("id"),
+                    "name": call.get("name"),
+                    "args": json.dumps(call.get("args"), indent=1, ensure_ascii=False, default=str),
+                    "result": None if result is None else content_text(result.content),
+                    "result_chars": None if result is None else message_chars(result),
+                    "status": None if result is None else getattr(result, "status", None),
+                }
+            )
+        items.append(
+            {
+                "id": m.id,
+                "type": m.type,
+                "text": content_text(m.content),
+                "chars": message_chars(m),
+                "name": m.name,
+                "summary": is_summary(m),
+                "meta": dict(summary_meta(m)) if is_summary(m) else {},
+                "calls": calls,
+            }
+        )
+    return items
+
+
+def originals_by_summary(
+    rt: Runtime, session_id: str, summary_ids: Iterable[str]
+) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """The archived originals of ``session_id``, grouped by the summary in the thread that
+    replaced them, then by compaction (oldest first): ``{summary_id: [{"job_id",
+    "archived_at", "items" (:func:`thread_items` of its originals)}]}``, and how many
+    originals the archive holds in all (at most :data:`MAX_ORIGINALS` are read).
+
+    A later compaction folds the earlier summary in and keeps its id, so each summary
+    usually owns every compaction; rows whose summary is no longer in the thread go to
+    the first summary."""
+    rows, total = archive.read(rt.engine, session_id, limit=MAX_ORIGINALS)
+    ids = list(summary_ids)
+    per_job: dict[str, list[dict[str, Any]]] = {}
+    owner: dict[str, str] = {}
+    for r in rows:
+        per_job.setdefault(r["job_id"], []).append(r)
+        owner.setdefault(r["job_id"], r["summary_id"] if r["summary_id"] in ids else "")
+    out: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
+    if not ids:
+        return out, total
+    for job_id, job_rows in per_job.items():
+        target = owner[job_id] or ids[0]
+        messages = messages_from_dict([r["message"] for r in job_rows])
+        out[target].append(
+            {
+                "job_id": job_id,
+                "archived_at": _iso(job_rows[0]["created_at"]),
+                "items": thread_items(messages),
+                "count": len(messages),
+            }
+        )
+    return out, total
+
+
+def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
+    """The session's jobs, oldest first, as ``GET /sessions/{id}/compactions`` shows them,
+    plus ``took_s``: seconds from queued to its last change (to applied, for an applied job)."""
+    from api.sessions import job_json
+
+    out = []
+    for row in db.jobs_of(rt.engine, session_id):
+        job = job_json(row)
+        took = (_utc(row["updated_at"]) - _utc(row["created_at"])).total_seconds()
+        job["took_s"] = round(took, 2)
+        out.append(job)
+    return out
+
+
+def _utc(value: datetime) -> datetime:
+    """SQLite hands back naive datetimes: they are UTC."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else _utc(value).isoformat(timespec="seconds")

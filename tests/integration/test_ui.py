@@ -1,0 +1,293 @@
+"""The web UI in a real browser (issue 12): Debian's Chromium driven by Playwright, against
+the real API and worker processes (SQLite, Redis), the LLM being the stub server.
+
+The example incident is replayed through ``/turns`` while the dashboard is open; its
+widgets must catch up by themselves (polling) and show exactly what ``GET /stats``
+says. The session page must show the summary, expandable to the originals it replaced,
+and "compact now" must queue a job that appears on the page and ends ``applied``.
+Screenshots of each page go to ``test-output/ui/`` (gitignored).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from stack import ROOT, Stack, split_turns
+
+from offpath.compaction.accounting import content_text
+
+pytestmark = pytest.mark.usefixtures("stub")
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+SHOTS = ROOT / "test-output" / "ui"
+INCIDENT = ROOT / "examples" / "incident-checkout-latency.json"
+#: The incident (about 100,000 chars) is compacted once or twice on the way and ends under
+#: the threshold, so the small turns added afterwards queue no job of their own.
+ENV = {"SUMMARIZATION_THRESHOLD_CHARS": "50000", "SUMMARIZATION_KEEP_CHARS": "12000"}
+#: How long the page may take to show a change (it polls every 2 s).
+LIVE_MS = 20_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"no Chromium at {CHROMIUM}: `apt-get install -y chromium` (.ci/run installs it), "
+            "or set CHROMIUM to its path",
+            pytrace=False,
+        )
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def shots() -> Path:
+    shutil.rmtree(SHOTS, ignore_errors=True)
+    SHOTS.mkdir(parents=True)
+    return SHOTS
+
+
+@pytest.fixture
+def ui_stack(stacks) -> Stack:
+    return stacks.get("sqlite", **ENV)
+
+
+def logged_in(browser: Any, stack: Stack) -> Any:
+    """A new page, logged in through the login form with the stack's admin key."""
+    context = browser.new_context(viewport={"width": 1360, "height": 1000})
+    page = context.new_page()
+    page.goto(f"{stack.url}/ui")
+    assert "/ui/login" in page.url  # no cookie yet: the dashboard sends us to log in
+    page.fill("input[name=key]", stack.key)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{stack.url}/ui")
+    return page
+
+
+def flatten(body: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in body.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def shown(value: Any) -> str:
+    """How the UI prints a figure (api/ui_data.fmt)."""
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return f"{value:,}"
+
+
+def widgets_of(page: Any) -> dict[str, tuple[Any, str]]:
+    """``{stats path: (data-value, shown text)}`` of the dashboard's widgets."""
+    found = page.eval_on_selector_all(
+        "[data-stat]",
+        "els => els.map(e => [e.dataset.stat, e.dataset.value, "
+        "e.querySelector('.value').textContent.trim()])",
+    )
+    return {path: (json.loads(value), text) for path, value, text in found}
+
+
+def stats_figures(stack: Stack) -> dict[str, Any]:
+    """The numeric figures of ``/stats`` by path (what the widgets must show)."""
+    flat = flatten(stack.http.get("/stats").json())
+    return {
+        k: v
+        for k, v in flat.items()
+        if v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+    }
+
+
+def replay(stack: Stack, session: str, turns: list[list[dict[str, Any]]]) -> None:
+    """Post ``turns`` through ``/turns``, waiting after each for what the post-turn hook
+    does (a job queued, a prepared compaction applied)."""
+    from langchain_core.messages import messages_from_dict
+
+    settings = stack.settings()
+    for turn in turns:
+        jobs = stack.jobs(session)
+        r = stack.post_turn(session, turn)
+        assert r.status_code == 200, r.text
+        thread = messages_from_dict(
+            stack.http.get(f"/sessions/{session}/messages", params={"format": "langchain"}).json()[
+                "messages"
+            ]
+        )
+        new_job, applies = stack.expect_after_turn(thread, jobs, settings)
+        stack.settle(session, new_job, len(jobs), final=applies)
+
+
+def small_turn(n: int) -> list[dict[str, Any]]:
+    """One more turn of the investigation: a question, a tool call, its result, an answer."""
+    call = f"call-more-{n}-{uuid.uuid4().hex[:6]}"
+    return [
+        {
+            "type": "human",
+            "id": uuid.uuid4().hex,
+            "content": f"Follow-up {n}: is the pool fix live?",
+        },
+        {
+            "type": "ai",
+            "id": uuid.uuid4().hex,
+            "content": "",
+            "tool_calls": [{"id": call, "name": "get_pods", "args": {"namespace": "shop-prod"}}],
+        },
+        {
+            "type": "tool",
+            "id": uuid.uuid4().hex,
+            "tool_call_id": call,
+            "content": f"checkout-api-7c1e9-{n} Running ready 1/1 DB_POOL_MAX=40",
+        },
+        {"type": "ai", "id": uuid.uuid4().hex, "content": f"Yes: follow-up {n}, pool at 40."},
+    ]
+
+
+def test_login_keeps_the_key_in_a_strict_httponly_cookie(browser, ui_stack):
+    stack = ui_stack
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{stack.url}/ui/sessions")
+    page.fill("input[name=key]", "op_not-a-key")
+    page.click("button[type=submit]")
+    assert "unknown or revoked API key" in page.inner_text("[role=alert]")
+    assert not context.cookies()
+    page.fill("input[name=key]", stack.key)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{stack.url}/ui/sessions")  # back where the login started
+    [cookie] = context.cookies()
+    assert cookie["name"] == "offpath_key" and cookie["value"] == stack.key
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    # the JSON endpoints take the cookie; a state change with it needs the UI's header
+    jar = {"offpath_key": stack.key}
+    with httpx.Client(base_url=stack.url, cookies=jar) as plain:
+        assert plain.get("/stats").status_code == 200
+        refused = plain.post("/sessions/any/turns", json={"messages": []})
+        assert refused.status_code == 403 and "X-Offpath-UI" in refused.json()["detail"]
+    page.click("form.logout button")
+    page.wait_for_url(f"{stack.url}/ui/login")
+    assert not context.cookies()
+    context.close()
+
+
+def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack, shots):
+    stack = ui_stack
+    session = f"ui-{uuid.uuid4().hex[:8]}"
+    page = logged_in(browser, stack)
+
+    # --- the dashboard follows a replay by itself, and shows exactly /stats ----------------
+    before = stats_figures(stack)
+    doc = json.loads(INCIDENT.read_text())
+    replay(stack, session, split_turns(doc["messages"]))
+    figures = stats_figures(stack)
+    assert figures["summary.total_summarizations"] > before["summary.total_summarizations"]
+    page.wait_for_function(
+        "n => Number(document.querySelector('[data-stat=\"summary.total_summarizations\"]')"
+        ".dataset.value) === n",
+        arg=figures["summary.total_summarizations"],
+        timeout=LIVE_MS,
+    )  # no reload: the page polled
+    page.reload()
+    for _ in range(3):  # a reconciler pass may change a figure between the two reads
+        seen = widgets_of(page)
+        figures = stats_figures(stack)
+        if {p: v for p, (v, _) in seen.items()} == {p: figures.get(p) for p in seen}:
+            break
+        page.reload()
+    for path, (value, text) in seen.items():
+        assert path in figures, f"widget {path} is not a /stats figure"
+        assert value == figures[path], (path, value, figures[path])
+        assert text == shown(figures[path]), (path, text)
+    wanted = {
+        "summary.sessions_compacted",
+        "summary.approx_tokens_saved",
+        "summary.total_chars_compacted",
+        "summary.fallback_maskings",
+        *(
+            f"summary.jobs.{s}"
+            for s in ("queued", "running", "prepared", "applied", "skipped", "failed")
+        ),
+    }
+    wanted |= {
+        p for p in figures if p.startswith(("summary.lag_ms.", "summary.summarizer_latency_ms."))
+    }
+    assert wanted <= set(seen), f"no widget for {sorted(wanted - set(seen))}"
+    assert page.locator(f'svg.chart g.series[data-session="{session}"] polyline').count() == 1
+    page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
+
+    # --- the sessions list: searchable by id, sortable -----------------------------------------
+    page.goto(f"{stack.url}/ui/sessions")
+    page.fill("input[type=search]", session)
+    page.press("input[type=search]", "Enter")
+    page.wait_for_url("**/ui/sessions?q=*")
+    rows = page.locator("table.sessions tbody tr")
+    assert rows.count() == 1 and rows.first.get_attribute("data-session") == session
+    size = stack.session(session)["chars"]
+    assert rows.first.locator("[data-chars]").get_attribute("data-chars") == str(size)
+    page.screenshot(path=str(shots / "sessions.png"), full_page=True)
+    page.goto(f"{stack.url}/ui/sessions?sort=chars&order=asc")
+    sizes = [
+        int(c)
+        for c in page.locator("table.sessions [data-chars]").evaluate_all(
+            "els => els.map(e => e.dataset.chars).filter(c => c !== 'None')"
+        )
+    ]
+    assert sizes == sorted(sizes) and size in sizes
+
+    # --- the session: summary marked, expandable to the originals it replaced ----------------
+    page.click(f'a[href="/ui/sessions/{session}"]')
+    page.wait_for_url(f"**/ui/sessions/{session}")
+    thread = stack.messages(session)
+    posted = {m["id"]: m for m in doc["messages"]}
+    removed = [i for i in posted if i not in {m["id"] for m in thread}]
+    assert removed, "the replay compacted nothing"
+    summary = page.locator("[data-region=thread] > article.msg.summary")
+    assert summary.count() == 1
+    assert "[Context from earlier in this session, summarized]" in summary.inner_text()
+    # a removed request, word for word, is in the archive behind the summary, folded away
+    request = next(posted[i] for i in removed if posted[i]["type"] == "human")
+    original = summary.locator(f'details.originals article[data-message-id="{request["id"]}"]')
+    assert original.count() == 1 and not original.is_visible()
+    summary.locator("details.originals > summary").click()
+    assert original.is_visible()
+    assert content_text(request["content"])[:120] in original.inner_text()
+    # a tool call is folded, its arguments and result inside
+    call = page.locator("[data-region=thread] > article.msg.ai details.call").first
+    assert not call.locator("pre.result").is_visible()
+    call.locator("summary").click()
+    assert call.locator("pre.result").is_visible()
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(shots / "session.png"), full_page=False)
+
+    page.context.close()
+
+
+def test_session_of_another_tenant_is_not_found(browser, ui_stack):
+    stack = ui_stack
+    mine = f"ui-other-{uuid.uuid4().hex[:6]}"
+    assert stack.post_turn(mine, small_turn(0)).status_code == 200
+    key = stack.create_key(f"t-{uuid.uuid4().hex[:6]}")
+    context = browser.new_context()
+    context.add_cookies([{"name": "offpath_key", "value": key, "url": stack.url}])
+    page = context.new_page()
+    answer = page.goto(f"{stack.url}/ui/sessions/{mine}")
+    assert answer.status == 404
+    page.goto(f"{stack.url}/ui/sessions")
+    assert page.locator(f'tr[data-session="{mine}"]').count() == 0
+    context.close()
