@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 
 import pytest
+import sqlalchemy as sa
 from agent_replay import TranscriptModel, scripted_tools
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -24,6 +25,7 @@ from stack import create_pg_database, drop_pg_database, wait_for
 
 from offpath import OffPathCompaction
 from offpath.compaction.accounting import total_chars
+from offpath.service import archive
 from offpath.service.checkpoints import open_checkpoints_url
 
 pytestmark = pytest.mark.usefixtures("stub")
@@ -117,3 +119,10 @@ def test_single_request_transcript_as_a_live_run(stacks, path, agent_store):
     applied = [j for j in jobs if j["status"] == "applied"]
     assert applied and not [j for j in jobs if j["status"] == "failed"], jobs
     assert len([m for m in final if marked_summary(m)]) == 1
+    # invariant 12: whatever the model was sent and the thread no longer holds is archived
+    engine = sa.create_engine(stack.db_url())
+    rows, _ = archive.read(engine, session, limit=1_000_000)
+    engine.dispose()
+    gone = seen - {m.id for m in final} - {r["message_id"] for r in rows}
+    gone.discard(system.id if system else None)  # the agent's system_prompt: not in its state
+    assert not gone, f"removed but not archived: {sorted(gone)[:5]}"
