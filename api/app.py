@@ -25,7 +25,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from api import sessions, stats, ui
+from api import admin, metrics, sessions, stats, ui
 from api.deps import principal
 from api.limits import BodyLimit, HostCheck, short
 from api.schemas import Invalid
@@ -111,6 +111,8 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
     app.include_router(sessions.router)
     app.include_router(stats.router)
     app.include_router(ui.router)
+    app.include_router(admin.router)
+    app.include_router(metrics.router)
 
     plain_openapi = app.openapi
 

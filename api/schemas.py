@@ -383,17 +383,113 @@ class JobCounts(BaseModel):
     failed: int
 
 
+class Spread(BaseModel):
+    """Percentiles (nearest rank) over the latest values, in ms; null when there are none."""
+
+    count: int
+    p50: float | None
+    p99: float | None
+
+
+class ReasonCounts(BaseModel):
+    skipped: dict[str, int] = Field(description="reason code -> jobs")
+    failed: dict[str, int] = Field(description="reason code -> jobs")
+
+
+class LlmTokens(BaseModel):
+    """Tokens the summarizer's LLM reported (its prompt holds the removed messages: ``input``
+    is the real count beside the chars/4 estimate); ``events``: compactions that reported any
+    (the offline summarizer reports none)."""
+
+    input: int
+    output: int
+    events: int
+
+
+class FailureOut(BaseModel):
+    session_id: str
+    job_id: str
+    reason_code: str | None
+    reason: str | None
+    at: str | None = Field(description="When it failed, ISO 8601")
+
+
 class StatsSummary(_Open):
     total_summarizations: int
     total_chars_compacted: int
     sessions_compacted: int
-    approx_tokens_saved: int
-    jobs: JobCounts
+    approx_tokens_saved: int = Field(description="total_chars_compacted / 4")
+    jobs: JobCounts = Field(description="Jobs by status (queued since `since`)")
     fallback_maskings: int
+    jobs_by_reason: ReasonCounts
+    lag_ms: Spread = Field(description="Threshold crossed (or job queued, if later) -> applied")
+    summarizer_latency_ms: Spread = Field(description="One summarizer call")
+    llm_tokens: LlmTokens
+    recent_failures: list[FailureOut] = Field(description="The latest failed jobs, newest first")
+    since: str | None = Field(description="The window's start (ISO 8601); null: all time")
 
 
 class StatsOut(BaseModel):
     summary: StatsSummary
+
+
+class SessionStatsOut(BaseModel):
+    """One session's figures: its thread now, and ``/stats`` for it alone."""
+
+    session_id: str
+    messages: int = Field(description="Messages in the thread now")
+    chars: int = Field(description="The thread's size now, in chars")
+    summary: StatsSummary
+
+
+# --- session admin ----------------------------------------------------------------------------
+
+
+class SessionRow(BaseModel):
+    session_id: str
+    tenant: str
+    messages: int | None = Field(
+        description="Messages after offpath's last write (null: not known)"
+    )
+    chars: int | None = Field(description="Size in chars after offpath's last write")
+    compactions: int = Field(description="Applied compactions")
+    last_activity: str | None = Field(description="The last turn, ISO 8601")
+    jobs_in_flight: int = Field(description="Jobs queued or running")
+
+
+class SessionsOut(BaseModel):
+    sessions: list[SessionRow]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null: last")
+
+
+class CompactOut(BaseModel):
+    """``queued``: a new job (follow it at ``/sessions/{id}/compactions``); ``applied``: a
+    compaction prepared ahead was applied at once."""
+
+    job_id: str
+    status: Literal["queued", "applied"]
+
+
+class ArchivedOut(BaseModel):
+    """One original message a compaction removed (transcript format, plus where it was)."""
+
+    message_id: str
+    summary_id: str = Field(description="The id of the summary message that replaced it")
+    job_id: str
+    position: int = Field(description="Its index in the thread when it was removed")
+    created_at: str | None = Field(description="When it was archived, ISO 8601")
+    type: str
+    content: Content
+    tool_calls: list[ToolCallOut] = Field(default_factory=list, description="AI messages")
+    tool_call_id: str | None = Field(default=None, description="Tool messages")
+    name: str | None = None
+
+
+class ArchiveOut(BaseModel):
+    session_id: str
+    messages: list[ArchivedOut] = Field(description="Oldest compaction first")
+    total: int = Field(description="Archived originals matching, in all")
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null: last")
 
 
 class HealthOut(BaseModel):
@@ -438,7 +534,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     400: _problem("The Host header is not in ALLOWED_HOSTS, or the body could not be read"),
     401: _problem("No API key, or an unknown or revoked one"),
     404: _problem("No such session (or another tenant's)"),
-    409: _problem("Another turn is in progress on the session"),
+    409: _problem("Another turn (or a compaction job) is in progress on the session"),
     413: _problem("Request body over MAX_REQUEST_BYTES"),
     422: {"model": Invalid, "description": "The request is not valid; nothing was written"},
     502: _problem("The chat model failed; the turn was taken back"),

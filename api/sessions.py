@@ -48,6 +48,7 @@ from offpath.service.agent import thread_config
 from offpath.service.leases import failure_backoff_s
 from offpath.service.logs import tag
 from offpath.service.runtime import Runtime
+from offpath.service.tenants import note_size
 
 log = logging.getLogger("offpath.api")
 
@@ -119,6 +120,7 @@ def chat(
     messages = values["messages"]
     added = [m for m in messages if m.id not in before]
     after_write(request, tasks, session_id, ())
+    tasks.add_task(note_size, rt.engine, session_id, len(messages), total_chars(messages))
     return {
         "session_id": session_id,
         "reply": message_json(messages[-1]),
@@ -183,6 +185,7 @@ def append_turn(
         rt.patch(session_id, update)
     messages = add_messages(current, new)
     after_write(request, tasks, session_id, messages)
+    tasks.add_task(note_size, rt.engine, session_id, len(messages), total_chars(messages))
     return {
         "session_id": session_id,
         "appended": len(new),

@@ -1,27 +1,93 @@
-"""``/stats`` (per tenant; an admin key sees all) and ``/healthz`` (no key needed)."""
+"""``/stats`` (per tenant; an admin key sees all), ``/sessions/{id}/stats`` and ``/healthz``
+(no key needed)."""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
-from api.deps import Caller, rt_of
-from api.schemas import ANY_ROUTE, HealthOut, StatsOut, errors
-from offpath.service import db
+from api.deps import Caller, SessionId, check_readable, no_session, rt_of
+from api.schemas import READ, HealthOut, SessionStatsOut, StatsOut, errors
+from offpath.compaction.accounting import total_chars
+from offpath.service import db, usage
+from offpath.service.compactions import read_messages
 from offpath.service.runtime import Runtime
 
 router = APIRouter(tags=["stats"])
 
+#: ``?since=`` as a duration: a number and a unit (seconds, minutes, hours, days, weeks).
+DURATION = re.compile(r"^(\d{1,6})([smhdw])$")
+UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_since(value: str | None) -> datetime | None:
+    """``?since=``: an ISO 8601 datetime (UTC if it has no offset) or a duration back from now
+    (``90s``, ``15m``, ``1h``, ``7d``, ``2w``); None: all time. 422 naming the parameter
+    for anything else."""
+    if value is None or value == "":
+        return None
+    if m := DURATION.match(value):
+        return datetime.now(UTC) - timedelta(**{UNITS[m.group(2)]: int(m.group(1))})
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise HTTPException(
+            status_code=422,
+            detail="since: an ISO 8601 datetime (2026-12-01T09:00:00Z) or a duration back "
+            "from now (90s, 15m, 1h, 7d, 2w)",
+        ) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+Since = Annotated[
+    str | None,
+    Query(
+        max_length=64,
+        description="Only what happened since then: an ISO 8601 datetime or a duration back "
+        "from now (90s, 15m, 1h, 7d, 2w)",
+    ),
+]
+
+
+@router.get("/stats", response_model=StatsOut, response_model_exclude_unset=True, responses=READ)
+def read_stats(request: Request, caller: Caller, since: Since = None) -> dict[str, Any]:
+    """Aggregates over the usage tables (the seed's ``summary`` fields and ours: jobs by status
+    and reason, compaction lag and summarizer latency percentiles, the tokens the LLM
+    reported, the latest failures), for the caller's tenant (all tenants for an admin
+    key); ``since``: a time window (:func:`offpath.service.usage.stats`)."""
+    start = parse_since(since)
+    tenant = None if caller.admin else caller.tenant
+    return usage.stats(rt_of(request).engine, tenant=tenant, since=start)
+
 
 @router.get(
-    "/stats", response_model=StatsOut, response_model_exclude_unset=True, responses=ANY_ROUTE
+    "/sessions/{session_id}/stats",
+    response_model=SessionStatsOut,
+    response_model_exclude_unset=True,
+    responses=READ,
 )
-def read_stats(request: Request, caller: Caller) -> dict[str, Any]:
-    """Aggregates over the usage tables (the seed's ``summary`` fields and ours), for the
-    caller's tenant (all tenants for an admin key)."""
-    return db.stats(rt_of(request).engine, tenant=None if caller.admin else caller.tenant)
+def read_session_stats(
+    session_id: SessionId, request: Request, caller: Caller, since: Since = None
+) -> dict[str, Any]:
+    """One session's ``/stats`` figures (``since``: a time window), and its thread now
+    (messages and chars, read from its checkpoint)."""
+    start = parse_since(since)
+    rt = rt_of(request)
+    check_readable(rt, caller, session_id)
+    messages = read_messages(rt.checkpoints.saver, session_id)
+    if not messages and not usage.has_rows(rt.engine, session_id):
+        raise no_session(session_id)
+    body = usage.stats(rt.engine, since=start, session_id=session_id)
+    return {
+        "session_id": session_id,
+        "messages": len(messages),
+        "chars": total_chars(messages),
+        **body,
+    }
 
 
 @router.get(

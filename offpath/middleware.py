@@ -66,6 +66,7 @@ from offpath.service.leases import Claim, Leases, State
 from offpath.service.logs import tag
 from offpath.service.recall import recall_tool, thread_of_run
 from offpath.service.runtime import Client
+from offpath.service.usage import crossing_unseen, note_crossing
 
 log = logging.getLogger("offpath.middleware")
 
@@ -166,6 +167,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             pending = None
         if settings.active and size.chars >= settings.prepare_floor_chars:
             known, holder = self._claim_of(session_id)
+            if size.chars > settings.summarization_threshold_chars and crossing_unseen(holder):
+                self._submit(note_crossing, self.client.engine, holder)  # the lag runs from here
             if not known:  # first read under way, or the store is away: nothing to do now
                 pass
             elif holder is not None and holder.state is State.PREPARED:

@@ -141,6 +141,7 @@ class Stack:
             "SUMMARIZATION_MAX_RETRIES": "0",
             "SUMMARIZATION_TIMEOUT_S": "3",
             "LOG_LEVEL": "INFO",
+            "WORKER_METRICS_PORT": "0",  # a test that scrapes a worker gives it a free port
             **env,
         }
         self.worker_log = tmp / f"worker-{self.name}.log"

@@ -83,15 +83,69 @@ def _environment(svc: dict) -> dict:
 
 
 def test_compose_publishes_ports_on_127_0_0_1_only():
-    """The API and Flower answer on the host's loopback only; nothing else is published."""
+    """The API, Flower and Prometheus answer on the host's loopback only; nothing else is
+    published (the workers' metrics ports neither)."""
     services = _compose()["services"]
     published = {name: svc["ports"] for name, svc in services.items() if svc.get("ports")}
-    assert set(published) == {"api", "flower"}, published
+    assert set(published) == {"api", "flower", "prometheus"}, published
     for name, ports in published.items():
         for port in ports:
             assert isinstance(port, str) and port.startswith("127.0.0.1:"), (name, port)
     assert published["api"] == ["127.0.0.1:8000:8000"]
     assert published["flower"] == ["127.0.0.1:5555:5555"]
+    assert published["prometheus"] == ["127.0.0.1:9090:9090"]
+
+
+def test_prometheus_scrapes_the_api_with_a_key_and_every_worker():
+    """Issue 12: the compose file's Prometheus reads deploy/prometheus.yml, which scrapes the
+    API's /metrics with an admin key from a Compose secret (the API refuses it without one
+    unless METRICS_PUBLIC), and each worker on the port its setting names."""
+    compose = _compose()
+    prometheus = compose["services"]["prometheus"]
+    assert "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
+    assert "metrics_api_key" in prometheus["secrets"]
+    assert compose["secrets"]["metrics_api_key"] == {"file": "./secrets/metrics_api_key"}
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    api = jobs["offpath-api"]
+    assert api["static_configs"][0]["targets"] == ["api:8000"]
+    assert api["authorization"]["credentials_file"] == "/run/secrets/metrics_api_key"
+    worker = jobs["offpath-worker"]["dns_sd_configs"][0]
+    assert worker["names"] == ["worker"]
+    assert worker["port"] == Settings.model_construct().worker_metrics_port
+    env = _environment(compose["services"]["worker"])
+    assert env["WORKER_METRICS_HOST"] == "0.0.0.0" and "WORKER_METRICS_PORT" in env
+    assert "ports" not in compose["services"]["worker"]
+
+
+def test_grafana_dashboard_uses_only_metrics_offpath_exports():
+    """deploy/grafana/offpath-dashboard.json is valid JSON, its datasource an import input,
+    and every offpath_* series its queries name is one offpath.service.metrics defines."""
+    import json
+
+    from prometheus_client import REGISTRY
+
+    import offpath.service.metrics  # noqa: F401 - registers the metrics
+
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "offpath-dashboard.json").read_text())
+    assert dashboard["__inputs"][0]["name"] == "DS_PROMETHEUS"
+    exported = {
+        sample
+        for metric in REGISTRY.collect()
+        if metric.name.startswith("offpath_")
+        for sample in (
+            metric.name,
+            f"{metric.name}_total",
+            f"{metric.name}_bucket",
+            f"{metric.name}_sum",
+            f"{metric.name}_count",
+        )
+    } | {"offpath_queue_depth", "offpath_jobs_open"}  # read at scrape time by the API
+    used = set()
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            used |= set(re.findall(r"offpath_[a-z_]+", target["expr"]))
+    assert used and used <= exported, used - exported
 
 
 def test_compose_gives_each_service_only_the_settings_it_needs():

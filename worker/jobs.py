@@ -50,6 +50,7 @@ from offpath.compaction.planner import Skip, plan_compaction
 from offpath.compaction.prompt import build_prompt
 from offpath.compaction.summarizers import Summarizer, SummarizerError
 from offpath.compaction.summary import is_summary, summary_meta
+from offpath.service import metrics
 from offpath.service.compactions import (
     JobEnded,
     JobOptions,
@@ -205,7 +206,7 @@ def _compact(
             return Outcome(JobStatus.APPLIED, Leases.after(job_id, State.DONE))
         if attempt == 0 and (n := end_others(rt.engine, session_id, job_id)):
             log.info("[%s] summarizer: ended %d dead job(s) of this thread", sid, n)
-        plan = plan_compaction(messages, settings, early=True)
+        plan = plan_compaction(messages, settings, early=True, force=options.force)
         if isinstance(plan, Skip):
             raise JobEnded(
                 JobStatus.SKIPPED,
@@ -226,6 +227,7 @@ def _compact(
             plan, build_prompt(plan, settings.summarization_max_prompt_chars)
         )
         latency_ms = int((time.monotonic() - started) * 1000)
+        metrics.summarized(summarizer.name, latency_ms, result.input_tokens, result.output_tokens)
         prepared = Prepared.from_plan(
             plan,
             job_id=job_id,
@@ -253,7 +255,8 @@ def _compact(
                         JobStatus.FAILED, "lease_lost", "lease lost before the patch; not applied"
                     )
                 current = read_messages(saver, session_id)
-                if total_chars(current) <= settings.summarization_threshold_chars:
+                over = total_chars(current) > settings.summarization_threshold_chars
+                if not (over or options.force):
                     # prepared ahead: applied once the thread crosses (the hook sees it)
                     return _prepared(rt, session_id, job_id, lease, stored, "under the threshold")
                 fitted = apply_locked(rt, session_id, job_id, stored, current)

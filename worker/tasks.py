@@ -24,6 +24,7 @@ from offpath.service.db import JobStatus, failures_in_a_row, migrate, start_job
 from offpath.service.hook import queue_job
 from offpath.service.leases import LeaseKeeper, Leases, Start, State, failure_backoff_s
 from offpath.service.logs import tag
+from offpath.service.metrics import serve_worker_metrics
 from offpath.service.runtime import Runtime
 
 log = logging.getLogger("offpath.worker")
@@ -56,6 +57,13 @@ def runtime() -> tuple[Runtime, Summarizer, LeaseKeeper]:
 @signals.worker_init.connect
 def _migrate(**_: object) -> None:
     migrate(get_settings())
+
+
+@signals.worker_init.connect
+def _serve_metrics(**_: object) -> None:
+    """This worker's ``/metrics`` on ``WORKER_METRICS_HOST:WORKER_METRICS_PORT`` (0: off)."""
+    settings = get_settings()
+    serve_worker_metrics(settings.worker_metrics_host, settings.worker_metrics_port)
 
 
 @signals.worker_ready.connect

@@ -147,7 +147,7 @@ def estimate_summary_chars(removed_chars: int, request: str | None) -> int:
 
 
 def plan_compaction(
-    messages: Sequence[BaseMessage], settings: Settings, *, early: bool = False
+    messages: Sequence[BaseMessage], settings: Settings, *, early: bool = False, force: bool = False
 ) -> CompactionPlan | Skip:
     """Plan a compaction of ``messages`` (a thread's ``messages`` channel) under ``settings``.
 
@@ -155,7 +155,10 @@ def plan_compaction(
     disabled, the thread is under the threshold, no valid cut exists, or no
     cut is worth it. ``early``: plan from ``SUMMARIZATION_PREPARE_AT`` x the
     threshold already (a compaction prepared ahead, applied once the thread is
-    over the threshold; DESIGN.md "Compaction during a run"). A plan needs every message to carry an id (LangGraph's
+    over the threshold; DESIGN.md "Compaction during a run"). ``force``: plan whatever the
+    thread's size, and any cut that removes more than its summary adds is worth it (an
+    operator asked: ``POST /sessions/{id}/compact``); the keep window, the tool-call pairs
+    and the fewest messages removed still hold. A plan needs every message to carry an id (LangGraph's
     ``add_messages`` gives them one): ``ValueError`` otherwise. One forward
     pass and one backward walk: linear in the number of messages; only the
     chosen cut builds lists.
@@ -165,7 +168,7 @@ def plan_compaction(
     scan = _Scan(messages)
     sizes, total = scan.sizes, scan.total
     threshold = settings.summarization_threshold_chars
-    floor = settings.prepare_floor_chars if early else threshold
+    floor = 0 if force else settings.prepare_floor_chars if early else threshold
     if total <= floor:
         return Skip(SkipReason.UNDER_THRESHOLD, f"{total} chars <= {floor}", total)
     scan.index_pairs()
@@ -197,7 +200,7 @@ def plan_compaction(
     if group_cut is None:
         return Skip(SkipReason.NO_CUT_POINT, "no cut leaves tool-call pairs whole", total)
 
-    min_gain = min_gain_chars(settings)
+    min_gain = 1 if force else min_gain_chars(settings)
     turn = scan.evaluate(turn_cut, "turn", total)
     group = scan.evaluate(group_cut, "tool_group", total) if group_cut != turn_cut else None
 

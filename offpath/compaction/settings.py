@@ -138,6 +138,13 @@ class Settings(BaseSettings):
     auth_disabled: bool = False
     #: The key the CLI (``replay``, ``stats``...) sends to the API.
     offpath_api_key: SecretStr | None = None
+    #: ``GET /metrics`` of the API answers without a key (a scraper that cannot send one, on
+    #: a private network); false: it needs an admin key.
+    metrics_public: bool = False
+    #: Port of a worker's own ``/metrics`` (0: none); one per worker on a machine.
+    worker_metrics_port: int = Field(default=9808, ge=0, le=65_535)
+    #: Interface a worker's ``/metrics`` listens on (0.0.0.0 in a container).
+    worker_metrics_host: str = Field(default="127.0.0.1", min_length=1)
     flower_basic_auth: str = ""
     flower_port: int = Field(default=5555, ge=1, le=65_535)
     api_url: str = Field(default="http://127.0.0.1:8000", pattern=r"^https?://\S+$")

@@ -112,10 +112,17 @@ def _applied() -> Any:
 
 
 def read(
-    engine: Engine, session_id: str, offset: int = 0, limit: int = 100
+    engine: Engine,
+    session_id: str,
+    offset: int = 0,
+    limit: int = 100,
+    summary_id: str | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
-    """A page of a thread's archived originals (oldest compaction first), and how many in all."""
-    where = (ARCHIVE.c.session_id == session_id, _applied())
+    """A page of a thread's archived originals (oldest compaction first), and how many in all;
+    ``summary_id``: only those the summary with that message id replaced."""
+    where: tuple[Any, ...] = (ARCHIVE.c.session_id == session_id, _applied())
+    if summary_id is not None:
+        where = (*where, ARCHIVE.c.summary_id == summary_id)
     q = (
         sa.select(
             ARCHIVE.c.message_id,

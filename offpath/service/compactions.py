@@ -28,6 +28,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.message import add_messages
 
+from offpath.compaction.accounting import total_chars
 from offpath.compaction.pairing import new_unpaired
 from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
 from offpath.service import archive
@@ -35,6 +36,7 @@ from offpath.service.db import JobStatus, finalize, job_row, set_job
 from offpath.service.faults import failpoint
 from offpath.service.leases import Leases, State
 from offpath.service.logs import tag
+from offpath.service.tenants import note_size
 
 if TYPE_CHECKING:
     from offpath.service.runtime import Runtime
@@ -59,11 +61,16 @@ class JobOptions:
     patch: bool = True
     checkpoints: str | None = None
     seen: str | None = None
+    #: An operator asked for it (``POST /sessions/{id}/compact``): planned with the planner's
+    #: ``force`` and applied at once, under the threshold too.
+    force: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"patch": self.patch, "checkpoints": self.checkpoints}
         if self.seen:
             data["seen"] = self.seen
+        if self.force:
+            data["force"] = True
         return data
 
     @classmethod
@@ -74,6 +81,7 @@ class JobOptions:
             patch=bool(data.get("patch", True)),
             checkpoints=data.get("checkpoints"),
             seen=data.get("seen"),
+            force=bool(data.get("force", False)),
         )
 
 
@@ -145,6 +153,8 @@ def apply_locked(
     rt.patch(session_id, {"messages": fitted.patch})
     failpoint("after_patch")
     finalize(rt.engine, job_id, session_id)
+    after = add_messages(current, fitted.patch)
+    note_size(rt.engine, session_id, len(after), total_chars(after))  # the session list's
     return fitted
 
 

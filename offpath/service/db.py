@@ -20,10 +20,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import JSON, Column, event, func
 from sqlalchemy.engine import Engine
-from sqlmodel import Field, Session, SQLModel, create_engine, select
+from sqlmodel import Field, SQLModel, create_engine
 
-from offpath.compaction.accounting import approx_tokens
 from offpath.compaction.settings import Settings
+from offpath.service import metrics
 
 
 class JobStatus(enum.StrEnum):
@@ -98,6 +98,9 @@ class CompactionJob(SQLModel, table=True):
     options: dict[str, Any] | None = Field(default=None, sa_column=Column("options", JSON))
     created_at: datetime = Field(default_factory=_now, sa_type=sa.DateTime(timezone=True))
     updated_at: datetime = Field(default_factory=_now, sa_type=sa.DateTime(timezone=True))
+    #: When the thread was first seen over its threshold with this job open (None: never
+    #: seen; the lag of an applied job then runs from ``created_at``). Migration 0007.
+    crossed_at: datetime | None = Field(default=None, sa_type=sa.DateTime(timezone=True))
 
 
 class FallbackMasking(SQLModel, table=True):
@@ -252,6 +255,7 @@ def create_job(
                 updated_at=now,
             )
         )
+    metrics.job_reached(JobStatus.QUEUED, "not_published" if not published else None)
 
 
 def set_published(engine: Engine, job_id: str, published: bool, reason: str | None = None) -> None:
@@ -346,6 +350,7 @@ def set_job(
         if only_if_open:
             q = q.where(JOBS.c.status.not_in(list(FINAL_VALUES)))
         if conn.execute(q.values(**values)).rowcount:
+            metrics.job_reached(status, code)
             return True
         if only_if_open:
             return False
@@ -359,6 +364,7 @@ def set_job(
             reason=values["reason"],
             reason_code=code,
         )
+        metrics.job_reached(status, code)
         return True
 
 
@@ -388,7 +394,7 @@ def end_others(engine: Engine, session_id: str, job_id: str) -> int:
     n = 0
     with engine.begin() as conn:
         for where, status, code, what in endings:
-            n += conn.execute(
+            ended = conn.execute(
                 sa.update(JOBS)
                 .where(*others, where)
                 .values(
@@ -398,6 +404,8 @@ def end_others(engine: Engine, session_id: str, job_id: str) -> int:
                     updated_at=now,
                 )
             ).rowcount
+            metrics.job_reached(status, code, ended)
+            n += ended
     return n
 
 
@@ -411,6 +419,8 @@ def store_result(
         values["status"] = status.value
     with engine.begin() as conn:
         conn.execute(sa.update(JOBS).where(JOBS.c.job_id == job_id).values(**values))
+    if status is not None:
+        metrics.job_reached(status)
 
 
 def job_row(engine: Engine, job_id: str) -> dict[str, Any] | None:
@@ -530,14 +540,20 @@ def finalize(engine: Engine, job_id: str, session_id: str) -> bool:
         ).rowcount
         if not inserted:
             return False
-        conn.execute(
+        applied_at = _now()
+        times = conn.execute(
             sa.update(JOBS)
             .where(JOBS.c.job_id == job_id)
             .values(
-                status=JobStatus.APPLIED.value, reason=None, reason_code=None, updated_at=_now()
+                status=JobStatus.APPLIED.value, reason=None, reason_code=None, updated_at=applied_at
             )
-        )
-        return True
+            .returning(JOBS.c.created_at, JOBS.c.crossed_at)
+        ).first()
+    since = _utc(times.crossed_at or times.created_at) if times is not None else None
+    metrics.job_reached(JobStatus.APPLIED)
+    lag_s = (applied_at - since).total_seconds() if since is not None else None
+    metrics.compaction_applied(lag_s, int(result["chars_removed"]))
+    return True
 
 
 MASKINGS = FallbackMasking.__table__  # type: ignore[attr-defined]
@@ -551,54 +567,21 @@ def record_masking(engine: Engine, session_id: str, results: int, chars: int) ->
                 session_id=session_id, results=results, chars=chars, created_at=_now()
             )
         )
+    metrics.FALLBACK_MASKINGS.inc()
 
 
-def stats(engine: Engine, tenant: str | None = None) -> dict[str, Any]:
-    """The ``/stats`` body, computed in SQL: the seed's two fields and ours; ``tenant``:
-    only the sessions it owns (None: all)."""
-    from offpath.service.tenants import SessionOwner
+def stats(
+    engine: Engine,
+    tenant: str | None = None,
+    since: datetime | None = None,
+    session_id: str | None = None,
+) -> dict[str, Any]:
+    """The ``/stats`` body (the seed's fields and ours); ``tenant``: only the sessions it owns
+    (None: all); ``since``: a time window; ``session_id``: one session. Computed by
+    :func:`offpath.service.usage.stats`, where the fields are described."""
+    from offpath.service.usage import stats as usage_stats
 
-    summ = UsageEvent.metadata_["summarization"].as_boolean()
-    chars = UsageEvent.metadata_["chars_removed"].as_integer()
-
-    def owned(query: Any, column: Any) -> Any:
-        if tenant is None:
-            return query
-        mine = select(SessionOwner.session_id).where(SessionOwner.tenant == tenant)
-        return query.where(column.in_(mine))
-
-    with Session(engine) as s:
-        count, total, sessions = s.exec(
-            owned(
-                select(
-                    func.count(UsageEvent.id),
-                    func.coalesce(func.sum(chars), 0),
-                    func.count(sa.distinct(UsageEvent.session_id)),
-                ).where(summ.is_(True)),
-                UsageEvent.session_id,
-            )
-        ).one()
-        by_status = dict(
-            s.exec(
-                owned(
-                    select(CompactionJob.status, func.count()).group_by(CompactionJob.status),
-                    CompactionJob.session_id,
-                )
-            ).all()
-        )
-        maskings = s.exec(
-            owned(select(func.count(FallbackMasking.id)), FallbackMasking.session_id)
-        ).one()
-    return {
-        "summary": {
-            "total_summarizations": int(count),
-            "total_chars_compacted": int(total),
-            "sessions_compacted": int(sessions),
-            "approx_tokens_saved": approx_tokens(int(total)),
-            "jobs": {status.value: int(by_status.get(status.value, 0)) for status in JobStatus},
-            "fallback_maskings": int(maskings),
-        }
-    }
+    return usage_stats(engine, tenant=tenant, since=since, session_id=session_id)
 
 
 def ping(engine: Engine) -> None:

@@ -40,6 +40,7 @@ from offpath.service.db import create_job, has_unpublished_job, set_published
 from offpath.service.leases import Claim, Leases, State
 from offpath.service.logs import tag
 from offpath.service.runtime import Client, Publisher
+from offpath.service.usage import note_crossing
 
 log = logging.getLogger("offpath.hook")
 
@@ -94,6 +95,7 @@ class PostTurnHook:
             return HookResult("skipped", SkipReason.UNDER_THRESHOLD)
         if size > settings.summarization_threshold_chars and self.apply is not None:
             holder = self.client.leases.holder(session_id)
+            note_crossing(self.client.engine, holder)  # the compaction lag runs from here
             if holder is not None and holder.state is State.PREPARED:
                 done = self.apply(session_id, holder.job_id)
                 if done == "applied":

@@ -13,6 +13,7 @@ team's own agent (the middleware) have no owner: only admin keys see them.
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import time
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
+
+log = logging.getLogger("offpath.tenants")
 
 #: The tenant of everything when ``AUTH_DISABLED=true``, and of sessions older than keys.
 DEFAULT_TENANT = "default"
@@ -55,6 +58,10 @@ class SessionOwner(SQLModel, table=True):
     tenant: str = Field(max_length=64, index=True)
     created_at: datetime = Field(sa_type=sa.DateTime(timezone=True))
     last_activity: datetime = Field(sa_type=sa.DateTime(timezone=True))
+    #: The thread's size after offpath's last write to it (None: not written since
+    #: migration 0007): the session list sorts by it without reading checkpoints.
+    messages: int | None = None
+    chars: int | None = None
 
 
 KEYS = ApiKey.__table__  # type: ignore[attr-defined]
@@ -187,3 +194,18 @@ def take_session(engine: Engine, session_id: str, tenant: str) -> str:
 def forget_session(engine: Engine, session_id: str) -> None:
     with engine.begin() as conn:
         conn.execute(sa.delete(SESSIONS).where(SESSIONS.c.session_id == session_id))
+
+
+def note_size(engine: Engine, session_id: str, messages: int, chars: int) -> None:
+    """Record the thread's size (messages, chars) after offpath wrote it (a turn, a chat run,
+    a compaction patch); a session with no owner row (a team's own agent) is left alone.
+    Best effort: an error is logged, never raised (the write it follows has landed)."""
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.update(SESSIONS)
+                .where(SESSIONS.c.session_id == session_id)
+                .values(messages=messages, chars=chars)
+            )
+    except Exception as exc:
+        log.warning("could not record the size of session %r: %s", session_id[:40], exc)

@@ -1,0 +1,203 @@
+"""Session admin routes (issue 12): list sessions, delete one, compact one now, read the
+originals its compactions removed. Per tenant, as every session route: another tenant's
+session is 404, an admin key sees every tenant's.
+
+The logic is in :mod:`offpath.service.admin` (compact, delete) and
+:mod:`offpath.service.usage` (the list, from the usage tables: no checkpoint is read).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+from langchain_core.messages import messages_from_dict
+
+from api.deps import Caller, SessionId, check_readable, no_session, rt_of
+from api.schemas import (
+    ANY_ROUTE,
+    READ,
+    ArchiveOut,
+    CompactOut,
+    Problem,
+    SessionsOut,
+    errors,
+)
+from offpath.compaction.formats import message_json
+from offpath.service import archive
+from offpath.service.admin import (
+    JobInFlight,
+    NothingToCompact,
+    NotQueued,
+    compact_now,
+    delete_session,
+)
+from offpath.service.compactions import read_messages
+from offpath.service.runtime import Runtime
+from offpath.service.usage import BadCursor, SortOrder, has_rows, list_sessions
+
+router = APIRouter(prefix="/sessions", tags=["admin"])
+
+UNREACHABLE = {
+    503: {"model": Problem, "description": "The broker or the lock store is unreachable"}
+}
+
+
+def known(rt: Runtime, session_id: str) -> bool:
+    """offpath has the session: rows in the usage tables, or a thread in its checkpointer."""
+    return has_rows(rt.engine, session_id) or bool(read_messages(rt.checkpoints.saver, session_id))
+
+
+@router.get("", response_model=SessionsOut, responses={**ANY_ROUTE, **errors(422)})
+def sessions(
+    request: Request,
+    caller: Caller,
+    limit: Annotated[int, Query(ge=1, le=200, description="Sessions per page")] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=512, description="next_cursor of the previous page")
+    ] = None,
+    q: Annotated[str, Query(max_length=128, description="A substring of the session id")] = "",
+    sort: Annotated[
+        SortOrder,
+        Query(description="last_activity, chars, compactions or session_id; - first: descending"),
+    ] = "-last_activity",
+) -> dict[str, Any]:
+    """A page of the caller's sessions (every tenant's for an admin key): size (messages and
+    chars after offpath's last write), applied compactions, last activity, jobs in flight.
+    Keyset-paginated: pass ``next_cursor`` back as ``cursor`` (with the same ``sort``)."""
+    rt = rt_of(request)
+    try:
+        page, next_cursor = list_sessions(
+            rt.engine,
+            None if caller.admin else caller.tenant,
+            q=q,
+            sort=sort,
+            limit=limit,
+            cursor=cursor or None,
+        )
+    except BadCursor as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from None
+    return {"sessions": page, "next_cursor": next_cursor}
+
+
+@router.delete(
+    "/{session_id}",
+    status_code=204,
+    response_class=Response,
+    responses={204: {"description": "Deleted"}, **errors(400, 401, 404, 409, 422)},
+)
+def delete(session_id: SessionId, request: Request, caller: Caller) -> Response:
+    """Delete the session: its checkpoints, archived originals, job rows, usage events and
+    fallback maskings (``/stats`` no longer counts it). 409 while a turn or a compaction
+    job runs on it."""
+    rt = rt_of(request)
+    check_readable(rt, caller, session_id)
+    if not known(rt, session_id):
+        raise no_session(session_id)
+    try:
+        delete_session(rt, session_id)
+    except JobInFlight as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from None
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{session_id}/compact",
+    status_code=202,
+    response_model=CompactOut,
+    responses={**errors(400, 401, 404, 409, 422), **UNREACHABLE},
+)
+def compact(session_id: SessionId, request: Request, caller: Caller) -> dict[str, Any]:
+    """Compact the session now, under its threshold too: a job is queued (follow it at
+    ``GET /sessions/{id}/compactions``) if the planner finds a cut (the keep window, whole
+    tool-call pairs, at least 4 messages removed, more chars removed than the summary adds);
+    else 422 saying why. 409 while a job is queued or running, or during the failure
+    backoff. A compaction already prepared is applied at once (``status: applied``)."""
+    rt = rt_of(request)
+    check_readable(rt, caller, session_id)
+    try:
+        done = compact_now(rt, session_id)
+    except LookupError:
+        raise no_session(session_id) from None
+    except JobInFlight as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from None
+    except NothingToCompact as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from None
+    except NotQueued as exc:
+        raise HTTPException(status_code=503, detail=str(exc)) from None
+    return {"job_id": done.job_id, "status": done.status}
+
+
+def _offset(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, _, value = text.partition(":")
+        if kind == "o" and value.isdigit() and len(value) < 12:
+            return int(value)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        pass
+    raise HTTPException(
+        status_code=422, detail="cursor: not a cursor this API gave (pass next_cursor as it came)"
+    )
+
+
+def _cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"o:{offset}".encode()).decode().rstrip("=")
+
+
+def archived_json(row: dict[str, Any]) -> dict[str, Any]:
+    """One archive row as ``/archive`` shows it: where it was, and the message in the
+    transcript format."""
+    (message,) = messages_from_dict([row["message"]])
+    m = message_json(message)
+    at = row.get("created_at")
+    return {
+        "message_id": row["message_id"],
+        "summary_id": row["summary_id"],
+        "job_id": row["job_id"],
+        "position": row["position"],
+        "created_at": at.isoformat() if at is not None else None,
+        "type": m["type"],
+        "content": m["content"],
+        "tool_calls": m.get("tool_calls", []),
+        "tool_call_id": m.get("tool_call_id"),
+        "name": m.get("name"),
+    }
+
+
+@router.get("/{session_id}/archive", response_model=ArchiveOut, responses=READ)
+def read_archive(
+    session_id: SessionId,
+    request: Request,
+    caller: Caller,
+    limit: Annotated[int, Query(ge=1, le=500, description="Messages per page")] = 100,
+    cursor: Annotated[
+        str | None, Query(max_length=64, description="next_cursor of the previous page")
+    ] = None,
+    summary_id: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="Only the originals the summary message with this id replaced",
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    """The original messages the session's compactions removed (the archive), oldest
+    compaction first, in thread order within one; paginated."""
+    rt = rt_of(request)
+    check_readable(rt, caller, session_id)
+    offset = _offset(cursor)
+    rows, total = archive.read(rt.engine, session_id, offset, limit, summary_id=summary_id)
+    if not rows and not offset and not known(rt, session_id):
+        raise no_session(session_id)
+    end = offset + len(rows)
+    return {
+        "session_id": session_id,
+        "messages": [archived_json(r) for r in rows],
+        "total": total,
+        "next_cursor": _cursor(end) if end < total else None,
+    }
