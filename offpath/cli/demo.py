@@ -8,8 +8,9 @@ and the API as processes, then runs the example investigation as chat turns of
 the API's own agent: a real tool loop over the read-only SRE toolset (the
 scripted model when no LLM is configured), compacted during the runs by the
 middleware. ``--file`` replays a conversation file through ``/turns`` instead.
-It waits for the jobs, prints what changed, ``/stats`` and the summary, and
-stops every process it started, also on Ctrl-C.
+It waits for the jobs, prints what changed, ``/stats``, the summary and the web UI's
+dashboard URL, and stops every process it started, also on Ctrl-C; with ``--serve``
+the worker and the API stay up (the dashboard with them) until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -103,7 +104,10 @@ class Processes:
                 proc.wait()
 
 
-def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
+def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool = False) -> int:
+    """Run the demo (see the module doc); ``serve``: keep the worker and the API up after the
+    report until Ctrl-C or SIGTERM. Returns the exit code (0; 130 when interrupted before
+    the report)."""
     data = ROOT / "data" / "demo"
     shutil.rmtree(data, ignore_errors=True)
     (data / "logs").mkdir(parents=True)
@@ -187,7 +191,24 @@ def run_demo(settings: Settings, file: Path | None, timeout: float) -> int:
                 before = _investigate(client, session, procs)
             jobs = _wait_jobs(client, session, procs, timeout)
             _report(client, session, before, jobs, data / "logs")
-        return 0
+        dashboard = f"http://127.0.0.1:{port}/ui"
+        if not serve:
+            console.print(
+                "the web UI was up while the demo ran; `offpath demo --serve` keeps it up "
+                f"until Ctrl-C\ndashboard: {dashboard}"
+            )
+            return 0
+        console.print(
+            f"dashboard: {dashboard}  (session: {dashboard}/sessions/{session})\n"
+            "the worker and the API stay up; press Ctrl-C to stop them"
+        )
+        try:
+            while True:
+                procs.check()
+                time.sleep(1)
+        except KeyboardInterrupt:
+            console.print("stopping the worker and the API")
+            return 0
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; stopping the worker and the API[/yellow]")
         return 130

@@ -527,13 +527,17 @@ def demo(
         Path | None, typer.Option(help="Conversation to replay (default: the example)")
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the compaction jobs")] = 90,
+    serve: Annotated[
+        bool, typer.Option(help="Keep the API (and its dashboard at /ui) up until Ctrl-C")
+    ] = False,
 ) -> None:
-    """Run the whole loop on embedded defaults: worker, API, a replayed investigation, /stats."""
+    """Run the whole loop on embedded defaults: worker, API, a replayed investigation, /stats,
+    and the dashboard's URL."""
     from offpath.cli.demo import run_demo
 
     settings = settings_or_exit()
     try:
-        code = run_demo(settings, file, timeout)
+        code = run_demo(settings, file, timeout, serve)
     except CliError as exc:
         fail(str(exc))
     raise typer.Exit(code)

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import psutil
@@ -60,7 +61,47 @@ def test_demo_runs_to_the_end_and_leaves_no_process(broker):
         and "[Context from earlier in this session, summarized]" in out
     )
     assert "] summarizer: " in out  # the worker's log lines
+    # it ends by printing the web UI's dashboard URL (issue 12)
+    assert re.fullmatch(r"dashboard: http://127\.0\.0\.1:\d+/ui", out.strip().splitlines()[-1]), out
     assert not children_of_demo(), "the demo left processes behind"
+
+
+def test_demo_serve_keeps_the_dashboard_up_until_interrupted():
+    """`offpath demo --serve`: after its report the API (and /ui) stays up; SIGTERM, which the
+    demo takes as Ctrl-C, stops everything it started and exits 0."""
+    import httpx
+
+    env = {**os.environ, "COLUMNS": "200", "REDIS_URL": REDIS_URL}
+    env.update({"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""})
+    proc = subprocess.Popen(
+        OFFPATH + ["demo", "--serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines = []
+        for line in proc.stdout:  # the report, then the dashboard's line
+            lines.append(line)
+            if line.startswith("dashboard: "):
+                break
+        found = re.match(r"dashboard: (http://127\.0\.0\.1:\d+/ui)", lines[-1])
+        assert found, "".join(lines)
+        time.sleep(2)  # still up after the report
+        page = httpx.get(found.group(1), timeout=10)  # AUTH_DISABLED: no login
+        assert page.status_code == 200 and 'data-stat="summary.jobs.applied"' in page.text
+        assert children_of_demo()
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=60) == 0, rest
+        assert "stopping the worker and the API" in rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    wait_for(lambda: not children_of_demo(), timeout=20)
 
 
 def test_replay_and_stats_against_a_running_api(stacks):
