@@ -30,11 +30,11 @@ def parse_since(value: str | None) -> datetime | None:
     for anything else."""
     if value is None or value == "":
         return None
-    if m := DURATION.match(value):
-        return datetime.now(UTC) - timedelta(**{UNITS[m.group(2)]: int(m.group(1))})
     try:
+        if m := DURATION.match(value):
+            return datetime.now(UTC) - timedelta(**{UNITS[m.group(2)]: int(m.group(1))})
         at = datetime.fromisoformat(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise HTTPException(
             status_code=422,
             detail="since: an ISO 8601 datetime (2026-12-01T09:00:00Z) or a duration back "

@@ -310,9 +310,13 @@ def _decode_cursor(cursor: str, sort: str) -> tuple[Any, str]:
         raise BadCursor(
             "cursor: not a cursor this API gave (pass next_cursor as it came)"
         ) from None
-    if got_sort != sort or not isinstance(session_id, str):
+    if got_sort != sort:
         raise BadCursor(f"cursor: it belongs to another sort order than {sort!r}")
-    if sort in ("chars", "compactions") and not isinstance(value, int):
+    field = sort.removeprefix("-")
+    expected = {"last_activity": datetime, "chars": int, "compactions": int}.get(field, str)
+    if not isinstance(session_id, str) or not isinstance(value, expected):
+        raise BadCursor("cursor: not a cursor this API gave (pass next_cursor as it came)")
+    if isinstance(value, int) and not -(2**62) < value < 2**62:
         raise BadCursor("cursor: not a cursor this API gave (pass next_cursor as it came)")
     return value, session_id
 
