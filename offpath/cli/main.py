@@ -237,7 +237,184 @@ def print_stats(body: dict[str, Any]) -> None:
         table.add_row(key, f"{s[key]:,}")
     table.add_row("jobs", ", ".join(f"{k} {v}" for k, v in s["jobs"].items()))
     table.add_row("fallback_maskings", f"{s.get('fallback_maskings', 0):,}")
+    for key in ("lag_ms", "summarizer_latency_ms"):
+        if spread := s.get(key):
+            table.add_row(
+                key, f"p50 {_ms(spread['p50'])}, p99 {_ms(spread['p99'])} (n={spread['count']})"
+            )
+    if tokens := s.get("llm_tokens"):
+        table.add_row(
+            "llm_tokens",
+            f"input {tokens['input']:,}, output {tokens['output']:,} "
+            f"({tokens['events']} compactions reported them)",
+        )
     console.print(table)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f} ms"
+
+
+# --- session admin (issue 12): sessions, show, compact --------------------------------------------
+
+
+def call_api(
+    url: str | None,
+    api_key: str | None,
+    method: str,
+    path: str,
+    what: str,
+    **kwargs: Any,
+) -> httpx.Response:
+    """One request to the API (``API_URL``, ``OFFPATH_API_KEY``); one line and exit 1 when the
+    API cannot be reached or answers an error (exit 2 for bad settings)."""
+    settings = settings_or_exit()
+    try:
+        with api_client(settings, url, api_key, timeout=30) as client:
+            r = client.request(method, path, **kwargs)
+    except httpx.HTTPError as exc:
+        fail(f"{what}: cannot reach the API at {url or settings.api_url} ({exc})")
+    check_answer(r, what)
+    return r
+
+
+@app.command()
+def sessions(
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
+    search: Annotated[
+        str, typer.Option("--search", "-q", help="Only session ids containing this")
+    ] = "",
+    sort: Annotated[
+        str,
+        typer.Option(help="last_activity, chars, compactions or session_id; - first: descending"),
+    ] = "-last_activity",
+    limit: Annotated[int, typer.Option(help="Sessions per page (1-200)")] = 50,
+    cursor: Annotated[
+        str | None, typer.Option(help="Start at this page (the cursor a previous list printed)")
+    ] = None,
+) -> None:
+    """List sessions (GET /sessions): size, compactions, last activity, jobs in flight."""
+    params: dict[str, Any] = {"sort": sort, "limit": limit, "q": search}
+    if cursor:
+        params["cursor"] = cursor
+    body = call_api(url, api_key, "GET", "/sessions", "cannot list sessions", params=params).json()
+    table = Table(
+        "session", "tenant", "messages", "chars", "compactions", "last activity", "in flight"
+    )
+    for row in body["sessions"]:
+        table.add_row(
+            row["session_id"],
+            row["tenant"],
+            _num(row["messages"]),
+            _num(row["chars"]),
+            str(row["compactions"]),
+            (row["last_activity"] or "")[:19].replace("T", " "),
+            str(row["jobs_in_flight"] or ""),
+        )
+    console.print(table)
+    if body["next_cursor"]:
+        console.print(f"more: offpath sessions --sort {sort} --cursor {body['next_cursor']}")
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+@app.command()
+def show(
+    session_id: Annotated[str, typer.Argument(help="The session id")],
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
+    width: Annotated[int, typer.Option(help="Chars of each message shown (0: all of it)")] = 300,
+) -> None:
+    """Show a session: its thread as the model sees it (the summary marked), then its
+    compaction jobs."""
+    from offpath.compaction.accounting import content_text, message_chars
+    from offpath.compaction.summary import is_summary
+
+    what = f"cannot read session {session_id!r}"
+    thread = call_api(url, api_key, "GET", f"/sessions/{session_id}/messages", what).json()
+    jobs = call_api(url, api_key, "GET", f"/sessions/{session_id}/compactions", what).json()
+    messages = to_messages(thread["messages"])
+    console.print(
+        f"[bold]{session_id}[/bold]: {len(messages)} messages, {thread['chars']:,} chars",
+        highlight=False,
+    )
+    for i, m in enumerate(messages):
+        label = "summary" if is_summary(m) else m.type
+        style = "bold magenta" if label == "summary" else "bold"
+        text = content_text(m.content, placeholders=True)
+        if width and len(text) > width:
+            text = text[:width] + f" ... (+{len(text) - width:,} chars)"
+        head = f"[{style}]#{i} {label}[/{style}] {m.id} ({message_chars(m):,} chars)"
+        if m.type == "tool":
+            head += f" <- {m.tool_call_id}"
+        console.print(head, highlight=False)
+        for call in getattr(m, "tool_calls", None) or []:
+            args = json.dumps(call["args"], ensure_ascii=False)
+            console.print(
+                f"  -> {call['name']}({args[: width or None]}) [{call['id']}]",
+                highlight=False,
+                markup=False,
+            )
+        if text:
+            console.print("  " + text.replace("\n", "\n  "), highlight=False, markup=False)
+    table = Table(
+        "job",
+        "status",
+        "reason",
+        "summarizer",
+        "latency",
+        "chars removed",
+        "queued at",
+        title="jobs",
+    )
+    for j in jobs["jobs"]:
+        table.add_row(
+            j["job_id"][:12],
+            j["status"],
+            j["reason_code"] or "",
+            j["summarizer"] or "",
+            _ms(j["latency_ms"]),
+            _num(j["chars_removed"]),
+            j["created_at"][:19].replace("T", " "),
+        )
+    console.print(table)
+
+
+@app.command()
+def compact(
+    session_id: Annotated[str, typer.Argument(help="The session id")],
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
+    wait: Annotated[
+        bool, typer.Option(help="Wait for the job to end and print how it ended")
+    ] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the job")] = 120,
+) -> None:
+    """Compact a session now (POST /sessions/{id}/compact), under its threshold too; exits 1
+    if there is nothing to compact, a job is in flight, or the job fails."""
+    what = f"cannot compact {session_id!r}"
+    done = call_api(url, api_key, "POST", f"/sessions/{session_id}/compact", what).json()
+    console.print(f"job {done['job_id']}: {done['status']}", highlight=False)
+    if not wait or done["status"] != "queued":
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = call_api(url, api_key, "GET", f"/sessions/{session_id}/compactions", what).json()
+        job = next((j for j in jobs["jobs"] if j["job_id"] == done["job_id"]), None)
+        if job is not None and job["status"] in ("applied", "skipped", "failed"):
+            if job["status"] == "applied":
+                console.print(
+                    f"applied: -{job['chars_removed']:,} chars, {job['messages_removed']} "
+                    f"messages summarized by {job['summarizer']} in {_ms(job['latency_ms'])}",
+                    highlight=False,
+                )
+                return
+            fail(f"job {done['job_id']} {job['status']}: {job['reason']}")
+        time.sleep(0.5)
+    fail(f"job {done['job_id']} did not end within {timeout:g}s (it goes on; see `offpath show`)")
 
 
 @app.command()
