@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
@@ -29,8 +29,10 @@ from starlette.concurrency import run_in_threadpool
 
 from api import ui_data
 from api.deps import KEY_COOKIE, UI_HEADER, SessionId, check_readable, principal, rt_of
+from api.stats import Since, parse_since
 from offpath.compaction.accounting import total_chars
 from offpath.service.tenants import Principal, principal_of
+from offpath.service.usage import BadCursor
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=HERE / "templates")
@@ -154,14 +156,22 @@ def logout() -> Response:
 # --- pages ------------------------------------------------------------------------------
 
 
-def dashboard_context(request: Request, caller: Principal) -> dict[str, Any]:
+#: The dashboard's time windows: ``?since=`` values (as ``/stats`` takes them) and labels.
+WINDOWS = {"": "all time", "1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days"}
+
+
+def dashboard_context(request: Request, caller: Principal, since: str | None) -> dict[str, Any]:
+    """The ``/stats`` figures (``since``: as ``/stats?since=`` takes it; 422 if it is not
+    one), the size chart and the recent failures."""
     rt = rt_of(request)
-    stats = ui_data.dashboard_stats(rt, caller)
+    stats = ui_data.dashboard_stats(rt, caller, parse_since(since))
     return {
         "stats": stats,
         "widgets": ui_data.widgets(stats),
         "chart": ui_data.size_chart(rt, caller),
-        "failures": ui_data.recent_failures(rt, caller),
+        "failures": stats["summary"].get("recent_failures") or [],
+        "since": since or "",
+        "windows": WINDOWS,
         "caller": caller,
     }
 
@@ -175,33 +185,51 @@ DASHBOARD_REGIONS = {
 
 @router.get("")
 @router.get("/")
-def dashboard(request: Request) -> Response:
-    """The dashboard: the ``/stats`` figures, thread size over time, recent failures."""
+def dashboard(request: Request, since: Since = None) -> Response:
+    """The dashboard: the ``/stats`` figures (``?since=`` a window, as ``/stats`` takes it),
+    thread size over time, recent failures."""
     try:
         caller = caller_of(request)
     except LoginNeeded:
         return to_login(request)
-    context = dashboard_context(request, caller)
-    return page(request, "dashboard.html", {**context, "live": "/ui/live/dashboard"})
+    context = dashboard_context(request, caller, since)
+    live = "/ui/live/dashboard" + (f"?since={quote(since)}" if since else "")
+    return page(request, "dashboard.html", {**context, "live": live})
 
 
 def sessions_context(
-    request: Request, caller: Principal, q: str, sort: str, order: str
+    request: Request, caller: Principal, q: str, sort: str, order: str, cursor: str | None
 ) -> dict[str, Any]:
-    rows = ui_data.session_rows(rt_of(request), caller, q=q, sort=sort, order=order)
+    """A page of the sessions list; 422 for a cursor the list did not give."""
+    try:
+        rows, next_cursor = ui_data.session_page(
+            rt_of(request), caller, q=q, sort=sort, order=order, cursor=cursor or None
+        )
+    except BadCursor as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from None
     sort = sort if sort in ui_data.SORTS else "last_activity"
+    order = order or ui_data.SORTS[sort]
+    more = None
+    if next_cursor:
+        more = "/ui/sessions?" + urlencode(
+            {"q": q, "sort": sort, "order": order, "cursor": next_cursor}
+        )
     return {
         "rows": rows,
         "q": q,
         "sort": sort,
-        "order": order or ui_data.SORTS[sort],
+        "order": order,
         "sorts": ui_data.SORTS,
+        "next_page": more,
+        "first_page": bool(cursor),
         "caller": caller,
     }
 
 
 SESSIONS_REGIONS = {"table": "_sessions_table.html"}
 SearchQuery = Query("", max_length=128, description="part of a session id")
+Order = Query("", pattern="^(|asc|desc)$")
+Cursor = Query(None, max_length=512, description="the next page's cursor")
 
 
 @router.get("/sessions")
@@ -209,14 +237,16 @@ def sessions_page(
     request: Request,
     q: str = SearchQuery,
     sort: str = "last_activity",
-    order: str = Query("", pattern="^(|asc|desc)$"),
+    order: str = Order,
+    cursor: str | None = Cursor,
 ) -> Response:
-    """The sessions list: size, compactions, last activity; sortable, searchable by id."""
+    """The sessions list: size, compactions, last activity; sortable, searchable by id,
+    50 a page."""
     try:
         caller = caller_of(request)
     except LoginNeeded:
         return to_login(request)
-    context = sessions_context(request, caller, q, sort, order)
+    context = sessions_context(request, caller, q, sort, order, cursor)
     live = f"/ui/live/sessions?{request.url.query}" if request.url.query else "/ui/live/sessions"
     return page(request, "sessions.html", {**context, "live": live})
 
@@ -288,9 +318,9 @@ def _live(request: Request, build: Any, parts: dict[str, str]) -> Response:
 
 
 @router.get("/live/dashboard")
-def live_dashboard(request: Request) -> Response:
+def live_dashboard(request: Request, since: Since = None) -> Response:
     """The dashboard's regions, for the page's polling."""
-    return _live(request, lambda c: dashboard_context(request, c), DASHBOARD_REGIONS)
+    return _live(request, lambda c: dashboard_context(request, c, since), DASHBOARD_REGIONS)
 
 
 @router.get("/live/sessions")
@@ -298,10 +328,13 @@ def live_sessions(
     request: Request,
     q: str = SearchQuery,
     sort: str = "last_activity",
-    order: str = Query("", pattern="^(|asc|desc)$"),
+    order: str = Order,
+    cursor: str | None = Cursor,
 ) -> Response:
     """The sessions table, for the page's polling."""
-    return _live(request, lambda c: sessions_context(request, c, q, sort, order), SESSIONS_REGIONS)
+    return _live(
+        request, lambda c: sessions_context(request, c, q, sort, order, cursor), SESSIONS_REGIONS
+    )
 
 
 @router.get("/live/sessions/{session_id}")

@@ -4,11 +4,12 @@ Every function takes the runtime and the caller (a :class:`~offpath.service.tena
 and returns plain dicts and lists for the Jinja2 templates; nothing here renders HTML.
 A non-admin caller sees only the sessions its tenant owns, as in the JSON API.
 
-* :func:`dashboard_stats`: the ``/stats`` body (the same function the route calls) and its
-  widgets, each tagged with its JSON path in that body;
+* :func:`dashboard_stats`: the ``/stats`` body (:func:`offpath.service.usage.stats`, as the
+  route computes it; its ``recent_failures`` too) and its widgets, each tagged with its
+  JSON path in that body;
 * :func:`size_chart`: thread size over time for the busiest sessions, as SVG coordinates;
-* :func:`recent_failures`: the latest failed jobs and why;
-* :func:`session_rows`: the sessions list;
+* :func:`session_page`: a page of the sessions list (``GET /sessions``'s
+  :func:`offpath.service.usage.list_sessions`);
 * :func:`thread_items` / :func:`originals_by_summary`: one session's thread as the model
   sees it, and the archived originals each summary replaced.
 """
@@ -26,7 +27,7 @@ from langchain_core.messages import BaseMessage, messages_from_dict
 
 from offpath.compaction.accounting import content_text, message_chars, total_chars
 from offpath.compaction.summary import build_summary_message, is_summary, summary_meta
-from offpath.service import archive, db
+from offpath.service import archive, db, usage
 from offpath.service.agent import thread_config
 from offpath.service.runtime import Runtime
 from offpath.service.tenants import SESSIONS, Principal
@@ -49,9 +50,8 @@ WIDGETS: tuple[tuple[str, str, str], ...] = (
     ("summary.llm_tokens.output", "LLM tokens out", "as the LLM reported"),
 )
 
-#: How many sessions the size chart draws, and how many the sessions list reads at most.
+#: How many sessions the size chart draws.
 CHART_SESSIONS = 5
-MAX_LISTED = 500
 #: Most archived originals a session page shows (the rest: ``GET /sessions/{id}/archive``).
 MAX_ORIGINALS = 2000
 
@@ -59,10 +59,12 @@ MAX_ORIGINALS = 2000
 # --- the dashboard ---------------------------------------------------------------------
 
 
-def dashboard_stats(rt: Runtime, caller: Principal) -> dict[str, Any]:
-    """The ``/stats`` body for ``caller``: :func:`offpath.service.db.stats`, as the route
-    computes it (all tenants for an admin key)."""
-    return db.stats(rt.engine, tenant=None if caller.admin else caller.tenant)
+def dashboard_stats(
+    rt: Runtime, caller: Principal, since: datetime | None = None
+) -> dict[str, Any]:
+    """The ``/stats`` body for ``caller`` (all tenants for an admin key), ``since`` a time
+    window: :func:`offpath.service.usage.stats`, as the route computes it."""
+    return usage.stats(rt.engine, tenant=None if caller.admin else caller.tenant, since=since)
 
 
 def flatten(body: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -118,31 +120,6 @@ def _owned(caller: Principal, column: Any) -> Any:
     if caller.admin:
         return sa.true()
     return column.in_(sa.select(SESSIONS.c.session_id).where(SESSIONS.c.tenant == caller.tenant))
-
-
-def recent_failures(rt: Runtime, caller: Principal, limit: int = 10) -> list[dict[str, Any]]:
-    """The latest ``failed`` jobs, newest first: ``{"job_id", "session_id", "reason_code",
-    "reason", "attempts", "at"}`` (``at``: when it ended, UTC ISO 8601)."""
-    jobs = db.JOBS
-    q = (
-        sa.select(jobs)
-        .where(jobs.c.status == db.JobStatus.FAILED.value, _owned(caller, jobs.c.session_id))
-        .order_by(jobs.c.updated_at.desc())
-        .limit(limit)
-    )
-    with rt.engine.connect() as conn:
-        rows = [dict(r._mapping) for r in conn.execute(q)]
-    return [
-        {
-            "job_id": r["job_id"],
-            "session_id": r["session_id"],
-            "reason_code": r["reason_code"],
-            "reason": r["reason"],
-            "attempts": r["attempts"],
-            "at": _iso(r["updated_at"]),
-        }
-        for r in rows
-    ]
 
 
 @dataclass
@@ -241,7 +218,7 @@ def size_chart(rt: Runtime, caller: Principal) -> dict[str, Any]:
     threshold = rt.settings.summarization_threshold_chars
     times = [p[0] for s in series for p in s.points]
     t0, t1 = min(times), max(times)
-    span = max((t1 - t0).total_seconds(), 1.0)
+    span = max((t1 - t0).total_seconds(), 0.001)
     top = max(max(p[1] for s in series for p in s.points), threshold, 1) * 1.08
     plot_w, plot_h = CHART_W - PAD_L - PAD_R, CHART_H - PAD_T - PAD_B
 
@@ -276,65 +253,35 @@ def size_chart(rt: Runtime, caller: Principal) -> dict[str, Any]:
 
 # --- sessions -------------------------------------------------------------------------
 
-#: The sessions list's sort keys (``?sort=``), each with its default order.
+#: The sessions list's sort keys, each with its default order.
 SORTS = {"last_activity": "desc", "chars": "desc", "compactions": "desc", "session_id": "asc"}
+#: Sessions per page of the list.
+PAGE_SIZE = 50
 
 
-def session_rows(
-    rt: Runtime, caller: Principal, q: str = "", sort: str = "last_activity", order: str = ""
-) -> list[dict[str, Any]]:
-    """The caller's sessions whose id contains ``q``, sorted by ``sort`` (``order``: asc or
-    desc; default per :data:`SORTS`): ``{"session_id", "tenant", "messages", "chars",
-    "compactions", "last_activity", "jobs_in_flight"}``, at most :data:`MAX_LISTED`.
-    ``messages``/``chars`` are read from the thread's checkpoint (None for a thread of a
-    team's own agent, which offpath's checkpointer does not hold)."""
-    s, jobs = SESSIONS, db.JOBS
-    where = [_owned(caller, s.c.session_id)]
-    if q:
-        where.append(s.c.session_id.contains(q, autoescape=True))
-    owned = sa.select(s.c.session_id, s.c.tenant, s.c.last_activity).where(*where)
-    with rt.engine.connect() as conn:
-        rows = {r.session_id: dict(r._mapping) for r in conn.execute(owned.limit(MAX_LISTED))}
-        if caller.admin:  # threads of a team's own agent: jobs, no owner
-            job_where = [jobs.c.session_id.not_in(sa.select(s.c.session_id))]
-            if q:
-                job_where.append(jobs.c.session_id.contains(q, autoescape=True))
-            for r in conn.execute(
-                sa.select(jobs.c.session_id, sa.func.max(jobs.c.updated_at).label("last_activity"))
-                .where(*job_where)
-                .group_by(jobs.c.session_id)
-                .limit(MAX_LISTED)
-            ):
-                rows.setdefault(r.session_id, {**r._mapping, "tenant": None})
-        counts = conn.execute(
-            sa.select(
-                jobs.c.session_id,
-                sa.func.count().filter(jobs.c.status == db.JobStatus.APPLIED.value),
-                sa.func.count().filter(jobs.c.status.not_in(list(db.FINAL_VALUES))),
-            )
-            .where(jobs.c.session_id.in_(list(rows)))
-            .group_by(jobs.c.session_id)
-        ).all()
-    by_id = {sid: (applied, open_) for sid, applied, open_ in counts}
-    out = []
-    for sid, row in rows.items():
-        messages = thread_of(rt, sid) if row["tenant"] is not None else None
-        applied, in_flight = by_id.get(sid, (0, 0))
-        out.append(
-            {
-                "session_id": sid,
-                "tenant": row["tenant"],
-                "messages": None if messages is None else len(messages),
-                "chars": None if messages is None else total_chars(messages),
-                "compactions": applied,
-                "last_activity": _iso(row["last_activity"]),
-                "jobs_in_flight": in_flight,
-            }
-        )
+def session_page(
+    rt: Runtime,
+    caller: Principal,
+    q: str = "",
+    sort: str = "last_activity",
+    order: str = "",
+    cursor: str | None = None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of the caller's sessions whose id contains ``q``, sorted by ``sort`` (one of
+    :data:`SORTS`; ``order``: asc or desc, default per :data:`SORTS`), and the cursor of
+    the next page: what ``GET /sessions`` answers (:func:`offpath.service.usage.list_sessions`:
+    ``session_id``, ``tenant``, ``messages``, ``chars``, ``compactions``, ``last_activity``,
+    ``jobs_in_flight``). Raises :class:`~offpath.service.usage.BadCursor`."""
     sort = sort if sort in SORTS else "last_activity"
-    reverse = (order or SORTS[sort]) == "desc"
-    out.sort(key=lambda r: (r[sort] is not None, r[sort] or 0), reverse=reverse)
-    return out
+    desc = (order or SORTS[sort]) == "desc"
+    return usage.list_sessions(
+        rt.engine,
+        None if caller.admin else caller.tenant,
+        q=q,
+        sort=("-" if desc else "") + sort,
+        limit=PAGE_SIZE,
+        cursor=cursor,
+    )
 
 
 def thread_of(rt: Runtime, session_id: str) -> list[BaseMessage]:

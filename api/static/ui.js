@@ -64,6 +64,11 @@
     setInterval(poll, pollMs);
   }
 
+  // a <select data-autosubmit> submits its form when changed (no inline handlers: CSP)
+  document.querySelectorAll("select[data-autosubmit]").forEach((select) => {
+    select.addEventListener("change", () => select.form.submit());
+  });
+
   const button = document.getElementById("compact-now");
   if (button) {
     button.addEventListener("click", async () => {

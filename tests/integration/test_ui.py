@@ -105,9 +105,9 @@ def widgets_of(page: Any) -> dict[str, tuple[Any, str]]:
     return {path: (json.loads(value), text) for path, value, text in found}
 
 
-def stats_figures(stack: Stack) -> dict[str, Any]:
-    """The numeric figures of ``/stats`` by path (what the widgets must show)."""
-    flat = flatten(stack.http.get("/stats").json())
+def stats_figures(stack: Stack, since: str | None = None) -> dict[str, Any]:
+    """The numeric figures of ``/stats`` (``?since=``) by path (what the widgets must show)."""
+    flat = flatten(stack.http.get("/stats", params={"since": since} if since else {}).json())
     return {
         k: v
         for k, v in flat.items()
@@ -115,28 +115,53 @@ def stats_figures(stack: Stack) -> dict[str, Any]:
     }
 
 
+def same_as_stats(page: Any, stack: Stack, since: str | None) -> dict[str, tuple[Any, str]]:
+    """The dashboard's widgets, each checked against ``/stats?since=``: the same figure, shown
+    as the UI prints it; returns them by path."""
+    for _ in range(3):  # a reconciler pass may change a figure between the two reads
+        seen = widgets_of(page)
+        figures = stats_figures(stack, since)
+        if {p: v for p, (v, _) in seen.items()} == {p: figures.get(p) for p in seen}:
+            break
+        page.reload()
+    for path, (value, text) in seen.items():
+        assert path in figures, f"widget {path} is not a /stats figure"
+        assert value == figures[path], (path, value, figures[path])
+        assert text == shown(figures[path]), (path, text)
+    return seen
+
+
+def thread_of(stack: Stack, session: str) -> list[Any]:
+    """The thread as LangChain messages."""
+    from langchain_core.messages import messages_from_dict
+
+    answer = stack.http.get(f"/sessions/{session}/messages", params={"format": "langchain"})
+    answer.raise_for_status()
+    return messages_from_dict(answer.json()["messages"])
+
+
 def replay(stack: Stack, session: str, turns: list[list[dict[str, Any]]]) -> None:
     """Post ``turns`` through ``/turns``, waiting after each for what the post-turn hook
     does (a job queued, a prepared compaction applied)."""
-    from langchain_core.messages import messages_from_dict
-
     settings = stack.settings()
     for turn in turns:
         jobs = stack.jobs(session)
         r = stack.post_turn(session, turn)
         assert r.status_code == 200, r.text
-        thread = messages_from_dict(
-            stack.http.get(f"/sessions/{session}/messages", params={"format": "langchain"}).json()[
-                "messages"
-            ]
-        )
+        thread = thread_of(stack, session)
         new_job, applies = stack.expect_after_turn(thread, jobs, settings)
         stack.settle(session, new_job, len(jobs), final=applies)
 
 
-def small_turn(n: int) -> list[dict[str, Any]]:
-    """One more turn of the investigation: a question, a tool call, its result, an answer."""
+def more_turn(n: int, lines: int = 40) -> list[dict[str, Any]]:
+    """One more turn of the investigation: a question, a tool call, its result (``lines``
+    log lines of about 90 chars), an answer."""
     call = f"call-more-{n}-{uuid.uuid4().hex[:6]}"
+    log = "\n".join(
+        f"2025-03-11T14:{30 + n:02d}:{i % 60:02d}Z checkout-api-7c1e9-{i % 3} pool acquire "
+        f"wait_ms={i * 7 % 90} in_use={i % 40}/40 waiting=0 follow-up={n}"
+        for i in range(lines)
+    )
     return [
         {
             "type": "human",
@@ -147,15 +172,12 @@ def small_turn(n: int) -> list[dict[str, Any]]:
             "type": "ai",
             "id": uuid.uuid4().hex,
             "content": "",
-            "tool_calls": [{"id": call, "name": "get_pods", "args": {"namespace": "shop-prod"}}],
+            "tool_calls": [
+                {"id": call, "name": "kubectl_logs", "args": {"namespace": "shop-prod", "n": n}}
+            ],
         },
-        {
-            "type": "tool",
-            "id": uuid.uuid4().hex,
-            "tool_call_id": call,
-            "content": f"checkout-api-7c1e9-{n} Running ready 1/1 DB_POOL_MAX=40",
-        },
-        {"type": "ai", "id": uuid.uuid4().hex, "content": f"Yes: follow-up {n}, pool at 40."},
+        {"type": "tool", "id": uuid.uuid4().hex, "tool_call_id": call, "content": log},
+        {"type": "ai", "id": uuid.uuid4().hex, "content": f"Follow-up {n}: pool at 40, no waits."},
     ]
 
 
@@ -186,15 +208,33 @@ def test_login_keeps_the_key_in_a_strict_httponly_cookie(browser, ui_stack):
     context.close()
 
 
-def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack, shots):
+def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack, shots, stub):
     stack = ui_stack
     session = f"ui-{uuid.uuid4().hex[:8]}"
     page = logged_in(browser, stack)
 
+    # --- a job that fails (the LLM answers nothing), for the recent failures -----------------
+    doc = json.loads(INCIDENT.read_text())
+    turns = split_turns(doc["messages"])
+    failing = f"ui-fail-{uuid.uuid4().hex[:8]}"
+    with stub.state.lock:
+        stub.state.mode = "empty"
+    try:
+        for turn in turns:  # until the hook queues a job
+            jobs = stack.jobs(failing)
+            assert stack.post_turn(failing, turn).status_code == 200
+            thread = thread_of(stack, failing)
+            if stack.expect_after_turn(thread, jobs, stack.settings())[0]:
+                [failed] = stack.settle(failing, True, 0)
+                break
+        assert failed["status"] == "failed", failed
+    finally:
+        with stub.state.lock:
+            stub.state.mode = "ok"
+
     # --- the dashboard follows a replay by itself, and shows exactly /stats ----------------
     before = stats_figures(stack)
-    doc = json.loads(INCIDENT.read_text())
-    replay(stack, session, split_turns(doc["messages"]))
+    replay(stack, session, turns)
     figures = stats_figures(stack)
     assert figures["summary.total_summarizations"] > before["summary.total_summarizations"]
     page.wait_for_function(
@@ -203,17 +243,6 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
         arg=figures["summary.total_summarizations"],
         timeout=LIVE_MS,
     )  # no reload: the page polled
-    page.reload()
-    for _ in range(3):  # a reconciler pass may change a figure between the two reads
-        seen = widgets_of(page)
-        figures = stats_figures(stack)
-        if {p: v for p, (v, _) in seen.items()} == {p: figures.get(p) for p in seen}:
-            break
-        page.reload()
-    for path, (value, text) in seen.items():
-        assert path in figures, f"widget {path} is not a /stats figure"
-        assert value == figures[path], (path, value, figures[path])
-        assert text == shown(figures[path]), (path, text)
     wanted = {
         "summary.sessions_compacted",
         "summary.approx_tokens_saved",
@@ -223,11 +252,15 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
             f"summary.jobs.{s}"
             for s in ("queued", "running", "prepared", "applied", "skipped", "failed")
         ),
+        *(f"summary.{f}.{p}" for f in ("lag_ms", "summarizer_latency_ms") for p in ("p50", "p99")),
     }
-    wanted |= {
-        p for p in figures if p.startswith(("summary.lag_ms.", "summary.summarizer_latency_ms."))
-    }
-    assert wanted <= set(seen), f"no widget for {sorted(wanted - set(seen))}"
+    for since in (None, "1h"):
+        page.goto(f"{stack.url}/ui" + (f"?since={since}" if since else ""))
+        seen = same_as_stats(page, stack, since)
+        assert wanted <= set(seen), f"no widget for {sorted(wanted - set(seen))}"
+    page.goto(f"{stack.url}/ui")
+    failure = page.locator(f'tr.failure[data-job-id="{failed["job_id"]}"]')
+    assert failed["reason_code"] and failed["reason_code"] in failure.inner_text()
     assert page.locator(f'svg.chart g.series[data-session="{session}"] polyline').count() == 1
     page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
 
@@ -278,10 +311,45 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
     page.context.close()
 
 
+def test_compact_now_queues_a_job_that_appears_and_ends_applied(browser, ui_stack, shots):
+    stack = ui_stack
+    session = f"ui-now-{uuid.uuid4().hex[:8]}"
+    doc = json.loads(INCIDENT.read_text())
+    replay(stack, session, split_turns(doc["messages"]))
+    page = logged_in(browser, stack)
+    page.goto(f"{stack.url}/ui/sessions/{session}")
+    page.locator("[data-region=thread] > article.msg.summary details.originals > summary").click()
+
+    # --- more turns, then "compact now": the job appears and ends applied --------------------
+    known = {j["job_id"] for j in stack.jobs(session)}
+    replay(stack, session, [more_turn(n) for n in range(4)])
+    assert {j["job_id"] for j in stack.jobs(session)} == known, "the new turns queued a job"
+    page.click("#compact-now")
+    page.wait_for_function(
+        "() => !['', 'queueing...'].includes(document.getElementById('compact-result').textContent)",
+        timeout=LIVE_MS,
+    )
+    job_id = page.get_attribute("#compact-result", "data-job-id")
+    assert job_id and job_id not in known, page.inner_text("#compact-result")
+    job = page.locator(f'li.job[data-job-id="{job_id}"]')
+    job.wait_for(timeout=LIVE_MS)  # appears without a reload
+    page.wait_for_selector(f'li.job[data-job-id="{job_id}"][data-status="applied"]', timeout=60_000)
+    assert [j["status"] for j in stack.jobs(session) if j["job_id"] == job_id] == ["applied"]
+    page.wait_for_function(
+        "id => document.querySelector('details.originals section.compaction[data-job-id=\"' + id + '\"]')",
+        arg=job_id,
+        timeout=LIVE_MS,
+    )  # the thread was refreshed too: the new compaction's originals are behind the summary
+    originals = page.locator("[data-region=thread] > article.msg.summary > details.originals")
+    assert originals.get_attribute("open") is not None  # stayed open across the refresh
+    page.screenshot(path=str(shots / "session-compacted.png"), full_page=False)
+    page.context.close()
+
+
 def test_session_of_another_tenant_is_not_found(browser, ui_stack):
     stack = ui_stack
     mine = f"ui-other-{uuid.uuid4().hex[:6]}"
-    assert stack.post_turn(mine, small_turn(0)).status_code == 200
+    assert stack.post_turn(mine, more_turn(0, lines=2)).status_code == 200
     key = stack.create_key(f"t-{uuid.uuid4().hex[:6]}")
     context = browser.new_context()
     context.add_cookies([{"name": "offpath_key", "value": key, "url": stack.url}])
