@@ -109,6 +109,15 @@ def safe_next(value: str | None) -> str:
     return "/ui"
 
 
+def check_same_origin(request: Request) -> None:
+    """403 when a form comes from another site: its ``Origin`` header (browsers send it with
+    every POST) is not this server's own (``scheme://host``)."""
+    origin = request.headers.get("origin")
+    own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+    if origin is not None and origin != own:
+        raise HTTPException(status_code=403, detail="a form posted from another site")
+
+
 # --- login ------------------------------------------------------------------------------
 
 
@@ -124,7 +133,9 @@ def login_page(request: Request, next: str = "/ui") -> Response:  # noqa: A002 -
 async def login(request: Request) -> Response:
     """Check the key (form field ``key``) and keep it in the ``offpath_key`` cookie: HttpOnly
     (scripts never read it), SameSite=Strict (no other site's request carries it), Secure
-    over HTTPS; a wrong key shows the form again with 401."""
+    over HTTPS; a wrong key shows the form again with 401. A form posted from another
+    site (its ``Origin``) gets 403: nobody is logged in with someone else's key."""
+    check_same_origin(request)
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     key = (form.get("key") or [""])[0].strip()
     target = safe_next((form.get("next") or ["/ui"])[0])
@@ -146,8 +157,9 @@ async def login(request: Request) -> Response:
 
 
 @router.post("/logout")
-def logout() -> Response:
-    """Forget the key cookie."""
+def logout(request: Request) -> Response:
+    """Forget the key cookie (403 for a form posted from another site)."""
+    check_same_origin(request)
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(KEY_COOKIE, path="/", httponly=True, samesite="strict")
     return response

@@ -202,6 +202,11 @@ def test_login_keeps_the_key_in_a_strict_httponly_cookie(browser, ui_stack):
         assert plain.get("/stats").status_code == 200
         refused = plain.post("/sessions/any/turns", json={"messages": []})
         assert refused.status_code == 403 and "X-Offpath-UI" in refused.json()["detail"]
+    with httpx.Client(base_url=stack.url) as plain:  # a login form posted from another site
+        cross = plain.post(
+            "/ui/login", data={"key": stack.key}, headers={"Origin": "https://elsewhere.example"}
+        )
+        assert cross.status_code == 403 and "set-cookie" not in cross.headers
     page.click("form.logout button")
     page.wait_for_url(f"{stack.url}/ui/login")
     assert not context.cookies()
