@@ -150,29 +150,41 @@ def size_series(rt: Runtime, session_id: str) -> Series:
 
     The points: the session's start (empty, when its first writer took it); each job's
     size when it was queued (``chars_before``); for each applied compaction, two points at
-    the time it was applied (its row's last update): the size when the job planned it
-    (``prepared.total_chars``) and that size less the chars removed plus the summary's own;
-    last, the thread's size now (its checkpoint) at its last activity. Growth between
-    points is drawn as a straight line: only these sizes are known.
+    the time it was applied (its row's last update): the size just before, and that size
+    less the chars removed plus the summary's own; last, the thread's size now (its
+    checkpoint) at its last activity. Growth between points is drawn as a straight line:
+    only these sizes are known.
+
+    The size just before a compaction is not recorded; the chart takes the least it can
+    have been: the largest of the size the job planned on (``prepared.total_chars``),
+    every size known since the previous compaction and, for a job not forced by an
+    operator, the threshold (a compaction is applied only over it).
     """
-    points: list[tuple[datetime, int, str]] = []
+    threshold = rt.settings.summarization_threshold_chars
+    events: list[tuple[datetime, int, dict[str, Any]]] = []  # (time, 0 queued / 1 applied, row)
     for job in db.jobs_of(rt.engine, session_id):
-        short = job["job_id"][:8]
         if job["chars_before"] is not None:
-            points.append(
-                (_utc(job["created_at"]), int(job["chars_before"]), f"job {short} queued")
-            )
-        result = job["result"] or {}
-        record = result.get("record") or {}
-        if job["status"] != db.JobStatus.APPLIED or "chars_removed" not in record:
+            events.append((_utc(job["created_at"]), 0, job))
+        record = (job["result"] or {}).get("record") or {}
+        if job["status"] == db.JobStatus.APPLIED and "chars_removed" in record:
+            events.append((_utc(job["updated_at"]), 1, job))
+    events.sort(key=lambda e: (e[0], e[1]))
+    points: list[tuple[datetime, int, str]] = []
+    known = 0  # the largest size known since the last compaction
+    for at, applied, job in events:
+        short = job["job_id"][:8]
+        if not applied:
+            known = max(known, int(job["chars_before"]))
+            points.append((at, int(job["chars_before"]), f"job {short} queued"))
             continue
+        result = job["result"]
         prepared = result.get("prepared") or {}
-        before = int(prepared.get("total_chars") or job["chars_before"] or 0)
-        after = max(0, before - int(record["chars_removed"]) + summary_chars(prepared))
-        at = _utc(job["updated_at"])
-        points.append((at, before, f"before job {short} applied"))
-        points.append((at, after, f"after job {short} applied"))
-    points.sort(key=lambda p: p[0])  # stable: before stays before after
+        forced = bool((job.get("options") or {}).get("force"))
+        before = max(int(prepared.get("total_chars") or 0), known, 0 if forced else threshold)
+        after = max(0, before - int(result["record"]["chars_removed"]) + summary_chars(prepared))
+        points.append((at, before, f"job {short} applied: at least"))
+        points.append((at, after, f"job {short} applied: after"))
+        known = after
     started, last = activity_of(rt, session_id)
     if started is not None and (not points or started <= points[0][0]):
         points.insert(0, (started, 0, "session started"))
