@@ -311,22 +311,30 @@ def session_page(session_id: SessionId, request: Request) -> Response:
 # --- live regions -------------------------------------------------------------------------
 
 
-def regions(request: Request, parts: dict[str, str], context: dict[str, Any]) -> Response:
-    """``{"regions": {name: html}}``: each partial template rendered with ``context``."""
+def regions(
+    request: Request, parts: dict[str, str], context: dict[str, Any], version: str | None = None
+) -> Response:
+    """``{"regions": {name: html}, "version"}``: each partial template rendered with
+    ``context``; ``version`` (if any) is what the page sends back as ``?v=``."""
     env = templates.env
     body = {
         name: env.get_template(template).render({"request": request, **context})
         for name, template in parts.items()
     }
-    return secured(JSONResponse({"regions": body}))
+    return secured(JSONResponse({"regions": body, "version": version}))
 
 
-def _live(request: Request, build: Any, parts: dict[str, str]) -> Response:
+def _live(request: Request, build: Any, parts: dict[str, str], version: Any = None) -> Response:
+    """The regions for the caller (401 without a key); with ``version`` (caller -> str), an
+    empty ``regions`` when the page's ``?v=`` says it has that version already."""
     try:
         caller = caller_of(request)
     except LoginNeeded as exc:
         return JSONResponse(status_code=401, content={"detail": str(exc)})
-    return regions(request, parts, build(caller))
+    now = version(caller) if version else None
+    if now is not None and request.query_params.get("v") == now:
+        return secured(JSONResponse({"regions": {}, "version": now}))
+    return regions(request, parts, build(caller), now)
 
 
 @router.get("/live/dashboard")
@@ -351,8 +359,15 @@ def live_sessions(
 
 @router.get("/live/sessions/{session_id}")
 def live_session(session_id: SessionId, request: Request) -> Response:
-    """One session's regions (header, thread, jobs), for the page's polling."""
-    return _live(request, lambda c: session_context(request, c, session_id), SESSION_REGIONS)
+    """One session's regions (header, thread, jobs), for the page's polling; nothing but its
+    version while ``?v=`` is the version it has (:func:`api.ui_data.session_version`)."""
+
+    def version(caller: Principal) -> str:
+        check_readable(rt_of(request), caller, session_id)
+        return ui_data.session_version(rt_of(request), session_id)
+
+    build = lambda c: session_context(request, c, session_id)  # noqa: E731
+    return _live(request, build, SESSION_REGIONS, version)
 
 
 @router.get("/static/{name}")

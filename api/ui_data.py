@@ -16,6 +16,7 @@ A non-admin caller sees only the sessions its tenant owns, as in the JSON API.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -316,6 +317,27 @@ def activity_of(rt: Runtime, session_id: str) -> tuple[datetime | None, datetime
 
 
 # --- one session ----------------------------------------------------------------------
+
+
+def session_version(rt: Runtime, session_id: str) -> str:
+    """A short fingerprint of what a session page shows, from two indexed reads and no
+    checkpoint: its ``sessions`` row (last activity, messages and chars, which every write
+    offpath makes to the thread updates, a compaction's patch included) and its job rows
+    (id, status, last change; archived originals come with an applied job). The page's
+    polling re-renders the thread only when it changed."""
+    with rt.engine.connect() as conn:
+        owner = conn.execute(
+            sa.select(SESSIONS.c.last_activity, SESSIONS.c.messages, SESSIONS.c.chars).where(
+                SESSIONS.c.session_id == session_id
+            )
+        ).first()
+        jobs = conn.execute(
+            sa.select(db.JOBS.c.job_id, db.JOBS.c.status, db.JOBS.c.updated_at)
+            .where(db.JOBS.c.session_id == session_id)
+            .order_by(db.JOBS.c.created_at)
+        ).all()
+    seen = repr((tuple(owner) if owner else None, [tuple(j) for j in jobs]))
+    return hashlib.sha256(seen.encode()).hexdigest()[:16]
 
 
 def thread_items(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@
   const uiHeader = body.dataset.uiHeader || "X-Offpath-UI";
   const status = document.getElementById("live-status");
   const last = {};
+  let version = null; // the live answer's version: sent back as ?v=, unchanged -> no html
 
   function setStatus(text, ok) {
     if (!status) return;
@@ -33,7 +34,9 @@
   async function poll() {
     if (document.hidden) return;
     try {
-      const r = await fetch(live, { credentials: "same-origin", cache: "no-store" });
+      let url = live;
+      if (version) url += (live.includes("?") ? "&" : "?") + "v=" + encodeURIComponent(version);
+      const r = await fetch(url, { credentials: "same-origin", cache: "no-store" });
       if (r.status === 401) {
         window.location = "/ui/login?next=" + encodeURIComponent(location.pathname + location.search);
         return;
@@ -43,6 +46,7 @@
         return;
       }
       const data = await r.json();
+      version = data.version || null;
       for (const [name, html] of Object.entries(data.regions)) {
         const region = document.querySelector('[data-region="' + name + '"]');
         if (!region) continue;

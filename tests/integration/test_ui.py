@@ -327,7 +327,17 @@ def test_compact_now_queues_a_job_that_appears_and_ends_applied(browser, ui_stac
 
     # --- more turns, then "compact now": the job appears and ends applied --------------------
     known = {j["job_id"] for j in stack.jobs(session)}
+    live = f"/ui/live/sessions/{session}"
+    first = stack.http.get(live).json()
+    assert session in first["regions"]["header"] and first["version"]
+    # polling an unchanged session renders nothing
+    assert stack.http.get(live, params={"v": first["version"]}).json() == {
+        "regions": {},
+        "version": first["version"],
+    }
     replay(stack, session, [more_turn(n) for n in range(4)])
+    after = stack.http.get(live, params={"v": first["version"]}).json()
+    assert after["version"] != first["version"] and "Follow-up 3" in after["regions"]["thread"]
     assert {j["job_id"] for j in stack.jobs(session)} == known, "the new turns queued a job"
     page.click("#compact-now")
     page.wait_for_function(
