@@ -202,6 +202,12 @@ def test_login_keeps_the_key_in_a_strict_httponly_cookie(browser, ui_stack):
         assert plain.get("/stats").status_code == 200
         refused = plain.post("/sessions/any/turns", json={"messages": []})
         assert refused.status_code == 403 and "X-Offpath-UI" in refused.json()["detail"]
+    with httpx.Client(base_url=stack.url) as anonymous:  # no key: pages go to the login
+        for path in ("/ui", "/ui/sessions?q=a", "/ui/sessions/s1"):
+            r = anonymous.get(path)
+            assert r.status_code == 303 and r.headers["location"].startswith("/ui/login?next=")
+        assert anonymous.get("/ui/live/dashboard").status_code == 401
+        assert anonymous.get("/ui/live/sessions/s1").status_code == 401
     with httpx.Client(base_url=stack.url) as plain:  # a login form posted from another site
         cross = plain.post(
             "/ui/login", data={"key": stack.key}, headers={"Origin": "https://elsewhere.example"}
