@@ -29,7 +29,7 @@ from langchain_core.messages import BaseMessage, messages_from_dict
 from offpath.compaction.accounting import content_text, message_chars, total_chars
 from offpath.compaction.summary import build_summary_message, is_summary, summary_meta
 from offpath.service import archive, db, usage
-from offpath.service.agent import thread_config
+from offpath.service.compactions import read_messages
 from offpath.service.runtime import Runtime
 from offpath.service.tenants import SESSIONS, Principal
 
@@ -298,8 +298,22 @@ def session_page(
 
 
 def thread_of(rt: Runtime, session_id: str) -> list[BaseMessage]:
-    """The thread's messages as the model sees them (offpath's checkpointer; [] if none)."""
-    return list(rt.graph.get_state(thread_config(session_id)).values.get("messages", []))
+    """The thread's messages as the model sees them ([] if there is none): from offpath's
+    checkpointer, or for a thread of a team's own agent (the middleware), from the
+    checkpointer its latest job names (``options.checkpoints``, where the worker reads it)."""
+    messages = read_messages(rt.checkpoints.saver, session_id)
+    if messages:
+        return messages
+    jobs = db.JOBS
+    with rt.engine.connect() as conn:
+        options = conn.execute(
+            sa.select(jobs.c.options)
+            .where(jobs.c.session_id == session_id)
+            .order_by(jobs.c.created_at.desc())
+            .limit(1)
+        ).scalar()
+    url = (options or {}).get("checkpoints")
+    return read_messages(rt.checkpoints_for(url).saver, session_id) if url else []
 
 
 def activity_of(rt: Runtime, session_id: str) -> tuple[datetime | None, datetime | None]:

@@ -70,6 +70,9 @@ def test_own_agent_example_compacts_in_its_own_checkpointer(stacks):
             }
         assert "update" not in sources, "offpath wrote the agent's checkpointer"
         assert stack.http.get(f"/sessions/{thread}/messages").status_code == 404  # not offpath's
+        # the web UI shows it to an admin, read from the agent's checkpointer (issue 12)
+        page = stack.http.get(f"/ui/sessions/{thread}")
+        assert page.status_code == 200 and 'class="msg human summary"' in page.text
         with open_checkpoints_url(agent_db, stack.settings()) as checkpoints:
             messages = read_messages(checkpoints.saver, thread)
         body = [m for m in messages if m.type != "system"]
