@@ -78,3 +78,36 @@ def test_patch_through_a_narrower_graph_drops_them_on_sqlite(tmp_path):
     with open_checkpoints(load_settings(data_dir=str(tmp_path))) as cp:
         values = _patch(cp, lambda graph: narrow_graph(cp.saver), "narrow")
     assert "context" not in values
+
+
+def test_a_patch_from_the_checkpoint_read_writes_once_and_keeps_other_keys(checkpoints):
+    """A job reads the thread once and patches from that read (issue 13): the write matches
+    one that reads again, every other key survives, and a write in between is seen by one
+    look-up of the latest checkpoint id."""
+    from offpath.service.checkpoints import Preloaded
+    from offpath.service.compactions import read_thread
+
+    doc = load(next(p for p in CASES if p.stem == "summary-first"))
+    settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
+    graph = build_graph(checkpoints.saver, OffPathCompaction(settings, patch=True))
+    node, config = end_node(graph), thread_config("once")
+    graph.update_state(config, {"messages": messages_of(doc), "context": CONTEXT}, as_node=node)
+    thread = read_thread(checkpoints.saver, "once")
+    assert not checkpoints.changed_since("once", thread.checkpoint_id)
+    assert checkpoints.changed_since("once", None)
+    outcome = compact(thread.messages, settings, OfflineSummarizer())
+    reads = []
+    saver = Preloaded(checkpoints.saver, thread.base)
+    real = saver.saver.get_tuple
+    saver.saver.get_tuple = lambda c: reads.append(c) or real(c)  # type: ignore[method-assign]
+    lent = {"configurable": {**config["configurable"], "__pregel_checkpointer": saver}}
+    graph.update_state(lent, {"messages": outcome.patch}, as_node=node)
+    del saver.saver.get_tuple
+    assert reads == []  # no second read of the thread
+    assert checkpoints.changed_since("once", thread.checkpoint_id)
+    values = graph.get_state(config).values
+    assert values["context"] == CONTEXT
+    assert [m.id for m in values["messages"]] == [
+        m.id for m in add_messages(thread.messages, outcome.patch)
+    ]
+    assert graph.get_state(config).next == ()

@@ -4,6 +4,8 @@ The Celery task (:mod:`offpath.worker.tasks`) marks the job ``running`` and take
 running lease on the thread (:mod:`offpath.service.leases`); then :func:`run_job`:
 
 1. Reads the thread from its checkpointer (one read; a user's own agent's by URL).
+   Under the lock (step 4) it is read again only if its checkpoint changed meanwhile
+   (one look-up of the latest checkpoint id), and the patch starts from that read.
    A summary in it whose compaction was never recorded (a worker died between
    the patch and the usage row) is recorded now, if the job that wrote it stored
    a matching record: offpath's own records decide, never the message's metadata
@@ -15,7 +17,7 @@ running lease on the thread (:mod:`offpath.service.leases`); then :func:`run_job
    prepared compaction (:class:`~offpath.compaction.patch.Prepared`).
 4. Applies it now if it may (:mod:`offpath.service.compactions`): the thread is one
    of offpath's own (``patch``), no agent run holds it, and it is over its
-   threshold. Under the thread's lock it checks the lease, re-reads the thread,
+   threshold. Under the thread's lock it checks the lease, re-reads the thread if it changed,
    fits the compaction to it (a stale one is re-planned once, then the job ends
    ``skipped: stale``), stores its record, patches and records the usage event.
    Otherwise the job ends ``prepared``, and the compaction is applied by whoever
@@ -56,7 +58,7 @@ from offpath.service.compactions import (
     JobOptions,
     apply_locked,
     read_caught_up,
-    read_messages,
+    read_thread,
 )
 from offpath.service.db import (
     FINAL_VALUES,
@@ -196,12 +198,14 @@ def _compact(
 ) -> Outcome:
     sid = tag(session_id)
     settings = rt.settings
-    saver = rt.checkpoints_for(options.checkpoints).saver
+    checkpoints = rt.checkpoints_for(options.checkpoints)
+    saver = checkpoints.saver
     for attempt in range(2):  # a stale compaction is re-planned once
         if attempt == 0:
-            messages = read_caught_up(saver, session_id, options.seen, CHECKPOINT_LAG_S)
+            thread = read_caught_up(saver, session_id, options.seen, CHECKPOINT_LAG_S)
         else:
-            messages = read_messages(saver, session_id)
+            thread = read_thread(saver, session_id)
+        messages = thread.messages
         if record_landed(rt, session_id, job_id, messages, stored):
             return Outcome(JobStatus.APPLIED, Leases.after(job_id, State.DONE))
         if attempt == 0 and (n := end_others(rt.engine, session_id, job_id)):
@@ -254,12 +258,15 @@ def _compact(
                     raise JobEnded(
                         JobStatus.FAILED, "lease_lost", "lease lost before the patch; not applied"
                     )
-                current = read_messages(saver, session_id)
+                # read again only if the thread moved on since it was planned
+                if checkpoints.changed_since(session_id, thread.checkpoint_id):
+                    thread = read_thread(saver, session_id)
+                current = thread.messages
                 over = total_chars(current) > settings.summarization_threshold_chars
                 if not (over or options.force):
                     # prepared ahead: applied once the thread crosses (the hook sees it)
                     return _prepared(rt, session_id, job_id, lease, stored, "under the threshold")
-                fitted = apply_locked(rt, session_id, job_id, stored, current)
+                fitted = apply_locked(rt, session_id, job_id, stored, current, thread.base)
         except RunInProgress:
             return _prepared(rt, session_id, job_id, lease, stored, "a run holds the thread")
         if isinstance(fitted, Stale):

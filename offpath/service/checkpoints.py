@@ -9,11 +9,15 @@ processes can share the file.
 from __future__ import annotations
 
 import sqlite3
+import time
+import weakref
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from offpath.compaction.settings import Settings
 from offpath.service.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_session_lock
@@ -78,6 +82,29 @@ class Checkpoints(AbstractContextManager["Checkpoints"]):
                     )
         return True
 
+    def changed_since(self, session_id: str, checkpoint_id: str | None) -> bool:
+        """Whether the thread's latest checkpoint is another than ``checkpoint_id`` (the one a
+        job read): one indexed look-up of its id, not a read of the thread. True when it
+        cannot tell (then the caller reads the thread again)."""
+        if checkpoint_id is None:
+            return True
+        q = (
+            "SELECT checkpoint_id FROM checkpoints WHERE thread_id = {p} AND checkpoint_ns = '' "
+            "ORDER BY checkpoint_id DESC LIMIT 1"
+        )
+        name = type(self.saver).__name__
+        if name == "PostgresSaver":
+            with self._closer.connection() as conn:
+                row = conn.execute(q.format(p="%s"), (session_id,)).fetchone()
+            latest = row["checkpoint_id"] if row else None
+        elif name == "SqliteSaver":
+            with self.saver.lock:  # type: ignore[attr-defined]
+                row = self._closer.execute(q.format(p="?"), (session_id,)).fetchone()
+            latest = row[0] if row else None
+        else:
+            return True
+        return latest != checkpoint_id
+
     def ping(self) -> None:
         """Raise if the checkpoint store does not answer."""
         self.saver.get_tuple({"configurable": {"thread_id": "__healthz__", "checkpoint_ns": ""}})
@@ -87,6 +114,36 @@ class Checkpoints(AbstractContextManager["Checkpoints"]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Preloaded(BaseCheckpointSaver):
+    """``saver``, except that reading the latest checkpoint answers ``base``, a checkpoint
+    read already (and checked to be the latest, under the thread's lock): a patch through
+    ``graph.update_state`` then writes without reading the thread a second time. Lent to the
+    graph through its config (``__pregel_checkpointer``), as LangGraph lends a subgraph
+    its parent's saver."""
+
+    def __init__(self, saver: BaseCheckpointSaver, base: CheckpointTuple) -> None:
+        super().__init__(serde=saver.serde)
+        self.saver = saver
+        self.base = base
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if config.get("configurable", {}).get("checkpoint_id"):
+            return self.saver.get_tuple(config)
+        return self.base
+
+    def list(self, *args: Any, **kwargs: Any) -> Iterator[CheckpointTuple]:
+        return self.saver.list(*args, **kwargs)
+
+    def put(self, *args: Any, **kwargs: Any) -> RunnableConfig:
+        return self.saver.put(*args, **kwargs)
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        self.saver.put_writes(*args, **kwargs)
+
+    def get_next_version(self, current: Any, channel: Any) -> Any:
+        return self.saver.get_next_version(current, channel)
 
 
 def open_checkpoints(settings: Settings) -> Checkpoints:
@@ -110,6 +167,27 @@ def open_checkpoints_url(url: str, settings: Settings) -> Checkpoints:
     )
 
 
+#: A pooled connection idle longer than this (s) is checked before it is handed out.
+IDLE_CHECK_S = 1.0
+_idle_since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+
+def _stamp_idle(conn: Any) -> None:
+    """The pool's ``reset`` callback: the connection goes back idle now."""
+    _idle_since[conn] = time.monotonic()
+
+
+def _check_when_idle(conn: Any) -> None:
+    """The pool's ``check`` at checkout, only for a connection idle over :data:`IDLE_CHECK_S`
+    (a database restart shows there): checking at every checkout costs a round trip per
+    read or write. A connection that breaks in use is discarded by the pool on return."""
+    from psycopg_pool import ConnectionPool
+
+    since = _idle_since.get(conn)
+    if since is not None and time.monotonic() - since >= IDLE_CHECK_S:
+        ConnectionPool.check_connection(conn)
+
+
 def _postgres(conninfo: str, pool_size: int) -> Checkpoints:
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg.rows import dict_row
@@ -121,7 +199,8 @@ def _postgres(conninfo: str, pool_size: int) -> Checkpoints:
         max_size=pool_size,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
         open=True,
-        check=ConnectionPool.check_connection,
+        check=_check_when_idle,
+        reset=_stamp_idle,
     )
     saver = PostgresSaver(pool)  # type: ignore[arg-type]
     try:

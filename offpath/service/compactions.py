@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import total_chars
@@ -97,27 +97,49 @@ class JobEnded(Exception):
         self.chars = chars
 
 
-def read_messages(saver: BaseCheckpointSaver, session_id: str) -> list[BaseMessage]:
-    """The thread's messages, read straight from its latest checkpoint (one read, no graph)."""
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """A thread as read from its latest checkpoint: its messages and the checkpoint itself
+    (``base``, None for a thread with none), so that a patch can start from it."""
+
+    messages: list[BaseMessage]
+    base: CheckpointTuple | None = None
+
+    @property
+    def checkpoint_id(self) -> str | None:
+        return self.base.checkpoint["id"] if self.base is not None else None
+
+
+def read_thread(saver: BaseCheckpointSaver, session_id: str) -> Thread:
+    """The thread's latest checkpoint and its messages (one read, no graph)."""
     tup = saver.get_tuple({"configurable": {"thread_id": session_id, "checkpoint_ns": ""}})
     if tup is None:
-        return []
-    return list(tup.checkpoint.get("channel_values", {}).get("messages") or [])
+        return Thread([])
+    return Thread(list(tup.checkpoint.get("channel_values", {}).get("messages") or []), tup)
+
+
+def read_messages(saver: BaseCheckpointSaver, session_id: str) -> list[BaseMessage]:
+    """The thread's messages, read straight from its latest checkpoint (one read, no graph)."""
+    return read_thread(saver, session_id).messages
 
 
 def read_caught_up(
     saver: BaseCheckpointSaver, session_id: str, seen: str | None, wait_s: float
-) -> list[BaseMessage]:
-    """The thread's messages once its checkpoint holds message ``seen`` (the newest one when
-    the job was queued), re-read every 0.1 s for up to ``wait_s`` seconds; after that, what
-    the checkpoint holds. A run's checkpoints are written in the background (LangGraph's
+) -> Thread:
+    """The thread once its checkpoint holds message ``seen`` (the newest one when the job was
+    queued), re-read every 0.1 s for up to ``wait_s`` seconds; after that, what the
+    checkpoint holds. A run's checkpoints are written in the background (LangGraph's
     default durability), so a job queued from inside a run can find them steps behind:
     planning on them wastes a summary (found stale) or skips a thread that is over."""
     deadline = time.monotonic() + wait_s
     while True:
-        messages = read_messages(saver, session_id)
-        if not seen or time.monotonic() >= deadline or any(m.id == seen for m in messages):
-            return messages
+        thread = read_thread(saver, session_id)
+        if (
+            not seen
+            or time.monotonic() >= deadline
+            or any(m.id == seen for m in reversed(thread.messages))
+        ):
+            return thread
         time.sleep(0.1)
 
 
@@ -127,9 +149,11 @@ def apply_locked(
     job_id: str,
     result: Mapping[str, Any],
     current: Sequence[BaseMessage],
+    base: CheckpointTuple | None = None,
 ) -> Fitted | Stale | None:
     """Apply the job's prepared compaction (``result["prepared"]``) to offpath's own thread,
-    whose messages are ``current``; the caller holds the thread's lock.
+    whose messages are ``current``; the caller holds the thread's lock. ``base``: the
+    checkpoint ``current`` was read from, known to be the latest (the patch starts from it).
 
     Returns the fitted compaction (applied and recorded), None if it had landed already
     (now recorded), or :class:`Stale`. Raises :class:`JobEnded` if the patch would
@@ -150,9 +174,9 @@ def apply_locked(
     rows = archive.rows_for(session_id, job_id, str(fitted.summary.id), current, fitted.removed)
     archive.store_record(rt.engine, job_id, {**result, "record": fitted.record}, rows)
     failpoint("after_archive")
-    rt.patch(session_id, {"messages": fitted.patch})
+    rt.patch(session_id, {"messages": fitted.patch}, base)
     failpoint("after_patch")
-    finalize(rt.engine, job_id, session_id)
+    finalize(rt.engine, job_id, session_id, {**result, "record": fitted.record})
     after = add_messages(current, fitted.patch)
     note_size(rt.engine, session_id, len(after), total_chars(after))  # the session list's
     return fitted
@@ -167,9 +191,11 @@ def apply_prepared(rt: Runtime, session_id: str, job_id: str) -> str:
         row = job_row(rt.engine, job_id)
         if row is None or row["status"] != JobStatus.PREPARED or not row["result"]:
             return "gone"
-        current = read_messages(rt.checkpoints.saver, session_id)
+        thread = read_thread(rt.checkpoints.saver, session_id)
         try:
-            fitted = apply_locked(rt, session_id, job_id, row["result"], current)
+            fitted = apply_locked(
+                rt, session_id, job_id, row["result"], thread.messages, thread.base
+            )
         except JobEnded as exc:
             set_job(rt.engine, job_id, session_id, exc.status, exc.reason, exc.code)
             rt.leases.settle(session_id, job_id, None)

@@ -13,6 +13,7 @@ tokens, latency in ms, tool-call count, ``metadata`` JSON with
 from __future__ import annotations
 
 import enum
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,36 @@ def make_engine(settings: Settings) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    engine = create_engine(url, pool_size=5, max_overflow=10)
+    _ping_when_idle(engine)
+    return engine
+
+
+#: A pooled connection idle longer than this (s) is pinged before it is handed out.
+IDLE_PING_S = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection at checkout only if it sat idle over :data:`IDLE_PING_S`
+    (a database restart shows there): ``pool_pre_ping`` pings at every checkout, a round
+    trip per statement group of a job. A connection that breaks while in use invalidates
+    the pool (SQLAlchemy's disconnect handling), and the job retries."""
+
+    @event.listens_for(engine, "checkin")
+    def _stamp(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < IDLE_PING_S:
+            return
+        try:
+            cur = dbapi_conn.cursor()
+            cur.execute("SELECT 1")
+            cur.close()
+        except Exception as exc:
+            raise sa.exc.DisconnectionError(str(exc)) from exc
 
 
 def migrate(settings: Settings) -> str:
@@ -374,39 +404,34 @@ def end_others(engine: Engine, session_id: str, job_id: str) -> int:
     compaction whose claim expired. Returns how many."""
     now = _now()
     why = f"job {job_id} took the thread over"
-    others = (JOBS.c.session_id == session_id, JOBS.c.job_id != job_id)
     runnable = JOBS.c.status.in_(list(RUNNABLE_VALUES))
-    endings = [
-        (
-            runnable & JOBS.c.published.is_(True),
-            JobStatus.FAILED,
-            "lease_lapsed",
-            "its worker was lost",
-        ),
-        (runnable, JobStatus.SKIPPED, "superseded", "never published"),
-        (
-            JOBS.c.status == JobStatus.PREPARED.value,
-            JobStatus.SKIPPED,
-            "superseded",
-            "never applied",
-        ),
-    ]
-    n = 0
+    lapsed = runnable & JOBS.c.published.is_(True)
+    code = sa.case((lapsed, "lease_lapsed"), else_="superseded")
+    reason = sa.case(
+        (lapsed, f"lease_lapsed: its worker was lost; {why}"),
+        (runnable, f"superseded: never published; {why}"),
+        else_=f"superseded: never applied; {why}",
+    )
+    # one statement: this runs at the start of every job
+    q = (
+        sa.update(JOBS)
+        .where(
+            JOBS.c.session_id == session_id,
+            JOBS.c.job_id != job_id,
+            runnable | (JOBS.c.status == JobStatus.PREPARED.value),
+        )
+        .values(
+            status=sa.case((lapsed, JobStatus.FAILED.value), else_=JobStatus.SKIPPED.value),
+            reason=reason,
+            reason_code=code,
+            updated_at=now,
+        )
+    )
     with engine.begin() as conn:
-        for where, status, code, what in endings:
-            ended = conn.execute(
-                sa.update(JOBS)
-                .where(*others, where)
-                .values(
-                    status=status.value,
-                    reason=f"{code}: {what}; {why}",
-                    reason_code=code,
-                    updated_at=now,
-                )
-            ).rowcount
-            metrics.job_reached(status, code, ended)
-            n += ended
-    return n
+        ended = conn.execute(q.returning(JOBS.c.status, JOBS.c.reason_code)).all()
+    for row in ended:
+        metrics.job_reached(row.status, row.reason_code)
+    return len(ended)
 
 
 def store_result(
@@ -505,16 +530,20 @@ def jobs_of(engine: Engine, session_id: str) -> list[dict[str, Any]]:
 # --- usage events ---------------------------------------------------------------------
 
 
-def finalize(engine: Engine, job_id: str, session_id: str) -> bool:
+def finalize(
+    engine: Engine, job_id: str, session_id: str, stored: dict[str, Any] | None = None
+) -> bool:
     """Record the compaction of ``job_id`` (its usage event, from the job's stored result, never
-    from the summary message) and mark the job ``applied``, in one transaction.
+    from the summary message) and mark the job ``applied``, in one transaction. ``stored``:
+    the result the caller wrote to the job's row in this job (saves reading it back).
 
     Returns False (and changes nothing) when it was recorded already (the unique key on
     ``usage_events.job_id`` decides, also between two concurrent deliveries). Raises
     ``LookupError`` when the job has no stored result.
     """
     with engine.begin() as conn:
-        stored = conn.execute(sa.select(JOBS.c.result).where(JOBS.c.job_id == job_id)).scalar()
+        if stored is None:
+            stored = conn.execute(sa.select(JOBS.c.result).where(JOBS.c.job_id == job_id)).scalar()
         if not stored or not stored.get("record"):
             raise LookupError(f"job {job_id} has no stored record of its summary")
         result = {**(stored.get("usage") or {}), **stored["record"]}

@@ -15,11 +15,17 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.graph.state import CompiledStateGraph
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.settings import Settings
-from offpath.service.checkpoints import Checkpoints, open_checkpoints, open_checkpoints_url
+from offpath.service.checkpoints import (
+    Checkpoints,
+    Preloaded,
+    open_checkpoints,
+    open_checkpoints_url,
+)
 from offpath.service.db import make_engine, migrate
 from offpath.service.leases import Leases, RedisKeyStore, SqlKeyStore
 from offpath.service.locks import DatabaseLocks, Locks, ThreadLocks
@@ -181,13 +187,22 @@ class Runtime(Client):
                 self._end_node = end_node(self._graph)
             return self._graph
 
-    def patch(self, session_id: str, update: dict[str, Any]) -> None:
+    def patch(
+        self, session_id: str, update: dict[str, Any], base: CheckpointTuple | None = None
+    ) -> None:
         """Write ``update`` to the thread's state from outside a run (an imported turn, a
-        compaction), as the graph's last node: the thread still reads as finished."""
+        compaction), as the graph's last node: the thread still reads as finished.
+
+        ``base``: the thread's latest checkpoint, read by the caller under the thread's lock
+        (or known unchanged since): the write starts from it instead of reading it again."""
         from offpath.service.agent import thread_config
 
         graph = self.graph
-        graph.update_state(thread_config(session_id), update, as_node=self._end_node)
+        config: dict[str, Any] = thread_config(session_id)
+        if base is not None:
+            saver = Preloaded(self.checkpoints.saver, base)
+            config["configurable"]["__pregel_checkpointer"] = saver
+        graph.update_state(config, update, as_node=self._end_node)
 
     def checkpoints_for(self, url: str | None) -> Checkpoints:
         """The checkpointer at ``url`` (a user's own agent's), or offpath's own for None."""
