@@ -438,7 +438,8 @@ def originals_by_summary(
 
 def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
     """The session's jobs, oldest first, as ``GET /sessions/{id}/compactions`` shows them,
-    plus ``took_s``: seconds from queued to its last change (to applied, for an applied job)."""
+    plus ``took_s``: seconds from queued to its last change (to applied, for an applied job),
+    and ``forced``: an operator asked for it (compact now)."""
     from api.sessions import job_json
 
     out = []
@@ -446,6 +447,7 @@ def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
         job = job_json(row)
         took = (_utc(row["updated_at"]) - _utc(row["created_at"])).total_seconds()
         job["took_s"] = round(took, 2)
+        job["forced"] = bool((row.get("options") or {}).get("force"))
         out.append(job)
     return out
 

@@ -73,6 +73,36 @@
     select.addEventListener("change", () => select.form.submit());
   });
 
+  async function detailOf(r) {
+    try {
+      const detail = (await r.json()).detail;
+      return typeof detail === "string" ? detail : JSON.stringify(detail);
+    } catch (e) {
+      return "";
+    }
+  }
+
+  const remove = document.getElementById("delete-session");
+  if (remove) {
+    remove.addEventListener("click", async () => {
+      const id = remove.dataset.session;
+      if (!window.confirm("Delete session " + id + ", its archive and its rows?")) return;
+      const out = document.getElementById("delete-result");
+      remove.disabled = true;
+      const r = await fetch("/sessions/" + encodeURIComponent(id), {
+        method: "DELETE",
+        credentials: "same-origin",
+        headers: { [uiHeader]: "1" },
+      });
+      if (r.status === 204) {
+        window.location = "/ui/sessions";
+      } else {
+        out.textContent = "not deleted (" + r.status + "): " + (await detailOf(r));
+        remove.disabled = false;
+      }
+    });
+  }
+
   const button = document.getElementById("compact-now");
   if (button) {
     button.addEventListener("click", async () => {

@@ -356,6 +356,7 @@ def test_compact_now_queues_a_job_that_appears_and_ends_applied(browser, ui_stac
     job.wait_for(timeout=LIVE_MS)  # appears without a reload
     page.wait_for_selector(f'li.job[data-job-id="{job_id}"][data-status="applied"]', timeout=60_000)
     assert [j["status"] for j in stack.jobs(session) if j["job_id"] == job_id] == ["applied"]
+    assert job.locator(".forced").inner_text() == "compact now"
     page.wait_for_function(
         "id => document.querySelector('details.originals section.compaction[data-job-id=\"' + id + '\"]')",
         arg=job_id,
@@ -364,6 +365,13 @@ def test_compact_now_queues_a_job_that_appears_and_ends_applied(browser, ui_stac
     originals = page.locator("[data-region=thread] > article.msg.summary > details.originals")
     assert originals.get_attribute("open") is not None  # stayed open across the refresh
     page.screenshot(path=str(shots / "session-compacted.png"), full_page=False)
+
+    # --- delete: after a confirmation, the session and its rows are gone ----------------------
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#delete-session")
+    page.wait_for_url(f"{stack.url}/ui/sessions")
+    assert page.locator(f'tr[data-session="{session}"]').count() == 0
+    assert stack.http.get(f"/sessions/{session}/messages").status_code == 404
     page.context.close()
 
 
