@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, urlencode
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
@@ -110,11 +110,11 @@ def safe_next(value: str | None) -> str:
 
 
 def check_same_origin(request: Request) -> None:
-    """403 when a form comes from another site: its ``Origin`` header (browsers send it with
-    every POST) is not this server's own (``scheme://host``)."""
+    """403 when a form comes from another site: the host of its ``Origin`` header (browsers
+    send it with every POST) is not the ``Host`` it was sent to. Hosts only, not schemes:
+    behind a proxy that ends TLS the API sees http while the browser says https."""
     origin = request.headers.get("origin")
-    own = f"{request.url.scheme}://{request.headers.get('host', '')}"
-    if origin is not None and origin != own:
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
         raise HTTPException(status_code=403, detail="a form posted from another site")
 
 
