@@ -17,7 +17,6 @@ from typing import Any, Literal
 import orjson
 from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, messages_to_dict
-from langgraph.graph.message import add_messages
 
 from api.deps import (
     Caller,
@@ -42,9 +41,12 @@ from api.schemas import (
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.summary import is_summary
+from offpath.compaction.tracking import ThreadSize
 from offpath.compaction.turns import TurnError, validate_turn
+from offpath.middleware import KEY as PRIVATE_KEY
 from offpath.service import db
 from offpath.service.agent import thread_config
+from offpath.service.compactions import read_thread
 from offpath.service.leases import failure_backoff_s
 from offpath.service.logs import tag
 from offpath.service.runtime import Runtime
@@ -66,13 +68,19 @@ def state_of(rt: Runtime, session_id: str) -> dict[str, Any]:
 
 
 def after_write(
-    request: Request, tasks: BackgroundTasks, session_id: str, messages: Sequence[BaseMessage]
+    request: Request,
+    tasks: BackgroundTasks,
+    session_id: str,
+    messages: Sequence[BaseMessage],
+    chars: int | None = None,
 ) -> None:
-    """After the response: the post-turn hook (``messages``: an imported turn's thread) and
-    the pruning of old checkpoints."""
+    """After the response: the post-turn hook (``messages``: an imported turn's thread,
+    ``chars``: its size, if known) and the pruning of old checkpoints."""
     rt = rt_of(request)
     if messages:
-        tasks.add_task(request.app.state.hook, session_id, list(messages))
+        tasks.add_task(request.app.state.hook, session_id, messages, chars)
+    if chars is not None:  # the session list's size (GET /sessions)
+        tasks.add_task(note_size, rt.engine, session_id, len(messages), chars)
     tasks.add_task(prune, rt, session_id)
 
 
@@ -168,29 +176,39 @@ def append_turn(
     check_readable_or_new(rt, caller, session_id)
     with rt.locks.turn(session_id):
         take_writable(rt, caller, session_id)  # under the lock: the first writer owns it
-        values = state_of(rt, session_id)
-        current = list(values.get("messages", []))
+        # one read of the thread: the write below starts from it (no second read), and the
+        # thread's size is advanced over the new messages only (kept in the private key the
+        # middleware keeps it in), so nothing here walks the whole thread
+        thread = read_thread(rt.checkpoints.saver, session_id)
+        values = thread.base.checkpoint["channel_values"] if thread.base else {}
+        current = thread.messages
+        private = values.get(PRIVATE_KEY) or {}
+        size = ThreadSize.from_state(private.get("size")).advance(current)
         try:
             new, warnings = validate_turn(
                 current,
                 new,
                 max_messages=settings.max_turn_messages,
                 max_message_chars=settings.max_message_chars,
+                open_calls=size.open,
             )
         except TurnError as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from None
-        update: dict[str, Any] = {"messages": new}
+        messages = [*current, *new]  # what add_messages makes of them: the ids are all new
+        size = size.advance(messages)
+        update: dict[str, Any] = {
+            "messages": new,
+            PRIVATE_KEY: {**private, "size": size.to_state()},
+        }
         if body.state:
             update["context"] = {**values.get("context", {}), **body.state}
-        rt.patch(session_id, update)
-    messages = add_messages(current, new)
-    after_write(request, tasks, session_id, messages)
-    tasks.add_task(note_size, rt.engine, session_id, len(messages), total_chars(messages))
+        rt.patch(session_id, update, thread.base)
+    after_write(request, tasks, session_id, messages, size.chars)
     return {
         "session_id": session_id,
         "appended": len(new),
         "messages": len(messages),
-        "chars": total_chars(messages),
+        "chars": size.chars,
         "warnings": [{"code": w.code, "message": w.message} for w in warnings],
     }
 

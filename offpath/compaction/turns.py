@@ -9,7 +9,7 @@ invariant 8).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -42,6 +42,7 @@ def validate_turn(
     *,
     max_messages: int,
     max_message_chars: int,
+    open_calls: Mapping[str, int] | None = None,
 ) -> tuple[list[BaseMessage], list[TurnWarning]]:
     """Check ``new`` against ``current``; return it with ids filled in, and the warnings.
 
@@ -56,6 +57,10 @@ def validate_turn(
     framework's bad trim) is accepted with an ``orphan_tool_result`` warning: it is
     never sent to a model and the next compaction removes it (issue 8, item 10).
     Raises :class:`TurnError` naming the first bad message.
+
+    ``open_calls``: the thread's unanswered calls by id, with their counts, if known
+    (:class:`~offpath.compaction.tracking.ThreadSize` keeps them): the thread is then
+    not walked to pair its calls.
     """
     if not new:
         raise TurnError("the turn has no messages")
@@ -63,8 +68,12 @@ def validate_turn(
         raise TurnError(f"the turn has {len(new)} messages; at most {max_messages} are accepted")
     seen_ids = {m.id for m in current}
     pairer = CallPairer()
-    for i, m in enumerate(current):
-        pairer.add(i, m)
+    if open_calls is None:
+        for i, m in enumerate(current):
+            pairer.add(i, m)
+    else:
+        for cid, n in open_calls.items():
+            pairer.add_calls(-1, [cid] * n)
     base = len(current)
     out: list[BaseMessage] = []
     warnings: list[TurnWarning] = []

@@ -5,7 +5,9 @@ Runs after every imported turn, after the response has been sent (off the event
 loop), so it never slows or fails the turn (DESIGN.md invariant 5):
 
 * disabled: returns at once, no Redis, database or LLM call (invariant 7);
-* plans on the messages the turn already produced: no checkpoint read, no LLM;
+* plans on the messages the turn already produced: no checkpoint read, no LLM; with the
+  thread's size passed in (the API keeps it incrementally) and the thread's claim
+  taken (a job queued, running or prepared), it does nothing that walks the thread;
 * a compaction prepared ahead and the thread now over its threshold: it applies
   it (a state update, no LLM: milliseconds);
 * otherwise it queues ``compact_session`` for a plan (the planner's threshold,
@@ -79,27 +81,38 @@ class PostTurnHook:
         self.settings = client.settings
         self.apply = apply
 
-    def __call__(self, session_id: str, messages: Sequence[BaseMessage]) -> HookResult:
+    def __call__(
+        self, session_id: str, messages: Sequence[BaseMessage], chars: int | None = None
+    ) -> HookResult:
+        """``chars``: the size of ``messages`` if the caller keeps it (the API advances it over
+        each turn's new messages): then the hook does O(new messages) work unless the
+        thread may get a job (the claim is free), when it plans on the whole thread."""
         try:
-            return self._run(session_id, messages)
+            return self._run(session_id, messages, chars)
         except Exception as exc:  # the hook never fails a turn
             log.exception("[%s] post-turn hook failed: %s", tag(session_id), exc)
             return HookResult("error", str(exc))
 
-    def _run(self, session_id: str, messages: Sequence[BaseMessage]) -> HookResult:
+    def _run(
+        self, session_id: str, messages: Sequence[BaseMessage], chars: int | None
+    ) -> HookResult:
         settings = self.settings
         if not settings.active:
             return HookResult("skipped", SkipReason.DISABLED)
-        size = total_chars(messages)
+        size = total_chars(messages) if chars is None else chars
         if size < settings.prepare_floor_chars:
             return HookResult("skipped", SkipReason.UNDER_THRESHOLD)
-        if size > settings.summarization_threshold_chars and self.apply is not None:
-            holder = self.client.leases.holder(session_id)
+        holder = self._holder(session_id)
+        if size > settings.summarization_threshold_chars:
             note_crossing(self.client.engine, holder)  # the compaction lag runs from here
+        if size > settings.summarization_threshold_chars and self.apply is not None:
             if holder is not None and holder.state is State.PREPARED:
                 done = self.apply(session_id, holder.job_id)
                 if done == "applied":
                     return HookResult("applied", job_id=holder.job_id)
+                holder = self._holder(session_id)
+        if holder is not None and not holder.frees_for(size, min_gain_chars(settings)):
+            return held(holder, session_id)  # no job now: no plan either
         plan = plan_compaction(messages, settings, early=True)
         if isinstance(plan, Skip):
             if plan.reason is SkipReason.NO_PROGRESS:
@@ -114,6 +127,13 @@ class PostTurnHook:
             superseded=lambda c: not saw_compaction(messages, c.job_id),
             min_gain=min_gain_chars(settings),
         )
+
+    def _holder(self, session_id: str) -> Claim | None:
+        """The thread's claim; None if the store is away (queueing records that)."""
+        try:
+            return self.client.leases.holder(session_id)
+        except Exception:
+            return None
 
 
 def queue_job(
@@ -143,18 +163,7 @@ def queue_job(
         )
         return HookResult("error", f"broker unreachable: {exc}")
     if holder is not None:
-        if holder.state is State.DONE:
-            log.info(
-                "[%s] not queued: job %s compacted the thread after this turn", sid, holder.job_id
-            )
-            return HookResult("superseded", holder.job_id)
-        if holder.state is State.BACKOFF:
-            return HookResult("backoff", f"job {holder.job_id} failed; backing off")
-        if holder.state is State.PREPARED:
-            return HookResult("prepared", holder.job_id)
-        if holder.state is State.SKIPPED:
-            return HookResult("skipped", SkipReason.NO_PROGRESS)
-        return HookResult("already_queued", holder.job_id)
+        return held(holder, session_id)
     try:
         create_job(engine, job_id, session_id, chars, options=opts)
     except Exception as exc:
@@ -173,6 +182,24 @@ def queue_job(
         return HookResult("error", f"publish failed: {exc}")
     log.info("[%s] compaction queued: job %s (%s chars)", sid, job_id, chars)
     return HookResult("queued", job_id=job_id)
+
+
+def held(holder: Claim, session_id: str) -> HookResult:
+    """What a turn that finds the thread's claim taken by ``holder`` did: nothing."""
+    if holder.state is State.DONE:
+        log.info(
+            "[%s] not queued: job %s compacted the thread after this turn",
+            tag(session_id),
+            holder.job_id,
+        )
+        return HookResult("superseded", holder.job_id)
+    if holder.state is State.BACKOFF:
+        return HookResult("backoff", f"job {holder.job_id} failed; backing off")
+    if holder.state is State.PREPARED:
+        return HookResult("prepared", holder.job_id)
+    if holder.state is State.SKIPPED:
+        return HookResult("skipped", SkipReason.NO_PROGRESS)
+    return HookResult("already_queued", holder.job_id)
 
 
 def _record_unpublished(

@@ -26,6 +26,7 @@ from shared import (
 )
 from stack import Stack, split_turns, wait_for
 
+from offpath.compaction.accounting import total_chars
 from offpath.compaction.prompt import render_content
 from offpath.compaction.summary import SUMMARY_PREFIX
 from offpath.service import archive, recall
@@ -115,6 +116,11 @@ def test_transcript_replayed_ends_compacted_and_stats_add_up(stacks, backend):
     assert stats["sessions_compacted"] == len({r["session_id"] for r in everything})
     assert stats["jobs"]["applied"] >= compactions
     archived_and_recalled(stack, session, posted, final)
+    # a turn's size is kept incrementally (issue 13): it matches a full count, also after
+    # compactions replaced the thread's head
+    one_more = {"messages": [{"type": "human", "content": "and now?"}]}
+    turn = stack.http.post(f"/sessions/{session}/turns", json=one_more).json()
+    assert turn["chars"] == total_chars(final) + len("and now?")
 
 
 def archived_and_recalled(stack: Stack, session: str, posted: list, final: list) -> None:
