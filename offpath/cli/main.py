@@ -440,88 +440,140 @@ def api(
 def worker(
     pool: Annotated[str | None, typer.Option(help="Celery pool (default: WORKER_POOL)")] = None,
     concurrency: Annotated[
-        int | None, typer.Option(help="Concurrent jobs (default: WORKER_CONCURRENCY)")
+        int | None,
+        typer.Option(help="Concurrent jobs per process (default: WORKER_CONCURRENCY)"),
+    ] = None,
+    processes: Annotated[
+        int | None,
+        typer.Option(help="Worker processes (default: WORKER_PROCESSES; 0: one per core)"),
     ] = None,
     name: Annotated[
         str | None, typer.Option(help="Worker node name (default: celery@host)")
     ] = None,
     restart: Annotated[bool, typer.Option(help="Restart the worker if it dies")] = True,
 ) -> None:
-    """Run a Celery worker for compaction jobs, restarted if it dies.
+    """Run Celery workers for compaction jobs, one process per core, each restarted if it dies.
 
-    The restart is there because kombu 5.7 ends a worker that loses Redis while a
-    job is in flight ("Unrecoverable error: AttributeError ... 'hostname'"); the
-    job itself is safe (redelivered after the visibility timeout).
+    One process per core: a process's jobs share one GIL, and with the threads pool one
+    process is CPU-bound long before its LLM calls are (BENCHMARKS.md, throughput). The
+    restart is there because kombu 5.7 ends a worker that loses Redis while a job is in
+    flight ("Unrecoverable error: AttributeError ... 'hostname'"); the job itself is safe
+    (redelivered after the visibility timeout). ``--no-restart``: a process that exits ends
+    the others too (a supervisor such as Docker restarts the whole).
     """
     settings = settings_or_exit()
     migrate_or_exit(settings)
-    cmd = [
-        *CELERY,
-        "worker",
-        f"--loglevel={settings.log_level}",
-        f"--pool={pool or settings.worker_pool}",
-        f"--concurrency={concurrency or settings.worker_concurrency}",
-        f"--queues={settings.celery_queue}",
-        "--without-mingle",
-        "--without-gossip",  # start-up sync and chatter offpath does not use
-    ] + ([f"--hostname={name}"] if name else [])
-    if not restart:
-        os.execv(sys.executable, cmd)
-    raise typer.Exit(supervise(cmd))
+    n = processes if processes is not None else settings.worker_processes
+    n = n or os.cpu_count() or 1
+    cmds = []
+    for i in range(n):
+        cmd = [
+            *CELERY,
+            "worker",
+            f"--loglevel={settings.log_level}",
+            f"--pool={pool or settings.worker_pool}",
+            f"--concurrency={concurrency or settings.worker_concurrency}",
+            f"--queues={settings.celery_queue}",
+            "--without-mingle",
+            "--without-gossip",  # start-up sync and chatter offpath does not use
+        ]
+        node = name or "celery@%h"
+        if n > 1:  # one node name per process
+            left, at, right = node.partition("@")
+            node = f"{left}{i + 1}{at}{right}"
+        if n > 1 or name:
+            cmd.append(f"--hostname={node}")
+        env = None
+        if n > 1 and settings.worker_metrics_port:  # one metrics port per process
+            env = {**os.environ, "WORKER_METRICS_PORT": str(settings.worker_metrics_port + i)}
+        cmds.append((cmd, env))
+    if n == 1 and not restart:
+        os.execv(sys.executable, cmds[0][0])
+    if n > 1:
+        err.print(f"starting {n} worker processes", highlight=False)
+    raise typer.Exit(supervise(cmds, restart=restart))
 
 
-#: Signals that stop the supervised worker; blocked while a new child is being started.
+#: Signals that stop the supervised workers; blocked while a new child is being started.
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
-def supervise(cmd: list[str]) -> int:
-    """Run ``cmd``, restarting it when it exits with an error, until it exits cleanly or we
-    are told to stop. Backoff 1 s, doubling to 30 s.
+def supervise(cmds: list[tuple[list[str], dict[str, str] | None]], restart: bool = True) -> int:
+    """Run each ``(cmd, env)``, restarting one when it exits with an error (backoff 1 s,
+    doubling to 30 s), until all exit cleanly or we are told to stop. ``restart=False``:
+    the first to exit with an error stops the others; its code is returned.
 
-    The child runs in a process group of its own, so a Ctrl-C in the terminal reaches only
+    Each child runs in a process group of its own, so a Ctrl-C in the terminal reaches only
     us, and we pass it on once: the first SIGINT, SIGTERM or SIGHUP becomes a SIGTERM
     (Celery's warm shutdown: running jobs finish, exit 0), a second Ctrl-C a SIGQUIT
-    (cold shutdown). On Linux the child is also told to stop (SIGTERM) if we die, even
+    (cold shutdown). On Linux the children are also told to stop (SIGTERM) if we die, even
     by SIGKILL, so no worker is left behind.
     """
     stops = 0
-    child: subprocess.Popen[bytes] | None = None
+    children: list[subprocess.Popen[bytes] | None] = [None] * len(cmds)
 
     def forward(signum: int, _frame: object) -> None:
         nonlocal stops
         stops += 1
-        if child is not None and child.poll() is None:
-            cold = stops > 1 and signum == signal.SIGINT
-            child.send_signal(signal.SIGQUIT if cold else signal.SIGTERM)
-            if stops == 1:
-                err.print(
-                    "stopping the worker when its running jobs end (Ctrl-C again: cancel them)"
-                )
+        cold = stops > 1 and signum == signal.SIGINT
+        for child in children:
+            if child is not None and child.poll() is None:
+                child.send_signal(signal.SIGQUIT if cold else signal.SIGTERM)
+        if stops == 1:
+            err.print("stopping the worker when its running jobs end (Ctrl-C again: cancel them)")
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, forward)
     in_child = _child_setup()
-    delay = 1.0
+    delays = [1.0] * len(cmds)
+    started = [0.0] * len(cmds)
+    due = [0.0] * len(cmds)  # when a child is (re)started
+    done = [False] * len(cmds)
     code = 0
     while True:
-        started = time.monotonic()
-        # a stop signal that arrives while the child is starting is handled once ``child``
-        # is set; the child unblocks them for itself (in_child)
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
-            if stops:
-                return code
-            child = subprocess.Popen(cmd, process_group=0, preexec_fn=in_child)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        code = child.wait()
-        if stops or code == 0:
+        now = time.monotonic()
+        for i, (cmd, env) in enumerate(cmds):
+            child = children[i]
+            if done[i]:
+                continue
+            if child is None:
+                if stops:
+                    done[i] = True
+                elif now >= due[i]:
+                    # a stop signal that arrives while a child is starting is handled once it
+                    # is in ``children``; the child unblocks them for itself (in_child)
+                    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+                    try:
+                        if not stops:
+                            children[i] = subprocess.Popen(
+                                cmd, env=env, process_group=0, preexec_fn=in_child
+                            )
+                            started[i] = now
+                    finally:
+                        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+                continue
+            exit_code = child.poll()
+            if exit_code is None:
+                continue
+            children[i] = None
+            if stops and exit_code == -signal.SIGTERM:
+                exit_code = 0  # stopped by our SIGTERM before Celery took its signals
+            if stops or exit_code == 0 or not restart:
+                done[i] = True
+                code = code or exit_code
+                if exit_code and not stops:  # --no-restart: the others stop too
+                    forward(signal.SIGTERM, None)
+            else:
+                fast = now - started[i] <= 60
+                delays[i] = min(delays[i] * 2, 30.0) if fast else 1.0
+                due[i] = now + delays[i]
+                err.print(
+                    f"worker exited with code {exit_code}; restarting in {delays[i]:.0f}s",
+                    highlight=False,
+                )
+        if all(done):
             return code
-        delay = 1.0 if time.monotonic() - started > 60 else min(delay * 2, 30.0)
-        err.print(f"worker exited with code {code}; restarting in {delay:.0f}s", highlight=False)
-        deadline = time.monotonic() + delay
-        while not stops and time.monotonic() < deadline:
-            time.sleep(0.1)
+        time.sleep(0.1)
 
 
 def _child_setup() -> Any:

@@ -116,7 +116,10 @@ class Settings(BaseSettings):
     celery_queue: str = Field(default="compaction", pattern=r"^[A-Za-z0-9._:-]{1,100}$")
     redis_key_prefix: str = Field(default="offpath", pattern=r"^[A-Za-z0-9._:-]{1,100}$")
     worker_pool: Literal["threads", "prefork", "solo"] = "threads"
-    worker_concurrency: int = Field(default=64, gt=0, le=4_096)
+    worker_concurrency: int = Field(default=128, gt=0, le=4_096)
+    #: Worker processes ``offpath worker`` starts (0: one per core): one process's jobs
+    #: share its GIL, so a host's cores are used by one process each.
+    worker_processes: int = Field(default=0, ge=0, le=256)
     max_turn_messages: int = Field(default=10_000, gt=0)
     #: Largest message accepted, every field counted (content with media at their real
     #: size, tool calls, additional_kwargs, name, id, artifact...), in chars.
