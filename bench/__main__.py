@@ -30,6 +30,7 @@ from bench import (
     fidelity,
     growth,
     job,
+    lag,
     load,
     memory,
     middleware,
@@ -56,8 +57,10 @@ BENCHMARKS: dict[str, Callable[[Any], Result]] = {
     planner.NAME: planner.run,
     growth.NAME: growth.run,
     turns.NAME: turns.run,
+    turns.NAME_SIZE: turns.run_size,
     job.NAME: job.run,
     throughput.NAME: throughput.run,
+    lag.NAME: lag.run,
     memory.NAME: memory.run,
     load.NAME: load.run,
     middleware.NAME: middleware.run,
@@ -114,14 +117,8 @@ def main() -> None:
                 set_env({})  # no exported or .env settings leak in
             else:
                 assert stub is not None
-                set_env(
-                    base_env(
-                        pg_url,
-                        f"bench-{RUN_ID}",
-                        OPENAI_BASE_URL=stub.base_url,
-                        WORKER_CONCURRENCY="64",
-                    )
-                )
+                # the worker settings at their defaults (WORKER_CONCURRENCY...)
+                set_env(base_env(pg_url, f"bench-{RUN_ID}", OPENAI_BASE_URL=stub.base_url))
             ctx = Context(stub, pg_url, args.quick) if stub is not None else None
             for name in steps:
                 if needs_stack:

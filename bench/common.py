@@ -30,6 +30,7 @@ __all__ = [
     "Context",
     "Result",
     "StubServer",
+    "api_key",
     "api_up",
     "applied",
     "base_env",
@@ -40,6 +41,7 @@ __all__ = [
     "med",
     "pct",
     "purge_broker",
+    "seed",
     "set_env",
     "start_api",
     "start_worker",
@@ -130,6 +132,7 @@ def base_env(pg_url: str, queue: str, **extra: str) -> dict[str, str]:
         "CELERY_QUEUE": queue,
         "REDIS_KEY_PREFIX": queue,
         "LOG_LEVEL": "WARNING",
+        "WORKER_METRICS_PORT": "0",  # several workers at once: no port to share
         **extra,
     }
 
@@ -145,6 +148,11 @@ def set_env(env: dict[str, str]) -> None:
     from offpath.compaction.settings import get_settings
 
     get_settings.cache_clear()
+
+
+def seed(rt: Any, session_id: str, messages: list[Any]) -> None:
+    """Write ``messages`` as thread ``session_id`` (an imported turn, as ``/turns`` writes it)."""
+    rt.patch(session_id, {"messages": messages})
 
 
 def wait(pred: Callable[[], Any], timeout: float, interval: float = 0.1) -> None:
@@ -202,6 +210,21 @@ def start_api(env: dict[str, str], port: int, out: Any) -> subprocess.Popen[byte
         "warning",
     ]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def api_key(env: dict[str, str], tenant: str = "bench") -> str:
+    """A new admin API key for the database of ``env`` (``offpath keys create``)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "offpath.cli.main", "keys", "create", "--tenant", tenant, "--admin"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"offpath keys create failed: {result.stderr[-2000:]}")
+    return result.stdout.strip().splitlines()[-1]
 
 
 def api_up(client: Any) -> bool:

@@ -1,7 +1,9 @@
-"""Benchmark 2, job overhead against the floor: one compaction job run in-process exactly as
-the worker's ``compact_session`` runs it (job row, running lease, lease keeper,
-:func:`worker.jobs.run_job`, hand-on), against the floor of what no job can avoid
-(read the state, write the patched checkpoint, insert one usage row)."""
+"""Benchmark 2, job against the true floor: one compaction job run in-process exactly as the
+worker's ``compact_session`` runs it (job row, running lease, lease keeper,
+:func:`worker.jobs.run_job`, hand-on), against the floor of what no job can avoid, done with
+the same drivers: one checkpoint read, one checkpoint write (the patch through the graph,
+starting from that read), one usage row. Also the job's CPU time (its thread's) and its SQL
+statements."""
 
 from __future__ import annotations
 
@@ -9,9 +11,13 @@ import time
 import uuid
 from typing import Any
 
-from bench.common import RUN_ID, Context, Result, med
+from bench.common import RUN_ID, Context, Result, med, seed
 
 NAME = "job"
+
+#: Targets of issue 13, item 2.
+MAX_CPU_MS = 7.0
+MAX_RATIO = 2.0
 
 
 def run_like_the_worker(rt: Any, summarizer: Any, keeper: Any, session_id: str, job_id: str) -> str:
@@ -30,93 +36,150 @@ def run_like_the_worker(rt: Any, summarizer: Any, keeper: Any, session_id: str, 
     started, before = rt.leases.start(session_id, job_id, token)
     assert started is Start.OK, (started, before)
     held = keeper.hold(session_id, job_id, token)
-    status = None
+    outcome = None
     try:
-        status = run_job(rt, summarizer, session_id, job_id, held, stored).status
+        outcome = run_job(rt, summarizer, session_id, job_id, held, stored)
     finally:
         keeper.drop(held)
-        if status is not None:
-            _hand_on(rt, session_id, job_id, token, status)
-    return str(status)
+        if outcome is not None:
+            _hand_on(rt, session_id, job_id, token, outcome)
+    assert outcome is not None
+    return str(outcome.status)
+
+
+def floor(rt: Any, session_id: str, patch: list[Any]) -> None:
+    """What no compaction can avoid, with the job's own drivers: read the latest checkpoint
+    (PostgresSaver), write the patched one (the graph's update_state, from that read), insert
+    one usage row (SQLAlchemy)."""
+    import sqlalchemy as sa
+
+    from offpath.service.compactions import read_thread
+    from offpath.service.db import EVENTS
+
+    thread = read_thread(rt.checkpoints.saver, session_id)
+    rt.patch(session_id, {"messages": patch}, thread.base)
+    with rt.engine.begin() as conn:
+        conn.execute(
+            sa.insert(EVENTS).values(
+                session_id=session_id,
+                model="floor",
+                metadata={"summarization": True, "chars_removed": 1},
+                created_at=sa.func.now(),
+            )
+        )
+
+
+def _time_the_fact_guard() -> list[float]:
+    """Time the fact guard's ``pin`` (thread CPU, ms) in the jobs that follow: the list the
+    times go to (bench-only instrumentation of the summarizer the worker makes)."""
+    import offpath.compaction.summarizers.guarded as guarded
+
+    times: list[float] = []
+    pin = guarded.pin
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return pin(*args, **kwargs)
+        finally:
+            times.append((time.thread_time() - started) * 1000)
+
+    guarded.pin = timed
+    return times
 
 
 def run(ctx: Context, runs: int = 5) -> Result:
-    from sqlmodel import Session
+    from sqlalchemy import event
 
     from bench.workloads import thread
     from offpath.compaction.pipeline import compact
     from offpath.compaction.settings import get_settings
-    from offpath.compaction.summarizers.llm import LLMSummarizer
+    from offpath.compaction.summarizers import make_summarizer
     from offpath.compaction.summarizers.offline import OfflineSummarizer
-    from offpath.service.agent import AGENT_NODE, thread_config
-    from offpath.service.db import UsageEvent, create_job
+    from offpath.service.db import create_job
     from offpath.service.leases import LeaseKeeper
     from offpath.service.runtime import Runtime
 
     per_run = 4 if ctx.quick else 20
     settings = get_settings()
     rt = Runtime.open(settings)
-    summarizer = LLMSummarizer.from_settings(settings)
+    summarizer = make_summarizer(settings)  # as the worker makes it: the LLM behind the guard
     keeper = LeaseKeeper(rt.leases, settings.job_time_limit_s)
     ctx.stub.set_delay(0.0)
-    job_runs, floor_runs = [], []
+    statements: list[str] = []
+    event.listen(rt.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    guard_ms = _time_the_fact_guard()
+    job_runs, floor_runs, cpu_runs, stmt_counts, guard_runs = [], [], [], [], []
     try:
+        # warm-up: connections, the graph, compiled statements
+        for k in range(3):
+            sid = f"warm-{RUN_ID}-{k}"
+            seed(rt, sid, thread(100, 80_000, seed=k, prefix=sid))
+            job_id = uuid.uuid4().hex
+            assert rt.leases.claim(sid, job_id) is None
+            create_job(rt.engine, job_id, sid, 80_000)
+            run_like_the_worker(rt, summarizer, keeper, sid, job_id)
         for r in range(runs):
-            jobs, floors = [], []
+            jobs, floors, cpus, guards = [], [], [], []
             for k in range(per_run):
                 messages = thread(100, 80_000, seed=k, prefix=f"j{r}-{k}")
                 # the job, as the worker runs it (minus Celery's dispatch); queued as the
                 # post-turn hook queues it: claim, then the queued row
                 sid = f"job-{RUN_ID}-{r}-{k}"
-                rt.graph.update_state(
-                    thread_config(sid), {"messages": messages}, as_node=AGENT_NODE
-                )
+                seed(rt, sid, messages)
                 job_id = uuid.uuid4().hex
                 assert rt.leases.claim(sid, job_id) is None
                 create_job(rt.engine, job_id, sid, 80_000)
+                statements.clear()
+                guard_ms.clear()
+                cpu = time.thread_time()
                 started = time.perf_counter()
                 status = run_like_the_worker(rt, summarizer, keeper, sid, job_id)
                 jobs.append((time.perf_counter() - started) * 1000)
+                cpus.append((time.thread_time() - cpu) * 1000)
+                guards.append(sum(guard_ms))
+                stmt_counts.append(len(statements))
                 assert status == "applied", status
                 # the floor: what no job can avoid, done directly
                 fid = f"floor-{RUN_ID}-{r}-{k}"
-                rt.graph.update_state(
-                    thread_config(fid), {"messages": messages}, as_node=AGENT_NODE
-                )
+                seed(rt, fid, messages)
                 patch = compact(messages, settings, OfflineSummarizer()).patch
                 started = time.perf_counter()
-                rt.graph.get_state(thread_config(fid))
-                rt.graph.update_state(thread_config(fid), {"messages": patch}, as_node=AGENT_NODE)
-                with Session(rt.engine) as s:
-                    s.add(
-                        UsageEvent(
-                            session_id=fid,
-                            model="floor",
-                            metadata_={"summarization": True, "chars_removed": 1},
-                        )
-                    )
-                    s.commit()
+                floor(rt, fid, patch)
                 floors.append((time.perf_counter() - started) * 1000)
             job_runs.append(med(jobs))
             floor_runs.append(med(floors))
+            cpu_runs.append(med(cpus))
+            guard_runs.append(med(guards))
     finally:
         keeper.stop()
         rt.close()
-    job, floor = med(job_runs), med(floor_runs)
+    job, flo, cpu, guard = med(job_runs), med(floor_runs), med(cpu_runs), med(guard_runs)
     ratio = med([j / f for j, f in zip(job_runs, floor_runs, strict=True)])
     return Result(
-        "2. Job overhead against the floor",
-        "job <= 2.0x the floor",
-        f"job {job:.1f} ms, floor {floor:.1f} ms: {ratio:.2f}x",
-        ratio <= 2.0,
+        "2. Job against the true floor",
+        f"CPU per job <= {MAX_CPU_MS:.0f} ms; job <= {MAX_RATIO:.0f}x the true floor",
+        f"CPU {cpu:.1f} ms per job ({guard:.1f} ms of it the fact guard, {cpu - guard:.1f} ms the rest); "
+        f"job {job:.1f} ms, floor {flo:.1f} ms: {ratio:.2f}x",
+        cpu <= MAX_CPU_MS and ratio <= MAX_RATIO,
         [
-            f"threads of 100 messages / ~80,000 chars on PostgreSQL, 0 ms stub LLM over HTTP; {runs} runs x {per_run} jobs, "
-            f"per-run medians job {', '.join(f'{x:.1f}' for x in job_runs)} ms, floor {', '.join(f'{x:.1f}' for x in floor_runs)} ms",
-            "job = the steps of the worker's compact_session: job row to running, running lease on the thread (Redis), "
-            "lease keeper, run_job (read thread, plan, prompt, LLM call, thread lock, re-read, reconcile, stored result, "
-            "patch, usage row), hand-on of the lease; floor = read the state, write the patched checkpoint, insert one usage row",
+            f"threads of 100 messages / ~80,000 chars on PostgreSQL, 0 ms stub LLM over HTTP (its own process); "
+            f"{runs} runs x {per_run} jobs, per-run medians job {', '.join(f'{x:.1f}' for x in job_runs)} ms, "
+            f"floor {', '.join(f'{x:.1f}' for x in floor_runs)} ms, CPU {', '.join(f'{x:.1f}' for x in cpu_runs)} ms",
+            "job = the steps of the worker's compact_session: job row to running, running lease (Redis), lease keeper, "
+            "run_job (one checkpoint read, plan, prompt, LLM call through the fact guard, prepared result stored, "
+            "thread lock, a look-up of the latest checkpoint id (the thread is read again only if it changed), "
+            "fit, archive of the removed originals with offpath's record, patch from the read checkpoint, "
+            "usage row and job applied), hand-on of the lease",
+            "true floor = one checkpoint read (PostgresSaver.get_tuple), one checkpoint write (update_state "
+            "starting from that read), one usage row insert (SQLAlchemy), same drivers and pools",
+            f"CPU = the job's thread CPU time (time.thread_time); SQL statements on the usage database per job: "
+            f"{med(stmt_counts):.0f} (pools ping a connection only after 1 s idle)",
         ],
-        "the job reads the thread twice (once to plan, once under the lock to check the plan still fits), "
-        "calls the LLM and writes its job row three times (running, its result, applied); the second read is the "
-        "price of never losing a message to a concurrent turn",
+        f"the fact guard (issue 11: facts of the removed messages the summary missed are pinned) takes "
+        f"{guard:.0f} ms of CPU per job on these log-heavy threads (every log line holds numbers and ids); "
+        "without it, beyond the floor the job pays for the LLM client (openai SDK, ~3 ms CPU per call here), the archive of "
+        "the removed originals (invariant 12: one row per message, with its full text for search: most of the "
+        "wall-time gap, PostgreSQL's full-text index), the job row's transitions (running, prepared result, "
+        "applied) and the plan/prompt/fit passes over the thread (~2.5 ms)",
     )

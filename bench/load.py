@@ -273,6 +273,8 @@ def run(ctx: Context) -> Result:
             SUMMARIZATION_KEEP_CHARS=str(KEEP_CHARS),
             DATA_DIR=str(folder / "data"),
             LOG_LEVEL="INFO",
+            # no API keys: this counts wasted jobs, not authentication (API on 127.0.0.1)
+            AUTH_DISABLED="true",
         ),
     }
     for key in ("WORKER_POOL", "WORKER_CONCURRENCY", "JOB_LEASE_S", "RECONCILE_INTERVAL_S"):

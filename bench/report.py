@@ -51,6 +51,12 @@ def machine() -> list[str]:
     ]
 
 
+def order(r: Result) -> tuple[int, str]:
+    """Numbered benchmarks in their number's order ("10." after "9.")."""
+    number, dot, _ = r.name.partition(".")
+    return (int(number), r.name) if dot and number.isdigit() else (1_000, r.name)
+
+
 def mark(met: bool | None) -> str:
     return "met" if met else ("not judged" if met is None else "**missed**")
 
@@ -77,7 +83,7 @@ def render(
     results: list[Result], fault_run: faults.FaultRun | None, seconds: float, quick: bool
 ) -> str:
     """The whole of BENCHMARKS.md."""
-    results = sorted(results, key=lambda r: r.name)
+    results = sorted(results, key=order)
     lines = [
         "# Benchmarks",
         "",
@@ -97,7 +103,7 @@ def render(
 
 def render_partial(results: list[Result], fault_run: faults.FaultRun | None) -> str:
     """What a run of a subset (``--only``) prints instead of rewriting BENCHMARKS.md."""
-    results = sorted(results, key=lambda r: r.name)
+    results = sorted(results, key=order)
     lines: list[str] = []
     if results:
         lines += [*results_table(results), *details(results)]
