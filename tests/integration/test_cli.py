@@ -190,6 +190,12 @@ def test_wrong_format_flag_and_bad_settings_fail_cleanly(tmp_path):
     assert result.returncode == 1 and "cannot read /stats" in result.stderr
 
 
+def sigint_as_in_a_terminal() -> None:
+    """A terminal's foreground command gets SIGINT's default action; the suite may itself run
+    in a background job of a non-interactive shell, whose children inherit SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_demo_interrupted_with_ctrl_c_stops_everything_it_started():
     proc = subprocess.Popen(
         OFFPATH + ["demo"],
@@ -198,6 +204,7 @@ def test_demo_interrupted_with_ctrl_c_stops_everything_it_started():
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=sigint_as_in_a_terminal,
     )
     out = []
     for line in proc.stdout:
