@@ -29,6 +29,9 @@ from offpath.compaction.summary import is_summary, looks_like_instruction, summa
 PINNED_HEADING = "**Pinned facts**"
 #: Most chars of one pinned entry's quoted line.
 MAX_LINE_CHARS = 160
+#: Facts listed by value (after the quoted lines) need at least this score: stated by the
+#: agent, or recurring; a request id seen once in a log dump is left to ``recall``.
+LISTED_MIN_SCORE = 5
 
 # Kinds, most specific first: a span taken by one kind is not matched again by a later one.
 _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
@@ -231,8 +234,9 @@ def pin(
     facts of ``removed`` that neither the summary nor the ``kept`` messages contain, in at
     most ``max_chars`` chars (0: no section). In the first half of the budget each entry
     quotes the line a fact was found on (at most :data:`MAX_LINE_CHARS` chars), in
-    conversation order; then the remaining facts are listed by value, grouped by message
-    ("also in <id>: ..."). Every entry names its message, for ``recall``. Returns the text
+    conversation order; then the remaining facts the agent stated or that recur
+    (:data:`LISTED_MIN_SCORE`) are listed by value, grouped by message ("also in <id>:
+    ..."). Every entry names its message, for ``recall``. Returns the text
     and what was pinned; the text is unchanged when nothing is missing."""
     if max_chars <= 0:
         return summary_text, Pinned((), 0)
@@ -260,7 +264,7 @@ def pin(
     # the rest by value only, grouped by the message they came from, while the budget lasts
     named: dict[str, list[str]] = {}
     for fact in missing:
-        if fact.value in present:
+        if fact.value in present or fact.score < LISTED_MIN_SCORE:
             continue
         values = named.setdefault(fact.message_id, [])
         cost = len(fact.value) + 4 + (0 if values else len(fact.message_id) + 12)

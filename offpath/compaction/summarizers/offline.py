@@ -113,7 +113,8 @@ class OfflineSummarizer:
             else []
         )
         ruled += _ruled_out(fresh)
-        ruled_text = "; ".join(dict.fromkeys(ruled)) if ruled else "nothing ruled out yet"
+        ruled = [r.rstrip(".") for r in ruled]
+        ruled_text = "; ".join(dict.fromkeys(ruled)) + "." if ruled else "nothing ruled out yet"
 
         state = _current_state(fresh)
         while True:
