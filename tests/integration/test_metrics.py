@@ -9,6 +9,7 @@ import json
 import time
 import uuid
 from collections import Counter
+from datetime import datetime
 
 import httpx
 import sqlalchemy as sa
@@ -110,6 +111,20 @@ def test_metrics_of_api_and_worker_add_up_to_the_job_rows(stacks):
         worker, "offpath_compaction_lag_seconds_count"
     )
     assert lags == applied
+    # each lag runs from the crossing the post-turn hook saw (else from the queueing) to the
+    # patch: the histogram's sum is what the job rows say
+    spans = rows(
+        stack,
+        "SELECT created_at, crossed_at, updated_at FROM compaction_jobs WHERE status = 'applied'",
+    )
+    assert any(crossed is not None for _, crossed, _ in spans)  # the hook saw a crossing
+    expected = sum(
+        (_at(done) - _at(crossed or created)).total_seconds() for created, crossed, done in spans
+    )
+    observed = total(api, "offpath_compaction_lag_seconds_sum") + total(
+        worker, "offpath_compaction_lag_seconds_sum"
+    )
+    assert abs(observed - expected) < 0.01 * applied, (observed, expected)
     # the summarizer runs in the worker only: every call counted, with the LLM's tokens
     calls = total(worker, "offpath_summarizer_latency_seconds_count")
     assert calls >= applied and total(api, "offpath_summarizer_latency_seconds_count") == 0
@@ -123,6 +138,11 @@ def test_metrics_of_api_and_worker_add_up_to_the_job_rows(stacks):
     assert ("offpath_queue_depth", (("queue", stack.env["CELERY_QUEUE"]),)) in api
     assert total(api, "offpath_jobs_open", status="prepared") == by_status["prepared"]
     assert total(api, "offpath_jobs_open", status="queued") == 0
+
+
+def _at(value) -> datetime:
+    """A timestamp as SQLite hands it back (text, UTC)."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
 
 
 def _answers(url: str) -> bool:
