@@ -14,7 +14,7 @@ from datetime import datetime
 import httpx
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
-from stack import ROOT, Stack, free_port, wait_for
+from stack import REDIS_URL, ROOT, Stack, forget_broker_queue, free_port, wait_for
 
 from integration.test_service_pipeline import replay
 
@@ -150,3 +150,29 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_queue_depth_is_read_from_the_broker_at_scrape(tmp_path):
+    """``offpath_queue_depth`` counts the messages waiting in the Redis list kombu keeps the
+    queue in: three jobs sent to a queue no worker consumes."""
+    from celery import Celery
+
+    from offpath.compaction.settings import load_settings
+    from offpath.service.metrics import QueueCollector
+    from offpath.service.runtime import Client
+
+    queue = f"test-depth-{uuid.uuid4().hex[:8]}"
+    settings = load_settings(redis_url=REDIS_URL, celery_queue=queue, data_dir=str(tmp_path))
+    client = Client.open(settings)
+    app = Celery(broker=REDIS_URL)
+    try:
+        for i in range(3):
+            app.send_task("compact_session", args=[f"s{i}"], queue=queue)
+        found = {m.name: m for m in QueueCollector(client).collect()}
+        depth = found["offpath_queue_depth"].samples
+        assert [(s.labels, s.value) for s in depth] == [({"queue": queue}, 3.0)]
+        assert "offpath_jobs_open" not in found  # no usage tables here: left out, no error
+    finally:
+        app.close()
+        client.close()
+        forget_broker_queue({"REDIS_URL": REDIS_URL, "CELERY_QUEUE": queue})
