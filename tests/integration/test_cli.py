@@ -67,8 +67,8 @@ def test_demo_runs_to_the_end_and_leaves_no_process(broker):
 
 
 def test_demo_serve_keeps_the_dashboard_up_until_interrupted():
-    """`offpath demo --serve`: after its report the API (and /ui) stays up; SIGTERM, which the
-    demo takes as Ctrl-C, stops everything it started and exits 0."""
+    """`offpath demo --serve`: after its report the API (and /ui) stays up; Ctrl-C (SIGINT)
+    stops everything it started and exits 0."""
     import httpx
 
     env = {**os.environ, "COLUMNS": "200", "REDIS_URL": REDIS_URL}
@@ -80,6 +80,7 @@ def test_demo_serve_keeps_the_dashboard_up_until_interrupted():
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=sigint_as_in_a_terminal,
     )
     try:
         lines = []
@@ -93,7 +94,7 @@ def test_demo_serve_keeps_the_dashboard_up_until_interrupted():
         page = httpx.get(found.group(1), timeout=10)  # AUTH_DISABLED: no login
         assert page.status_code == 200 and 'data-stat="summary.jobs.applied"' in page.text
         assert children_of_demo()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
         rest = proc.stdout.read()
         assert proc.wait(timeout=60) == 0, rest
         assert "stopping the worker and the API" in rest
