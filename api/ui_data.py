@@ -26,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from langchain_core.messages import BaseMessage, messages_from_dict
 
-from offpath.compaction.accounting import content_text, message_chars, total_chars
+from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.summary import build_summary_message, is_summary, summary_meta
 from offpath.service import archive, db, usage
 from offpath.service.compactions import read_messages
@@ -147,14 +147,15 @@ def summary_chars(prepared: Mapping[str, Any]) -> int:
 
 
 def size_series(rt: Runtime, session_id: str) -> Series:
-    """A thread's size over time (chars), from its job rows and its checkpoint.
+    """A thread's size over time (chars), from its job rows and its ``sessions`` row (no
+    checkpoint is read: the dashboard polls this).
 
     The points: the session's start (empty, when its first writer took it); each job's
     size when it was queued (``chars_before``); for each applied compaction, two points at
     the time it was applied (its row's last update): the size just before, and that size
-    less the chars removed plus the summary's own; last, the thread's size now (its
-    checkpoint) at its last activity. Growth between points is drawn as a straight line:
-    only these sizes are known.
+    less the chars removed plus the summary's own; last, the thread's size after offpath's
+    last write to it, at its last activity. Growth between points is drawn as a straight
+    line: only these sizes are known.
 
     The size just before a compaction is not recorded; the chart takes the least it can
     have been: the largest of the size the job planned on (``prepared.total_chars``),
@@ -186,13 +187,12 @@ def size_series(rt: Runtime, session_id: str) -> Series:
         points.append((at, before, f"job {short} applied: at least"))
         points.append((at, after, f"job {short} applied: after"))
         known = after
-    started, last = activity_of(rt, session_id)
+    started, last, chars = activity_of(rt, session_id)
     if started is not None and (not points or started <= points[0][0]):
         points.insert(0, (started, 0, "session started"))
-    messages = thread_of(rt, session_id)
-    if messages and points:
+    if chars is not None and points:
         now = max(last or points[-1][0], points[-1][0])
-        points.append((now, total_chars(messages), "now"))
+        points.append((now, chars, "now"))
     return Series(session_id, points)
 
 
@@ -316,18 +316,21 @@ def thread_of(rt: Runtime, session_id: str) -> list[BaseMessage]:
     return read_messages(rt.checkpoints_for(url).saver, session_id) if url else []
 
 
-def activity_of(rt: Runtime, session_id: str) -> tuple[datetime | None, datetime | None]:
-    """When the session was created and last written to (its owner row; Nones for a thread
-    offpath does not own)."""
+def activity_of(
+    rt: Runtime, session_id: str
+) -> tuple[datetime | None, datetime | None, int | None]:
+    """When the session was created and last written to, and its size in chars after
+    offpath's last write to it (its ``sessions`` row: no checkpoint is read; Nones for a
+    thread offpath does not own)."""
     with rt.engine.connect() as conn:
         row = conn.execute(
-            sa.select(SESSIONS.c.created_at, SESSIONS.c.last_activity).where(
+            sa.select(SESSIONS.c.created_at, SESSIONS.c.last_activity, SESSIONS.c.chars).where(
                 SESSIONS.c.session_id == session_id
             )
         ).first()
     if row is None:
-        return None, None
-    return _utc(row.created_at), _utc(row.last_activity)
+        return None, None, None
+    return _utc(row.created_at), _utc(row.last_activity), row.chars
 
 
 # --- one session ----------------------------------------------------------------------

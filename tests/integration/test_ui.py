@@ -272,7 +272,12 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
     page.goto(f"{stack.url}/ui")
     failure = page.locator(f'tr.failure[data-job-id="{failed["job_id"]}"]')
     assert failed["reason_code"] and failed["reason_code"] in failure.inner_text()
-    assert page.locator(f'svg.chart g.series[data-session="{session}"] polyline').count() == 1
+    series = page.locator(f'svg.chart g.series[data-session="{session}"]')
+    assert series.locator("polyline").count() == 1
+    dots = series.locator("circle title").evaluate_all("els => els.map(e => e.textContent)")
+    applied = [j for j in stack.jobs(session) if j["status"] == "applied"]
+    assert sum(t.endswith("applied: after") for t in dots) == len(applied) > 0
+    assert dots[-1] == f"{session}: {stack.session(session)['chars']:,} chars now", dots
     page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
 
     # --- the sessions list: searchable by id, sortable -----------------------------------------
