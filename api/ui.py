@@ -31,6 +31,7 @@ from api import ui_data
 from api.deps import KEY_COOKIE, UI_HEADER, SessionId, check_readable, principal, rt_of
 from api.stats import Since, parse_since
 from offpath.compaction.accounting import total_chars
+from offpath.service import usage
 from offpath.service.tenants import Principal, principal_of
 from offpath.service.usage import BadCursor
 
@@ -275,7 +276,10 @@ def session_context(request: Request, caller: Principal, session_id: str) -> dic
     items = ui_data.thread_items(messages)
     summaries = [i["id"] for i in items if i["summary"]]
     originals, archived = ui_data.originals_by_summary(rt, session_id, summaries)
+    stats = usage.stats(rt.engine, session_id=session_id)  # GET /sessions/{id}/stats's
     return {
+        "stats": stats,
+        "saved": ui_data.session_widgets(stats),
         "session_id": session_id,
         "items": items,
         "originals": originals,

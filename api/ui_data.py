@@ -116,6 +116,27 @@ def widgets(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+#: The figures a session's page shows from ``GET /sessions/{id}/stats``: (path, label, unit).
+SESSION_WIDGETS: tuple[tuple[str, str, str], ...] = (
+    ("summary.total_chars_compacted", "chars compacted", "chars"),
+    ("summary.approx_tokens_saved", "~tokens saved", "chars / 4"),
+    ("summary.lag_ms.p50", "compaction lag p50", "ms"),
+    ("summary.summarizer_latency_ms.p50", "summarizer latency p50", "ms"),
+    ("summary.jobs.failed", "jobs failed", ""),
+)
+
+
+def session_widgets(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """:data:`SESSION_WIDGETS` of one session's ``/stats`` body, as :func:`widgets` makes
+    them (those missing from the body left out)."""
+    flat = flatten(body)
+    return [
+        {"path": path, "label": label, "unit": unit, "value": flat[path], "text": fmt(flat[path])}
+        for path, label, unit in SESSION_WIDGETS
+        if path in flat
+    ]
+
+
 def _owned(caller: Principal, column: Any) -> Any:
     """A WHERE clause: ``column`` (a session id) is one of the caller's (True for an admin)."""
     if caller.admin:

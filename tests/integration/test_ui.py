@@ -306,6 +306,13 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
     posted = {m["id"]: m for m in doc["messages"]}
     removed = [i for i in posted if i not in {m["id"] for m in thread}]
     assert removed, "the replay compacted nothing"
+    # its figures are GET /sessions/{id}/stats's
+    figures_here = flatten(stack.http.get(f"/sessions/{session}/stats").json())
+    here = page.eval_on_selector_all(
+        "[data-region=header] [data-stat]", "els => els.map(e => [e.dataset.stat, e.dataset.value])"
+    )
+    assert {p for p, _ in here} >= {"summary.total_chars_compacted", "summary.jobs.failed"}
+    assert all(json.loads(v) == figures_here[p] for p, v in here), (here, figures_here)
     summary = page.locator("[data-region=thread] > article.msg.summary")
     assert summary.count() == 1
     assert "[Context from earlier in this session, summarized]" in summary.inner_text()
