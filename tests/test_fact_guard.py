@@ -287,3 +287,30 @@ def test_case_facts_survive_a_generic_summary(path):
     bare = compact(thread, settings, GuardedSummarizer(Generic(), 0))
     text = "\n".join(render_content(m.content) for m in add_messages(thread, bare.patch))
     assert [f for f in facts if f not in text] == facts
+
+
+def test_pinned_facts_carried_through_a_second_compaction_keep_their_source():
+    """Re-summarizing a summary pins its facts again as the original line and message id,
+    not as a quote of the earlier entry (they used to nest: - `- '...` (summary id))."""
+    from offpath.compaction.summary import build_summary_message
+
+    removed = [
+        ToolMessage(
+            id="t1", content="ledger-db-3 returned ERR-5012 at 10:31:07Z", tool_call_id="c"
+        ),
+        AIMessage(id="a1", content="The culprit is ledger-db-3 (INC-4821)."),
+    ]
+    first, _ = pin("s", removed, 2_000)
+    summary = build_summary_message(
+        message_id="t1",
+        summary_text=first,
+        replaced_ids=["t1", "a1"],
+        replaced_chars=100,
+        summarizer="generic",
+        compactions=1,
+        request=None,
+    )
+    second, _ = pin("s2", [summary], 2_000)
+    section = second.split(PINNED_HEADING, 1)[1]
+    assert "- `- " not in section and "'- " not in section
+    assert "ERR-5012" in section and "(t1)" in section and "INC-4821" in section

@@ -155,29 +155,42 @@ def _is_name(value: str) -> bool:
     return any(w in _SERVICE_PARTS for w in _WORDS.findall(value.lower()))
 
 
-def _lines(message: BaseMessage) -> Iterable[tuple[str, bool]]:
-    """``(line, stated)`` for each line of a message worth reading for facts; ``stated``: the
-    agent's own words or actions (its text, its tool-call arguments)."""
+#: An entry of an earlier summary's Pinned facts: a quoted line, or values by message.
+_QUOTED = re.compile(r"^- `(?P<line>.*)` \((?P<id>[^()\s]+)\)$")
+_LISTED = re.compile(r"^- also in (?P<id>\S+): (?P<values>.*)$")
+
+
+def _lines(message: BaseMessage) -> Iterable[tuple[str, bool, str]]:
+    """``(line, stated, message_id)`` for each line of a message worth reading for facts;
+    ``stated``: the agent's own words or actions (its text, its tool-call arguments). An
+    earlier summary's pinned entries are read as the line they quote and the message they
+    name, so that a fact pinned again keeps its source and is not quoted twice over."""
     from offpath.compaction.prompt import render_content
 
+    mid = str(message.id)
     if is_summary(message):
-        body = summary_body(message)
+        body, _, pinned = summary_body(message).partition(PINNED_HEADING)
         for line in body.splitlines():
-            yield line, True  # an earlier summary is what the agent concluded before
+            yield line, True, mid  # an earlier summary is what the agent concluded before
+        for line in pinned.splitlines()[1:]:
+            if quoted := _QUOTED.match(line.strip()):
+                yield quoted["line"], True, quoted["id"]
+            elif listed := _LISTED.match(line.strip()):
+                yield listed["values"].replace("`", ""), True, listed["id"]
         return
     stated = message.type == "ai"
     for line in render_content(message.content).splitlines():
-        yield line, stated
+        yield line, stated, mid
     for call in getattr(message, "tool_calls", None) or []:
         # the call with the first line of each argument is the agent's action (stated); the
         # rest of a multi-line argument (a heredoc, a file's new content) is data it wrote
         args = call.get("args") or {}
         heads = {k: v.split("\n", 1)[0] if isinstance(v, str) else v for k, v in args.items()}
-        yield f"{call.get('name')}({json.dumps(heads, ensure_ascii=False, default=str)})", True
+        yield f"{call.get('name')}({json.dumps(heads, ensure_ascii=False, default=str)})", True, mid
         for value in args.values():
             if isinstance(value, str) and "\n" in value:
                 for line in value.split("\n")[1:]:
-                    yield line, False
+                    yield line, False, mid
 
 
 def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
@@ -188,8 +201,7 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     """
     facts: dict[str, Fact] = {}
     for m in messages:
-        mid = str(m.id)
-        for line, stated in _lines(m):
+        for line, stated, mid in _lines(m):
             if not line.strip() or looks_like_instruction(line):
                 continue
             for value, kind, offset in find(line):
