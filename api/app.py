@@ -80,7 +80,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        rt = Runtime.open(settings, publish=publish)
+        rt = Runtime.open(settings, publish=publish, check_connections=True)
         rt.graph  # noqa: B018 - build the agent now: a bad AGENT_TOOLS fails start-up
         warn_if_redis_down(rt)
         if settings.auth_disabled:

@@ -146,10 +146,16 @@ class Preloaded(BaseCheckpointSaver):
         return self.saver.get_next_version(current, channel)
 
 
-def open_checkpoints(settings: Settings) -> Checkpoints:
-    """Open the checkpointer the settings ask for and make sure its tables exist."""
+def open_checkpoints(settings: Settings, *, check_every_checkout: bool = False) -> Checkpoints:
+    """Open the checkpointer the settings ask for and make sure its tables exist.
+    ``check_every_checkout``: psycopg_pool checks each connection it hands out (the API),
+    not only those idle over :data:`IDLE_CHECK_S` (the worker)."""
     if is_postgres(settings):
-        return _postgres(postgres_conninfo(settings), max(4, min(settings.worker_concurrency, 20)))
+        return _postgres(
+            postgres_conninfo(settings),
+            max(4, min(settings.worker_concurrency, 20)),
+            check_every_checkout,
+        )
     return _sqlite(Path(settings.data_dir) / "checkpoints.db")
 
 
@@ -188,7 +194,7 @@ def _check_when_idle(conn: Any) -> None:
         ConnectionPool.check_connection(conn)
 
 
-def _postgres(conninfo: str, pool_size: int) -> Checkpoints:
+def _postgres(conninfo: str, pool_size: int, check_every_checkout: bool = False) -> Checkpoints:
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
@@ -199,7 +205,7 @@ def _postgres(conninfo: str, pool_size: int) -> Checkpoints:
         max_size=pool_size,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
         open=True,
-        check=_check_when_idle,
+        check=ConnectionPool.check_connection if check_every_checkout else _check_when_idle,
         reset=_stamp_idle,
     )
     saver = PostgresSaver(pool)  # type: ignore[arg-type]

@@ -134,8 +134,12 @@ def sqlalchemy_url(settings: Settings) -> str:
     return url
 
 
-def make_engine(settings: Settings) -> Engine:
-    """An engine for the usage tables; SQLite gets WAL and a busy timeout."""
+def make_engine(settings: Settings, *, ping_every_checkout: bool = False) -> Engine:
+    """An engine for the usage tables; SQLite gets WAL and a busy timeout. PostgreSQL
+    connections are pinged at checkout when idle over :data:`IDLE_PING_S` (the worker's
+    jobs), or at every checkout with ``ping_every_checkout`` (SQLAlchemy's
+    ``pool_pre_ping``: the API, whose reads must not answer 500 once after a database
+    restart or a dropped connection)."""
     url = sqlalchemy_url(settings)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
@@ -148,8 +152,9 @@ def make_engine(settings: Settings) -> Engine:
             cur.close()
 
         return engine
-    engine = create_engine(url, pool_size=5, max_overflow=10)
-    _ping_when_idle(engine)
+    engine = create_engine(url, pool_size=5, max_overflow=10, pool_pre_ping=ping_every_checkout)
+    if not ping_every_checkout:
+        _ping_when_idle(engine)
     return engine
 
 

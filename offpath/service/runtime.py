@@ -148,12 +148,20 @@ class Runtime(Client):
 
     @classmethod
     def open(  # type: ignore[override]
-        cls, settings: Settings, *, run_migrations: bool = True, publish: Publisher | None = None
+        cls,
+        settings: Settings,
+        *,
+        run_migrations: bool = True,
+        publish: Publisher | None = None,
+        check_connections: bool = False,
     ) -> Runtime:
+        """``check_connections``: check every pooled PostgreSQL connection before use (the
+        API: no request fails on a connection the database dropped); else only those idle
+        for a while (the worker: a failed statement there is retried with the job)."""
         if run_migrations:
             migrate(settings)
-        checkpoints = open_checkpoints(settings)
-        engine = make_engine(settings)
+        checkpoints = open_checkpoints(settings, check_every_checkout=check_connections)
+        engine = make_engine(settings, ping_every_checkout=check_connections)
         leases, conn = _leases(settings, engine)
         locks: Locks
         if conn is None:
