@@ -146,12 +146,13 @@ def check_threads(
     settings: Any, clients: list[Client], engine: Any
 ) -> tuple[dict[str, list[str]], Counter[str]]:
     """Per session, what is wrong with its thread (empty: consistent): more than one summary,
-    a summary not first, a posted message neither in the thread nor replaced by a summary
-    of the thread's history, usage rows not one per applied job. Also counts where the
+    a summary not first, a posted message neither in the thread nor archived by a compaction
+    (nor listed by a summary of the thread's history), usage rows not one per applied job. Also counts where the
     posted messages are (``kept``, ``replaced``, ``lost``)."""
     import sqlalchemy as sa
 
     from offpath.compaction.summary import is_summary, summary_meta
+    from offpath.service import archive
     from offpath.service.agent import thread_config
     from offpath.service.runtime import Runtime
 
@@ -187,10 +188,11 @@ def check_threads(
                 wrong.append(f"{len(summaries)} summaries")
             if summaries and not is_summary(final[0]):
                 wrong.append("the summary is not first")
-            # every summary the thread ever held, from its checkpoint history: a summary
-            # folds the previous one in, so a message replaced by an earlier compaction is
-            # listed by that compaction's summary
-            replaced: set[str] = set()
+            # what compactions replaced: the archive holds each removed original (invariant
+            # 12; the checkpoint history is pruned to CHECKPOINT_HISTORY), and the summaries
+            # of the history that is left list the ids they replaced
+            rows, _ = archive.read(engine, c.session_id, limit=1_000_000)
+            replaced: set[str] = {str(r["message_id"]) for r in rows}
             seen: set[tuple[str | None, Any]] = set()
             for snapshot in rt.graph.get_state_history(config):
                 for m in snapshot.values.get("messages", []):
@@ -393,7 +395,7 @@ def run(ctx: Context) -> Result:
             + "; ".join(f"{r['job_id'][:8]} {r['status']}" for r in open_rows[:5])
         ),
         f"threads consistent: {consistent}/{sessions} (at most one summary, and first; every posted message "
-        "still in the thread or replaced by a summary of the thread's checkpoint history; one usage row per "
+        "still in the thread or archived by an applied compaction (invariant 12); one usage row per "
         f"applied job); of {sum(where.values())} posted messages, {where['kept']} are in the threads, "
         f"{where['replaced']} were replaced by summaries, {where['lost']} lost"
         + (

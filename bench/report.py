@@ -13,6 +13,10 @@ from pathlib import Path
 from bench import faults
 from bench.common import ROOT, Result
 
+#: The host's load when the run started (this module is imported then): other work on the
+#: host skews every figure, so the report says how busy it was.
+LOAD_AT_START = os.getloadavg()
+
 PACKAGES = (
     "celery",
     "kombu",
@@ -48,6 +52,10 @@ def machine() -> list[str]:
         f"- machine: {cpu}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.system()} {platform.release()}",
         f"- Python {platform.python_version()}; {versions}",
         f"- {pg}; {rs}",
+        "- load average (1, 5, 15 min) when the run started: "
+        + ", ".join(f"{x:.1f}" for x in LOAD_AT_START)
+        + f"; at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+        f"({os.cpu_count()} cores; above that, other work shared the CPU)",
     ]
 
 
