@@ -97,7 +97,7 @@ def render(
         "",
         "Written by `make bench` (`python -m bench`); do not edit by hand. Figures are medians of at least",
         "5 runs unless a section says otherwise; ratios are measured side by side in the same run.",
-        "Targets come from issues 5, 8 and 9.",
+        "Targets come from issues 5, 8, 9, 11 and 13.",
         "",
         *machine(),
         f"- whole run: {seconds / 60:.1f} min" + (" (`--quick`: a smoke run)" if quick else ""),
