@@ -284,6 +284,15 @@ def run(ctx: Context | None = None) -> Result:
         if t.lost and lb != BASELINE
     ]
     met = all(s >= TARGET for lb, s in shares.items() if lb != BASELINE)
+    from offpath.compaction.settings import get_settings
+
+    configured = get_settings()
+    llm_line = (
+        f"llm: the configured endpoint, {configured.openai_base_url or 'api.openai.com'} "
+        f"({configured.summarization_model}); under make bench that is the benchmarks' stub LLM"
+        if "llm" in tallies
+        else "llm: none configured (set OPENAI_API_KEY / OPENAI_BASE_URL to measure one)"
+    )
     missing_llm = "llm" not in tallies
     return Result(
         "10. Summary fidelity",
@@ -297,6 +306,7 @@ def run(ctx: Context | None = None) -> Result:
             "kept when their text is in the final thread",
             "each thread replayed turn by turn through planner, prompt, summarizer, fact guard and "
             "patch, compacting whenever over its threshold (the case's settings, else the defaults)",
+            llm_line,
             f"'{BASELINE}': the generic stub with SUMMARY_PINNED_MAX_CHARS=0, not judged: what "
             "the guard lifts",
             "probes judged by exact match (no LLM judge configured), answered from the compacted "
