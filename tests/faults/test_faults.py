@@ -180,13 +180,16 @@ def test_a_turn_after_a_worker_died_queues_a_new_job_once_the_lease_lapsed(stack
 def test_a_slow_summary_never_starts_a_second_job(stacks, stub):
     """Issue 8, item 2: a summary held for three lease lengths, turns coming meanwhile: the
     running job's lease is renewed, never taken over: one job, one summarizer call."""
-    stack = stacks.get("postgres", **{**FAST, "SUMMARIZATION_TIMEOUT_S": "30"})
+    held = 3 * LEASE_S + RECONCILE_S
+    # the LLM client waits longer than the summary is held, and does not retry: one call
+    llm = {"SUMMARIZATION_TIMEOUT_S": str(held + 30), "SUMMARIZATION_MAX_RETRIES": "0"}
+    stack = stacks.get("postgres", **{**FAST, **llm})
     doc = case_doc()
     session = f"slow-{uuid.uuid4().hex[:6]}"
     stub.state.gate.clear()
     post_all(stack, session, doc)
     wait_for(lambda: stub.state.requests, timeout=20)
-    deadline = time.monotonic() + 3 * LEASE_S + RECONCILE_S
+    deadline = time.monotonic() + held
     i = 0
     while time.monotonic() < deadline:
         turn = [{"type": "human", "content": f"still there? {i}"}, {"type": "ai", "content": "yes"}]
@@ -324,7 +327,10 @@ def test_a_failing_llm_backs_off_per_thread(stacks, stub):
     assert body["backoff"]["failures_in_a_row"] == 1 and body["backoff"]["seconds"] == 6
     assert len(stub.state.requests) == calls
     # after the backoff, the reconciler queues the thread again, with no new turn
-    jobs = wait_for(lambda: len(stack.jobs(session)) >= 2 and stack.jobs(session), timeout=30)
+    jobs = wait_for(
+        lambda: len(stack.jobs(session)) >= 2 and stack.jobs(session),
+        timeout=6 + 2 * RECONCILE_S + 20,  # the backoff, then at most two reconciler passes
+    )
     stack.settle(session, False, 0)
     assert jobs[1]["status"] in ("queued", "running", "failed")
     body = stack.http.get(f"/sessions/{session}/compactions").json()
