@@ -233,8 +233,9 @@ def run(ctx: Context | None = None) -> Result:
         migrate(settings)
         engine = make_engine(settings)
         tallies: dict[str, dict[str, Tally]] = {}
-        runs = [(label, inner, True) for label, inner in summarizers().items()]
-        runs.append((BASELINE, summarizers()["generic"], False))
+        chosen = summarizers()
+        runs = [(label, inner, True) for label, inner in chosen.items()]
+        runs.append((BASELINE, chosen["generic"], False))
         for label, inner, guard in runs:
             tallies[label] = {
                 name: replay(name.split()[-1], doc, inner, engine, guard)

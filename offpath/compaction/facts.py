@@ -94,6 +94,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         2,
     ),
 )
+_WEIGHT = {kind: weight for kind, _, weight in _KINDS}
 #: An identifier without digits is a fact only with one of these parts (a service's usual
 #: names) or at least two separators; ``read-only`` and ``well-known`` are words, not names.
 _SERVICE_PARTS = frozenset(
@@ -122,8 +123,7 @@ class Fact:
     @property
     def score(self) -> int:
         """Higher first: kind weight, +3 if the agent stated it, + up to 3 for recurrence."""
-        weight = next(w for k, _, w in _KINDS if k == self.kind)
-        return weight + 3 * self.stated + min(self.messages - 1, 3)
+        return _WEIGHT[self.kind] + 3 * self.stated + min(self.messages - 1, 3)
 
 
 def find(text: str) -> list[tuple[str, str, int]]:
