@@ -23,7 +23,12 @@ from dataclasses import dataclass, field
 
 from langchain_core.messages import BaseMessage
 
-from offpath.compaction.summary import is_summary, looks_like_instruction, summary_body
+from offpath.compaction.summary import (
+    is_summary,
+    looks_like_instruction,
+    may_hold_instruction,
+    summary_body,
+)
 
 #: The heading of the section the guard appends (after the seed's four).
 PINNED_HEADING = "**Pinned facts**"
@@ -34,63 +39,78 @@ MAX_LINE_CHARS = 160
 LISTED_MIN_SCORE = 5
 
 # Kinds, most specific first: a span taken by one kind is not matched again by a later one.
+# A kind may have several patterns (tried in turn). Each pattern opens with the char class
+# of its first char and checks the char before it by a look-behind *after* that char
+# (``\d(?<!\w\d)`` rather than ``\b\d``): the regex engine then skips, in C, every position
+# whose char cannot start a fact (issue 13: the guard's scan was most of a job's CPU).
+_UNITS = (
+    r"(?:ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|%|[KMGT]i?B?|"
+    r"[KMGT]iB|bytes?|cores?|nanocores|millicores|m?cpus?|req/s|rps|qps|ops/s|conns?|connections)"
+)
 _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
     ("url", re.compile(r"https?://[^\s'\"<>()\[\]{}`]+[^\s'\"<>()\[\]{}`.,;:!?]"), 3),
     (
         "timestamp",
         re.compile(
-            r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"
-            r"|\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?Z?\b|\b\d{1,2}:\d{2}Z?(?= ?(?:UTC|GMT|Z)\b)"
+            r"\d(?<!\w\d)(?:\d{3}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?"
+            r"(?:Z|[+-]\d{2}:?\d{2})?)?"
+            r"|\d?:\d{2}:\d{2}(?:\.\d+)?Z?\b|\d?:\d{2}Z?(?= ?(?:UTC|GMT|Z)\b))"
         ),
         2,
     ),
     (
-        "path",
+        "path",  # absolute or relative to ~, . or ..: two segments at least
         re.compile(
-            r"(?<![\w/.~-])(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?"
-            r"|\b[\w.-]+(?:/[\w.@+-]+)+\.[A-Za-z][\w]{0,5}\b"
+            r"(?:~/(?<![\w/.~-]~/)|\.\./(?<![\w/.~-]\.\./)|\./(?<![\w/.~-]\./)|/(?<![\w/.~-]/))"
+            r"[\w.@+-]++(?:/[\w.@+-]++)+/?"
         ),
         3,
     ),
-    ("ticket", re.compile(r"(?<![\w.-])[A-Z][A-Z0-9]{1,9}-\d{1,7}(?![\w.-])"), 3),
+    ("path", re.compile(r"\w(?<!\w\w)[\w.-]*+(?:/[\w.@+-]+)+\.[A-Za-z]\w{0,5}\b"), 3),  # a/b.py
+    ("ticket", re.compile(r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]{1,9}-\d{1,7}(?![\w.-])"), 3),
     (
         "trace_id",
-        re.compile(r"\b(?:trace|span|request|correlation)[_-]?id[=: ]+([\w-]{6,})", re.IGNORECASE),
+        re.compile(
+            r"[TtSsRrCc](?<!\w[TtSsRrCc])(?i:(?<=t)race|(?<=s)pan|(?<=r)equest|(?<=c)orrelation)"
+            r"[_-]?(?i:id)[=: ]+([\w-]{6,})"
+        ),
         3,
     ),
     (
-        "sha",
+        "sha",  # 7-40 hex chars with a letter and a digit among them
         re.compile(
-            r"(?<![\w.-])(?=[0-9a-f]{0,39}[a-f])(?=[0-9a-f]{0,39}\d)[0-9a-f]{7,40}(?![\w.-])"
+            r"[0-9a-f](?<![\w.-][0-9a-f])(?=[0-9a-f]{6})(?:(?<=[a-f])|(?=[0-9a-f]{0,38}[a-f]))"
+            r"(?:(?<=\d)|(?=[0-9a-f]{0,38}\d))[0-9a-f]{6,39}(?![\w.-])"
         ),
         3,
     ),
     (
         "error_code",
         re.compile(
-            r"\b(?:HTTP|status|code|exit code|exit status)[=: ]+\d{3}\b"
-            r"|\b[45]\d\ds?(?= (?:errors?|responses?|status|Bad|Service|Gateway|Internal|Not Found|"
-            r"Forbidden|Unauthorized|Too Many)\b)"
-            r"|\b[A-Z][A-Za-z]*(?:Error|Exception|BackOff|Killed|Failure|Timeout)\b"
-            r"|\bE(?:CONNREFUSED|CONNRESET|CONNABORTED|TIMEDOUT|HOSTUNREACH|NETUNREACH|ADDRINUSE|"
-            r"ACCES|PERM|PIPE|AGAIN|NOENT|NOSPC|MFILE|NOTFOUND|NOMEM|AI_AGAIN)\b"
-            r"|\b(?:ERR|ORA|SQLSTATE|E)[-_ ]?\d{3,5}\b"
+            r"[HsceE45A-Z](?<!\w.)(?:(?<=H)TTP[=: ]+\d{3}\b|(?<=s)tatus[=: ]+\d{3}\b"
+            r"|(?<=c)ode[=: ]+\d{3}\b|(?<=e)xit (?:code|status)[=: ]+\d{3}\b"
+            r"|(?<=[45])\d\ds?(?= (?:errors?|responses?|status|Bad|Service|Gateway|Internal|"
+            r"Not Found|Forbidden|Unauthorized|Too Many)\b)"
+            r"|(?<=[A-Z])[A-Za-z]*+(?:(?<=[A-Za-z]Error)|(?<=[A-Za-z]Exception)"
+            r"|(?<=[A-Za-z]BackOff)|(?<=[A-Za-z]Killed)|(?<=[A-Za-z]Failure)"
+            r"|(?<=[A-Za-z]Timeout))\b"
+            r"|(?<=E)(?:CONNREFUSED|CONNRESET|CONNABORTED|TIMEDOUT|HOSTUNREACH|NETUNREACH|"
+            r"ADDRINUSE|ACCES|PERM|PIPE|AGAIN|NOENT|NOSPC|MFILE|NOTFOUND|NOMEM|AI_AGAIN)\b"
+            r"|(?:(?<=E)(?:RR)?|(?<=O)RA|(?<=S)QLSTATE)[-_ ]?\d{3,5}\b)"
         ),
         3,
     ),
     (
-        "quantity",
+        "quantity",  # a number with a unit, or a ratio n/m
         re.compile(
-            r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|"
-            r"h|hrs?|hours?|days?|%|[KMGT]i?B?|[KMGT]iB|bytes?|cores?|nanocores|millicores|"
-            r"m?cpus?|req/s|rps|qps|ops/s|conns?|connections)(?![\w/])"
-            r"|(?<![\w./])\d+/\d+(?![\w/.])"
+            r"\d(?:(?<![\w.]\d)[\d,]*+(?:\.\d+)?\s?" + _UNITS + r"(?![\w/])"
+            r"|(?<![\w./]\d)\d*+/\d+(?![\w/.]))"
         ),
         2,
     ),
     (
         "identifier",
-        re.compile(r"(?<![\w./-])[A-Za-z][\w]*(?:[-.:][\w]+)+(?![\w/-])"),
+        re.compile(r"[A-Za-z](?<![\w./-][A-Za-z])\w*+(?:[-.:]\w+)+(?![\w/-])"),
         2,
     ),
 )
@@ -104,6 +124,7 @@ _SERVICE_PARTS = frozenset(
     "nginx envoy istio etcd coredns kube".split()
 )
 _WORDS = re.compile(r"[a-z]+")
+_DIGIT = re.compile(r"\d")
 
 
 @dataclass(slots=True)
@@ -149,9 +170,9 @@ def find(text: str) -> list[tuple[str, str, int]]:
 
 
 def _is_name(value: str) -> bool:
-    if any(c.isdigit() for c in value):
+    if _DIGIT.search(value):
         return len(value) >= 4
-    if sum(value.count(c) for c in "-.:") >= 2:
+    if value.count("-") + value.count(".") + value.count(":") >= 2:
         return not value.endswith((".py", ".md")) or "/" in value
     return any(w in _SERVICE_PARTS for w in _WORDS.findall(value.lower()))
 
@@ -201,15 +222,18 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     for m in messages:
         for text, stated, mid in _blocks(m):
             instruction: dict[int, bool] = {}  # line start -> the line reads as one
+            test_lines = may_hold_instruction(text)
             for value, kind, offset in find(text):
-                start = text.rfind("\n", 0, offset) + 1
-                end = text.find("\n", offset)
-                line = text[start : end if end >= 0 else len(text)]
-                if start not in instruction:
-                    instruction[start] = looks_like_instruction(line)
-                if instruction[start]:
-                    continue
                 fact = facts.get(value)
+                if fact is None or test_lines:  # the line is needed (most values recur)
+                    start = text.rfind("\n", 0, offset) + 1
+                    end = text.find("\n", offset)
+                    line = text[start : end if end >= 0 else len(text)]
+                    if test_lines:
+                        if start not in instruction:
+                            instruction[start] = looks_like_instruction(line)
+                        if instruction[start]:
+                            continue
                 if fact is None:
                     fact = facts[value] = Fact(
                         value, kind, mid, _around(line, offset - start, value), order=len(facts)
@@ -262,33 +286,43 @@ def pin(
     header = f"\n\n{PINNED_HEADING} (verbatim from the summarized messages; `recall` finds them):"
     budget = max_chars - len(header)
     position = {str(m.id): i for i, m in enumerate(removed)}
-    missing = [fact for fact in rank(extract(removed)) if fact.value not in present]
+    ranked = rank(extract(removed))
+    absent: dict[str, bool] = {}  # value -> not in the summary nor the keep window
+
+    def missing(fact: Fact) -> bool:
+        # tested only for a fact that would fit the budget left: the summary and the keep
+        # window are tens of thousands of chars, a thread's facts hundreds (issue 13)
+        if fact.value not in absent:
+            absent[fact.value] = fact.value not in present
+        return absent[fact.value]
+
+    pinned = ""  # the lines quoted and the values listed so far
     # the highest-ranked facts with the line they were found on, in up to half the budget
     quoted: list[tuple[int, int, str]] = []
     room = budget // 2
-    for fact in missing:
-        if fact.value in present:  # on a line quoted for an earlier fact
+    for fact in ranked:
+        if fact.value in pinned:  # on a line quoted for an earlier fact
             continue
         line = fact.line.replace("`", "'")
         entry = f"\n- `{line}` ({fact.message_id})"
-        if len(entry) > room:
+        if len(entry) > room or not missing(fact):
             continue
         quoted.append((position.get(fact.message_id, 0), fact.order, entry))
         room -= len(entry)
-        present += "\n" + fact.line
+        pinned += "\n" + fact.line
     budget -= budget // 2 - room
     # the rest by value only, grouped by the message they came from, while the budget lasts
     named: dict[str, list[str]] = {}
-    for fact in missing:
-        if fact.value in present or fact.score < LISTED_MIN_SCORE:
+    for fact in ranked:
+        if fact.score < LISTED_MIN_SCORE or fact.value in pinned:
             continue
         values = named.setdefault(fact.message_id, [])
         cost = len(fact.value) + 4 + (0 if values else len(fact.message_id) + 12)
-        if cost > budget:
+        if cost > budget or not missing(fact):
             continue
         values.append(fact.value.replace("`", "'"))
         budget -= cost
-        present += "\n" + fact.value
+        pinned += "\n" + fact.value
     listed = [
         (position.get(mid, 0), 0, f"\n- also in {mid}: " + ", ".join(f"`{v}`" for v in values))
         for mid, values in named.items()
@@ -297,7 +331,7 @@ def pin(
     if not quoted and not listed:
         return summary_text, Pinned((), 0)
     ordered = tuple(entry for *_, entry in sorted(quoted)) + tuple(e for *_, e in sorted(listed))
-    covered = sum(fact.value in present for fact in missing)
+    covered = sum(fact.value in pinned and missing(fact) for fact in ranked)
     return summary_text.rstrip() + header + "".join(ordered), Pinned(ordered, covered)
 
 

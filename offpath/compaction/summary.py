@@ -75,9 +75,27 @@ def template_problem(text: str) -> str | None:
     return None
 
 
+#: Every alternative of :data:`_INSTRUCTION` holds one of these (case-folded): a text with
+#: none of them holds no instruction, found with C substring scans instead of the regex
+#: (issue 13: the fact guard tests each line that holds a fact).
+_INSTRUCTION_WORDS = (
+    "ignor", "disregard", "forget", "overrid", "you are now", "act as", "new instruction",
+    "system", "operator", "admin", "developer", "priority", "assistant", "im_",
+)  # fmt: skip
+
+
+def may_hold_instruction(text: str) -> bool:
+    """False when no line of ``text`` can look like an instruction (none of the words the
+    wording needs is in it, in any case); True means: test the lines."""
+    folded = text.casefold()
+    if "\u0131" in folded or "\u0307" in folded:  # dotless i, and İ folded to i + dot above:
+        folded = folded.replace("\u0131", "i").replace("i\u0307", "i")  # the regex takes both
+    return any(word in folded for word in _INSTRUCTION_WORDS)
+
+
 def looks_like_instruction(line: str) -> bool:
     """The line addresses an assistant (an injected instruction), by its wording."""
-    return bool(_INSTRUCTION.search(line))
+    return may_hold_instruction(line) and bool(_INSTRUCTION.search(line))
 
 
 def strip_instructions(text: str) -> tuple[str, int]:
