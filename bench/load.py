@@ -52,6 +52,9 @@ LLM_DELAY_S = 1.0
 #: Target (issue 8, item 7): at most this share of the jobs skipped as ``under_threshold``.
 TARGET_SHARE = 0.05
 FINAL = ("applied", "skipped", "failed")
+#: At rest as well: a summary prepared early, waiting for its thread to cross the threshold
+#: (a thread that stopped between the prepare floor and the threshold keeps it).
+SETTLED = (*FINAL, "prepared")
 
 
 @dataclass
@@ -118,7 +121,7 @@ def drive(url: str, sessions: int, seconds: float) -> tuple[list[Client], float]
 def settle(
     engine: Any, sids: list[str], quiet_s: float, timeout: float
 ) -> tuple[list[dict[str, Any]], float]:
-    """Wait until every job row of ``sids`` is final and no row appeared or changed for
+    """Wait until every job row of ``sids`` is final (or prepared, at rest) and no row appeared or changed for
     ``quiet_s`` (the reconciler may still queue a thread); return the rows (open ones too,
     after ``timeout``) and when they last changed (monotonic)."""
     import sqlalchemy as sa
@@ -136,7 +139,7 @@ def settle(
         snapshot = tuple((r["job_id"], r["status"], r["updated_at"]) for r in rows)
         if snapshot != last:
             last, quiet_since = snapshot, time.monotonic()
-        all_final = all(r["status"] in FINAL for r in rows)
+        all_final = all(r["status"] in SETTLED for r in rows)
         if (all_final and time.monotonic() - quiet_since >= quiet_s) or time.monotonic() > deadline:
             return rows, quiet_since
         time.sleep(0.5)
@@ -332,7 +335,14 @@ def run(ctx: Context) -> Result:
     status = Counter(r["status"] for r in rows)
     skipped = Counter(r["reason_code"] for r in rows if r["status"] == "skipped")
     failed = Counter(r["reason_code"] for r in rows if r["status"] == "failed")
-    open_rows = [r for r in rows if r["status"] not in FINAL]
+    # a prepared job is at rest only on a thread under the threshold (over it, the summary
+    # should have been applied)
+    open_rows = [
+        r
+        for r in rows
+        if r["status"] not in SETTLED
+        or (r["status"] == "prepared" and sizes.get(r["session_id"], 0) > THRESHOLD_CHARS)
+    ]
     jobs = len(rows)
     under = skipped.get("under_threshold", 0)
     share = under / jobs if jobs else 0.0
@@ -389,7 +399,7 @@ def run(ctx: Context) -> Result:
         f"post-turn hook (API log): {hook_queued} jobs queued, {hook_superseded} turns not queued because a "
         "compaction landed after the state they saw (superseded)",
         (
-            f"all job rows final {settled_s:.0f} s after the last turn"
+            f"all job rows final (or prepared on a thread under the threshold) {settled_s:.0f} s after the last turn"
             if not open_rows
             else f"**{len(open_rows)} job rows still open** 600 s after the last turn: "
             + "; ".join(f"{r['job_id'][:8]} {r['status']}" for r in open_rows[:5])
