@@ -6,6 +6,10 @@ Celery beat (``offpath beat``) sends the ``reconcile`` task every
 all workers (a lease on the claim store). Per open job row that has not moved for
 an interval:
 
+* prepared, and applied by a run of a user's own agent (its record stored) that ended
+  before a step could record it: if its summary is in the thread, record it (the job
+  ends applied, its archived originals show); else it waits for its thread to cross the
+  threshold, or ends ``expired`` once its claim is gone;
 * not published (the broker was down): claim the thread for it and publish it;
 * its lease is alive (queued or running): nothing to do;
 * lapsed (its worker died, or the broker lost it): if its summary is in the thread,
@@ -43,7 +47,7 @@ from offpath.service.db import (
     threads_to_requeue,
 )
 from offpath.service.hook import queue_job
-from offpath.service.leases import State
+from offpath.service.leases import Leases, State
 from offpath.service.logs import tag
 from offpath.service.metrics import RECONCILER_ACTIONS
 from offpath.service.runtime import Publisher, Runtime
@@ -96,12 +100,30 @@ def seconds_since_last_pass(rt: Runtime) -> float | None:
     return time.time() - float(value) if value else None
 
 
+def _landed(
+    rt: Runtime, options: JobOptions, session_id: str, job_id: str, record: dict[str, Any]
+) -> bool:
+    """Whether the summary of ``job_id`` is in the thread (read from its checkpointer)."""
+    saver = rt.checkpoints_for(options.checkpoints).saver
+    return landed(read_messages(saver, session_id), job_id, record)
+
+
 def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
     session_id, job_id = row["session_id"], row["job_id"]
     holder = rt.leases.holder(session_id)
     mine = holder is not None and holder.job_id == job_id
     options = JobOptions.from_json(row["options"])
+    record = (row["result"] or {}).get("record")
     if row["status"] == JobStatus.PREPARED:
+        # a record: a run applied it (archive stored, update made); the step that records it
+        # may never come (it was the run's last), so look for the summary in the thread
+        if record and _landed(rt, options, session_id, job_id, record):
+            finalize(rt.engine, job_id, session_id)
+            rt.leases.settle(session_id, job_id, Leases.after(job_id, State.DONE))
+            log.info(
+                "[%s] reconciler: job %s was applied in a run; recorded it", tag(session_id), job_id
+            )
+            return "recorded"
         if mine and holder.state is State.PREPARED:
             return "alive"  # waits for its thread to cross the threshold
         return _end(rt, row, "expired", "its prepared compaction was never applied")
@@ -117,10 +139,8 @@ def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
         return "published"
     if mine:
         return "alive"
-    record = (row["result"] or {}).get("record")
     if record:
-        saver = rt.checkpoints_for(options.checkpoints).saver
-        if landed(read_messages(saver, session_id), job_id, record):
+        if _landed(rt, options, session_id, job_id, record):
             finalize(rt.engine, job_id, session_id)
             log.info("[%s] reconciler: job %s had patched; recorded it", tag(session_id), job_id)
             return "recorded"

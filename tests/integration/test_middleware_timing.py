@@ -207,6 +207,58 @@ def test_a_stale_prepared_compaction_is_dropped(stacks, stub, agent_store):
     assert (jobs[0]["status"], jobs[0]["reason_code"]) == ("skipped", "stale"), jobs
 
 
+def test_a_compaction_applied_at_the_end_of_a_run_is_recorded_and_archived(
+    stacks, stub, agent_store
+):
+    """A run of one model call in a fresh process: its first step does not know the thread's
+    claim yet, so the prepared compaction is applied at its end (``after_agent``), and no
+    step of that run is left to record it. The reconciler finds the summary in the agent's
+    checkpointer and records it: the job ends applied and the removed messages are in the
+    archive (invariant 12), within a few reconciler passes, not at the thread's next run."""
+    import sqlalchemy as sa
+
+    from offpath.service import archive
+
+    stack = stacks.get("postgres", **ENV)
+    messages = messages_of(load(PVLIB))
+    threshold = stack.settings().summarization_threshold_chars
+    replies, size = [], 0
+    for m in messages:  # the first run stops between the prepare floor and the threshold
+        size += total_chars([m])
+        if isinstance(m, AIMessage):
+            replies.append(m)
+            if size > 0.9 * threshold:
+                replies[-1] = AIMessage(id=m.id, content="Pausing here.")
+                break
+    _, before, session = replay(
+        stack, agent_store, TranscriptModel(replies=replies, delay_s=0.02), messages
+    )
+    (job,) = wait_for(
+        lambda: [j for j in stack.jobs(session) if j["status"] == "prepared"], timeout=60
+    )
+    # one model call, slow enough for the claim to be read in the background meanwhile
+    one_call = TranscriptModel(replies=[AIMessage(id="end", content="Noted.")], delay_s=0.5)
+    _, after, _ = replay(
+        stack,
+        agent_store,
+        one_call,
+        messages,
+        session=session,
+        question=HumanMessage(content="Go on: " + "details " * 2_000),
+    )
+    assert marked_summary(after[0]), "the run's end did not apply the prepared compaction"
+    assert not any(map(marked_summary, one_call.calls[0])), "applied before the call"
+    jobs = wait_for(
+        lambda: [j for j in stack.jobs(session) if j["status"] != "prepared"], timeout=20
+    )
+    assert (jobs[0]["job_id"], jobs[0]["status"]) == (job["job_id"], "applied"), jobs
+    engine = sa.create_engine(stack.db_url())
+    rows, _ = archive.read(engine, session, limit=1_000_000)
+    engine.dispose()
+    removed = {m.id for m in before} - {m.id for m in after}
+    assert removed and removed <= {r["message_id"] for r in rows}
+
+
 def test_a_chat_run_that_ends_before_its_summary_is_ready_is_compacted_by_the_worker(stacks, stub):
     """The API's own agent: the summary is held until the runs are over; the worker then
     finds the thread free and over its threshold, and applies it itself."""
