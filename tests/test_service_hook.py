@@ -255,3 +255,26 @@ def test_a_patch_does_not_wait_for_an_agent_run(locks):
         with pytest.raises(ThreadBusy):
             with locks.turn("r"):
                 pass
+
+
+def test_more_threads_than_redis_connections_wait_for_one_instead_of_failing():
+    """A worker runs WORKER_CONCURRENCY (128) jobs at once, each with Redis calls (leases,
+    locks). redis-py's pool holds at most 100 connections and raises MaxConnectionsError
+    past them (make bench's throughput run at x256 failed jobs so); offpath's client
+    waits for a free connection instead."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from offpath.service.runtime import redis_client
+
+    client = redis_client(REDIS_URL, load_settings())
+    key = f"offpath-test-pool-{uuid.uuid4().hex}"
+
+    def hold() -> None:  # a call that keeps its connection 0.3 s
+        client.blpop([key], timeout=0.3)
+
+    try:
+        with ThreadPoolExecutor(max_workers=160) as pool:
+            for future in [pool.submit(hold) for _ in range(160)]:
+                future.result()
+    finally:
+        client.close()

@@ -36,15 +36,29 @@ log = logging.getLogger("offpath.runtime")
 Publisher = Callable[[str, str, dict[str, Any] | None], None]
 
 
+#: Most Redis connections one process opens. A worker runs ``WORKER_CONCURRENCY`` (128)
+#: jobs at once, each making short Redis calls: they share these, waiting for a free one.
+REDIS_MAX_CONNECTIONS = 100
+
+
 def redis_client(url: str, settings: Settings) -> redis.Redis:
-    """A redis-py client whose calls fail within ``PUBLISH_TIMEOUT_S`` when Redis is away."""
+    """A redis-py client whose calls fail within ``PUBLISH_TIMEOUT_S`` when Redis is away.
+
+    Its pool is redis-py's ``BlockingConnectionPool``: with more threads calling at once
+    than :data:`REDIS_MAX_CONNECTIONS`, a call waits for a free connection (at most the
+    socket timeout, then ``redis.ConnectionError``) where the default pool raises
+    ``MaxConnectionsError`` at once (redis-py 8 caps it at 100; make bench's throughput run
+    at 256 jobs per process failed jobs so)."""
     timeout = settings.publish_timeout_s
-    return redis.Redis.from_url(
+    pool = redis.BlockingConnectionPool.from_url(
         url,
+        max_connections=REDIS_MAX_CONNECTIONS,
+        timeout=max(timeout, 5.0),
         socket_connect_timeout=timeout,
         socket_timeout=max(timeout, 5.0),
         health_check_interval=30,
     )
+    return redis.Redis.from_pool(pool)  # closing the client closes its pool
 
 
 def celery_publisher() -> Publisher:
