@@ -356,9 +356,12 @@ class LeaseKeeper:
                     continue
                 try:
                     if not self.leases.renew(h.session_id, h.job_id, h.token):
-                        log.warning("job %s lost its lease on the thread", h.job_id)
-                        h.lost.set()
-                        self.drop(h)
+                        with self._guard:  # a job that ended meanwhile dropped it first
+                            still_held = h in self._held
+                            self._held.discard(h)
+                        if still_held:
+                            log.warning("job %s lost its lease on the thread", h.job_id)
+                            h.lost.set()
                 except Exception as exc:  # the store is away: try again next beat
                     log.warning("could not renew the lease of job %s: %s", h.job_id, exc)
 
