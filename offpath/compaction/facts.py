@@ -87,7 +87,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
     (
         "error_code",
         re.compile(
-            r"[HsceE45A-Z](?<!\w.)(?:(?<=H)TTP[=: ]+\d{3}\b|(?<=s)tatus[=: ]+\d{3}\b"
+            r"[sce45A-Z](?<!\w.)(?:(?<=H)TTP[=: ]+\d{3}\b|(?<=s)tatus[=: ]+\d{3}\b"
             r"|(?<=c)ode[=: ]+\d{3}\b|(?<=e)xit (?:code|status)[=: ]+\d{3}\b"
             r"|(?<=[45])\d\ds?(?= (?:errors?|responses?|status|Bad|Service|Gateway|Internal|"
             r"Not Found|Forbidden|Unauthorized|Too Many)\b)"
