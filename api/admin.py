@@ -15,16 +15,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from langchain_core.messages import messages_from_dict
 
-from api.deps import Caller, SessionId, check_readable, no_session, rt_of
-from api.schemas import (
-    ANY_ROUTE,
-    READ,
-    ArchiveOut,
-    CompactOut,
-    Problem,
-    SessionsOut,
-    errors,
-)
 from offpath.compaction.formats import message_json
 from offpath.service import archive
 from offpath.service.admin import (
@@ -37,6 +27,17 @@ from offpath.service.admin import (
 from offpath.service.compactions import read_messages
 from offpath.service.runtime import Runtime
 from offpath.service.usage import BadCursor, SortOrder, has_rows, list_sessions
+
+from .deps import Caller, SessionId, check_readable, no_session, rt_of
+from .schemas import (
+    ANY_ROUTE,
+    READ,
+    ArchiveOut,
+    CompactOut,
+    Problem,
+    SessionsOut,
+    errors,
+)
 
 router = APIRouter(prefix="/sessions", tags=["admin"])
 

@@ -25,15 +25,16 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from api import admin, metrics, sessions, stats, ui
-from api.deps import principal
-from api.limits import BodyLimit, HostCheck, short
-from api.schemas import Invalid
 from offpath.compaction.settings import Settings, get_settings
 from offpath.service.compactions import apply_prepared
 from offpath.service.hook import PostTurnHook
 from offpath.service.locks import ThreadBusy
 from offpath.service.runtime import Publisher, Runtime
+
+from . import admin, metrics, sessions, stats, ui
+from .deps import principal
+from .limits import BodyLimit, HostCheck, short
+from .schemas import Invalid
 
 log = logging.getLogger("offpath.api")
 

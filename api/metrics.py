@@ -15,8 +15,9 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from api.deps import bearer, principal, rt_of
 from offpath.service.metrics import register_queue_collector
+
+from .deps import bearer, principal, rt_of
 
 router = APIRouter(tags=["metrics"])
 

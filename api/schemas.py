@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from api.limits import unstorable
+from .limits import unstorable
 
 
 class _Checked(BaseModel):

@@ -18,26 +18,6 @@ import orjson
 from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, messages_to_dict
 
-from api.deps import (
-    Caller,
-    SessionId,
-    check_readable,
-    check_readable_or_new,
-    no_session,
-    rt_of,
-    take_writable,
-)
-from api.schemas import (
-    READ,
-    WRITE,
-    ChatIn,
-    ChatOut,
-    CompactionsOut,
-    SessionOut,
-    TurnIn,
-    TurnOut,
-    errors,
-)
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.summary import is_summary
@@ -51,6 +31,27 @@ from offpath.service.leases import failure_backoff_s
 from offpath.service.logs import tag
 from offpath.service.runtime import Runtime
 from offpath.service.tenants import note_size
+
+from .deps import (
+    Caller,
+    SessionId,
+    check_readable,
+    check_readable_or_new,
+    no_session,
+    rt_of,
+    take_writable,
+)
+from .schemas import (
+    READ,
+    WRITE,
+    ChatIn,
+    ChatOut,
+    CompactionsOut,
+    SessionOut,
+    TurnIn,
+    TurnOut,
+    errors,
+)
 
 log = logging.getLogger("offpath.api")
 

@@ -10,12 +10,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
-from api.deps import Caller, SessionId, check_readable, no_session, rt_of
-from api.schemas import READ, HealthOut, SessionStatsOut, StatsOut, errors
 from offpath.compaction.accounting import total_chars
 from offpath.service import db, usage
 from offpath.service.compactions import read_messages
 from offpath.service.runtime import Runtime
+
+from .deps import Caller, SessionId, check_readable, no_session, rt_of
+from .schemas import READ, HealthOut, SessionStatsOut, StatsOut, errors
 
 router = APIRouter(tags=["stats"])
 

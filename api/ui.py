@@ -27,13 +27,14 @@ from fastapi.security.utils import get_authorization_scheme_param
 from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
-from api import ui_data
-from api.deps import KEY_COOKIE, UI_HEADER, SessionId, check_readable, principal, rt_of
-from api.stats import Since, parse_since
 from offpath.compaction.accounting import total_chars
 from offpath.service import usage
 from offpath.service.tenants import Principal, principal_of
 from offpath.service.usage import BadCursor
+
+from . import ui_data
+from .deps import KEY_COOKIE, UI_HEADER, SessionId, check_readable, principal, rt_of
+from .stats import Since, parse_since
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=HERE / "templates")

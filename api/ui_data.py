@@ -464,7 +464,7 @@ def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
     """The session's jobs, oldest first, as ``GET /sessions/{id}/compactions`` shows them,
     plus ``took_s``: seconds from queued to its last change (to applied, for an applied job),
     and ``forced``: an operator asked for it (compact now)."""
-    from api.sessions import job_json
+    from .sessions import job_json
 
     out = []
     for row in db.jobs_of(rt.engine, session_id):

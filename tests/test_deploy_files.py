@@ -430,3 +430,18 @@ def test_the_middleware_imports_no_server():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_api_and_worker_import_from_any_directory():
+    """An installed offpath is one import name: ``offpath api`` (``uvicorn offpath.api.app:app``)
+    must start from any directory, not only from a checkout's root (where ``api/`` happened
+    to be importable as a package of its own; a helper's run from /tmp found it failing)."""
+    import subprocess
+    import sys
+
+    code = "import offpath.api.app, offpath.worker.tasks, offpath.cli.main; print('ok')"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/"
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok"
