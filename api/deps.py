@@ -19,8 +19,11 @@ from offpath.service.tenants import DEFAULT_TENANT, Principal, owner_of, princip
 SessionId = Annotated[
     str,
     Path(
-        pattern=r"^[A-Za-z0-9._:@-]{1,128}$",
-        description="Thread id: 1-128 letters, digits or . _ : @ -",
+        # not dots only: clients and proxies rewrite "." and ".." path segments (a session
+        # made so could be listed but not read)
+        pattern=r"^[A-Za-z0-9._:@-]*[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*$",
+        max_length=128,
+        description="Thread id: 1-128 letters, digits or . _ : @ -, not dots only",
     ),
 ]
 

@@ -48,8 +48,8 @@ def validate_turn(
 
     Rules: 1 to ``max_messages`` messages; only system, human, ai and tool
     messages; at most ``max_message_chars`` chars each, every field counted
-    (:func:`~offpath.compaction.accounting.wire_chars`); message ids unique and not
-    already in the thread (re-sending an id would silently edit a message); tool
+    (:func:`~offpath.compaction.accounting.wire_chars`); message ids non-empty (a missing
+    one is given a UUID), unique and not already in the thread (re-sending an id would silently edit a message); tool
     calls with an id and a name. Call ids may repeat (some servers number calls per
     response): a result answers the nearest earlier unanswered call with its id
     (:mod:`compaction.pairing`). Calls may stay unanswered (pending, e.g. waiting for
@@ -83,6 +83,8 @@ def validate_turn(
             raise TurnError(f"{where}: type {m.type!r} is not accepted (system, human, ai or tool)")
         if m.id is None:
             m = m.model_copy(update={"id": str(uuid.uuid4())})
+        elif not m.id:  # no compaction could ever remove it: the thread would never compact
+            raise TurnError(f"{where}: id is empty; send a non-empty id, or none to get one")
         if m.id in seen_ids:
             raise TurnError(f"{where}: id {m.id!r} is already used in this session or turn")
         seen_ids.add(m.id)

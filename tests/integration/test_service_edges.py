@@ -113,6 +113,9 @@ BAD_TURNS = {
         },
         422,
     ),
+    # an empty id passed as an id, and no planner can remove a message by it: the thread
+    # never compacted and "compact now" answered 500 (a helper's run)
+    "empty id": ({"messages": [{"type": "human", "content": "x", "id": ""}]}, 422),
     "id already in thread": (
         {"messages": [{"type": "human", "content": "edit", "id": "seed-h"}]},
         422,
@@ -202,12 +205,11 @@ def test_bad_requests_get_4xx_with_a_message_and_change_nothing(stacks, backend)
         "/sessions/a%2Fb/compactions",
     ):
         assert stack.http.get(path).status_code in (404, 422), path
-    assert (
-        stack.http.post(
-            "/sessions/bad id!/turns", json={"messages": [{"type": "human", "content": "x"}]}
-        ).status_code
-        == 422
-    )
+    for bad in ("bad id!", "%2E", "%2E%2E"):  # "." and "..": path segments clients rewrite
+        r = stack.http.post(
+            f"/sessions/{bad}/turns", json={"messages": [{"type": "human", "content": "x"}]}
+        )
+        assert r.status_code == 422, (bad, r.status_code, r.text[:200])
     assert stack.session(session) == before
     assert stack.http.get("/stats", params={"x": 1}).status_code == 200
     assert stack.http.delete("/stats").status_code == 405
