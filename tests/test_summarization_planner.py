@@ -206,10 +206,18 @@ def test_summarization_seed_low_threshold_session_compacts():
     assert isinstance(plan_compaction(msgs, settings), CompactionPlan)
 
 
-def test_summarization_missing_ids_are_refused():
-    msgs = [m.model_copy(update={"id": None}) for i in range(6) for m in turn(i, 2_000)]
-    with pytest.raises(ValueError, match="id"):
-        plan_compaction(msgs, S)
+@pytest.mark.parametrize("missing", [None, ""])
+def test_summarization_a_thread_with_a_message_without_id_is_skipped_not_planned(missing):
+    """No compaction can remove a message without an id; the planner says so as a skip
+    (every caller, the hook, the worker, the middleware and "compact now", handles a skip)
+    where it raised ValueError, which made "compact now" answer 500 on a message with
+    ``"id": ""`` (a helper's run) and the post-turn hook log a traceback at every turn."""
+    msgs = [m for i in range(6) for m in turn(i, 2_000)]
+    msgs[7] = msgs[7].model_copy(update={"id": missing})
+    plan = plan_compaction(msgs, S)
+    assert isinstance(plan, Skip) and plan.reason is SkipReason.MISSING_IDS
+    assert "message 7" in plan.detail
+    assert isinstance(plan_compaction(msgs, S, force=True), Skip)
 
 
 def test_summarization_a_call_abandoned_by_a_later_turn_does_not_block_compaction():

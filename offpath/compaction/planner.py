@@ -81,6 +81,9 @@ class SkipReason(StrEnum):
     NO_CUT_POINT = "no_cut_point"
     TOO_FEW_MESSAGES = "too_few_messages"
     NO_PROGRESS = "no_progress"
+    #: a message has no id (``None`` or ``""``): nothing could remove it, nor fit a summary
+    #: around it (offpath's API refuses such a message; a user's own agent may hold one)
+    MISSING_IDS = "missing_ids"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +162,7 @@ def plan_compaction(
     thread's size, and any cut that removes more than its summary adds is worth it (an
     operator asked: ``POST /sessions/{id}/compact``); the keep window, the tool-call pairs
     and the fewest messages removed still hold. A plan needs every message to carry an id (LangGraph's
-    ``add_messages`` gives them one): ``ValueError`` otherwise. One forward
+    ``add_messages`` gives them one): :attr:`SkipReason.MISSING_IDS` otherwise. One forward
     pass and one backward walk: linear in the number of messages; only the
     chosen cut builds lists.
     """
@@ -171,6 +174,13 @@ def plan_compaction(
     floor = 0 if force else settings.prepare_floor_chars if early else threshold
     if total <= floor:
         return Skip(SkipReason.UNDER_THRESHOLD, f"{total} chars <= {floor}", total)
+    if None in scan.ids or "" in scan.ids:
+        at = scan.ids.index(None) if None in scan.ids else scan.ids.index("")
+        return Skip(
+            SkipReason.MISSING_IDS,
+            f"message {at} ({messages[at].type}) has no id: no compaction can remove it",
+            total,
+        )
     scan.index_pairs()
     n, head, blocked = len(messages), scan.head, scan.blocked
 
@@ -339,9 +349,6 @@ class _Scan:
         """The plan for candidate ``c``: list slices in the common case (no system message
         past the head, no earlier summary after the cut), else one loop."""
         head, cut, messages = self.head, c.cut, self.messages
-        if None in self.ids or "" in self.ids:
-            kind = messages[(self.ids.index(None) if None in self.ids else self.ids.index(""))].type
-            raise ValueError(f"every message needs an id to be compacted; a {kind} has none")
         late = [i for i in self.anywhere if i >= cut]
         if not self.mid_systems and not late:
             removed, kept = list(messages[head:cut]), list(messages[cut:])
