@@ -149,9 +149,17 @@ class Stack:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.clients: list[Any] = []
         self.worker: subprocess.Popen[bytes] | None = None
+        self.beat_log = tmp / f"beat-{self.name}.log"
+        self.http: httpx.Client | None = None
+        try:
+            self._start(beat)
+        except BaseException:  # a stack that failed to start leaves no process behind
+            self.stop()
+            raise
+
+    def _start(self, beat: bool) -> None:
         self.start_worker()
         # the reconciler's schedule, as in production: its own process (`offpath beat`)
-        self.beat_log = tmp / f"beat-{self.name}.log"
         if beat:
             self._spawn([sys.executable, "-m", "offpath.cli.main", "beat"], self.beat_log)
         self.api = self._spawn(
@@ -256,7 +264,8 @@ class Stack:
         )
 
     def stop(self) -> None:
-        self.http.close()
+        if self.http is not None:
+            self.http.close()
         for client in self.clients:
             client.close()
         for proc in self.procs:
