@@ -118,6 +118,28 @@ def first_compacted_call(model: TranscriptModel) -> int | None:
     return next((i for i, sent in enumerate(model.calls) if any(map(marked_summary, sent))), None)
 
 
+def run_to_a_prepared_job(
+    stack: Stack, agent_store: str, messages: list
+) -> tuple[TranscriptModel, list, str, dict]:
+    """A first run of the transcript that stops between the prepare floor and the threshold,
+    and the compaction job the worker then prepares: (model, thread, session, job)."""
+    threshold = stack.settings().summarization_threshold_chars
+    replies, size = [], 0
+    for m in messages:
+        size += total_chars([m])
+        if isinstance(m, AIMessage):
+            replies.append(m)
+            if size > 0.9 * threshold:
+                replies[-1] = AIMessage(id=m.id, content="Pausing here.")
+                break
+    model = TranscriptModel(replies=replies, delay_s=0.02)
+    _, final, session = replay(stack, agent_store, model, messages)
+    (job,) = wait_for(
+        lambda: [j for j in stack.jobs(session) if j["status"] == "prepared"], timeout=60
+    )
+    return model, final, session, job
+
+
 def test_a_summary_ready_several_steps_later_is_applied_then(stacks, stub, agent_store):
     stack = stacks.get("postgres", **ENV)
     messages = messages_of(load(PVLIB))
@@ -152,21 +174,7 @@ def test_a_stale_prepared_compaction_is_dropped(stacks, stub, agent_store):
     job is queued."""
     stack = stacks.get("postgres", **ENV)
     messages = messages_of(load(PVLIB))
-    threshold = stack.settings().summarization_threshold_chars
-    # the first run stops between the prepare floor and the threshold
-    replies, size = [], 0
-    for m in messages:
-        size += total_chars([m])
-        if isinstance(m, AIMessage):
-            replies.append(m)
-            if size > 0.9 * threshold:
-                replies[-1] = AIMessage(id=m.id, content="Pausing here.")
-                break
-    model = TranscriptModel(replies=replies, delay_s=0.02)
-    _, final, session = replay(stack, agent_store, model, messages)
-    (job,) = wait_for(
-        lambda: [j for j in stack.jobs(session) if j["status"] == "prepared"], timeout=60
-    )
+    model, final, session, job = run_to_a_prepared_job(stack, agent_store, messages)
     edited = next(m for m in final if isinstance(m, AIMessage) and m.content and m is not final[-1])
     with open_checkpoints_url(agent_store, stack.settings()) as checkpoints:
         agent = create_agent(
@@ -221,21 +229,7 @@ def test_a_compaction_applied_at_the_end_of_a_run_is_recorded_and_archived(
 
     stack = stacks.get("postgres", **ENV)
     messages = messages_of(load(PVLIB))
-    threshold = stack.settings().summarization_threshold_chars
-    replies, size = [], 0
-    for m in messages:  # the first run stops between the prepare floor and the threshold
-        size += total_chars([m])
-        if isinstance(m, AIMessage):
-            replies.append(m)
-            if size > 0.9 * threshold:
-                replies[-1] = AIMessage(id=m.id, content="Pausing here.")
-                break
-    _, before, session = replay(
-        stack, agent_store, TranscriptModel(replies=replies, delay_s=0.02), messages
-    )
-    (job,) = wait_for(
-        lambda: [j for j in stack.jobs(session) if j["status"] == "prepared"], timeout=60
-    )
+    _, before, session, job = run_to_a_prepared_job(stack, agent_store, messages)
     # one model call, slow enough for the claim to be read in the background meanwhile
     one_call = TranscriptModel(replies=[AIMessage(id="end", content="Noted.")], delay_s=0.5)
     _, after, _ = replay(
