@@ -111,3 +111,58 @@ def test_a_patch_from_the_checkpoint_read_writes_once_and_keeps_other_keys(check
         m.id for m in add_messages(thread.messages, outcome.patch)
     ]
     assert graph.get_state(config).next == ()
+
+
+def test_pruning_never_deletes_a_checkpoint_another_process_wrote_meanwhile(tmp_path):
+    """Issue 18, item 7: the API prunes a thread's old checkpoints after each turn, outside the
+    thread's lock, while a worker may be writing a compaction patch to the same SQLite file.
+    Pruning read the latest checkpoint id, then deleted "all but it": a patch committed
+    between the two was deleted, and the thread read as before the patch (the job recorded
+    applied, the thread holding its originals again). Here a second connection (the worker)
+    holds SQLite's write lock with a newer checkpoint written; the prune's DELETE is let run
+    only once that write commits (sqlite3's trace callback tells when it is about to)."""
+    import sqlite3
+    import threading
+
+    from langchain_core.messages import HumanMessage
+
+    settings = load_settings(data_dir=str(tmp_path))
+    session = "prune-race"
+    with open_checkpoints(settings) as cp:
+        graph = narrow_graph(cp.saver)
+        config = {"configurable": {"thread_id": session}}
+        for k in range(4):
+            graph.update_state(config, {"messages": [HumanMessage(f"turn {k}", id=f"h{k}")]})
+        before = cp.saver.get_tuple(config).checkpoint["id"]
+
+        # the "worker": another connection to the same file, writing a newer checkpoint and
+        # holding the write lock until the prune is about to delete
+        worker = sqlite3.connect(tmp_path / "checkpoints.db", timeout=30, isolation_level=None)
+        worker.execute("BEGIN IMMEDIATE")
+        newest = before[:-1] + ("f" if before[-1] != "f" else "e")
+        assert newest > before
+        worker.execute(
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+            "parent_checkpoint_id, type, checkpoint, metadata) SELECT thread_id, checkpoint_ns, "
+            "?, checkpoint_id, type, checkpoint, metadata FROM checkpoints "
+            "WHERE thread_id = ? AND checkpoint_id = ?",
+            (newest, session, before),
+        )
+        deleting = threading.Event()
+        cp._closer.set_trace_callback(lambda sql: sql.startswith("DELETE") and deleting.set())
+        pruner = threading.Thread(target=cp.prune, args=(session, 1))
+        pruner.start()
+        assert deleting.wait(30), "the prune never reached its DELETE"
+        worker.execute("COMMIT")  # the patch lands while the prune is deleting
+        pruner.join(30)
+        cp._closer.set_trace_callback(None)
+        worker.close()
+        ids = [
+            row[0]
+            for row in cp._closer.execute(
+                "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? ORDER BY checkpoint_id",
+                (session,),
+            )
+        ]
+    assert newest in ids, f"the checkpoint written during the prune was deleted: {ids}"
+    assert ids[-1] == newest

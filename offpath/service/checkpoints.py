@@ -65,20 +65,24 @@ class Checkpoints(AbstractContextManager["Checkpoints"]):
             return True
         conn = self._closer
         with self.saver.lock:  # type: ignore[attr-defined]
-            cur = conn.execute(
-                "SELECT count(*), max(checkpoint_id) FROM checkpoints "
-                "WHERE thread_id = ? AND checkpoint_ns = ''",
+            (n,) = conn.execute(
+                "SELECT count(*) FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ''",
                 (session_id,),
-            )
-            n, latest = cur.fetchone()
+            ).fetchone()
             if n <= keep:
                 return False
-            with conn:  # one transaction
+            # "older than the latest", with the latest read by the DELETE itself, under the
+            # write lock it holds: another process's checkpoint written meanwhile (a worker's
+            # compaction patch) is never taken for an old one. Reading the latest first and
+            # deleting "all but it" afterwards deleted such a patch (issue 18, item 7: a job
+            # recorded applied while the thread held all its originals again).
+            with conn:  # one transaction: the first DELETE takes SQLite's write lock
                 for table in ("writes", "checkpoints"):
                     conn.execute(
                         f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = '' "
-                        "AND checkpoint_id <> ?",
-                        (session_id, latest),
+                        "AND checkpoint_id < (SELECT max(checkpoint_id) FROM checkpoints "
+                        "WHERE thread_id = ? AND checkpoint_ns = '')",
+                        (session_id, session_id),
                     )
         return True
 
