@@ -4,6 +4,8 @@ The expected values are the facts written into the inputs below, by hand."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -194,8 +196,10 @@ def test_guard_keeps_the_inner_name_and_no_section_when_disabled():
 
 
 def offline(messages):
+    """The offline summary of a small thread, with no summary budget (what it picks, not how
+    much of it fits: the budget's own tests are in test_summarization_planner.py)."""
     settings = load_settings(summarization_threshold_chars=2_000, summarization_keep_chars=400)
-    plan = plan_compaction(messages, settings)
+    plan = dataclasses.replace(plan_compaction(messages, settings), summary_chars=0)
     return OfflineSummarizer().summarize(plan, build_prompt(plan, 60_000)).text, plan
 
 

@@ -64,8 +64,19 @@ def test_recall_is_bounded(tmp_path):
     )
     with engine.begin() as conn:
         conn.execute(sa.update(JOBS).where(JOBS.c.job_id == "job-3").values(status="applied"))
-    whole = recall.answer(engine, "inc-1", "t-big")
-    assert len(whole) <= archive.RECALL_MAX_CHARS + 100 and whole.endswith("[...]")
+    first = recall.answer(engine, "inc-1", "t-big")
+    assert len(first) <= archive.RECALL_MAX_CHARS + 200
+    # issue 18: a long original is read page by page, from the offset the answer names
+    assert 'recall("t-big", offset=4000) reads on' in first.splitlines()[0]
+    pages, offset = [], 0
+    while True:
+        page = recall.answer(engine, "inc-1", "t-big", offset)
+        header, _, text = page.partition("\n")
+        pages.append(text)
+        if "reads on" not in header:
+            break
+        offset = int(header.split("offset=")[1].split(")")[0])
+    assert "".join(pages) == big.content  # every char, once, in order
 
 
 def test_agent_has_recall_and_reads_its_own_thread(tmp_path):

@@ -7,6 +7,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.graph.message import add_messages
 from shared import check_compacted
 
+from offpath.compaction.accounting import total_chars
 from offpath.compaction.pipeline import Compaction, compact
 from offpath.compaction.planner import (
     CompactionPlan,
@@ -14,6 +15,7 @@ from offpath.compaction.planner import (
     SkipReason,
     min_gain_chars,
     plan_compaction,
+    summary_budget_chars,
 )
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers.offline import OfflineSummarizer
@@ -159,34 +161,76 @@ def test_summarization_system_message_is_never_removed_or_moved():
 
 
 def test_summarization_no_progress_rule_stops_a_requeue_loop():
-    """An uncuttable tail over the threshold: one compaction, then no job per turn."""
+    """An uncuttable tail over the threshold (a pasted 12,000-char log: a human message, which
+    no compaction shortens): no compaction could land the thread under its prepare floor, so
+    none is made (DESIGN.md invariant 13), and 30 more turns queue no job."""
     settings = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=2_000)
     msgs = [m for i in range(4) for m in turn(i, 1_000)]
     msgs += [
-        HumanMessage(id="hb", content="dump everything"),
+        HumanMessage(id="hb", content="what is wrong here?\n" + "d" * 12_000),
         AIMessage(id="ab", content="", tool_calls=[{"id": "cb", "name": "dump", "args": {}}]),
-        ToolMessage(id="tb", content="d" * 12_000, tool_call_id="cb"),
+        ToolMessage(id="tb", content="nothing", tool_call_id="cb"),
         AIMessage(id="fb", content="that is a lot"),
     ]
-    outcome = compact(msgs, settings, OfflineSummarizer())
-    assert isinstance(outcome, Compaction) and not outcome.plan.fits
-    thread = add_messages(msgs, outcome.patch)
-    queued = 0
+    plan = plan_compaction(msgs, settings)
+    assert isinstance(plan, Skip) and plan.reason is SkipReason.NO_PROGRESS, plan
+    assert "prepare floor" in plan.detail
+    thread = msgs
     for i in range(30):
         thread = add_messages(
             thread, [HumanMessage(id=f"x{i}", content="and?"), AIMessage(id=f"y{i}", content="ok")]
         )
         plan = plan_compaction(thread, settings)
-        if isinstance(plan, CompactionPlan):
-            queued += 1
-            thread = add_messages(thread, compact(thread, settings, OfflineSummarizer()).patch)
-        else:
-            assert plan.reason in (
-                SkipReason.NO_PROGRESS,
-                SkipReason.TOO_FEW_MESSAGES,
-                SkipReason.NO_CUT_POINT,
-            )
-    assert queued == 0
+        assert isinstance(plan, Skip), f"turn {i} planned a compaction"
+        assert plan.reason in (
+            SkipReason.NO_PROGRESS,
+            SkipReason.TOO_FEW_MESSAGES,
+            SkipReason.NO_CUT_POINT,
+        )
+
+
+def test_summarization_an_applied_compaction_lands_under_the_prepare_floor():
+    """Issue 18, item 2 (the shape of gemini-cli#15225: a compaction that freed 1,761 chars
+    left its thread over the threshold): every plan lands the thread under its prepare floor
+    with its summary counted at its most, whatever the summarizer writes within its budget."""
+    for threshold, keep in ((60_000, 20_000), (30_000, 10_000), (20_000, 6_000)):
+        settings = load_settings(
+            summarization_threshold_chars=threshold, summarization_keep_chars=keep
+        )
+        msgs = [m for i in range(40) for m in turn(i, threshold // 40)]
+        plan = plan_compaction(msgs, settings)
+        assert isinstance(plan, CompactionPlan), (threshold, plan)
+        outcome = compact(msgs, settings, OfflineSummarizer())
+        after = add_messages(msgs, outcome.patch)
+        assert total_chars(after) <= plan.estimated_chars_after <= settings.prepare_floor_chars
+        assert len(outcome.summary.content) <= summary_budget_chars(settings)
+
+
+def test_summarization_a_huge_tool_result_in_the_keep_window_is_shortened_so_a_cut_fits():
+    """Issue 18, item 1: the keep window walked back until it held *at least* the keep chars,
+    so one 12,000-char result in the last turn was kept whole and the thread stayed over its
+    threshold. Now the kept result is shortened (head, tail, facts, how to read the rest) and
+    the compaction brings the thread under its prepare floor."""
+    settings = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=2_000)
+    msgs = [m for i in range(4) for m in turn(i, 1_000)]
+    dump = "\n".join(
+        f"2026-03-02T10:{k % 60:02d}:07Z pod-{k} Running restarts=0" for k in range(300)
+    )
+    msgs += [
+        HumanMessage(id="hb", content="dump everything"),
+        AIMessage(id="ab", content="", tool_calls=[{"id": "cb", "name": "dump", "args": {}}]),
+        ToolMessage(id="tb", content=dump, tool_call_id="cb"),
+        AIMessage(id="fb", content="that is a lot"),
+    ]
+    outcome = compact(msgs, settings, OfflineSummarizer())
+    assert isinstance(outcome, Compaction) and outcome.plan.fits
+    assert dict(outcome.plan.shorten).keys() == {"tb"}
+    after = add_messages(msgs, outcome.patch)
+    check_compacted(msgs, after)
+    assert total_chars(after) <= settings.prepare_floor_chars
+    result = next(m for m in after if m.id == "tb")
+    assert dump.startswith(str(result.content).split("\n[offpath:")[0])
+    assert 'recall("tb")' in str(result.content)
 
 
 def test_summarization_min_gain_scales_with_settings():
@@ -200,10 +244,16 @@ def test_summarization_min_gain_scales_with_settings():
 
 
 def test_summarization_seed_low_threshold_session_compacts():
-    """The seed's 'trigger it in a real session' settings (500 / 200) do compact."""
+    """The seed's 'trigger it in a real session' settings (500 / 200) do compact a session of
+    the size its log line shows (session=1204 chars), and the summary is smaller than what it
+    replaces."""
     settings = load_settings(summarization_threshold_chars=500, summarization_keep_chars=200)
-    msgs = [m for i in range(4) for m in turn(i, 100)]
-    assert isinstance(plan_compaction(msgs, settings), CompactionPlan)
+    msgs = [m for i in range(4) for m in turn(i, 230)]
+    assert 1_100 <= total_chars(msgs) <= 1_300
+    outcome = compact(msgs, settings, OfflineSummarizer())
+    assert isinstance(outcome, Compaction)
+    assert len(outcome.summary.content) < outcome.plan.removed_chars
+    assert total_chars(add_messages(msgs, outcome.patch)) < total_chars(msgs)
 
 
 @pytest.mark.parametrize("missing", [None, ""])
@@ -232,7 +282,10 @@ def test_summarization_a_call_abandoned_by_a_later_turn_does_not_block_compactio
     assert isinstance(outcome, Compaction)
     after = add_messages(msgs, outcome.patch)
     check_compacted(msgs, after)
-    assert "lost" in {m.id for m in outcome.plan.removed}
+    # issue 18, item 6: a call without its result is never summarized away (its result may
+    # still come, turns later: a long-running call); the compaction removes what is around it
+    assert "lost" not in {m.id for m in outcome.plan.removed}
+    assert [m.id for m in after].index("lost") == 1  # right after the summary, in place
 
 
 def test_summarization_reused_call_ids_pair_each_call_with_its_own_result():

@@ -171,8 +171,12 @@ def test_prompt_renders_roles_calls_and_results_and_fences_data():
     prompt = build_prompt(plan, 60_000)
     token = prompt.token
     assert len(token) == 16 and token in prompt.system and "not instructions" in prompt.system
-    for heading in (*HEADINGS, "400 words"):
+    for heading in HEADINGS:
         assert heading in prompt.system
+    # the word limit follows the summary's budget (issue 18, item 2): at most the seed's 400
+    # words, and a limit the budget can hold at 7 chars a word
+    words = int(re.search(r"Stay under (\d+) words", prompt.system).group(1))
+    assert 60 <= words <= 400 and words * 7 <= max(plan.summary_chars, 60 * 7)
     assert f"[{token} human]" in prompt.user and f"[{token} ai]" in prompt.user
     assert '-> tool call logs({"n": 0})' in prompt.user
     assert f"[{token} tool result for call c0]" in prompt.user

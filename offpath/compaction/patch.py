@@ -32,16 +32,23 @@ thread; DESIGN.md invariant 4):
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
+from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, ToolMessage
 
+from offpath.compaction.accounting import message_chars
+from offpath.compaction.digest import digest
 from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.shorten import caps_for, shorten
 from offpath.compaction.summary import build_summary_message, fingerprint, summary_meta
+
+__all__ = ["Fitted", "Prepared", "Stale", "digest", "fit", "landed"]
+
+#: ``additional_kwargs`` key of the copy of a long request kept as its own message: the id of
+#: the request message it copies (issue 18, item 2).
+REQUEST_COPY = "offpath_request_of"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,20 +56,6 @@ class Stale:
     """The compaction no longer fits the thread; ``reason`` says how. Re-plan or drop it."""
 
     reason: str
-
-
-def digest(message: BaseMessage) -> str:
-    """A short digest of what a message says (type, content, tool calls, tool-call id, name):
-    two processes compute the same for the same message. 16 hex chars."""
-    parts = [
-        message.type,
-        message.content,
-        getattr(message, "tool_calls", None) or None,
-        getattr(message, "tool_call_id", None),
-        message.name,
-    ]
-    raw = orjson.dumps(parts, default=str, option=orjson.OPT_SORT_KEYS)
-    return hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,14 +80,16 @@ class Prepared:
     tool_calls: Mapping[str, int]
     total_chars: int
     threshold_chars: int
+    #: the removed request message a copy of which follows the summary (None: no copy)
+    request_copy: str | None = None
+    #: kept tool results to shorten when applied: message id -> cap (chars)
+    shorten: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_plan(
         cls, plan: CompactionPlan, *, job_id: str, summary_text: str, summarizer: str, model: str
     ) -> Prepared:
         """The prepared form of ``plan`` with its summary text."""
-        from offpath.compaction.accounting import message_chars
-
         earlier = [summary_meta(m) for m in plan.earlier_summaries]
         seen = (*plan.removed, *plan.kept)
         return cls(
@@ -111,6 +106,8 @@ class Prepared:
             tool_calls={str(m.id): len(getattr(m, "tool_calls", None) or []) for m in plan.removed},
             total_chars=plan.total_chars,
             threshold_chars=plan.threshold_chars,
+            request_copy=plan.request_copy,
+            shorten=dict(plan.shorten),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -128,6 +125,8 @@ class Prepared:
             "tool_calls": dict(self.tool_calls),
             "total_chars": self.total_chars,
             "threshold_chars": self.threshold_chars,
+            "request_copy": self.request_copy,
+            "shorten": dict(self.shorten),
         }
 
     @classmethod
@@ -147,22 +146,40 @@ class Prepared:
             tool_calls=dict(data["tool_calls"]),
             total_chars=int(data["total_chars"]),
             threshold_chars=int(data["threshold_chars"]),
+            request_copy=data.get("request_copy"),
+            shorten={str(k): int(v) for k, v in (data.get("shorten") or {}).items()},
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Fitted:
     """A prepared compaction fitted to the thread as it is: apply ``patch`` with
-    ``add_messages``. ``record`` is offpath's own record of it (the usage event's source)."""
+    ``add_messages``. ``record`` is offpath's own record of it (the usage event's source):
+    what it removed, and the thread's size before and after it (``chars_before``,
+    ``chars_after``)."""
 
     summary: HumanMessage
     patch: list[BaseMessage]
     record: dict[str, Any]
     removed: tuple[str, ...] = ()  # ids of the messages it removes (archived with the patch)
+    shortened: tuple[str, ...] = ()  # ids of kept results it shortens (archived likewise)
 
 
-def fit(prepared: Prepared, messages: Sequence[BaseMessage]) -> Fitted | Stale:
-    """``prepared`` checked against the thread's ``messages`` now (see the module doc)."""
+def fit(
+    prepared: Prepared,
+    messages: Sequence[BaseMessage],
+    *,
+    target: int | None = None,
+    recall: bool = True,
+) -> Fitted | Stale:
+    """``prepared`` checked against the thread's ``messages`` now (see the module doc).
+
+    ``target``: the most chars the thread may hold once the compaction is in (its prepare
+    floor; DESIGN.md invariant 13): kept tool results are shortened further, largest first,
+    to get there, and a compaction that still would not is :class:`Stale` (re-plan it
+    deeper). None: no bound (an operator's "compact now"). ``recall``: shortened results
+    name the ``recall`` tool (the agent has it).
+    """
     by_id = {m.id: m for m in messages}
     present = [i for i in prepared.removed if i in by_id]
     if not present:
@@ -180,7 +197,10 @@ def fit(prepared: Prepared, messages: Sequence[BaseMessage]) -> Fitted | Stale:
     actual = [m.id for m in messages if m.type != "system"][: len(expected)]
     if actual != expected:
         return Stale("messages were inserted or reordered before the end of the kept part")
-    removed_chars = sum(prepared.chars[i] for i in present)
+    copy_of = prepared.request_copy
+    if copy_of is not None and (present[0] != copy_of or len(present) < 2):
+        return Stale(f"the request {copy_of} to keep is no longer where the summary goes")
+    removed_chars = sum(message_chars(by_id[i]) for i in present)
     summary = build_summary_message(
         message_id=present[0],
         summary_text=prepared.summary_text,
@@ -191,7 +211,57 @@ def fit(prepared: Prepared, messages: Sequence[BaseMessage]) -> Fitted | Stale:
         request=prepared.request,
         extra={"job_id": prepared.job_id, "model": prepared.model},
     )
-    patch: list[BaseMessage] = [summary, *(RemoveMessage(id=i) for i in present[1:])]
+    patch: list[BaseMessage] = [summary]
+    added = message_chars(summary)
+    if copy_of is not None:
+        source = by_id[copy_of]
+        copy = HumanMessage(
+            id=present[1],
+            content=source.content,
+            additional_kwargs={**source.additional_kwargs, REQUEST_COPY: copy_of},
+        )
+        patch.append(copy)
+        added += message_chars(copy)
+    patch += [RemoveMessage(id=i) for i in present[1 if copy_of is None else 2 :]]
+    before = sum(message_chars(m) for m in messages)
+    after = before - removed_chars + added
+    # kept results to shorten: the plan's, then more while the thread would stay over target
+    kept_results = {
+        str(m.id): message_chars(m)
+        for m in messages
+        if isinstance(m, ToolMessage) and m.id not in removed
+    }
+    caps = {i: c for i, c in prepared.shorten.items() if i in kept_results}
+    shortened: dict[str, ToolMessage] = {}
+
+    def apply_caps() -> int:
+        saved = 0
+        for i, cap in caps.items():
+            if i in shortened and message_chars(shortened[i]) <= cap:
+                continue
+            new = shorten(by_id[i], cap, recall=recall)  # type: ignore[arg-type]
+            if new is not by_id[i]:
+                shortened[i] = new
+        for i, new in shortened.items():
+            saved += kept_results[i] - message_chars(new)
+        return saved
+
+    saved = apply_caps()
+    if target is not None and after - saved > target:
+        more = caps_for(
+            [(i, message_chars(shortened.get(i, by_id[i]))) for i in kept_results],
+            after - saved - target,
+        )
+        for i, cap in more.items():
+            caps[i] = min(cap, caps.get(i, cap))
+        saved = apply_caps()
+        if after - saved > target:
+            return Stale(
+                f"it would leave the thread at {after - saved} chars, over {target} "
+                "(its prepare floor) even with kept tool results shortened"
+            )
+    after -= saved
+    patch += list(shortened.values())
     record = {
         "summary_id": summary.id,
         "summary_sha": fingerprint(summary),
@@ -200,8 +270,13 @@ def fit(prepared: Prepared, messages: Sequence[BaseMessage]) -> Fitted | Stale:
         "tool_calls_removed": sum(prepared.tool_calls.get(i, 0) for i in present),
         "summarizer": prepared.summarizer,
         "model": prepared.model,
+        "chars_before": before,
+        "chars_after": after,
+        "summary_chars": message_chars(summary),
+        "shortened": sorted(shortened),
+        "request_copy": copy_of,
     }
-    return Fitted(summary, patch, record, tuple(present))
+    return Fitted(summary, patch, record, tuple(present), tuple(sorted(shortened)))
 
 
 def landed(messages: Sequence[BaseMessage], job_id: str, record: Mapping[str, Any] | None) -> bool:

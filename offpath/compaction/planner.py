@@ -15,16 +15,15 @@ anywhere are folded into it, so a thread never holds two.
    (the seed); ``w`` is that index.
 2. A cut is *valid* when no tool-call pair straddles it (an AI message and all
    of its results, parallel calls included, stay on one side; DESIGN.md
-   invariant 3) and no tool call still waiting for its result lies before it
-   (a pending call and everything after it always stay). A result answers the
-   nearest earlier unanswered call with its id (:mod:`compaction.pairing`), not
-   the first call with that id (ids repeat across turns on some servers) and not
-   the message right before it (a human message may come in between). A call is
-   pending while no later turn has begun; one that a later turn left without a
-   result (input that was already broken) is already unpaired and holds no cut
-   back, or one abandoned call would stop a thread from ever compacting.
-   Orphan results (answering no call) and earlier summaries are removed
-   wherever they stand.
+   invariant 3). A result answers the nearest earlier unanswered call with its
+   id (:mod:`compaction.pairing`), not the first call with that id (ids repeat
+   across turns on some servers) and not the message right before it (a human
+   message may come in between). A call still waiting for its result (pending,
+   or left open by a later turn: a long-running call's result may come turns
+   later) is never summarized away: its AI message and the results it already has
+   stay where they are, and the compaction removes the messages around them
+   (DESIGN.md invariant 14; issue 18, item 6). Orphan results (answering no
+   call) and earlier summaries are removed wherever they stand.
 3. The seed's rule first: the last valid cut at or before ``w`` that starts a
    turn (a human message that is not a summary). It is taken when it is
    *worth it* (below) and brings the thread under the threshold.
@@ -32,24 +31,41 @@ anywhere are folded into it, so a thread never holds two.
    ``single-turn`` case and the mini-swe-agent transcripts) the last valid cut
    at or before ``w`` between complete tool-call groups, if worth it. The
    request of the turn it cuts into is then quoted word for word in the
-   summary message (``CompactionPlan.request``).
+   summary message (``CompactionPlan.request``), or, when it is longer than a
+   quarter of the summary's budget, kept as its own message right after the
+   summary (``CompactionPlan.request_copy``; issue 18, item 2).
 5. Else the turn-start cut if it is worth it, else a :class:`Skip`.
+
+The keep window holds no more than its budget
+---------------------------------------------
+The seed's walk keeps *at least* ``SUMMARIZATION_KEEP_CHARS``, so one huge tool result in
+the tail was kept whole, whatever its size. Kept tool results are now shortened
+(:mod:`compaction.shorten`: head, tail, facts, how to read the rest; the original is
+archived) until the kept part holds at most the keep window plus one tool result's
+allowance (``TOOL_RESULT_MAX_CHARS``), and at most what leaves the thread under its
+prepare floor with room for more steps once the summary is in (DESIGN.md invariant 13):
+a cut is always possible.
 
 Worth it, and the no-progress rule
 ----------------------------------
 A cut is *worth it* when it removes at least :data:`MIN_MESSAGES_REMOVED`
 messages (the seed: fewer than 4 is too little) and its *gain*, the chars it
-removes minus the estimated size of the summary that replaces them, is at least
+removes (and saves by shortening) minus the size of the summary that replaces them, is at least
 ``(SUMMARIZATION_THRESHOLD_CHARS - SUMMARIZATION_KEEP_CHARS) // 4``
 (:func:`min_gain_chars`; 10,000 chars at the defaults).
 
-The gain floor is what stops a requeue loop: when the best cut cannot bring the
-thread under the threshold (a pending call or one huge tool result in the
-tail), the compaction still runs if it is worth it, and the plan says
-``fits=False``; after it, later turns only re-plan the same small cut (the
-summary plus a few messages), whose gain is under the floor, so the post-turn
-hook skips with :attr:`SkipReason.NO_PROGRESS` instead of queueing a job per
-turn. The next job comes once new messages make a cut with a real gain.
+A cut is worth it only if the thread lands under its prepare floor with it
+(DESIGN.md invariant 13), the summary counted at its most: kept tool results are
+shortened to get there; a kept part that still holds too much (a huge pasted human
+message) is a :attr:`SkipReason.NO_PROGRESS` skip, never a compaction that leaves the
+thread over its threshold (issue 18, item 2). "Compact now" (``force``) applies whatever
+removes more than its summary adds.
+
+The gain floor is what stops a requeue loop: after a compaction, later turns
+only re-plan the same small cut (the summary plus a few messages), whose gain
+is under the floor, so the post-turn hook skips with
+:attr:`SkipReason.NO_PROGRESS` instead of queueing a job per turn. The next job
+comes once new messages make a cut with a real gain.
 """
 
 from __future__ import annotations
@@ -65,12 +81,16 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.pairing import CallPairer, call_ids
 from offpath.compaction.settings import Settings
-from offpath.compaction.summary import SUMMARY_PREFIX, is_summary, summary_meta
+from offpath.compaction.shorten import caps_for, saving
+from offpath.compaction.summary import is_summary, overhead_chars, summary_meta
 
 #: The seed: fewer messages than this is "too little to compact".
 MIN_MESSAGES_REMOVED = 4
-#: The summary's expected size: the template asks for under 400 words (~6 chars each).
-SUMMARY_ESTIMATE_CHARS = 2_400
+#: The smallest budget a summary message gets, whatever the threshold or the chars it
+#: replaces: its prefix and recall lines, and the template's four headings with a few words.
+MIN_SUMMARY_CHARS = 300
+#: A request longer than this share of the summary budget is kept as its own message.
+REQUEST_QUOTE_SHARE = 0.25
 
 
 class SkipReason(StrEnum):
@@ -116,6 +136,15 @@ class CompactionPlan:
     removed_chars: int
     estimated_chars_after: int
     threshold_chars: int
+    #: the request of the turn cut into, kept as its own message: the id of the removed
+    #: request message (the first removed, whose place the summary takes) that a copy of it
+    #: re-enters the thread for, in the second removed message's place; None: no copy
+    request_copy: str | None = None
+    #: kept tool results to shorten, by message id: their cap in chars
+    shorten: tuple[tuple[str, int], ...] = ()
+    #: chars the summary text and its pinned facts may use (the summary budget less the
+    #: summary's prefix line, its recall line and a quoted request)
+    summary_chars: int = 0
 
     @property
     def fits(self) -> bool:
@@ -143,22 +172,52 @@ def min_gain_chars(settings: Settings) -> int:
     return max(1, (settings.summarization_threshold_chars - settings.summarization_keep_chars) // 4)
 
 
-def estimate_summary_chars(removed_chars: int, request: str | None) -> int:
-    """Expected size in chars of the summary message replacing ``removed_chars`` chars."""
-    quoted = len(request) + 80 if request else 0
-    return len(SUMMARY_PREFIX) + 2 + min(SUMMARY_ESTIMATE_CHARS, removed_chars // 2) + quoted
+def landing_chars(settings: Settings) -> int:
+    """The most chars a thread may hold once a compaction is applied (DESIGN.md invariant
+    13): its prepare floor. On a threshold too small for the keep window and a summary to
+    fit under it (the seed's 500 / 200 try-out, where its own example kept 384 chars and
+    wrote a 312-char summary), no compaction could meet that: the keep window and twice the
+    smallest summary, so that such a setting still compacts as the seed shows."""
+    return max(
+        settings.prepare_floor_chars, settings.summarization_keep_chars + 2 * MIN_SUMMARY_CHARS
+    )
+
+
+def summary_budget_chars(settings: Settings) -> int:
+    """Most chars a summary message may hold, whole: ``SUMMARY_MAX_SHARE`` x the threshold
+    (issue 18, item 2: summaries of 8.6-12.6k chars whatever the threshold)."""
+    return max(MIN_SUMMARY_CHARS, settings.summary_budget_chars)
+
+
+def estimate_summary_chars(budget: int, removed_chars: int, request: str | None) -> tuple[int, int]:
+    """``(most chars the summary message will hold, chars left for its text and pinned
+    facts)``. The summary is bounded by ``budget`` and by half the chars it replaces (at
+    least :data:`MIN_SUMMARY_CHARS`), and its summarizer keeps to that, so the planner counts
+    a safe upper bound, not a guess (a 6,670-char removal got a 4,777-char summary and left
+    its thread over the threshold: gemini-cli#15225, issue 18). A quoted ``request`` and the
+    fixed lines (prefix, recall line) take their share of it."""
+    size = min(budget, max(MIN_SUMMARY_CHARS, removed_chars // 2))
+    if request:
+        size = max(size, overhead_chars(request) + MIN_SUMMARY_CHARS // 2)
+    return size, max(100, size - overhead_chars(request))
 
 
 def plan_compaction(
-    messages: Sequence[BaseMessage], settings: Settings, *, early: bool = False, force: bool = False
+    messages: Sequence[BaseMessage],
+    settings: Settings,
+    *,
+    early: bool = False,
+    force: bool = False,
+    floor_chars: int | None = None,
 ) -> CompactionPlan | Skip:
     """Plan a compaction of ``messages`` (a thread's ``messages`` channel) under ``settings``.
 
     Returns a :class:`CompactionPlan`, or a :class:`Skip` when compaction is
     disabled, the thread is under the threshold, no valid cut exists, or no
     cut is worth it. ``early``: plan from ``SUMMARIZATION_PREPARE_AT`` x the
-    threshold already (a compaction prepared ahead, applied once the thread is
-    over the threshold; DESIGN.md "Compaction during a run"). ``force``: plan whatever the
+    threshold already, or from ``floor_chars`` when given (a compaction prepared ahead,
+    applied once the thread is over the threshold; DESIGN.md "Compaction during a run").
+    ``force``: plan whatever the
     thread's size, and any cut that removes more than its summary adds is worth it (an
     operator asked: ``POST /sessions/{id}/compact``); the keep window, the tool-call pairs
     and the fewest messages removed still hold. A plan needs every message to carry an id (LangGraph's
@@ -171,7 +230,12 @@ def plan_compaction(
     scan = _Scan(messages)
     sizes, total = scan.sizes, scan.total
     threshold = settings.summarization_threshold_chars
-    floor = 0 if force else settings.prepare_floor_chars if early else threshold
+    if force:
+        floor = 0
+    elif early:
+        floor = settings.prepare_floor_chars if floor_chars is None else floor_chars
+    else:
+        floor = threshold
     if total <= floor:
         return Skip(SkipReason.UNDER_THRESHOLD, f"{total} chars <= {floor}", total)
     if None in scan.ids or "" in scan.ids:
@@ -183,6 +247,13 @@ def plan_compaction(
         )
     scan.index_pairs()
     n, head, blocked = len(messages), scan.head, scan.blocked
+    if head < n and head in scan.kept_anywhere:
+        return Skip(
+            SkipReason.NO_CUT_POINT,
+            "the first message is a tool call still waiting for its result: the summary could "
+            "not go before it",
+            total,
+        )
 
     # Walk back until the kept tail holds the keep window.
     keep = settings.summarization_keep_chars
@@ -196,10 +267,9 @@ def plan_compaction(
             "everything after the system prompt fits the keep window",
             total,
         )
-    upper = min(w, scan.first_pending)
 
     turn_cut = group_cut = None
-    for c in range(upper, head, -1):
+    for c in range(w, head, -1):
         if blocked[c]:
             continue
         if group_cut is None:
@@ -210,12 +280,32 @@ def plan_compaction(
     if group_cut is None:
         return Skip(SkipReason.NO_CUT_POINT, "no cut leaves tool-call pairs whole", total)
 
+    budget = summary_budget_chars(settings)
+    limit = settings.tool_result_limit_chars
+    room = min_gain_chars(settings)
+    kept_budget = min(keep + limit, max(keep, settings.prepare_floor_chars - room - budget))
+    quote_max = int(budget * REQUEST_QUOTE_SHARE)
     min_gain = 1 if force else min_gain_chars(settings)
-    turn = scan.evaluate(turn_cut, "turn", total)
-    group = scan.evaluate(group_cut, "tool_group", total) if group_cut != turn_cut else None
+
+    def evaluate(cut: int | None, boundary: Literal["turn", "tool_group"]) -> _Candidate | None:
+        if cut is None:
+            return None
+        return scan.evaluate(cut, boundary, total, budget, kept_budget, quote_max)
+
+    turn = evaluate(turn_cut, "turn")
+    group = evaluate(group_cut, "tool_group") if group_cut != turn_cut else None
+
+    # DESIGN.md invariant 13: an applied compaction leaves the thread under its prepare floor
+    # (an operator's "compact now" excepted): a cut that cannot is not worth a summary
+    target = None if force else landing_chars(settings)
 
     def worth(c: _Candidate | None) -> bool:
-        return c is not None and c.count >= MIN_MESSAGES_REMOVED and total - c.after >= min_gain
+        return (
+            c is not None
+            and c.count >= MIN_MESSAGES_REMOVED
+            and total - c.after >= min_gain
+            and (target is None or c.after <= target)
+        )
 
     for choice in (turn if worth(turn) and turn.after <= threshold else None, group, turn):
         if worth(choice):
@@ -229,6 +319,13 @@ def plan_compaction(
             f"the best cut removes {best.count} messages (< {MIN_MESSAGES_REMOVED})",
             total,
         )
+    if target is not None and best.after > target and total - best.after >= min_gain:
+        return Skip(
+            SkipReason.NO_PROGRESS,
+            f"the best cut would leave ~{best.after} chars, over the prepare floor ({target}): "
+            "the kept part cannot be shortened enough; waiting for more messages",
+            total,
+        )
     return Skip(
         SkipReason.NO_PROGRESS,
         f"the best cut saves ~{total - best.after} chars (< {min_gain}); waiting for more messages",
@@ -240,9 +337,13 @@ def plan_compaction(
 class _Candidate:
     cut: int
     boundary: Literal["turn", "tool_group"]
+    removed: tuple[int, ...]  # indexes, thread order; removed[0] is the head
     count: int  # messages removed
     chars: int  # chars removed
-    request: str | None
+    request: str | None  # quoted in the summary
+    request_copy: int | None  # index of the request message kept as a copy (it is removed[0])
+    shorten: tuple[tuple[str, int], ...]  # kept tool results to shorten: (id, cap)
+    summary_chars: int  # chars left for the summary's text and pinned facts
     after: int  # estimated thread chars after the compaction
 
 
@@ -250,9 +351,10 @@ class _Scan:
     """What the planner needs to know of each message, from one forward pass.
 
     ``blocked[c]`` for each cut index ``0..n``: 0 if the cut is valid, 1 if a
-    tool-call pair straddles it. ``first_pending`` is the index of the first AI
-    message with a call still waiting for its result (``n`` if none): no cut
-    may lie after it. Prefix sums give the size of any removed part in O(1).
+    tool-call pair straddles it. ``kept_anywhere`` are the indexes of messages no
+    compaction removes: AI messages with a call still waiting for its result, and
+    the results those messages already have. Prefix sums give the size of any removed
+    part in O(1).
     """
 
     def __init__(self, messages: Sequence[BaseMessage]) -> None:
@@ -263,17 +365,19 @@ class _Scan:
         self.system = [False] * n
         self.summary = [False] * (n + 1)
         self.turn_start = [False] * (n + 1)
+        self.tool = [False] * n
         self.sizes = sizes = [0] * n
         self.ids: list[str | None] = [None] * n
         self.pairer = pairer = CallPairer()
         ids = self.ids
-        system, summary, turn_start = self.system, self.summary, self.turn_start
+        system, summary, turn_start, tool = self.system, self.summary, self.turn_start, self.tool
         for i, m in enumerate(messages):
             sizes[i] = message_chars(m)
             ids[i] = m.id
             cls = type(m)
             if cls is ToolMessage or (cls is not AIMessage and isinstance(m, ToolMessage)):
                 pairer.add_result(i, m.tool_call_id)
+                tool[i] = True
             elif cls is AIMessage or isinstance(m, AIMessage):
                 if m.tool_calls or m.invalid_tool_calls:
                     pairer.add_calls(i, call_ids(m))
@@ -287,24 +391,21 @@ class _Scan:
         self.total = sum(sizes)
 
     def index_pairs(self) -> None:
-        """Valid cuts (``blocked``), the first pending call and the prefix sums."""
+        """Valid cuts (``blocked``), the messages kept in place and the prefix sums."""
         n, system = len(self.messages), self.system
         self.head = 0
         while self.head < n and system[self.head]:
             self.head += 1
         diff = [0] * (n + 2)
-        self.first_pending = n
-        try:
-            last_turn = n - 1 - self.turn_start[n - 1 :: -1].index(True)
-        except ValueError:
-            last_turn = -1
-        for a, _ in self.pairer.open_calls():
-            if a > last_turn:  # still waiting: no turn began after it
-                self.first_pending = min(self.first_pending, a)
-            # else abandoned by an earlier turn: already unpaired, it holds nothing back
+        open_ai = {a for a, _ in self.pairer.open_calls()}
+        kept = set(open_ai)
         for a, t in self.pairer.pairs:
+            if a in open_ai:  # both stay where they are: the pair holds no cut back
+                kept.add(t)
+                continue
             diff[a + 1] += 1
             diff[t + 1] -= 1
+        self.kept_anywhere = kept
         self.blocked = [1 if v else 0 for v in accumulate(diff[: n + 1])]
         # prefix sums of sizes; system messages (rarely past the head) are subtracted
         self.chars_before = [0, *accumulate(self.sizes)]
@@ -318,57 +419,95 @@ class _Scan:
         )
 
     def evaluate(
-        self, cut: int | None, boundary: Literal["turn", "tool_group"], total: int
-    ) -> _Candidate | None:
-        """Size of the compaction that cuts at ``cut`` (earlier summaries after it folded in)."""
-        if cut is None:
-            return None
+        self,
+        cut: int,
+        boundary: Literal["turn", "tool_group"],
+        total: int,
+        budget: int,
+        kept_budget: int,
+        quote_max: int,
+    ) -> _Candidate:
+        """The compaction that cuts at ``cut``: what it removes (earlier summaries after it
+        folded in; messages kept in place left out), the request it quotes or keeps, the
+        kept results it shortens, and the thread's size after it."""
+        head, sizes = self.head, self.sizes
         late = [i for i in self.anywhere if i >= cut]
-        systems = [i for i in self.mid_systems if i < cut]
-        chars = self.chars_before[cut] - self.chars_before[self.head]
-        chars += sum(self.sizes[i] for i in late) - sum(self.sizes[i] for i in systems)
-        count = cut - self.head - len(systems) + len(late)
-        request = (
-            self._request(cut) if boundary == "tool_group" and not self.turn_start[cut] else None
+        staying = {i for i in self.kept_anywhere if i < cut and i not in self.removed_anywhere} | {
+            i for i in self.mid_systems if i < cut
+        }
+        request, request_at = None, None
+        if boundary == "tool_group" and not self.turn_start[cut]:
+            request, request_at = self._request(cut)
+        copy = None
+        if request is not None and len(request) > quote_max:
+            if request_at is not None and request_at > head:
+                staying.add(request_at)  # kept in place, right after the summary
+            elif request_at == head:
+                copy = head  # the summary takes its place; a copy of it follows the summary
+            request = None if request_at is not None else request
+        if not staying:
+            removed = tuple(range(head, cut)) + tuple(late)
+        else:
+            removed = tuple(i for i in range(head, cut) if i not in staying) + tuple(late)
+        chars = (
+            sum(sizes[i] for i in removed)
+            if staying
+            else (self.chars_before[cut] - self.chars_before[head] + sum(sizes[i] for i in late))
         )
-        after = total - chars + estimate_summary_chars(chars, request)
-        return _Candidate(cut, boundary, count, chars, request, after)
+        kept_chars = total - chars + (sizes[copy] if copy is not None else 0)
+        shorten: tuple[tuple[str, int], ...] = ()
+        if kept_chars > kept_budget:
+            results = [
+                (str(self.ids[i]), sizes[i])
+                for i in range(cut, len(sizes))
+                if self.tool[i] and i not in self.removed_anywhere
+            ]
+            caps = caps_for(results, kept_chars - kept_budget)
+            shorten = tuple(sorted(caps.items()))
+            kept_chars -= saving(dict(results), caps)
+        summary_size, summary_chars = estimate_summary_chars(budget, chars, request)
+        after = kept_chars + summary_size
+        count = len(removed) - (1 if copy is not None else 0)
+        return _Candidate(
+            cut, boundary, removed, count, chars, request, copy, shorten, summary_chars, after
+        )
 
-    def _request(self, cut: int) -> str | None:
-        """The request of the turn a mid-turn cut falls in: its human message, or the
-        request an earlier summary carried (the turn began before that compaction)."""
+    def _request(self, cut: int) -> tuple[str | None, int | None]:
+        """The request of the turn a mid-turn cut falls in and its index: its human message,
+        or the request an earlier summary carried (the turn began before that compaction;
+        no index)."""
         for i in range(cut - 1, self.head - 1, -1):
             if self.turn_start[i]:
-                return content_text(self.messages[i].content)
+                return content_text(self.messages[i].content), i
         for i in reversed(self.summaries):
             if i < cut and (request := summary_meta(self.messages[i]).get("request")):
-                return str(request)
-        return None
+                return str(request), None
+        return None, None
 
     def build(self, c: _Candidate, total: int, threshold: int) -> CompactionPlan:
-        """The plan for candidate ``c``: list slices in the common case (no system message
-        past the head, no earlier summary after the cut), else one loop."""
-        head, cut, messages = self.head, c.cut, self.messages
-        late = [i for i in self.anywhere if i >= cut]
-        if not self.mid_systems and not late:
-            removed, kept = list(messages[head:cut]), list(messages[cut:])
-            order = self.ids[head:]
-        else:
-            removed, kept, order = [], [], []
-            for i in range(head, len(messages)):
-                if self.system[i]:
-                    continue
-                order.append(self.ids[i])
-                (removed if i < cut or i in self.removed_anywhere else kept).append(messages[i])
+        """The plan for candidate ``c``."""
+        messages = self.messages
+        removed_set = set(c.removed)
+        removed = [messages[i] for i in c.removed]
+        kept, order = [], []
+        for i in range(self.head, len(messages)):
+            if self.system[i]:
+                continue
+            order.append(self.ids[i])
+            if i not in removed_set:
+                kept.append(messages[i])
         return CompactionPlan(
             cut=c.cut,
             boundary=c.boundary,
             removed=tuple(removed),
             kept=tuple(kept),
-            order=tuple(order),
+            order=tuple(order),  # type: ignore[arg-type]
             request=c.request,
             total_chars=total,
             removed_chars=c.chars,
             estimated_chars_after=c.after,
             threshold_chars=threshold,
+            request_copy=str(self.ids[c.request_copy]) if c.request_copy is not None else None,
+            shorten=c.shorten,
+            summary_chars=c.summary_chars,
         )

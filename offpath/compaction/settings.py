@@ -23,6 +23,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 #: The smallest prompt budget that still fits the instructions and a few messages.
 MIN_PROMPT_CHARS = 4_000
 
+#: The fewest chars a shortened tool result keeps (head, tail, facts, the recall line).
+MIN_SHORTENED_CHARS = 1_000
+
 #: Where Docker (Compose secrets, Swarm) mounts secrets: a file named after a setting
 #: (``database_password``) sets it, when the environment does not.
 SECRETS_DIR = "/run/secrets"
@@ -61,6 +64,14 @@ class Settings(BaseSettings):
     #: Most chars of the fact guard's **Pinned facts** section, appended to every summary
     #: with the facts of the removed messages that the summary missed. 0: no fact guard.
     summary_pinned_max_chars: int = Field(default=4_000, ge=0, le=20_000)
+    #: The whole summary message (template, quoted request, pinned facts, recall line) stays
+    #: under this share of the threshold (issue 18: summaries of 8.6-12.6k chars whatever the
+    #: threshold ate a 30,000-char thread's room). The planner counts it as the summary's size.
+    summary_max_share: float = Field(default=0.15, ge=0.05, le=0.5)
+    #: A tool result over this many chars is shortened as it arrives (head, tail, the facts of
+    #: the part cut out, how to read the rest) and kept whole in the archive. 0: half the keep
+    #: window, at most a fifth of the threshold (10,000 chars at the defaults).
+    tool_result_max_chars: int = Field(default=0, ge=0)
     #: Days the archive keeps the originals that compactions removed. 0: keep them.
     archive_retention_days: int = Field(default=0, ge=0)
 
@@ -220,6 +231,12 @@ class Settings(BaseSettings):
                 f"CONTEXT_HARD_LIMIT_CHARS ({self.context_hard_limit_chars}) must be above "
                 f"SUMMARIZATION_THRESHOLD_CHARS ({threshold}) (0: three times it)"
             )
+        if self.tool_result_max_chars and self.tool_result_max_chars < MIN_SHORTENED_CHARS:
+            raise ValueError(
+                f"TOOL_RESULT_MAX_CHARS ({self.tool_result_max_chars}) must be 0 (half the keep "
+                f"window) or at least {MIN_SHORTENED_CHARS}: a shortened result keeps its head, "
+                "tail and facts"
+            )
         if self.failure_backoff_s > self.failure_backoff_max_s:
             raise ValueError(
                 f"FAILURE_BACKOFF_S ({self.failure_backoff_s}) must not exceed "
@@ -236,6 +253,22 @@ class Settings(BaseSettings):
     def prepare_floor_chars(self) -> int:
         """The size at which a job may start preparing (``SUMMARIZATION_PREPARE_AT`` x threshold)."""
         return int(self.summarization_threshold_chars * self.summarization_prepare_at)
+
+    @property
+    def summary_budget_chars(self) -> int:
+        """Most chars of a whole summary message: ``SUMMARY_MAX_SHARE`` x the threshold."""
+        return int(self.summarization_threshold_chars * self.summary_max_share)
+
+    @property
+    def tool_result_limit_chars(self) -> int:
+        """``TOOL_RESULT_MAX_CHARS``, or when 0: half the keep window, at most a fifth of the
+        threshold, at least :data:`MIN_SHORTENED_CHARS` (so the newest result always fits the
+        keep window beside its call, and one result cannot carry a thread from under its
+        prepare floor past its threshold on its own)."""
+        if self.tool_result_max_chars:
+            return self.tool_result_max_chars
+        keep, threshold = self.summarization_keep_chars, self.summarization_threshold_chars
+        return max(MIN_SHORTENED_CHARS, min(keep // 2, threshold // 5))
 
     @property
     def active(self) -> bool:

@@ -40,6 +40,18 @@ SUMMARY_PREFIX = "[Context from earlier in this session, summarized]"
 SUMMARY_SOURCE = "summarization"
 #: Heading of the quoted request of a turn that was cut in the middle.
 REQUEST_HEADING = "**Request of the turn in progress (verbatim):**"
+#: The summary's last line (issue 11, item 4: the summary tells the model the tool exists).
+RECALL_NOTE = (
+    "_The summarized messages are archived unchanged: the `recall` tool reads them again "
+    "(words or a message id)._"
+)
+
+
+def overhead_chars(request: str | None) -> int:
+    """Chars of a summary message that are not its text nor its pinned facts: the prefix line,
+    the recall line, a quoted request with its heading, and the blank lines between them."""
+    quoted = len(REQUEST_HEADING) + 3 + len(request) if request else 0
+    return len(SUMMARY_PREFIX) + 2 + 2 + len(RECALL_NOTE) + quoted
 
 
 #: The seed's template headings, in order; every summary must have them (issue 10, item 4).
@@ -107,6 +119,44 @@ def strip_instructions(text: str) -> tuple[str, int]:
         else:
             kept.append(line)
     return "\n".join(kept), dropped
+
+
+def text_cap(summary_chars: int) -> int | None:
+    """Most chars a summarizer's text may use when the summary's text and pinned facts share
+    ``summary_chars`` (``CompactionPlan.summary_chars``; 0: no bound): two thirds, the rest
+    is left to the fact guard's Pinned facts."""
+    return max(400, summary_chars * 2 // 3) if summary_chars else None
+
+
+def words_for(chars: int | None) -> int:
+    """The word limit a summarizer is given for ``chars`` chars of text (the seed's 400 words,
+    fewer on a small budget; about 7 chars a word)."""
+    return 400 if chars is None else max(60, min(400, chars // 7))
+
+
+def fit_text(text: str, cap: int | None) -> str:
+    """``text`` (a summary in the seed's template) in at most ``cap`` chars: the last Key
+    findings bullets go first, then every line is clipped; the four headings always stay.
+    Returns it unchanged when it fits (or ``cap`` is None)."""
+    if cap is None or len(text) <= cap:
+        return text
+    lines = text.splitlines()
+    bullets = [i for i, line in enumerate(lines) if line.lstrip().startswith("- ")]
+    while bullets and len("\n".join(lines)) > cap:
+        del lines[bullets.pop()]
+    if len("\n".join(lines)) <= cap:
+        return "\n".join(lines)
+    # then lines that are neither a heading nor a finding (notes, blank lines), then clip
+    lines = [ln for ln in lines if ln.startswith(HEADINGS) or ln.lstrip().startswith("- ")]
+    while len("\n".join(lines)) > cap:
+        longest = max(range(len(lines)), key=lambda i: len(lines[i]))
+        line = lines[longest]
+        heading = next((h for h in HEADINGS if line.startswith(h)), "")
+        room = max(len(heading), len(line) - (len("\n".join(lines)) - cap) - 3)
+        if room >= len(line) - 3:  # nothing more to clip: the headings alone
+            break
+        lines[longest] = line[:room].rstrip() + "..." if room > len(heading) else heading
+    return "\n".join(lines)
 
 
 def is_summary(message: BaseMessage) -> bool:

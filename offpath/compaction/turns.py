@@ -18,6 +18,10 @@ from offpath.compaction.accounting import wire_chars
 from offpath.compaction.pairing import CallPairer
 
 ALLOWED = (SystemMessage, HumanMessage, AIMessage, ToolMessage)
+#: ``additional_kwargs`` keys only offpath writes (a shortened result's mark, with its
+#: original's digest; a kept request's copy): a client's copy of one is dropped, so that it
+#: can neither hide a change from a prepared compaction nor pass for offpath's.
+OWN_MARKS = ("offpath_shortened", "offpath_request_of")
 
 
 class TurnError(ValueError):
@@ -87,6 +91,9 @@ def validate_turn(
             raise TurnError(f"{where}: id is empty; send a non-empty id, or none to get one")
         if m.id in seen_ids:
             raise TurnError(f"{where}: id {m.id!r} is already used in this session or turn")
+        if any(k in m.additional_kwargs for k in OWN_MARKS):
+            extra = {k: v for k, v in m.additional_kwargs.items() if k not in OWN_MARKS}
+            m = m.model_copy(update={"additional_kwargs": extra})
         seen_ids.add(m.id)
         if (size := wire_chars(m)) > max_message_chars:
             raise TurnError(

@@ -2,7 +2,9 @@
 
 Each row is one removed message (``messages_to_dict`` form), with its thread, the
 job and the summary that replaced it, and its position in the thread when it
-was removed. Rows are written in the same transaction as the job's own record of
+was removed; or (``kind = "shortened"``, issue 18) the original of a tool result offpath
+shortened in place: as it arrived (no job: an empty job id; written with the update that
+shortens it), or in a compaction (with the job, like its removed messages). Rows are written in the same transaction as the job's own record of
 the summary, before the patch (:func:`store_record`), so a patch is never
 applied without its originals archived; rows of a job that never applied are
 not shown (its record may be replaced, or it ends ``stale``). DESIGN.md
@@ -29,6 +31,9 @@ from sqlmodel import JSON, Column, Field, SQLModel
 from offpath.compaction.accounting import content_text
 from offpath.service.db import JOBS, JobStatus
 
+#: Archive kinds: a message a compaction removed, the original of a result shortened in place.
+REMOVED, SHORTENED = "removed", "shortened"
+
 
 class ArchivedMessage(SQLModel, table=True):
     """One original a compaction removed."""
@@ -44,6 +49,9 @@ class ArchivedMessage(SQLModel, table=True):
     message: dict[str, Any] = Field(sa_column=Column("message", JSON, nullable=False))
     text: str
     created_at: datetime = Field(sa_type=sa.DateTime(timezone=True))
+    #: "removed" (a compaction removed it) or "shortened" (the original of a result offpath
+    #: shortened in place). Migration 0008.
+    kind: str = Field(default=REMOVED, max_length=16)
 
 
 ARCHIVE = ArchivedMessage.__table__  # type: ignore[attr-defined]
@@ -67,26 +75,99 @@ def rows_for(
     summary_id: str,
     thread: Sequence[BaseMessage],
     removed: Sequence[str],
+    shortened: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Archive rows for the messages ``removed`` (ids) of ``thread``."""
+    """Archive rows for the messages ``removed`` (ids) of ``thread``, and for those it keeps
+    but ``shortened`` (their originals, as the thread holds them now)."""
     now = datetime.now(UTC)
-    wanted = set(removed)
+    kinds = {**{str(i): SHORTENED for i in shortened}, **{str(i): REMOVED for i in removed}}
     rows = []
     for position, m in enumerate(thread):
-        if m.id in wanted:
+        kind = kinds.get(str(m.id))
+        if kind is not None:
             rows.append(
                 {
                     "session_id": session_id,
                     "job_id": job_id,
-                    "summary_id": summary_id,
+                    "summary_id": summary_id if kind == REMOVED else str(m.id),
                     "position": position,
                     "message_id": str(m.id),
                     "message": messages_to_dict([m])[0],
                     "text": searchable(m),
                     "created_at": now,
+                    "kind": kind,
                 }
             )
     return rows
+
+
+def store_shortened(
+    engine: Engine, session_id: str, originals: Sequence[tuple[int, BaseMessage]]
+) -> None:
+    """Archive the originals of results shortened as they arrived (``(position, message)``),
+    in one transaction, before the update that shortens them is written. Idempotent: a
+    result archived so already keeps one row (a model call that failed is tried again)."""
+    if not originals:
+        return
+    now = datetime.now(UTC)
+    ids = [str(m.id) for _, m in originals]
+    rows = [
+        {
+            "session_id": session_id,
+            "job_id": "",
+            "summary_id": str(m.id),
+            "position": position,
+            "message_id": str(m.id),
+            "message": messages_to_dict([m])[0],
+            "text": searchable(m),
+            "created_at": now,
+            "kind": SHORTENED,
+        }
+        for position, m in originals
+    ]
+    with engine.begin() as conn:
+        conn.execute(
+            sa.delete(ARCHIVE).where(
+                ARCHIVE.c.session_id == session_id,
+                ARCHIVE.c.job_id == "",
+                ARCHIVE.c.message_id.in_(ids),
+            )
+        )
+        conn.execute(sa.insert(ARCHIVE), rows)
+
+
+def shorten_archived(
+    engine: Engine,
+    session_id: str,
+    messages: Sequence[BaseMessage],
+    caps: dict[str, int],
+    *,
+    recall: bool = True,
+    offset: int = 0,
+) -> list[BaseMessage]:
+    """``messages`` with the tool results named in ``caps`` (message id -> cap in chars)
+    shortened in place (:func:`offpath.compaction.shorten.shorten`), their originals archived
+    first (:func:`store_shortened`; ``offset``: the thread position of ``messages[0]``).
+    Raises the database's error, and then nothing is shortened. Returns ``messages`` itself
+    when nothing is to shorten."""
+    from langchain_core.messages import ToolMessage
+
+    from offpath.compaction.shorten import shorten
+
+    out = list(messages)
+    originals: list[tuple[int, BaseMessage]] = []
+    for i, m in enumerate(out):
+        cap = caps.get(str(m.id))
+        if cap is None or not isinstance(m, ToolMessage):
+            continue
+        short = shorten(m, cap, recall=recall)
+        if short is not m:
+            originals.append((offset + i, m))
+            out[i] = short
+    if not originals:
+        return messages if isinstance(messages, list) else list(messages)
+    store_shortened(engine, session_id, originals)
+    return out
 
 
 def store_record(
@@ -106,8 +187,12 @@ def store_record(
 
 
 def _applied() -> Any:
-    return ARCHIVE.c.job_id.in_(
-        sa.select(JOBS.c.job_id).where(JOBS.c.status == JobStatus.APPLIED.value)
+    """Rows that are shown: those of applied jobs, and results shortened as they arrived."""
+    return sa.or_(
+        ARCHIVE.c.job_id == "",
+        ARCHIVE.c.job_id.in_(
+            sa.select(JOBS.c.job_id).where(JOBS.c.status == JobStatus.APPLIED.value)
+        ),
     )
 
 
@@ -155,8 +240,8 @@ def search(
             "SELECT a.message_id, a.message->>'type' AS type, ts_headline('simple', a.text, q, "
             "'MaxFragments=2, MaxWords=30, MinWords=8, StartSel=[, StopSel=]') AS excerpt "
             "FROM archive a, websearch_to_tsquery('simple', :q) q "
-            "WHERE a.session_id = :s AND a.tsv @@ q AND a.job_id IN "
-            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied') "
+            "WHERE a.session_id = :s AND a.tsv @@ q AND (a.job_id = '' OR a.job_id IN "
+            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied')) "
             "ORDER BY ts_rank(a.tsv, q) DESC, a.id LIMIT :n"
         )
         params = {"q": " or ".join(words), "s": session_id, "n": limit}
@@ -165,8 +250,8 @@ def search(
             "SELECT a.message_id, json_extract(a.message, '$.type') AS type, "
             "snippet(archive_fts, 0, '[', ']', '...', 24) AS excerpt "
             "FROM archive_fts JOIN archive a ON a.id = archive_fts.rowid "
-            "WHERE archive_fts MATCH :q AND a.session_id = :s AND a.job_id IN "
-            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied') "
+            "WHERE archive_fts MATCH :q AND a.session_id = :s AND (a.job_id = '' OR a.job_id IN "
+            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied')) "
             "ORDER BY bm25(archive_fts), a.id LIMIT :n"
         )
         params = {
@@ -186,12 +271,14 @@ def search(
 
 
 def original(engine: Engine, session_id: str, message_id: str) -> dict[str, Any] | None:
-    """One archived original of a thread by its message id (``messages_to_dict`` form), or
-    None: not archived, or its compaction never applied."""
+    """The original of a thread's message by its id (``messages_to_dict`` form), or None: not
+    archived, or its compaction never applied. The *first* row archived under the id: the
+    message as it first was, never a later summary or shortened copy that reused its id
+    (a summary takes the id of the first message it replaces)."""
     q = (
         sa.select(ARCHIVE.c.message)
         .where(ARCHIVE.c.session_id == session_id, ARCHIVE.c.message_id == message_id, _applied())
-        .order_by(ARCHIVE.c.id.desc())
+        .order_by(ARCHIVE.c.id)
         .limit(1)
     )
     with engine.connect() as conn:

@@ -6,8 +6,10 @@ name the message each fact came from. ``recall(query)`` answers, for the thread 
 the run that calls it (LangGraph's ``thread_id``; another thread's archive is never
 searched):
 
-* ``query`` is an archived message id: that message, whole up to
-  :data:`~offpath.service.archive.RECALL_MAX_CHARS` chars;
+* ``query`` is an archived message id: that message as it was first archived (the
+  original, never a summary that later took its id), :data:`~offpath.service.archive.RECALL_MAX_CHARS`
+  chars of it from ``offset`` on (a long tool result is read page by page: the line that
+  replaced the part of it a shortening cut out names the offset; issue 18);
 * otherwise: the best full-text matches (SQLite FTS5, or PostgreSQL full-text
   search), each an excerpt with its message id, at most ``RECALL_MAX_CHARS`` chars
   in all.
@@ -34,10 +36,12 @@ log = logging.getLogger("offpath.recall")
 
 #: The tool's description, as the model reads it.
 DESCRIPTION = (
-    "Search the original messages that this conversation's summaries replaced (tool "
-    "outputs, logs, earlier answers), which are archived unchanged. `query`: words to find "
-    "(an error code, a pod or file name, ...) or a message id named in the summary's Pinned "
-    "facts. Returns matching excerpts with their message ids."
+    "Search the original messages that this conversation's summaries replaced or shortened "
+    "(tool outputs, logs, earlier answers), which are archived unchanged. `query`: words to "
+    "find (an error code, a pod or file name, ...) or a message id named in the summary's "
+    "Pinned facts or in a shortened tool result. For a message id, `offset` reads on from that "
+    "char of the message (pages of 4,000 chars). Returns matching excerpts with their "
+    "message ids, or the message's text."
 )
 
 
@@ -50,9 +54,10 @@ def thread_of_run() -> str | None:
     return str(value) if value is not None else None
 
 
-def answer(engine: Engine, thread_id: str, query: str) -> str:
+def answer(engine: Engine, thread_id: str, query: str, offset: int = 0) -> str:
     """The tool's answer for ``query`` on ``thread_id``'s archive (see the module doc);
-    at most about :data:`~offpath.service.archive.RECALL_MAX_CHARS` chars."""
+    at most about :data:`~offpath.service.archive.RECALL_MAX_CHARS` chars. ``offset``: for a
+    message id, the char of its text to read from (0: its start)."""
     query = query.strip()
     if not query:
         return "recall: give some words to search for, or a message id."
@@ -67,8 +72,13 @@ def answer(engine: Engine, thread_id: str, query: str) -> str:
                 f"tool call {c.get('name')}({json.dumps(c.get('args'), default=str)})"
                 for c in calls
             )
-        clipped = text[:limit] + (" [...]" if len(text) > limit else "")
-        return f"[{query}] ({message.type})\n{clipped}"
+        start = min(max(0, int(offset)), len(text))
+        end = min(len(text), start + limit)
+        page = text[start:end]
+        if start == 0 and end == len(text):
+            return f"[{query}] ({message.type})\n{page}"
+        more = f'; recall("{query}", offset={end}) reads on' if end < len(text) else ""
+        return f"[{query}] ({message.type}) chars {start:,}-{end:,} of {len(text):,}{more}\n{page}"
     hits = archive.search(engine, thread_id, query, max_chars=limit)
     if not hits:
         return f"recall: nothing archived in this conversation matches {query!r}."
@@ -78,12 +88,12 @@ def answer(engine: Engine, thread_id: str, query: str) -> str:
 def recall_tool(engine_of: Callable[[], Engine]) -> BaseTool:
     """The ``recall`` tool over the archive in ``engine_of()`` (opened on first use)."""
 
-    def recall(query: str) -> str:
+    def recall(query: str, offset: int = 0) -> str:
         thread_id = thread_of_run()
         if thread_id is None:
             return "recall: this call is not part of a conversation (no thread_id)."
         try:
-            return answer(engine_of(), thread_id, query)
+            return answer(engine_of(), thread_id, query, offset)
         except Exception as exc:  # the archive's store is down: the run goes on
             log.warning("recall failed on thread %s: %s", thread_id, exc)
             return f"recall: the archive could not be read ({type(exc).__name__}); try later."

@@ -14,20 +14,18 @@ from offpath.compaction.facts import pin
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult
+from offpath.compaction.summary import RECALL_NOTE
+
+__all__ = ["RECALL_NOTE", "GuardedSummarizer"]
 
 log = logging.getLogger("offpath.summarizer")
-
-#: The summary's last line (issue 11, item 4: the summary tells the model the tool exists).
-RECALL_NOTE = (
-    "_The messages summarized here are archived unchanged: call the `recall` tool with words "
-    "or a message id to read them again._"
-)
 
 
 class GuardedSummarizer:
     """``inner`` with the fact guard: same ``name`` (the summarizer recorded is ``inner``'s),
     same errors; the text gains the Pinned facts section (at most ``pinned_max_chars``
-    chars; 0: none) and :data:`RECALL_NOTE`."""
+    chars, and no more than the plan's summary budget leaves; 0: none) and
+    :data:`RECALL_NOTE`."""
 
     def __init__(self, inner: Summarizer, pinned_max_chars: int) -> None:
         self.inner = inner
@@ -37,7 +35,10 @@ class GuardedSummarizer:
     def summarize(self, plan: CompactionPlan, prompt: SummaryPrompt) -> SummaryResult:
         """The inner summary, with the facts it missed pinned (see the module doc)."""
         result = self.inner.summarize(plan, prompt)
-        text, pinned = pin(result.text, plan.removed, self.pinned_max_chars, plan.kept)
+        room = self.pinned_max_chars
+        if plan.summary_chars:  # the summary's budget bounds the section too (issue 18)
+            room = min(room, max(0, plan.summary_chars - len(result.text) - 4))
+        text, pinned = pin(result.text, plan.removed, room, plan.kept)
         if pinned.facts:
             log.info(
                 "fact guard: pinned %d fact(s) the summary missed (%d entries)",

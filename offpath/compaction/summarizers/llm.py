@@ -27,7 +27,7 @@ from offpath.compaction.summarizers.base import (
     SummaryResult,
     TransientSummarizerError,
 )
-from offpath.compaction.summary import strip_instructions, template_problem
+from offpath.compaction.summary import fit_text, strip_instructions, template_problem, text_cap
 
 log = logging.getLogger("offpath.summarizer")
 
@@ -92,8 +92,9 @@ class LLMSummarizer:
         text, dropped = strip_instructions(text)
         if dropped:
             log.warning("dropped %d line(s) of the summary that read as instructions", dropped)
-        if len(text) > MAX_SUMMARY_CHARS:
-            text = text[:MAX_SUMMARY_CHARS].rstrip() + "\n[summary cut at 10,000 chars]"
+        cap = min(MAX_SUMMARY_CHARS, text_cap(plan.summary_chars) or MAX_SUMMARY_CHARS)
+        if len(text) > cap:  # the summary budget (issue 18, item 2), whatever the model wrote
+            text = fit_text(text, cap)
         usage = getattr(answer, "usage_metadata", None) or {}
         return SummaryResult(
             text=text,

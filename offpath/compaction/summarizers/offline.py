@@ -34,7 +34,14 @@ from langchain_core.messages import AIMessage, BaseMessage
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt, render_content
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summary import is_summary, looks_like_instruction, summary_body
+from offpath.compaction.summary import (
+    fit_text,
+    is_summary,
+    looks_like_instruction,
+    summary_body,
+    text_cap,
+    words_for,
+)
 
 OFFLINE_NOTE = "_Offline summary: no LLM is configured; these lines were extracted from the compacted messages._"
 MAX_BULLETS = 12
@@ -117,6 +124,8 @@ class OfflineSummarizer:
         ruled_text = "; ".join(dict.fromkeys(ruled)) + "." if ruled else "nothing ruled out yet"
 
         state = _current_state(fresh)
+        cap = text_cap(plan.summary_chars)
+        max_words = min(MAX_WORDS, words_for(cap))
         while True:
             text = "\n".join(
                 [
@@ -129,10 +138,11 @@ class OfflineSummarizer:
                     OFFLINE_NOTE,
                 ]
             )
-            if len(text.split()) <= MAX_WORDS or not findings:
+            fits = len(text.split()) <= max_words and (cap is None or len(text) <= cap)
+            if fits or not findings:
                 break
             findings = findings[:-1]
-        return SummaryResult(text=text, model="offline")
+        return SummaryResult(text=fit_text(text, cap), model="offline")
 
 
 def _parse_earlier(summaries: list[BaseMessage]) -> _Earlier:

@@ -1,0 +1,187 @@
+"""Shortening a tool result in place: its head and tail, the facts of the part cut out, and one
+line saying how to read the rest. Pure: no I/O.
+
+A shortened result keeps its message id, type and ``tool_call_id`` (it still answers its call:
+DESIGN.md invariant 3); only its content changes. The original is archived whole by whoever
+writes the update, in the same step (invariants 12 and 13): nothing is lost, and ``recall``
+reads it back, by message id and, page by page, from any offset.
+
+Three callers shorten with :func:`shorten` (DESIGN.md "Where each kind of shrinking belongs"):
+
+* a result over ``TOOL_RESULT_MAX_CHARS`` as it arrives (the middleware, before any model
+  call sees it; ``POST /sessions/{id}/turns``, in the turn's own write);
+* a compaction, for kept results, so that the keep window holds no more than its budget and
+  the thread lands under its prepare floor (:func:`caps_for`);
+* the middleware, for older results, when a model call would be over the threshold and no
+  summary is ready yet: the call stays bounded while the summary is written.
+
+Issue 18: one 75,000-char ``kubectl`` dump in the last turn was kept whole by the keep window,
+and every job after it ended ``too_few_messages``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage, ToolMessage
+
+from offpath.compaction.accounting import content_text, message_chars
+from offpath.compaction.digest import SHORTENED, digest
+from offpath.compaction.settings import MIN_SHORTENED_CHARS
+
+#: ``additional_kwargs`` key of a shortened result: ``{"chars": <the original's chars>,
+#: "digest": <the original's digest>}`` (a client's copy of it is dropped by ``/turns``).
+MARK = SHORTENED
+#: Most chars of the facts listed in the line that replaces the cut part.
+MAX_FACT_CHARS = 600
+#: A result is shortened only when that saves at least this many chars.
+MIN_SAVING_CHARS = 200
+
+
+def is_shortened(message: BaseMessage) -> bool:
+    """``message`` is a result offpath shortened (its original is archived)."""
+    return isinstance(message.additional_kwargs.get(MARK), dict)
+
+
+def original_chars(message: BaseMessage) -> int:
+    """The size of the result before offpath shortened it (its own size if it never was)."""
+    mark = message.additional_kwargs.get(MARK)
+    if isinstance(mark, dict) and isinstance(mark.get("chars"), int):
+        return mark["chars"]
+    return message_chars(message)
+
+
+def shortenable(message: BaseMessage, cap: int) -> bool:
+    """``message`` is a tool result that :func:`shorten` would make smaller by a worthwhile
+    amount at ``cap`` chars."""
+    return (
+        isinstance(message, ToolMessage)
+        and message_chars(message) - max(cap, MIN_SHORTENED_CHARS) >= MIN_SAVING_CHARS
+    )
+
+
+def shorten(message: ToolMessage, cap: int, *, recall: bool = True) -> ToolMessage:
+    """``message`` with its content cut to at most ``cap`` chars (at least
+    :data:`~offpath.compaction.settings.MIN_SHORTENED_CHARS`): its head and tail around one
+    line that names the chars not shown, the facts found in them (the fact guard's extractor;
+    lines that read as instructions give none) and how to read them (``recall`` by message id,
+    with an offset; ``recall``: the agent has the tool). Deterministic: the same message and
+    cap give the same text. A message already within ``cap`` is returned as it is.
+    """
+    cap = max(cap, MIN_SHORTENED_CHARS)
+    if message_chars(message) <= cap:
+        return message
+    text = content_text(message.content, placeholders=True)
+    total = original_chars(message)
+    mid = str(message.id)
+    marker = ""
+    for _ in range(3):  # the marker's length depends on the cut, which depends on it
+        room = max(0, cap - len(marker) - 2)
+        head_end, tail_start = _cut(text, room)
+        marker = _marker(text, head_end, tail_start, total, mid, recall)
+    room = max(0, cap - len(marker) - 2)
+    head_end, tail_start = _cut(text, room)
+    content = f"{text[:head_end]}\n{marker}\n{text[tail_start:]}"
+    if len(content) > cap:  # a pathological marker (huge id): never over the cap
+        content = content[:cap]
+    extra = {**message.additional_kwargs, MARK: {"chars": total, "digest": digest(message)}}
+    return message.model_copy(update={"content": content, "additional_kwargs": extra})
+
+
+def _cut(text: str, room: int) -> tuple[int, int]:
+    """Where the head ends and the tail starts for ``room`` chars of both: three fifths head,
+    two fifths tail, moved to a line break when one is near."""
+    head = room * 3 // 5
+    tail = room - head
+    head_end, tail_start = head, len(text) - tail
+    nl = text.rfind("\n", int(head * 0.7), head_end)
+    if nl > 0:
+        head_end = nl
+    nl = text.find("\n", tail_start, tail_start + max(1, int(tail * 0.3)))
+    if nl >= 0:
+        tail_start = nl + 1
+    return head_end, max(tail_start, head_end)
+
+
+def _marker(text: str, head_end: int, tail_start: int, total: int, mid: str, recall: bool) -> str:
+    hidden = text[head_end:tail_start]
+    if recall:
+        how = (
+            f'recall("{mid}") reads the whole result, recall("{mid}", offset={head_end}) '
+            "from this cut on"
+        )
+    else:
+        how = f"offpath archived the whole result as message {mid}"
+    facts = _facts(hidden, text[:head_end] + text[tail_start:])
+    listed = f" Facts in the part not shown: {facts}." if facts else ""
+    return (
+        f"[offpath: {len(hidden):,} of this result's {total:,} chars are not shown here; "
+        f"{how}.{listed}]"
+    )
+
+
+def _facts(hidden: str, shown: str) -> str:
+    """The facts of ``hidden`` that ``shown`` does not hold, most important first, as a list
+    of at most :data:`MAX_FACT_CHARS` chars."""
+    from offpath.compaction.facts import extract, rank
+
+    probe = ToolMessage(content=hidden, tool_call_id="-", id="-")
+    out: list[str] = []
+    used = 0
+    for fact in rank(extract([probe])):
+        if fact.value in shown or len(fact.value) > 120:
+            continue
+        item = "`" + fact.value.replace("`", "'") + "`"
+        if used + len(item) + 2 > MAX_FACT_CHARS:
+            break
+        out.append(item)
+        used += len(item) + 2
+    return ", ".join(out)
+
+
+def caps_for(sizes: Sequence[tuple[str, int]], need: int) -> dict[str, int]:
+    """Caps (chars) for the results ``sizes`` (``(message id, chars)``) that save at least
+    ``need`` chars: the largest are cut first, all to one common cap (water filling), none
+    below :data:`~offpath.compaction.settings.MIN_SHORTENED_CHARS`, none for less than
+    :data:`MIN_SAVING_CHARS`. Returns ``{}`` when ``need <= 0``; when even every result at the
+    smallest cap saves less than ``need``, those smallest caps (the most that can be saved).
+    """
+    if need <= 0:
+        return {}
+    floor = MIN_SHORTENED_CHARS
+    eligible = sorted((s, i) for i, s in sizes if s - floor >= MIN_SAVING_CHARS)
+    if not eligible:
+        return {}
+    # the highest common cap c with sum(max(0, s - c)) >= need
+    saved_at_floor = sum(s - floor for s, _ in eligible)
+    if saved_at_floor <= need:
+        return {i: floor for _, i in eligible}
+    lo, hi = floor, eligible[-1][0]
+    while hi - lo > 1:
+        c = (lo + hi) // 2
+        if sum(max(0, s - c) for s, _ in eligible) >= need:
+            lo = c
+        else:
+            hi = c
+    return {i: lo for s, i in eligible if s - lo >= MIN_SAVING_CHARS}
+
+
+def saving(sizes: dict[str, int], caps: dict[str, Any]) -> int:
+    """Chars the ``caps`` save at least on results of ``sizes`` (a shortened result is at most
+    its cap)."""
+    return sum(max(0, sizes[i] - int(c)) for i, c in caps.items() if i in sizes)
+
+
+def older_caps(messages: Sequence[BaseMessage], keep_chars: int, need: int) -> dict[str, int]:
+    """Caps (:func:`caps_for`) that save ``need`` chars on the tool results of ``messages``
+    older than its newest ``keep_chars`` chars (the keep window: what the agent works on
+    now stays whole). What a model call over the threshold with no summary ready shortens."""
+    acc, start = 0, len(messages)
+    while start > 0 and acc < keep_chars:
+        start -= 1
+        acc += message_chars(messages[start])
+    results = [
+        (str(m.id), message_chars(m)) for m in messages[:start] if isinstance(m, ToolMessage)
+    ]
+    return caps_for(results, need)
