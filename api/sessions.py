@@ -16,15 +16,21 @@ from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request
-from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, messages_to_dict
+from langchain_core.messages import (
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+    messages_to_dict,
+)
 
-from offpath.compaction.accounting import total_chars
+from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.summary import is_summary
 from offpath.compaction.tracking import ThreadSize
 from offpath.compaction.turns import TurnError, validate_turn
 from offpath.middleware import KEY as PRIVATE_KEY
-from offpath.service import db
+from offpath.service import archive, db
 from offpath.service.agent import thread_config
 from offpath.service.compactions import read_thread
 from offpath.service.leases import failure_backoff_s
@@ -195,6 +201,7 @@ def append_turn(
             )
         except TurnError as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from None
+        new = offload(rt, session_id, new, len(current))
         messages = [*current, *new]  # what add_messages makes of them: the ids are all new
         size = size.advance(messages)
         update: dict[str, Any] = {
@@ -212,6 +219,30 @@ def append_turn(
         "chars": size.chars,
         "warnings": [{"code": w.code, "message": w.message} for w in warnings],
     }
+
+
+def offload(
+    rt: Runtime, session_id: str, new: list[BaseMessage], position: int
+) -> list[BaseMessage]:
+    """The turn's messages (``position``: where the first lands in the thread) with each tool
+    result over ``TOOL_RESULT_MAX_CHARS`` shortened in place (head, tail, the facts of the
+    part cut out, how to read it with ``recall``), its original archived first: as it
+    arrives, in the turn's own write (issue 18, item 1). If the archive cannot be written
+    the results are kept whole (never shortened unarchived); a compaction shortens them
+    later."""
+    limit = rt.settings.tool_result_limit_chars
+    if not rt.settings.active:
+        return new
+    caps = {
+        str(m.id): limit for m in new if isinstance(m, ToolMessage) and message_chars(m) > limit
+    }
+    if not caps:
+        return new
+    try:
+        return archive.shorten_archived(rt.engine, session_id, new, caps, offset=position)
+    except Exception as exc:
+        log.warning("[%s] tool results kept whole, not archived: %s", tag(session_id), exc)
+        return new
 
 
 @router.get(

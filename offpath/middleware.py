@@ -6,77 +6,114 @@ Replaces LangChain's ``SummarizationMiddleware`` in one line::
     agent = create_agent(model, tools, checkpointer=saver,
                          middleware=[OffPathCompaction(checkpointer_url=DB_URL)])
 
-At every model call of a run (``before_model``, ``after_model`` and once at the end,
-``after_agent``) it:
+All of its work at a model call happens inside the model call itself (``wrap_model_call``),
+which adds no node to the graph: a run takes no more graph steps with offpath than with
+LangChain's own ``SummarizationMiddleware`` (issue 21, item 5). Before the model is called:
 
-1. advances the thread's size over the messages added since the last step (a
-   private state key: O(new messages), no rescan);
-2. under ``SUMMARIZATION_PREPARE_AT`` x the threshold, does nothing else: no I/O;
-3. otherwise looks at the thread's claim, as last read by a background thread
-   (refreshed at most every :data:`CLAIM_REFRESH_S`: the step itself never waits
-   for Redis, even when it is down). A compaction prepared by the worker and the
-   thread over its threshold: it applies it, as the run's own state update
-   (``RemoveMessage``\\ s, the summary taking the first removed id), after
-   checking that it still fits (else the job ends ``skipped: stale``), and records
-   it once the update is in the state. A free thread: it publishes a job (the same
-   Celery task, claim rules and job rows as the post-turn hook), in a background
-   thread too.
+1. the thread's size is advanced over the messages added since the last call (a private
+   state key: O(new messages), no rescan);
+2. each new tool result over ``TOOL_RESULT_MAX_CHARS`` is shortened (head, tail, the facts
+   of the part cut out, how to read it) before any model call sees it; its original is
+   archived first (:mod:`offpath.compaction.shorten`; DESIGN.md invariant 13);
+3. over the threshold, a compaction the worker prepared is applied, fitted so that the
+   thread lands under its prepare floor (kept tool results shortened as needed; else the job
+   ends ``skipped: stale`` and a deeper one is prepared); with none ready, older tool
+   results (outside the keep window) are shortened instead, so the call stays bounded while
+   the summary is written;
+4. from the *prepare point* on, the thread's claim is read and a job is queued, both in
+   background threads (the call never waits, not even for a broker that is down). The
+   prepare point adapts: from the run's growth (chars per second) and the summarizer's
+   measured latency (p90 of the deployment's recent compactions), the job starts early
+   enough for its summary to be ready when the thread crosses its threshold, never later
+   than ``SUMMARIZATION_PREPARE_AT`` x the threshold;
+5. the model is sent the thread without orphan tool results, and if that would still
+   exceed ``CONTEXT_HARD_LIMIT_CHARS`` (the system prompt counted), the oldest tool results
+   are masked for that call only (logged and counted, ``/stats`` ``fallback_maskings``).
 
-In ``wrap_model_call`` it leaves orphan tool results out of the request, and if the
-call would exceed ``CONTEXT_HARD_LIMIT_CHARS`` with nothing prepared, it masks the
-oldest tool results for that call only (logged and counted, ``/stats``
-``fallback_maskings``). The stored thread is never written by offpath in a user's
-own agent: the worker only prepares (``patch=False``).
+What changed in the thread (shortened results, the compaction) is returned with the model's
+answer as the model node's own state update; the compaction is recorded (job ``applied``,
+its usage row) once it is in the state, at the next call or at the end of the run
+(``after_agent``). The stored thread is never written by offpath in a user's own agent:
+the worker only prepares (``patch=False``).
 
-The worker reads the thread from the agent's checkpointer by URL
-(``checkpointer_url``; default: offpath's own ``DATABASE_URL`` / SQLite file).
-Settings come from the environment and ``.env`` as for the service (``REDIS_URL``,
-``DATABASE_URL``, the broker, the thresholds), or pass ``settings``.
+**Used as a subgraph** (an agent compiled with this middleware and added as a node of a
+parent graph that shares ``messages``): the worker reads the subgraph's own checkpoint
+namespace, and at the end of a run that removed messages the middleware hands the parent
+its thread whole (``Command(graph=Command.PARENT)``), since a subgraph's
+``RemoveMessage`` never reaches its parent's state (langgraph#5755; issue 18, item 5).
+
+The worker reads the thread from the agent's checkpointer by URL (``checkpointer_url``;
+default: offpath's own ``DATABASE_URL`` / SQLite file). Settings come from the environment
+and ``.env`` as for the service (``REDIS_URL``, ``DATABASE_URL``, the broker, the
+thresholds), or pass ``settings``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import Annotated, Any, NotRequired
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, NotRequired, get_type_hints
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
-from langchain.agents.middleware.types import ModelRequest, ModelResponse, PrivateStateAttr
-from langchain_core.messages import BaseMessage
-from langgraph.graph.message import add_messages
+from langchain.agents.middleware.types import (
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+    OmitFromSchema,
+    PrivateStateAttr,
+)
+from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
+from langgraph.config import get_config
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.types import Command
 
+from offpath.compaction.accounting import message_chars
 from offpath.compaction.pairing import new_unpaired
-from offpath.compaction.patch import Prepared, Stale, fit, landed
-from offpath.compaction.planner import min_gain_chars
+from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
+from offpath.compaction.planner import landing_chars, min_gain_chars, summary_budget_chars
 from offpath.compaction.settings import Settings, get_settings
+from offpath.compaction.shorten import older_caps
 from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.service import archive
 from offpath.service.compactions import JobOptions, end_stale
-from offpath.service.db import (
-    JobStatus,
-    finalize,
-    job_row,
-    record_masking,
-    set_job,
-)
+from offpath.service.db import JobStatus, finalize, job_row, record_masking, set_job
 from offpath.service.leases import Claim, Leases, State
 from offpath.service.logs import tag
 from offpath.service.recall import recall_tool, thread_of_run
 from offpath.service.runtime import Client
-from offpath.service.usage import crossing_unseen, note_crossing
+from offpath.service.usage import crossing_unseen, note_crossing, summarizer_latency_p90_s
 
 log = logging.getLogger("offpath.middleware")
 
-#: The private state key: the thread's size (:class:`ThreadSize`) and a compaction this run
-#: applied and must record once it is in the state.
+#: The private state key: the thread's size (:class:`ThreadSize`), a compaction this run
+#: applied and must record once it is in the state, the run's growth rate.
 KEY = "offpath"
 #: How often (seconds) the background thread re-reads a thread's claim while the thread is
-#: over the prepare floor; and how long it leaves an unreachable store alone.
+#: over its prepare point (every call, once over the threshold with a job in flight); and
+#: how long it leaves an unreachable store alone.
 CLAIM_REFRESH_S = 0.2
 STORE_RETRY_S = 5.0
+#: The longest (s) a model call over the threshold waits for the first read of its thread's
+#: claim (a new process, a new run): a Redis GET takes a millisecond; a store that does not
+#: answer costs at most this, once.
+FIRST_READ_WAIT_S = 0.05
+#: A queued job no worker has taken after this long (s) is reported once (issue 21, item 3).
+PICKUP_WARN_S = 10.0
+#: How often (s) the summarizer's latency p90 is read again, and what it is assumed to be
+#: before any compaction of the deployment measured it.
+LATENCY_REFRESH_S = 60.0
+DEFAULT_LATENCY_S = 5.0
+#: Seconds a job takes beyond its summarizer: publish, a worker taking it, the checkpoint
+#: catching up with the run (LangGraph writes it in the background), storing the result.
+JOB_OVERHEAD_S = 1.5
+#: Weight of the newest sample in the run's growth rate (exponential moving average).
+RATE_WEIGHT = 0.5
 
 
 @dataclass(slots=True)
@@ -89,6 +126,14 @@ class _Seen:
 
 class OffPathState(AgentState):
     offpath: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
+
+
+@dataclass(slots=True)
+class _Call:
+    """One model call: the request to send, and the state update to return with the answer."""
+
+    request: ModelRequest
+    update: dict[str, Any] = field(default_factory=dict)
 
 
 class OffPathCompaction(AgentMiddleware[OffPathState]):
@@ -117,14 +162,18 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         super().__init__()
         #: ``recall`` (issue 11): the agent reads its thread's archived originals.
         self.tools = [recall_tool(lambda: self.client.engine)] if recall else []
+        self.recall = recall
         self.settings = settings or get_settings()
         self.options = JobOptions(patch=patch, checkpoints=checkpointer_url)
         self._client = client
         self._guard = threading.Lock()
         self._publishing: set[str] = set()
+        self._published: dict[str, tuple[str | None, float]] = {}  # thread -> (job?, when)
         self._claims: dict[str, _Seen] = {}
-        self._pool: ThreadPoolExecutor | None = None
+        self._reader: ThreadPoolExecutor | None = None  # claim and latency reads only
+        self._writer: ThreadPoolExecutor | None = None  # publishes and counters
         self._warned: set[str] = set()
+        self._latency: tuple[float, float] = (DEFAULT_LATENCY_S, 0.0)  # (p90 s, read at)
 
     @property
     def client(self) -> Client:
@@ -135,59 +184,195 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
 
     # --- hooks --------------------------------------------------------------------------
 
-    def before_model(self, state: OffPathState, runtime: Any) -> dict[str, Any] | None:
-        return self._step(state, apply=True)
+    def wrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
+        call = self._before_call(request)
+        return self._answer(call, handler(call.request))
 
-    def after_model(self, state: OffPathState, runtime: Any) -> dict[str, Any] | None:
-        return self._step(state, apply=False)
+    async def awrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
+        call = await asyncio.to_thread(self._before_call, request)  # it writes the archive
+        return self._answer(call, await handler(call.request))
 
-    def after_agent(self, state: OffPathState, runtime: Any) -> dict[str, Any] | None:
-        return self._step(state, apply=True)
-
-    def wrap_model_call(self, request: ModelRequest, handler: Any) -> ModelResponse:
-        return handler(self._shape(request))
-
-    async def awrap_model_call(self, request: ModelRequest, handler: Any) -> ModelResponse:
-        return await handler(self._shape(request))
-
-    # --- the per-step check -----------------------------------------------------------------
-
-    def _step(self, state: OffPathState, apply: bool) -> dict[str, Any] | None:
-        settings = self.settings
+    def after_agent(self, state: OffPathState, runtime: Any) -> dict[str, Any] | Command | None:
+        """The end of the run: record a compaction applied at its last model call; apply a
+        prepared one if the run's last messages took the thread over its threshold (the next
+        run starts compacted; the reconciler records it, as no step of this run is left);
+        queue a job if the thread is over its prepare point; and in a subgraph that removed
+        messages hand the parent the thread whole."""
         session_id = thread_of_run()
         if session_id is None:
             return None
         messages: list[BaseMessage] = state["messages"]
-        private = state.get(KEY) or {}
-        size = ThreadSize.from_state(private.get("size")).advance(messages)
-        pending = private.get("pending")
-        update: dict[str, Any] = {}
-        if pending:
+        private = dict(state.get(KEY) or {})
+        if pending := private.get("pending"):
             self._record(session_id, pending, messages)
-            pending = None
-        if settings.active and size.chars >= settings.prepare_floor_chars:
+            private["pending"] = None
+        size = ThreadSize.from_state(private.get("size")).advance(messages)
+        update: dict[str, Any] = {}
+        s = self.settings
+        if s.active and size.chars > s.summarization_threshold_chars:
+            known, holder = self._claim_of(session_id, urgent=True)
+            if known and holder is not None and holder.state is State.PREPARED:
+                applied = self._apply(session_id, holder.job_id, messages)
+                self._forget_claim(session_id)
+                if applied is not None:
+                    fitted, private["pending"] = applied
+                    update["messages"] = fitted.patch
+                    messages = add_messages(messages, fitted.patch)
+                    size = ThreadSize().advance(messages)
+                    private["removed"] = True
+        if s.active and size.chars >= self._prepare_point(private):
             known, holder = self._claim_of(session_id)
-            if size.chars > settings.summarization_threshold_chars and crossing_unseen(holder):
-                self._submit(note_crossing, self.client.engine, holder)  # the lag runs from here
-            if not known:  # first read under way, or the store is away: nothing to do now
-                pass
-            elif holder is not None and holder.state is State.PREPARED:
-                if apply and size.chars > settings.summarization_threshold_chars:
+            if known and (holder is None or holder.frees_for(size.chars, self._min_gain)):
+                self._publish_soon(session_id, size.chars, messages, private)
+        if private.get("removed") and _graph_ns():
+            return Command(
+                graph=Command.PARENT, update=_parent_update({**state, "messages": messages})
+            )
+        return {**update, KEY: {**private, "size": size.to_state(), "removed": False}}
+
+    # --- a model call -------------------------------------------------------------------
+
+    @property
+    def _min_gain(self) -> int:
+        return min_gain_chars(self.settings)
+
+    def _before_call(self, request: ModelRequest) -> _Call:
+        settings = self.settings
+        state = request.state or {}
+        private = dict(state.get(KEY) or {})
+        original: list[BaseMessage] = list(request.messages)
+        old = ThreadSize.from_state(private.get("size"))
+        size = old.advance(original)
+        unchanged = bool(old.n) and old.n <= len(original) and original[old.n - 1].id == old.last
+        new_from = old.n if unchanged else 0
+        messages = original
+        session_id = thread_of_run()
+        if session_id is not None and settings.active:
+            if pending := private.get("pending"):
+                self._record(session_id, pending, messages)
+                private["pending"] = None
+            # 1. results over TOOL_RESULT_MAX_CHARS, before any model call sees them
+            limit = settings.tool_result_limit_chars
+            big = {
+                str(m.id): limit
+                for m in messages[new_from:]
+                if isinstance(m, ToolMessage) and message_chars(m) > limit
+            }
+            if big:
+                messages = self._shorten(session_id, messages, big, "as it arrived")
+            threshold = settings.summarization_threshold_chars
+            chars = sum(message_chars(m) for m in messages) if big else size.chars
+            # 2. over the threshold: the prepared compaction, else older results shortened
+            if chars > threshold:
+                known, holder = self._claim_of(session_id, urgent=True)
+                if crossing_unseen(holder):
+                    self._write(note_crossing, self.client.engine, holder)  # the lag runs here
+                if known and holder is not None and holder.state is State.PREPARED:
                     applied = self._apply(session_id, holder.job_id, messages)
                     self._forget_claim(session_id)
                     if applied is not None:
-                        update["messages"], pending = applied
-                        size = ThreadSize()  # recounted at the next step
-            elif holder is None or holder.frees_for(size.chars, min_gain_chars(settings)):
-                self._publish_soon(session_id, size.chars, messages[-1].id if messages else None)
-        update[KEY] = {"size": size.to_state(), "pending": pending}
-        return update
+                        fitted, pending = applied
+                        messages = add_messages(messages, fitted.patch)
+                        private["pending"] = pending
+                        private["removed"] = True
+                        chars = fitted.record["chars_after"]
+                if chars > threshold:
+                    need = chars - settings.prepare_floor_chars
+                    keep = settings.summarization_keep_chars
+                    caps = older_caps(messages, keep, need)
+                    if caps:
+                        messages = self._shorten(session_id, messages, caps, "over the threshold")
+                        chars = sum(message_chars(m) for m in messages)
+            size = ThreadSize().advance(messages) if messages is not original else size
+            # 3. from the prepare point on: the claim, and a job when the thread is free
+            self._track_rate(private, size.chars)
+            if size.chars >= self._prepare_point(private):
+                known, holder = self._claim_of(session_id)
+                self._check_pickup(session_id, holder)
+                if known and (holder is None or holder.frees_for(size.chars, self._min_gain)):
+                    self._publish_soon(session_id, size.chars, messages, private)
+        private["size"] = size.to_state()
+        call = _Call(self._shape(request, messages, size, session_id), {KEY: private})
+        if messages is not original:
+            call.update["messages"] = _diff(original, messages)
+        return call
+
+    def _answer(self, call: _Call, response: Any) -> Any:
+        if isinstance(response, ModelResponse):
+            return ExtendedModelResponse(
+                model_response=response, command=Command(update=call.update)
+            )
+        return ExtendedModelResponse(
+            model_response=ModelResponse(result=[response]), command=Command(update=call.update)
+        )
+
+    def _shape(
+        self,
+        request: ModelRequest,
+        messages: list[BaseMessage],
+        size: ThreadSize,
+        session_id: str | None,
+    ) -> ModelRequest:
+        """What the model is sent: ``messages`` without orphan tool results, the oldest tool
+        results masked if it would still be over the hard limit (the system prompt counted:
+        DESIGN.md invariant 13, every call)."""
+        sent = messages
+        if size.orphans:
+            orphans = set(size.orphans)
+            sent = [m for m in messages if m.id not in orphans]
+        limit = self.settings.hard_limit_chars
+        system = request.system_message
+        system_chars = message_chars(system) if system is not None else 0
+        if self.settings.active and size.chars + system_chars > limit:
+            sent, masking = mask_observations(sent, limit - system_chars)
+            if masking.results:
+                sid = session_id or "?"
+                log.warning(
+                    "[%s] context over its hard limit (%d > %d chars) with no summary ready: "
+                    "masked %d old tool results (%d chars) for this call",
+                    tag(sid),
+                    size.chars + system_chars,
+                    limit,
+                    masking.results,
+                    masking.chars,
+                )
+                if session_id is not None:
+                    self._write(self._count_masking, session_id, masking.results, masking.chars)
+        if sent is request.messages:
+            return request
+        return request.override(messages=sent)
+
+    # --- shortening, applying, recording ----------------------------------------------------
+
+    def _shorten(
+        self, session_id: str, messages: list[BaseMessage], caps: dict[str, int], why: str
+    ) -> list[BaseMessage]:
+        """``messages`` with the results named in ``caps`` shortened to their cap, their
+        originals archived first (nothing shortened if the archive cannot be written)."""
+        try:
+            out = archive.shorten_archived(
+                self.client.engine, session_id, messages, caps, recall=self.recall
+            )
+        except Exception as exc:  # unarchived, nothing is shortened: the hard limit still holds
+            log.warning("[%s] could not archive results to shorten: %s", tag(session_id), exc)
+            return messages
+        if out is not messages:
+            saved = sum(message_chars(m) for m in messages) - sum(message_chars(m) for m in out)
+            log.info(
+                "[%s] shortened %d tool result(s) %s: -%d chars (originals archived)",
+                tag(session_id),
+                sum(a is not b for a, b in zip(messages, out, strict=True)),
+                why,
+                saved,
+            )
+        return out
 
     def _apply(
         self, session_id: str, job_id: str, messages: list[BaseMessage]
-    ) -> tuple[list[BaseMessage], dict[str, Any]] | None:
-        """The update that applies job ``job_id``'s prepared compaction, and what to record
-        once it is in the state; None if there is nothing to apply."""
+    ) -> tuple[Fitted, dict[str, Any]] | None:
+        """The fitted compaction of job ``job_id`` (its patch lands the thread under its
+        prepare floor) and what to record once it is in the state; None if there is nothing
+        to apply."""
         client = self.client
         try:
             row = job_row(client.engine, job_id)
@@ -197,7 +382,12 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             if landed(messages, job_id, result.get("record")):  # a crashed run had applied it
                 self._record(session_id, {"job_id": job_id, "record": result["record"]}, messages)
                 return None
-            fitted = fit(Prepared.from_json(result["prepared"]), messages)
+            fitted = fit(
+                Prepared.from_json(result["prepared"]),
+                messages,
+                target=landing_chars(self.settings),
+                recall=self.recall,
+            )
             if isinstance(fitted, Stale):
                 end_stale(client.engine, client.leases, session_id, job_id, fitted)
                 return None
@@ -207,19 +397,25 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 client.leases.settle(session_id, job_id, None)
                 return None
             rows = archive.rows_for(
-                session_id, job_id, str(fitted.summary.id), messages, fitted.removed
+                session_id,
+                job_id,
+                str(fitted.summary.id),
+                messages,
+                fitted.removed,
+                fitted.shortened,
             )
             archive.store_record(client.engine, job_id, {**result, "record": fitted.record}, rows)
         except Exception as exc:  # the run goes on uncompacted; the reconciler tidies up
             log.warning("[%s] could not apply job %s: %s", tag(session_id), job_id, exc)
             return None
         log.info(
-            "[%s] applying job %s in the run: -%d chars",
+            "[%s] applying job %s in the run: %d -> %d chars",
             tag(session_id),
             job_id,
-            fitted.record["chars_removed"],
+            fitted.record["chars_before"],
+            fitted.record["chars_after"],
         )
-        return fitted.patch, {"job_id": job_id, "record": fitted.record}
+        return fitted, {"job_id": job_id, "record": fitted.record}
 
     def _record(
         self, session_id: str, pending: dict[str, Any], messages: list[BaseMessage]
@@ -239,21 +435,79 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         except Exception as exc:  # a later job or the reconciler records it
             log.warning("[%s] could not record job %s: %s", tag(session_id), job_id, exc)
 
-    def _claim_of(self, session_id: str) -> tuple[bool, Claim | None]:
+    # --- when to prepare ----------------------------------------------------------------------
+
+    def _track_rate(self, private: dict[str, Any], chars: int) -> None:
+        """Keep the run's growth in chars per second (a moving average over its model calls)
+        in the private key."""
+        now = time.time()
+        rate = dict(private.get("rate") or {})
+        last_t, last_chars = rate.get("t"), rate.get("chars")
+        if isinstance(last_t, float | int) and isinstance(last_chars, int):
+            dt = now - float(last_t)
+            if 0 < dt < 600 and chars > last_chars:
+                sample = (chars - last_chars) / dt
+                g = rate.get("g")
+                rate["g"] = sample if not g else RATE_WEIGHT * sample + (1 - RATE_WEIGHT) * g
+        rate["t"], rate["chars"] = now, chars
+        private["rate"] = rate
+
+    def _prepare_point(self, private: dict[str, Any]) -> int:
+        """The size (chars) from which a job is queued: early enough that its summary is ready
+        when the thread crosses its threshold (the run's growth rate x the summarizer's p90
+        latency and a job's overhead), never later than the prepare floor
+        (``SUMMARIZATION_PREPARE_AT``), and not before a compaction could be worth it (the
+        keep window, a summary's budget and the no-progress gain)."""
+        s = self.settings
+        floor = s.prepare_floor_chars
+        growth = float((private.get("rate") or {}).get("g") or 0.0)
+        if growth <= 0:
+            return floor
+        lead = growth * (self._latency_p90() + JOB_OVERHEAD_S) * 1.25
+        return max(min(floor, earliest_worth(s)), int(s.summarization_threshold_chars - lead))
+
+    def _latency_p90(self) -> float:
+        """The summarizer's p90 latency in seconds over the deployment's recent compactions,
+        read in the background at most every :data:`LATENCY_REFRESH_S`."""
+        p90, at = self._latency
+        if time.monotonic() - at >= LATENCY_REFRESH_S:
+            self._latency = (p90, time.monotonic())
+
+            def read() -> None:
+                try:
+                    value = summarizer_latency_p90_s(self.client.engine)
+                except Exception:  # the usage database is away: keep the last figure
+                    return
+                if value is not None:
+                    self._latency = (value, time.monotonic())
+
+            self._read(read)
+        return p90
+
+    # --- the claim, in the background -------------------------------------------------------
+
+    def _claim_of(self, session_id: str, urgent: bool = False) -> tuple[bool, Claim | None]:
         """``(known, claim)``: the thread's claim as last read in the background (known:
         read at all, and not failing), and a refresh started if it is older than
-        :data:`CLAIM_REFRESH_S`. Never waits for the store."""
+        :data:`CLAIM_REFRESH_S` (``urgent``: the thread is over its threshold with a job in
+        flight, refreshed at every call). Never waits for the store."""
         now = time.monotonic()
         with self._guard:
             seen = self._claims.setdefault(session_id, _Seen())
             known = seen.at > 0 and not seen.failed
-            refresh = not seen.reading and now - seen.at >= (
-                STORE_RETRY_S if seen.failed else CLAIM_REFRESH_S
-            )
+            first = seen.at == 0
+            every = 0.0 if urgent and seen.claim is not None and seen.claim.in_flight else None
+            wait = STORE_RETRY_S if seen.failed else every if every is not None else CLAIM_REFRESH_S
+            refresh = not seen.reading and now - seen.at >= wait
             if refresh:
                 seen.reading = True
         if refresh:
-            self._submit(self._read_claim, session_id)
+            future = self._read(self._read_claim, session_id)
+            if urgent and first:  # over the threshold, never read: worth a few ms, no more
+                with contextlib.suppress(Exception):
+                    future.result(timeout=FIRST_READ_WAIT_S)
+                with self._guard:
+                    known = seen.at > 0 and not seen.failed
         return known, seen.claim
 
     def _read_claim(self, session_id: str) -> None:
@@ -267,41 +521,86 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             seen.claim, seen.failed, seen.at, seen.reading = claim, failed, time.monotonic(), False
 
     def _forget_claim(self, session_id: str) -> None:
-        """The claim changed (this step applied or dropped a prepared compaction)."""
+        """The claim changed (this call applied or dropped a prepared compaction)."""
         with self._guard:
             self._claims.pop(session_id, None)
 
-    def _submit(self, fn: Any, *args: Any) -> None:
+    def _check_pickup(self, session_id: str, holder: Claim | None) -> None:
+        """Say once when a job this process queued has waited :data:`PICKUP_WARN_S` with no
+        worker taking it, naming the queue and the broker (issue 21, item 3)."""
+        if holder is None or holder.state is not State.QUEUED:
+            return
         with self._guard:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(2, thread_name_prefix="offpath")
-            pool = self._pool
+            job, since = self._published.get(session_id, (None, 0.0))
+        if job != holder.job_id or time.monotonic() - since < PICKUP_WARN_S:
+            return
+        from kombu.utils.url import sanitize_url
+
+        s = self.settings
+        self._warn_once(
+            "pickup",
+            f"offpath: compaction job {holder.job_id} has waited over {PICKUP_WARN_S:g} s in "
+            f"queue {s.celery_queue!r} on broker {sanitize_url(s.broker_url)} and no worker "
+            "has taken it: is an offpath worker (`offpath worker`) running against that broker "
+            "and queue? Until one is, model calls over the hard limit are masked.",
+        )
+
+    def _read(self, fn: Any, *args: Any) -> Future[Any]:
+        """Run ``fn`` on the reader thread: claim and latency reads only, so that they are
+        never starved by publishes and counters (issue 18, item 4)."""
+        with self._guard:
+            if self._reader is None:
+                self._reader = ThreadPoolExecutor(1, thread_name_prefix="offpath-read")
+            pool = self._reader
+        return pool.submit(fn, *args)
+
+    def _write(self, fn: Any, *args: Any) -> None:
+        with self._guard:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(2, thread_name_prefix="offpath-write")
+            pool = self._writer
         pool.submit(fn, *args)
 
-    def _publish_soon(self, session_id: str, chars: int, seen: str | None) -> None:
+    def _publish_soon(
+        self,
+        session_id: str,
+        chars: int,
+        messages: Sequence[BaseMessage],
+        private: dict[str, Any],
+    ) -> None:
         """Queue a job for the thread in a background thread (the model call does not wait).
-        ``seen``: the id of the run's newest message, which the worker waits to find in the
-        checkpoint (LangGraph writes it in the background) before it plans."""
+        The job names the run's newest message (``seen``: the worker waits for the checkpoint
+        to hold it, as LangGraph writes it in the background), the run's checkpoint namespace
+        (a subgraph's), and the size it may plan from (the prepare point)."""
         with self._guard:
             if session_id in self._publishing:
                 return
             self._publishing.add(session_id)
-        self._submit(self._publish, session_id, chars, seen)
+        options = replace(
+            self.options,
+            seen=messages[-1].id if messages else None,
+            checkpoint_ns=_graph_ns() or None,
+            floor=min(chars, self._prepare_point(private)),
+        )
+        self._write(self._publish, session_id, chars, options)
 
-    def _publish(self, session_id: str, chars: int, seen: str | None) -> None:
+    def _publish(self, session_id: str, chars: int, options: JobOptions) -> None:
         from offpath.service.hook import queue_job
 
         try:
             client = self.client
-            queue_job(
+            result = queue_job(
                 client.leases,
                 client.engine,
                 client.publish,
                 session_id,
                 chars,
-                options=replace(self.options, seen=seen),
-                min_gain=min_gain_chars(self.settings),
+                options=options,
+                min_gain=self._min_gain,
             )
+            if result.action == "queued":
+                with self._guard:
+                    self._published[session_id] = (result.job_id, time.monotonic())
         except Exception as exc:
             log.warning("[%s] compaction not queued: %s", tag(session_id), exc)
         finally:
@@ -309,45 +608,63 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             with self._guard:
                 self._publishing.discard(session_id)
 
-    # --- what the model is sent -------------------------------------------------------------
-
-    def _shape(self, request: ModelRequest) -> ModelRequest:
-        """Leave orphan tool results out, and mask old tool results over the hard limit."""
-        private = (request.state or {}).get(KEY) or {}
-        size = ThreadSize.from_state(private.get("size"))
-        messages = request.messages
-        if size.orphans:
-            orphans = set(size.orphans)
-            messages = [m for m in messages if m.id not in orphans]
-        limit = self.settings.hard_limit_chars
-        if self.settings.active and size.chars > limit:
-            messages, masking = mask_observations(messages, limit)
-            session_id = thread_of_run() or "?"
-            if masking.results:
-                log.warning(
-                    "[%s] context over its hard limit (%d > %d chars) with no summary ready: "
-                    "masked %d old tool results (%d chars) for this call",
-                    tag(session_id),
-                    size.chars,
-                    limit,
-                    masking.results,
-                    masking.chars,
-                )
-                self._count_masking(session_id, masking.results, masking.chars)
-        if messages is request.messages:
-            return request
-        return request.override(messages=messages)
-
     def _count_masking(self, session_id: str, results: int, chars: int) -> None:
-        def write() -> None:
-            try:
-                record_masking(self.client.engine, session_id, results, chars)
-            except Exception as exc:
-                log.warning("[%s] could not count a masking: %s", tag(session_id), exc)
-
-        self._submit(write)
+        try:
+            record_masking(self.client.engine, session_id, results, chars)
+        except Exception as exc:
+            log.warning("[%s] could not count a masking: %s", tag(session_id), exc)
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
             log.warning(message)
+
+
+def earliest_worth(settings: Settings) -> int:
+    """The smallest thread (chars) a compaction is likely worth it on: the keep window (and
+    half a tool result's allowance for the group it ends in) plus what the planner's gain
+    rule needs removed, ``max(budget + gain, 2 x gain)`` (a summary is at most the budget and
+    at most half of what it replaces). A job queued before this ends ``no_progress`` and
+    holds its thread back until it grew by a compaction's worth: worse than a late one."""
+    gain = min_gain_chars(settings)
+    removed = max(summary_budget_chars(settings) + gain, 2 * gain)
+    return settings.summarization_keep_chars + settings.tool_result_limit_chars // 2 + removed
+
+
+def _diff(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The ``add_messages`` update that turns ``before`` into ``after``, where ``after`` only
+    replaced messages in place or removed them (its ids are ``before``'s, in order)."""
+    now = {m.id: m for m in after}
+    update: list[BaseMessage] = []
+    for m in before:
+        new = now.get(m.id)
+        if new is None:
+            update.append(RemoveMessage(id=str(m.id)))
+        elif new is not m and new != m:
+            update.append(new)
+    return update
+
+
+def _graph_ns() -> str:
+    """The checkpoint namespace of the graph the middleware runs in: "" for a root graph, a
+    subgraph's (``agent:<task id>``) when the agent runs as a node of a parent graph. A node's
+    own config names its task last (``...|model:<task id>``): that part is not a graph's."""
+    try:
+        ns = str(get_config().get("configurable", {}).get("checkpoint_ns") or "")
+    except RuntimeError:  # not inside a run
+        return ""
+    return ns.rsplit("|", 1)[0] if "|" in ns else ""
+
+
+def _parent_update(state: dict[str, Any]) -> dict[str, Any]:
+    """What a subgraph run that removed messages writes to its parent: its messages as they
+    are (replacing the parent's whole list: the parent's reducer only adds and replaces, so
+    the messages a compaction removed would stay there) and its other output keys."""
+    hidden = {KEY}
+    for name, hint in get_type_hints(AgentState, include_extras=True).items():
+        extras = getattr(hint, "__metadata__", ())
+        if any(isinstance(x, OmitFromSchema) and x.output for x in extras):
+            hidden.add(name)
+    update = {k: v for k, v in state.items() if k not in hidden and k != "messages"}
+    update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *state["messages"]]
+    return update

@@ -32,6 +32,7 @@ it was.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 import time
@@ -42,17 +43,18 @@ from typing import Any
 import psycopg
 import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, messages_from_dict
 from langgraph.graph.message import add_messages
 from redis.exceptions import RedisError
 
 from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.patch import Prepared, Stale, landed
-from offpath.compaction.planner import Skip, plan_compaction
+from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
 from offpath.compaction.prompt import build_prompt
+from offpath.compaction.shorten import is_shortened
 from offpath.compaction.summarizers import Summarizer, SummarizerError
 from offpath.compaction.summary import is_summary, summary_meta
-from offpath.service import metrics
+from offpath.service import archive, metrics
 from offpath.service.compactions import (
     JobEnded,
     JobOptions,
@@ -200,17 +202,20 @@ def _compact(
     settings = rt.settings
     checkpoints = rt.checkpoints_for(options.checkpoints)
     saver = checkpoints.saver
+    ns = options.checkpoint_ns
     for attempt in range(2):  # a stale compaction is re-planned once
         if attempt == 0:
-            thread = read_caught_up(saver, session_id, options.seen, CHECKPOINT_LAG_S)
+            thread = read_caught_up(saver, session_id, options.seen, CHECKPOINT_LAG_S, ns)
         else:
-            thread = read_thread(saver, session_id)
+            thread = read_thread(saver, session_id, ns)
         messages = thread.messages
         if record_landed(rt, session_id, job_id, messages, stored):
             return Outcome(JobStatus.APPLIED, Leases.after(job_id, State.DONE))
         if attempt == 0 and (n := end_others(rt.engine, session_id, job_id)):
             log.info("[%s] summarizer: ended %d dead job(s) of this thread", sid, n)
-        plan = plan_compaction(messages, settings, early=True, force=options.force)
+        plan = plan_compaction(
+            messages, settings, early=True, force=options.force, floor_chars=options.floor
+        )
         if isinstance(plan, Skip):
             raise JobEnded(
                 JobStatus.SKIPPED,
@@ -227,8 +232,9 @@ def _compact(
             len(plan.kept),
         )
         started = time.monotonic()
+        read = with_originals(rt, session_id, plan)  # the summarizer reads what was shortened
         result = summarizer.summarize(
-            plan, build_prompt(plan, settings.summarization_max_prompt_chars)
+            read, build_prompt(read, settings.summarization_max_prompt_chars)
         )
         latency_ms = int((time.monotonic() - started) * 1000)
         metrics.summarized(summarizer.name, latency_ms, result.input_tokens, result.output_tokens)
@@ -266,7 +272,9 @@ def _compact(
                 if not (over or options.force):
                     # prepared ahead: applied once the thread crosses (the hook sees it)
                     return _prepared(rt, session_id, job_id, lease, stored, "under the threshold")
-                fitted = apply_locked(rt, session_id, job_id, stored, current, thread.base)
+                fitted = apply_locked(
+                    rt, session_id, job_id, stored, current, thread.base, force=options.force
+                )
         except RunInProgress:
             return _prepared(rt, session_id, job_id, lease, stored, "a run holds the thread")
         if isinstance(fitted, Stale):
@@ -286,6 +294,26 @@ def _compact(
             JobStatus.APPLIED, Leases.after(job_id, State.DONE), follow_up(after, settings)
         )
     raise JobEnded(JobStatus.SKIPPED, "stale", "stale: the thread changed under the plan twice")
+
+
+def with_originals(rt: Runtime, session_id: str, plan: CompactionPlan) -> CompactionPlan:
+    """``plan`` with each removed tool result that offpath shortened replaced by its archived
+    original (the same id and digest): the summarizer and the fact guard read what the agent
+    saw, not the shortened copy (issue 18). A result whose original cannot be read stays as
+    it is."""
+    short = [m for m in plan.removed if is_shortened(m)]
+    if not short:
+        return plan
+    originals: dict[str, BaseMessage] = {}
+    for m in short:
+        try:
+            stored = archive.original(rt.engine, session_id, str(m.id))
+        except Exception:  # the summary is written from the shortened copy
+            stored = None
+        if stored is not None:
+            (originals[str(m.id)],) = messages_from_dict([stored])
+    removed = tuple(originals.get(str(m.id), m) for m in plan.removed)
+    return dataclasses.replace(plan, removed=removed)
 
 
 def _prepared(

@@ -31,6 +31,7 @@ from langgraph.graph.message import add_messages
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.pairing import new_unpaired
 from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
+from offpath.compaction.planner import landing_chars
 from offpath.service import archive
 from offpath.service.db import JobStatus, finalize, job_row, set_job
 from offpath.service.faults import failpoint
@@ -64,6 +65,12 @@ class JobOptions:
     #: An operator asked for it (``POST /sessions/{id}/compact``): planned with the planner's
     #: ``force`` and applied at once, under the threshold too.
     force: bool = False
+    #: The checkpoint namespace the thread's messages live in: a subgraph's
+    #: (``agent:<task id>``) when the agent runs as a node of a parent graph; None: the root.
+    checkpoint_ns: str | None = None
+    #: The size (chars) the job may plan from: the middleware's prepare point when it queued
+    #: the job earlier than ``SUMMARIZATION_PREPARE_AT`` (a fast run); None: that floor.
+    floor: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"patch": self.patch, "checkpoints": self.checkpoints}
@@ -71,6 +78,10 @@ class JobOptions:
             data["seen"] = self.seen
         if self.force:
             data["force"] = True
+        if self.checkpoint_ns:
+            data["checkpoint_ns"] = self.checkpoint_ns
+        if self.floor is not None:
+            data["floor"] = self.floor
         return data
 
     @classmethod
@@ -82,6 +93,8 @@ class JobOptions:
             checkpoints=data.get("checkpoints"),
             seen=data.get("seen"),
             force=bool(data.get("force", False)),
+            checkpoint_ns=data.get("checkpoint_ns") or None,
+            floor=int(data["floor"]) if isinstance(data.get("floor"), int) else None,
         )
 
 
@@ -110,9 +123,11 @@ class Thread:
         return self.base.checkpoint["id"] if self.base is not None else None
 
 
-def read_thread(saver: BaseCheckpointSaver, session_id: str) -> Thread:
-    """The thread's latest checkpoint and its messages (one read, no graph)."""
-    tup = saver.get_tuple({"configurable": {"thread_id": session_id, "checkpoint_ns": ""}})
+def read_thread(saver: BaseCheckpointSaver, session_id: str, ns: str | None = None) -> Thread:
+    """The thread's latest checkpoint and its messages (one read, no graph); ``ns``: the
+    checkpoint namespace of a subgraph's thread (None: the root's)."""
+    config = {"configurable": {"thread_id": session_id, "checkpoint_ns": ns or ""}}
+    tup = saver.get_tuple(config)  # type: ignore[arg-type]
     if tup is None:
         return Thread([])
     return Thread(list(tup.checkpoint.get("channel_values", {}).get("messages") or []), tup)
@@ -124,7 +139,11 @@ def read_messages(saver: BaseCheckpointSaver, session_id: str) -> list[BaseMessa
 
 
 def read_caught_up(
-    saver: BaseCheckpointSaver, session_id: str, seen: str | None, wait_s: float
+    saver: BaseCheckpointSaver,
+    session_id: str,
+    seen: str | None,
+    wait_s: float,
+    ns: str | None = None,
 ) -> Thread:
     """The thread once its checkpoint holds message ``seen`` (the newest one when the job was
     queued), re-read every 0.1 s for up to ``wait_s`` seconds; after that, what the
@@ -133,7 +152,7 @@ def read_caught_up(
     planning on them wastes a summary (found stale) or skips a thread that is over."""
     deadline = time.monotonic() + wait_s
     while True:
-        thread = read_thread(saver, session_id)
+        thread = read_thread(saver, session_id, ns)
         if (
             not seen
             or time.monotonic() >= deadline
@@ -150,10 +169,15 @@ def apply_locked(
     result: Mapping[str, Any],
     current: Sequence[BaseMessage],
     base: CheckpointTuple | None = None,
+    *,
+    force: bool = False,
 ) -> Fitted | Stale | None:
     """Apply the job's prepared compaction (``result["prepared"]``) to offpath's own thread,
     whose messages are ``current``; the caller holds the thread's lock. ``base``: the
     checkpoint ``current`` was read from, known to be the latest (the patch starts from it).
+    The compaction must leave the thread under its prepare floor (kept tool results are
+    shortened to get there; DESIGN.md invariant 13), unless an operator asked for it
+    (``force``: "compact now").
 
     Returns the fitted compaction (applied and recorded), None if it had landed already
     (now recorded), or :class:`Stale`. Raises :class:`JobEnded` if the patch would
@@ -162,7 +186,8 @@ def apply_locked(
     if landed(current, job_id, result.get("record")):
         finalize(rt.engine, job_id, session_id)
         return None
-    fitted = fit(Prepared.from_json(result["prepared"]), current)
+    target = None if force else landing_chars(rt.settings)
+    fitted = fit(Prepared.from_json(result["prepared"]), current, target=target)
     if isinstance(fitted, Stale):
         return fitted
     if broken := new_unpaired(current, add_messages(current, fitted.patch)):
@@ -171,7 +196,9 @@ def apply_locked(
         )
     # offpath's own record of what it patches in, and the originals it removes (the
     # archive), written together before the patch: a patch never lands unarchived
-    rows = archive.rows_for(session_id, job_id, str(fitted.summary.id), current, fitted.removed)
+    rows = archive.rows_for(
+        session_id, job_id, str(fitted.summary.id), current, fitted.removed, fitted.shortened
+    )
     archive.store_record(rt.engine, job_id, {**result, "record": fitted.record}, rows)
     failpoint("after_archive")
     rt.patch(session_id, {"messages": fitted.patch}, base)

@@ -137,6 +137,22 @@ def percentiles(values: Sequence[float], *qs: float) -> list[float | None]:
     return [ordered[min(n - 1, max(0, int(-(-q * n // 100)) - 1))] for q in qs]
 
 
+def summarizer_latency_p90_s(engine: Engine, sample: int = 200) -> float | None:
+    """The p90 of the summarizer's latency over the deployment's latest ``sample``
+    compactions, in seconds (None: none yet): how early the middleware starts a job so that
+    its summary is ready when the thread crosses its threshold (issue 18, item 4)."""
+    with engine.connect() as conn:
+        values = [
+            float(v)
+            for (v,) in conn.execute(
+                sa.select(EVENTS.c.latency_ms).order_by(EVENTS.c.id.desc()).limit(sample)
+            )
+            if v is not None
+        ]
+    (p90,) = percentiles(values, 90)
+    return None if p90 is None else p90 / 1000
+
+
 def _spread(values: Sequence[float]) -> dict[str, Any]:
     p50, p99 = percentiles(values, 50, 99)
     return {"count": len(values), "p50": p50, "p99": p99}

@@ -42,7 +42,8 @@ STEP_BOUND_S = 0.5
 
 
 class Timed(OffPathCompaction):
-    """The middleware, with the time each of its hooks took."""
+    """The middleware, with the time its own work took at each model call and at the run's
+    end (the model's time is not in it)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -55,11 +56,11 @@ class Timed(OffPathCompaction):
         finally:
             self.took.append(time.perf_counter() - started)
 
-    def before_model(self, state: Any, runtime: Any) -> Any:
-        return self._timed(super().before_model, state, runtime)
+    def _before_call(self, request: Any) -> Any:
+        return self._timed(super()._before_call, request)
 
-    def after_model(self, state: Any, runtime: Any) -> Any:
-        return self._timed(super().after_model, state, runtime)
+    def after_agent(self, state: Any, runtime: Any) -> Any:
+        return self._timed(super().after_agent, state, runtime)
 
 
 def summary_requests(stub) -> list:
@@ -218,11 +219,11 @@ def test_a_stale_prepared_compaction_is_dropped(stacks, stub, agent_store):
 def test_a_compaction_applied_at_the_end_of_a_run_is_recorded_and_archived(
     stacks, stub, agent_store
 ):
-    """A run of one model call in a fresh process: its first step does not know the thread's
-    claim yet, so the prepared compaction is applied at its end (``after_agent``), and no
-    step of that run is left to record it. The reconciler finds the summary in the agent's
-    checkpointer and records it: the job ends applied and the removed messages are in the
-    archive (invariant 12), within a few reconciler passes, not at the thread's next run."""
+    """A run of one model call whose answer takes the thread over its threshold: the
+    prepared compaction is applied at the run's end (``after_agent``), and no step of that
+    run is left to record it. The reconciler finds the summary in the agent's checkpointer
+    and records it: the job ends applied and the removed messages are in the archive
+    (invariant 12), within a few reconciler passes, not at the thread's next run."""
     import sqlalchemy as sa
 
     from offpath.service import archive
@@ -230,18 +231,16 @@ def test_a_compaction_applied_at_the_end_of_a_run_is_recorded_and_archived(
     stack = stacks.get("postgres", **ENV)
     messages = messages_of(load(PVLIB))
     _, before, session, job = run_to_a_prepared_job(stack, agent_store, messages)
-    # one model call, slow enough for the claim to be read in the background meanwhile
-    one_call = TranscriptModel(replies=[AIMessage(id="end", content="Noted.")], delay_s=0.5)
+    # one model call under the threshold; its long answer takes the thread over it
+    answer = "The fix is in place. " + "Details of the change follow. " * 400
+    one_call = TranscriptModel(replies=[AIMessage(id="end", content=answer)], delay_s=0.5)
     _, after, _ = replay(
-        stack,
-        agent_store,
-        one_call,
-        messages,
-        session=session,
-        question=HumanMessage(content="Go on: " + "details " * 2_000),
+        stack, agent_store, one_call, messages, session=session, question=HumanMessage("Go on.")
     )
-    assert marked_summary(after[0]), "the run's end did not apply the prepared compaction"
+    threshold = stack.settings().summarization_threshold_chars
+    assert total_chars(one_call.calls[0]) <= threshold < total_chars(before) + len(answer)
     assert not any(map(marked_summary, one_call.calls[0])), "applied before the call"
+    assert marked_summary(after[0]), "the run's end did not apply the prepared compaction"
     jobs = wait_for(
         lambda: [j for j in stack.jobs(session) if j["status"] != "prepared"], timeout=20
     )
@@ -254,8 +253,10 @@ def test_a_compaction_applied_at_the_end_of_a_run_is_recorded_and_archived(
 
 
 def test_a_chat_run_that_ends_before_its_summary_is_ready_is_compacted_by_the_worker(stacks, stub):
-    """The API's own agent: the summary is held until the runs are over; the worker then
-    finds the thread free and over its threshold, and applies it itself."""
+    """The API's own agent: a chat run queues a job whose summary is held; meanwhile a turn
+    takes the thread over its threshold with nothing the middleware could shorten (an
+    operator's pasted log). Once the summary is written the worker finds the thread free and
+    over its threshold, and applies it itself."""
     from offpath.demo.scripted import DEMO_REQUESTS
 
     stack = stacks.get(
@@ -267,11 +268,24 @@ def test_a_chat_run_that_ends_before_its_summary_is_ready_is_compacted_by_the_wo
     )
     session = f"chat-late-{uuid.uuid4().hex[:6]}"
     stub.state.gate.clear()
-    for request in DEMO_REQUESTS[:2]:  # ~49,000 chars, with the summary held throughout
+    for request in DEMO_REQUESTS:  # until a job asks for a summary (held)
         r = stack.http.post(f"/sessions/{session}/messages", json={"content": request})
         assert r.status_code == 200, r.text
         assert not r.json()["run"]["compacted"]
+        deadline = time.monotonic() + 10
+        while not summary_requests(stub) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if summary_requests(stub):
+            break
     assert summary_requests(stub), "no job asked for a summary during the runs"
+    pasted = "Here is the log I mentioned:\n" + "\n".join(
+        f"10:{k % 60:02d}:07Z checkout-api-7f9c4 GET /cart 200 {k} ms" for k in range(280)
+    )
+    r = stack.http.post(
+        f"/sessions/{session}/turns", json={"messages": [{"type": "human", "content": pasted}]}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["chars"] > 30_000  # over the threshold; the summary held still
     stub.state.gate.set()
     jobs = wait_for(
         lambda: [j for j in stack.jobs(session) if j["status"] == "applied"], timeout=60
