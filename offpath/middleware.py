@@ -68,7 +68,7 @@ from langchain.agents.middleware.types import (
     OmitFromSchema,
     PrivateStateAttr,
 )
-from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
+from langchain_core.messages import BaseMessage, RemoveMessage
 from langgraph.config import get_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.types import Command
@@ -78,7 +78,7 @@ from offpath.compaction.pairing import new_unpaired
 from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
 from offpath.compaction.planner import landing_chars, min_gain_chars, summary_budget_chars
 from offpath.compaction.settings import Settings, get_settings
-from offpath.compaction.shorten import older_caps
+from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps, older_caps
 from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.service import archive
 from offpath.service.compactions import JobOptions, end_stale
@@ -251,13 +251,13 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             if pending := private.get("pending"):
                 self._record(session_id, pending, messages)
                 private["pending"] = None
-            # 1. results over TOOL_RESULT_MAX_CHARS, before any model call sees them
-            limit = settings.tool_result_limit_chars
-            big = {
-                str(m.id): limit
-                for m in messages[new_from:]
-                if isinstance(m, ToolMessage) and message_chars(m) > limit
-            }
+            # 1. new results over TOOL_RESULT_MAX_CHARS (a batch of parallel ones sharing the
+            #    keep window), before any model call sees them
+            big = arrival_caps(
+                messages[new_from:],
+                settings.tool_result_limit_chars,
+                settings.summarization_keep_chars,
+            )
             if big:
                 messages = self._shorten(session_id, messages, big, "as it arrived")
             threshold = settings.summarization_threshold_chars
@@ -265,6 +265,13 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             # 2. over the threshold: the prepared compaction, else older results shortened
             if chars > threshold:
                 known, holder = self._claim_of(session_id, urgent=True)
+                log.debug(
+                    "[%s] call over the threshold: %d chars; claim %s (known: %s)",
+                    tag(session_id),
+                    chars,
+                    holder.raw if holder else None,
+                    known,
+                )
                 if crossing_unseen(holder):
                     self._write(note_crossing, self.client.engine, holder)  # the lag runs here
                 if known and holder is not None and holder.state is State.PREPARED:
@@ -279,9 +286,15 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 if chars > threshold:
                     need = chars - settings.prepare_floor_chars
                     keep = settings.summarization_keep_chars
-                    caps = older_caps(messages, keep, need)
+                    first_new = original[new_from].id if new_from < len(original) else None
+                    at = next(
+                        (i for i, m in enumerate(messages) if m.id == first_new), len(messages)
+                    )
+                    caps = older_caps(messages, keep, need, at)
                     if caps:
-                        messages = self._shorten(session_id, messages, caps, "over the threshold")
+                        messages = self._shorten(
+                            session_id, messages, caps, "over the threshold", MIN_OLDER_CHARS
+                        )
                         chars = sum(message_chars(m) for m in messages)
             size = ThreadSize().advance(messages) if messages is not original else size
             # 3. from the prepare point on: the claim, and a job when the thread is free
@@ -345,13 +358,19 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
     # --- shortening, applying, recording ----------------------------------------------------
 
     def _shorten(
-        self, session_id: str, messages: list[BaseMessage], caps: dict[str, int], why: str
+        self,
+        session_id: str,
+        messages: list[BaseMessage],
+        caps: dict[str, int],
+        why: str,
+        floor: int | None = None,
     ) -> list[BaseMessage]:
-        """``messages`` with the results named in ``caps`` shortened to their cap, their
-        originals archived first (nothing shortened if the archive cannot be written)."""
+        """``messages`` with the results named in ``caps`` shortened to their cap (not below
+        ``floor``), their originals archived first (nothing shortened if the archive cannot
+        be written)."""
         try:
             out = archive.shorten_archived(
-                self.client.engine, session_id, messages, caps, recall=self.recall
+                self.client.engine, session_id, messages, caps, recall=self.recall, floor=floor
             )
         except Exception as exc:  # unarchived, nothing is shortened: the hard limit still holds
             log.warning("[%s] could not archive results to shorten: %s", tag(session_id), exc)
@@ -387,6 +406,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 messages,
                 target=landing_chars(self.settings),
                 recall=self.recall,
+                settings=self.settings,
             )
             if isinstance(fitted, Stale):
                 end_stale(client.engine, client.leases, session_id, job_id, fitted)

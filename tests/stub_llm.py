@@ -14,7 +14,10 @@ at run time with ``POST /_control`` (``{"mode": ..., "delay_s": ..., "times": n}
   answer (summarization requests are answered as in ``ok``);
 * ``hold``: ``true`` makes every request wait (up to 60 s) until ``hold`` is set
   back to ``false``, so a test can act while a summary is being written without
-  guessing how long it takes.
+  guessing how long it takes;
+* ``summary_chars``: summaries are padded to about this many chars with findings that name
+  nothing specific (an LLM-shaped summary of 3-5k chars, as a real model writes them;
+  0: the short stub summary).
 
 ``GET /_requests`` lists the requests' messages; ``DELETE /_requests`` clears them.
 Run alone: ``python tests/stub_llm.py --port 8999 --delay 1``.
@@ -47,6 +50,7 @@ class StubState:
         self.calls = 0
         self.gate = threading.Event()  # set: answer; clear: hold every request
         self.gate.set()
+        self.summary_chars = 0
 
     def next_mode(self) -> str:
         with self.lock:
@@ -110,6 +114,8 @@ class Handler(BaseHTTPRequestHandler):
                     state.delay_s = float(body["delay_s"])
                 if "hold" in body:
                     (state.gate.clear if body["hold"] else state.gate.set)()
+                if "summary_chars" in body:
+                    state.summary_chars = int(body["summary_chars"])
             self._send(200, b"{}")
             return
         if not self.path.endswith("/chat/completions"):
@@ -146,6 +152,7 @@ class Handler(BaseHTTPRequestHandler):
             human = re.search(r"\n\[[0-9a-f]{16} human\]\n(.*)", user)
             first = human.group(1)[:120] if human else "stub"
             text = SUMMARY.format(first=first, n=len(re.findall(r"\n\n\[[0-9a-f]{16} ", user)))
+            text = pad_summary(text, state.summary_chars)
         else:
             last = messages[-1].get("content", "") if messages else ""
             text = f"stub reply to: {str(last)[:80]}"
@@ -186,6 +193,29 @@ class Handler(BaseHTTPRequestHandler):
             },
         }
         self._send(200, json.dumps(reply).encode())
+
+
+GENERIC_FINDINGS = (
+    "the agent inspected the service's logs and saw errors around the incident window",
+    "several components were checked and their state was compared with the baseline",
+    "metrics showed elevated latency on the affected path during the reported period",
+    "recent changes to the deployment were reviewed as a possible trigger",
+    "resource usage of the workloads was examined for signs of pressure",
+)
+
+
+def pad_summary(text: str, chars: int) -> str:
+    """``text`` (the stub's summary) with generic findings added under **Key findings**
+    until it holds about ``chars`` chars: the length of a real model's summary, and none of
+    its specifics."""
+    if chars <= len(text):
+        return text
+    head, sep, rest = text.partition("**Ruled out:**")
+    bullets, k = [], 0
+    while len(head) + len(sep) + len(rest) + sum(len(b) + 1 for b in bullets) < chars:
+        bullets.append(f"- {GENERIC_FINDINGS[k % len(GENERIC_FINDINGS)]} (point {k + 1})")
+        k += 1
+    return head + "\n".join(bullets) + "\n" + sep + rest
 
 
 class StubServer(ThreadingHTTPServer):

@@ -80,8 +80,9 @@ from offpath.service.runtime import Runtime
 log = logging.getLogger("offpath.summarizer")
 
 #: How long (s) a job queued from inside a run waits for the run's checkpoint to catch up
-#: with what the run had seen (:func:`read_caught_up`).
-CHECKPOINT_LAG_S = 3.0
+#: with what the run had seen (:func:`read_caught_up`). Short: a compaction applied late
+#: covers what came after its plan too (``compaction.patch.fit``), and a fast run moves on.
+CHECKPOINT_LAG_S = 1.0
 
 #: Errors of our stores that may pass: retried like an LLM timeout.
 TRANSIENT_STORE_ERRORS: tuple[type[BaseException], ...] = (

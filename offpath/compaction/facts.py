@@ -32,6 +32,10 @@ from offpath.compaction.summary import (
 
 #: The heading of the section the guard appends (after the seed's four).
 PINNED_HEADING = "**Pinned facts**"
+#: The heading of the section a compaction applied late adds for the messages that came
+#: after its summary was written and that it removes too (LLM-free: their facts, by message;
+#: issue 18). Its entries read like pinned ones.
+SINCE_HEADING = "**Since this summary was written**"
 #: Most chars of one pinned entry's quoted line.
 MAX_LINE_CHARS = 160
 #: Facts listed by value (after the quoted lines) need at least this score: stated by the
@@ -191,7 +195,12 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, bool, str]]:
 
     mid = str(message.id)
     if is_summary(message):
-        body, _, pinned = summary_body(message).partition(PINNED_HEADING)
+        text = summary_body(message)
+        cut = min(
+            (i for i in (text.find(PINNED_HEADING), text.find(SINCE_HEADING)) if i >= 0),
+            default=len(text),
+        )
+        body, pinned = text[:cut], text[cut:]
         yield body, True, mid  # an earlier summary is what the agent concluded before
         for line in pinned.splitlines()[1:]:
             if quoted := _QUOTED.match(line.strip()):
@@ -269,6 +278,7 @@ def pin(
     removed: Sequence[BaseMessage],
     max_chars: int,
     kept: Sequence[BaseMessage] = (),
+    header: str | None = None,
 ) -> tuple[str, Pinned]:
     """``summary_text`` with a **Pinned facts** section holding, most important first, the
     facts of ``removed`` that neither the summary nor the ``kept`` messages contain, in at
@@ -283,7 +293,9 @@ def pin(
     from offpath.compaction.prompt import render_content
 
     present = summary_text + "\n" + "\n".join(render_content(m.content) for m in kept)
-    header = f"\n\n{PINNED_HEADING} (verbatim from the summarized messages; `recall` finds them):"
+    if header is None:
+        header = f"{PINNED_HEADING} (verbatim from the summarized messages; `recall` finds them):"
+    header = f"\n\n{header}"
     budget = max_chars - len(header)
     position = {str(m.id): i for i, m in enumerate(removed)}
     ranked = rank(extract(removed))

@@ -40,7 +40,9 @@ from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, To
 
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.digest import digest
-from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.facts import SINCE_HEADING, pin
+from offpath.compaction.planner import CompactionPlan, extension, summary_budget_chars
+from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import caps_for, shorten
 from offpath.compaction.summary import build_summary_message, fingerprint, summary_meta
 
@@ -171,14 +173,19 @@ def fit(
     *,
     target: int | None = None,
     recall: bool = True,
+    settings: Settings | None = None,
 ) -> Fitted | Stale:
     """``prepared`` checked against the thread's ``messages`` now (see the module doc).
 
     ``target``: the most chars the thread may hold once the compaction is in (its prepare
-    floor; DESIGN.md invariant 13): kept tool results are shortened further, largest first,
-    to get there, and a compaction that still would not is :class:`Stale` (re-plan it
-    deeper). None: no bound (an operator's "compact now"). ``recall``: shortened results
-    name the ``recall`` tool (the agent has it).
+    floor; DESIGN.md invariant 13). To get there, kept tool results are shortened further,
+    largest first; then, when the thread grew past what the summary covers while it was
+    written (a fast run), the messages that came since are removed as well, up to the keep
+    window (``settings``' keep chars), and their facts listed under
+    :data:`~compaction.facts.SINCE_HEADING` in the summary (LLM-free, each naming its message
+    for ``recall``; human messages and open calls stay). A compaction that still would not
+    get there is :class:`Stale` (re-plan it). None: no bound (an operator's "compact now").
+    ``recall``: shortened results name the ``recall`` tool (the agent has it).
     """
     by_id = {m.id: m for m in messages}
     present = [i for i in prepared.removed if i in by_id]
@@ -200,11 +207,83 @@ def fit(
     copy_of = prepared.request_copy
     if copy_of is not None and (present[0] != copy_of or len(present) < 2):
         return Stale(f"the request {copy_of} to keep is no longer where the summary goes")
-    removed_chars = sum(message_chars(by_id[i]) for i in present)
+    sizes = {m.id: message_chars(m) for m in messages}
+    before = sum(sizes.values())
+    since = ""
+    extra: list[str] = []
+    attempt = _assemble(prepared, messages, by_id, present, since, recall, target, sizes)
+    if target is not None and attempt.after > target and settings is not None:
+        last = max(i for i, m in enumerate(messages) if m.id in removed)
+        grown = extension(messages, last + 1, settings)
+        if grown:
+            extra = [str(messages[i].id) for i in grown]
+            moved = [messages[i] for i in grown]
+            kept = [m for m in messages if m.id not in removed and m.id not in set(extra)]
+            room = max(400, summary_budget_chars(settings) // 3)
+            header = (
+                f"{SINCE_HEADING} ({len(moved)} later messages, not summarized yet; their "
+                "facts, by message; `recall` reads them):"
+            )
+            since, _ = pin("", moved, room, kept, header=header)
+            since = since.strip() or f"{SINCE_HEADING} ({len(moved)} later messages archived)."
+            attempt = _assemble(
+                prepared, messages, by_id, present + extra, since, recall, target, sizes
+            )
+    if target is not None and attempt.after > target:
+        return Stale(
+            f"it would leave the thread at {attempt.after} chars, over {target} "
+            "(its prepare floor) even with kept tool results shortened"
+        )
+    gone = present + extra
+    record = {
+        "summary_id": attempt.summary.id,
+        "summary_sha": fingerprint(attempt.summary),
+        "messages_removed": len(gone),
+        "chars_removed": sum(sizes[i] for i in gone),
+        "tool_calls_removed": sum(len(getattr(by_id[i], "tool_calls", None) or []) for i in gone),
+        "summarizer": prepared.summarizer,
+        "model": prepared.model,
+        "chars_before": before,
+        "chars_after": attempt.after,
+        "summary_chars": message_chars(attempt.summary),
+        "shortened": sorted(attempt.shortened),
+        "request_copy": copy_of,
+        "since_summary": len(extra),
+    }
+    return Fitted(
+        attempt.summary, attempt.patch, record, tuple(gone), tuple(sorted(attempt.shortened))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    summary: HumanMessage
+    patch: list[BaseMessage]
+    shortened: dict[str, BaseMessage]
+    after: int
+
+
+def _assemble(
+    prepared: Prepared,
+    messages: Sequence[BaseMessage],
+    by_id: Mapping[Any, BaseMessage],
+    gone: list[str],
+    since: str,
+    recall: bool,
+    target: int | None,
+    sizes: Mapping[Any, int],
+) -> _Attempt:
+    """The patch that removes ``gone`` (the summary in the first one's place, a kept request's
+    copy in the second's) and shortens the plan's kept results, then more of them while the
+    thread would be over ``target``; and the thread's size after it."""
+    removed_chars = sum(sizes[i] for i in gone)
+    text = prepared.summary_text.rstrip()
+    if since:
+        text = f"{text}\n\n{since}"
     summary = build_summary_message(
-        message_id=present[0],
-        summary_text=prepared.summary_text,
-        replaced_ids=present,
+        message_id=gone[0],
+        summary_text=text,
+        replaced_ids=gone,
         replaced_chars=removed_chars,
         summarizer=prepared.summarizer,
         compactions=prepared.compactions,
@@ -213,38 +292,35 @@ def fit(
     )
     patch: list[BaseMessage] = [summary]
     added = message_chars(summary)
+    copy_of = prepared.request_copy
     if copy_of is not None:
         source = by_id[copy_of]
         copy = HumanMessage(
-            id=present[1],
+            id=gone[1],
             content=source.content,
             additional_kwargs={**source.additional_kwargs, REQUEST_COPY: copy_of},
         )
         patch.append(copy)
         added += message_chars(copy)
-    patch += [RemoveMessage(id=i) for i in present[1 if copy_of is None else 2 :]]
-    before = sum(message_chars(m) for m in messages)
-    after = before - removed_chars + added
-    # kept results to shorten: the plan's, then more while the thread would stay over target
+    patch += [RemoveMessage(id=i) for i in gone[1 if copy_of is None else 2 :]]
+    after = sum(sizes.values()) - removed_chars + added
+    gone_set = set(gone)
     kept_results = {
-        str(m.id): message_chars(m)
+        str(m.id): sizes[m.id]
         for m in messages
-        if isinstance(m, ToolMessage) and m.id not in removed
+        if isinstance(m, ToolMessage) and m.id not in gone_set
     }
     caps = {i: c for i, c in prepared.shorten.items() if i in kept_results}
-    shortened: dict[str, ToolMessage] = {}
+    shortened: dict[str, BaseMessage] = {}
 
     def apply_caps() -> int:
-        saved = 0
         for i, cap in caps.items():
             if i in shortened and message_chars(shortened[i]) <= cap:
                 continue
             new = shorten(by_id[i], cap, recall=recall)  # type: ignore[arg-type]
             if new is not by_id[i]:
                 shortened[i] = new
-        for i, new in shortened.items():
-            saved += kept_results[i] - message_chars(new)
-        return saved
+        return sum(kept_results[i] - message_chars(new) for i, new in shortened.items())
 
     saved = apply_caps()
     if target is not None and after - saved > target:
@@ -255,28 +331,8 @@ def fit(
         for i, cap in more.items():
             caps[i] = min(cap, caps.get(i, cap))
         saved = apply_caps()
-        if after - saved > target:
-            return Stale(
-                f"it would leave the thread at {after - saved} chars, over {target} "
-                "(its prepare floor) even with kept tool results shortened"
-            )
-    after -= saved
     patch += list(shortened.values())
-    record = {
-        "summary_id": summary.id,
-        "summary_sha": fingerprint(summary),
-        "messages_removed": len(present),
-        "chars_removed": removed_chars,
-        "tool_calls_removed": sum(prepared.tool_calls.get(i, 0) for i in present),
-        "summarizer": prepared.summarizer,
-        "model": prepared.model,
-        "chars_before": before,
-        "chars_after": after,
-        "summary_chars": message_chars(summary),
-        "shortened": sorted(shortened),
-        "request_copy": copy_of,
-    }
-    return Fitted(summary, patch, record, tuple(present), tuple(sorted(shortened)))
+    return _Attempt(summary, patch, shortened, after - saved)
 
 
 def landed(messages: Sequence[BaseMessage], job_id: str, record: Mapping[str, Any] | None) -> bool:

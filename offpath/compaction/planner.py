@@ -333,6 +333,31 @@ def plan_compaction(
     )
 
 
+def extension(messages: Sequence[BaseMessage], start: int, settings: Settings) -> tuple[int, ...]:
+    """Indexes of the messages from ``start`` on that a compaction applied late may remove as
+    well (issue 18: a fast run outgrew the summary while it was written): those before the
+    last valid cut that still leaves the keep window whole, but system messages, human
+    messages (a request stays in view) and calls still waiting for their results (with the
+    results they have). Empty when no such cut lies after ``start``. Linear."""
+    scan = _Scan(messages)
+    scan.index_pairs()
+    sizes, n = scan.sizes, len(messages)
+    keep = settings.summarization_keep_chars
+    w, acc = n, 0
+    while w > start and acc < keep:
+        w -= 1
+        acc += sizes[w]
+    cut = next((c for c in range(w, start, -1) if not scan.blocked[c]), None)
+    if cut is None or acc < keep:
+        return ()
+    stay = scan.kept_anywhere
+    return tuple(
+        i
+        for i in range(start, cut)
+        if not scan.system[i] and not scan.turn_start[i] and i not in stay
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     cut: int

@@ -37,6 +37,11 @@ MARK = SHORTENED
 MAX_FACT_CHARS = 600
 #: A result is shortened only when that saves at least this many chars.
 MIN_SAVING_CHARS = 200
+#: The fewest chars an *older* result is shortened to, outside the keep window, while a call
+#: would be over the threshold with no summary ready: its first line and the recall line.
+MIN_OLDER_CHARS = 200
+#: Under this cap a shortened result is a stub: its first line and the recall line, no facts.
+STUB_BELOW_CHARS = 500
 
 
 def is_shortened(message: BaseMessage) -> bool:
@@ -61,7 +66,9 @@ def shortenable(message: BaseMessage, cap: int) -> bool:
     )
 
 
-def shorten(message: ToolMessage, cap: int, *, recall: bool = True) -> ToolMessage:
+def shorten(
+    message: ToolMessage, cap: int, *, recall: bool = True, floor: int = MIN_SHORTENED_CHARS
+) -> ToolMessage:
     """``message`` with its content cut to at most ``cap`` chars (at least
     :data:`~offpath.compaction.settings.MIN_SHORTENED_CHARS`): its head and tail around one
     line that names the chars not shown, the facts found in them (the fact guard's extractor;
@@ -69,23 +76,32 @@ def shorten(message: ToolMessage, cap: int, *, recall: bool = True) -> ToolMessa
     with an offset; ``recall``: the agent has the tool). Deterministic: the same message and
     cap give the same text. A message already within ``cap`` is returned as it is.
     """
-    cap = max(cap, MIN_SHORTENED_CHARS)
+    cap = max(cap, floor)
     if message_chars(message) <= cap:
         return message
     text = content_text(message.content, placeholders=True)
     total = original_chars(message)
     mid = str(message.id)
+    extra = {**message.additional_kwargs, MARK: {"chars": total, "digest": digest(message)}}
+    if cap < STUB_BELOW_CHARS:
+        how = f'recall("{mid}") reads it' if recall else f"offpath archived it as message {mid}"
+        stub = f"[offpath: {total:,} of this result's {total:,} chars are not shown here; {how}]"
+        first = text.split("\n", 1)[0]
+        room = max(0, cap - len(stub) - 2)
+        head = first if len(first) <= room else first[: max(0, room - 3)] + "..."
+        content = f"{head}\n{stub}\n"[: max(cap, len(stub))]
+        return message.model_copy(update={"content": content, "additional_kwargs": extra})
+    facts_max = min(MAX_FACT_CHARS, cap // 4)
     marker = ""
     for _ in range(3):  # the marker's length depends on the cut, which depends on it
         room = max(0, cap - len(marker) - 2)
         head_end, tail_start = _cut(text, room)
-        marker = _marker(text, head_end, tail_start, total, mid, recall)
+        marker = _marker(text, head_end, tail_start, total, mid, recall, facts_max)
     room = max(0, cap - len(marker) - 2)
     head_end, tail_start = _cut(text, room)
     content = f"{text[:head_end]}\n{marker}\n{text[tail_start:]}"
     if len(content) > cap:  # a pathological marker (huge id): never over the cap
         content = content[:cap]
-    extra = {**message.additional_kwargs, MARK: {"chars": total, "digest": digest(message)}}
     return message.model_copy(update={"content": content, "additional_kwargs": extra})
 
 
@@ -104,7 +120,9 @@ def _cut(text: str, room: int) -> tuple[int, int]:
     return head_end, max(tail_start, head_end)
 
 
-def _marker(text: str, head_end: int, tail_start: int, total: int, mid: str, recall: bool) -> str:
+def _marker(
+    text: str, head_end: int, tail_start: int, total: int, mid: str, recall: bool, facts_max: int
+) -> str:
     hidden = text[head_end:tail_start]
     if recall:
         how = (
@@ -113,7 +131,7 @@ def _marker(text: str, head_end: int, tail_start: int, total: int, mid: str, rec
         )
     else:
         how = f"offpath archived the whole result as message {mid}"
-    facts = _facts(hidden, text[:head_end] + text[tail_start:])
+    facts = _facts(hidden, text[:head_end] + text[tail_start:], facts_max)
     listed = f" Facts in the part not shown: {facts}." if facts else ""
     return (
         f"[offpath: {len(hidden):,} of this result's {total:,} chars are not shown here; "
@@ -121,9 +139,9 @@ def _marker(text: str, head_end: int, tail_start: int, total: int, mid: str, rec
     )
 
 
-def _facts(hidden: str, shown: str) -> str:
+def _facts(hidden: str, shown: str, max_chars: int) -> str:
     """The facts of ``hidden`` that ``shown`` does not hold, most important first, as a list
-    of at most :data:`MAX_FACT_CHARS` chars."""
+    of at most ``max_chars`` chars."""
     from offpath.compaction.facts import extract, rank
 
     probe = ToolMessage(content=hidden, tool_call_id="-", id="-")
@@ -133,23 +151,24 @@ def _facts(hidden: str, shown: str) -> str:
         if fact.value in shown or len(fact.value) > 120:
             continue
         item = "`" + fact.value.replace("`", "'") + "`"
-        if used + len(item) + 2 > MAX_FACT_CHARS:
+        if used + len(item) + 2 > max_chars:
             break
         out.append(item)
         used += len(item) + 2
     return ", ".join(out)
 
 
-def caps_for(sizes: Sequence[tuple[str, int]], need: int) -> dict[str, int]:
+def caps_for(
+    sizes: Sequence[tuple[str, int]], need: int, floor: int = MIN_SHORTENED_CHARS
+) -> dict[str, int]:
     """Caps (chars) for the results ``sizes`` (``(message id, chars)``) that save at least
     ``need`` chars: the largest are cut first, all to one common cap (water filling), none
-    below :data:`~offpath.compaction.settings.MIN_SHORTENED_CHARS`, none for less than
+    below ``floor``, none for less than
     :data:`MIN_SAVING_CHARS`. Returns ``{}`` when ``need <= 0``; when even every result at the
     smallest cap saves less than ``need``, those smallest caps (the most that can be saved).
     """
     if need <= 0:
         return {}
-    floor = MIN_SHORTENED_CHARS
     eligible = sorted((s, i) for i, s in sizes if s - floor >= MIN_SAVING_CHARS)
     if not eligible:
         return {}
@@ -173,15 +192,40 @@ def saving(sizes: dict[str, int], caps: dict[str, Any]) -> int:
     return sum(max(0, sizes[i] - int(c)) for i, c in caps.items() if i in sizes)
 
 
-def older_caps(messages: Sequence[BaseMessage], keep_chars: int, need: int) -> dict[str, int]:
-    """Caps (:func:`caps_for`) that save ``need`` chars on the tool results of ``messages``
-    older than its newest ``keep_chars`` chars (the keep window: what the agent works on
-    now stays whole). What a model call over the threshold with no summary ready shortens."""
+def older_caps(
+    messages: Sequence[BaseMessage], keep_chars: int, need: int, new_from: int | None = None
+) -> dict[str, int]:
+    """Caps that save ``need`` chars on older tool results: first those outside the newest
+    ``keep_chars`` chars (the keep window), then, if that is not enough, those in it that a
+    model call has seen already (before ``new_from``, the index of the first message new
+    since the last call); the newest results stay whole. What a model call over the
+    threshold shortens while no summary is ready (no lower than :data:`MIN_OLDER_CHARS`)."""
     acc, start = 0, len(messages)
     while start > 0 and acc < keep_chars:
         start -= 1
         acc += message_chars(messages[start])
-    results = [
-        (str(m.id), message_chars(m)) for m in messages[:start] if isinstance(m, ToolMessage)
-    ]
-    return caps_for(results, need)
+    older = [(str(m.id), message_chars(m)) for m in messages[:start] if isinstance(m, ToolMessage)]
+    caps = caps_for(older, need, MIN_OLDER_CHARS)
+    left = need - saving(dict(older), caps)
+    end = len(messages) if new_from is None else min(new_from, len(messages))
+    if left > 0 and end > start:
+        seen = [
+            (str(m.id), message_chars(m)) for m in messages[start:end] if isinstance(m, ToolMessage)
+        ]
+        caps.update(caps_for(seen, left, MIN_OLDER_CHARS))
+    return caps
+
+
+def arrival_caps(new: Sequence[BaseMessage], limit: int, step_limit: int) -> dict[str, int]:
+    """Caps for the tool results that arrived since the last model call: none over ``limit``
+    (``TOOL_RESULT_MAX_CHARS``), and together no more than ``step_limit`` (the keep window: a
+    batch of parallel results shares it), the largest cut first. Issue 18: four parallel
+    results of 5,000 chars made one step two thirds of a 30,000-char threshold."""
+    results = [(str(m.id), message_chars(m)) for m in new if isinstance(m, ToolMessage)]
+    caps = {i: limit for i, c in results if c > limit}
+    capped = [(i, min(c, limit)) for i, c in results]
+    over = sum(c for _, c in capped) - step_limit
+    if over > 0:
+        for i, cap in caps_for(capped, over).items():
+            caps[i] = min(cap, caps.get(i, cap))
+    return caps

@@ -104,36 +104,39 @@ def rows_for(
 def store_shortened(
     engine: Engine, session_id: str, originals: Sequence[tuple[int, BaseMessage]]
 ) -> None:
-    """Archive the originals of results shortened as they arrived (``(position, message)``),
-    in one transaction, before the update that shortens them is written. Idempotent: a
-    result archived so already keeps one row (a model call that failed is tried again)."""
+    """Archive the originals of results shortened in place outside a compaction
+    (``(position, message)``), before the update that shortens them is written. A result
+    archived already keeps its first row, the original: shortening it again (smaller) or a
+    model call tried again writes nothing more."""
     if not originals:
         return
     now = datetime.now(UTC)
     ids = [str(m.id) for _, m in originals]
-    rows = [
-        {
-            "session_id": session_id,
-            "job_id": "",
-            "summary_id": str(m.id),
-            "position": position,
-            "message_id": str(m.id),
-            "message": messages_to_dict([m])[0],
-            "text": searchable(m),
-            "created_at": now,
-            "kind": SHORTENED,
-        }
-        for position, m in originals
-    ]
     with engine.begin() as conn:
-        conn.execute(
-            sa.delete(ARCHIVE).where(
-                ARCHIVE.c.session_id == session_id,
-                ARCHIVE.c.job_id == "",
-                ARCHIVE.c.message_id.in_(ids),
-            )
+        have = set(
+            conn.execute(
+                sa.select(ARCHIVE.c.message_id).where(
+                    ARCHIVE.c.session_id == session_id, ARCHIVE.c.message_id.in_(ids)
+                )
+            ).scalars()
         )
-        conn.execute(sa.insert(ARCHIVE), rows)
+        rows = [
+            {
+                "session_id": session_id,
+                "job_id": "",
+                "summary_id": str(m.id),
+                "position": position,
+                "message_id": str(m.id),
+                "message": messages_to_dict([m])[0],
+                "text": searchable(m),
+                "created_at": now,
+                "kind": SHORTENED,
+            }
+            for position, m in originals
+            if str(m.id) not in have
+        ]
+        if rows:
+            conn.execute(sa.insert(ARCHIVE), rows)
 
 
 def shorten_archived(
@@ -144,6 +147,7 @@ def shorten_archived(
     *,
     recall: bool = True,
     offset: int = 0,
+    floor: int | None = None,
 ) -> list[BaseMessage]:
     """``messages`` with the tool results named in ``caps`` (message id -> cap in chars)
     shortened in place (:func:`offpath.compaction.shorten.shorten`), their originals archived
@@ -152,6 +156,7 @@ def shorten_archived(
     when nothing is to shorten."""
     from langchain_core.messages import ToolMessage
 
+    from offpath.compaction.settings import MIN_SHORTENED_CHARS
     from offpath.compaction.shorten import shorten
 
     out = list(messages)
@@ -160,7 +165,7 @@ def shorten_archived(
         cap = caps.get(str(m.id))
         if cap is None or not isinstance(m, ToolMessage):
             continue
-        short = shorten(m, cap, recall=recall)
+        short = shorten(m, cap, recall=recall, floor=floor or MIN_SHORTENED_CHARS)
         if short is not m:
             originals.append((offset + i, m))
             out[i] = short

@@ -187,7 +187,9 @@ def apply_locked(
         finalize(rt.engine, job_id, session_id)
         return None
     target = None if force else landing_chars(rt.settings)
-    fitted = fit(Prepared.from_json(result["prepared"]), current, target=target)
+    fitted = fit(
+        Prepared.from_json(result["prepared"]), current, target=target, settings=rt.settings
+    )
     if isinstance(fitted, Stale):
         return fitted
     if broken := new_unpaired(current, add_messages(current, fitted.patch)):
