@@ -257,9 +257,8 @@ def test_the_wheel_installs_one_top_level_package_with_its_migrations(tmp_path):
     for name in ("pyproject.toml", "README.md", "offpath", "api", "worker"):
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
         copy(ROOT / name, src / name)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["-w", str(tmp_path), str(src)],
+    subprocess.run(  # uv's build frontend (the dev extra's uv), as `uv sync` in the Dockerfile
+        [sys.executable, "-m", "uv", "build", "--wheel", "-q", "-o", str(tmp_path), str(src)],
         check=True,
         capture_output=True,
         timeout=300,
@@ -279,7 +278,8 @@ def test_the_wheel_installs_one_top_level_package_with_its_migrations(tmp_path):
         assert path in names, path
 
 
-# --- dependencies: declared with bounds, pinned, installed from the pins (issue 8, item 19) --
+# --- dependencies: declared with bounds, locked, installed from the lock (issue 8, item 19;
+# uv and uv.lock: issue 21, item 9) -------------------------------------------------------
 
 FIRST_PARTY = ("offpath", "api", "worker", "bench", "examples")
 RUNTIME = ("offpath", "api", "worker")  # what the wheel ships; the rest runs from the checkout
@@ -306,13 +306,14 @@ def _pyproject() -> dict:
 
 
 def _pins() -> dict[str, str]:
+    """{canonical name: version} of every package uv.lock pins (the project itself aside)."""
+    import tomllib
+
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
     pins = {}
-    for line in (ROOT / "constraints.txt").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            name, sep, version = line.partition("==")
-            assert sep and version, f"constraints.txt: {line!r} is not name==version"
-            pins[_canonical(name)] = version
+    for package in lock["package"]:
+        if package["source"].get("registry"):
+            pins[_canonical(package["name"])] = package["version"]
     return pins
 
 
@@ -381,28 +382,40 @@ def test_every_third_party_import_is_declared_with_bounds_and_pinned():
         if not re.search(r"(>=|~=|==)", spec) or not re.search(r"(<|~=|==)", spec):
             problems.append(f"{name}{spec or ' (no version)'}: needs a lower and an upper bound")
         if name not in pins:
-            problems.append(f"{name} is not pinned in constraints.txt (run `make lock`)")
+            problems.append(f"{name} is not locked in uv.lock (run `make lock`)")
         elif importlib.metadata.version(name) != pins[name]:
             problems.append(
-                f"{name} {importlib.metadata.version(name)} is installed, constraints.txt pins "
+                f"{name} {importlib.metadata.version(name)} is installed, uv.lock pins "
                 f"{pins[name]} (run `make install`)"
             )
     assert not problems, "\n".join(problems)
 
 
-def test_makefile_ci_and_dockerfile_install_from_the_constraints_file():
-    header = (ROOT / "constraints.txt").read_text().splitlines()[0:5]
-    assert any("make lock" in line for line in header), "constraints.txt must say how it was made"
+def test_makefile_ci_and_dockerfile_install_from_the_lock_file():
+    """Issue 21, item 9: `make install` (so `make demo`, `make test`, `make bench` and
+    .ci/run) and the Dockerfile install with uv from uv.lock, refusing a stale lock; uv comes
+    from PyPI when none is on PATH; no pip install and no constraints.txt are left."""
+    assert not (ROOT / "constraints.txt").exists()
+    lock = (ROOT / "uv.lock").read_text()
+    assert lock.startswith("version = 1\n"), "uv.lock is uv's lock file"
     makefile = (ROOT / "Makefile").read_text()
     stamp = re.search(r"^\$\(BIN\)/\.installed:(.*)$", makefile, re.M)
-    assert stamp and "constraints.txt" in stamp.group(1).split(), "reinstall when the pins change"
-    assert "pip install --disable-pip-version-check -c constraints.txt -e '.[dev]'" in makefile
-    lock = makefile[makefile.index("\nlock:") :]
-    assert "venv" in lock and "pip freeze --disable-pip-version-check --exclude-editable" in lock
-    assert "make test" in (ROOT / ".ci" / "run").read_text()  # CI installs through the Makefile
+    assert stamp and {"pyproject.toml", "uv.lock"} <= set(stamp.group(1).split())
+    assert "$(UV) sync --locked --extra dev" in makefile
+    for target in ("demo", "test", "bench", "lint"):
+        assert re.search(rf"^{target}: install$", makefile, re.M), target
+    assert re.search(r"^lock: .*\n\t\$\(UV\) lock\b", makefile, re.M)
+    version = re.search(r"^UV_VERSION\s*:=\s*(\S+)$", makefile, re.M).group(1)
+    assert "pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)" in makefile
+    assert version == _pins()["uv"], "the uv make installs is the one the dev extra locks"
+    assert "UV_PYTHON_DOWNLOADS := never" in makefile  # offline: no interpreter downloads
+    assert "constraints" not in makefile
+    assert re.search(r"^make test$", (ROOT / ".ci" / "run").read_text(), re.M)  # via make
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^COPY .*constraints\.txt", dockerfile, re.M)
-    assert "pip install -c constraints.txt ." in dockerfile
+    assert re.search(r"^COPY pyproject\.toml uv\.lock ", dockerfile, re.M)
+    assert f"pip install --no-cache-dir uv=={version}" in dockerfile
+    assert re.findall(r"uv sync --locked [^\n]*--no-editable", dockerfile)
+    assert "constraints" not in dockerfile and "pip install -c" not in dockerfile
 
 
 def test_pytest_has_a_timeout_guard():
