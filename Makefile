@@ -27,8 +27,10 @@ UV_SYNC := $(UV) sync --locked --extra dev --python $(PYTHON)
 	@.uv/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 $(BIN)/.installed: pyproject.toml uv.lock | $(UV)
-	@echo "installing offpath and the versions uv.lock pins into $(VENV) ..."
-	$(UV_SYNC)
+	@echo "installing offpath and the versions uv.lock pins into $(VENV): $(UV_SYNC)"
+	@$(UV_SYNC) > .uv-sync.log 2>&1 || { cat .uv-sync.log; echo "uv sync failed"; exit 1; }
+	@grep -E '^(Using|Creating|Resolved|Prepared|Installed|Uninstalled|Audited) ' .uv-sync.log || true
+	@mv .uv-sync.log $(VENV)/install.log
 	@$(BIN)/python -c "import offpath.api.app, offpath.worker.tasks"
 	@touch $@
 
