@@ -11,24 +11,29 @@ VENV       := .venv
 BIN        := $(VENV)/bin
 UV_VERSION := 0.13.9
 UV_MIN     := 0.13.0
-UV ?= $(shell v=$$(uv --version 2>/dev/null | cut -d' ' -f2); \
+ifndef UV
+UV := $(shell v=$$(uv --version 2>/dev/null | cut -d' ' -f2); \
 	if [ -n "$$v" ] && printf '%s\n' $(UV_MIN) "$$v" | sort -V -C; then command -v uv; \
 	else echo .uv/bin/uv; fi)
+endif
 # the interpreter is $(PYTHON), never one uv downloads (python-build-standalone is not on PyPI)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 UV_SYNC := $(UV) sync --locked --extra dev --python $(PYTHON)
+UV_PIP_FLAGS := --quiet --disable-pip-version-check --root-user-action=ignore --no-warn-script-location
 
 .PHONY: install demo test bench lint lock clean
 
 .uv/bin/uv:
 	@echo "installing uv $(UV_VERSION) from PyPI into .uv/ (none on PATH, or older than $(UV_MIN)) ..."
-	@$(PYTHON) -m venv .uv
-	@.uv/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	@rm -rf .uv
+	@# pip's --target (its binary lands in .uv/bin), or, for a Python without pip, a venv's pip
+	@$(PYTHON) -m pip install $(UV_PIP_FLAGS) --target .uv uv==$(UV_VERSION) 2>/dev/null \
+		|| { rm -rf .uv && $(PYTHON) -m venv .uv && .uv/bin/python -m pip install $(UV_PIP_FLAGS) uv==$(UV_VERSION); }
 
 $(BIN)/.installed: pyproject.toml uv.lock | $(UV)
 	@echo "installing offpath and the versions uv.lock pins into $(VENV): $(UV_SYNC)"
-	@$(UV_SYNC) > .uv-sync.log 2>&1 || { cat .uv-sync.log; echo "uv sync failed"; exit 1; }
+	@$(UV_SYNC) > .uv-sync.log 2>&1 || { cat .uv-sync.log; echo "uv sync failed (uv.lock out of date after a change to pyproject.toml? make lock)"; exit 1; }
 	@grep -E '^(Using|Creating|Resolved|Prepared|Installed|Uninstalled|Audited) ' .uv-sync.log || true
 	@mv .uv-sync.log $(VENV)/install.log
 	@$(BIN)/python -c "import offpath.api.app, offpath.worker.tasks"

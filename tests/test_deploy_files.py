@@ -406,7 +406,7 @@ def test_makefile_ci_and_dockerfile_install_from_the_lock_file():
         assert re.search(rf"^{target}: install$", makefile, re.M), target
     assert re.search(r"^lock: .*\n\t\$\(UV\) lock\b", makefile, re.M)
     version = re.search(r"^UV_VERSION\s*:=\s*(\S+)$", makefile, re.M).group(1)
-    assert "pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)" in makefile
+    assert "pip install $(UV_PIP_FLAGS) --target .uv uv==$(UV_VERSION)" in makefile
     assert version == _pins()["uv"], "the uv make installs is the one the dev extra locks"
     assert "UV_PYTHON_DOWNLOADS := never" in makefile  # offline: no interpreter downloads
     assert "constraints" not in makefile
