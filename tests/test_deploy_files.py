@@ -254,7 +254,7 @@ def test_the_wheel_installs_one_top_level_package_with_its_migrations(tmp_path):
 
     src = tmp_path / "src"  # a copy: setuptools writes build/ beside the sources
     src.mkdir()
-    for name in ("pyproject.toml", "README.md", "offpath", "api", "worker"):
+    for name in ("pyproject.toml", "README.md", "offpath", "api", "worker", "examples"):
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
         copy(ROOT / name, src / name)
     subprocess.run(  # uv's build frontend (the dev extra's uv), as `uv sync` in the Dockerfile
@@ -274,8 +274,101 @@ def test_the_wheel_installs_one_top_level_package_with_its_migrations(tmp_path):
         "offpath/service/migrations/env.py",
         "offpath/service/migrations/script.py.mako",
         "offpath/service/migrations/versions/0001_usage_tables.py",
+        "offpath/demo/sre/manifest.json",  # the demo agent's fixtures (issue 21, item 7)
     ):
         assert path in names, path
+
+
+def _dockerfile_copies() -> list[tuple[str, str]]:
+    """(source, destination) of the Dockerfile's COPY lines, in order."""
+    out = []
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            *sources, dest = line.split()[1:]
+            out += [(source, dest) for source in sources]
+    return out
+
+
+def test_the_image_install_serves_the_default_agent_tools_without_a_checkout(tmp_path):
+    """Issue 21, item 7: the Docker image's agent tools answered "no SRE fixtures at
+    .../site-packages/examples/sre": nothing set DEMO_FIXTURES_DIR in a non-editable install.
+    The wheel ships examples/sre as offpath/demo/sre. Here the Dockerfile's own steps run
+    without Docker: its COPY lines into a scratch /src, its `uv sync --locked --no-editable`
+    into a scratch environment; then the default AGENT_TOOLS answer from there, from another
+    directory, with DEMO_FIXTURES_DIR unset."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for source, dest in _dockerfile_copies():
+        target = src / dest if dest != "./" else src / source
+        copy = shutil.copytree if (ROOT / source).is_dir() else shutil.copy
+        copy(ROOT / source, target)
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    (sync,) = [line for line in dockerfile.splitlines() if "--no-editable" in line]
+    args = sync.split("uv sync", 1)[1].split("&&", 1)[0].split()
+    assert args[:2] == ["--locked", "--no-editable"], args
+    env = {k: v for k, v in os.environ.items() if k not in ("DEMO_FIXTURES_DIR", "VIRTUAL_ENV")}
+    env |= {"UV_PROJECT_ENVIRONMENT": str(tmp_path / "image"), "UV_PYTHON_DOWNLOADS": "never"}
+    python = Path(sys.executable)  # this venv's interpreter (the image's is python3)
+    out = subprocess.run(
+        [sys.executable, "-m", "uv", "sync", *args[:-2], "--python", str(python), "-q"],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    shutil.rmtree(src)  # the image needs nothing of /src at run time: prove it here
+    image_python = tmp_path / "image" / "bin" / "python"
+    code = """if True:
+        import json, offpath
+        from offpath.compaction.settings import Settings
+        from offpath.demo import sre_tools
+        from offpath.service.agent import load_tools
+        tools = {t.name: t for t in load_tools(Settings(_env_file=None).agent_tools)}
+        calls = {
+            "get_logs": {"service": "checkout-api", "pod": "checkout-api-6f7d9-1", "limit": 1},
+            "query_metrics": {"query": "http_server_request_duration_seconds:p99"},
+            "recent_deploys": {"service": "checkout-api", "limit": 1},
+            "pod_status": {"selector": "app=checkout-api"},
+        }
+        print(json.dumps({
+            "offpath": offpath.__file__,
+            "fixtures": str(sre_tools.fixtures_dir()),
+            "answers": {name: tools[name].invoke(args) for name, args in calls.items()},
+        }))
+    """
+    run = subprocess.run(
+        [str(image_python), "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    found = json.loads(run.stdout)
+    site = str(tmp_path / "image" / "lib")
+    assert found["offpath"].startswith(site), found["offpath"]  # the wheel, not the checkout
+    assert found["fixtures"].startswith(site) and found["fixtures"].endswith("offpath/demo/sre")
+    answers = found["answers"]
+    for name, answer in answers.items():
+        assert not answer.startswith("error:"), (name, answer)
+    fixtures = ROOT / "examples" / "sre"
+    last_line = (fixtures / "logs/checkout-api/checkout-api-6f7d9-1.log").read_text().split("\n")
+    assert [line for line in last_line if line][-1] in answers["get_logs"]
+    pods = json.loads((fixtures / "pods.json").read_text())["items"]
+    names = [p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith("checkout-")]
+    assert names and all(name in answers["pod_status"] for name in names)
+    shipped = {str(p.relative_to(fixtures)) for p in fixtures.rglob("*") if p.is_file()}
+    installed = Path(found["fixtures"])
+    assert {str(p.relative_to(installed)) for p in installed.rglob("*") if p.is_file()} == shipped
 
 
 # --- dependencies: declared with bounds, locked, installed from the lock (issue 8, item 19;
