@@ -83,17 +83,18 @@ def _environment(svc: dict) -> dict:
 
 
 def test_compose_publishes_ports_on_127_0_0_1_only():
-    """The API, Flower and Prometheus answer on the host's loopback only; nothing else is
+    """The API, Flower, Prometheus and Grafana answer on the host's loopback only; nothing else is
     published (the workers' metrics ports neither)."""
     services = _compose()["services"]
     published = {name: svc["ports"] for name, svc in services.items() if svc.get("ports")}
-    assert set(published) == {"api", "flower", "prometheus"}, published
+    assert set(published) == {"api", "flower", "prometheus", "grafana"}, published
     for name, ports in published.items():
         for port in ports:
             assert isinstance(port, str) and port.startswith("127.0.0.1:"), (name, port)
     assert published["api"] == ["127.0.0.1:8000:8000"]
     assert published["flower"] == ["127.0.0.1:5555:5555"]
     assert published["prometheus"] == ["127.0.0.1:9090:9090"]
+    assert published["grafana"] == ["127.0.0.1:3000:3000"]
 
 
 def test_prometheus_scrapes_the_api_with_a_key_and_every_worker():
@@ -146,6 +147,51 @@ def test_grafana_dashboard_uses_only_metrics_offpath_exports():
         for target in panel["targets"]:
             used |= set(re.findall(r"offpath_[a-z_]+", target["expr"]))
     assert used and used <= exported, used - exported
+
+
+def test_grafana_is_provisioned_with_the_dashboard_and_the_compose_prometheus():
+    """Issue 21, item 8: the compose file's Grafana loads deploy/grafana/provisioning: a
+    Prometheus data source at the prometheus service's address, and a dashboard provider
+    whose folder is where the compose file mounts offpath-dashboard.json. Provisioning does
+    not fill the dashboard's import input (``${DS_PROMETHEUS}``), so the dashboard declares
+    a data source variable of that name: every ``${...}`` it uses is one of its variables."""
+    import json
+
+    compose = _compose()
+    grafana = compose["services"]["grafana"]
+    mounts = dict(volume.rsplit(":", 2)[:2] for volume in grafana["volumes"] if ":/" in volume)
+    assert mounts["./deploy/grafana/provisioning"] == "/etc/grafana/provisioning"
+    provisioning = ROOT / "deploy" / "grafana" / "provisioning"
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert source["type"] == "prometheus" and source["isDefault"] is True
+    prometheus = compose["services"]["prometheus"]
+    assert "--web.listen-address" not in " ".join(prometheus["command"])  # so its default:
+    assert (
+        source["url"] == "http://prometheus:9090" and "127.0.0.1:9090:9090" in prometheus["ports"]
+    )
+    assert grafana["depends_on"] == {"prometheus": {"condition": "service_started"}}
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "offpath.yml").read_text())[
+        "providers"
+    ]
+    assert provider["type"] == "file"
+    mounted = mounts["./deploy/grafana/offpath-dashboard.json"]
+    assert str(Path(mounted).parent) == provider["options"]["path"], (mounted, provider)
+    for path in provisioning.rglob("*"):
+        if path.is_file():
+            assert path.suffix == ".yml" and yaml.safe_load(path.read_text())["apiVersion"] == 1
+    text = (ROOT / "deploy" / "grafana" / "offpath-dashboard.json").read_text()
+    variables = {v["name"]: v for v in json.loads(text)["templating"]["list"]}
+    assert variables["DS_PROMETHEUS"]["type"] == "datasource"
+    assert variables["DS_PROMETHEUS"]["query"] == "prometheus"
+    assert set(re.findall(r"\$\{(\w+)", text)) <= set(variables)
+    password = grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD__FILE"]
+    assert password == "/run/secrets/grafana_admin_password"
+    assert grafana["secrets"] == ["grafana_admin_password"]
+    assert compose["secrets"]["grafana_admin_password"] == {
+        "file": "./secrets/grafana_admin_password"
+    }
 
 
 def test_compose_gives_each_service_only_the_settings_it_needs():
