@@ -305,6 +305,18 @@ def test_the_readme_steps_make_the_keys_prometheus_and_the_operator_use(compose,
     r = httpx.get(f"{api}/stats", headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 200, r.text
     assert httpx.get(f"{api}/stats").status_code == 401
+    # the README's `docker compose exec -T -e OFFPATH_API_KEY=<your key> api offpath stats`:
+    # in the api container, with every server setting there (API_URL's default is the api's
+    # own address, here its local port)
+    stats = subprocess.run(
+        [str(BIN / "offpath"), "stats"],
+        cwd=compose.workdir,
+        env={**compose.environment("api"), "OFFPATH_API_KEY": key, "API_URL": api},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert stats.returncode == 0 and "total_summarizations" in stats.stdout, stats.stderr
 
 
 def _scrape_targets(job: dict[str, Any]) -> list[str]:
