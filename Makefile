@@ -5,7 +5,7 @@
 # creates .venv/ with $(PYTHON) and installs exactly the locked versions (the project itself
 # editable, with its dev extra), and refuses a uv.lock that no longer matches pyproject.toml.
 # A uv on PATH is used if it is at least UV_MIN; otherwise `make` installs UV_VERSION from
-# PyPI into .uv/ (a venv of its own, so the user's Python is left alone).
+# PyPI into .uv/ (pip's --target: the user's Python and its packages are left alone).
 PYTHON     ?= python3
 VENV       := .venv
 BIN        := $(VENV)/bin
