@@ -83,17 +83,18 @@ def _environment(svc: dict) -> dict:
 
 
 def test_compose_publishes_ports_on_127_0_0_1_only():
-    """The API, Flower and Prometheus answer on the host's loopback only; nothing else is
+    """The API, Flower, Prometheus and Grafana answer on the host's loopback only; nothing else is
     published (the workers' metrics ports neither)."""
     services = _compose()["services"]
     published = {name: svc["ports"] for name, svc in services.items() if svc.get("ports")}
-    assert set(published) == {"api", "flower", "prometheus"}, published
+    assert set(published) == {"api", "flower", "prometheus", "grafana"}, published
     for name, ports in published.items():
         for port in ports:
             assert isinstance(port, str) and port.startswith("127.0.0.1:"), (name, port)
     assert published["api"] == ["127.0.0.1:8000:8000"]
     assert published["flower"] == ["127.0.0.1:5555:5555"]
     assert published["prometheus"] == ["127.0.0.1:9090:9090"]
+    assert published["grafana"] == ["127.0.0.1:3000:3000"]
 
 
 def test_prometheus_scrapes_the_api_with_a_key_and_every_worker():
@@ -146,6 +147,51 @@ def test_grafana_dashboard_uses_only_metrics_offpath_exports():
         for target in panel["targets"]:
             used |= set(re.findall(r"offpath_[a-z_]+", target["expr"]))
     assert used and used <= exported, used - exported
+
+
+def test_grafana_is_provisioned_with_the_dashboard_and_the_compose_prometheus():
+    """Issue 21, item 8: the compose file's Grafana loads deploy/grafana/provisioning: a
+    Prometheus data source at the prometheus service's address, and a dashboard provider
+    whose folder is where the compose file mounts offpath-dashboard.json. Provisioning does
+    not fill the dashboard's import input (``${DS_PROMETHEUS}``), so the dashboard declares
+    a data source variable of that name: every ``${...}`` it uses is one of its variables."""
+    import json
+
+    compose = _compose()
+    grafana = compose["services"]["grafana"]
+    mounts = dict(volume.rsplit(":", 2)[:2] for volume in grafana["volumes"] if ":/" in volume)
+    assert mounts["./deploy/grafana/provisioning"] == "/etc/grafana/provisioning"
+    provisioning = ROOT / "deploy" / "grafana" / "provisioning"
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert source["type"] == "prometheus" and source["isDefault"] is True
+    prometheus = compose["services"]["prometheus"]
+    assert "--web.listen-address" not in " ".join(prometheus["command"])  # so its default:
+    assert (
+        source["url"] == "http://prometheus:9090" and "127.0.0.1:9090:9090" in prometheus["ports"]
+    )
+    assert grafana["depends_on"] == {"prometheus": {"condition": "service_started"}}
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "offpath.yml").read_text())[
+        "providers"
+    ]
+    assert provider["type"] == "file"
+    mounted = mounts["./deploy/grafana/offpath-dashboard.json"]
+    assert str(Path(mounted).parent) == provider["options"]["path"], (mounted, provider)
+    for path in provisioning.rglob("*"):
+        if path.is_file():
+            assert path.suffix == ".yml" and yaml.safe_load(path.read_text())["apiVersion"] == 1
+    text = (ROOT / "deploy" / "grafana" / "offpath-dashboard.json").read_text()
+    variables = {v["name"]: v for v in json.loads(text)["templating"]["list"]}
+    assert variables["DS_PROMETHEUS"]["type"] == "datasource"
+    assert variables["DS_PROMETHEUS"]["query"] == "prometheus"
+    assert set(re.findall(r"\$\{(\w+)", text)) <= set(variables)
+    password = grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD__FILE"]
+    assert password == "/run/secrets/grafana_admin_password"
+    assert grafana["secrets"] == ["grafana_admin_password"]
+    assert compose["secrets"]["grafana_admin_password"] == {
+        "file": "./secrets/grafana_admin_password"
+    }
 
 
 def test_compose_gives_each_service_only_the_settings_it_needs():
@@ -254,12 +300,11 @@ def test_the_wheel_installs_one_top_level_package_with_its_migrations(tmp_path):
 
     src = tmp_path / "src"  # a copy: setuptools writes build/ beside the sources
     src.mkdir()
-    for name in ("pyproject.toml", "README.md", "offpath", "api", "worker"):
+    for name in ("pyproject.toml", "README.md", "offpath", "api", "worker", "examples"):
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
         copy(ROOT / name, src / name)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["-w", str(tmp_path), str(src)],
+    subprocess.run(  # uv's build frontend (the dev extra's uv), as `uv sync` in the Dockerfile
+        [sys.executable, "-m", "uv", "build", "--wheel", "-q", "-o", str(tmp_path), str(src)],
         check=True,
         capture_output=True,
         timeout=300,
@@ -275,11 +320,105 @@ def test_the_wheel_installs_one_top_level_package_with_its_migrations(tmp_path):
         "offpath/service/migrations/env.py",
         "offpath/service/migrations/script.py.mako",
         "offpath/service/migrations/versions/0001_usage_tables.py",
+        "offpath/demo/sre/manifest.json",  # the demo agent's fixtures (issue 21, item 7)
     ):
         assert path in names, path
 
 
-# --- dependencies: declared with bounds, pinned, installed from the pins (issue 8, item 19) --
+def _dockerfile_copies() -> list[tuple[str, str]]:
+    """(source, destination) of the Dockerfile's COPY lines, in order."""
+    out = []
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            *sources, dest = line.split()[1:]
+            out += [(source, dest) for source in sources]
+    return out
+
+
+def test_the_image_install_serves_the_default_agent_tools_without_a_checkout(tmp_path):
+    """Issue 21, item 7: the Docker image's agent tools answered "no SRE fixtures at
+    .../site-packages/examples/sre": nothing set DEMO_FIXTURES_DIR in a non-editable install.
+    The wheel ships examples/sre as offpath/demo/sre. Here the Dockerfile's own steps run
+    without Docker: its COPY lines into a scratch /src, its `uv sync --locked --no-editable`
+    into a scratch environment; then the default AGENT_TOOLS answer from there, from another
+    directory, with DEMO_FIXTURES_DIR unset."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for source, dest in _dockerfile_copies():
+        target = src / dest if dest != "./" else src / source
+        copy = shutil.copytree if (ROOT / source).is_dir() else shutil.copy
+        copy(ROOT / source, target)
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    (sync,) = [line for line in dockerfile.splitlines() if "--no-editable" in line]
+    args = sync.split("uv sync", 1)[1].split("&&", 1)[0].split()
+    assert args[:2] == ["--locked", "--no-editable"], args
+    env = {k: v for k, v in os.environ.items() if k not in ("DEMO_FIXTURES_DIR", "VIRTUAL_ENV")}
+    env |= {"UV_PROJECT_ENVIRONMENT": str(tmp_path / "image"), "UV_PYTHON_DOWNLOADS": "never"}
+    python = Path(sys.executable)  # this venv's interpreter (the image's is python3)
+    out = subprocess.run(
+        [sys.executable, "-m", "uv", "sync", *args[:-2], "--python", str(python), "-q"],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    shutil.rmtree(src)  # the image needs nothing of /src at run time: prove it here
+    image_python = tmp_path / "image" / "bin" / "python"
+    code = """if True:
+        import json, offpath
+        from offpath.compaction.settings import Settings
+        from offpath.demo import sre_tools
+        from offpath.service.agent import load_tools
+        tools = {t.name: t for t in load_tools(Settings(_env_file=None).agent_tools)}
+        calls = {
+            "get_logs": {"service": "checkout-api", "pod": "checkout-api-6f7d9-1", "limit": 1},
+            "query_metrics": {"query": "http_server_request_duration_seconds:p99"},
+            "recent_deploys": {"service": "checkout-api", "limit": 1},
+            "pod_status": {"selector": "app=checkout-api"},
+        }
+        print(json.dumps({
+            "offpath": offpath.__file__,
+            "fixtures": str(sre_tools.fixtures_dir()),
+            "answers": {name: tools[name].invoke(args) for name, args in calls.items()},
+        }))
+    """
+    run = subprocess.run(
+        [str(image_python), "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    found = json.loads(run.stdout)
+    site = str(tmp_path / "image" / "lib")
+    assert found["offpath"].startswith(site), found["offpath"]  # the wheel, not the checkout
+    assert found["fixtures"].startswith(site) and found["fixtures"].endswith("offpath/demo/sre")
+    answers = found["answers"]
+    for name, answer in answers.items():
+        assert not answer.startswith("error:"), (name, answer)
+    fixtures = ROOT / "examples" / "sre"
+    last_line = (fixtures / "logs/checkout-api/checkout-api-6f7d9-1.log").read_text().split("\n")
+    assert [line for line in last_line if line][-1] in answers["get_logs"]
+    pods = json.loads((fixtures / "pods.json").read_text())["items"]
+    names = [p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith("checkout-")]
+    assert names and all(name in answers["pod_status"] for name in names)
+    shipped = {str(p.relative_to(fixtures)) for p in fixtures.rglob("*") if p.is_file()}
+    installed = Path(found["fixtures"])
+    assert {str(p.relative_to(installed)) for p in installed.rglob("*") if p.is_file()} == shipped
+
+
+# --- dependencies: declared with bounds, locked, installed from the lock (issue 8, item 19;
+# uv and uv.lock: issue 21, item 9) -------------------------------------------------------
 
 FIRST_PARTY = ("offpath", "api", "worker", "bench", "examples")
 RUNTIME = ("offpath", "api", "worker")  # what the wheel ships; the rest runs from the checkout
@@ -306,13 +445,14 @@ def _pyproject() -> dict:
 
 
 def _pins() -> dict[str, str]:
+    """{canonical name: version} of every package uv.lock pins (the project itself aside)."""
+    import tomllib
+
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
     pins = {}
-    for line in (ROOT / "constraints.txt").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            name, sep, version = line.partition("==")
-            assert sep and version, f"constraints.txt: {line!r} is not name==version"
-            pins[_canonical(name)] = version
+    for package in lock["package"]:
+        if package["source"].get("registry"):
+            pins[_canonical(package["name"])] = package["version"]
     return pins
 
 
@@ -381,28 +521,40 @@ def test_every_third_party_import_is_declared_with_bounds_and_pinned():
         if not re.search(r"(>=|~=|==)", spec) or not re.search(r"(<|~=|==)", spec):
             problems.append(f"{name}{spec or ' (no version)'}: needs a lower and an upper bound")
         if name not in pins:
-            problems.append(f"{name} is not pinned in constraints.txt (run `make lock`)")
+            problems.append(f"{name} is not locked in uv.lock (run `make lock`)")
         elif importlib.metadata.version(name) != pins[name]:
             problems.append(
-                f"{name} {importlib.metadata.version(name)} is installed, constraints.txt pins "
+                f"{name} {importlib.metadata.version(name)} is installed, uv.lock pins "
                 f"{pins[name]} (run `make install`)"
             )
     assert not problems, "\n".join(problems)
 
 
-def test_makefile_ci_and_dockerfile_install_from_the_constraints_file():
-    header = (ROOT / "constraints.txt").read_text().splitlines()[0:5]
-    assert any("make lock" in line for line in header), "constraints.txt must say how it was made"
+def test_makefile_ci_and_dockerfile_install_from_the_lock_file():
+    """Issue 21, item 9: `make install` (so `make demo`, `make test`, `make bench` and
+    .ci/run) and the Dockerfile install with uv from uv.lock, refusing a stale lock; uv comes
+    from PyPI when none is on PATH; no pip install and no constraints.txt are left."""
+    assert not (ROOT / "constraints.txt").exists()
+    lock = (ROOT / "uv.lock").read_text()
+    assert lock.startswith("version = 1\n"), "uv.lock is uv's lock file"
     makefile = (ROOT / "Makefile").read_text()
     stamp = re.search(r"^\$\(BIN\)/\.installed:(.*)$", makefile, re.M)
-    assert stamp and "constraints.txt" in stamp.group(1).split(), "reinstall when the pins change"
-    assert "pip install --disable-pip-version-check -c constraints.txt -e '.[dev]'" in makefile
-    lock = makefile[makefile.index("\nlock:") :]
-    assert "venv" in lock and "pip freeze --disable-pip-version-check --exclude-editable" in lock
-    assert "make test" in (ROOT / ".ci" / "run").read_text()  # CI installs through the Makefile
+    assert stamp and {"pyproject.toml", "uv.lock"} <= set(stamp.group(1).split())
+    assert "$(UV) sync --locked --extra dev" in makefile
+    for target in ("demo", "test", "bench", "lint"):
+        assert re.search(rf"^{target}: install$", makefile, re.M), target
+    assert re.search(r"^lock: .*\n\t\$\(UV\) lock\b", makefile, re.M)
+    version = re.search(r"^UV_VERSION\s*:=\s*(\S+)$", makefile, re.M).group(1)
+    assert "pip install $(UV_PIP_FLAGS) --target .uv uv==$(UV_VERSION)" in makefile
+    assert version == _pins()["uv"], "the uv make installs is the one the dev extra locks"
+    assert "UV_PYTHON_DOWNLOADS := never" in makefile  # offline: no interpreter downloads
+    assert "constraints" not in makefile
+    assert re.search(r"^make test$", (ROOT / ".ci" / "run").read_text(), re.M)  # via make
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^COPY .*constraints\.txt", dockerfile, re.M)
-    assert "pip install -c constraints.txt ." in dockerfile
+    assert re.search(r"^COPY pyproject\.toml uv\.lock ", dockerfile, re.M)
+    assert f"pip install --no-cache-dir uv=={version}" in dockerfile
+    assert re.findall(r"uv sync --locked [^\n]*--no-editable", dockerfile)
+    assert "constraints" not in dockerfile and "pip install -c" not in dockerfile
 
 
 def test_pytest_has_a_timeout_guard():

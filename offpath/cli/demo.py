@@ -34,6 +34,7 @@ from rich.table import Table
 from offpath.cli.main import (
     CliError,
     console,
+    counted,
     print_stats,
     read_conversation,
     replay_file,
@@ -269,7 +270,7 @@ def _investigate(client: httpx.Client, session: str, procs: Processes) -> tuple[
         note = "  [green](compacted during the run)[/green]" if run["compacted"] else ""
         console.print(
             f"{i}. {request[:58]}{'...' if len(request) > 58 else ''}\n"
-            f"   {run['tool_calls']} tool calls, +{run['chars']:,} chars; "
+            f"   {counted(run['tool_calls'], 'tool call')}, +{run['chars']:,} chars; "
             f"the thread is {body['chars']:,} chars{note}"
         )
     return messages, chars
@@ -315,7 +316,7 @@ def _report(
     )
     if summaries:
         meta = summaries[0]["additional_kwargs"]["summary"]
-        what = f"{meta['replaced_count']} messages, {meta['replaced_chars']:,} chars -> 1 summary ({meta['summarizer']})"
+        what = f"{counted(meta['replaced_count'], 'message')}, {meta['replaced_chars']:,} chars -> 1 summary ({meta['summarizer']})"
     else:
         what = "nothing (under the threshold)"
     table.add_row("the thread now", str(len(messages)), f"{after['chars']:,}", what)

@@ -19,9 +19,13 @@ from typing import Annotated, Any
 import httpx
 import typer
 from langchain_core.messages import messages_to_dict
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from offpath.compaction.formats import (
     ConversationFormatError,
@@ -29,10 +33,19 @@ from offpath.compaction.formats import (
     split_turns,
     to_messages,
 )
-from offpath.compaction.settings import Settings, SettingsError, load_settings
+from offpath.compaction.settings import (
+    ClientSettings,
+    Settings,
+    SettingsError,
+    load_client_settings,
+    load_settings,
+)
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Conversation compaction off the request path."
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    help="Conversation compaction off the request path.",
 )
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -47,11 +60,30 @@ class CliError(Exception):
 
 
 def settings_or_exit() -> Settings:
+    """All settings, validated together (a command that starts part of the service); exit 2
+    with one line naming each bad setting."""
     try:
         return load_settings()
     except SettingsError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+
+
+def client_settings_or_exit() -> ClientSettings:
+    """Only what a client of the API reads (``API_URL``, ``OFFPATH_API_KEY``): a bad setting
+    of the service that the client does not use cannot stop it (issue 21, item 12); exit 2
+    with one line naming a bad one of its own."""
+    try:
+        return load_client_settings()
+    except SettingsError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 message``, ``2 messages``, ``1,024 chars``: ``n`` with the noun it agrees with
+    (``plural``: for a noun that does not take an s)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -162,7 +194,9 @@ ApiKeyOption = Annotated[
 UrlOption = Annotated[str | None, typer.Option(help="API URL (default: API_URL)")]
 
 
-def api_client(settings: Settings, url: str | None, api_key: str | None, timeout: float = 60):
+def api_client(
+    settings: ClientSettings | Settings, url: str | None, api_key: str | None, timeout: float = 60
+):
     """An HTTP client for the API at ``url`` (``API_URL``), sending the API key."""
     key = api_key or (
         settings.offpath_api_key.get_secret_value() if settings.offpath_api_key else ""
@@ -185,7 +219,10 @@ def check_answer(r: httpx.Response, what: str) -> None:
 @app.command()
 def replay(
     files: Annotated[
-        list[Path], typer.Argument(help="Conversation files (transcript, OpenAI or LangChain JSON)")
+        list[Path],
+        typer.Argument(
+            help="Conversation files (transcript, OpenAI or LangChain JSON)", metavar="FILE..."
+        ),
     ],
     url: UrlOption = None,
     session: Annotated[str | None, typer.Option(help="Session id (default: the file name)")] = None,
@@ -197,7 +234,7 @@ def replay(
     """Replay conversation files against a running API, turn by turn."""
     if fmt not in FORMATS:
         fail(f"--format must be one of {', '.join(FORMATS)}")
-    settings = settings_or_exit()
+    settings = client_settings_or_exit()
     try:
         for path in files:  # read them all first: a bad file fails before anything is posted
             read_conversation(path, fmt)
@@ -206,7 +243,9 @@ def replay(
                 sid = session or session_name(path)
                 result = replay_file(client, path, sid, fmt)
                 console.print(
-                    f"{sid}: {result.get('messages')} messages, {result.get('chars')} chars"
+                    f"{sid}: {counted(result.get('messages', 0), 'message')}, "
+                    f"{counted(result.get('chars', 0), 'char')}",
+                    highlight=False,
                 )
     except CliError as exc:
         fail(str(exc))
@@ -215,7 +254,7 @@ def replay(
 @app.command()
 def stats(url: UrlOption = None, api_key: ApiKeyOption = None) -> None:
     """Print /stats of a running API."""
-    settings = settings_or_exit()
+    settings = client_settings_or_exit()
     try:
         with api_client(settings, url, api_key, timeout=10) as client:
             r = client.get("/stats")
@@ -246,7 +285,7 @@ def print_stats(body: dict[str, Any]) -> None:
         table.add_row(
             "llm_tokens",
             f"input {tokens['input']:,}, output {tokens['output']:,} "
-            f"({tokens['events']} compactions reported them)",
+            f"({counted(tokens['events'], 'compaction')} reported them)",
         )
     console.print(table)
 
@@ -268,7 +307,7 @@ def call_api(
 ) -> httpx.Response:
     """One request to the API (``API_URL``, ``OFFPATH_API_KEY``); one line and exit 1 when the
     API cannot be reached or answers an error (exit 2 for bad settings)."""
-    settings = settings_or_exit()
+    settings = client_settings_or_exit()
     try:
         with api_client(settings, url, api_key, timeout=30) as client:
             r = client.request(method, path, **kwargs)
@@ -287,7 +326,9 @@ def sessions(
     ] = "",
     sort: Annotated[
         str,
-        typer.Option(help="last_activity, chars, compactions or session_id; - first: descending"),
+        typer.Option(
+            help="last_activity, chars, compactions or session_id; a leading - sorts descending"
+        ),
     ] = "-last_activity",
     limit: Annotated[int, typer.Option(help="Sessions per page (1-200)")] = 50,
     cursor: Annotated[
@@ -299,22 +340,67 @@ def sessions(
     if cursor:
         params["cursor"] = cursor
     body = call_api(url, api_key, "GET", "/sessions", "cannot list sessions", params=params).json()
-    table = Table(
-        "session", "tenant", "messages", "chars", "compactions", "last activity", "in flight"
-    )
-    for row in body["sessions"]:
-        table.add_row(
-            row["session_id"],
-            row["tenant"],
-            _num(row["messages"]),
-            _num(row["chars"]),
-            str(row["compactions"]),
-            (row["last_activity"] or "")[:19].replace("T", " "),
-            str(row["jobs_in_flight"] or ""),
+    if not body["sessions"]:
+        console.print(
+            "no sessions" + (f" whose id contains {search!r}" if search else ""),
+            highlight=False,
         )
-    console.print(table)
+        return
+    print_sessions(body["sessions"])
     if body["next_cursor"]:
-        console.print(f"more: offpath sessions --sort {sort} --cursor {body['next_cursor']}")
+        console.print(
+            f"more: offpath sessions --sort {sort} --cursor {body['next_cursor']}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def print_sessions(rows: list[dict[str, Any]]) -> None:
+    """``GET /sessions`` rows as a table whose session ids are never cut (issue 21, item 12:
+    at 80 columns they were, "incident-…", and could not be copied): the other columns wrap
+    or shrink first; when even that leaves too little room, each session is an id on a line
+    of its own (never folded: the terminal wraps it, a copy takes it whole) and its figures
+    on the next. The tenant column is left out when every row has the same tenant (a
+    tenant's key), which is said above them."""
+    tenants = {row["tenant"] for row in rows}
+    if len(tenants) == 1:
+        console.print(f"tenant {next(iter(tenants))}", highlight=False, markup=False)
+    longest = max((len(row["session_id"]) for row in rows), default=len("session"))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("session", no_wrap=True, min_width=longest)
+    if len(tenants) > 1:
+        table.add_column("tenant")
+    for name in ("messages", "chars", "compactions"):
+        table.add_column(name, justify="right")
+    table.add_column("last activity")
+    table.add_column("in flight", justify="right")
+    for row in rows:
+        cells = [row["session_id"]] + ([row["tenant"]] if len(tenants) > 1 else [])
+        cells += [_num(row["messages"]), _num(row["chars"]), f"{row['compactions']:,}"]
+        cells += [_when(row["last_activity"]), str(row["jobs_in_flight"] or "")]
+        table.add_row(*(Text(cell) for cell in cells))
+    unbounded = console.options.update_width(1_000_000)  # Measurement.get clamps to the width
+    if Measurement.get(console, unbounded, table).minimum <= console.width:
+        console.print(table)
+        return
+    for row in rows:
+        console.print(Text(row["session_id"], style="bold"), soft_wrap=True)
+        figures = [row["tenant"]] if len(tenants) > 1 else []
+        if row["messages"] is not None:
+            figures.append(counted(row["messages"], "message"))
+        if row["chars"] is not None:
+            figures.append(counted(row["chars"], "char"))
+        figures.append(counted(row["compactions"], "compaction"))
+        if row["last_activity"]:
+            figures.append(f"last activity {_when(row['last_activity'])}")
+        if row["jobs_in_flight"]:
+            figures.append(f"{counted(row['jobs_in_flight'], 'job')} in flight")
+        console.print(Padding(Text(" · ".join(figures)), (0, 0, 0, 2), expand=False))
+
+
+def _when(iso: str | None) -> str:
+    """An API timestamp (ISO 8601, UTC) as ``2025-03-11 14:30:00``."""
+    return (iso or "")[:19].replace("T", " ")
 
 
 def _num(value: int | None) -> str:
@@ -338,7 +424,8 @@ def show(
     jobs = call_api(url, api_key, "GET", f"/sessions/{session_id}/compactions", what).json()
     messages = to_messages(thread["messages"])
     console.print(
-        f"[bold]{session_id}[/bold]: {len(messages)} messages, {thread['chars']:,} chars",
+        f"[bold]{session_id}[/bold]: {counted(len(messages), 'message')}, "
+        f"{counted(thread['chars'], 'char')}",
         highlight=False,
     )
     for i, m in enumerate(messages):
@@ -346,8 +433,8 @@ def show(
         style = "bold magenta" if label == "summary" else "bold"
         text = content_text(m.content, placeholders=True)
         if width and len(text) > width:
-            text = text[:width] + f" ... (+{len(text) - width:,} chars)"
-        head = f"[{style}]#{i} {label}[/{style}] {m.id} ({message_chars(m):,} chars)"
+            text = text[:width] + f" ... (+{counted(len(text) - width, 'char')})"
+        head = f"[{style}]#{i} {label}[/{style}] {m.id} ({counted(message_chars(m), 'char')})"
         if m.type == "tool":
             head += f" <- {m.tool_call_id}"
         console.print(head, highlight=False)
@@ -407,8 +494,9 @@ def compact(
         if job is not None and job["status"] in ("applied", "skipped", "failed"):
             if job["status"] == "applied":
                 console.print(
-                    f"applied: -{job['chars_removed']:,} chars, {job['messages_removed']} "
-                    f"messages summarized by {job['summarizer']} in {_ms(job['latency_ms'])}",
+                    f"applied: -{counted(job['chars_removed'], 'char')}, "
+                    f"{counted(job['messages_removed'], 'message')} summarized by "
+                    f"{job['summarizer']} in {_ms(job['latency_ms'])}",
                     highlight=False,
                 )
                 return
@@ -663,7 +751,9 @@ def beat(
     os.execv(sys.executable, cmd)
 
 
-keys_app = typer.Typer(no_args_is_help=True, help="Create, list and revoke API keys.")
+keys_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode="markdown", help="Create, list and revoke API keys."
+)
 app.add_typer(keys_app, name="keys")
 
 

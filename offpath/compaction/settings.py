@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -299,6 +299,25 @@ def with_password(url: str, password: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+_S = TypeVar("_S", bound=BaseSettings)
+
+
+class ClientSettings(BaseSettings):
+    """The settings a client of the API reads (``offpath replay``, ``stats``, ``sessions``,
+    ``show``, ``compact``): where the API is and the key to send, from the same environment,
+    ``.env`` and secrets as :class:`Settings`, with the same rules.
+
+    Validated alone: a server-only setting that a client does not use (say
+    ``SUMMARIZATION_KEEP_CHARS`` over the threshold in a shared ``.env``) cannot stop it
+    (issue 21, item 12: ``offpath stats`` exited 2 on one).
+    """
+
+    model_config = Settings.model_config
+
+    api_url: str = Settings.model_fields["api_url"]
+    offpath_api_key: SecretStr | None = Settings.model_fields["offpath_api_key"]
+
+
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment and ``.env``; ``overrides`` win.
 
@@ -307,10 +326,20 @@ def load_settings(**overrides: object) -> Settings:
     :data:`SECRETS_DIR`, where it exists, set the settings they are named after (the
     environment wins). Raises :class:`SettingsError` with one line per bad setting, naming it.
     """
+    return _load(Settings, overrides)
+
+
+def load_client_settings(**overrides: object) -> ClientSettings:
+    """:class:`ClientSettings`, read as :func:`load_settings` reads :class:`Settings`; raises
+    :class:`SettingsError` naming a bad ``API_URL`` or ``OFFPATH_API_KEY`` only."""
+    return _load(ClientSettings, overrides)
+
+
+def _load(cls: type[_S], overrides: dict[str, object]) -> _S:
     env_file = os.environ.get("OFFPATH_ENV_FILE", ".env") or None
     secrets_dir = SECRETS_DIR if Path(SECRETS_DIR).is_dir() else None
     try:
-        return Settings(_env_file=env_file, _secrets_dir=secrets_dir, **overrides)  # type: ignore[arg-type,call-arg]
+        return cls(_env_file=env_file, _secrets_dir=secrets_dir, **overrides)  # type: ignore[arg-type,call-arg]
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

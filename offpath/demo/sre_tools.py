@@ -21,8 +21,10 @@ an answer starting with ``error:``; the tools never raise. (An argument of the w
 ``limit="lots"``, fails the tool's schema before it runs; the agent's tool node turns that
 into an error ``ToolMessage`` too.)
 
-The fixture folder is looked up at each call: ``DEMO_FIXTURES_DIR`` if set, else
-``examples/sre`` of the repository checkout this package lives in.
+The fixture folder is looked up at each call: ``DEMO_FIXTURES_DIR`` if set, else the copy
+installed with the package (``offpath/demo/sre``: the wheel ships ``examples/sre`` there, so a
+non-editable install such as the Docker image's has them; issue 21, item 7), else
+``examples/sre`` of the repository checkout this package lives in (an editable install).
 """
 
 from __future__ import annotations
@@ -43,8 +45,14 @@ from langchain_core.tools import BaseTool, tool
 
 #: The longest answer a tool gives, in characters.
 MAX_CHARS = 8000
-#: The default fixture folder: ``examples/sre`` of the checkout.
-DEFAULT_FIXTURES = Path(__file__).resolve().parents[2] / "examples" / "sre"
+#: The fixtures a wheel installs beside this module (pyproject.toml maps examples/sre there).
+PACKAGED_FIXTURES = Path(__file__).resolve().with_name("sre")
+#: The default fixture folder: the installed copy, else ``examples/sre`` of the checkout.
+DEFAULT_FIXTURES = (
+    PACKAGED_FIXTURES
+    if (PACKAGED_FIXTURES / "manifest.json").is_file()
+    else Path(__file__).resolve().parents[2] / "examples" / "sre"
+)
 MAX_LOG_LIMIT = 2000
 MAX_POINTS = 2000  # samples per series a range query may ask for
 LOOKBACK_S = 119  # a sample counts for an evaluation time up to this much later
@@ -71,7 +79,8 @@ def _answers_errors(fn: Callable[..., str]) -> Callable[..., str]:
 
 # ---------------------------------------------------------------- fixtures
 def fixtures_dir() -> Path:
-    """The fixture folder: ``DEMO_FIXTURES_DIR`` if set, else ``examples/sre`` of the checkout.
+    """The fixture folder: ``DEMO_FIXTURES_DIR`` if set, else :data:`DEFAULT_FIXTURES` (the
+    copy installed with the package, else ``examples/sre`` of the checkout).
 
     Raises :class:`ToolError` when it does not exist.
     """

@@ -185,10 +185,46 @@ def test_wrong_format_flag_and_bad_settings_fail_cleanly(tmp_path):
     f.write_text('[{"type": "human", "content": "x"}]')
     result = run(["replay", str(f), "--format", "openai", "--url", "http://127.0.0.1:9"])
     assert result.returncode == 1 and "expected openai format" in result.stderr
-    result = run(["stats"], env={"SUMMARIZATION_KEEP_CHARS": "90000"})
+    # a setting of the service that a client does not read cannot stop it (issue 21, item
+    # 12: `offpath stats` exited 2 on this one); a command that starts a part of the service
+    # still refuses it, and a client still refuses a bad setting of its own
+    server_only = {"SUMMARIZATION_KEEP_CHARS": "90000"}
+    for args in (["stats"], ["sessions"], ["show", "s"], ["compact", "s"], ["replay", str(f)]):
+        result = run([*args, "--url", "http://127.0.0.1:9"], env=server_only)
+        assert result.returncode == 1 and "cannot" in result.stderr, (args, result.stderr)
+    result = run(["migrate"], env=server_only)
     assert result.returncode == 2 and "SUMMARIZATION_KEEP_CHARS" in result.stderr
+    result = run(["stats"], env={"API_URL": "ftp://127.0.0.1:9"})
+    err = result.stderr.strip()
+    assert result.returncode == 2 and "API_URL" in err and len(err.splitlines()) == 1, err
     result = run(["stats", "--url", "http://127.0.0.1:9"])
     assert result.returncode == 1 and "cannot read /stats" in result.stderr
+
+
+def test_help_text_is_wrapped_by_the_terminal_not_by_the_docstrings():
+    """Issue 21, item 12: help wrapped raggedly ("...the summary marked), then its" then
+    "compaction jobs." on a line of its own, at any width): the docstrings' line breaks
+    were kept. Now a paragraph is one line wherever the terminal is wide enough, and every
+    line of a long one but its last is filled."""
+    import inspect
+
+    import typer.main
+
+    from offpath.cli.main import app
+
+    group = typer.main.get_command(app)
+    listing = run(["--help"], env={"COLUMNS": "200"}).stdout
+    for name, command in group.commands.items():
+        first = " ".join(inspect.cleandoc(command.help or "").split("\n\n")[0].split())
+        assert any(first in line for line in listing.splitlines()), (name, first)
+    worker = run(["worker", "--help"], env={"COLUMNS": "100"}).stdout
+    paragraph = inspect.cleandoc(group.commands["worker"].help).split("\n\n")[1]
+    paragraph = " ".join(paragraph.replace("``", "").split())  # ``code`` is shown as code
+    lines = [line.strip() for line in worker.splitlines()]
+    start = next(i for i, line in enumerate(lines) if paragraph.startswith(line) and line)
+    end = next(i for i in range(start, len(lines)) if not lines[i])
+    assert " ".join(lines[start:end]) == paragraph
+    assert all(len(line) > 80 for line in lines[start : end - 1]), lines[start:end]
 
 
 def sigint_as_in_a_terminal() -> None:

@@ -4,11 +4,12 @@ and exit 1."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import httpx
 
-from integration.test_admin import CASE_SETTINGS, post_turns
+from integration.test_admin import CASE_SETTINGS, post_turns, turn
 from integration.test_cli import run
 
 
@@ -55,3 +56,55 @@ def test_sessions_compact_and_show_against_a_running_api(stacks, stub):
         assert r.returncode == 1 and expected in err and len(err.splitlines()) == 1, (args, err)
     wrong_key = run(["sessions"], env={**env, "OFFPATH_API_KEY": "op_wrong"})
     assert wrong_key.returncode == 1 and "refused the key" in wrong_key.stderr
+
+
+def test_sessions_keeps_ids_whole_and_counts_in_words(stacks, stub):
+    """Issue 21, item 12: at 80 columns `offpath sessions` cut ids ("incident-…") so they
+    could not be copied, and the CLI said "1 messages", "1 compactions". Ids now stay whole
+    at any width (a table whose other columns give way, or an id on a line of its own), and
+    counts agree with their nouns. A setting of the service the client does not read (a
+    keep window over the threshold) does not stop `offpath stats` either."""
+    stack = stacks.get("sqlite", **CASE_SETTINGS)
+    run_id = uuid.uuid4().hex[:6]
+    key = stack.create_key(f"ids-{run_id}")
+    env = {"OFFPATH_API_KEY": key, "API_URL": stack.url}
+    long_id = f"incident-checkout-latency-{run_id}-2025-03-11-prod-eu-1"
+    short_id = f"one-{run_id}"
+    with httpx.Client(
+        base_url=stack.url, timeout=30, headers={"Authorization": f"Bearer {key}"}
+    ) as http:
+        post_turns(http, long_id, 5, 4_000)
+        r = http.post(f"/sessions/{short_id}/turns", json={"messages": turn(0, 100)[:1]})
+        assert r.status_code == 200, r.text
+    compacted = run(["compact", long_id], env=env)
+    assert compacted.returncode == 0, compacted.stdout + compacted.stderr
+    assert " 1 messages " not in compacted.stdout
+
+    for columns in ("80", "200"):
+        listed = run(["sessions"], env={**env, "COLUMNS": columns})
+        out = listed.stdout
+        assert listed.returncode == 0, out + listed.stderr
+        assert "…" not in out and "..." not in out, out
+        lines = [line.rstrip() for line in out.splitlines()]
+        for sid in (long_id, short_id):
+            # whole, as a line of its own or as the first cell of a table row
+            assert any(line.split()[:1] == [sid] for line in lines if line), (sid, out)
+        assert lines[0] == f"tenant ids-{run_id}", out  # one tenant: said once, above
+    narrow = run(["sessions"], env={**env, "COLUMNS": "80"}).stdout
+    assert long_id in narrow.splitlines(), narrow  # too long for a table at 80: its own line
+    assert re.search(r"\b1 message\b", narrow) and re.search(r"\b1 compaction\b", narrow)
+    assert not re.search(r"\b1 (messages|compactions)\b", narrow), narrow
+
+    shown = run(["show", short_id], env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"{short_id}: 1 message, "), shown.stdout
+
+    empty = run(["sessions", "-q", f"none-{run_id}"], env=env)
+    assert (
+        empty.returncode == 0
+        and empty.stdout.strip() == f"no sessions whose id contains 'none-{run_id}'"
+    )
+
+    stats = run(["stats"], env={**env, "SUMMARIZATION_KEEP_CHARS": "90000"})
+    assert stats.returncode == 0, stats.stderr
+    assert "total_summarizations" in stats.stdout
