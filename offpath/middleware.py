@@ -484,7 +484,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         if growth <= 0:
             return floor
         lead = growth * (self._latency_p90() + JOB_OVERHEAD_S) * 1.25
-        return max(min(floor, earliest_worth(s)), int(s.summarization_threshold_chars - lead))
+        ahead = int(s.summarization_threshold_chars - lead)
+        return min(floor, max(earliest_worth(s), ahead))
 
     def _latency_p90(self) -> float:
         """The summarizer's p90 latency in seconds over the deployment's recent compactions,

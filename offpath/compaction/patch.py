@@ -211,7 +211,9 @@ def fit(
     before = sum(sizes.values())
     since = ""
     extra: list[str] = []
-    attempt = _assemble(prepared, messages, by_id, present, since, recall, target, sizes)
+    # first as planned; over the target, first the messages that came after the plan go too
+    # (the thread grew while the summary was written), then kept results are shortened
+    attempt = _assemble(prepared, messages, by_id, present, since, recall, None, sizes)
     if target is not None and attempt.after > target and settings is not None:
         last = max(i for i, m in enumerate(messages) if m.id in removed)
         grown = extension(messages, last + 1, settings)
@@ -227,8 +229,11 @@ def fit(
             since, _ = pin("", moved, room, kept, header=header)
             since = since.strip() or f"{SINCE_HEADING} ({len(moved)} later messages archived)."
             attempt = _assemble(
-                prepared, messages, by_id, present + extra, since, recall, target, sizes
+                prepared, messages, by_id, present + extra, since, recall, None, sizes
             )
+    if target is not None and attempt.after > target:
+        gone = present + extra
+        attempt = _assemble(prepared, messages, by_id, gone, since, recall, target, sizes)
     if target is not None and attempt.after > target:
         return Stale(
             f"it would leave the thread at {attempt.after} chars, over {target} "
