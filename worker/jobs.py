@@ -245,6 +245,7 @@ def _compact(
             summary_text=result.text,
             summarizer=summarizer.name,
             model=result.model,
+            meta=result.meta,
         )
         usage = {
             "input_tokens": result.input_tokens,

@@ -1,10 +1,19 @@
-"""The fact guard: the specifics of the removed messages that a summary must not lose (issue 11).
+"""The fact guard: the specifics of the removed messages that a summary must not lose (issues
+11 and 19).
 
 Pure functions, no I/O. :func:`extract` finds the facts of a list of messages with
 regular expressions: identifiers (pod, host and service names, ticket and trace ids,
-commit SHAs, file paths, URLs), error codes, numbers with units, and timestamps.
-:func:`rank` orders them by how often they recur and by whether the agent stated
-them itself (its own text and tool-call arguments: its conclusions and actions).
+commit SHAs, file paths, URLs, versions, environment variable names, function names),
+error and exit codes (in any letter case), configuration values and counts, numbers with
+units (CPU millicores too), and timestamps. Identifiers of any domain (an order id
+``#W2378156``, a user id ``chen_johnson_4204``, a ten-digit item id) are recognised by their
+shape, and bare numbers count only by their use: passed as a tool argument, asked for by
+the user, or recurring (issue 19: the guard knew only SRE shapes). :func:`rank` orders them
+by what an investigator needs: stated by the agent (its text, its tool calls' arguments)
+or asked by the user, then seen in several messages, then seen once; a fact carried from an
+earlier summary stays ahead of new ones (no telephone game). Facts seen only on noise lines
+(healthy rows of a table, directory listings, ``kubectl describe`` boilerplate) are not
+pinned unless used elsewhere.
 :func:`pin` appends the facts a summary missed as a bounded **Pinned facts**
 section; each entry is the line the fact was found on, clipped, with the id of
 the message it came from, so the ``recall`` tool can fetch the original from the
@@ -36,6 +45,9 @@ PINNED_HEADING = "**Pinned facts**"
 #: after its summary was written and that it removes too (LLM-free: their facts, by message;
 #: issue 18). Its entries read like pinned ones.
 SINCE_HEADING = "**Since this summary was written**"
+#: The heading of the entries the check before the swap adds: identifiers that messages
+#: written while the summary was prepared name, which only the removed part held (issue 19).
+SWAP_HEADING = "**Named since this summary was written**"
 #: Most chars of one pinned entry's quoted line.
 MAX_LINE_CHARS = 160
 #: Facts listed by value (after the quoted lines) need at least this score: stated by the
@@ -49,7 +61,7 @@ LISTED_MIN_SCORE = 5
 # whose char cannot start a fact (issue 13: the guard's scan was most of a job's CPU).
 _UNITS = (
     r"(?:ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|%|[KMGT]i?B?|"
-    r"[KMGT]iB|bytes?|cores?|nanocores|millicores|m?cpus?|req/s|rps|qps|ops/s|conns?|connections)"
+    r"[KMGT]iB|bytes?|cores?|nanocores|millicores|m?cpus?|m|req/s|rps|qps|ops/s|conns?|connections)"
 )
 _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
     ("url", re.compile(r"https?://[^\s'\"<>()\[\]{}`]+[^\s'\"<>()\[\]{}`.,;:!?]"), 3),
@@ -105,6 +117,41 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         3,
     ),
     (
+        "error_code",  # exit and status codes, in any letter case ("Exit Code:    137")
+        re.compile(
+            r"(?i:[ers](?<![\w.-][ers])(?:(?<=e)xit|(?<=r)eturn|(?<=s)tatus)[ _-]?"
+            r"(?:code|status)\s*[=:]?\s*\d{1,3})(?!\d)"
+        ),
+        3,
+    ),
+    (
+        "config",  # a setting and its value: "Restart Count:  6", "memory:  512Mi", "DB_TIMEOUT=5s"
+        re.compile(
+            r"(?m)^[ \t]*([A-Za-z][\w.-]*(?: [A-Za-z][\w.-]*){0,3}:[ \t]+\d[\w.%/]*)[ \t]*$"
+            r"|([A-Za-z](?<![\w.-][A-Za-z])[\w.-]*=\d[\w.%]*)(?![\w.])",
+            re.IGNORECASE,
+        ),
+        2,
+    ),
+    (
+        "version",  # 2.3.1, v2.4.2, v1.2 (an IP address reads as one too: both are facts)
+        re.compile(
+            r"[vV\d](?<![\w.][vV\d])(?:(?<=[vV])\d+\.\d+|(?<=\d)\d*\.\d+\.\d+)(?:\.\d+)*"
+            r"(?:-[0-9A-Za-z.]+)?(?![\w.])"
+        ),
+        3,
+    ),
+    ("env", re.compile(r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])"), 3),
+    (
+        "function",  # camelCase or snake_case names of code: validateEmailPattern(), get_user()
+        re.compile(
+            r"[a-z_](?<![\w.][a-z_])(?:[a-z][a-z0-9]*(?:[A-Z][a-z0-9]+)+(?:\(\))?|\w*_\w*\(\))"
+            r"(?![\w(])"
+        ),
+        2,
+    ),
+    ("identifier", re.compile(r"#(?<![\w#]#)[A-Za-z0-9]*\d[A-Za-z0-9]*(?![\w])"), 3),
+    (
         "quantity",  # a number with a unit, or a ratio n/m
         re.compile(
             r"\d(?:(?<![\w.]\d)[\d,]*+(?:\.\d+)?\s?" + _UNITS + r"(?![\w/])"
@@ -117,6 +164,15 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         re.compile(r"[A-Za-z](?<![\w./-][A-Za-z])\w*+(?:[-.:]\w+)+(?![\w/-])"),
         2,
     ),
+    # identifiers of any domain, by their shape (issue 19): snake_case with digits
+    # (credit_card_9513926, chen_johnson_4204), then bare numbers (item ids, zip codes),
+    # which count only by their use (see ``Fact.score``)
+    (
+        "identifier",
+        re.compile(r"[A-Za-z](?<![\w./#-][A-Za-z])[A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_\d\w*"),
+        2,
+    ),
+    ("number", re.compile(r"\d(?<![\w.:/#+-]\d)\d{4,}(?![\w.:/%-])"), 1),
 )
 _WEIGHT = {kind: weight for kind, _, weight in _KINDS}
 #: An identifier without digits is a fact only with one of these parts (a service's usual
@@ -133,8 +189,11 @@ _DIGIT = re.compile(r"\d")
 
 @dataclass(slots=True)
 class Fact:
-    """One fact: its ``value`` (as written), ``kind``, the id of the first message it was seen
-    in and the line there, how many messages hold it, and whether the agent stated it."""
+    """One fact: its ``value`` (as written, spaces collapsed), ``kind``, the id of the first
+    message it was seen in and the line there, how many messages hold it, and how it was
+    used: ``stated`` by the agent (its text, its tool calls' arguments), ``asked`` by the
+    user (a request), ``carried`` from an earlier summary, ``noise``: seen only on noise
+    lines of tool output (healthy table rows, listings, object metadata)."""
 
     value: str
     kind: str
@@ -143,12 +202,64 @@ class Fact:
     messages: int = 1
     stated: bool = False
     order: int = 0
+    asked: bool = False
+    carried: bool = False
+    noise: bool = True
+    error: bool = False  # seen on a line that reports an error or a failure
     _seen: set[str] = field(default_factory=set, repr=False)
 
     @property
     def score(self) -> int:
-        """Higher first: kind weight, +3 if the agent stated it, + up to 3 for recurrence."""
-        return _WEIGHT[self.kind] + 3 * self.stated + min(self.messages - 1, 3)
+        """Higher first: kind weight, +3 stated by the agent, +2 asked by the user, +2 carried
+        from an earlier summary, +2 on a line that reports an error, + up to 3 for
+        recurrence. 0 (never pinned): a bare number nobody used (not stated, asked, carried
+        nor recurring), a fact seen only on noise lines and never used."""
+        used = self.stated or self.asked or self.carried
+        if not used and (self.noise or (self.kind == "number" and self.messages < 2)):
+            return 0
+        return (
+            _WEIGHT[self.kind]
+            + 3 * self.stated
+            + 2 * self.asked
+            + 2 * self.carried
+            + 2 * self.error
+            + min(self.messages - 1, 3)
+        )
+
+
+#: Lines of tool output that are noise: a healthy row of a table (``1/1 Running 0``), a
+#: directory listing (``ls -l`` rows, bare paths from ``find``), ``kubectl describe`` object
+#: metadata. Their facts are pinned only if used elsewhere (issue 19: pinned facts were a
+#: dump of healthy pod rows and listings).
+_NOISE_LINE = re.compile(
+    r"\b(\d+)/\1\s+Running\s+0\b"
+    r"|^\s*[-dlcbps][rwxsStT-]{9}[.+@]?\s"
+    r"|^\s*[\w.@+~-]*(?:/[\w.@+-]+)+/?\s*$"
+    r"|^\s*(?:annotations|labels|selector|tolerations|node-selectors|mounts|volumes|image id|"
+    r"container id|controlled by|qos class|priority class name|service account|conditions|"
+    r"host port|ips?|node|start time|namespace|priority|controlled by)\s*:",
+    re.IGNORECASE,
+)
+#: The key of a ``key=value`` that is a setting (a log line's ``latency_ms=212`` is not).
+_CONFIG_KEY = re.compile(
+    r"restart|replica|retr|limit|timeout|max|min|size|count|port|pool|thread|worker|concurren",
+    re.IGNORECASE,
+)
+#: A line that reports an error or a failure: its facts are what an investigator needs.
+_ERROR_LINE = re.compile(
+    r"\b(?:error|err|fatal|panic|exception|traceback|fail(?:ed|ure|ing)?|refused|timed? ?out|"
+    r"exhausted|oomkilled|killed|denied|crash\w*|unavailable|unhealthy|evicted|throttl\w*|"
+    r"critical|backoff|5\d\d)\b",
+    re.IGNORECASE,
+)
+#: Values that are never facts, wherever they are.
+_NEVER = frozenset({"/dev/null", "/bin/sh", "/bin/bash", "/usr/bin/env", "/tmp", "/dev/stdout"})
+
+
+def normal(text: str) -> str:
+    """``text`` case-folded with runs of white space as one space: how a fact's presence in
+    a summary is tested (``Exit Code: 137`` is in "exit code:   137")."""
+    return " ".join(text.casefold().split())
 
 
 def find(text: str) -> list[tuple[str, str, int]]:
@@ -158,13 +269,20 @@ def find(text: str) -> list[tuple[str, str, int]]:
     out: list[tuple[str, str, int]] = []
     for kind, pattern, _ in _KINDS:
         for m in pattern.finditer(text):
-            group = m.lastindex or 0  # a kind with a group: the value is the group
+            group = m.lastindex or 0  # a kind with a group: the value is the group (the last
+            # matched, for a kind whose alternatives have a group each)
             start, end = m.span(group)
             if taken.find(1, start, end) != -1:
                 continue
             value = m.group(group).rstrip(".,:;")
             if "\n" in value or (kind == "identifier" and not _is_name(value)):
                 continue
+            if value in _NEVER:
+                continue
+            if kind == "config" and "=" in value and not _CONFIG_KEY.search(value.split("=")[0]):
+                continue  # key=value in a log line: a setting only by its key's name
+            if "  " in value or "\t" in value:
+                value = " ".join(value.split())
             if kind == "quantity" and value.count("/") > 1:
                 continue
             taken[start:end] = b"\x01" * (end - start)
@@ -182,59 +300,79 @@ def _is_name(value: str) -> bool:
 
 
 #: An entry of an earlier summary's Pinned facts: a quoted line, or values by message.
-_QUOTED = re.compile(r"^- `(?P<line>.*)` \((?P<id>[^()\s]+)\)$")
+_QUOTED = re.compile(r"^- `(?P<line>.*)` \((?P<id>[^()\s;]+)(?:; [^()]*)?\)$")
 _LISTED = re.compile(r"^- also in (?P<id>\S+): (?P<values>.*)$")
 
 
-def _blocks(message: BaseMessage) -> Iterable[tuple[str, bool, str]]:
-    """``(text, stated, message_id)`` for each block of a message worth reading for facts;
-    ``stated``: the agent's own words or actions (its text, its tool-call arguments). An
-    earlier summary's pinned entries are read as the line they quote and the message they
-    name, so that a fact pinned again keeps its source and is not quoted twice over."""
+def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
+    """``(text, role, message_id)`` for each block of a message worth reading for facts.
+    ``role``: ``agent`` (its text, the first line of each of its tool calls' arguments: its
+    conclusions and actions), ``user`` (a request), ``carried`` (an earlier summary: what
+    was concluded before; its pinned entries are read as the line they quote and the message
+    they name, so a fact pinned again keeps its source), ``data`` (tool output, the rest of a
+    multi-line argument)."""
     from offpath.compaction.prompt import render_content
 
     mid = str(message.id)
     if is_summary(message):
         text = summary_body(message)
         cut = min(
-            (i for i in (text.find(PINNED_HEADING), text.find(SINCE_HEADING)) if i >= 0),
+            (
+                i
+                for i in (
+                    text.find(PINNED_HEADING),
+                    text.find(SINCE_HEADING),
+                    text.find(SWAP_HEADING),
+                )
+                if i >= 0
+            ),
             default=len(text),
         )
         body, pinned = text[:cut], text[cut:]
-        yield body, True, mid  # an earlier summary is what the agent concluded before
+        yield body, "carried", mid
         for line in pinned.splitlines()[1:]:
             if quoted := _QUOTED.match(line.strip()):
-                yield quoted["line"], True, quoted["id"]
+                yield quoted["line"], "carried", quoted["id"]
             elif listed := _LISTED.match(line.strip()):
-                yield listed["values"].replace("`", ""), True, listed["id"]
+                yield listed["values"].replace("`", ""), "carried", listed["id"]
         return
-    yield render_content(message.content), message.type == "ai", mid
+    role = {"ai": "agent", "human": "user"}.get(message.type, "data")
+    yield render_content(message.content), role, mid
     for call in getattr(message, "tool_calls", None) or []:
         # the call with the first line of each argument is the agent's action (stated); the
         # rest of a multi-line argument (a heredoc, a file's new content) is data it wrote
         args = call.get("args") or {}
         heads = {k: v.split("\n", 1)[0] if isinstance(v, str) else v for k, v in args.items()}
-        yield f"{call.get('name')}({json.dumps(heads, ensure_ascii=False, default=str)})", True, mid
+        yield (
+            f"{call.get('name')}({json.dumps(heads, ensure_ascii=False, default=str)})",
+            "agent",
+            mid,
+        )
         for value in args.values():
             if isinstance(value, str) and "\n" in value:
-                yield value.split("\n", 1)[1], False, mid
+                yield value.split("\n", 1)[1], "data", mid
 
 
 def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     """The facts of ``messages``, one per distinct value, with where each was first seen
-    (the line it is on).
+    (the line it is on) and how it was used (see :class:`Fact`).
 
     Lines that read as instructions to an assistant (injected text) are skipped: their
     contents are never pinned into a summary, which the model reads in the user's role.
     """
     facts: dict[str, Fact] = {}
     for m in messages:
-        for text, stated, mid in _blocks(m):
+        for text, role, mid in _blocks(m):
             instruction: dict[int, bool] = {}  # line start -> the line reads as one
+            noisy: dict[int, bool] = {}  # line start -> a noise line (tool output only)
+            errors: dict[int, bool] = {}  # line start -> it reports an error
             test_lines = may_hold_instruction(text)
+            data = role == "data"
             for value, kind, offset in find(text):
                 fact = facts.get(value)
-                if fact is None or test_lines:  # the line is needed (most values recur)
+                line = ""
+                start = 0
+                if fact is None or test_lines or data:  # the line is needed
                     start = text.rfind("\n", 0, offset) + 1
                     end = text.find("\n", offset)
                     line = text[start : end if end >= 0 else len(text)]
@@ -251,7 +389,18 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
                 elif mid not in fact._seen:
                     fact._seen.add(mid)
                     fact.messages += 1
-                fact.stated = fact.stated or stated
+                if data:
+                    if start not in noisy:
+                        noisy[start] = bool(_NOISE_LINE.search(line))
+                        errors[start] = not noisy[start] and bool(_ERROR_LINE.search(line))
+                    if not noisy[start]:
+                        fact.noise = False
+                    fact.error = fact.error or errors[start]
+                else:
+                    fact.noise = False
+                    fact.stated = fact.stated or role == "agent"
+                    fact.asked = fact.asked or role == "user"
+                    fact.carried = fact.carried or role == "carried"
     return list(facts.values())
 
 
@@ -261,8 +410,9 @@ def rank(facts: Iterable[Fact]) -> list[Fact]:
 
 
 def stated_facts(messages: Sequence[BaseMessage]) -> list[Fact]:
-    """The facts the agent stated itself (what the fidelity benchmark marks in a transcript)."""
-    return [f for f in extract(messages) if f.stated]
+    """The facts the agent stated itself, earlier summaries included (what the fidelity
+    benchmark marks in a transcript)."""
+    return [f for f in extract(messages) if f.stated or f.carried]
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,48 +431,68 @@ def pin(
     header: str | None = None,
 ) -> tuple[str, Pinned]:
     """``summary_text`` with a **Pinned facts** section holding, most important first, the
-    facts of ``removed`` that neither the summary nor the ``kept`` messages contain, in at
-    most ``max_chars`` chars (0: no section). In the first half of the budget each entry
-    quotes the line a fact was found on (at most :data:`MAX_LINE_CHARS` chars), in
-    conversation order; then the remaining facts the agent stated or that recur
+    facts of ``removed`` that neither the summary nor the ``kept`` messages contain (in any
+    letter case), in at most ``max_chars`` chars (0: no section). In the first half of the
+    budget each entry quotes the line a fact was found on (at most :data:`MAX_LINE_CHARS`
+    chars), in conversation order, near-duplicate lines once ("; +N similar"); then the
+    remaining facts that were used (stated, asked, carried) or recur
     (:data:`LISTED_MIN_SCORE`) are listed by value, grouped by message ("also in <id>:
-    ..."). Every entry names its message, for ``recall``. Returns the text
-    and what was pinned; the text is unchanged when nothing is missing."""
+    ..."). Every entry names its message, for ``recall``. ``header``: the section's heading
+    line (default: the Pinned facts one). Returns the text and what was pinned; the text is
+    unchanged when nothing is missing."""
     if max_chars <= 0:
         return summary_text, Pinned((), 0)
     from offpath.compaction.prompt import render_content
 
-    present = summary_text + "\n" + "\n".join(render_content(m.content) for m in kept)
+    present = normal(summary_text + "\n" + "\n".join(render_content(m.content) for m in kept))
     if header is None:
         header = f"{PINNED_HEADING} (verbatim from the summarized messages; `recall` finds them):"
     header = f"\n\n{header}"
     budget = max_chars - len(header)
     position = {str(m.id): i for i, m in enumerate(removed)}
-    ranked = rank(extract(removed))
+    ranked = [f for f in rank(extract(removed)) if f.score > 0]
     absent: dict[str, bool] = {}  # value -> not in the summary nor the keep window
 
     def missing(fact: Fact) -> bool:
         # tested only for a fact that would fit the budget left: the summary and the keep
         # window are tens of thousands of chars, a thread's facts hundreds (issue 13)
         if fact.value not in absent:
-            absent[fact.value] = fact.value not in present
+            absent[fact.value] = normal(fact.value) not in present
         return absent[fact.value]
 
     pinned = ""  # the lines quoted and the values listed so far
-    # the highest-ranked facts with the line they were found on, in up to half the budget
-    quoted: list[tuple[int, int, str]] = []
-    room = budget // 2
+    # the highest-ranked facts with the line they were found on, in up to half the budget;
+    # a line like one quoted already (the same but for its numbers) is counted, not quoted
+    quoted: list[tuple[int, int, str, str]] = []
+    similar: dict[str, int] = {}
+    # the quoted lines take what the listed values will not need (at most half is kept for
+    # them): a section with few values to list quotes more lines
+    listable = 0
+    for fact in ranked:
+        if fact.score >= LISTED_MIN_SCORE and listable < budget // 2 and missing(fact):
+            listable += len(fact.value) + 6
+    room = budget - min(budget // 2, listable + 40)
     for fact in ranked:
         if fact.value in pinned:  # on a line quoted for an earlier fact
             continue
+        signature = _SIGNATURE.sub("#", fact.line.casefold())
+        if signature in similar:
+            similar[signature] += 1
+            continue
         line = fact.line.replace("`", "'")
         entry = f"\n- `{line}` ({fact.message_id})"
-        if len(entry) > room or not missing(fact):
+        if len(entry) + 14 > room or not missing(fact):
             continue
-        quoted.append((position.get(fact.message_id, 0), fact.order, entry))
-        room -= len(entry)
+        similar[signature] = 0
+        quoted.append((position.get(fact.message_id, 0), fact.order, entry, signature))
+        room -= len(entry) + 14  # room for "; +N similar"
         pinned += "\n" + fact.line
-    budget -= budget // 2 - room
+    quoted_entries = []
+    for pos, order, entry, signature in quoted:
+        if similar[signature]:
+            entry = entry[:-1] + f"; +{similar[signature]} similar)"
+        quoted_entries.append((pos, order, entry))
+    budget = room + min(budget // 2, listable + 40)
     # the rest by value only, grouped by the message they came from, while the budget lasts
     named: dict[str, list[str]] = {}
     for fact in ranked:
@@ -340,11 +510,76 @@ def pin(
         for mid, values in named.items()
         if values
     ]
-    if not quoted and not listed:
+    if not quoted_entries and not listed:
         return summary_text, Pinned((), 0)
-    ordered = tuple(entry for *_, entry in sorted(quoted)) + tuple(e for *_, e in sorted(listed))
+    ordered = tuple(entry for *_, entry in sorted(quoted_entries)) + tuple(
+        e for *_, e in sorted(listed)
+    )
     covered = sum(fact.value in pinned and missing(fact) for fact in ranked)
     return summary_text.rstrip() + header + "".join(ordered), Pinned(ordered, covered)
+
+
+def swap_check(
+    later: Sequence[BaseMessage],
+    removed: Sequence[BaseMessage],
+    kept: Sequence[BaseMessage],
+    summary_text: str,
+    max_chars: int,
+) -> tuple[str, int]:
+    """The check before the swap (issue 19, after "Slipstream", arXiv 2605.08580, without an
+    LLM): the identifiers that the ``later`` messages (written while the summary was
+    prepared) name in what the agent or the user says or passes to a tool (not in tool
+    output), which only the ``removed`` part held (not the summary, not the ``kept``
+    messages), quoted with their line and message under :data:`SWAP_HEADING`, in at most
+    ``max_chars`` chars. Returns the section ("" when none is needed) and how many such
+    identifiers did not fit (the caller re-prepares the compaction then)."""
+    from offpath.compaction.prompt import render_content
+
+    visible = normal(summary_text + "\n" + "\n".join(render_content(m.content) for m in kept))
+    refs: dict[str, str] = {}
+    for m in later:
+        for text, role, _ in _blocks(m):
+            if role == "data":  # what the agent or the user names, not tool output
+                continue
+            for value, kind, _ in find(text):
+                if kind not in ("timestamp", "quantity") and normal(value) not in visible:
+                    refs.setdefault(normal(value), value)
+    if not refs:
+        return "", 0
+    entries: list[str] = []
+    missing = 0
+    header = f"{SWAP_HEADING} (named by messages that came after it; `recall` reads them):"
+    room = max_chars - len(header) - 2
+    found: set[str] = set()
+    for m in removed:
+        for text, _, mid in _blocks(m):
+            low = text.casefold()
+            for key, value in refs.items():
+                if key in found:
+                    continue
+                at = low.find(value.casefold())
+                if at < 0:
+                    continue
+                start = text.rfind("\n", 0, at) + 1
+                end = text.find("\n", at)
+                line = text[start : end if end >= 0 else len(text)]
+                if looks_like_instruction(line):
+                    continue
+                found.add(key)
+                entry = f"\n- `{_around(line, at - start, value).replace('`', chr(39))}` ({mid})"
+                if len(entry) > room:
+                    missing += 1
+                    continue
+                entries.append(entry)
+                room -= len(entry)
+    if not entries:
+        return "", missing
+    return header + "".join(entries), missing
+
+
+#: What makes two lines near duplicates: the same but for their numbers, times and long hex
+#: ids (an identifier with letters, ``fact-3``, ``pod-x7``, keeps them apart).
+_SIGNATURE = re.compile(r"(?<![\w-])\d[\d:.,/+TZ-]*(?![\w-])|(?<![\w-])[0-9a-f]{8,}(?![\w-])")
 
 
 def _around(line: str, offset: int, value: str) -> str:

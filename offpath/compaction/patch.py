@@ -40,8 +40,13 @@ from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, To
 
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.digest import digest
-from offpath.compaction.facts import SINCE_HEADING, pin
-from offpath.compaction.planner import CompactionPlan, extension, summary_budget_chars
+from offpath.compaction.facts import SINCE_HEADING, pin, swap_check
+from offpath.compaction.planner import (
+    CompactionPlan,
+    extension,
+    landing_chars,
+    summary_budget_chars,
+)
 from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import caps_for, shorten
 from offpath.compaction.summary import build_summary_message, fingerprint, summary_meta
@@ -86,10 +91,20 @@ class Prepared:
     request_copy: str | None = None
     #: kept tool results to shorten when applied: message id -> cap (chars)
     shorten: Mapping[str, int] = field(default_factory=dict)
+    #: what the summary message carries in its metadata beside offpath's own keys (the
+    #: frontier: issue 19)
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_plan(
-        cls, plan: CompactionPlan, *, job_id: str, summary_text: str, summarizer: str, model: str
+        cls,
+        plan: CompactionPlan,
+        *,
+        job_id: str,
+        summary_text: str,
+        summarizer: str,
+        model: str,
+        meta: Mapping[str, Any] | None = None,
     ) -> Prepared:
         """The prepared form of ``plan`` with its summary text."""
         earlier = [summary_meta(m) for m in plan.earlier_summaries]
@@ -110,6 +125,7 @@ class Prepared:
             threshold_chars=plan.threshold_chars,
             request_copy=plan.request_copy,
             shorten=dict(plan.shorten),
+            meta=dict(meta or {}),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -129,6 +145,7 @@ class Prepared:
             "threshold_chars": self.threshold_chars,
             "request_copy": self.request_copy,
             "shorten": dict(self.shorten),
+            "meta": dict(self.meta),
         }
 
     @classmethod
@@ -150,6 +167,7 @@ class Prepared:
             threshold_chars=int(data["threshold_chars"]),
             request_copy=data.get("request_copy"),
             shorten={str(k): int(v) for k, v in (data.get("shorten") or {}).items()},
+            meta=dict(data.get("meta") or {}),
         )
 
 
@@ -209,6 +227,10 @@ def fit(
         return Stale(f"the request {copy_of} to keep is no longer where the summary goes")
     sizes = {m.id: message_chars(m) for m in messages}
     before = sum(sizes.values())
+    if target is not None and settings is not None:  # what no compaction can remove
+        fixed = sum(sizes[m.id] for m in messages if m.type == "system")
+        fixed += sizes[copy_of] if copy_of is not None else 0
+        target = max(target, landing_chars(settings, fixed))
     since = ""
     extra: list[str] = []
     # first as planned; over the target, first the messages that came after the plan go too
@@ -240,6 +262,35 @@ def fit(
             "(its prepare floor) even with kept tool results shortened"
         )
     gone = present + extra
+    # the check before the swap (DESIGN.md invariant 16): what the messages written meanwhile
+    # name that only the removed part held is pinned, or the compaction is prepared again
+    planned, gone_set = set(prepared.order), set(gone)
+    later = [m for m in messages if m.id not in planned and m.id not in gone_set]
+    later = [m for m in later if m.type != "system"]
+    checked = 0
+    if later:
+        # what the model sees beside the later messages themselves: naming an id is not
+        # holding its context
+        later_ids = {m.id for m in later}
+        kept = [m for m in messages if m.id not in gone_set and m.id not in later_ids]
+        room = max(400, summary_budget_chars(settings) // 4) if settings else 1_000
+        section, unpinned = swap_check(
+            later, [by_id[i] for i in gone], kept, str(attempt.summary.content), room
+        )
+        if unpinned:
+            return Stale(
+                f"{unpinned} identifier(s) named since the summary was written are held only by "
+                "the removed part and do not fit the summary: prepare it again"
+            )
+        if section:
+            checked = section.count("\n- ")
+            since = f"{since}\n\n{section}".strip()
+            attempt = _assemble(prepared, messages, by_id, gone, since, recall, target, sizes)
+            if target is not None and attempt.after > target:
+                return Stale(
+                    "the identifiers pinned at the swap would leave the thread over "
+                    f"{target} (its prepare floor): prepare it again"
+                )
     record = {
         "summary_id": attempt.summary.id,
         "summary_sha": fingerprint(attempt.summary),
@@ -254,6 +305,7 @@ def fit(
         "shortened": sorted(attempt.shortened),
         "request_copy": copy_of,
         "since_summary": len(extra),
+        "checked_at_swap": checked,
     }
     return Fitted(
         attempt.summary, attempt.patch, record, tuple(gone), tuple(sorted(attempt.shortened))
@@ -283,8 +335,12 @@ def _assemble(
     thread would be over ``target``; and the thread's size after it."""
     removed_chars = sum(sizes[i] for i in gone)
     text = prepared.summary_text.rstrip()
-    if since:
-        text = f"{text}\n\n{since}"
+    if since:  # before the summary's last line, the recall note, when it has one
+        body, sep, last = text.rpartition("\n\n")
+        if sep and last.startswith("_") and last.endswith("_"):
+            text = f"{body}\n\n{since}\n\n{last}"
+        else:
+            text = f"{text}\n\n{since}"
     summary = build_summary_message(
         message_id=gone[0],
         summary_text=text,
@@ -293,7 +349,7 @@ def _assemble(
         summarizer=prepared.summarizer,
         compactions=prepared.compactions,
         request=prepared.request,
-        extra={"job_id": prepared.job_id, "model": prepared.model},
+        extra={**prepared.meta, "job_id": prepared.job_id, "model": prepared.model},
     )
     patch: list[BaseMessage] = [summary]
     added = message_chars(summary)

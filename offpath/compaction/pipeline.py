@@ -57,6 +57,7 @@ def summarize_plan(
         summary_text=result.text,
         summarizer=summarizer.name,
         model=result.model,
+        meta=result.meta,
     )
     fitted = fit(prepared, messages)
     if isinstance(fitted, Stale):  # the plan was made on these very messages

@@ -172,15 +172,18 @@ def min_gain_chars(settings: Settings) -> int:
     return max(1, (settings.summarization_threshold_chars - settings.summarization_keep_chars) // 4)
 
 
-def landing_chars(settings: Settings) -> int:
+def landing_chars(settings: Settings, fixed: int = 0) -> int:
     """The most chars a thread may hold once a compaction is applied (DESIGN.md invariant
-    13): its prepare floor. On a threshold too small for the keep window and a summary to
-    fit under it (the seed's 500 / 200 try-out, where its own example kept 384 chars and
-    wrote a 312-char summary), no compaction could meet that: the keep window and twice the
+    13): its prepare floor. When what no compaction removes (``fixed``: the system prompt, a
+    long request kept as a message) and the keep window leave no room for a summary under
+    it (a small threshold; the seed's 500 / 200 try-out, where its own example kept 384
+    chars and wrote a 312-char summary), no compaction could meet that: those, and twice the
     smallest summary, so that such a setting still compacts as the seed shows."""
-    return max(
-        settings.prepare_floor_chars, settings.summarization_keep_chars + 2 * MIN_SUMMARY_CHARS
-    )
+    floor = settings.prepare_floor_chars
+    keep = settings.summarization_keep_chars
+    if fixed:  # and room for the keep window's last group and a whole summary
+        keep += settings.tool_result_limit_chars // 2 + summary_budget_chars(settings)
+    return max(floor, fixed + keep + 2 * MIN_SUMMARY_CHARS)
 
 
 def summary_budget_chars(settings: Settings) -> int:
@@ -287,25 +290,34 @@ def plan_compaction(
     quote_max = int(budget * REQUEST_QUOTE_SHARE)
     min_gain = 1 if force else min_gain_chars(settings)
 
+    # DESIGN.md invariant 13: an applied compaction leaves the thread under its prepare floor
+    # (an operator's "compact now" excepted); one that cannot is not worth a summary, unless
+    # what no cut can remove or shorten is over the floor already and it halves the thread
+    target = None if force else landing_chars(settings)
+    systems = sum(sizes[i] for i in range(len(sizes)) if scan.system[i])
+
     def evaluate(cut: int | None, boundary: Literal["turn", "tool_group"]) -> _Candidate | None:
         if cut is None:
             return None
-        return scan.evaluate(cut, boundary, total, budget, kept_budget, quote_max)
+        return scan.evaluate(cut, boundary, total, budget, kept_budget, quote_max, target)
 
     turn = evaluate(turn_cut, "turn")
     group = evaluate(group_cut, "tool_group") if group_cut != turn_cut else None
 
-    # DESIGN.md invariant 13: an applied compaction leaves the thread under its prepare floor
-    # (an operator's "compact now" excepted): a cut that cannot is not worth a summary
-    target = None if force else landing_chars(settings)
+    def lands(c: _Candidate) -> bool:
+        if target is None:
+            return True
+        copied = sizes[c.request_copy] if c.request_copy is not None else 0
+        if c.after <= max(target, landing_chars(settings, systems + copied)):
+            return True
+        # what no cut can remove or shorten is over the floor already (a huge system prompt
+        # or request): the deepest compaction there is, if it at least halves the thread
+        return c.after <= c.least and c.after <= total // 2
 
     def worth(c: _Candidate | None) -> bool:
-        return (
-            c is not None
-            and c.count >= MIN_MESSAGES_REMOVED
-            and total - c.after >= min_gain
-            and (target is None or c.after <= target)
-        )
+        if c is None or c.count < MIN_MESSAGES_REMOVED or total - c.after < min_gain:
+            return False
+        return lands(c)
 
     for choice in (turn if worth(turn) and turn.after <= threshold else None, group, turn):
         if worth(choice):
@@ -319,7 +331,7 @@ def plan_compaction(
             f"the best cut removes {best.count} messages (< {MIN_MESSAGES_REMOVED})",
             total,
         )
-    if target is not None and best.after > target and total - best.after >= min_gain:
+    if not lands(best) and total - best.after >= min_gain:
         return Skip(
             SkipReason.NO_PROGRESS,
             f"the best cut would leave ~{best.after} chars, over the prepare floor ({target}): "
@@ -370,6 +382,7 @@ class _Candidate:
     shorten: tuple[tuple[str, int], ...]  # kept tool results to shorten: (id, cap)
     summary_chars: int  # chars left for the summary's text and pinned facts
     after: int  # estimated thread chars after the compaction
+    least: int  # the least it could leave: every kept result shortened as far as it goes
 
 
 class _Scan:
@@ -451,6 +464,7 @@ class _Scan:
         budget: int,
         kept_budget: int,
         quote_max: int,
+        target: int | None = None,
     ) -> _Candidate:
         """The compaction that cuts at ``cut``: what it removes (earlier summaries after it
         folded in; messages kept in place left out), the request it quotes or keeps, the
@@ -480,21 +494,34 @@ class _Scan:
             else (self.chars_before[cut] - self.chars_before[head] + sum(sizes[i] for i in late))
         )
         kept_chars = total - chars + (sizes[copy] if copy is not None else 0)
+        summary_size, summary_chars = estimate_summary_chars(budget, chars, request)
+        results = [
+            (str(self.ids[i]), sizes[i])
+            for i in range(cut, len(sizes))
+            if self.tool[i] and i not in self.removed_anywhere
+        ]
+        least = kept_chars - saving(dict(results), caps_for(results, 10**12)) + summary_size
+        # the keep window's budget, and below it what lands the thread under its target
+        want = kept_budget if target is None else min(kept_budget, target - summary_size)
         shorten: tuple[tuple[str, int], ...] = ()
-        if kept_chars > kept_budget:
-            results = [
-                (str(self.ids[i]), sizes[i])
-                for i in range(cut, len(sizes))
-                if self.tool[i] and i not in self.removed_anywhere
-            ]
-            caps = caps_for(results, kept_chars - kept_budget)
+        if kept_chars > want:
+            caps = caps_for(results, kept_chars - want)
             shorten = tuple(sorted(caps.items()))
             kept_chars -= saving(dict(results), caps)
-        summary_size, summary_chars = estimate_summary_chars(budget, chars, request)
         after = kept_chars + summary_size
         count = len(removed) - (1 if copy is not None else 0)
         return _Candidate(
-            cut, boundary, removed, count, chars, request, copy, shorten, summary_chars, after
+            cut,
+            boundary,
+            removed,
+            count,
+            chars,
+            request,
+            copy,
+            shorten,
+            summary_chars,
+            after,
+            least,
         )
 
     def _request(self, cut: int) -> tuple[str | None, int | None]:

@@ -114,10 +114,13 @@ def build_prompt(plan: CompactionPlan, max_chars: int, token: str | None = None)
 
 
 def render_message(message: BaseMessage, token: str) -> str:
-    """One message as prompt text: a ``[<token> role]`` header, text, tool calls or result."""
+    """One message as prompt text: a ``[<token> role]`` header, text, tool calls or result. A
+    tool result with ``status="error"`` says FAILED in its header: a failed call must never
+    read as done (issue 19: a failed rollback was summarized as done)."""
     if isinstance(message, ToolMessage):
         name = f" of {message.name}" if message.name else ""
-        header = f"[{token} tool result{name} for call {message.tool_call_id}]"
+        failed = " - FAILED, the call did not succeed" if message.status == "error" else ""
+        header = f"[{token} tool result{name} for call {message.tool_call_id}{failed}]"
     else:
         header = f"[{token} {message.type}]"
     lines = [header]
@@ -135,6 +138,43 @@ def neutralise(text: str) -> str:
     """``text`` with lines that look like a message header (``[human]``, ``<system>``,
     ``(assistant)``...) turned into plain quoted text: data cannot fake a message."""
     return _ROLE_HEADER.sub(lambda m: f"{m.group(1)}(quoted {m.group(2)} header)", text)
+
+
+def chunks(plan: CompactionPlan, max_chars: int, max_calls: int) -> list[CompactionPlan]:
+    """``plan`` split into at most ``max_calls`` plans of consecutive removed messages, each of
+    whose prompts fits ``max_chars`` with room for the summary of the chunk before it (issue
+    19: an LLM summarizer read a quarter of a 256k-char removal; the guard alone covered the
+    rest). The first chunk carries the earlier summaries. One plan when it all fits; past
+    ``max_calls`` chunks, the items of each chunk are shortened to fit (every message still
+    reaches a prompt). The chunks' ``kept`` is the plan's."""
+    import dataclasses
+
+    fresh = [m for m in plan.removed if not is_summary(m)]
+    earlier = list(plan.earlier_summaries)
+    sizes = [len(render_message(m, "0" * 16)) + len(_SEP) for m in fresh]
+    fixed = len(SYSTEM_PROMPT) + len(SUMMARY_TEMPLATE) + 400
+    earlier_size = sum(len(summary_body(m)) + 60 for m in earlier)
+    room = max(MIN_ITEM_CHARS * 3, max_chars - fixed)
+    if sum(sizes) + earlier_size <= room or max_calls <= 1 or len(fresh) < 2:
+        return [plan]
+    # room for the summary of the chunk before (about a summary's size)
+    per = max(MIN_ITEM_CHARS * 3, room - max(4_000, earlier_size))
+    total = sum(sizes)
+    n = min(max_calls, max(2, -(-total // per)))
+    target = -(-total // n)
+    groups: list[list[BaseMessage]] = [[]]
+    used = 0
+    for m, size in zip(fresh, sizes, strict=True):
+        if groups[-1] and used + size > target and len(groups) < n:
+            groups.append([])
+            used = 0
+        groups[-1].append(m)
+        used += size
+    out = []
+    for k, group in enumerate(groups):
+        removed = tuple(earlier + group) if k == 0 else tuple(group)
+        out.append(dataclasses.replace(plan, removed=removed))
+    return out
 
 
 def render_content(content: str | Sequence[Any]) -> str:

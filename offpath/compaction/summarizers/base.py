@@ -8,8 +8,9 @@ An error never becomes a summary: it raises one of the exceptions below.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
@@ -51,12 +52,14 @@ class MalformedSummaryError(SummarizerError):
 
 @dataclass(frozen=True, slots=True)
 class SummaryResult:
-    """Summary ``text`` and what it cost: tokens as reported by the model (0 offline)."""
+    """Summary ``text`` and what it cost: tokens as reported by the model (0 offline).
+    ``meta``: what the summary message carries besides its text (the frontier: issue 19)."""
 
     text: str
     model: str
     input_tokens: int = 0
     output_tokens: int = 0
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable

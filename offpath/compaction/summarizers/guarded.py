@@ -1,9 +1,13 @@
-"""The fact guard around any summarizer (issue 11, item 2).
+"""The guards around any summarizer (issues 11 and 19).
 
-Whatever wrote the summary (an LLM, the offline extractor), the facts of the removed
-messages that it missed are appended as a bounded **Pinned facts** section
-(:func:`offpath.compaction.facts.pin`), and a last line tells the model that the
-originals can be searched with the ``recall`` tool.
+Whatever wrote the summary (an LLM, the offline extractor):
+
+* the agent's place is written into the template (:mod:`offpath.compaction.frontier`: the
+  task, the latest request, what is open, done and next; DESIGN.md invariant 15), read from
+  the messages themselves, and carried in the summary's metadata for the next compaction;
+* the facts of the removed messages that it missed are appended as a bounded **Pinned
+  facts** section (:func:`offpath.compaction.facts.pin`);
+* a last line tells the model that the originals can be searched with the ``recall`` tool.
 """
 
 from __future__ import annotations
@@ -11,10 +15,11 @@ from __future__ import annotations
 import logging
 
 from offpath.compaction.facts import pin
+from offpath.compaction.frontier import Frontier, into_summary, read_frontier
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult
-from offpath.compaction.summary import RECALL_NOTE
+from offpath.compaction.summary import RECALL_NOTE, summary_meta
 
 __all__ = ["RECALL_NOTE", "GuardedSummarizer"]
 
@@ -33,12 +38,23 @@ class GuardedSummarizer:
         self.pinned_max_chars = pinned_max_chars
 
     def summarize(self, plan: CompactionPlan, prompt: SummaryPrompt) -> SummaryResult:
-        """The inner summary, with the facts it missed pinned (see the module doc)."""
+        """The inner summary with the agent's place written in and the facts it missed pinned
+        (see the module doc)."""
         result = self.inner.summarize(plan, prompt)
+        earlier = next(
+            (
+                f
+                for m in reversed(plan.earlier_summaries)
+                if (f := Frontier.from_json(summary_meta(m).get("frontier"))) is not None
+            ),
+            None,
+        )
+        frontier = read_frontier(plan.removed, plan.kept, earlier)
+        text = into_summary(result.text, frontier, (plan.summary_chars or 3_000) // 3)
         room = self.pinned_max_chars
         if plan.summary_chars:  # the summary's budget bounds the section too (issue 18)
-            room = min(room, max(0, plan.summary_chars - len(result.text) - 4))
-        text, pinned = pin(result.text, plan.removed, room, plan.kept)
+            room = min(room, max(0, plan.summary_chars - len(text) - 4))
+        text, pinned = pin(text, plan.removed, room, plan.kept)
         if pinned.facts:
             log.info(
                 "fact guard: pinned %d fact(s) the summary missed (%d entries)",
@@ -50,4 +66,5 @@ class GuardedSummarizer:
             model=result.model,
             input_tokens=result.input_tokens,
             output_tokens=result.output_tokens,
+            meta={**result.meta, "frontier": frontier.to_json()},
         )

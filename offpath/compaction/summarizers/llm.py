@@ -11,15 +11,16 @@ instructions to an assistant (injected text the model copied) are dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import openai
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from offpath.compaction.planner import CompactionPlan
-from offpath.compaction.prompt import SummaryPrompt
-from offpath.compaction.settings import Settings
+from offpath.compaction.prompt import SummaryPrompt, build_prompt, chunks
+from offpath.compaction.settings import MIN_PROMPT_CHARS, Settings
 from offpath.compaction.summarizers.base import (
     EmptySummaryError,
     MalformedSummaryError,
@@ -27,21 +28,33 @@ from offpath.compaction.summarizers.base import (
     SummaryResult,
     TransientSummarizerError,
 )
-from offpath.compaction.summary import fit_text, strip_instructions, template_problem, text_cap
+from offpath.compaction.summary import (
+    SUMMARY_PREFIX,
+    SUMMARY_SOURCE,
+    fit_text,
+    strip_instructions,
+    template_problem,
+    text_cap,
+)
 
 log = logging.getLogger("offpath.summarizer")
 
 #: Hard cap on a summary's length in chars, whatever the model writes (~4x the 400 words).
 MAX_SUMMARY_CHARS = 10_000
+#: Most model calls one summary takes when what it removes does not fit one prompt.
+MAX_CALLS = 4
 
 
 class LLMSummarizer:
     """Summarizes with a chat model (``ChatOpenAI`` in production, any ``BaseChatModel`` in tests)."""
 
-    def __init__(self, model: BaseChatModel, model_name: str) -> None:
+    def __init__(
+        self, model: BaseChatModel, model_name: str, max_prompt_chars: int = 60_000
+    ) -> None:
         self.model = model
         self.model_name = model_name
         self.name = f"llm:{model_name}"
+        self.max_prompt_chars = max(max_prompt_chars, MIN_PROMPT_CHARS)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LLMSummarizer:
@@ -58,9 +71,37 @@ class LLMSummarizer:
             max_completion_tokens=settings.summarization_max_output_tokens,
             temperature=0,
         )
-        return cls(model, settings.summarization_model)
+        return cls(model, settings.summarization_model, settings.summarization_max_prompt_chars)
 
     def summarize(self, plan: CompactionPlan, prompt: SummaryPrompt) -> SummaryResult:
+        """The summary of ``plan.removed``: one call when its prompt holds every removed
+        message, else one call per chunk of them (:func:`~offpath.compaction.prompt.chunks`,
+        at most :data:`MAX_CALLS`), each chunk's summary folded into the next prompt as the
+        earlier summary, so the model reads everything it removes (issue 19). Raises on error
+        or an empty or malformed answer; tokens are summed over the calls."""
+        max_chars = self.max_prompt_chars
+        parts = chunks(plan, max_chars, MAX_CALLS)
+        if len(parts) == 1:
+            return self._call(plan, prompt)
+        carried: BaseMessage | None = None
+        result = None
+        used_in = used_out = 0
+        for k, part in enumerate(parts):
+            if carried is not None:
+                part = dataclasses.replace(part, removed=(carried, *part.removed))
+            result = self._call(part, build_prompt(part, max_chars))
+            used_in += result.input_tokens
+            used_out += result.output_tokens
+            carried = HumanMessage(
+                id=f"chunk-{k}",
+                content=f"{SUMMARY_PREFIX}\n\n{result.text}",
+                additional_kwargs={"lc_source": SUMMARY_SOURCE},
+            )
+        assert result is not None
+        log.info("summarized %d removed messages in %d calls", len(plan.removed), len(parts))
+        return dataclasses.replace(result, input_tokens=used_in, output_tokens=used_out)
+
+    def _call(self, plan: CompactionPlan, prompt: SummaryPrompt) -> SummaryResult:
         """Call the model once (plus the client's retries); raise on error or empty text."""
         try:
             answer = self.model.invoke(

@@ -196,7 +196,10 @@ def _findings(messages: list[BaseMessage], limit: int, seen: set[str]) -> list[s
             if len(line) >= 12 and (_NUMBER.search(line) or _ERROR.search(line)):
                 candidates.append((line, _DIGITS.sub("#", line), len(candidates), m.type == "ai"))
                 if m.type == "tool":
-                    sources.setdefault(line, m.name or "tool")
+                    failed = getattr(m, "status", None) == "error"
+                    sources.setdefault(
+                        line, f"{m.name or 'tool'}, FAILED" if failed else m.name or "tool"
+                    )
     counts = Counter(sig for _, sig, _, _ in candidates)
     scored = []
     first_of: dict[str, int] = {}

@@ -1,0 +1,356 @@
+"""The agent's place in the session, kept in every summary (issue 19; DESIGN.md invariant 15).
+Pure: no I/O.
+
+After a compaction an agent must know what it was asked first, what it is doing now, what is
+done and what is still open, or it goes back to an older task or reopens finished work (the
+most common complaint about compaction: Codex issues #25686, #34095, #31659). A summarizer,
+LLM or not, may lose that; so it is read from the messages themselves, deterministically:
+
+* the **task**: the session's first request (or the one an earlier summary recorded);
+* the **latest request** when it differs. A follow-up such as "continue" or "proceed" is no
+  request of its own: it continues the one before it;
+* what is **done**: a request the agent answered (a text reply with no tool call) before the
+  next one came; the steps of the agent's plan it reported done;
+* what is **open**, open first: a tool call still waiting for its result, a tool call that
+  failed (``status="error"``: never recorded as done), the latest request while it is being
+  worked on, the plan's steps not done (the one under way named);
+* what is **next**: the agent's last stated next step;
+* the **instructions in force**: a request that revises an earlier one ("actually, use prod
+  instead") supersedes it.
+
+:func:`read_frontier` builds a :class:`Frontier` from the removed and kept messages and the
+frontier the last summary carried (its metadata); :func:`into_summary` writes it into the
+seed's template: the **Investigating** line says the task (and the latest request), word for
+word within a budget, and **Current state** gains the open, done and next lines. The summary
+carries the frontier in its metadata, for the next compaction to fold.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from offpath.compaction.accounting import content_text
+from offpath.compaction.summary import HEADINGS, is_summary, looks_like_instruction
+
+#: A human message that only says to go on: it continues the request before it.
+FOLLOW_UP = re.compile(
+    r"^\W*(?:(?:ok(?:ay)?|yes|yep|sure|great|good|thanks?|thank you|please|alright|right)\W+)*"
+    r"(?:continue|proceed|go on|go ahead|keep going|carry on|resume|next|do it|go|"
+    r"ok(?:ay)?|yes|yep|sure|sounds good|thanks?|thank you|great|good|alright)"
+    r"(?:\W+(?:please|then|with it|on|thanks?))*\W*$",
+    re.IGNORECASE,
+)
+#: A request that revises an earlier instruction.
+REVISION = re.compile(
+    r"\b(?:actually|instead|rather than|scratch that|change of plan|correction|on second thought"
+    r"|no,? (?:use|do|don't|make|switch)|don'?t use|do not use|switch to|not \w+ but)\b",
+    re.IGNORECASE,
+)
+#: A numbered step of a plan in the agent's text: "1. ...", "Step 2: ...", "3) ...".
+_STEP = re.compile(r"^\s*(?:[-*]\s*)?(?:\*\*)?(?:step\s*)?(\d{1,2})[.):]\**\s+(.+)$", re.I | re.M)
+_CHECKED = re.compile(r"\[[xX✓]\]|✓|✅|~~")
+_DONE_WORDS = r"(?:done|complete[d]?|finished|fixed|verified|succeeded|resolved|✓|✅)"
+_UNDER_WAY = r"(?:now|next|starting|start|working on|moving (?:on )?to|on to|under way|begin)"
+#: The agent's next step, as it says it.
+_NEXT = re.compile(
+    r"(?:^|(?<=[.!?]\s))[^.!?\n]*\b(?:next,? I(?:'ll| will)|I(?:'ll| will) now|next step|"
+    r"then I(?:'ll| will)|next:|now I(?:'ll| will)|let me)\b[^.!?\n]*[.!?]?",
+    re.IGNORECASE,
+)
+
+MAX_ITEM_CHARS = 160
+
+
+@dataclass(frozen=True, slots=True)
+class Frontier:
+    """Where the session stands (see the module doc). Texts are word for word, clipped only
+    by :func:`into_summary`'s budget; ids name the messages they come from (``recall``)."""
+
+    task: str | None = None
+    task_id: str | None = None
+    #: "done" (answered before the next request) or "revised" (a later request revises it)
+    task_status: str | None = None
+    latest: str | None = None
+    latest_id: str | None = None
+    done: tuple[str, ...] = ()
+    open: tuple[str, ...] = ()
+    next: str | None = None
+    instructions: tuple[str, ...] = ()
+    earlier: tuple[str, ...] = field(default=(), compare=False)  # done items carried
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "task_id": self.task_id,
+            "task_status": self.task_status,
+            "latest": self.latest,
+            "latest_id": self.latest_id,
+            "done": list(self.done),
+            "open": list(self.open),
+            "next": self.next,
+            "instructions": list(self.instructions),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Frontier | None:
+        """A frontier an earlier summary carried; None for none (or one that is not ours)."""
+        if not isinstance(data, Mapping):
+            return None
+
+        def texts(key: str) -> tuple[str, ...]:
+            value = data.get(key)
+            return (
+                tuple(str(x) for x in value if isinstance(x, str))
+                if isinstance(value, list)
+                else ()
+            )
+
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return value if isinstance(value, str) and value else None
+
+        return cls(
+            task=text("task"),
+            task_id=text("task_id"),
+            task_status=text("task_status"),
+            latest=text("latest"),
+            latest_id=text("latest_id"),
+            done=texts("done"),
+            open=texts("open"),
+            next=text("next"),
+            instructions=texts("instructions"),
+        )
+
+
+def is_follow_up(text: str) -> bool:
+    """``text`` only says to go on ("continue", "ok, proceed", "yes please")."""
+    return bool(FOLLOW_UP.match(text.strip())) or not text.strip()
+
+
+def read_frontier(
+    removed: Sequence[BaseMessage],
+    kept: Sequence[BaseMessage] = (),
+    earlier: Frontier | None = None,
+) -> Frontier:
+    """Where the session stands at this compaction, from the messages it removes and keeps
+    (in thread order) and the frontier the last summary carried (``earlier``)."""
+    messages = [m for m in (*removed, *kept) if not is_summary(m)]
+    # requests, follow-ups folded into the one before them
+    requests: list[tuple[int, str, str]] = []  # (index, text, message id)
+    for i, m in enumerate(messages):
+        if m.type != "human":
+            continue
+        text = content_text(m.content).strip()
+        if not text or is_follow_up(text) or looks_like_instruction(text):
+            continue
+        if requests and requests[-1][1] == text:  # a kept request's copy
+            continue
+        requests.append((i, text, str(m.id)))
+    task = earlier.task if earlier and earlier.task else None
+    task_id = earlier.task_id if earlier and earlier.task else None
+    if task is None and requests:
+        _, task, task_id = requests[0]
+    task_status = earlier.task_status if earlier and earlier.task else None
+    done: list[str] = list(earlier.done) if earlier else []
+    open_: list[str] = []
+    instructions: list[str] = []
+    # each request: done when the agent answered it before the next one came
+    for k, (i, text, _) in enumerate(requests):
+        end = requests[k + 1][0] if k + 1 < len(requests) else len(messages)
+        answered = any(_is_answer(m) for m in messages[i + 1 : end])
+        last = k + 1 == len(requests)
+        if REVISION.search(text):
+            instructions.append(text)
+            if not task_status and text != task:
+                task_status = "revised"
+        if not last:
+            if text == task:
+                task_status = task_status or ("done" if answered else None)
+            else:
+                done.append(_item(text, 80) + (" (answered)" if answered else " (superseded)"))
+        elif not answered and text != task:
+            open_.append(f"the latest request is under way: {_item(text)}")
+    if earlier and earlier.instructions:
+        instructions = [*earlier.instructions, *instructions]
+    latest = latest_id = None
+    if requests and requests[-1][1] != task:
+        _, latest, latest_id = requests[-1]
+    elif earlier and earlier.latest and not requests:
+        latest, latest_id = earlier.latest, earlier.latest_id
+    # the agent's plan, the calls waiting or failed, its next step
+    steps_done, steps_open = _plan(messages)
+    done += steps_done
+    open_ = [*_calls(messages), *steps_open, *open_]
+    next_step = _next(messages) or (earlier.next if earlier else None)
+    return Frontier(
+        task=task,
+        task_id=task_id,
+        task_status=task_status if latest else None,
+        latest=latest,
+        latest_id=latest_id,
+        done=tuple(dict.fromkeys(done)),
+        open=tuple(dict.fromkeys(open_)),
+        next=next_step,
+        instructions=tuple(dict.fromkeys(instructions))[-3:],
+    )
+
+
+def _is_answer(m: BaseMessage) -> bool:
+    return isinstance(m, AIMessage) and not m.tool_calls and bool(content_text(m.content).strip())
+
+
+def _item(text: str, limit: int = MAX_ITEM_CHARS) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3].rsplit(" ", 1)[0] + "..."
+
+
+def _calls(messages: Sequence[BaseMessage]) -> list[str]:
+    """Tool calls still waiting for their result, then calls that failed."""
+    from offpath.compaction.pairing import pair_messages
+
+    pairing = pair_messages(messages)
+    waiting: list[str] = []
+    for index, cid in pairing.open_calls:
+        m = messages[index]
+        call = next((c for c in getattr(m, "tool_calls", None) or [] if c.get("id") == cid), None)
+        if call is not None:
+            waiting.append(f"waiting for the result of {_call(call)}")
+    failed: list[str] = []
+    for a, t in pairing.pairs:
+        result = messages[t]
+        if isinstance(result, ToolMessage) and result.status == "error":
+            call = next(
+                (c for c in messages[a].tool_calls if c.get("id") == result.tool_call_id), None
+            )
+            what = _call(call) if call else result.name or "a tool call"
+            failed.append(f"FAILED, not done: {what}: {_item(content_text(result.content), 100)}")
+    return [*waiting, *failed[-5:]]
+
+
+def _call(call: Mapping[str, Any]) -> str:
+    import json
+
+    args = json.dumps(call.get("args") or {}, ensure_ascii=False, default=str)
+    return f"{call.get('name')}({_item(args, 100)})"
+
+
+def _plan(messages: Sequence[BaseMessage]) -> tuple[list[str], list[str]]:
+    """The agent's latest plan (a numbered list of two steps or more in its text): the steps
+    it reported done, and the others, the one under way first."""
+    plan: dict[int, str] = {}
+    at = -1
+    for i, m in enumerate(messages):
+        if isinstance(m, AIMessage):
+            steps = {int(n): s.strip() for n, s in _STEP.findall(content_text(m.content))}
+            if len(steps) >= 2 and 1 in steps:
+                plan, at = steps, i
+    if not plan:
+        return [], []
+    status: dict[int, str] = {n: "done" if _CHECKED.search(s) else "" for n, s in plan.items()}
+    for m in messages[at:]:
+        if not isinstance(m, AIMessage):
+            continue
+        text = content_text(m.content)
+        for n in plan:
+            mention = rf"(?:step\s*{n}\b|\({n}\)|#{n}\b)"
+            if re.search(
+                rf"{mention}[^.\n]{{0,60}}\b{_DONE_WORDS}|\b{_DONE_WORDS}\b[^.\n]{{0,20}}{mention}",
+                text,
+                re.I,
+            ):
+                status[n] = "done"
+            elif status[n] != "done" and re.search(
+                rf"\b{_UNDER_WAY}\b[^.\n]{{0,30}}{mention}|{mention}[^.\n]{{0,30}}\b{_UNDER_WAY}\b",
+                text,
+                re.I,
+            ):
+                status[n] = "under way"
+    done = [f"step {n}: {_item(plan[n], 100)}" for n in sorted(plan) if status[n] == "done"]
+    last_done = max((n for n in plan if status[n] == "done"), default=0)
+    current = next(
+        (n for n in sorted(plan) if status[n] == "under way"),
+        next((n for n in sorted(plan) if n > last_done and status[n] != "done"), None),
+    )
+    open_ = []
+    for n in sorted(plan):
+        if status[n] == "done":
+            continue
+        label = " (under way)" if n == current else ""
+        open_.append(f"step {n}{label}: {_item(plan[n], 100)}")
+    if current is not None:  # the one under way first
+        open_.sort(key=lambda s: not s.startswith(f"step {current} "))
+    return done, open_
+
+
+def _next(messages: Sequence[BaseMessage]) -> str | None:
+    for m in reversed(messages):
+        if isinstance(m, AIMessage):
+            text = content_text(m.content)
+            if not text.strip():
+                continue
+            found = [x.group(0).strip() for x in _NEXT.finditer(text)]
+            found = [x for x in found if not looks_like_instruction(x)]
+            return _item(found[-1], 200) if found else None
+    return None
+
+
+def into_summary(text: str, frontier: Frontier, budget: int) -> str:
+    """``text`` (a summary in the seed's template) with ``frontier`` written into it, in at
+    most ``budget`` chars more than the template lines it replaces: the **Investigating** line
+    becomes the task, word for word, and the latest request after it ("Now:"); **Current
+    state** gains the open items (open first), what is done, the next step and the
+    instructions in force. A text too long for the budget is clipped, naming its message
+    (``recall`` reads it whole). A summary off the template is returned as it is."""
+    lines = text.splitlines()
+    inv = next((i for i, ln in enumerate(lines) if ln.startswith(HEADINGS[0])), None)
+    cur = next((i for i, ln in enumerate(lines) if ln.startswith(HEADINGS[3])), None)
+    if inv is None or cur is None:
+        return text
+    room = max(200, budget)
+    quote = max(80, room // 3)
+
+    def verbatim(value: str, mid: str | None) -> str:
+        one = " ".join(value.split())
+        if len(one) <= quote:
+            return one
+        cut = one[: quote - 40].rsplit(" ", 1)[0]
+        return f'{cut}... (whole: recall("{mid}"))' if mid else f"{cut}..."
+
+    if frontier.task:
+        investigating = f"{HEADINGS[0]} {verbatim(frontier.task, frontier.task_id)}"
+        if frontier.latest:
+            status = {"done": "done", "revised": "revised by a later request"}.get(
+                frontier.task_status or "", "earlier"
+            )
+            investigating += (
+                f" ({status}; the current request follows)\nNow: "
+                f"{verbatim(frontier.latest, frontier.latest_id)}"
+            )
+        lines[inv] = investigating
+    left = room - sum(len(x) for x in lines[inv].splitlines())
+    extra: list[str] = []
+    for label, items in (
+        ("Open", frontier.open),
+        ("Next", (frontier.next,) if frontier.next else ()),
+        ("Done", frontier.done[-5:]),
+        ("Instructions in force", frontier.instructions[-2:]),
+    ):
+        kept_items: list[str] = []
+        for item in items:
+            entry = _item(item)
+            if len(entry) + 4 > left:
+                break
+            kept_items.append(entry)
+            left -= len(entry) + 4
+        if kept_items:
+            extra.append(f"- {label}: " + "; ".join(kept_items))
+    # the Current state section runs to the end of the template (a blank line or a note)
+    end = cur + 1
+    while end < len(lines) and lines[end].strip() and not lines[end].startswith("_"):
+        end += 1
+    return "\n".join([*lines[:end], *extra, *lines[end:]])
