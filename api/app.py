@@ -32,7 +32,7 @@ from offpath.service.locks import ThreadBusy
 from offpath.service.runtime import Publisher, Runtime
 
 from . import admin, metrics, sessions, stats, ui
-from .deps import principal
+from .deps import body_gate, principal
 from .limits import BodyLimit, HostCheck, short
 from .schemas import Invalid
 
@@ -107,7 +107,12 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
     hosts = [h.strip() for h in settings.allowed_hosts.split(",") if h.strip()]
     app.add_middleware(HostCheck, allowed_hosts=hosts)
     app.add_middleware(
-        BodyLimit, max_bytes=settings.max_request_bytes, max_depth=settings.max_json_depth
+        BodyLimit,
+        max_bytes=settings.max_request_bytes,
+        max_depth=settings.max_json_depth,
+        max_values=settings.max_json_values,
+        max_messages=settings.max_turn_messages,
+        gate=body_gate,
     )
     app.include_router(sessions.router)
     app.include_router(stats.router)

@@ -130,6 +130,9 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(default=32 * 2**20, gt=0)
     #: Deepest nesting of JSON arrays and objects in a request (422 beyond).
     max_json_depth: int = Field(default=32, ge=4, le=200)
+    #: Most JSON values (array items and object members, at any depth) in a request body:
+    #: 422 beyond, counted as the body streams in, before it is parsed (issue 20, item 2).
+    max_json_values: int = Field(default=200_000, ge=1_000, le=10_000_000)
     #: Checkpoints kept per thread: once a thread has more, the older ones are pruned
     #: (the originals a compaction removes are in the archive, not in old checkpoints).
     #: 0: never prune.
