@@ -170,14 +170,23 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
     return app
 
 
+#: The methods a 405's ``Allow`` may list.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 def methods_of(request: Request) -> set[str]:
-    """The methods the app's routes answer on ``request``'s path."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return methods
+    """The methods the app's routes answer on ``request``'s path: each method is matched
+    against the router as a request would be (FastAPI nests included routers, whose
+    routes have no ``methods`` to read: every ``Allow`` was empty, issue 20, item 10)."""
+    scope = request.scope
+    return {
+        method
+        for method in METHODS
+        if any(
+            r.matches({**scope, "method": method})[0] is Match.FULL
+            for r in request.app.router.routes
+        )
+    }
 
 
 def our_422(document: dict[str, Any]) -> dict[str, Any]:
