@@ -27,6 +27,7 @@ from starlette.routing import Match
 
 from offpath.compaction.settings import Settings, get_settings
 from offpath.service.compactions import apply_prepared
+from offpath.service.eviction import check_eviction
 from offpath.service.hook import PostTurnHook
 from offpath.service.locks import ThreadBusy
 from offpath.service.runtime import Publisher, Runtime
@@ -84,6 +85,11 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         rt = Runtime.open(settings, publish=publish, check_connections=True)
         rt.graph  # noqa: B018 - build the agent now: a bad AGENT_TOOLS fails start-up
         warn_if_redis_down(rt)
+        try:
+            check_eviction(settings, "the API")  # an evicted lease runs a job twice
+        except Exception:
+            rt.close()
+            raise
         if settings.auth_disabled:
             log.warning(
                 "AUTH_DISABLED=true: every caller is the admin of tenant 'default'; "

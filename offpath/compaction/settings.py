@@ -94,6 +94,10 @@ class Settings(BaseSettings):
     #: Where thread locks and job leases live: "redis" (REDIS_URL) or "database" (the usage
     #: DB; for the embedded demo, one machine only).
     lock_backend: Literal["redis", "database"] = "redis"
+    #: A Redis whose ``maxmemory-policy`` may evict keys (anything but ``noeviction``) can
+    #: drop a job's lease mid-job, and a second job then runs on the same thread (issue 20,
+    #: item 11): "warn" logs it at start-up, "refuse" stops the API and the worker.
+    redis_eviction_check: Literal["warn", "refuse"] = "warn"
     publish_timeout_s: float = Field(default=1.0, gt=0, le=60)
     lock_timeout_s: float = Field(default=120.0, gt=0)
     lock_wait_s: float = Field(default=10.0, ge=0)
