@@ -187,8 +187,10 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
             rt,
             session_id,
             job_id,
-            JobEnded(
-                JobStatus.FAILED, "internal_error", f"unexpected error: {type(exc).__name__}: {exc}"
+            JobEnded(  # the traceback is in the log above, never in the row (issue 20, item 9)
+                JobStatus.FAILED,
+                "internal_error",
+                f"unexpected error in the worker ({type(exc).__name__}; its log has the details)",
             ),
         )
     finally:
