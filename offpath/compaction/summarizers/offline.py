@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from langchain_core.messages import AIMessage, BaseMessage
 
 from offpath.compaction.planner import CompactionPlan
-from offpath.compaction.prompt import SummaryPrompt, render_content
+from offpath.compaction.prompt import SummaryPrompt, render_content, tool_label
 from offpath.compaction.summarizers.base import SummaryResult
 from offpath.compaction.summary import is_summary, looks_like_instruction, summary_body
 
@@ -186,7 +186,7 @@ def _findings(messages: list[BaseMessage], limit: int, seen: set[str]) -> list[s
             if len(line) >= 12 and (_NUMBER.search(line) or _ERROR.search(line)):
                 candidates.append((line, _DIGITS.sub("#", line), len(candidates), m.type == "ai"))
                 if m.type == "tool":
-                    sources.setdefault(line, m.name or "tool")
+                    sources.setdefault(line, _source(m.name))
     counts = Counter(sig for _, sig, _, _ in candidates)
     scored = []
     first_of: dict[str, int] = {}
@@ -231,7 +231,7 @@ def _ruled_out(messages: list[BaseMessage]) -> list[str]:
                 if (
                     _HEALTHY.search(line) or _RULED_OUT.search(line)
                 ) and not looks_like_instruction(line):
-                    out.append(f"`{_clip(line, MAX_BULLET_CHARS)}` ({m.name or 'tool'} output)")
+                    out.append(f"`{_clip(line, MAX_BULLET_CHARS)}` ({_source(m.name)} output)")
     return list(dict.fromkeys(out))[-4:]
 
 
@@ -243,7 +243,8 @@ def _current_state(messages: list[BaseMessage]) -> str:
             if not call and m.tool_calls:
                 c = m.tool_calls[-1]
                 args = json.dumps(c.get("args") or {}, ensure_ascii=False, default=str)
-                call = f"Last tool call: {c.get('name')}({_clip(args, 120)})."
+                quoted = f"{c.get('name')}({_clip(args, 120)})".replace("`", "'")
+                call = f"Last tool call: `{quoted}`."  # the call is data: quoted
             if not said:
                 sentences = [
                     _plain(x)
@@ -255,6 +256,12 @@ def _current_state(messages: list[BaseMessage]) -> str:
             break
     parts = [p for p in (said, call) if p]
     return " ".join(parts) if parts else "no agent message in the compacted part"
+
+
+def _source(name: str | None) -> str:
+    """Who wrote a quoted line: the tool, by its name if that is an identifier (a tool's
+    name is data: one holding a sentence is never written, issue 20, item 6)."""
+    return tool_label(name) or "tool"
 
 
 def _sentences(text: str) -> list[str]:
