@@ -41,7 +41,12 @@ import orjson
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 
 from offpath.compaction.planner import CompactionPlan
-from offpath.compaction.summary import build_summary_message, fingerprint, summary_meta
+from offpath.compaction.summary import (
+    build_summary_message,
+    compactions_of,
+    fingerprint,
+    summary_meta,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +100,6 @@ class Prepared:
         """The prepared form of ``plan`` with its summary text."""
         from offpath.compaction.accounting import message_chars
 
-        earlier = [summary_meta(m) for m in plan.earlier_summaries]
         seen = (*plan.removed, *plan.kept)
         return cls(
             job_id=job_id,
@@ -103,7 +107,7 @@ class Prepared:
             summarizer=summarizer,
             model=model,
             request=plan.request,
-            compactions=1 + max((int(e.get("compactions", 1) or 1) for e in earlier), default=0),
+            compactions=1 + max(map(compactions_of, plan.earlier_summaries), default=0),
             removed=tuple(str(m.id) for m in plan.removed),
             order=plan.order,
             chars={str(m.id): message_chars(m) for m in plan.removed},

@@ -291,9 +291,33 @@ def is_summary(message: BaseMessage) -> bool:
 
 
 def summary_meta(message: BaseMessage) -> Mapping[str, Any]:
-    """The metadata dict of a summary message (empty for one without it)."""
+    """The metadata dict of a summary message (empty for one without it). A client can send
+    any of it: read it as data (:func:`compactions_of`, :func:`summary_request`)."""
     meta = message.additional_kwargs.get("summary")
     return meta if isinstance(meta, Mapping) else {}
+
+
+#: Most compactions a summary may claim to fold in (more is taken for a forged count).
+MAX_COMPACTIONS = 1_000_000
+
+
+def compactions_of(message: BaseMessage) -> int:
+    """How many compactions an earlier summary folds in: its metadata's ``compactions`` when
+    that is a whole number from 1 to :data:`MAX_COMPACTIONS`, else 1. A client's marker
+    said ``"abc"`` or ``2**64-1``, and every job of the session failed (issue 20, item 8)."""
+    value = summary_meta(message).get("compactions", 1)
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_COMPACTIONS:
+        return value
+    return 1
+
+
+def summary_request(message: BaseMessage) -> str | None:
+    """The request a summary quotes under :data:`REQUEST_HEADING`, read from its text (what
+    the model saw, in the user's role), never from its metadata, which a client may forge
+    (issue 20, item 8: ``additional_kwargs`` never reach a summary)."""
+    content = content_text(message.content)
+    _, sep, request = content.partition(f"\n\n{REQUEST_HEADING}\n")
+    return (request.strip() or None) if sep else None
 
 
 def fingerprint(message: BaseMessage) -> str:
