@@ -174,3 +174,10 @@ def test_nul_and_surrogates_are_refused_naming_the_field():
     assert nul_parameter(b"limit=5&summary_id=a%00b") == "summary_id"
     assert nul_parameter(b"q=%2500") is None  # "%00" as text, not a NUL
     assert nul_parameter(b"q=abc") is None
+
+
+def test_a_run_of_19_digits_is_seen_wherever_the_chunks_split_it():
+    body = b'{"a": [1, 22, 1234567890123456789]}'
+    for chunk in range(1, len(body) + 1):
+        assert scan(body, chunk).long_digits, chunk
+    assert not scan(b'{"a": [123456789012345678, "x"]}', 3).long_digits

@@ -99,6 +99,21 @@ def test_a_body_without_a_valid_key_is_refused_before_it_is_read(stack, auth):
     assert stack.http.get(f"/sessions/{session}/messages").status_code == 404
 
 
+def test_the_api_reports_how_late_its_event_loop_wakes(stack):
+    """``offpath_api_event_loop_lag_seconds``: what bench/hostile.py reads to tell a stalled
+    event loop (no request served) from a slow /healthz on a busy host."""
+
+    def observed() -> float:
+        text = stack.http.get("/metrics").text
+        counts = [
+            x for x in text.splitlines() if x.startswith("offpath_api_event_loop_lag_seconds_count")
+        ]
+        return float(counts[0].rsplit(" ", 1)[1]) if counts else 0.0
+
+    first = wait_for(observed, timeout=30)
+    assert wait_for(lambda: observed() > first, timeout=30)
+
+
 def test_the_login_form_needs_no_key_but_is_small(stack):
     form = {"key": stack.key, "next": "/ui"}
     with httpx.Client(base_url=stack.url, timeout=30) as anonymous:
@@ -282,6 +297,21 @@ def test_nul_is_refused_in_state_chat_and_every_query_string(stack):
         r = stack.http.get(path)
         assert r.status_code == 422, (path, r.status_code, r.text[:200])
         assert r.json()["detail"].startswith(f"{param}: "), (path, r.json())
+
+
+def test_numbers_are_read_exactly_whichever_parser_reads_the_body(stack):
+    """Bodies whose numbers are plain are parsed by orjson (no decoded copy), the others by
+    the standard parser: an integer beyond 64 bits is refused naming it either way, never
+    read as a float."""
+    session = sid("numbers")
+    for number in ("18446744073709551616", "-9223372036854775809", "123456789012345678901234"):
+        body = f'{{"messages": [{{"type": "human", "content": "x", "additional_kwargs": {{"n": {number}}}}}]}}'
+        r = post_json(stack, f"/sessions/{session}/turns", body.encode())
+        assert r.status_code == 422 and "beyond 64 bits" in r.json()["detail"], (number, r.text)
+    body = '{"messages": [{"type": "human", "content": "x", "additional_kwargs": {"n": 18446744073709551615, "m": -9223372036854775808, "f": 1.5e300}}]}'
+    assert post_json(stack, f"/sessions/{session}/turns", body.encode()).status_code == 200
+    (message,) = stack.messages(session)
+    assert message["additional_kwargs"] == {"n": 2**64 - 1, "m": -(2**63), "f": 1.5e300}
 
 
 # --- item 5: a refused request changes nothing, ownership included -------------------------------
