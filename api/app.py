@@ -11,6 +11,7 @@ Run it with ``offpath api`` or ``uvicorn offpath.api.app:app``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -71,6 +72,19 @@ def warn_if_redis_down(rt: Runtime) -> None:
         )
 
 
+async def watch_loop_lag(period_s: float = 0.05) -> None:
+    """Observe how late the event loop wakes from a ``period_s`` sleep
+    (``offpath_api_event_loop_lag_seconds``): a request that stalls the loop (issue 20,
+    item 1: a body parsed on it froze every request, /healthz too) shows there."""
+    from offpath.service.metrics import LOOP_LAG
+
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(period_s)
+        LOOP_LAG.observe(max(0.0, loop.time() - started - period_s))
+
+
 def create_app(settings: Settings | None = None, publish: Publisher | None = None) -> FastAPI:
     """The app; ``publish`` defaults to sending ``compact_session`` to the Celery broker."""
     settings = settings or get_settings()
@@ -98,9 +112,11 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         app.state.rt = rt
         app.state.hook = PostTurnHook(rt, apply=lambda s, j: apply_prepared(rt, s, j))
         log.info("api ready: checkpoints %s", type(rt.checkpoints.saver).__name__)
+        watch = asyncio.create_task(watch_loop_lag())
         try:
             yield
         finally:
+            watch.cancel()
             rt.close()
 
     app = FastAPI(
