@@ -122,9 +122,10 @@ def refused_for_a_reason_no_schema_says(exchange: Exchange) -> bool:
     """A schema-valid request refused by a check the document cannot express: a 413
     (MAX_REQUEST_BYTES), or a 422 from the route itself (``detail`` only: an id already in
     the thread, arguments that are not a JSON object, MAX_JSON_DEPTH...) or from the body's
-    storability check (one ``value_error`` on the whole body: an integer beyond 64 bits).
-    A 422 with pydantic's field errors on a schema-valid body is not one: the document and
-    the models disagree."""
+    storability check (one ``value_error`` on the whole body: an integer beyond 64 bits, a
+    NUL character) or the query's (a ``value_error`` naming the parameter: a NUL, issue 20,
+    item 4). A 422 with pydantic's field errors on a schema-valid body is not one: the
+    document and the models disagree."""
     if exchange.status == 413:
         return True
     answer = exchange.answer()
@@ -133,7 +134,11 @@ def refused_for_a_reason_no_schema_says(exchange: Exchange) -> bool:
     if not isinstance(answer.get("detail"), str):
         return False
     errors = answer.get("errors", [])
-    return all(e.get("type") == "value_error" and e.get("loc") == ["body"] for e in errors)
+    return all(
+        e.get("type") == "value_error"
+        and (e.get("loc") == ["body"] or (len(e.get("loc", [])) == 2 and e["loc"][0] == "query"))
+        for e in errors
+    )
 
 
 def valid_after_all(exchange: Exchange, document: dict[str, Any]) -> bool:
