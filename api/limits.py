@@ -13,8 +13,10 @@
     anything is parsed; memory is the body itself plus a few bytes per nesting level, and
     the pass gives the event loop back every :data:`SLICE_BYTES`.
 
-* :class:`OffLoopBody`, the routes' class: a JSON body is parsed and validated in a worker
-  thread, so a large body never stalls the event loop (``/healthz`` answers meanwhile).
+* :class:`OffLoopBody`, the routes' class: a JSON body is parsed (by orjson, from the
+  bytes, when its numbers are plain) and validated (a turn one message at a time) in a
+  worker thread, in calls short enough that the event loop goes on serving (``/healthz``
+  answers meanwhile; ``offpath_api_event_loop_lag_seconds`` shows how late it wakes).
 * :func:`unstorable`: values a JSON parser returns but no store keeps (NUL, a lone surrogate
   from the escape ``"\\ud800"``, an integer beyond 64 bits, NaN): refused with 422 naming
   the field.
