@@ -340,10 +340,12 @@ def fuzzing(ctx: Context, env: dict[str, str], folder: Path) -> tuple[list[str],
         off = len(run.problems) - run.server_errors
         met = met and not run.problems
         twohundred = sum(n for (_, status), n in run.statuses.items() if status == 200)
+        slow = sum(n for reason, n in run.expected.items() if reason.startswith("slow"))
         lines.append(
             f"{backend}: {run.seconds / 60:.1f} min (seed {seed}), {len(run.exchanges)} requests "
             f"({twohundred} answered 200), {run.server_errors} x 5xx, {off} other problems"
             + (f": {run.problems[0][:300]}" if run.problems else "")
+            + f"; {slow} answers over schemathesis's 10 s (counted, not judged)"
         )
         summary.append(
             f"{backend} {run.seconds / 60:.0f} min: {run.server_errors} x 5xx, {off} off"
