@@ -356,6 +356,7 @@ def fuzzing(ctx: Context, env: dict[str, str], folder: Path) -> tuple[list[str],
 def run(ctx: Context) -> Result:
     env = dict(os.environ)
     folder = Path(tempfile.mkdtemp(prefix="hostile-"))
+    load_before = os.getloadavg()
     unauth_lines, unauth_met, unauth = unauthenticated(env, folder)
     auth_rows, auth_met, _ = authenticated(env, folder)
     inj_rows, inj_met, inj = injection()
@@ -375,6 +376,12 @@ def run(ctx: Context) -> Result:
             "memory = peak resident memory while it ran minus before; /healthz polled every "
             "20 ms meanwhile (an event-loop stall shows as its wait)",
             *fuzz_lines,
+            "host load average (1, 5, 15 min) at the start: "
+            + ", ".join(f"{x:.1f}" for x in load_before)
+            + "; at the end: "
+            + ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            + f" ({os.cpu_count()} cores: above that, other work shared the CPU, and the event "
+            "loop waits for a thread the host has not scheduled)",
             f"logs and reports: {folder}",
         ],
         limits="the authenticated JSON is parsed (the standard library's parser, as FastAPI's) "
