@@ -11,6 +11,7 @@ Run it with ``offpath api`` or ``uvicorn offpath.api.app:app``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -27,12 +28,13 @@ from starlette.routing import Match
 
 from offpath.compaction.settings import Settings, get_settings
 from offpath.service.compactions import apply_prepared
+from offpath.service.eviction import check_eviction
 from offpath.service.hook import PostTurnHook
 from offpath.service.locks import ThreadBusy
 from offpath.service.runtime import Publisher, Runtime
 
 from . import admin, metrics, sessions, stats, ui
-from .deps import principal
+from .deps import body_gate, principal
 from .limits import BodyLimit, HostCheck, short
 from .schemas import Invalid
 
@@ -70,6 +72,19 @@ def warn_if_redis_down(rt: Runtime) -> None:
         )
 
 
+async def watch_loop_lag(period_s: float = 0.05) -> None:
+    """Observe how late the event loop wakes from a ``period_s`` sleep
+    (``offpath_api_event_loop_lag_seconds``): a request that stalls the loop (issue 20,
+    item 1: a body parsed on it froze every request, /healthz too) shows there."""
+    from offpath.service.metrics import LOOP_LAG
+
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(period_s)
+        LOOP_LAG.observe(max(0.0, loop.time() - started - period_s))
+
+
 def create_app(settings: Settings | None = None, publish: Publisher | None = None) -> FastAPI:
     """The app; ``publish`` defaults to sending ``compact_session`` to the Celery broker."""
     settings = settings or get_settings()
@@ -84,6 +99,11 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         rt = Runtime.open(settings, publish=publish, check_connections=True)
         rt.graph  # noqa: B018 - build the agent now: a bad AGENT_TOOLS fails start-up
         warn_if_redis_down(rt)
+        try:
+            check_eviction(settings, "the API")  # an evicted lease runs a job twice
+        except Exception:
+            rt.close()
+            raise
         if settings.auth_disabled:
             log.warning(
                 "AUTH_DISABLED=true: every caller is the admin of tenant 'default'; "
@@ -92,9 +112,11 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         app.state.rt = rt
         app.state.hook = PostTurnHook(rt, apply=lambda s, j: apply_prepared(rt, s, j))
         log.info("api ready: checkpoints %s", type(rt.checkpoints.saver).__name__)
+        watch = asyncio.create_task(watch_loop_lag())
         try:
             yield
         finally:
+            watch.cancel()
             rt.close()
 
     app = FastAPI(
@@ -107,7 +129,12 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
     hosts = [h.strip() for h in settings.allowed_hosts.split(",") if h.strip()]
     app.add_middleware(HostCheck, allowed_hosts=hosts)
     app.add_middleware(
-        BodyLimit, max_bytes=settings.max_request_bytes, max_depth=settings.max_json_depth
+        BodyLimit,
+        max_bytes=settings.max_request_bytes,
+        max_depth=settings.max_json_depth,
+        max_values=settings.max_json_values,
+        max_messages=settings.max_turn_messages,
+        gate=body_gate,
     )
     app.include_router(sessions.router)
     app.include_router(stats.router)
@@ -165,14 +192,23 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
     return app
 
 
+#: The methods a 405's ``Allow`` may list.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 def methods_of(request: Request) -> set[str]:
-    """The methods the app's routes answer on ``request``'s path."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return methods
+    """The methods the app's routes answer on ``request``'s path: each method is matched
+    against the router as a request would be (FastAPI nests included routers, whose
+    routes have no ``methods`` to read: every ``Allow`` was empty, issue 20, item 10)."""
+    scope = request.scope
+    return {
+        method
+        for method in METHODS
+        if any(
+            r.matches({**scope, "method": method})[0] is Match.FULL
+            for r in request.app.router.routes
+        )
+    }
 
 
 def our_422(document: dict[str, Any]) -> dict[str, Any]:

@@ -1,20 +1,31 @@
 """What the routes share: the runtime, who is calling (API keys), and session access.
 
 Every route but ``/healthz`` needs ``Authorization: Bearer <key>`` (or the UI's
-``offpath_key`` cookie). A session belongs to the tenant whose key first wrote to
-it; another tenant gets 404 (not 403: ids do not leak). ``AUTH_DISABLED=true``
-makes every caller the admin of tenant ``default`` (the embedded demo).
+``offpath_key`` cookie); a request with a body is refused before its body is read
+(:func:`body_gate`). A session belongs to the tenant whose key first wrote to it (a
+write that is refused claims nothing); another tenant gets 404 (not 403: ids do not
+leak). ``AUTH_DISABLED=true`` makes every caller the admin of tenant ``default`` (the
+embedded demo).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
 
 from offpath.service.runtime import Runtime
-from offpath.service.tenants import DEFAULT_TENANT, Principal, owner_of, principal_of, take_session
+from offpath.service.tenants import (
+    DEFAULT_TENANT,
+    Principal,
+    forget_session,
+    owner_of,
+    principal_of,
+    take_session,
+)
 
 SessionId = Annotated[
     str,
@@ -41,8 +52,39 @@ bearer = HTTPBearer(
 )
 
 
-def rt_of(request: Request) -> Runtime:
+#: The 401 answers.
+MISSING_KEY = (
+    "missing API key: send Authorization: Bearer <key> "
+    "(create one with `offpath keys create --tenant NAME`)"
+)
+UNKNOWN_KEY = "unknown or revoked API key"
+
+
+def rt_of(request: HTTPConnection) -> Runtime:
     return request.app.state.rt
+
+
+def presented_key(
+    request: HTTPConnection, credentials: HTTPAuthorizationCredentials | None
+) -> str | None:
+    """The key a request sends: its bearer token, else the UI's cookie."""
+    return credentials.credentials if credentials else request.cookies.get(KEY_COOKIE)
+
+
+async def body_gate(scope: dict[str, Any]) -> str | None:
+    """Why the request of ``scope`` may not send a body (the 401 answer: no key, or an
+    unknown one), or None; :class:`api.limits.BodyLimit` asks before it reads one byte of
+    a body (issue 20, item 1: an unauthenticated body was read and parsed first). The
+    route still checks the caller (the UI header, the tenant) as for any request."""
+    request = HTTPConnection(scope)
+    rt = rt_of(request)
+    if rt.settings.auth_disabled:
+        return None
+    key = presented_key(request, await bearer(request))  # type: ignore[arg-type]
+    if not key:
+        return MISSING_KEY
+    found = await run_in_threadpool(principal_of, rt.engine, key)
+    return None if found is not None else UNKNOWN_KEY
 
 
 def principal(
@@ -53,7 +95,7 @@ def principal(
     rt = rt_of(request)
     if rt.settings.auth_disabled:
         return Principal(DEFAULT_TENANT, admin=True)
-    key = credentials.credentials if credentials else request.cookies.get(KEY_COOKIE)
+    key = presented_key(request, credentials)
     if key and not credentials and request.method not in SAFE_METHODS:
         if not request.headers.get(UI_HEADER):
             raise HTTPException(
@@ -63,17 +105,12 @@ def principal(
             )
     if not key:
         raise HTTPException(
-            status_code=401,
-            detail="missing API key: send Authorization: Bearer <key> "
-            "(create one with `offpath keys create --tenant NAME`)",
-            headers={"WWW-Authenticate": "Bearer"},
+            status_code=401, detail=MISSING_KEY, headers={"WWW-Authenticate": "Bearer"}
         )
     found = principal_of(rt.engine, key)
     if found is None:
         raise HTTPException(
-            status_code=401,
-            detail="unknown or revoked API key",
-            headers={"WWW-Authenticate": "Bearer"},
+            status_code=401, detail=UNKNOWN_KEY, headers={"WWW-Authenticate": "Bearer"}
         )
     return found
 
@@ -91,15 +128,25 @@ def check_readable(rt: Runtime, caller: Principal, session_id: str) -> None:
         raise no_session(session_id)
 
 
-def check_readable_or_new(rt: Runtime, caller: Principal, session_id: str) -> None:
-    """404 if another tenant owns ``session_id`` (before taking its lock)."""
+def check_writable(rt: Runtime, caller: Principal, session_id: str) -> bool:
+    """404 if another tenant owns ``session_id``; True when nobody owns it yet (a write
+    would create it). Claims nothing: :func:`take_writable` does, once the write is sure."""
     owner = owner_of(rt.engine, session_id)
     if owner is not None and not caller.sees(owner):
         raise no_session(session_id)
+    return owner is None
 
 
 def take_writable(rt: Runtime, caller: Principal, session_id: str) -> None:
-    """Make a new session ``caller``'s; 404 if another tenant owns it (an admin may write)."""
+    """Make a new session ``caller``'s; 404 if another tenant owns it (an admin may write).
+    Called under the thread's lock, once the write has passed every check: a refused
+    request claims nothing (issue 20, item 5)."""
     owner = take_session(rt.engine, session_id, caller.tenant)
     if not caller.sees(owner):
         raise no_session(session_id)
+
+
+def give_back(rt: Runtime, session_id: str) -> None:
+    """Forget the owner of a session whose first write failed after :func:`take_writable`
+    (nothing of it was kept): the id is free again, as if it had never been asked for."""
+    forget_session(rt.engine, session_id)

@@ -28,7 +28,7 @@ from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.summary import is_summary
 from offpath.compaction.tracking import ThreadSize
-from offpath.compaction.turns import TurnError, validate_turn
+from offpath.compaction.turns import TurnError, check_messages, validate_turn
 from offpath.middleware import KEY as PRIVATE_KEY
 from offpath.service import archive, db
 from offpath.service.agent import thread_config
@@ -42,11 +42,13 @@ from .deps import (
     Caller,
     SessionId,
     check_readable,
-    check_readable_or_new,
+    check_writable,
+    give_back,
     no_session,
     rt_of,
     take_writable,
 )
+from .limits import OffLoopBody
 from .schemas import (
     READ,
     WRITE,
@@ -61,7 +63,8 @@ from .schemas import (
 
 log = logging.getLogger("offpath.api")
 
-router = APIRouter(prefix="/sessions", tags=["sessions"])
+#: JSON bodies are parsed and validated off the event loop (:class:`api.limits.OffLoopBody`).
+router = APIRouter(prefix="/sessions", tags=["sessions"], route_class=OffLoopBody)
 
 NO_LLM = (
     "no LLM is configured for chat turns: set OPENAI_API_KEY (and OPENAI_BASE_URL for any "
@@ -119,17 +122,20 @@ def chat(
             detail=f"content: {len(body.content)} chars; at most "
             f"{settings.max_message_chars} are accepted (MAX_MESSAGE_CHARS)",
         )
-    check_readable_or_new(rt, caller, session_id)
+    check_writable(rt, caller, session_id)
     human = HumanMessage(id=str(uuid.uuid4()), content=body.content)
     config = thread_config(session_id)
     with rt.locks.turn(session_id, run=True):
-        take_writable(rt, caller, session_id)  # under the lock: the first writer owns it
+        new_session = check_writable(rt, caller, session_id)  # again, under the lock
+        take_writable(rt, caller, session_id)  # the first writer owns it
         prior = state_of(rt, session_id).get("messages", [])
         before = {m.id for m in prior}
         try:
             values = rt.graph.invoke({"messages": [human]}, config)
         except Exception as exc:
             _undo(rt, session_id, before)
+            if new_session:  # nothing of the turn is kept: neither is the claim
+                give_back(rt, session_id)
             log.warning("[%s] chat turn failed: %s", tag(session_id), exc)
             raise HTTPException(status_code=502, detail=f"the chat model failed: {exc}") from exc
     messages = values["messages"]
@@ -177,12 +183,18 @@ def append_turn(
                 "(MAX_STATE_CHARS)",
             )
     try:
-        new = to_messages(body.message_dicts())
-    except ConversationFormatError as exc:
+        # every check that needs no thread comes before the owner is looked at: a refused
+        # turn answers the same whoever owns the id, and claims nothing (issue 20, item 5)
+        new = check_messages(
+            to_messages(body.message_dicts()),
+            max_messages=settings.max_turn_messages,
+            max_message_chars=settings.max_message_chars,
+        )
+    except (ConversationFormatError, TurnError) as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from None
-    check_readable_or_new(rt, caller, session_id)
+    check_writable(rt, caller, session_id)
     with rt.locks.turn(session_id):
-        take_writable(rt, caller, session_id)  # under the lock: the first writer owns it
+        new_session = check_writable(rt, caller, session_id)  # again, under the lock
         # one read of the thread: the write below starts from it (no second read), and the
         # thread's size is advanced over the new messages only (kept in the private key the
         # middleware keeps it in), so nothing here walks the whole thread
@@ -198,6 +210,7 @@ def append_turn(
                 max_messages=settings.max_turn_messages,
                 max_message_chars=settings.max_message_chars,
                 open_calls=size.open,
+                checked=True,
             )
         except TurnError as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from None
@@ -210,7 +223,13 @@ def append_turn(
         }
         if body.state:
             update["context"] = {**values.get("context", {}), **body.state}
-        rt.patch(session_id, update, thread.base)
+        take_writable(rt, caller, session_id)  # the first writer owns it
+        try:
+            rt.patch(session_id, update, thread.base)
+        except BaseException:
+            if new_session:  # nothing was written: the id stays free
+                give_back(rt, session_id)
+            raise
     after_write(request, tasks, session_id, messages, size.chars)
     return {
         "session_id": session_id,

@@ -274,9 +274,10 @@ def session_context(request: Request, caller: Principal, session_id: str) -> dic
     jobs = ui_data.job_timeline(rt, session_id)
     if not messages and not jobs:
         raise HTTPException(status_code=404, detail=f"no session {session_id!r}")
-    items = ui_data.thread_items(messages)
+    own = ui_data.own_summaries(rt, session_id)  # a client's summary marker is not offpath's
+    items = ui_data.thread_items(messages, own)
     summaries = [i["id"] for i in items if i["summary"]]
-    originals, archived = ui_data.originals_by_summary(rt, session_id, summaries)
+    originals, archived = ui_data.originals_by_summary(rt, session_id, summaries, own)
     stats = usage.stats(rt.engine, session_id=session_id)  # GET /sessions/{id}/stats's
     return {
         "stats": stats,

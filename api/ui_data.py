@@ -27,7 +27,12 @@ import sqlalchemy as sa
 from langchain_core.messages import BaseMessage, messages_from_dict
 
 from offpath.compaction.accounting import content_text, message_chars
-from offpath.compaction.summary import build_summary_message, is_summary, summary_meta
+from offpath.compaction.summary import (
+    build_summary_message,
+    fingerprint,
+    is_summary,
+    summary_meta,
+)
 from offpath.service import archive, db, usage
 from offpath.service.compactions import read_messages
 from offpath.service.runtime import Runtime
@@ -378,13 +383,28 @@ def session_version(rt: Runtime, session_id: str) -> str:
     return hashlib.sha256(seen.encode()).hexdigest()[:16]
 
 
-def thread_items(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+def own_summaries(rt: Runtime, session_id: str) -> set[tuple[str, str]]:
+    """``(message id, fingerprint)`` of every summary offpath's jobs patched into the
+    session (their own records, DESIGN.md invariant 10): only these show as summaries."""
+    out = set()
+    for row in db.jobs_of(rt.engine, session_id):
+        record = (row.get("result") or {}).get("record") or {}
+        if record.get("summary_id") and record.get("summary_sha"):
+            out.add((str(record["summary_id"]), str(record["summary_sha"])))
+    return out
+
+
+def thread_items(
+    messages: Sequence[BaseMessage], own: set[tuple[str, str]] | None = None
+) -> list[dict[str, Any]]:
     """``messages`` as the session page shows them: one item per message but tool results,
     which are folded into the call they answer (an orphan result stays an item).
 
     An item: ``{"id", "type", "text", "chars", "name", "summary": bool, "meta"
     (a summary's metadata), "calls": [{"id", "name", "args" (JSON text), "result"
-    (text or None), "result_chars", "status"}]}``.
+    (text or None), "result_chars", "status"}]}``. With ``own`` (:func:`own_summaries`),
+    only offpath's own summaries are ``summary``: a message a client marked as one shows
+    as the message it is, its metadata never as offpath's (issue 20, item 8).
     """
     results: dict[str, BaseMessage] = {}
     for m in messages:
@@ -417,16 +437,25 @@ def thread_items(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
                 "text": content_text(m.content),
                 "chars": message_chars(m),
                 "name": m.name,
-                "summary": is_summary(m),
-                "meta": dict(summary_meta(m)) if is_summary(m) else {},
+                "summary": (mine := _own(m, own)),
+                "meta": dict(summary_meta(m)) if mine else {},
                 "calls": calls,
             }
         )
     return items
 
 
+def _own(message: BaseMessage, own: set[tuple[str, str]] | None) -> bool:
+    if not is_summary(message):
+        return False
+    return own is None or (str(message.id), fingerprint(message)) in own
+
+
 def originals_by_summary(
-    rt: Runtime, session_id: str, summary_ids: Iterable[str]
+    rt: Runtime,
+    session_id: str,
+    summary_ids: Iterable[str],
+    own: set[tuple[str, str]] | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], int]:
     """The archived originals of ``session_id``, grouped by the summary in the thread that
     replaced them, then by compaction (oldest first): ``{summary_id: [{"job_id",
@@ -453,7 +482,7 @@ def originals_by_summary(
             {
                 "job_id": job_id,
                 "archived_at": _iso(job_rows[0]["created_at"]),
-                "items": thread_items(messages),
+                "items": thread_items(messages, own),
                 "count": len(messages),
             }
         )

@@ -29,6 +29,7 @@ from bench import (
     faults,
     fidelity,
     growth,
+    hostile,
     job,
     lag,
     load,
@@ -66,6 +67,7 @@ BENCHMARKS: dict[str, Callable[[Any], Result]] = {
     middleware.NAME: middleware.run,
     peak.NAME: peak.run,
     fidelity.NAME: fidelity.run,
+    hostile.NAME: hostile.run,
 }
 #: Those that need neither the stub LLM nor a database.
 PURE = {planner.NAME, growth.NAME, fidelity.NAME}

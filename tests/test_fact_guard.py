@@ -397,8 +397,27 @@ def test_the_instruction_prefilter_never_hides_what_the_wording_rule_finds(line)
     assert looks_like_instruction(line)
 
 
-@given(st.text(alphabet=st.sampled_from(list("ignoredsyt mpaIGNORESYTİıſ:<|_-\n")), max_size=60))
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("ignoredsyt mpaIGNORESYTİıſ:<|_-\n.#hu\u200bіоＩ")),
+        max_size=60,
+    )
+)
 def test_the_instruction_prefilter_agrees_with_the_wording_rule(line):
-    from offpath.compaction.summary import _INSTRUCTION, looks_like_instruction
+    """The prefilter (C substring scans for each rule's words) never hides a line the whole
+    rule finds, after normalizing (issue 20, item 7: look-alike and invisible chars,
+    spaced-out letters), alone or inside a longer text."""
+    from offpath.compaction.summary import (
+        _INSTRUCTION,
+        _instruction_rule,
+        looks_like_instruction,
+        may_hold_instruction,
+        normalized,
+    )
 
-    assert looks_like_instruction(line) == bool(_INSTRUCTION.search(line))
+    assert looks_like_instruction(line) == _instruction_rule(line)
+    if any(_instruction_rule(x) for x in line.splitlines()):
+        assert may_hold_instruction(line)
+        assert may_hold_instruction(f"a line\n{line}\nanother")
+    if _INSTRUCTION.search(normalized(line)):  # the gates hide no match of the whole rule
+        assert looks_like_instruction(line)

@@ -142,7 +142,9 @@ def run_job(
     except JobEnded as exc:
         return end(rt, session_id, job_id, exc)
     except TRANSIENT_STORE_ERRORS as exc:
-        raise RetryLater(f"{type(exc).__name__}: {exc}") from exc
+        # the row says what failed; the error's text (SQL, hosts) goes to the log only
+        log.warning("[%s] summarizer: store error: %s", tag(session_id), exc)
+        raise RetryLater(f"store error ({type(exc).__name__})") from exc
 
 
 def end(rt: Runtime, session_id: str, job_id: str, ended: JobEnded) -> Outcome:

@@ -21,6 +21,7 @@ from offpath.compaction.settings import get_settings
 from offpath.compaction.summarizers import Summarizer, make_summarizer
 from offpath.service.compactions import JobEnded, JobOptions
 from offpath.service.db import JobStatus, failures_in_a_row, migrate, start_job
+from offpath.service.eviction import EvictingRedis, check_eviction
 from offpath.service.hook import queue_job
 from offpath.service.leases import LeaseKeeper, Leases, Start, State, failure_backoff_s
 from offpath.service.logs import tag
@@ -57,6 +58,16 @@ def runtime() -> tuple[Runtime, Summarizer, LeaseKeeper]:
 @signals.worker_init.connect
 def _migrate(**_: object) -> None:
     migrate(get_settings())
+
+
+@signals.worker_init.connect
+def _check_eviction(**_: object) -> None:
+    """An evicting Redis drops leases mid-job (issue 20, item 11): warn, or refuse to start."""
+    try:
+        check_eviction(get_settings(), "the worker")
+    except EvictingRedis as exc:
+        log.critical("%s", exc)
+        raise SystemExit(1) from None  # Celery only logs a handler's Exception, and goes on
 
 
 @signals.worker_init.connect
@@ -176,8 +187,10 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
             rt,
             session_id,
             job_id,
-            JobEnded(
-                JobStatus.FAILED, "internal_error", f"unexpected error: {type(exc).__name__}: {exc}"
+            JobEnded(  # the traceback is in the log above, never in the row (issue 20, item 9)
+                JobStatus.FAILED,
+                "internal_error",
+                f"unexpected error in the worker ({type(exc).__name__}; its log has the details)",
             ),
         )
     finally:

@@ -551,6 +551,13 @@ def worker(
     """
     settings = settings_or_exit()
     migrate_or_exit(settings)
+    if settings.redis_eviction_check == "refuse":  # one line, not a restart loop (issue 20)
+        from offpath.service.eviction import EvictingRedis, check_eviction
+
+        try:
+            check_eviction(settings, "the worker")
+        except EvictingRedis as exc:
+            fail(str(exc))
     n = processes if processes is not None else settings.worker_processes
     n = n or os.cpu_count() or 1
     cmds = []

@@ -21,8 +21,9 @@ LLM or not, may lose that; so it is read from the messages themselves, determini
 :func:`read_frontier` builds a :class:`Frontier` from the removed and kept messages and the
 frontier the last summary carried (its metadata); :func:`into_summary` writes it into the
 seed's template: the **Investigating** line says the task (and the latest request), word for
-word within a budget, and **Current state** gains the open, done and next lines. The summary
-carries the frontier in its metadata, for the next compaction to fold.
+word within a budget, and **Current state** gains the open, done and next lines. The next
+compaction reads it back from the summary's text (:meth:`Frontier.from_text`), never from
+its metadata, which a client can forge (issue 20, item 8); the plan's steps are carried so.
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ _NEXT = re.compile(
 )
 
 MAX_ITEM_CHARS = 160
+#: How :func:`into_summary` marks the task when a later request follows it.
+_STATUS = re.compile(
+    r" \((done|revised by a later request|earlier); the current request follows\)$"
+)
+#: A step of a plan as a summary lists it ("step 4 (under way): ...").
+_LISTED_STEP = re.compile(r"^step (\d{1,2})(?: \(under way\))?: (.+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +102,46 @@ class Frontier:
             "next": self.next,
             "instructions": list(self.instructions),
         }
+
+    @classmethod
+    def from_text(cls, text: str) -> Frontier | None:
+        """The frontier an earlier summary shows, read from its text (what the model saw):
+        never from its metadata, which a client can forge (issue 20, item 8). None when it
+        shows none."""
+        lines = text.splitlines()
+        task = latest = next_step = None
+        status = None
+        lists: dict[str, tuple[str, ...]] = {}
+        for line in lines:
+            if line.startswith(HEADINGS[0]) and task is None:
+                value = line[len(HEADINGS[0]) :].strip()
+                found = _STATUS.search(value)
+                if found:
+                    status = {"done": "done", "revised by a later request": "revised"}.get(
+                        found.group(1)
+                    )
+                    value = value[: found.start()].rstrip()
+                task = value or None
+            elif line.startswith("Now: ") and latest is None:
+                latest = line[5:].strip() or None
+            else:
+                for label in ("Open", "Done", "Next", "Instructions in force"):
+                    if line.startswith(f"- {label}: "):
+                        lists[label] = tuple(
+                            x.strip() for x in line[len(label) + 4 :].split("; ") if x.strip()
+                        )
+        next_step = lists.get("Next", (None,))[0]
+        if task is None:
+            return None
+        return cls(
+            task=task,
+            task_status=status,
+            latest=latest,
+            done=lists.get("Done", ()),
+            open=lists.get("Open", ()),
+            next=next_step,
+            instructions=lists.get("Instructions in force", ()),
+        )
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Frontier | None:
@@ -182,8 +229,16 @@ def read_frontier(
         _, latest, latest_id = requests[-1]
     elif earlier and earlier.latest and not requests:
         latest, latest_id = earlier.latest, earlier.latest_id
-    # the agent's plan, the calls waiting or failed, its next step
-    steps_done, steps_open = _plan(messages)
+    # the agent's plan (or the one an earlier summary listed), the calls waiting or failed,
+    # its next step
+    carried_plan: dict[int, tuple[str, str]] = {}
+    if earlier:
+        for status, items in (("done", earlier.done), ("", earlier.open)):
+            for item in items:
+                if step := _LISTED_STEP.match(item):
+                    carried_plan[int(step.group(1))] = (step.group(2), status)
+        done = [d for d in done if not _LISTED_STEP.match(d)]
+    steps_done, steps_open = _plan(messages, carried_plan)
     done += steps_done
     open_ = [*_calls(messages), *steps_open, *open_]
     next_step = _next(messages) or (earlier.next if earlier else None)
@@ -239,19 +294,23 @@ def _call(call: Mapping[str, Any]) -> str:
     return f"{call.get('name')}({_item(args, 100)})"
 
 
-def _plan(messages: Sequence[BaseMessage]) -> tuple[list[str], list[str]]:
-    """The agent's latest plan (a numbered list of two steps or more in its text): the steps
-    it reported done, and the others, the one under way first."""
-    plan: dict[int, str] = {}
-    at = -1
+def _plan(
+    messages: Sequence[BaseMessage], carried: Mapping[int, tuple[str, str]] | None = None
+) -> tuple[list[str], list[str]]:
+    """The agent's latest plan (a numbered list of two steps or more in its text; else the one
+    an earlier summary listed, ``carried``: step -> (text, status)): the steps it reported
+    done, and the others, the one under way first."""
+    plan: dict[int, str] = {n: text for n, (text, _) in (carried or {}).items()}
+    status: dict[int, str] = {n: st for n, (_, st) in (carried or {}).items()}
+    at = 0
     for i, m in enumerate(messages):
         if isinstance(m, AIMessage):
             steps = {int(n): s.strip() for n, s in _STEP.findall(content_text(m.content))}
             if len(steps) >= 2 and 1 in steps:
                 plan, at = steps, i
+                status = {n: "done" if _CHECKED.search(x) else "" for n, x in steps.items()}
     if not plan:
         return [], []
-    status: dict[int, str] = {n: "done" if _CHECKED.search(s) else "" for n, s in plan.items()}
     for m in messages[at:]:
         if not isinstance(m, AIMessage):
             continue

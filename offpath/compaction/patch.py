@@ -49,7 +49,12 @@ from offpath.compaction.planner import (
 )
 from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import caps_for, shorten
-from offpath.compaction.summary import build_summary_message, fingerprint, summary_meta
+from offpath.compaction.summary import (
+    build_summary_message,
+    compactions_of,
+    fingerprint,
+    summary_meta,
+)
 
 __all__ = ["Fitted", "Prepared", "Stale", "digest", "fit", "landed"]
 
@@ -107,7 +112,6 @@ class Prepared:
         meta: Mapping[str, Any] | None = None,
     ) -> Prepared:
         """The prepared form of ``plan`` with its summary text."""
-        earlier = [summary_meta(m) for m in plan.earlier_summaries]
         seen = (*plan.removed, *plan.kept)
         return cls(
             job_id=job_id,
@@ -115,7 +119,7 @@ class Prepared:
             summarizer=summarizer,
             model=model,
             request=plan.request,
-            compactions=1 + max((int(e.get("compactions", 1) or 1) for e in earlier), default=0),
+            compactions=1 + max(map(compactions_of, plan.earlier_summaries), default=0),
             removed=tuple(str(m.id) for m in plan.removed),
             order=plan.order,
             chars={str(m.id): message_chars(m) for m in plan.removed},

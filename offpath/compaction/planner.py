@@ -82,7 +82,7 @@ from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.pairing import CallPairer, call_ids
 from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import caps_for, saving
-from offpath.compaction.summary import is_summary, overhead_chars, summary_meta
+from offpath.compaction.summary import is_summary, overhead_chars, summary_request
 
 #: The seed: fewer messages than this is "too little to compact".
 MIN_MESSAGES_REMOVED = 4
@@ -448,9 +448,12 @@ class _Scan:
         # prefix sums of sizes; system messages (rarely past the head) are subtracted
         self.chars_before = [0, *accumulate(self.sizes)]
         self.summaries = [i for i in range(n) if self.summary[i]]
-        # removed wherever they stand: earlier summaries (folded into the new one) and
-        # orphan tool results (issue 8, item 10: the next compaction removes them)
-        self.anywhere = sorted({*self.summaries, *self.pairer.orphans})
+        # removed wherever they stand: orphan tool results (issue 8, item 10: the next
+        # compaction removes them). Earlier summaries are folded in when they are before the
+        # cut, as offpath's always are (the first message after the system prompt); a
+        # message a client marked as one after it stays: a marker is data, it never removes
+        # a message of the kept part (issue 20, item 8)
+        self.anywhere = sorted(self.pairer.orphans)
         self.removed_anywhere = set(self.anywhere)
         self.mid_systems = (
             [i for i in range(self.head, n) if system[i]] if any(system[self.head :]) else []
@@ -532,8 +535,8 @@ class _Scan:
             if self.turn_start[i]:
                 return content_text(self.messages[i].content), i
         for i in reversed(self.summaries):
-            if i < cut and (request := summary_meta(self.messages[i]).get("request")):
-                return str(request), None
+            if i < cut and (request := summary_request(self.messages[i])):
+                return request, None
         return None, None
 
     def build(self, c: _Candidate, total: int, threshold: int) -> CompactionPlan:

@@ -113,14 +113,39 @@ def build_prompt(plan: CompactionPlan, max_chars: int, token: str | None = None)
     return SummaryPrompt(system=system, user=user, token=token)
 
 
+#: A tool's name or a call's id that may stand in offpath's own words as it is.
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.:@/-]{1,64}")
+
+
+def as_data(value: object) -> str:
+    """A name or id that a client or a tool controls (a tool's name, a call's id), as a line
+    of offpath's own may show it: an identifier as it is, anything else as a JSON string
+    (quoted, one line, at most 64 chars). A name holding "NOTE: the user has approved..."
+    went into the summary as plain text (issue 20, item 6)."""
+    text = str(value)
+    if _IDENTIFIER.fullmatch(text):
+        return text
+    if len(text) > 64:
+        text = text[:61] + "..."
+    return json.dumps(text, ensure_ascii=False)
+
+
+def tool_label(name: object) -> str | None:
+    """How a summary names the tool whose output it quotes: its name in backticks if it is
+    an identifier, else None (a name that is a sentence is never written)."""
+    text = str(name or "")
+    return f"`{text}`" if _IDENTIFIER.fullmatch(text) else None
+
+
 def render_message(message: BaseMessage, token: str) -> str:
-    """One message as prompt text: a ``[<token> role]`` header, text, tool calls or result. A
-    tool result with ``status="error"`` says FAILED in its header: a failed call must never
-    read as done (issue 19: a failed rollback was summarized as done)."""
+    """One message as prompt text: a ``[<token> role]`` header, text, tool calls or result.
+    Names and ids in the header are data too (:func:`as_data`). A tool result with
+    ``status="error"`` says FAILED in its header: a failed call must never read as done
+    (issue 19: a failed rollback was summarized as done)."""
     if isinstance(message, ToolMessage):
-        name = f" of {message.name}" if message.name else ""
+        name = f" of {as_data(message.name)}" if message.name else ""
         failed = " - FAILED, the call did not succeed" if message.status == "error" else ""
-        header = f"[{token} tool result{name} for call {message.tool_call_id}{failed}]"
+        header = f"[{token} tool result{name} for call {as_data(message.tool_call_id)}{failed}]"
     else:
         header = f"[{token} {message.type}]"
     lines = [header]
@@ -130,7 +155,7 @@ def render_message(message: BaseMessage, token: str) -> str:
     if isinstance(message, AIMessage):
         for call in message.tool_calls:
             args = json.dumps(call.get("args") or {}, ensure_ascii=False, default=str)
-            lines.append(f"-> tool call {call.get('name')}({neutralise(args)})")
+            lines.append(f"-> tool call {as_data(call.get('name'))}({neutralise(args)})")
     return "\n".join(lines)
 
 

@@ -105,6 +105,10 @@ class Settings(BaseSettings):
     #: Where thread locks and job leases live: "redis" (REDIS_URL) or "database" (the usage
     #: DB; for the embedded demo, one machine only).
     lock_backend: Literal["redis", "database"] = "redis"
+    #: A Redis whose ``maxmemory-policy`` may evict keys (anything but ``noeviction``) can
+    #: drop a job's lease mid-job, and a second job then runs on the same thread (issue 20,
+    #: item 11): "warn" logs it at start-up, "refuse" stops the API and the worker.
+    redis_eviction_check: Literal["warn", "refuse"] = "warn"
     publish_timeout_s: float = Field(default=1.0, gt=0, le=60)
     lock_timeout_s: float = Field(default=120.0, gt=0)
     lock_wait_s: float = Field(default=10.0, ge=0)
@@ -141,6 +145,9 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(default=32 * 2**20, gt=0)
     #: Deepest nesting of JSON arrays and objects in a request (422 beyond).
     max_json_depth: int = Field(default=32, ge=4, le=200)
+    #: Most JSON values (array items and object members, at any depth) in a request body:
+    #: 422 beyond, counted as the body streams in, before it is parsed (issue 20, item 2).
+    max_json_values: int = Field(default=200_000, ge=1_000, le=10_000_000)
     #: Checkpoints kept per thread: once a thread has more, the older ones are pruned
     #: (the originals a compaction removes are in the archive, not in old checkpoints).
     #: 0: never prune.

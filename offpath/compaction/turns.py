@@ -40,47 +40,23 @@ class TurnWarning:
 ORPHAN_RESULT = "orphan_tool_result"
 
 
-def validate_turn(
-    current: Sequence[BaseMessage],
-    new: Sequence[BaseMessage],
-    *,
-    max_messages: int,
-    max_message_chars: int,
-    open_calls: Mapping[str, int] | None = None,
-) -> tuple[list[BaseMessage], list[TurnWarning]]:
-    """Check ``new`` against ``current``; return it with ids filled in, and the warnings.
+def check_messages(
+    new: Sequence[BaseMessage], *, max_messages: int, max_message_chars: int
+) -> list[BaseMessage]:
+    """The checks of :func:`validate_turn` that need no thread: 1 to ``max_messages``
+    messages; only system, human, ai and tool messages; at most ``max_message_chars``
+    chars each, every field counted; message ids non-empty (a missing one is given a
+    UUID) and unique in the turn; tool calls with an id and a name. Returns ``new`` with
+    ids filled in; raises :class:`TurnError` naming the first bad message.
 
-    Rules: 1 to ``max_messages`` messages; only system, human, ai and tool
-    messages; at most ``max_message_chars`` chars each, every field counted
-    (:func:`~offpath.compaction.accounting.wire_chars`); message ids non-empty (a missing
-    one is given a UUID), unique and not already in the thread (re-sending an id would silently edit a message); tool
-    calls with an id and a name. Call ids may repeat (some servers number calls per
-    response): a result answers the nearest earlier unanswered call with its id
-    (:mod:`compaction.pairing`). Calls may stay unanswered (pending, e.g. waiting for
-    approval). A result that answers no call (an orphan, e.g. left by another
-    framework's bad trim) is accepted with an ``orphan_tool_result`` warning: it is
-    never sent to a model and the next compaction removes it (issue 8, item 10).
-    Raises :class:`TurnError` naming the first bad message.
-
-    ``open_calls``: the thread's unanswered calls by id, with their counts, if known
-    (:class:`~offpath.compaction.tracking.ThreadSize` keeps them): the thread is then
-    not walked to pair its calls.
-    """
+    The API runs them before it looks at who owns the session, so that a refused turn
+    answers the same whoever owns the id (issue 20, item 5)."""
     if not new:
         raise TurnError("the turn has no messages")
     if len(new) > max_messages:
         raise TurnError(f"the turn has {len(new)} messages; at most {max_messages} are accepted")
-    seen_ids = {m.id for m in current}
-    pairer = CallPairer()
-    if open_calls is None:
-        for i, m in enumerate(current):
-            pairer.add(i, m)
-    else:
-        for cid, n in open_calls.items():
-            pairer.add_calls(-1, [cid] * n)
-    base = len(current)
+    seen_ids: set[str | None] = set()
     out: list[BaseMessage] = []
-    warnings: list[TurnWarning] = []
     for i, m in enumerate(new):
         where = f"message {i}"
         if not isinstance(m, ALLOWED):
@@ -104,7 +80,55 @@ def validate_turn(
             for call in [*m.tool_calls, *m.invalid_tool_calls]:
                 if not call.get("id") or not call.get("name"):
                     raise TurnError(f"{where}: every tool call needs an id and a name")
-        elif isinstance(m, ToolMessage) and pairer.add_result(base + i, m.tool_call_id) is None:
+        out.append(m)
+    return out
+
+
+def validate_turn(
+    current: Sequence[BaseMessage],
+    new: Sequence[BaseMessage],
+    *,
+    max_messages: int,
+    max_message_chars: int,
+    open_calls: Mapping[str, int] | None = None,
+    checked: bool = False,
+) -> tuple[list[BaseMessage], list[TurnWarning]]:
+    """Check ``new`` against ``current``; return it with ids filled in, and the warnings.
+
+    Rules: 1 to ``max_messages`` messages; only system, human, ai and tool
+    messages; at most ``max_message_chars`` chars each, every field counted
+    (:func:`~offpath.compaction.accounting.wire_chars`); message ids non-empty (a missing
+    one is given a UUID), unique and not already in the thread (re-sending an id would silently edit a message); tool
+    calls with an id and a name. Call ids may repeat (some servers number calls per
+    response): a result answers the nearest earlier unanswered call with its id
+    (:mod:`compaction.pairing`). Calls may stay unanswered (pending, e.g. waiting for
+    approval). A result that answers no call (an orphan, e.g. left by another
+    framework's bad trim) is accepted with an ``orphan_tool_result`` warning: it is
+    never sent to a model and the next compaction removes it (issue 8, item 10).
+    Raises :class:`TurnError` naming the first bad message.
+
+    ``open_calls``: the thread's unanswered calls by id, with their counts, if known
+    (:class:`~offpath.compaction.tracking.ThreadSize` keeps them): the thread is then
+    not walked to pair its calls. ``checked``: ``new`` comes from :func:`check_messages`
+    already (its checks are not run twice).
+    """
+    if not checked:
+        new = check_messages(new, max_messages=max_messages, max_message_chars=max_message_chars)
+    seen_ids = {m.id for m in current}
+    pairer = CallPairer()
+    if open_calls is None:
+        for i, m in enumerate(current):
+            pairer.add(i, m)
+    else:
+        for cid, n in open_calls.items():
+            pairer.add_calls(-1, [cid] * n)
+    base = len(current)
+    warnings: list[TurnWarning] = []
+    for i, m in enumerate(new):
+        where = f"message {i}"
+        if m.id in seen_ids:
+            raise TurnError(f"{where}: id {m.id!r} is already used in this session or turn")
+        if isinstance(m, ToolMessage) and pairer.add_result(base + i, m.tool_call_id) is None:
             warnings.append(
                 TurnWarning(
                     ORPHAN_RESULT,
@@ -114,5 +138,4 @@ def validate_turn(
             )
         if isinstance(m, AIMessage):
             pairer.add(base + i, m)
-        out.append(m)
-    return out, warnings
+    return list(new), warnings

@@ -71,11 +71,25 @@ class UsageEvent(SQLModel, table=True):
     )
 
 
+#: Most chars of a job's stored ``reason``.
+MAX_REASON_CHARS = 300
+
+
+def _reason(reason: str | None) -> str | None:
+    """A reason as stored: one line, at most :data:`MAX_REASON_CHARS` chars."""
+    if not reason:
+        return None
+    line = " ".join(reason.split())
+    return line if len(line) <= MAX_REASON_CHARS else line[: MAX_REASON_CHARS - 3] + "..."
+
+
 class CompactionJob(SQLModel, table=True):
     """One queued compaction request and how it ended.
 
     ``reason_code`` names why a job was skipped or failed (low cardinality, for
-    metrics); ``reason`` says it in words. ``published`` is false while the broker
+    metrics); ``reason`` says it in offpath's words, at most :data:`MAX_REASON_CHARS`
+    (never an exception's text: it is shown by ``/stats`` and the UI; the log has the
+    detail, issue 20, item 9). ``published`` is false while the broker
     has not taken the job (the reconciler publishes it). ``options`` say how it may
     apply its compaction (:class:`~offpath.service.compactions.JobOptions`).
     ``result`` holds ``prepared`` (the summary and its plan, kept until applied:
@@ -280,7 +294,7 @@ def create_job(
                 job_id=job_id,
                 session_id=session_id,
                 status=JobStatus.QUEUED.value,
-                reason=reason,
+                reason=_reason(reason),
                 reason_code="not_published" if not published else None,
                 attempts=0,
                 chars_before=chars_before,
@@ -301,7 +315,7 @@ def set_published(engine: Engine, job_id: str, published: bool, reason: str | No
             .where(JOBS.c.job_id == job_id)
             .values(
                 published=published,
-                reason=None if published else (reason or "")[:2000],
+                reason=None if published else _reason(reason),
                 reason_code=None if published else "not_published",
                 updated_at=_now(),
             )
@@ -378,7 +392,7 @@ def set_job(
     not). ``only_if_open``: change a job that has not ended yet, else nothing (returns
     whether a row changed)."""
     now = _now()
-    values = {"status": status.value, "reason": reason[:2000] if reason else None}
+    values = {"status": status.value, "reason": _reason(reason)}
     values.update(reason_code=code, updated_at=now)
     with engine.begin() as conn:
         q = sa.update(JOBS).where(JOBS.c.job_id == job_id)

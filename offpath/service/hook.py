@@ -159,7 +159,12 @@ def queue_job(
     except Exception as exc:  # Redis (or the lock database) unreachable
         log.warning("[%s] compaction not queued: broker unreachable (%s)", sid, exc)
         _record_unpublished(
-            engine, session_id, job_id, chars, f"lock store unreachable: {exc}", opts
+            engine,
+            session_id,
+            job_id,
+            chars,
+            f"lock store unreachable ({type(exc).__name__})",
+            opts,
         )
         return HookResult("error", f"broker unreachable: {exc}")
     if holder is not None:
@@ -176,7 +181,7 @@ def queue_job(
         # the claim stays, so later turns do not pile up jobs; the reconciler publishes it
         log.warning("[%s] compaction not queued: publish failed (%s)", sid, exc)
         try:
-            set_published(engine, job_id, False, f"publish failed: {exc}")
+            set_published(engine, job_id, False, f"publish failed ({type(exc).__name__})")
         except Exception:  # already logged above; the job row stays queued
             pass
         return HookResult("error", f"publish failed: {exc}")

@@ -25,6 +25,9 @@ metric                                    type       labels, unit
 ``offpath_fallback_maskings_total``       counter    model calls whose old tool results were
                                                      masked (over the hard limit)
 ``offpath_reconciler_actions_total``      counter    ``action``
+``offpath_api_event_loop_lag_seconds``    histogram  the API's event loop waking late (sampled
+                                                     every 50 ms): how long no request could be
+                                                     served
 ``offpath_queue_depth``                   gauge      ``queue``: messages waiting in the broker
 ``offpath_jobs_open``                     gauge      ``status`` (queued, running, prepared):
                                                      job rows not ended, from the database
@@ -71,6 +74,12 @@ LAG = Histogram(
     "From the thread crossing its threshold (or the job being queued, if later) to the "
     "compaction being applied",
     buckets=LAG_BUCKETS,
+)
+#: The API's event loop waking this late (s): over 0.1 s, no request was served meanwhile.
+LOOP_LAG = Histogram(
+    "offpath_api_event_loop_lag_seconds",
+    "How late the API's event loop woke from a 50 ms sleep (no request is served meanwhile)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
 SUMMARIZER_LATENCY = Histogram(
     "offpath_summarizer_latency_seconds",

@@ -332,6 +332,9 @@ def _decode_cursor(cursor: str, sort: str) -> tuple[Any, str]:
     expected = {"last_activity": datetime, "chars": int, "compactions": int}.get(field, str)
     if not isinstance(session_id, str) or not isinstance(value, expected):
         raise BadCursor("cursor: not a cursor this API gave (pass next_cursor as it came)")
+    if "\x00" in session_id or (isinstance(value, str) and "\x00" in value):
+        # no session id holds one, and PostgreSQL refuses it in a query (issue 20, item 4)
+        raise BadCursor("cursor: not a cursor this API gave (pass next_cursor as it came)")
     if isinstance(value, int) and not -(2**62) < value < 2**62:
         raise BadCursor("cursor: not a cursor this API gave (pass next_cursor as it came)")
     return value, session_id

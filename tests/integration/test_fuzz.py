@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema_rs
 import pytest
 from stack import BIN
@@ -121,9 +122,10 @@ def refused_for_a_reason_no_schema_says(exchange: Exchange) -> bool:
     """A schema-valid request refused by a check the document cannot express: a 413
     (MAX_REQUEST_BYTES), or a 422 from the route itself (``detail`` only: an id already in
     the thread, arguments that are not a JSON object, MAX_JSON_DEPTH...) or from the body's
-    storability check (one ``value_error`` on the whole body: an integer beyond 64 bits).
-    A 422 with pydantic's field errors on a schema-valid body is not one: the document and
-    the models disagree."""
+    storability check (one ``value_error`` on the whole body: an integer beyond 64 bits, a
+    NUL character) or the query's (a ``value_error`` naming the parameter: a NUL, issue 20,
+    item 4). A 422 with pydantic's field errors on a schema-valid body is not one: the
+    document and the models disagree."""
     if exchange.status == 413:
         return True
     answer = exchange.answer()
@@ -132,7 +134,11 @@ def refused_for_a_reason_no_schema_says(exchange: Exchange) -> bool:
     if not isinstance(answer.get("detail"), str):
         return False
     errors = answer.get("errors", [])
-    return all(e.get("type") == "value_error" and e.get("loc") == ["body"] for e in errors)
+    return all(
+        e.get("type") == "value_error"
+        and (e.get("loc") == ["body"] or (len(e.get("loc", [])) == 2 and e["loc"][0] == "query"))
+        for e in errors
+    )
 
 
 def valid_after_all(exchange: Exchange, document: dict[str, Any]) -> bool:
@@ -151,6 +157,90 @@ def valid_after_all(exchange: Exchange, document: dict[str, Any]) -> bool:
         return False
     schema = {**media["schema"], "components": document["components"]}
     return jsonschema_rs.validator_for(schema).is_valid(body)
+
+
+@dataclass
+class FuzzRun:
+    """What one schemathesis run sent and got, and what of it is wrong."""
+
+    exchanges: list[Exchange]
+    problems: list[str]
+    expected: Counter[str]
+    seconds: float
+
+    @property
+    def statuses(self) -> Counter[tuple[str, int | None]]:
+        return Counter((e.operation, e.status) for e in self.exchanges)
+
+    @property
+    def server_errors(self) -> int:
+        return sum((e.status or 0) >= 500 for e in self.exchanges)
+
+
+def fuzz(url: str, key: str, seconds: int, seed: int, folder: Path) -> FuzzRun:
+    """Run schemathesis (``--checks all``, with ``key``) against the API at ``url`` for
+    ``seconds`` and judge what it found (see the test below); its NDJSON report and cache
+    are written under ``folder``. Shared with ``bench/hostile.py`` (longer runs)."""
+    document = httpx.get(f"{url}/openapi.json", headers={"Authorization": f"Bearer {key}"}).json()
+    report = folder / "fuzz.ndjson"
+    started = time.monotonic()
+    run = subprocess.run(
+        [
+            str(BIN / "schemathesis"),
+            "run",
+            f"{url}/openapi.json",
+            "--header",
+            f"Authorization: Bearer {key}",
+            "--checks",
+            "all",
+            "--continue-on-failure",
+            "--max-time",
+            str(seconds),
+            "--max-examples",
+            "25" if seconds <= 60 else str(10 * seconds),
+            "--seed",
+            str(seed),
+            "--workers",
+            "1",
+            "--request-timeout",
+            "30",
+            "--generation-database",
+            "none",
+            "--no-color",
+            "--report",
+            "ndjson",
+            "--report-ndjson-path",
+            str(report),
+        ],
+        cwd=folder,  # schemathesis keeps a cache of crashes in the working directory
+        env={**os.environ, "COLUMNS": "160"},
+        capture_output=True,
+        text=True,
+        timeout=seconds + 300,
+    )
+    took = time.monotonic() - started
+    assert run.returncode in (0, 1) and report.exists(), run.stdout[-3000:] + run.stderr[-3000:]
+    exchanges, failures, errors = read_events(report)
+    problems = [f"schemathesis error: {e}" for e in errors]
+    problems += [f"5xx: {e.show()}" for e in exchanges if (e.status or 0) >= 500]
+    expected: Counter[str] = Counter()
+    for f in failures:
+        if f.check in STRICT:
+            if f.check == "negative_data_rejection" and valid_after_all(f.exchange, document):
+                expected["negative_data_rejection: the body was valid after all"] += 1
+                continue
+            problems.append(f"{f.check} ({f.title}): {f.exchange.show()}")
+        elif f.check == "max_response_time":  # slowness, not a wrong answer: counted
+            expected[f"slow: {f.exchange.operation} over schemathesis's 10 s"] += 1
+        elif f.check == "positive_data_acceptance":
+            if refused_for_a_reason_no_schema_says(f.exchange):
+                answer = f.exchange.answer() or {}
+                expected[f"{f.exchange.status}: {str(answer.get('detail'))[:60]}"] += 1
+            else:
+                problems.append(f"{f.check} ({f.title}): {f.exchange.show()}")
+        else:
+            problems.append(f"{f.check}, a check this test does not know: {f.exchange.show()}")
+    return FuzzRun(exchanges, problems, expected, took)
 
 
 def test_schemathesis_finds_no_server_error_and_no_answer_off_the_document(stacks, tmp_path):
@@ -173,72 +263,16 @@ def test_schemathesis_finds_no_server_error_and_no_answer_off_the_document(stack
     * the fuzzer gets past validation: POST /turns and POST /messages answer 200 too.
     """
     stack = stacks.get("sqlite")
-    document = stack.http.get("/openapi.json").json()
-    report = tmp_path / "fuzz.ndjson"
-    started = time.monotonic()
-    run = subprocess.run(
-        [
-            str(BIN / "schemathesis"),
-            "run",
-            f"{stack.url}/openapi.json",
-            "--header",
-            f"Authorization: Bearer {stack.key}",
-            "--checks",
-            "all",
-            "--continue-on-failure",
-            "--max-time",
-            str(SECONDS),
-            "--max-examples",
-            "25",
-            "--seed",
-            str(SEED),
-            "--workers",
-            "1",
-            "--request-timeout",
-            "30",
-            "--generation-database",
-            "none",
-            "--no-color",
-            "--report",
-            "ndjson",
-            "--report-ndjson-path",
-            str(report),
-        ],
-        cwd=tmp_path,  # schemathesis keeps a cache of crashes in the working directory
-        env={**os.environ, "COLUMNS": "160"},
-        capture_output=True,
-        text=True,
-        timeout=SECONDS + 120,
-    )
-    took = time.monotonic() - started
-    assert run.returncode in (0, 1) and report.exists(), run.stdout[-3000:] + run.stderr[-3000:]
-    exchanges, failures, errors = read_events(report)
-    statuses = Counter((e.operation, e.status) for e in exchanges)
-    print(f"\nschemathesis: {len(exchanges)} requests in {took:.0f}s (seed {SEED})")
-    for (operation, status), n in sorted(statuses.items(), key=str):
+    run = fuzz(stack.url, stack.key, SECONDS, SEED, tmp_path)
+    print(f"\nschemathesis: {len(run.exchanges)} requests in {run.seconds:.0f}s (seed {SEED})")
+    for (operation, status), n in sorted(run.statuses.items(), key=str):
         print(f"  {n:5d}  {status}  {operation}")
-
-    problems = [f"schemathesis error: {e}" for e in errors]
-    problems += [f"5xx: {e.show()}" for e in exchanges if (e.status or 0) >= 500]
-    expected: Counter[str] = Counter()
-    for f in failures:
-        if f.check in STRICT:
-            if f.check == "negative_data_rejection" and valid_after_all(f.exchange, document):
-                expected["negative_data_rejection: the body was valid after all"] += 1
-                continue
-            problems.append(f"{f.check} ({f.title}): {f.exchange.show()}")
-        elif f.check == "positive_data_acceptance":
-            if refused_for_a_reason_no_schema_says(f.exchange):
-                answer = f.exchange.answer() or {}
-                expected[f"{f.exchange.status}: {str(answer.get('detail'))[:60]}"] += 1
-            else:
-                problems.append(f"{f.check} ({f.title}): {f.exchange.show()}")
-        else:
-            problems.append(f"{f.check}, a check this test does not know: {f.exchange.show()}")
-    if expected:
+    if run.expected:
         print("  valid requests refused by the API's own checks (expected):")
-        for reason, n in expected.most_common(10):
+        for reason, n in run.expected.most_common(10):
             print(f"  {n:5d}  {reason}")
-    assert not problems, "\n".join(problems[:20])
+    assert not run.problems, "\n".join(run.problems[:20])
     for operation in ("POST /sessions/{session_id}/turns", "POST /sessions/{session_id}/messages"):
-        assert statuses[(operation, 200)] > 0, f"the fuzzer never got past validation: {operation}"
+        assert run.statuses[(operation, 200)] > 0, (
+            f"the fuzzer never got past validation: {operation}"
+        )

@@ -4,7 +4,8 @@ Whatever wrote the summary (an LLM, the offline extractor):
 
 * the agent's place is written into the template (:mod:`offpath.compaction.frontier`: the
   task, the latest request, what is open, done and next; DESIGN.md invariant 15), read from
-  the messages themselves, and carried in the summary's metadata for the next compaction;
+  the messages themselves and from the text of the earlier summary (never its metadata,
+  which a client can forge); it is also kept in the new summary's metadata, for display;
 * the facts of the removed messages that it missed are appended as a bounded **Pinned
   facts** section (:func:`offpath.compaction.facts.pin`);
 * a last line tells the model that the originals can be searched with the ``recall`` tool.
@@ -19,7 +20,7 @@ from offpath.compaction.frontier import Frontier, into_summary, read_frontier
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult
-from offpath.compaction.summary import RECALL_NOTE, summary_meta
+from offpath.compaction.summary import RECALL_NOTE, summary_body
 
 __all__ = ["RECALL_NOTE", "GuardedSummarizer"]
 
@@ -45,7 +46,7 @@ class GuardedSummarizer:
             (
                 f
                 for m in reversed(plan.earlier_summaries)
-                if (f := Frontier.from_json(summary_meta(m).get("frontier"))) is not None
+                if (f := Frontier.from_text(summary_body(m))) is not None
             ),
             None,
         )

@@ -107,24 +107,26 @@ class LLMSummarizer:
             answer = self.model.invoke(
                 [SystemMessage(content=prompt.system), HumanMessage(content=prompt.user)]
             )
+        # the errors say what failed in offpath's words (they are stored in the job's row and
+        # shown by /stats and the UI); the LLM's own text goes to the log (issue 20, item 9)
         except openai.RateLimitError as exc:
             raise TransientSummarizerError(
-                f"LLM rate limited (429): {_short(exc)}", _retry_after(exc)
+                _logged("LLM rate limited (429)", exc), _retry_after(exc)
             ) from exc
         except openai.InternalServerError as exc:
             raise TransientSummarizerError(
-                f"LLM server error ({exc.status_code}): {_short(exc)}", _retry_after(exc)
+                _logged(f"LLM server error ({exc.status_code})", exc), _retry_after(exc)
             ) from exc
         except openai.APITimeoutError as exc:
-            raise TransientSummarizerError(f"LLM call timed out: {_short(exc)}") from exc
+            raise TransientSummarizerError(_logged("LLM call timed out", exc)) from exc
         except openai.APIConnectionError as exc:
-            raise TransientSummarizerError(f"LLM unreachable: {_short(exc)}") from exc
+            raise TransientSummarizerError(_logged("LLM unreachable", exc)) from exc
         except openai.APIStatusError as exc:
             raise SummarizerError(
-                f"LLM refused the request ({exc.status_code}): {_short(exc)}"
+                _logged(f"LLM refused the request ({exc.status_code})", exc)
             ) from exc
         except Exception as exc:  # a malformed answer, a client bug: never a summary
-            raise SummarizerError(f"LLM call failed: {type(exc).__name__}: {_short(exc)}") from exc
+            raise SummarizerError(_logged(f"LLM call failed ({type(exc).__name__})", exc)) from exc
         text = str(answer.text).strip()
         if not text:
             raise EmptySummaryError("the LLM answered with an empty summary")
@@ -151,6 +153,13 @@ def _retry_after(exc: openai.APIStatusError) -> float | None:
         return float(value) if value is not None else None
     except (AttributeError, ValueError):
         return None
+
+
+def _logged(what: str, exc: BaseException) -> str:
+    """``what`` (the error's message: offpath's words only); the exception's own text, which
+    may quote the prompt or the endpoint's answer, is logged at WARNING."""
+    log.warning("%s: %s", what, _short(exc))
+    return what
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:

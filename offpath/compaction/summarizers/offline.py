@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from langchain_core.messages import AIMessage, BaseMessage
 
 from offpath.compaction.planner import CompactionPlan
-from offpath.compaction.prompt import SummaryPrompt, render_content
+from offpath.compaction.prompt import SummaryPrompt, render_content, tool_label
 from offpath.compaction.summarizers.base import SummaryResult
 from offpath.compaction.summary import (
     fit_text,
@@ -197,9 +197,8 @@ def _findings(messages: list[BaseMessage], limit: int, seen: set[str]) -> list[s
                 candidates.append((line, _DIGITS.sub("#", line), len(candidates), m.type == "ai"))
                 if m.type == "tool":
                     failed = getattr(m, "status", None) == "error"
-                    sources.setdefault(
-                        line, f"{m.name or 'tool'}, FAILED" if failed else m.name or "tool"
-                    )
+                    source = _source(m.name)
+                    sources.setdefault(line, f"{source}, FAILED" if failed else source)
     counts = Counter(sig for _, sig, _, _ in candidates)
     scored = []
     first_of: dict[str, int] = {}
@@ -244,7 +243,7 @@ def _ruled_out(messages: list[BaseMessage]) -> list[str]:
                 if (
                     _HEALTHY.search(line) or _RULED_OUT.search(line)
                 ) and not looks_like_instruction(line):
-                    out.append(f"`{_clip(line, MAX_BULLET_CHARS)}` ({m.name or 'tool'} output)")
+                    out.append(f"`{_clip(line, MAX_BULLET_CHARS)}` ({_source(m.name)} output)")
     return list(dict.fromkeys(out))[-4:]
 
 
@@ -256,7 +255,8 @@ def _current_state(messages: list[BaseMessage]) -> str:
             if not call and m.tool_calls:
                 c = m.tool_calls[-1]
                 args = json.dumps(c.get("args") or {}, ensure_ascii=False, default=str)
-                call = f"Last tool call: {c.get('name')}({_clip(args, 120)})."
+                quoted = f"{c.get('name')}({_clip(args, 120)})".replace("`", "'")
+                call = f"Last tool call: `{quoted}`."  # the call is data: quoted
             if not said:
                 sentences = [
                     _plain(x)
@@ -268,6 +268,12 @@ def _current_state(messages: list[BaseMessage]) -> str:
             break
     parts = [p for p in (said, call) if p]
     return " ".join(parts) if parts else "no agent message in the compacted part"
+
+
+def _source(name: str | None) -> str:
+    """Who wrote a quoted line: the tool, by its name if that is an identifier (a tool's
+    name is data: one holding a sentence is never written, issue 20, item 6)."""
+    return tool_label(name) or "tool"
 
 
 def _sentences(text: str) -> list[str]:
