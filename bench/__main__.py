@@ -28,6 +28,7 @@ from typing import Any
 from bench import (
     faults,
     fidelity,
+    groundtruth,
     growth,
     job,
     lag,
@@ -66,9 +67,10 @@ BENCHMARKS: dict[str, Callable[[Any], Result]] = {
     middleware.NAME: middleware.run,
     peak.NAME: peak.run,
     fidelity.NAME: fidelity.run,
+    groundtruth.NAME: groundtruth.run,
 }
 #: Those that need neither the stub LLM nor a database.
-PURE = {planner.NAME, growth.NAME, fidelity.NAME}
+PURE = {planner.NAME, growth.NAME, fidelity.NAME, groundtruth.NAME}
 NAMES = [*BENCHMARKS, faults.NAME]
 
 
@@ -119,7 +121,7 @@ def main() -> None:
                 assert stub is not None
                 # the worker settings at their defaults (WORKER_CONCURRENCY...)
                 set_env(base_env(pg_url, f"bench-{RUN_ID}", OPENAI_BASE_URL=stub.base_url))
-            ctx = Context(stub, pg_url, args.quick) if stub is not None else None
+            ctx = Context(stub, pg_url, args.quick)  # no stub nor database for pure ones
             for name in steps:
                 if needs_stack:
                     purge_broker()
