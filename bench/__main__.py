@@ -28,6 +28,7 @@ from typing import Any
 from bench import (
     faults,
     fidelity,
+    frontier,
     groundtruth,
     growth,
     job,
@@ -68,9 +69,10 @@ BENCHMARKS: dict[str, Callable[[Any], Result]] = {
     peak.NAME: peak.run,
     fidelity.NAME: fidelity.run,
     groundtruth.NAME: groundtruth.run,
+    frontier.NAME: frontier.run,
 }
-#: Those that need neither the stub LLM nor a database.
-PURE = {planner.NAME, growth.NAME, fidelity.NAME, groundtruth.NAME}
+#: Those that need neither the stub LLM nor a database (frontier runs its own stub LLM).
+PURE = {planner.NAME, growth.NAME, fidelity.NAME, groundtruth.NAME, frontier.NAME}
 NAMES = [*BENCHMARKS, faults.NAME]
 
 
