@@ -39,6 +39,7 @@ from bench import (
     peak,
     planner,
     report,
+    swapcheck,
     throughput,
     turns,
 )
@@ -70,9 +71,10 @@ BENCHMARKS: dict[str, Callable[[Any], Result]] = {
     fidelity.NAME: fidelity.run,
     groundtruth.NAME: groundtruth.run,
     frontier.NAME: frontier.run,
+    swapcheck.NAME: swapcheck.run,
 }
 #: Those that need neither the stub LLM nor a database (frontier runs its own stub LLM).
-PURE = {planner.NAME, growth.NAME, fidelity.NAME, groundtruth.NAME, frontier.NAME}
+PURE = {planner.NAME, growth.NAME, fidelity.NAME, groundtruth.NAME, frontier.NAME, swapcheck.NAME}
 NAMES = [*BENCHMARKS, faults.NAME]
 
 
