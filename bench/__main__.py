@@ -28,6 +28,8 @@ from typing import Any
 from bench import (
     faults,
     fidelity,
+    frontier,
+    groundtruth,
     growth,
     hostile,
     job,
@@ -38,6 +40,7 @@ from bench import (
     peak,
     planner,
     report,
+    swapcheck,
     throughput,
     turns,
 )
@@ -68,9 +71,12 @@ BENCHMARKS: dict[str, Callable[[Any], Result]] = {
     peak.NAME: peak.run,
     fidelity.NAME: fidelity.run,
     hostile.NAME: hostile.run,
+    groundtruth.NAME: groundtruth.run,
+    frontier.NAME: frontier.run,
+    swapcheck.NAME: swapcheck.run,
 }
-#: Those that need neither the stub LLM nor a database.
-PURE = {planner.NAME, growth.NAME, fidelity.NAME}
+#: Those that need neither the stub LLM nor a database (frontier runs its own stub LLM).
+PURE = {planner.NAME, growth.NAME, fidelity.NAME, groundtruth.NAME, frontier.NAME, swapcheck.NAME}
 NAMES = [*BENCHMARKS, faults.NAME]
 
 
@@ -121,7 +127,7 @@ def main() -> None:
                 assert stub is not None
                 # the worker settings at their defaults (WORKER_CONCURRENCY...)
                 set_env(base_env(pg_url, f"bench-{RUN_ID}", OPENAI_BASE_URL=stub.base_url))
-            ctx = Context(stub, pg_url, args.quick) if stub is not None else None
+            ctx = Context(stub, pg_url, args.quick)  # no stub nor database for pure ones
             for name in steps:
                 if needs_stack:
                     purge_broker()

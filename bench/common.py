@@ -93,9 +93,11 @@ class StubServer:
 @dataclass
 class Context:
     """What a benchmark gets from the orchestrator: the stub LLM, the scratch database the
-    environment points at (``DATABASE_URL``), and whether this is a quick (smoke) run."""
+    environment points at (``DATABASE_URL``), and whether this is a quick (smoke) run. When
+    only benchmarks that need neither run (``PURE`` in ``bench.__main__``), there is no stub
+    (None) and no database (``""``)."""
 
-    stub: StubServer
+    stub: StubServer | None
     pg_url: str
     quick: bool
 
