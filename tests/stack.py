@@ -25,6 +25,8 @@ import psycopg
 from offpath.compaction import formats
 
 ROOT = Path(__file__).resolve().parents[1]
+#: How long a test waits for a worker process to say it is ready (seconds).
+WORKER_START_S = 120
 BIN = Path(sys.executable).parent
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 PG_ADMIN = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -233,7 +235,9 @@ class Stack:
                 name,
             ]
         self.worker = self._spawn(cmd, self.worker_log, env)
-        deadline = time.monotonic() + 30
+        # a worker starts in a few seconds; on a loaded CI host (load average 10-29 seen) a
+        # Celery worker's imports took over 30 s: wait for it generously, it says when it is up
+        deadline = time.monotonic() + WORKER_START_S
         while "ready." not in self.worker_log.read_text(errors="replace")[offset:]:
             if self.worker.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
@@ -247,7 +251,7 @@ class Stack:
         self.worker.wait(timeout=30)
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + WORKER_START_S
         while time.monotonic() < deadline:
             if self.api.poll() is not None:
                 raise RuntimeError(

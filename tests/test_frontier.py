@@ -141,7 +141,7 @@ def test_an_instruction_revised_later_is_the_one_in_force(kind):
         msgs += tool_step("x", i)
     text, _ = summary_of(msgs, kind)
     investigating, state = sections(text)
-    assert "(revised by a later request;" in investigating
+    assert "(superseded: revised by a later request;" in investigating
     assert "Now: Actually, deploy it to prod-eu instead of staging." in investigating
     assert "Instructions in force: Actually, deploy it to prod-eu" in state
 

@@ -48,8 +48,9 @@ FOLLOW_UP = re.compile(
 )
 #: A request that revises an earlier instruction.
 REVISION = re.compile(
-    r"\b(?:actually|instead|rather than|scratch that|change of plan|correction|on second thought"
-    r"|no,? (?:use|do|don't|make|switch)|don'?t use|do not use|switch to|not \w+ but)\b",
+    r"\b(?:actually|instead|rather than|scratch that|change of plans?|correction|on second "
+    r"thought|update:|from now on|for the rest of|going forward|no longer|no,? (?:use|do|don't|"
+    r"make|switch)|don'?t use|do not use|switch to|not \w+ but)",
     re.IGNORECASE,
 )
 #: A numbered step of a plan in the agent's text: "1. ...", "Step 2: ...", "3) ...".
@@ -70,7 +71,7 @@ _STATUS = re.compile(
     r" \((done|revised by a later request|earlier); the current request follows\)$"
 )
 #: A step of a plan as a summary lists it ("step 4 (under way): ...").
-_LISTED_STEP = re.compile(r"^step (\d{1,2})(?: \(under way\))?: (.+)$")
+_LISTED_STEP = re.compile(r"^step (\d{1,2})(?: \((?:under way|done)\))?: (.+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +118,10 @@ class Frontier:
                 value = line[len(HEADINGS[0]) :].strip()
                 found = _STATUS.search(value)
                 if found:
-                    status = {"done": "done", "revised by a later request": "revised"}.get(
-                        found.group(1)
-                    )
+                    status = {
+                        "done": "done",
+                        "superseded: revised by a later request": "revised",
+                    }.get(found.group(1))
                     value = value[: found.start()].rstrip()
                 task = value or None
             elif line.startswith("Now: ") and latest is None:
@@ -219,7 +221,9 @@ def read_frontier(
             if text == task:
                 task_status = task_status or ("done" if answered else None)
             else:
-                done.append(_item(text, 80) + (" (answered)" if answered else " (superseded)"))
+                done.append(
+                    _item(text, 80) + (" (done: answered)" if answered else " (superseded)")
+                )
         elif not answered and text != task:
             open_.append(f"the latest request is under way: {_item(text)}")
     if earlier and earlier.instructions:
@@ -329,7 +333,7 @@ def _plan(
                 re.I,
             ):
                 status[n] = "under way"
-    done = [f"step {n}: {_item(plan[n], 100)}" for n in sorted(plan) if status[n] == "done"]
+    done = [f"step {n} (done): {_item(plan[n], 100)}" for n in sorted(plan) if status[n] == "done"]
     last_done = max((n for n in plan if status[n] == "done"), default=0)
     current = next(
         (n for n in sorted(plan) if status[n] == "under way"),
@@ -383,7 +387,7 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
     if frontier.task:
         investigating = f"{HEADINGS[0]} {verbatim(frontier.task, frontier.task_id)}"
         if frontier.latest:
-            status = {"done": "done", "revised": "revised by a later request"}.get(
+            status = {"done": "done", "revised": "superseded: revised by a later request"}.get(
                 frontier.task_status or "", "earlier"
             )
             investigating += (
