@@ -527,6 +527,16 @@ def _parse_and_validate(route: APIRoute, body: bytes, plain_numbers: bool) -> An
     return value
 
 
+async def _caller_first(request: Request) -> None:
+    """Raise the caller's 401 or 403 (no key, the UI's cookie without its header), which
+    FastAPI's dependencies answer before a body's 422: a refused body says nothing to a
+    caller who may not send it."""
+    from .deps import bearer, principal
+
+    credentials = await bearer(request)
+    await run_in_threadpool(principal, request, credentials)
+
+
 class OffLoopBody(APIRoute):
     """A route whose JSON body is parsed and validated in a worker thread (issue 20, item 1):
     on the event loop, a 30 MB body took 150 ms to parse and a 10,000-message turn 200-400
@@ -546,7 +556,11 @@ class OffLoopBody(APIRoute):
                 del chunks
                 if body:
                     plain = bool(request.scope.get(PLAIN_NUMBERS))
-                    value = await run_in_threadpool(_parse_and_validate, self, body, plain)
+                    try:
+                        value = await run_in_threadpool(_parse_and_validate, self, body, plain)
+                    except RequestValidationError:
+                        await _caller_first(request)
+                        raise
                     del body
                     request = _Parsed(request, value)
                 else:

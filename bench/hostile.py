@@ -8,7 +8,8 @@ cost it, on a real API process (PostgreSQL, the stub LLM).
 * **authenticated shapes**: one request each, on a fresh API process (its memory is not
   what an earlier shape left): a 30 MB string, a 10,000-message turn, the issue's million-
   item list, 199,000 values in ``state``, 5,000 levels of nesting, 8 MB of ``[]``; targets:
-  memory growth <= 3x the body, ``/healthz`` (polled all along) never waits > 100 ms;
+  memory growth <= 3x the body, the event loop never wakes > 100 ms late (the API's
+  ``offpath_api_event_loop_lag_seconds``; ``/healthz``, polled all along, is reported too);
 * **injection**: ``tests/injection.py``'s variants through each channel (tool content, tool
   names, tool call arguments, additional_kwargs), summarized by the offline summarizer and
   by a model that copies every line it reads, each with the fact guard; target: 0 stated
@@ -365,7 +366,7 @@ def run(ctx: Context) -> Result:
         "13. Hostile input",
         f"unauthenticated 4 x 64 MiB: memory < {UNAUTH_GROWTH_MB:.0f} MB, /healthz p99 < "
         f"{HEALTHZ_P99_MS:.0f} ms; any authenticated request: memory <= {BODY_RATIO:.0f}x its "
-        f"body, no /healthz wait > {STALL_MS:.0f} ms; injection variants: 0 stated as plain "
+        f"body, no event-loop wake-up > {STALL_MS:.0f} ms late; injection variants: 0 stated as plain "
         "text; schemathesis 30 min per backend: 0 x 5xx, 0 off the document",
         f"unauthenticated {unauth}; authenticated shapes {'met' if auth_met else 'see the table'}; "
         f"injection {inj}; schemathesis {fuzzed}",
@@ -384,9 +385,10 @@ def run(ctx: Context) -> Result:
             "loop waits for a thread the host has not scheduled)",
             f"logs and reports: {folder}",
         ],
-        limits="the authenticated JSON is parsed (the standard library's parser, as FastAPI's) "
-        "and validated into Python objects after the streaming check: a body of many small "
-        "values costs far more than 3x its bytes (the 10,000-message row), bounded by "
-        "MAX_JSON_VALUES and MAX_TURN_MESSAGES",
+        limits="an accepted body becomes Python objects (pydantic models, then LangChain "
+        "messages): a body of many small values costs far more than 3x its bytes (the "
+        "10,000-message row), bounded by MAX_JSON_VALUES and MAX_TURN_MESSAGES; and on a busy "
+        "2-core host the event loop waits for the GIL held by the thread that parses, "
+        "validates or converts a large body",
         table=[*auth_rows, "", *inj_rows],
     )
