@@ -155,8 +155,9 @@ def score(text: str, current: str, finished: list[str], superseded: bool = False
     for heading, body in now:
         for clause in _CLAUSE.split(body):
             low = clause.lower()
-            for item in finished:
-                if item.lower() in low and not (mark.search(clause) or _DONE.search(clause)):
+            for item in finished:  # as a phrase of its own ("cordon" is not in "uncordon")
+                named = re.search(rf"(?<!\w){re.escape(item.lower())}(?!\w)", low)
+                if named and not (mark.search(clause) or _DONE.search(clause)):
                     r2 = False
                     why.append(f"R2: {item!r} under {heading!r}: {clause.strip()[:100]!r}")
     r3 = True

@@ -72,7 +72,7 @@ def summary_of(messages, kind):
 
 
 def sections(text: str) -> tuple[str, str]:
-    """(the Investigating part, the Current state part) of a summary."""
+    """(the Investigating part, the Current state part, Done included) of a summary."""
     investigating = text.split("**Key findings:**")[0]
     state = text.split("**Current state:**", 1)[1].split(PINNED_HEADING)[0]
     return investigating, state
@@ -93,9 +93,9 @@ def test_a_finished_task_is_done_and_the_one_after_it_is_current(kind, seed):
         msgs += tool_step("b", i)
     text, _ = summary_of(msgs, kind)
     investigating, state = sections(text)
-    assert f"Now: {b}" in investigating  # B is current, word for word
-    assert a in investigating and "(done;" in investigating  # A: the task, said to be done
-    assert a not in state.split("- Done:")[0]  # never listed as open
+    assert f"**Investigating:** {b}\n" in investigating  # B is current, word for word
+    assert f"**Original request** (done): {a}" in investigating  # A, the task: done
+    assert a not in state.split("**Done:**")[0]  # never listed as open
     assert "- Open: the latest request is under way: " + b[:40] in state
 
 
@@ -125,7 +125,8 @@ def test_a_plan_with_three_steps_done_names_the_fourth_as_under_way(kind):
     open_part = state.split("- Open:")[1].split("\n")[0]
     assert open_part.strip().startswith("step 4 (under way): Rerun the nightly job")
     assert not re.search(r"step [123]\b", open_part)  # nothing finished listed as pending
-    assert "step 1" in state and "step 3" in state.split("- Done:")[1]
+    done = state.split("**Done:**")[1]
+    assert "step 1 (done)" in done and "step 3 (done)" in done
 
 
 @pytest.mark.parametrize("kind", SUMMARIZERS)
@@ -141,8 +142,8 @@ def test_an_instruction_revised_later_is_the_one_in_force(kind):
         msgs += tool_step("x", i)
     text, _ = summary_of(msgs, kind)
     investigating, state = sections(text)
-    assert "(superseded: revised by a later request;" in investigating
-    assert "Now: Actually, deploy it to prod-eu instead of staging." in investigating
+    assert "**Original request** (superseded: revised by a later request):" in investigating
+    assert "**Investigating:** Actually, deploy it to prod-eu instead of staging." in investigating
     assert "Instructions in force: Actually, deploy it to prod-eu" in state
 
 

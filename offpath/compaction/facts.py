@@ -29,6 +29,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
@@ -151,6 +152,13 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         2,
     ),
     ("identifier", re.compile(r"#(?<![\w#]#)[A-Za-z0-9]*\d[A-Za-z0-9]*(?![\w])"), 3),
+    (  # a code of capitals and digits, both: a reservation (OBUT9V), a flight (HAT078)
+        "identifier",
+        re.compile(
+            r"[A-Z0-9](?<![\w.#-][A-Z0-9])(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{4,11}(?![\w-])"
+        ),
+        2,
+    ),
     (
         "quantity",  # a number with a unit, or a ratio n/m
         re.compile(
@@ -174,7 +182,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
     ),
     ("number", re.compile(r"\d(?<![\w.:/#+-]\d)\d{4,}(?![\w.:/%-])"), 1),
 )
-_WEIGHT = {kind: weight for kind, _, weight in _KINDS}
+_WEIGHT = {kind: weight for kind, _, weight in _KINDS} | {"argument": 3}
 #: An identifier without digits is a fact only with one of these parts (a service's usual
 #: names) or at least two separators; ``read-only`` and ``well-known`` are words, not names.
 _SERVICE_PARTS = frozenset(
@@ -210,7 +218,7 @@ class Fact:
 
     @property
     def score(self) -> int:
-        """Higher first: kind weight, +3 stated by the agent, +2 asked by the user, +2 carried
+        """Higher first: kind weight, +3 stated by the agent, +2 asked by the user, +5 carried
         from an earlier summary, +2 on a line that reports an error, + up to 3 for
         recurrence. 0 (never pinned): a bare number nobody used (not stated, asked, carried
         nor recurring), a fact seen only on noise lines and never used."""
@@ -221,7 +229,7 @@ class Fact:
             _WEIGHT[self.kind]
             + 3 * self.stated
             + 2 * self.asked
-            + 2 * self.carried
+            + 5 * self.carried  # pinned or concluded before: kept ahead (no telephone game)
             + 2 * self.error
             + min(self.messages - 1, 3)
         )
@@ -302,6 +310,9 @@ def _is_name(value: str) -> bool:
 #: An entry of an earlier summary's Pinned facts: a quoted line, or values by message.
 _QUOTED = re.compile(r"^- `(?P<line>.*)` \((?P<id>[^()\s;]+)(?:; [^()]*)?\)$")
 _LISTED = re.compile(r"^- also in (?P<id>\S+): (?P<values>.*)$")
+#: The compact line of carried facts that found no room with their message ids.
+_EARLIER_LINE = "\n- earlier, each found by `recall`: "
+_EARLIER = re.compile(r"^- earlier, each found by `recall`: (?P<values>.*)$")
 
 
 def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
@@ -335,6 +346,8 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
                 yield quoted["line"], "carried", quoted["id"]
             elif listed := _LISTED.match(line.strip()):
                 yield listed["values"].replace("`", ""), "carried", listed["id"]
+            elif compact := _EARLIER.match(line.strip()):
+                yield compact["values"].replace("`", ""), "carried", mid
         return
     role = {"ai": "agent", "human": "user"}.get(message.type, "data")
     yield render_content(message.content), role, mid
@@ -353,6 +366,36 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
                 yield value.split("\n", 1)[1], "data", mid
 
 
+#: A tool argument's value that is an identifier by its use: one token, no spaces.
+_TOKEN_VALUE = re.compile(r"^[#\w][\w.:/@#+-]{2,79}$")
+
+
+def _arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
+    """``(value, line)`` for each scalar argument of the message's tool calls that is one
+    token (an id, a name, a number: ``{"reservation_id": "XEHQWM"}``), with the call's line:
+    what the agent passed to a tool is a fact whatever its shape (issue 19)."""
+    for call in getattr(message, "tool_calls", None) or []:
+        args = call.get("args") or {}
+        line = f"{call.get('name')}({json.dumps(args, ensure_ascii=False, default=str)[:200]})"
+        stack: list[Any] = [args]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item[:50])
+            elif isinstance(item, str | int) and not isinstance(item, bool):
+                text = str(item)
+                if text.isdigit() and len(text) < 4:  # a count, a limit: not a name
+                    continue
+                if (
+                    _TOKEN_VALUE.match(text)
+                    and not text.isalpha()
+                    or (isinstance(item, str) and text.isupper() and 4 <= len(text) <= 12)
+                ):
+                    yield text, line
+
+
 def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     """The facts of ``messages``, one per distinct value, with where each was first seen
     (the line it is on) and how it was used (see :class:`Fact`).
@@ -362,6 +405,12 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     """
     facts: dict[str, Fact] = {}
     for m in messages:
+        for value, line in _arguments(m):  # an identifier by its use: passed to a tool
+            fact = facts.get(value)
+            if fact is None:
+                fact = facts[value] = Fact(value, "argument", str(m.id), line, order=len(facts))
+                fact._seen.add(str(m.id))
+            fact.stated, fact.noise = True, False
         for text, role, mid in _blocks(m):
             instruction: dict[int, bool] = {}  # line start -> the line reads as one
             noisy: dict[int, bool] = {}  # line start -> a noise line (tool output only)
@@ -461,48 +510,79 @@ def pin(
         return absent[fact.value]
 
     pinned = ""  # the lines quoted and the values listed so far
-    # the highest-ranked facts with the line they were found on, in up to half the budget;
-    # a line like one quoted already (the same but for its numbers) is counted, not quoted
+    named: dict[str, list[str]] = {}  # message id -> values listed by value
     quoted: list[tuple[int, int, str, str]] = []
     similar: dict[str, int] = {}
-    # the quoted lines take what the listed values will not need (at most half is kept for
-    # them): a section with few values to list quotes more lines
+
+    def quote(fact: Fact, room: int) -> int:
+        """Quote ``fact``'s line if it fits ``room``; the chars it took (0: not quoted)."""
+        nonlocal pinned
+        signature = _SIGNATURE.sub("#", fact.line.casefold())
+        if signature in similar:
+            similar[signature] += 1
+            return 0
+        entry = f"\n- `{fact.line.replace('`', chr(39))}` ({fact.message_id})"
+        if len(entry) + 14 > room or not missing(fact):
+            return 0
+        similar[signature] = 0
+        quoted.append((position.get(fact.message_id, 0), fact.order, entry, signature))
+        pinned += "\n" + fact.line
+        return len(entry) + 14  # with room for "; +N similar"
+
+    # 1. the facts an earlier summary carried, ahead of every new one (no telephone game), in
+    #    up to 60% of the budget: quoted with their line while they fit in 40%, then by
+    #    value, grouped by message, then on one compact line (``recall`` finds each)
+    carry_room, used = budget * 3 // 5, 0
+    earlier: list[str] = []
+    for fact in ranked:
+        if not fact.carried or fact.value in pinned or not missing(fact):
+            continue
+        if took := quote(fact, budget * 2 // 5 - used):
+            used += took
+            continue
+        values = named.get(fact.message_id)
+        with_id = len(fact.value) + 4 + (0 if values else len(fact.message_id) + 12)
+        if used + with_id <= carry_room * 4 // 5:
+            named.setdefault(fact.message_id, []).append(fact.value.replace("`", "'"))
+            used += with_id
+        elif used + len(fact.value) + 4 <= carry_room - len(_EARLIER_LINE):
+            earlier.append(fact.value.replace("`", "'"))
+            used += len(fact.value) + 4
+        else:
+            continue
+        pinned += "\n" + fact.value
+    if earlier:
+        used += len(_EARLIER_LINE)
+    budget -= used
+    # 2. the highest-ranked new facts with the line they were found on; a line like one
+    #    quoted already (the same but for its numbers) is counted, not quoted. The quoted
+    #    lines take what the listed values will not need (at most half is kept for them)
     listable = 0
     for fact in ranked:
+        if fact.carried or fact.value in pinned:
+            continue
         if fact.score >= LISTED_MIN_SCORE and listable < budget // 2 and missing(fact):
             listable += len(fact.value) + 6
     room = budget - min(budget // 2, listable + 40)
     for fact in ranked:
-        if fact.value in pinned:  # on a line quoted for an earlier fact
+        if fact.carried or fact.value in pinned:  # carried, or on a line quoted already
             continue
-        signature = _SIGNATURE.sub("#", fact.line.casefold())
-        if signature in similar:
-            similar[signature] += 1
-            continue
-        line = fact.line.replace("`", "'")
-        entry = f"\n- `{line}` ({fact.message_id})"
-        if len(entry) + 14 > room or not missing(fact):
-            continue
-        similar[signature] = 0
-        quoted.append((position.get(fact.message_id, 0), fact.order, entry, signature))
-        room -= len(entry) + 14  # room for "; +N similar"
-        pinned += "\n" + fact.line
+        room -= quote(fact, room)
     quoted_entries = []
     for pos, order, entry, signature in quoted:
         if similar[signature]:
             entry = entry[:-1] + f"; +{similar[signature]} similar)"
         quoted_entries.append((pos, order, entry))
     budget = room + min(budget // 2, listable + 40)
-    # the rest by value only, grouped by the message they came from, while the budget lasts
-    named: dict[str, list[str]] = {}
+    # 3. the other new facts that were used or recur, by value, grouped by message
     for fact in ranked:
-        if fact.score < LISTED_MIN_SCORE or fact.value in pinned:
+        if fact.carried or fact.score < LISTED_MIN_SCORE or fact.value in pinned:
             continue
-        values = named.setdefault(fact.message_id, [])
+        values = named.get(fact.message_id)
         cost = len(fact.value) + 4 + (0 if values else len(fact.message_id) + 12)
         if cost > budget or not missing(fact):
             continue
-        values.append(fact.value.replace("`", "'"))
+        named.setdefault(fact.message_id, []).append(fact.value.replace("`", "'"))
         budget -= cost
         pinned += "\n" + fact.value
     listed = [
@@ -510,6 +590,9 @@ def pin(
         for mid, values in named.items()
         if values
     ]
+    if earlier:
+        line = _EARLIER_LINE + ", ".join(f"`{v}`" for v in earlier)
+        listed.append((len(removed), 1, line))
     if not quoted_entries and not listed:
         return summary_text, Pinned((), 0)
     ordered = tuple(entry for *_, entry in sorted(quoted_entries)) + tuple(
@@ -517,6 +600,21 @@ def pin(
     )
     covered = sum(fact.value in pinned and missing(fact) for fact in ranked)
     return summary_text.rstrip() + header + "".join(ordered), Pinned(ordered, covered)
+
+
+#: A token someone may name: an id, a code, a name with digits or separators.
+_NAMED = re.compile(r"(?<![\w#.-])[#A-Za-z0-9][\w.#:/-]{3,60}(?<![.:/-])(?![\w-])")
+
+
+def _looks_named(token: str) -> bool:
+    """``token`` reads as a name rather than a word: it holds a digit, ``_`` or ``#``, or it
+    is all capitals (``XEHQWM``)."""
+    return (
+        any(c.isdigit() for c in token)
+        or "_" in token
+        or "#" in token
+        or (token.isupper() and len(token) >= 5)
+    )
 
 
 def swap_check(
@@ -538,12 +636,15 @@ def swap_check(
     visible = normal(summary_text + "\n" + "\n".join(render_content(m.content) for m in kept))
     refs: dict[str, str] = {}
     for m in later:
+        named = [v for v, _ in _arguments(m)]
         for text, role, _ in _blocks(m):
             if role == "data":  # what the agent or the user names, not tool output
                 continue
-            for value, kind, _ in find(text):
-                if kind not in ("timestamp", "quantity") and normal(value) not in visible:
-                    refs.setdefault(normal(value), value)
+            named += [v for v, k, _ in find(text) if k not in ("timestamp", "quantity")]
+            named += [t for t in _NAMED.findall(text) if _looks_named(t)]
+        for value in named:
+            if normal(value) not in visible:
+                refs.setdefault(normal(value), value)
     if not refs:
         return "", 0
     entries: list[str] = []

@@ -109,39 +109,40 @@ class Frontier:
         """The frontier an earlier summary shows, read from its text (what the model saw):
         never from its metadata, which a client can forge (issue 20, item 8). None when it
         shows none."""
-        lines = text.splitlines()
-        task = latest = next_step = None
+        current = original = None
         status = None
         lists: dict[str, tuple[str, ...]] = {}
-        for line in lines:
-            if line.startswith(HEADINGS[0]) and task is None:
-                value = line[len(HEADINGS[0]) :].strip()
-                found = _STATUS.search(value)
+        for line in text.splitlines():
+            if line.startswith(HEADINGS[0]) and current is None:
+                current = line[len(HEADINGS[0]) :].strip() or None
+            elif line.startswith(ORIGINAL_HEADING) and original is None:
+                found = _STATUS.match(line[len(ORIGINAL_HEADING) :])
                 if found:
                     status = {
                         "done": "done",
                         "superseded: revised by a later request": "revised",
                     }.get(found.group(1))
-                    value = value[: found.start()].rstrip()
-                task = value or None
-            elif line.startswith("Now: ") and latest is None:
-                latest = line[5:].strip() or None
+                    original = found.group(2).strip() or None
+            elif line.startswith(DONE_HEADING):
+                lists["Done"] = tuple(
+                    x.strip() for x in line[len(DONE_HEADING) :].split("; ") if x.strip()
+                )
             else:
-                for label in ("Open", "Done", "Next", "Instructions in force"):
+                for label in ("Open", "Next", "Instructions in force"):
                     if line.startswith(f"- {label}: "):
                         lists[label] = tuple(
                             x.strip() for x in line[len(label) + 4 :].split("; ") if x.strip()
                         )
-        next_step = lists.get("Next", (None,))[0]
-        if task is None:
+        if current is None:
             return None
+        task, latest = (original, current) if original else (current, None)
         return cls(
             task=task,
-            task_status=status,
+            task_status=status if latest else None,
             latest=latest,
             done=lists.get("Done", ()),
             open=lists.get("Open", ()),
-            next=next_step,
+            next=lists.get("Next", (None,))[0],
             instructions=lists.get("Instructions in force", ()),
         )
 
@@ -362,13 +363,21 @@ def _next(messages: Sequence[BaseMessage]) -> str | None:
     return None
 
 
+#: The line that keeps the session's first request when a later request is the current one.
+ORIGINAL_HEADING = "**Original request**"
+#: The line that lists what is done (after Current state's items).
+DONE_HEADING = "**Done:**"
+
+
 def into_summary(text: str, frontier: Frontier, budget: int) -> str:
     """``text`` (a summary in the seed's template) with ``frontier`` written into it, in at
-    most ``budget`` chars more than the template lines it replaces: the **Investigating** line
-    becomes the task, word for word, and the latest request after it ("Now:"); **Current
-    state** gains the open items (open first), what is done, the next step and the
-    instructions in force. A text too long for the budget is clipped, naming its message
-    (``recall`` reads it whole). A summary off the template is returned as it is."""
+    most ``budget`` chars more than the template lines it replaces. **Investigating** says
+    the current request, word for word: the task, or the latest request when it differs,
+    with the task kept under :data:`ORIGINAL_HEADING` (marked done, superseded or earlier);
+    **Current state** gains the open items (open first), the next step and the
+    instructions in force, and :data:`DONE_HEADING` lists what is done. A text too long for
+    the budget is clipped, naming its message (``recall`` reads it whole). A summary off the
+    template is returned as it is."""
     lines = text.splitlines()
     inv = next((i for i, ln in enumerate(lines) if ln.startswith(HEADINGS[0])), None)
     cur = next((i for i, ln in enumerate(lines) if ln.startswith(HEADINGS[3])), None)
@@ -385,33 +394,39 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
         return f'{cut}... (whole: recall("{mid}"))' if mid else f"{cut}..."
 
     if frontier.task:
-        investigating = f"{HEADINGS[0]} {verbatim(frontier.task, frontier.task_id)}"
         if frontier.latest:
             status = {"done": "done", "revised": "superseded: revised by a later request"}.get(
                 frontier.task_status or "", "earlier"
             )
-            investigating += (
-                f" ({status}; the current request follows)\nNow: "
-                f"{verbatim(frontier.latest, frontier.latest_id)}"
+            lines[inv] = (
+                f"{HEADINGS[0]} {verbatim(frontier.latest, frontier.latest_id)}\n"
+                f"{ORIGINAL_HEADING} ({status}): {verbatim(frontier.task, frontier.task_id)}"
             )
-        lines[inv] = investigating
+        else:
+            lines[inv] = f"{HEADINGS[0]} {verbatim(frontier.task, frontier.task_id)}"
     left = room - sum(len(x) for x in lines[inv].splitlines())
-    extra: list[str] = []
-    for label, items in (
-        ("Open", frontier.open),
-        ("Next", (frontier.next,) if frontier.next else ()),
-        ("Done", frontier.done[-5:]),
-        ("Instructions in force", frontier.instructions[-2:]),
-    ):
-        kept_items: list[str] = []
+
+    def fitting(items: Sequence[str]) -> list[str]:
+        nonlocal left
+        out: list[str] = []
         for item in items:
             entry = _item(item)
             if len(entry) + 4 > left:
                 break
-            kept_items.append(entry)
+            out.append(entry)
             left -= len(entry) + 4
-        if kept_items:
+        return out
+
+    extra: list[str] = []
+    for label, items in (
+        ("Open", frontier.open),
+        ("Next", (frontier.next,) if frontier.next else ()),
+        ("Instructions in force", frontier.instructions[-2:]),
+    ):
+        if kept_items := fitting(items):
             extra.append(f"- {label}: " + "; ".join(kept_items))
+    if done := fitting(frontier.done[-5:]):
+        extra.append(f"{DONE_HEADING} " + "; ".join(done))
     # the Current state section runs to the end of the template (a blank line or a note)
     end = cur + 1
     while end < len(lines) and lines[end].strip() and not lines[end].startswith("_"):

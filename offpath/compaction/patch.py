@@ -267,20 +267,18 @@ def fit(
         )
     gone = present + extra
     # the check before the swap (DESIGN.md invariant 16): what the messages written meanwhile
-    # name that only the removed part held is pinned, or the compaction is prepared again
+    # name that only the removed part held is pinned, or the compaction is prepared again.
+    # Those messages count whether they stay or went to the since-section: naming an id is
+    # not holding its context, and the since-section lists the naming message, not the line
     planned, gone_set = set(prepared.order), set(gone)
-    later = [m for m in messages if m.id not in planned and m.id not in gone_set]
-    later = [m for m in later if m.type != "system"]
+    later = [m for m in messages if m.id not in planned and m.type != "system"]
     checked = 0
     if later:
-        # what the model sees beside the later messages themselves: naming an id is not
-        # holding its context
         later_ids = {m.id for m in later}
         kept = [m for m in messages if m.id not in gone_set and m.id not in later_ids]
         room = max(400, summary_budget_chars(settings) // 4) if settings else 1_000
-        section, unpinned = swap_check(
-            later, [by_id[i] for i in gone], kept, str(attempt.summary.content), room
-        )
+        removed_part = [by_id[i] for i in gone if i not in later_ids]
+        section, unpinned = swap_check(later, removed_part, kept, prepared.summary_text, room)
         if unpinned:
             return Stale(
                 f"{unpinned} identifier(s) named since the summary was written are held only by "
