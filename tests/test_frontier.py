@@ -401,3 +401,41 @@ def test_the_llm_reads_everything_it_removes_in_a_bounded_number_of_calls():
     }
     assert removed_marks and all(mark in read for mark in removed_marks)
     assert "earlier summary" in model.prompts[1]  # the chunk before it, folded in
+
+
+def test_a_clipped_request_keeps_its_pointer_through_the_next_summary():
+    # a long request the first summary clipped is cited as (whole: recall("<id>")); read
+    # back from that summary's text, the next one cites the same message (issue 19: it read
+    # "for the......" with no way back), and the same request is never shown twice
+    from offpath.compaction.frontier import Frontier, into_summary
+    from offpath.compaction.summary import cite
+
+    uid = "f1db178e-6948-4b29-a54c-a34f4869aa6e"
+    text = (
+        "**Investigating:** The departure is on May 27 for the... "
+        f'(whole: recall("{cite(uid)}"))\n**Key findings:**\n- x\n**Ruled out:** none\n'
+        "**Current state:** searching flights"
+    )
+    carried = Frontier.from_text(text)
+    assert carried.task == "The departure is on May 27 for the..."
+    assert carried.task_id == "f1db178e"
+    template = "**Investigating:** y\n**Key findings:**\n**Ruled out:** none\n**Current state:** z"
+    again = into_summary(template, carried, 600)
+    assert 'The departure is on May 27 for the... (whole: recall("f1db178e"))' in again
+    same = Frontier(task="check the pods", latest="check  the pods")
+    shown = into_summary(template, same, 600)
+    assert shown.count("check the pods") == 1 and "Original request" not in shown
+
+
+def test_a_small_budget_is_spent_on_values_not_on_blobs():
+    # issue 19, tau-bench: a fact on a 1,000-char JSON line was "quoted" as `..."15:00:00",...`;
+    # such a line is listed by value, and a time of day ranks below the ids beside it
+    row = ", ".join(
+        f'{{"flight_number": "HAT{k:03d}", "departure": "{10 + k % 9}:00:00"}}' for k in range(30)
+    )
+    removed = [ToolMessage(id="t1", content=f"[{row}]", tool_call_id="c")]
+    text, pinned = pin("s", removed, 400)
+    section = text.split(PINNED_HEADING, 1)[1]
+    assert "`..." not in section and "- also in t1: `HAT000`, `HAT001`" in section
+    facts = {f.value: f for f in extract(removed)}
+    assert facts["10:00:00"].score < facts["HAT000"].score

@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from offpath.compaction.settings import load_settings
+from offpath.compaction.summary import cite
 from offpath.middleware import OffPathCompaction
 from offpath.service import archive, recall
 from offpath.service.db import JOBS, create_job, make_engine, migrate
@@ -53,6 +54,30 @@ def test_recall_finds_words_and_ids_of_applied_compactions_only(tmp_path):
     assert "nothing archived" in recall.answer(engine, "inc-2", "ERR-5012")
     assert "nothing archived" in recall.answer(engine, "inc-1", "ENOSPC")
     assert "give some words" in recall.answer(engine, "inc-1", "   ")
+
+
+def test_recall_reads_a_message_by_the_id_a_summary_cites(tmp_path):
+    # issue 19: a summary cites a UUID by its first 8 hex chars; recall resolves them within
+    # the thread, and only when one archived message has them (a prefix two ids share, or
+    # another thread's id, is searched as words instead)
+    settings = load_settings(data_dir=str(tmp_path))
+    migrate(settings)
+    engine = make_engine(settings)
+    uid = "3f2a9c1e-0b7d-4c55-9e21-6a4f0c2d8b17"
+    twins = ["77aa00bb-0000-4000-8000-000000000001", "77aa00bb-0000-4000-8000-000000000002"]
+    messages = [
+        ToolMessage(id=uid, content="ERR-5012 on db-primary-2", tool_call_id="c1"),
+        *(ToolMessage(id=t, content=f"twin {t}", tool_call_id="c2") for t in twins),
+    ]
+    create_job(engine, "job-1", "inc-1", 100)
+    rows = archive.rows_for("inc-1", "job-1", "summary-1", messages, [m.id for m in messages])
+    archive.store_record(engine, "job-1", {"summary": "s"}, rows)
+    with engine.begin() as conn:
+        conn.execute(sa.update(JOBS).where(JOBS.c.job_id == "job-1").values(status="applied"))
+    assert cite(uid) == "3f2a9c1e" and cite("t-17") == "t-17"
+    assert recall.answer(engine, "inc-1", "3f2a9c1e").endswith("ERR-5012 on db-primary-2")
+    assert "ERR-5012" not in recall.answer(engine, "inc-2", "3f2a9c1e")
+    assert not recall.answer(engine, "inc-1", "77aa00bb").startswith("[77aa00bb] (tool)")
 
 
 def test_recall_is_bounded(tmp_path):

@@ -25,6 +25,8 @@ It runs after any summarizer (the LLM's or the offline one): see
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -34,6 +36,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.summary import (
+    cite,
     is_summary,
     looks_like_instruction,
     may_hold_instruction,
@@ -218,7 +221,8 @@ class Fact:
 
     @property
     def score(self) -> int:
-        """Higher first: kind weight, +3 stated by the agent, +2 asked by the user, +5 carried
+        """Higher first: kind weight (-1 for a time of day without its date: a schedule's
+        times are rarely what a task turns on), +3 stated by the agent, +2 asked by the user, +5 carried
         from an earlier summary, +2 on a line that reports an error, + up to 3 for
         recurrence. 0 (never pinned): a bare number nobody used (not stated, asked, carried
         nor recurring), a fact seen only on noise lines and never used."""
@@ -227,6 +231,7 @@ class Fact:
             return 0
         return (
             _WEIGHT[self.kind]
+            - (self.kind == "timestamp" and ":" in self.value and "-" not in self.value)
             + 3 * self.stated
             + 2 * self.asked
             + 5 * self.carried  # pinned or concluded before: kept ahead (no telephone game)
@@ -310,6 +315,8 @@ def _is_name(value: str) -> bool:
 #: An entry of an earlier summary's Pinned facts: a quoted line, or values by message.
 _QUOTED = re.compile(r"^- `(?P<line>.*)` \((?P<id>[^()\s;]+)(?:; [^()]*)?\)$")
 _LISTED = re.compile(r"^- also in (?P<id>\S+): (?P<values>.*)$")
+#: How a summary points at a clipped request's message (:func:`frontier.into_summary`).
+_CITATION = re.compile(r' \(whole: recall\("[^"]*"\)\)')
 #: The compact line of carried facts that found no room with their message ids.
 _EARLIER_LINE = "\n- earlier, each found by `recall`: "
 _EARLIER = re.compile(r"^- earlier, each found by `recall`: (?P<values>.*)$")
@@ -340,7 +347,7 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
             default=len(text),
         )
         body, pinned = text[:cut], text[cut:]
-        yield body, "carried", mid
+        yield _CITATION.sub("", body), "carried", mid  # ids offpath cites are not facts
         for line in pinned.splitlines()[1:]:
             if quoted := _QUOTED.match(line.strip()):
                 yield quoted["line"], "carried", quoted["id"]
@@ -396,60 +403,181 @@ def _arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
                     yield text, line
 
 
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """One value's occurrences in one message: the first one's kind, line and message id
+    (a pinned entry of an earlier summary names its own), the ids of the blocks it was
+    found in by :func:`find` (a tool argument alone counts no message), and how it was
+    used there (see :class:`Fact`)."""
+
+    value: str
+    kind: str
+    message_id: str
+    line: str
+    found_in: tuple[str, ...]
+    stated: bool
+    asked: bool
+    carried: bool
+    clear: bool  # seen at least once off a noise line
+    error: bool
+
+
+def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
+    """The facts of one message, in order of first appearance: what :func:`extract` merges.
+    Depends on nothing but the message, so it is computed once per message (cached)."""
+    seen: dict[str, dict[str, Any]] = {}
+    mid0 = str(m.id)
+    for value, line in _arguments(m):  # an identifier by its use: passed to a tool
+        entry = seen.get(value)
+        if entry is None:
+            entry = seen[value] = {
+                "kind": "argument",
+                "message_id": mid0,
+                "line": line,
+                "found_in": [],
+                "stated": False,
+                "asked": False,
+                "carried": False,
+                "clear": False,
+                "error": False,
+            }
+        entry["stated"] = entry["clear"] = True
+    for text, role, mid in _blocks(m):
+        instruction: dict[int, bool] = {}  # line start -> the line reads as one
+        noisy: dict[int, bool] = {}  # line start -> a noise line (tool output only)
+        errors: dict[int, bool] = {}  # line start -> it reports an error
+        test_lines = may_hold_instruction(text)
+        data = role == "data"
+        for value, kind, offset in find(text):
+            entry = seen.get(value)
+            line = ""
+            start = 0
+            if entry is None or test_lines or data:  # the line is needed
+                start = text.rfind("\n", 0, offset) + 1
+                end = text.find("\n", offset)
+                line = text[start : end if end >= 0 else len(text)]
+                if test_lines:
+                    if start not in instruction:
+                        instruction[start] = looks_like_instruction(line)
+                    if instruction[start]:
+                        continue
+            if entry is None:
+                entry = seen[value] = {
+                    "kind": kind,
+                    "message_id": mid,
+                    "line": _around(line, offset - start, value),
+                    "found_in": [mid],
+                    "stated": False,
+                    "asked": False,
+                    "carried": False,
+                    "clear": False,
+                    "error": False,
+                }
+            elif mid not in entry["found_in"]:
+                entry["found_in"].append(mid)
+            if data:
+                if start not in noisy:
+                    noisy[start] = bool(_NOISE_LINE.search(line))
+                    errors[start] = not noisy[start] and bool(_ERROR_LINE.search(line))
+                if not noisy[start]:
+                    entry["clear"] = True
+                entry["error"] = entry["error"] or errors[start]
+            else:
+                entry["clear"] = True
+                entry["stated"] = entry["stated"] or role == "agent"
+                entry["asked"] = entry["asked"] or role == "user"
+                entry["carried"] = entry["carried"] or role == "carried"
+    return tuple(
+        _Seen(
+            value,
+            e["kind"],
+            e["message_id"],
+            e["line"],
+            tuple(e["found_in"]),
+            e["stated"],
+            e["asked"],
+            e["carried"],
+            e["clear"],
+            e["error"],
+        )
+        for value, e in seen.items()
+    )
+
+
+#: Messages whose facts are kept per worker process (issue 22: a compaction re-read every
+#: message's facts: the plan's shortened results, the guard, the check before the swap and
+#: the loss report each extracted the same messages again, and a message kept at one
+#: compaction is read again when the next one removes it).
+OBSERVED_CACHE_SIZE = 8_192
+
+
+class _Key:
+    """A message by what its facts depend on (type, id, summary marker, content, tool
+    calls), hashed; it holds the message only until its facts are computed."""
+
+    __slots__ = ("digest", "message")
+
+    def __init__(self, message: BaseMessage) -> None:
+        content = message.content
+        calls = getattr(message, "tool_calls", None) or ()
+        text = "\x00".join(
+            (
+                message.type,
+                str(message.id),
+                "s" if is_summary(message) else "",
+                content if isinstance(content, str) else repr(content),
+                repr(calls) if calls else "",
+            )
+        )
+        self.digest = hashlib.blake2b(
+            text.encode("utf-8", "surrogatepass"), digest_size=16
+        ).digest()
+        self.message: BaseMessage | None = message
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and other.digest == self.digest
+
+
+@functools.lru_cache(maxsize=OBSERVED_CACHE_SIZE)
+def _observed(key: _Key) -> tuple[_Seen, ...]:
+    message, key.message = key.message, None  # the cache keeps the digest, not the text
+    assert message is not None
+    return _observe(message)
+
+
 def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     """The facts of ``messages``, one per distinct value, with where each was first seen
     (the line it is on) and how it was used (see :class:`Fact`).
 
     Lines that read as instructions to an assistant (injected text) are skipped: their
     contents are never pinned into a summary, which the model reads in the user's role.
+
+    Each message's facts are found once per process and merged here in order (issue 22:
+    a compaction pays only for the messages it has not read before); the result is the
+    same as reading the messages afresh.
     """
     facts: dict[str, Fact] = {}
     for m in messages:
-        for value, line in _arguments(m):  # an identifier by its use: passed to a tool
-            fact = facts.get(value)
+        for seen in _observed(_Key(m)):
+            fact = facts.get(seen.value)
             if fact is None:
-                fact = facts[value] = Fact(value, "argument", str(m.id), line, order=len(facts))
-                fact._seen.add(str(m.id))
-            fact.stated, fact.noise = True, False
-        for text, role, mid in _blocks(m):
-            instruction: dict[int, bool] = {}  # line start -> the line reads as one
-            noisy: dict[int, bool] = {}  # line start -> a noise line (tool output only)
-            errors: dict[int, bool] = {}  # line start -> it reports an error
-            test_lines = may_hold_instruction(text)
-            data = role == "data"
-            for value, kind, offset in find(text):
-                fact = facts.get(value)
-                line = ""
-                start = 0
-                if fact is None or test_lines or data:  # the line is needed
-                    start = text.rfind("\n", 0, offset) + 1
-                    end = text.find("\n", offset)
-                    line = text[start : end if end >= 0 else len(text)]
-                    if test_lines:
-                        if start not in instruction:
-                            instruction[start] = looks_like_instruction(line)
-                        if instruction[start]:
-                            continue
-                if fact is None:
-                    fact = facts[value] = Fact(
-                        value, kind, mid, _around(line, offset - start, value), order=len(facts)
-                    )
-                    fact._seen.add(mid)
-                elif mid not in fact._seen:
+                fact = facts[seen.value] = Fact(
+                    seen.value, seen.kind, seen.message_id, seen.line, order=len(facts)
+                )
+                fact._seen.add(seen.message_id)
+            for mid in seen.found_in:
+                if mid not in fact._seen:
                     fact._seen.add(mid)
                     fact.messages += 1
-                if data:
-                    if start not in noisy:
-                        noisy[start] = bool(_NOISE_LINE.search(line))
-                        errors[start] = not noisy[start] and bool(_ERROR_LINE.search(line))
-                    if not noisy[start]:
-                        fact.noise = False
-                    fact.error = fact.error or errors[start]
-                else:
-                    fact.noise = False
-                    fact.stated = fact.stated or role == "agent"
-                    fact.asked = fact.asked or role == "user"
-                    fact.carried = fact.carried or role == "carried"
+            if seen.clear:
+                fact.noise = False
+            fact.stated = fact.stated or seen.stated
+            fact.asked = fact.asked or seen.asked
+            fact.carried = fact.carried or seen.carried
+            fact.error = fact.error or seen.error
     return list(facts.values())
 
 
@@ -495,9 +623,11 @@ def pin(
 
     present = normal(summary_text + "\n" + "\n".join(render_content(m.content) for m in kept))
     if header is None:
-        header = f"{PINNED_HEADING} (verbatim from the summarized messages; `recall` finds them):"
+        header = f"{PINNED_HEADING} (`recall` finds each):"
     header = f"\n\n{header}"
     budget = max_chars - len(header)
+    # a quoted line's length follows the budget: a small one is better spent on values
+    line_max = max(60, min(MAX_LINE_CHARS, budget // 6))
     position = {str(m.id): i for i, m in enumerate(removed)}
     ranked = [f for f in rank(extract(removed)) if f.score > 0]
     absent: dict[str, bool] = {}  # value -> not in the summary nor the keep window
@@ -521,12 +651,17 @@ def pin(
         if signature in similar:
             similar[signature] += 1
             return 0
-        entry = f"\n- `{fact.line.replace('`', chr(39))}` ({fact.message_id})"
+        line = fact.line
+        if len(line) > line_max:
+            line = _around(line, max(0, line.find(fact.value)), fact.value, line_max)
+        if _blob(line):  # a fact inside one long line of JSON: listed by value
+            return 0
+        entry = f"\n- `{line.replace('`', chr(39))}` ({cite(fact.message_id)})"
         if len(entry) + 14 > room or not missing(fact):
             return 0
         similar[signature] = 0
         quoted.append((position.get(fact.message_id, 0), fact.order, entry, signature))
-        pinned += "\n" + fact.line
+        pinned += "\n" + line
         return len(entry) + 14  # with room for "; +N similar"
 
     # 1. the facts an earlier summary carried, ahead of every new one (no telephone game), in
@@ -541,7 +676,7 @@ def pin(
             used += took
             continue
         values = named.get(fact.message_id)
-        with_id = len(fact.value) + 4 + (0 if values else len(fact.message_id) + 12)
+        with_id = len(fact.value) + 4 + (0 if values else len(cite(fact.message_id)) + 12)
         if used + with_id <= carry_room * 4 // 5:
             named.setdefault(fact.message_id, []).append(fact.value.replace("`", "'"))
             used += with_id
@@ -561,7 +696,7 @@ def pin(
     for fact in ranked:
         if fact.carried or fact.value in pinned:
             continue
-        if fact.score >= LISTED_MIN_SCORE and listable < budget // 2 and missing(fact):
+        if listable < budget // 2 and missing(fact):
             listable += len(fact.value) + 6
     room = budget - min(budget // 2, listable + 40)
     for fact in ranked:
@@ -574,19 +709,26 @@ def pin(
             entry = entry[:-1] + f"; +{similar[signature]} similar)"
         quoted_entries.append((pos, order, entry))
     budget = room + min(budget // 2, listable + 40)
-    # 3. the other new facts that were used or recur, by value, grouped by message
-    for fact in ranked:
-        if fact.carried or fact.score < LISTED_MIN_SCORE or fact.value in pinned:
-            continue
-        values = named.get(fact.message_id)
-        cost = len(fact.value) + 4 + (0 if values else len(fact.message_id) + 12)
-        if cost > budget or not missing(fact):
-            continue
-        named.setdefault(fact.message_id, []).append(fact.value.replace("`", "'"))
-        budget -= cost
-        pinned += "\n" + fact.value
+    # 3. the other new facts by value, grouped by message: those used or recurring first,
+    #    then any other while the budget lasts (issue 19: the ids a task turns on later are
+    #    often seen once, in a tool's output, before anyone names them)
+    for least in (LISTED_MIN_SCORE, 1):
+        for fact in ranked:
+            if fact.carried or fact.score < least or fact.value in pinned:
+                continue
+            values = named.get(fact.message_id)
+            cost = len(fact.value) + 4 + (0 if values else len(cite(fact.message_id)) + 12)
+            if cost > budget or not missing(fact):
+                continue
+            named.setdefault(fact.message_id, []).append(fact.value.replace("`", "'"))
+            budget -= cost
+            pinned += "\n" + fact.value
     listed = [
-        (position.get(mid, 0), 0, f"\n- also in {mid}: " + ", ".join(f"`{v}`" for v in values))
+        (
+            position.get(mid, 0),
+            0,
+            f"\n- also in {cite(mid)}: " + ", ".join(f"`{v}`" for v in values),
+        )
         for mid, values in named.items()
         if values
     ]
@@ -667,7 +809,9 @@ def swap_check(
                 if looks_like_instruction(line):
                     continue
                 found.add(key)
-                entry = f"\n- `{_around(line, at - start, value).replace('`', chr(39))}` ({mid})"
+                entry = (
+                    f"\n- `{_around(line, at - start, value).replace('`', chr(39))}` ({cite(mid)})"
+                )
                 if len(entry) > room:
                     missing += 1
                     continue
@@ -683,17 +827,23 @@ def swap_check(
 _SIGNATURE = re.compile(r"(?<![\w-])\d[\d:.,/+TZ-]*(?![\w-])|(?<![\w-])[0-9a-f]{8,}(?![\w-])")
 
 
-def _around(line: str, offset: int, value: str) -> str:
-    """``line`` clipped to :data:`MAX_LINE_CHARS` around ``value`` (at ``offset``), cut at
-    word boundaries."""
+def _blob(line: str) -> bool:
+    """``line`` (clipped by :func:`_around`) is a piece of one long line of JSON, which says
+    little quoted: ``..."15:00:00", "status":...`` (issue 19, tau-bench)."""
+    return (line.startswith("...") or line.endswith("...")) and '":' in line
+
+
+def _around(line: str, offset: int, value: str, most: int = MAX_LINE_CHARS) -> str:
+    """``line`` clipped to ``most`` chars (default :data:`MAX_LINE_CHARS`) around ``value``,
+    cut at word boundaries."""
     line = " ".join(line.split())
-    if len(line) <= MAX_LINE_CHARS:
+    if len(line) <= most:
         return line
     offset = max(0, line.find(value))
-    room = MAX_LINE_CHARS - len(value)
+    room = most - len(value)
     start = max(0, offset - room // 2)
-    end = min(len(line), start + MAX_LINE_CHARS)
-    start = max(0, end - MAX_LINE_CHARS)
+    end = min(len(line), start + most)
+    start = max(0, end - most)
     if start > 0:
         cut = line.find(" ", start, offset)
         start = cut + 1 if cut >= 0 else start

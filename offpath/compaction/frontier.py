@@ -36,7 +36,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from offpath.compaction.accounting import content_text
-from offpath.compaction.summary import HEADINGS, is_summary, looks_like_instruction
+from offpath.compaction.summary import HEADINGS, cite, is_summary, looks_like_instruction
 
 #: A human message that only says to go on: it continues the request before it.
 FOLLOW_UP = re.compile(
@@ -135,11 +135,15 @@ class Frontier:
                         )
         if current is None:
             return None
+        current, current_id = _pointer(current)
+        original, original_id = _pointer(original) if original else (None, None)
         task, latest = (original, current) if original else (current, None)
         return cls(
             task=task,
+            task_id=original_id if original else current_id,
             task_status=status if latest else None,
             latest=latest,
+            latest_id=current_id if original else None,
             done=lists.get("Done", ()),
             open=lists.get("Open", ()),
             next=lists.get("Next", (None,))[0],
@@ -369,6 +373,17 @@ ORIGINAL_HEADING = "**Original request**"
 DONE_HEADING = "**Done:**"
 
 
+#: A request an earlier summary clipped: its start and the id ``recall`` reads it whole by.
+_POINTER = re.compile(r'^(?P<text>.*\.\.\.) \(whole: recall\("(?P<id>[^"]+)"\)\)$')
+
+
+def _pointer(text: str) -> tuple[str, str | None]:
+    """``(text, message id)`` of a clipped request with its ``recall`` pointer; ``(text,
+    None)`` for a whole one."""
+    found = _POINTER.match(text)
+    return (found["text"], found["id"]) if found else (text, None)
+
+
 def into_summary(text: str, frontier: Frontier, budget: int) -> str:
     """``text`` (a summary in the seed's template) with ``frontier`` written into it, in at
     most ``budget`` chars more than the template lines it replaces. **Investigating** says
@@ -389,12 +404,17 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
     def verbatim(value: str, mid: str | None) -> str:
         one = " ".join(value.split())
         if len(one) <= quote:
+            if mid and one.endswith("...") and not one.endswith("...."):
+                return f'{one} (whole: recall("{cite(mid)}"))'  # clipped by an earlier summary
             return one
         cut = one[: quote - 40].rsplit(" ", 1)[0]
-        return f'{cut}... (whole: recall("{mid}"))' if mid else f"{cut}..."
+        return f'{cut}... (whole: recall("{cite(mid)}"))' if mid else f"{cut}..."
 
     if frontier.task:
-        if frontier.latest:
+        same = frontier.latest is not None and (
+            " ".join(frontier.latest.split()) == " ".join(frontier.task.split())
+        )
+        if frontier.latest and not same:  # the same request twice says nothing more
             status = {"done": "done", "revised": "superseded: revised by a later request"}.get(
                 frontier.task_status or "", "earlier"
             )

@@ -29,6 +29,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.digest import SHORTENED, digest
 from offpath.compaction.settings import MIN_SHORTENED_CHARS
+from offpath.compaction.summary import cite
 
 #: ``additional_kwargs`` key of a shortened result: ``{"chars": <the original's chars>,
 #: "digest": <the original's digest>}`` (a client's copy of it is dropped by ``/turns``).
@@ -84,7 +85,9 @@ def shorten(
     mid = str(message.id)
     extra = {**message.additional_kwargs, MARK: {"chars": total, "digest": digest(message)}}
     if cap < STUB_BELOW_CHARS:
-        how = f'recall("{mid}") reads it' if recall else f"offpath archived it as message {mid}"
+        how = (
+            f'recall("{cite(mid)}") reads it' if recall else f"offpath archived it as message {mid}"
+        )
         stub = f"[offpath: {total:,} of this result's {total:,} chars are not shown here; {how}]"
         first = text.split("\n", 1)[0]
         room = max(0, cap - len(stub) - 2)
@@ -126,7 +129,7 @@ def _marker(
     hidden = text[head_end:tail_start]
     if recall:
         how = (
-            f'recall("{mid}") reads the whole result, recall("{mid}", offset={head_end}) '
+            f'recall("{cite(mid)}") reads the whole result, recall("{cite(mid)}", offset={head_end}) '
             "from this cut on"
         )
     else:

@@ -42,10 +42,23 @@ SUMMARY_SOURCE = "summarization"
 #: Heading of the quoted request of a turn that was cut in the middle.
 REQUEST_HEADING = "**Request of the turn in progress (verbatim):**"
 #: The summary's last line (issue 11, item 4: the summary tells the model the tool exists).
-RECALL_NOTE = (
-    "_The summarized messages are archived unchanged: the `recall` tool reads them again "
-    "(words or a message id)._"
-)
+RECALL_NOTE = "_The originals are archived: `recall` reads them (words or a message id)._"
+
+#: A LangGraph message id (a UUID), which a summary cites by its first 8 hex chars.
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+#: How many leading hex chars of a UUID a citation keeps (``recall`` resolves them).
+CITED_UUID_CHARS = 8
+
+
+def cite(message_id: str) -> str:
+    """``message_id`` as a summary, a pinned fact or a shortened result names it: a UUID (the
+    ids LangGraph gives messages) by its first :data:`CITED_UUID_CHARS` hex chars, any other id
+    whole. ``recall`` resolves such a prefix within the thread
+    (:func:`offpath.service.recall.answer`). Issue 19: a 36-char id per pinned entry took a
+    third of a small summary's budget from the facts."""
+    if _UUID.fullmatch(message_id):
+        return message_id[:CITED_UUID_CHARS]
+    return message_id
 
 
 def overhead_chars(request: str | None) -> int:
@@ -289,7 +302,7 @@ def text_cap(summary_chars: int) -> int | None:
     """Most chars a summarizer's text may use when the summary's text and pinned facts share
     ``summary_chars`` (``CompactionPlan.summary_chars``; 0: no bound): two thirds, the rest
     is left to the fact guard's Pinned facts."""
-    return max(400, summary_chars * 2 // 3) if summary_chars else None
+    return max(400, summary_chars * 2 // 5) if summary_chars else None
 
 
 def words_for(chars: int | None) -> int:

@@ -290,6 +290,24 @@ def original(engine: Engine, session_id: str, message_id: str) -> dict[str, Any]
         return conn.execute(q).scalar()
 
 
+def ids_cited(engine: Engine, session_id: str, prefix: str) -> list[str]:
+    """The archived message ids of a thread that are UUIDs starting with ``prefix`` (how a
+    summary cites them: :func:`offpath.compaction.summary.cite`), at most two (two: the
+    prefix is ambiguous). ``prefix``: hex chars only (the caller checks)."""
+    q = (
+        sa.select(ARCHIVE.c.message_id)
+        .where(
+            ARCHIVE.c.session_id == session_id,
+            ARCHIVE.c.message_id.startswith(prefix + "-", autoescape=True),
+            _applied(),
+        )
+        .distinct()
+        .limit(2)
+    )
+    with engine.connect() as conn:
+        return [str(r) for r in conn.execute(q).scalars()]
+
+
 def purge(engine: Engine, days: int) -> int:
     """Delete archived originals older than ``days`` (``ARCHIVE_RETENTION_DAYS``; 0: keep)."""
     if days <= 0:

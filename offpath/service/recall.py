@@ -6,7 +6,9 @@ name the message each fact came from. ``recall(query)`` answers, for the thread 
 the run that calls it (LangGraph's ``thread_id``; another thread's archive is never
 searched):
 
-* ``query`` is an archived message id: that message as it was first archived (the
+* ``query`` is an archived message id, or the first 8 hex chars of one that is a UUID (how a
+  summary cites it: :func:`offpath.compaction.summary.cite`): that message as it was first
+  archived (the
   original, never a summary that later took its id), :data:`~offpath.service.archive.RECALL_MAX_CHARS`
   chars of it from ``offset`` on (a long tool result is read page by page: the line that
   replaced the part of it a shortening cut out names the offset; issue 18);
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 
 from langchain_core.messages import messages_from_dict
@@ -30,9 +33,13 @@ from langgraph.config import get_config
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.accounting import content_text
+from offpath.compaction.summary import CITED_UUID_CHARS
 from offpath.service import archive
 
 log = logging.getLogger("offpath.recall")
+
+#: A cited message id: a UUID's first hex chars (:data:`CITED_UUID_CHARS`).
+_CITED = re.compile(rf"[0-9a-f]{{{CITED_UUID_CHARS}}}")
 
 #: The tool's description, as the model reads it.
 DESCRIPTION = (
@@ -63,6 +70,10 @@ def answer(engine: Engine, thread_id: str, query: str, offset: int = 0) -> str:
         return "recall: give some words to search for, or a message id."
     limit = archive.RECALL_MAX_CHARS
     stored = archive.original(engine, thread_id, query)
+    if stored is None and _CITED.fullmatch(query):
+        ids = archive.ids_cited(engine, thread_id, query)
+        if len(ids) == 1:
+            stored = archive.original(engine, thread_id, ids[0])
     if stored is not None:
         (message,) = messages_from_dict([stored])
         text = content_text(message.content)

@@ -51,7 +51,7 @@ class GuardedSummarizer:
             None,
         )
         frontier = read_frontier(plan.removed, plan.kept, earlier)
-        text = into_summary(result.text, frontier, (plan.summary_chars or 3_000) // 3)
+        text = into_summary(result.text, frontier, (plan.summary_chars or 3_000) // 5)
         room = self.pinned_max_chars
         if plan.summary_chars:  # the summary's budget bounds the section too (issue 18)
             room = min(room, max(0, plan.summary_chars - len(text) - 4))

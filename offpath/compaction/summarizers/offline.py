@@ -43,7 +43,7 @@ from offpath.compaction.summary import (
     words_for,
 )
 
-OFFLINE_NOTE = "_Offline summary: no LLM is configured; these lines were extracted from the compacted messages._"
+OFFLINE_NOTE = "_Offline summary (no LLM): lines taken from the messages._"
 MAX_BULLETS = 12
 MAX_BULLET_CHARS = 180
 MAX_WORDS = 390

@@ -1,0 +1,140 @@
+"""Facts found once per message (issue 22, item "the job's CPU"): :func:`facts.extract` now
+merges each message's facts, computed once per process, and must give what the reading of
+the whole thread gave before the change. The reference below is the version before it (the
+per-thread pass, kept here as it was), run on every shared transcript, every case and the
+SRE sessions, with the cache cold and warm; the summaries and pinned facts the guard writes
+must be the same too."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from shared import CASES, TRANSCRIPTS, load, messages_of
+from sre_sessions import sre_session
+
+import offpath.compaction.facts as facts
+from offpath.compaction.pipeline import Skip, compact
+from offpath.compaction.settings import load_settings
+from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
+
+
+def reference_extract(messages):
+    """facts.extract before issue 22: one pass over the whole thread."""
+    out: dict[str, facts.Fact] = {}
+    for m in messages:
+        for value, line in facts._arguments(m):
+            fact = out.get(value)
+            if fact is None:
+                fact = out[value] = facts.Fact(value, "argument", str(m.id), line, order=len(out))
+                fact._seen.add(str(m.id))
+            fact.stated, fact.noise = True, False
+        for text, role, mid in facts._blocks(m):
+            instruction: dict[int, bool] = {}
+            noisy: dict[int, bool] = {}
+            errors: dict[int, bool] = {}
+            test_lines = facts.may_hold_instruction(text)
+            data = role == "data"
+            for value, kind, offset in facts.find(text):
+                fact = out.get(value)
+                line = ""
+                start = 0
+                if fact is None or test_lines or data:
+                    start = text.rfind("\n", 0, offset) + 1
+                    end = text.find("\n", offset)
+                    line = text[start : end if end >= 0 else len(text)]
+                    if test_lines:
+                        if start not in instruction:
+                            instruction[start] = facts.looks_like_instruction(line)
+                        if instruction[start]:
+                            continue
+                if fact is None:
+                    fact = out[value] = facts.Fact(
+                        value, kind, mid, facts._around(line, offset - start, value), order=len(out)
+                    )
+                    fact._seen.add(mid)
+                elif mid not in fact._seen:
+                    fact._seen.add(mid)
+                    fact.messages += 1
+                if data:
+                    if start not in noisy:
+                        noisy[start] = bool(facts._NOISE_LINE.search(line))
+                        errors[start] = not noisy[start] and bool(facts._ERROR_LINE.search(line))
+                    if not noisy[start]:
+                        fact.noise = False
+                    fact.error = fact.error or errors[start]
+                else:
+                    fact.noise = False
+                    fact.stated = fact.stated or role == "agent"
+                    fact.asked = fact.asked or role == "user"
+                    fact.carried = fact.carried or role == "carried"
+    return list(out.values())
+
+
+def as_rows(found):
+    return [dataclasses.astuple(f) for f in found]
+
+
+def threads():
+    for path in TRANSCRIPTS + CASES:
+        yield path.stem, messages_of(load(path))
+    for k in range(3):
+        yield f"sre-{k}", sre_session(seed=k)
+
+
+THREADS = list(threads())
+
+
+@pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
+def test_extract_gives_what_the_per_thread_pass_gave(name, messages):
+    facts._observed.cache_clear()
+    want = as_rows(reference_extract(messages))
+    assert as_rows(facts.extract(messages)) == want  # cold: each message read now
+    assert facts._observed.cache_info().currsize > 0
+    assert as_rows(facts.extract(messages)) == want  # warm: each message from the cache
+    # any window of the thread, its messages read before in another order
+    half = len(messages) // 2
+    for part in (messages[half:], messages[:half], messages[1::2]):
+        assert as_rows(facts.extract(part)) == as_rows(reference_extract(part))
+
+
+@pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
+def test_summaries_and_pinned_facts_are_unchanged(name, messages, monkeypatch):
+    settings = load_settings(summarization_threshold_chars=4_000, summarization_keep_chars=1_500)
+    guarded = GuardedSummarizer(OfflineSummarizer(), settings.summary_pinned_max_chars)
+    got = compact(messages, settings, guarded)
+    monkeypatch.setattr(facts, "extract", reference_extract)
+    want = compact(messages, settings, guarded)
+    if isinstance(want, Skip):
+        assert isinstance(got, Skip) and got == want
+        return
+    assert [m.content for m in got.patch] == [m.content for m in want.patch]
+    assert got.summary.content == want.summary.content
+
+
+def test_a_changed_message_is_read_again():
+    # the cache is keyed by what the facts depend on: a result shortened in place (same id)
+    # or a message whose tool call changed is not served the old facts
+    facts._observed.cache_clear()
+    before = ToolMessage("pod checkout-api-7f9c4 OOMKilled", tool_call_id="c1", id="t1")
+    after = ToolMessage("pod ledger-db-0 OOMKilled", tool_call_id="c1", id="t1")
+    assert "checkout-api-7f9c4" in {f.value for f in facts.extract([before])}
+    values = {f.value for f in facts.extract([after])}
+    assert "ledger-db-0" in values and "checkout-api-7f9c4" not in values
+    call = AIMessage("", id="a1", tool_calls=[{"name": "get", "args": {"id": "XEHQWM"}, "id": "c"}])
+    other = AIMessage(
+        "", id="a1", tool_calls=[{"name": "get", "args": {"id": "QWERTY7"}, "id": "c"}]
+    )
+    assert "XEHQWM" in {f.value for f in facts.extract([call])}
+    assert "XEHQWM" not in {f.value for f in facts.extract([other])}
+
+
+def test_the_cache_keeps_digests_not_messages():
+    big = HumanMessage("ticket INC-4821 " + "x" * 100_000, id="h1")
+    key = facts._Key(big)
+    assert len(key.digest) == 16 and key.message is big
+    facts._observed.cache_clear()
+    facts._observed(key)
+    assert key.message is None  # the cache holds this key: its message was let go
+    assert facts._observed(facts._Key(big)) == facts._observed(key)
