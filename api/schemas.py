@@ -93,16 +93,34 @@ class LangChainToolCall(_Open):
     type: Literal["tool_call"] | None = None
 
 
+class OpenAICustom(_Open):
+    name: ToolName
+    input: str = Field(description="The custom tool's input, as text")
+
+
+class OpenAICustomToolCall(_Open):
+    """An OpenAI custom tool call (free-text input): read as a call with ``{"input": ...}``."""
+
+    id: CallId
+    type: Literal["custom"]
+    custom: OpenAICustom
+
+
 def _call_shape(call: Any) -> str:
-    """A tool call with a ``function`` is in OpenAI's format (as langchain_core reads it)."""
+    """A tool call with a ``function`` is in OpenAI's format (as langchain_core reads it), one
+    with ``custom`` an OpenAI custom tool call."""
     if isinstance(call, BaseModel):
         call = call.model_dump(exclude_unset=True)
+    if isinstance(call, Mapping) and "custom" in call and "function" not in call:
+        return "custom"
     return "openai" if isinstance(call, Mapping) and "function" in call else "langchain"
 
 
 #: A tool call in either format (both message shapes accept both).
 ToolCall = Annotated[
-    Annotated[LangChainToolCall, Tag("langchain")] | Annotated[OpenAIToolCall, Tag("openai")],
+    Annotated[LangChainToolCall, Tag("langchain")]
+    | Annotated[OpenAIToolCall, Tag("openai")]
+    | Annotated[OpenAICustomToolCall, Tag("custom")],
     Discriminator(_call_shape),
 ]
 
@@ -151,6 +169,19 @@ class OpenAIUser(_HumanFields):
 class OpenAIAssistant(_AIFields):
     model_config = _OPENAI
     role: Literal["assistant"]
+    content: Content | None = Field(
+        default=None, description="Absent or null beside tool_calls or function_call: empty"
+    )
+
+
+class OpenAIFunctionResult(_Open):
+    """OpenAI's deprecated function result (``role: "function"``): read as the tool result of
+    the nearest earlier unanswered ``function_call`` of that name."""
+
+    model_config = _OPENAI
+    role: Literal["function"]
+    name: ToolName
+    content: str | None = Field(description="null is read as empty")
 
 
 class OpenAITool(_ToolFields):
@@ -159,7 +190,8 @@ class OpenAITool(_ToolFields):
 
 
 OpenAIMessage = Annotated[
-    OpenAISystem | OpenAIUser | OpenAIAssistant | OpenAITool, Field(discriminator="role")
+    OpenAISystem | OpenAIUser | OpenAIAssistant | OpenAITool | OpenAIFunctionResult,
+    Field(discriminator="role"),
 ]
 
 
