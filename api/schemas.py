@@ -431,6 +431,38 @@ class SessionOut(BaseModel):
     state: dict[str, Any] = Field(description="The thread's other state keys")
 
 
+class LostFactOut(BaseModel):
+    value: str
+    kind: str = Field(description="The fact guard's kind: path, sha, identifier, quantity...")
+    message_id: str = Field(description="The message it was first seen in (recall reads it)")
+
+
+class GroundTruthOut(BaseModel):
+    facts: int = Field(description="Ground-truth facts in what left the model's view")
+    lost: list[str] = Field(description="Those neither the summary nor the kept part holds")
+
+
+class LossOut(BaseModel):
+    """What an applied compaction took out of the model's view (issue 19): the messages it
+    removed, kept tool results it shortened, and the facts of both (the fact guard's
+    extractor) that neither its summary nor the kept messages hold."""
+
+    messages_removed: int
+    chars_removed: int
+    results_shortened: int = Field(description="Kept tool results it shortened in place")
+    chars_shortened: int = Field(description="Chars cut from them")
+    facts: int = Field(description="Distinct facts in what left the model's view")
+    facts_lost: int = Field(description="Of them, in neither the summary nor the kept part")
+    lost: list[LostFactOut] = Field(description="The lost facts, most important first (50 at most)")
+    ground_truth: GroundTruthOut | None = Field(
+        description="Facts chosen independently of the extractor (benchmarks), if given"
+    )
+
+
+class LossErrorOut(BaseModel):
+    error: str = Field(description="Why the loss report could not be made")
+
+
 class JobOut(BaseModel):
     job_id: str
     status: Literal["queued", "running", "prepared", "applied", "skipped", "failed"]
@@ -443,6 +475,9 @@ class JobOut(BaseModel):
     chars_removed: int | None
     summarizer: str | None
     latency_ms: int | None
+    loss: LossOut | LossErrorOut | None = Field(
+        default=None, description="Applied (or reverted) compactions: what left the model's view"
+    )
     created_at: str
     updated_at: str
 
