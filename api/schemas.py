@@ -465,7 +465,7 @@ class LossErrorOut(BaseModel):
 
 class JobOut(BaseModel):
     job_id: str
-    status: Literal["queued", "running", "prepared", "applied", "skipped", "failed"]
+    status: Literal["queued", "running", "prepared", "applied", "skipped", "failed", "reverted"]
     reason: str | None
     reason_code: str | None
     attempts: int
@@ -507,6 +507,7 @@ class JobCounts(BaseModel):
     applied: int
     skipped: int
     failed: int
+    reverted: int = Field(description="Applied compactions undone (POST .../revert)")
 
 
 class Spread(BaseModel):
@@ -594,6 +595,17 @@ class CompactOut(BaseModel):
 
     job_id: str
     status: Literal["queued", "applied"]
+
+
+class RevertOut(BaseModel):
+    """A reverted compaction: its originals are back in the thread in place of its summary."""
+
+    job_id: str
+    status: Literal["reverted"]
+    messages_restored: int = Field(description="Removed messages put back")
+    results_restored: int = Field(description="Kept tool results it had shortened, restored")
+    messages: int = Field(description="Messages in the thread now")
+    chars: int = Field(description="The thread's size now, in chars")
 
 
 class ArchivedOut(BaseModel):

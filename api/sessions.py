@@ -327,7 +327,7 @@ def job_json(r: dict[str, Any]) -> dict[str, Any]:
         **((r["result"] or {}).get("usage") or {}),
         **((r["result"] or {}).get("record") or {}),
     }
-    applied = r["status"] == db.JobStatus.APPLIED
+    applied = r["status"] in (db.JobStatus.APPLIED, db.JobStatus.REVERTED)
     return {
         "job_id": r["job_id"],
         "status": r["status"],

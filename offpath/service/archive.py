@@ -275,6 +275,19 @@ def search(
     return out
 
 
+def job_rows(engine: Engine, session_id: str, job_id: str) -> list[dict[str, Any]]:
+    """What compaction job ``job_id`` archived of the thread, whatever the job's status: each
+    row's ``kind`` (:data:`REMOVED` or :data:`SHORTENED`), ``position`` (its index in the thread
+    then), ``message_id`` and ``message`` (``messages_to_dict`` form), in thread order."""
+    q = (
+        sa.select(ARCHIVE.c.kind, ARCHIVE.c.position, ARCHIVE.c.message_id, ARCHIVE.c.message)
+        .where(ARCHIVE.c.session_id == session_id, ARCHIVE.c.job_id == job_id)
+        .order_by(ARCHIVE.c.position, ARCHIVE.c.id)
+    )
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(q)]
+
+
 def original(engine: Engine, session_id: str, message_id: str) -> dict[str, Any] | None:
     """The original of a thread's message by its id (``messages_to_dict`` form), or None: not
     archived, or its compaction never applied. The *first* row archived under the id: the
