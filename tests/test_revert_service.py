@@ -25,7 +25,7 @@ from offpath.compaction.planner import Skip, plan_compaction
 from offpath.compaction.settings import load_settings
 from offpath.compaction.tracking import ThreadSize
 from offpath.middleware import KEY
-from offpath.service import db
+from offpath.service import archive, db
 from offpath.service.compactions import JobOptions, apply_prepared, read_thread
 from offpath.service.hook import PostTurnHook
 from offpath.service.leases import Claim, Leases, State
@@ -121,6 +121,7 @@ def test_revert_puts_the_originals_back_and_the_thread_is_not_compacted_again_at
     row = db.job_row(rt.engine, job)
     assert (row["status"], row["reason_code"]) == ("reverted", "reverted")
     assert done.messages == len(before) and done.messages_restored == loss["messages_removed"]
+    assert done.results_restored == loss["results_shortened"] >= 1  # kept results it shortened
     values = read_thread(rt.checkpoints.saver, session).base.checkpoint["channel_values"]
     messages = read_thread(rt.checkpoints.saver, session).messages
     assert values[KEY]["size"] == ThreadSize().advance(messages).to_state()
@@ -244,3 +245,20 @@ def test_a_revert_killed_after_its_write_is_finished_by_the_next_one(rt):
             time.sleep(0.2)
     assert db.job_row(rt.engine, job)["status"] == "reverted"
     assert thread_dicts(rt, session) == before and done.messages == len(before)
+
+
+def test_a_restored_result_shortened_anew_keeps_its_original_readable(rt):
+    """A result the reverted compaction had shortened is whole again; shortened anew (as a
+    run's middleware does), it writes no second row (a result keeps its first): the first row
+    stays readable, by ``recall`` and by its id."""
+    session, before = started(rt)
+    job = compact(rt, session)
+    revert(rt, session, job)
+    thread = read_thread(rt.checkpoints.saver, session).messages
+    restored = next(m for m in thread if m.id == "t5")
+    shortened = archive.shorten_archived(rt.engine, session, thread, {"t5": 1_200})
+    short = next(m for m in shortened if m.id == "t5")
+    assert len(str(short.content)) < len(str(restored.content))
+    assert archive.original(rt.engine, session, "t5") == to_dicts([restored])[0]
+    found = archive.search(rt.engine, session, "ledger-db-shard-5")
+    assert "t5" in {f["message_id"] for f in found}
