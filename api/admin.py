@@ -12,7 +12,7 @@ import base64
 import binascii
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from langchain_core.messages import messages_from_dict
 
 from offpath.compaction.formats import message_json
@@ -25,6 +25,8 @@ from offpath.service.admin import (
     delete_session,
 )
 from offpath.service.compactions import read_messages
+from offpath.service.locks import ThreadBusy
+from offpath.service.revert import NoSuchJob, RevertRefused, revert
 from offpath.service.runtime import Runtime
 from offpath.service.usage import BadCursor, SortOrder, has_rows, list_sessions
 
@@ -35,6 +37,7 @@ from .schemas import (
     ArchiveOut,
     CompactOut,
     Problem,
+    RevertOut,
     SessionsOut,
     errors,
 )
@@ -129,6 +132,54 @@ def compact(session_id: SessionId, request: Request, caller: Caller) -> dict[str
     except NotQueued as exc:
         raise HTTPException(status_code=503, detail=str(exc)) from None
     return {"job_id": done.job_id, "status": done.status}
+
+
+JobId = Annotated[
+    str,
+    Path(
+        pattern=r"^[A-Za-z0-9_-]+$", max_length=64, description="A job id, as /compactions lists it"
+    ),
+]
+#: Why a revert may be refused (a 409 of its own: the generic one speaks of turns only).
+NOT_REVERTIBLE = {
+    409: {
+        "model": Problem,
+        "description": "The compaction cannot be reverted now: not applied (or reverted "
+        "already), folded into a later compaction, a later compaction is in the thread, a turn, "
+        "a run or a job holds the thread, or the thread is a team's own agent's",
+    }
+}
+
+
+@router.post(
+    "/{session_id}/compactions/{job_id}/revert",
+    response_model=RevertOut,
+    responses={**errors(400, 401, 404, 422), **NOT_REVERTIBLE},
+)
+def revert_compaction(
+    session_id: SessionId, job_id: JobId, request: Request, caller: Caller
+) -> dict[str, Any]:
+    """Undo the session's latest compaction (issue 19): its removed messages go back in place of
+    its summary, in their order and byte for byte as archived; the kept tool results it
+    shortened are restored and a request copy it added goes; later messages stay. The job
+    ends ``reverted``; the thread is not compacted again before it has grown by a compaction's
+    worth. 404: no such job on the session (or another tenant's); 409 says why not now."""
+    rt = rt_of(request)
+    check_readable(rt, caller, session_id)
+    try:
+        done = revert(rt, session_id, job_id)
+    except NoSuchJob as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+    except (RevertRefused, ThreadBusy) as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from None
+    return {
+        "job_id": done.job_id,
+        "status": "reverted",
+        "messages_restored": done.messages_restored,
+        "results_restored": done.results_restored,
+        "messages": done.messages,
+        "chars": done.chars,
+    }
 
 
 def _offset(cursor: str | None) -> int:

@@ -93,16 +93,34 @@ class LangChainToolCall(_Open):
     type: Literal["tool_call"] | None = None
 
 
+class OpenAICustom(_Open):
+    name: ToolName
+    input: str = Field(description="The custom tool's input, as text")
+
+
+class OpenAICustomToolCall(_Open):
+    """An OpenAI custom tool call (free-text input): read as a call with ``{"input": ...}``."""
+
+    id: CallId
+    type: Literal["custom"]
+    custom: OpenAICustom
+
+
 def _call_shape(call: Any) -> str:
-    """A tool call with a ``function`` is in OpenAI's format (as langchain_core reads it)."""
+    """A tool call with a ``function`` is in OpenAI's format (as langchain_core reads it), one
+    with ``custom`` an OpenAI custom tool call."""
     if isinstance(call, BaseModel):
         call = call.model_dump(exclude_unset=True)
+    if isinstance(call, Mapping) and "custom" in call and "function" not in call:
+        return "custom"
     return "openai" if isinstance(call, Mapping) and "function" in call else "langchain"
 
 
 #: A tool call in either format (both message shapes accept both).
 ToolCall = Annotated[
-    Annotated[LangChainToolCall, Tag("langchain")] | Annotated[OpenAIToolCall, Tag("openai")],
+    Annotated[LangChainToolCall, Tag("langchain")]
+    | Annotated[OpenAIToolCall, Tag("openai")]
+    | Annotated[OpenAICustomToolCall, Tag("custom")],
     Discriminator(_call_shape),
 ]
 
@@ -151,6 +169,19 @@ class OpenAIUser(_HumanFields):
 class OpenAIAssistant(_AIFields):
     model_config = _OPENAI
     role: Literal["assistant"]
+    content: Content | None = Field(
+        default=None, description="Absent or null beside tool_calls or function_call: empty"
+    )
+
+
+class OpenAIFunctionResult(_Open):
+    """OpenAI's deprecated function result (``role: "function"``): read as the tool result of
+    the nearest earlier unanswered ``function_call`` of that name."""
+
+    model_config = _OPENAI
+    role: Literal["function"]
+    name: ToolName
+    content: str | None = Field(description="null is read as empty")
 
 
 class OpenAITool(_ToolFields):
@@ -159,7 +190,8 @@ class OpenAITool(_ToolFields):
 
 
 OpenAIMessage = Annotated[
-    OpenAISystem | OpenAIUser | OpenAIAssistant | OpenAITool, Field(discriminator="role")
+    OpenAISystem | OpenAIUser | OpenAIAssistant | OpenAITool | OpenAIFunctionResult,
+    Field(discriminator="role"),
 ]
 
 
@@ -399,9 +431,41 @@ class SessionOut(BaseModel):
     state: dict[str, Any] = Field(description="The thread's other state keys")
 
 
+class LostFactOut(BaseModel):
+    value: str
+    kind: str = Field(description="The fact guard's kind: path, sha, identifier, quantity...")
+    message_id: str = Field(description="The message it was first seen in (recall reads it)")
+
+
+class GroundTruthOut(BaseModel):
+    facts: int = Field(description="Ground-truth facts in what left the model's view")
+    lost: list[str] = Field(description="Those neither the summary nor the kept part holds")
+
+
+class LossOut(BaseModel):
+    """What an applied compaction took out of the model's view (issue 19): the messages it
+    removed, kept tool results it shortened, and the facts of both (the fact guard's
+    extractor) that neither its summary nor the kept messages hold."""
+
+    messages_removed: int
+    chars_removed: int
+    results_shortened: int = Field(description="Kept tool results it shortened in place")
+    chars_shortened: int = Field(description="Chars cut from them")
+    facts: int = Field(description="Distinct facts in what left the model's view")
+    facts_lost: int = Field(description="Of them, in neither the summary nor the kept part")
+    lost: list[LostFactOut] = Field(description="The lost facts, most important first (50 at most)")
+    ground_truth: GroundTruthOut | None = Field(
+        description="Facts chosen independently of the extractor (benchmarks), if given"
+    )
+
+
+class LossErrorOut(BaseModel):
+    error: str = Field(description="Why the loss report could not be made")
+
+
 class JobOut(BaseModel):
     job_id: str
-    status: Literal["queued", "running", "prepared", "applied", "skipped", "failed"]
+    status: Literal["queued", "running", "prepared", "applied", "skipped", "failed", "reverted"]
     reason: str | None
     reason_code: str | None
     attempts: int
@@ -411,6 +475,9 @@ class JobOut(BaseModel):
     chars_removed: int | None
     summarizer: str | None
     latency_ms: int | None
+    loss: LossOut | LossErrorOut | None = Field(
+        default=None, description="Applied (or reverted) compactions: what left the model's view"
+    )
     created_at: str
     updated_at: str
 
@@ -440,6 +507,7 @@ class JobCounts(BaseModel):
     applied: int
     skipped: int
     failed: int
+    reverted: int = Field(description="Applied compactions undone (POST .../revert)")
 
 
 class Spread(BaseModel):
@@ -527,6 +595,17 @@ class CompactOut(BaseModel):
 
     job_id: str
     status: Literal["queued", "applied"]
+
+
+class RevertOut(BaseModel):
+    """A reverted compaction: its originals are back in the thread in place of its summary."""
+
+    job_id: str
+    status: Literal["reverted"]
+    messages_restored: int = Field(description="Removed messages put back")
+    results_restored: int = Field(description="Kept tool results it had shortened, restored")
+    messages: int = Field(description="Messages in the thread now")
+    chars: int = Field(description="The thread's size now, in chars")
 
 
 class ArchivedOut(BaseModel):

@@ -327,7 +327,7 @@ def job_json(r: dict[str, Any]) -> dict[str, Any]:
         **((r["result"] or {}).get("usage") or {}),
         **((r["result"] or {}).get("record") or {}),
     }
-    applied = r["status"] == db.JobStatus.APPLIED
+    applied = r["status"] in (db.JobStatus.APPLIED, db.JobStatus.REVERTED)
     return {
         "job_id": r["job_id"],
         "status": r["status"],
@@ -340,6 +340,7 @@ def job_json(r: dict[str, Any]) -> dict[str, Any]:
         "chars_removed": result.get("chars_removed") if applied else None,
         "summarizer": result.get("summarizer"),
         "latency_ms": result.get("latency_ms"),
+        "loss": result.get("loss") if applied else None,
         "created_at": r["created_at"].isoformat(),
         "updated_at": r["updated_at"].isoformat(),
     }

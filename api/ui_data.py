@@ -492,7 +492,8 @@ def originals_by_summary(
 def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
     """The session's jobs, oldest first, as ``GET /sessions/{id}/compactions`` shows them,
     plus ``took_s``: seconds from queued to its last change (to applied, for an applied job),
-    and ``forced``: an operator asked for it (compact now)."""
+    ``forced``: an operator asked for it (compact now), and ``revertible``: the latest
+    applied compaction of one of offpath's own threads (the page's Revert button; issue 19)."""
     from .sessions import job_json
 
     out = []
@@ -501,8 +502,16 @@ def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
         took = (_utc(row["updated_at"]) - _utc(row["created_at"])).total_seconds()
         job["took_s"] = round(took, 2)
         job["forced"] = bool((row.get("options") or {}).get("force"))
-        out.append(job)
-    return out
+        job["revertible"] = False
+        out.append((job, row))
+    # the Revert button: the latest applied compaction, of one of offpath's own threads
+    applied = [(job, row) for job, row in out if job["status"] == db.JobStatus.APPLIED]
+    if applied:
+        job, row = applied[-1]
+        options = row.get("options") or {}
+        own = options.get("patch", True) and not options.get("checkpoints")
+        job["revertible"] = bool(own and not options.get("checkpoint_ns"))
+    return [job for job, _ in out]
 
 
 def _utc(value: datetime) -> datetime:

@@ -81,7 +81,7 @@ from offpath.compaction.settings import Settings, get_settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps, older_caps
 from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.service import archive
-from offpath.service.compactions import JobOptions, end_stale
+from offpath.service.compactions import JobOptions, end_stale, with_loss
 from offpath.service.db import JobStatus, finalize, job_row, record_masking, set_job
 from offpath.service.leases import Claim, Leases, State
 from offpath.service.logs import tag
@@ -424,7 +424,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 fitted.removed,
                 fitted.shortened,
             )
-            archive.store_record(client.engine, job_id, {**result, "record": fitted.record}, rows)
+            record = with_loss(fitted, messages)  # issue 19: its loss report, with the record
+            archive.store_record(client.engine, job_id, {**result, "record": record}, rows)
         except Exception as exc:  # the run goes on uncompacted; the reconciler tidies up
             log.warning("[%s] could not apply job %s: %s", tag(session_id), job_id, exc)
             return None

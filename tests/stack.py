@@ -397,7 +397,7 @@ class Stack:
         return f"sqlite:///{self.env['DATA_DIR']}/usage.db"
 
 
-FINAL = ("applied", "skipped", "failed")
+FINAL = ("applied", "skipped", "failed", "reverted")
 SETTLED = (*FINAL, "prepared")
 
 

@@ -1,4 +1,5 @@
-// offpath web UI: live regions and the "compact now" button. Plain JS, no build step.
+// offpath web UI: live regions, the "compact now", "revert" and "delete" buttons. Plain JS,
+// no build step.
 //
 // A page whose <body> has data-live="/ui/live/..." polls that URL every data-poll-ms
 // milliseconds; the answer is {"regions": {name: html}} and each element with
@@ -102,6 +103,37 @@
       }
     });
   }
+
+  // "Revert" on the latest compaction (issue 19): its button is re-rendered by the live
+  // region, so the click is caught on the document
+  document.addEventListener("click", async (event) => {
+    const revert = event.target.closest("button.revert");
+    if (!revert) return;
+    const job = revert.dataset.job;
+    if (!window.confirm("Put the originals of compaction " + job.slice(0, 8) + " back in place of its summary?")) return;
+    const out = document.getElementById("revert-result");
+    revert.disabled = true;
+    try {
+      const r = await fetch(
+        "/sessions/" + encodeURIComponent(revert.dataset.session) + "/compactions/" +
+          encodeURIComponent(job) + "/revert",
+        { method: "POST", credentials: "same-origin", headers: { [uiHeader]: "1" } }
+      );
+      if (r.ok) {
+        const data = await r.json();
+        out.textContent = "reverted " + job.slice(0, 8) + ": " + data.messages_restored +
+          " messages and " + data.results_restored + " results put back";
+      } else {
+        out.textContent = "not reverted (" + r.status + "): " + (await detailOf(r));
+        revert.disabled = false;
+      }
+    } catch (e) {
+      out.textContent = "the API did not answer: " + e;
+      revert.disabled = false;
+    } finally {
+      if (live) poll();
+    }
+  });
 
   const button = document.getElementById("compact-now");
   if (button) {

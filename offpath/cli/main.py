@@ -491,7 +491,7 @@ def compact(
     while time.monotonic() < deadline:
         jobs = call_api(url, api_key, "GET", f"/sessions/{session_id}/compactions", what).json()
         job = next((j for j in jobs["jobs"] if j["job_id"] == done["job_id"]), None)
-        if job is not None and job["status"] in ("applied", "skipped", "failed"):
+        if job is not None and job["status"] in ("applied", "skipped", "failed", "reverted"):
             if job["status"] == "applied":
                 console.print(
                     f"applied: -{counted(job['chars_removed'], 'char')}, "
@@ -503,6 +503,37 @@ def compact(
             fail(f"job {done['job_id']} {job['status']}: {job['reason']}")
         time.sleep(0.5)
     fail(f"job {done['job_id']} did not end within {timeout:g}s (it goes on; see `offpath show`)")
+
+
+@app.command()
+def revert(
+    session_id: Annotated[str, typer.Argument(help="The session id")],
+    job_id: Annotated[
+        str | None,
+        typer.Argument(help="The compaction job to revert (default: the latest applied one)"),
+    ] = None,
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
+) -> None:
+    """Revert a session's latest compaction (POST /sessions/{id}/compactions/{job}/revert): its
+    originals go back in place of its summary, byte for byte from the archive. Exits 1 if it
+    cannot be reverted now (the API says why) or the session has no applied compaction."""
+    what = f"cannot revert a compaction of {session_id!r}"
+    if job_id is None:
+        jobs = call_api(url, api_key, "GET", f"/sessions/{session_id}/compactions", what).json()
+        applied = [j for j in jobs["jobs"] if j["status"] == "applied"]
+        if not applied:
+            fail(f"{what}: it has no applied compaction (see `offpath show {session_id}`)")
+        job_id = applied[-1]["job_id"]
+    done = call_api(
+        url, api_key, "POST", f"/sessions/{session_id}/compactions/{job_id}/revert", what
+    ).json()
+    console.print(
+        f"job {done['job_id']} reverted: {counted(done['messages_restored'], 'message')} and "
+        f"{counted(done['results_restored'], 'shortened result')} put back; the thread has "
+        f"{counted(done['messages'], 'message')}, {counted(done['chars'], 'char')}",
+        highlight=False,
+    )
 
 
 @app.command()

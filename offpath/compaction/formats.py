@@ -44,12 +44,15 @@ def to_messages(items: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
     Accepts the transcript format (``type``/``content``/``tool_calls``/
     ``tool_call_id``/``id``, plus ``additional_kwargs`` as the API returns it;
     other keys such as ``summary: true`` land in ``additional_kwargs``), OpenAI
-    chat format (``role``, ``tool_calls`` with ``function``) and LangChain's
+    chat format (``role``, ``tool_calls`` with ``function``; every shape of the OpenAI SDK's
+    ``ChatCompletionMessageParam``, read by :func:`from_openai`) and LangChain's
     serialized dicts (``{"type": ..., "data": {...}}``).
     Raises :class:`ConversationFormatError` naming the first bad message.
     """
     out: list[BaseMessage] = []
     for i, item in enumerate(items):
+        if not ("data" in item and "type" in item):
+            item = from_openai(item)
         _check_shape(i, item)
         try:
             if "data" in item and "type" in item and isinstance(item["data"], Mapping):
@@ -64,6 +67,71 @@ def to_messages(items: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
                 out.extend(convert_to_messages([_blank_arguments_as_empty({**extra, **flat})]))
         except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
             raise ConversationFormatError(f"message {i}: {_first_line(exc)}") from None
+    return out
+
+
+#: The id given to a call of OpenAI's deprecated function calling (an assistant message's
+#: ``function_call``, answered by a ``role: "function"`` message, neither of which has an id):
+#: the prefix, then the function's name. A result answers the nearest earlier unanswered call
+#: with its id (:mod:`compaction.pairing`), so calls of one function in turn pair in order.
+LEGACY_CALL_PREFIX = "function_call_"
+#: ``additional_kwargs`` key of an AI message listing the ids of its calls that were OpenAI
+#: *custom* tool calls (``{"type": "custom", "custom": {"name", "input"}}``): each reads as a
+#: call with ``args = {"input": <its text input>}``.
+CUSTOM_CALLS = "openai_custom_tool_calls"
+#: Optional keys of OpenAI messages that may be sent as null: null means absent.
+_NULLABLE = ("audio", "refusal", "function_call", "name", "tool_calls", "annotations")
+
+
+def from_openai(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``item`` with the valid OpenAI chat shapes langchain_core's converter does not read
+    made into ones it does (issue 19, item 6; the shapes are the OpenAI SDK's
+    ``ChatCompletionMessageParam`` TypedDicts): an assistant message with ``tool_calls`` (or
+    ``function_call``) and no ``content`` key gets empty content; optional keys sent as null
+    are dropped; a custom tool call reads as a call with ``args = {"input": ...}`` (its id
+    listed under :data:`CUSTOM_CALLS`); the deprecated ``function_call`` reads as a tool
+    call and a ``role: "function"`` message as its tool result (ids:
+    :data:`LEGACY_CALL_PREFIX` + name). Content parts (text, image_url, input_audio, file,
+    refusal) are kept as they are. Anything else is returned unchanged (the converter
+    checks it)."""
+    role = item.get("role", item.get("type"))
+    if role == "function" and "role" in item:
+        name = item.get("name")
+        out: dict[str, Any] = {k: v for k, v in item.items() if k != "role"}
+        out.update(
+            role="tool",
+            content=item.get("content") or "",
+            tool_call_id=f"{LEGACY_CALL_PREFIX}{name}" if isinstance(name, str) else None,
+        )
+        return out
+    if role not in ("assistant", "ai"):
+        return item
+    out = {k: v for k, v in item.items() if not (k in _NULLABLE and v is None)}
+    if "content" not in out and "role" in out:  # optional beside tool_calls or function_call
+        out["content"] = ""
+    calls = out.get("tool_calls")
+    legacy = out.pop("function_call", None) if "role" in out else None
+    if isinstance(legacy, Mapping) and isinstance(legacy.get("name"), str):
+        call = {"id": f"{LEGACY_CALL_PREFIX}{legacy['name']}", "type": "function"}
+        calls = [*(calls if isinstance(calls, list) else []), {**call, "function": legacy}]
+    elif legacy is not None:
+        out["function_call"] = legacy  # not a call: the converter's check says what is wrong
+    if not isinstance(calls, list):
+        return out
+    custom: list[str] = []
+    fixed: list[Any] = []
+    for call in calls:
+        spec = call.get("custom") if isinstance(call, Mapping) else None
+        if isinstance(spec, Mapping) and call.get("type") == "custom":
+            custom.append(str(call.get("id")))
+            args = {"input": spec.get("input")}
+            call = {"id": call.get("id"), "name": spec.get("name"), "args": args}
+        fixed.append(call)
+    out["tool_calls"] = fixed
+    if custom:
+        extra = out.get("additional_kwargs")
+        extra = dict(extra) if isinstance(extra, Mapping) else {}
+        out["additional_kwargs"] = {**extra, CUSTOM_CALLS: custom}
     return out
 
 

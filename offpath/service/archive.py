@@ -191,14 +191,22 @@ def store_record(
             conn.execute(sa.insert(ARCHIVE), rows)
 
 
-def _applied() -> Any:
-    """Rows that are shown: those of applied jobs, and results shortened as they arrived."""
-    return sa.or_(
+def _applied(originals: bool = False) -> Any:
+    """Rows that are shown: those of applied jobs, and results shortened as they arrived.
+    ``originals``: also the results a compaction shortened that was reverted since (issue
+    19): the result is whole in the thread again, but when it is shortened anew no second
+    row is written (a result keeps its first row, :func:`store_shortened`), so its original
+    must stay readable."""
+    shown = sa.or_(
         ARCHIVE.c.job_id == "",
         ARCHIVE.c.job_id.in_(
             sa.select(JOBS.c.job_id).where(JOBS.c.status == JobStatus.APPLIED.value)
         ),
     )
+    if not originals:
+        return shown
+    reverted = sa.select(JOBS.c.job_id).where(JOBS.c.status == JobStatus.REVERTED.value)
+    return sa.or_(shown, sa.and_(ARCHIVE.c.kind == SHORTENED, ARCHIVE.c.job_id.in_(reverted)))
 
 
 def read(
@@ -246,7 +254,8 @@ def search(
             "'MaxFragments=2, MaxWords=30, MinWords=8, StartSel=[, StopSel=]') AS excerpt "
             "FROM archive a, websearch_to_tsquery('simple', :q) q "
             "WHERE a.session_id = :s AND a.tsv @@ q AND (a.job_id = '' OR a.job_id IN "
-            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied')) "
+            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied') OR (a.kind = 'shortened' "
+            "AND a.job_id IN (SELECT job_id FROM compaction_jobs WHERE status = 'reverted'))) "
             "ORDER BY ts_rank(a.tsv, q) DESC, a.id LIMIT :n"
         )
         params = {"q": " or ".join(words), "s": session_id, "n": limit}
@@ -256,7 +265,8 @@ def search(
             "snippet(archive_fts, 0, '[', ']', '...', 24) AS excerpt "
             "FROM archive_fts JOIN archive a ON a.id = archive_fts.rowid "
             "WHERE archive_fts MATCH :q AND a.session_id = :s AND (a.job_id = '' OR a.job_id IN "
-            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied')) "
+            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied') OR (a.kind = 'shortened' "
+            "AND a.job_id IN (SELECT job_id FROM compaction_jobs WHERE status = 'reverted'))) "
             "ORDER BY bm25(archive_fts), a.id LIMIT :n"
         )
         params = {
@@ -275,6 +285,19 @@ def search(
     return out
 
 
+def job_rows(engine: Engine, session_id: str, job_id: str) -> list[dict[str, Any]]:
+    """What compaction job ``job_id`` archived of the thread, whatever the job's status: each
+    row's ``kind`` (:data:`REMOVED` or :data:`SHORTENED`), ``position`` (its index in the thread
+    then), ``message_id`` and ``message`` (``messages_to_dict`` form), in thread order."""
+    q = (
+        sa.select(ARCHIVE.c.kind, ARCHIVE.c.position, ARCHIVE.c.message_id, ARCHIVE.c.message)
+        .where(ARCHIVE.c.session_id == session_id, ARCHIVE.c.job_id == job_id)
+        .order_by(ARCHIVE.c.position, ARCHIVE.c.id)
+    )
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(q)]
+
+
 def original(engine: Engine, session_id: str, message_id: str) -> dict[str, Any] | None:
     """The original of a thread's message by its id (``messages_to_dict`` form), or None: not
     archived, or its compaction never applied. The *first* row archived under the id: the
@@ -282,7 +305,11 @@ def original(engine: Engine, session_id: str, message_id: str) -> dict[str, Any]
     (a summary takes the id of the first message it replaces)."""
     q = (
         sa.select(ARCHIVE.c.message)
-        .where(ARCHIVE.c.session_id == session_id, ARCHIVE.c.message_id == message_id, _applied())
+        .where(
+            ARCHIVE.c.session_id == session_id,
+            ARCHIVE.c.message_id == message_id,
+            _applied(originals=True),
+        )
         .order_by(ARCHIVE.c.id)
         .limit(1)
     )

@@ -30,7 +30,9 @@ from offpath.service import metrics
 class JobStatus(enum.StrEnum):
     """A job's life: ``queued`` -> ``running`` -> ``applied``, ``skipped`` or ``failed``;
     or ``running`` -> ``prepared`` (its compaction waits for the thread to be free and over
-    its threshold) -> ``applied``, or ``skipped`` (stale)."""
+    its threshold) -> ``applied``, or ``skipped`` (stale). An applied compaction may be
+    undone (``POST /sessions/{id}/compactions/{job}/revert``): ``applied`` -> ``reverted``
+    (issue 19)."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -38,9 +40,10 @@ class JobStatus(enum.StrEnum):
     APPLIED = "applied"
     SKIPPED = "skipped"
     FAILED = "failed"
+    REVERTED = "reverted"
 
 
-FINAL = (JobStatus.APPLIED, JobStatus.SKIPPED, JobStatus.FAILED)
+FINAL = (JobStatus.APPLIED, JobStatus.SKIPPED, JobStatus.FAILED, JobStatus.REVERTED)
 FINAL_VALUES = frozenset(f.value for f in FINAL)
 #: A delivery of a job in these states runs it; in any other, it has nothing to do.
 RUNNABLE_VALUES = frozenset({JobStatus.QUEUED.value, JobStatus.RUNNING.value})
@@ -604,6 +607,31 @@ def finalize(
     return True
 
 
+#: The reason code of a reverted job.
+REVERTED_CODE = "reverted"
+
+
+def mark_reverted(engine: Engine, job_id: str, reason: str) -> bool:
+    """``applied`` -> ``reverted`` for job ``job_id`` (its originals are back in the thread),
+    with ``reason``; False (nothing changed) if the job was not ``applied``. Its usage event
+    stays: the summarizer ran and what it cost counts; ``/stats`` counts its chars as saved
+    no longer (:func:`offpath.service.usage.stats`)."""
+    with engine.begin() as conn:
+        changed = conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id, JOBS.c.status == JobStatus.APPLIED.value)
+            .values(
+                status=JobStatus.REVERTED.value,
+                reason=reason[:2000],
+                reason_code=REVERTED_CODE,
+                updated_at=_now(),
+            )
+        ).rowcount
+    if changed:
+        metrics.job_reached(JobStatus.REVERTED, REVERTED_CODE)
+    return bool(changed)
+
+
 MASKINGS = FallbackMasking.__table__  # type: ignore[attr-defined]
 
 
@@ -653,6 +681,7 @@ __all__ = [
     "has_unpublished_job",
     "job_row",
     "jobs_of",
+    "mark_reverted",
     "now_utc",
     "open_jobs",
     "set_published",

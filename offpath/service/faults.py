@@ -7,7 +7,8 @@ between two writes. Unset (always, in production) every call is a no-op.
 Points: ``before_lock`` (summary written, lock not taken), ``in_patch`` (lock
 held, checkpoint not yet written), ``after_archive`` (originals archived, the
 patch not yet written), ``after_patch`` (checkpoint written, usage event not yet
-recorded).
+recorded), ``after_revert_patch`` (a revert's checkpoint written, its job row not yet
+marked ``reverted``).
 """
 
 from __future__ import annotations

@@ -291,6 +291,13 @@ class Leases:
         )
         return Claim.parse(f"{state.value}:{job_id}" + (f":{token}" if token else ""))
 
+    def set_from(self, session_id: str, expected: Claim | None, then: Claim | None) -> bool:
+        """Replace the claim ``expected`` (None: free) with ``then`` (None: free); False if the
+        thread's claim is no longer ``expected``. A revert leaves ``s:<job>:<chars>`` so that
+        the thread is not compacted again before it grew (issue 19)."""
+        new, ttl = (then.raw, _ttl(then)) if then is not None else (None, 0.0)
+        return self.store.swap(self.key(session_id), expected.raw if expected else None, new, ttl)
+
     def release_queued(self, session_id: str, job_id: str) -> bool:
         """Free a thread claimed for a job that was never published (the hook's undo)."""
         return self.store.swap(self.key(session_id), f"q:{job_id}", None, 0)

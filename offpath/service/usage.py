@@ -172,6 +172,9 @@ def stats(
 
     ``summary`` holds ``total_summarizations``, ``total_chars_compacted``,
     ``sessions_compacted``, ``approx_tokens_saved`` (chars / 4), ``jobs`` (count by status),
+    (a reverted compaction counts in ``total_summarizations``, in the summarizer's latency
+    and tokens, and in ``jobs.reverted``, but not in the chars, tokens saved or sessions
+    compacted: what it removed is back; issue 19)
     ``fallback_maskings``, and: ``jobs_by_reason`` (skipped and failed jobs by reason code),
     ``lag_ms`` and ``summarizer_latency_ms`` (``count``, ``p50``, ``p99`` in ms, over the
     latest :data:`PERCENTILE_SAMPLE`), ``llm_tokens`` (``input``, ``output``: what the
@@ -193,6 +196,9 @@ def stats(
 
     summ = EVENTS.c.metadata["summarization"].as_boolean()
     chars = EVENTS.c.metadata["chars_removed"].as_integer()
+    # a reverted compaction ran (its usage event stays) but removes nothing now (issue 19)
+    reverted = sa.select(JOBS.c.job_id).where(JOBS.c.status == JobStatus.REVERTED.value)
+    in_effect = sa.or_(EVENTS.c.job_id.is_(None), EVENTS.c.job_id.not_in(reverted))
     events = lambda q: scoped(q, EVENTS.c.session_id, EVENTS.c.created_at)  # noqa: E731
     jobs = lambda q: scoped(q, JOBS.c.session_id, JOBS.c.created_at)  # noqa: E731
     with engine.connect() as conn:
@@ -200,8 +206,8 @@ def stats(
             events(
                 sa.select(
                     sa.func.count(EVENTS.c.id),
-                    sa.func.coalesce(sa.func.sum(chars), 0),
-                    sa.func.count(sa.distinct(EVENTS.c.session_id)),
+                    sa.func.coalesce(sa.func.sum(sa.case((in_effect, chars), else_=0)), 0),
+                    sa.func.count(sa.distinct(sa.case((in_effect, EVENTS.c.session_id)))),
                     sa.func.coalesce(sa.func.sum(EVENTS.c.input_tokens), 0),
                     sa.func.coalesce(sa.func.sum(EVENTS.c.output_tokens), 0),
                     sa.func.count(EVENTS.c.id).filter(

@@ -119,6 +119,11 @@ def test_single_request_transcript_as_a_live_run(stacks, path, agent_store):
     )
     applied = [j for j in jobs if j["status"] == "applied"]
     assert applied and not [j for j in jobs if j["status"] == "failed"], jobs
+    # issue 19: the middleware records each compaction's loss report; its thread (a team's
+    # own agent's checkpoint, which offpath never writes) cannot be reverted from the API
+    assert all(j["loss"]["messages_removed"] == j["messages_removed"] for j in applied), jobs
+    r = stack.http.post(f"/sessions/{session}/compactions/{applied[-1]['job_id']}/revert")
+    assert r.status_code == 409 and "never writes" in r.json()["detail"], r.text
     assert len([m for m in final if marked_summary(m)]) == 1
     # invariant 12: whatever the model was sent and the thread no longer holds is archived;
     # a compaction applied by the run's last step is recorded (its archive shown) by the

@@ -103,7 +103,19 @@ BAD_TURNS = {
     "empty list": ({"messages": []}, 422),
     "no role or type": ({"messages": [{"content": "x"}]}, 422),
     "unknown type": ({"messages": [{"type": "wizard", "content": "x"}]}, 422),
-    "function message": ({"messages": [{"role": "function", "name": "f", "content": "x"}]}, 422),
+    # OpenAI's deprecated function result is read (issue 19, item 6), but it needs its name
+    "function message without a name": ({"messages": [{"role": "function", "content": "x"}]}, 422),
+    "custom tool call without input": (
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c6", "type": "custom", "custom": {"name": "grep"}}],
+                }
+            ]
+        },
+        422,
+    ),
     "duplicate id in turn": (
         {
             "messages": [

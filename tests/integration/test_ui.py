@@ -400,3 +400,31 @@ def test_session_of_another_tenant_is_not_found(browser, ui_stack):
     page.goto(f"{stack.url}/ui/sessions")
     assert page.locator(f'tr[data-session="{mine}"]').count() == 0
     context.close()
+
+
+def test_revert_button_puts_the_latest_compaction_back(browser, ui_stack):
+    """Issue 19: the session page's latest applied compaction has a Revert button; after a
+    confirmation the job reads ``reverted``, the button is gone and the thread is the one
+    before the compaction."""
+    stack = ui_stack
+    session = f"ui-revert-{uuid.uuid4().hex[:8]}"
+    replay(stack, session, [more_turn(n) for n in range(6)])
+    before = stack.http.get(f"/sessions/{session}/messages", params={"format": "langchain"})
+    r = stack.http.post(f"/sessions/{session}/compact")
+    assert r.status_code == 202, r.text
+    job_id = r.json()["job_id"]
+    stack.settle(session, False, 0, final=job_id)
+    page = logged_in(browser, stack)
+    page.goto(f"{stack.url}/ui/sessions/{session}")
+    job = page.locator(f'li.job[data-job-id="{job_id}"][data-status="applied"]')
+    assert "facts lost" in job.inner_text()
+    page.once("dialog", lambda dialog: dialog.accept())
+    job.locator("button.revert").click()
+    page.wait_for_selector(
+        f'li.job[data-job-id="{job_id}"][data-status="reverted"]', timeout=LIVE_MS
+    )
+    assert "reverted" in page.inner_text("#revert-result")
+    assert page.locator("button.revert").count() == 0
+    after = stack.http.get(f"/sessions/{session}/messages", params={"format": "langchain"})
+    assert after.json()["messages"] == before.json()["messages"]
+    page.context.close()

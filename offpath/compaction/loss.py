@@ -1,0 +1,136 @@
+"""The loss report of a compaction: what left the model's view, and which of its facts the
+summary and the kept messages no longer hold (issue 19, "a loss report and undo"). Pure.
+
+A compaction takes two things out of the model's view: the messages it removes (replaced
+by its summary), and the part of kept tool results it shortens in place. Their facts are
+found by the fact guard's extractor (:func:`offpath.compaction.facts.extract`); a fact is
+*kept* when its value is still in what the model sees afterwards (the summary message, its
+pinned facts included, and every kept message: content, tool-call names and arguments),
+compared case-insensitively; otherwise it is *lost* (the archive still has it: ``recall``).
+
+Facts chosen independently of the extractor (*ground truth*: a benchmark's expected tool
+arguments, an order id a test planted) are checked the same way when given: those that
+occur in what left the view, and which of them were lost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from offpath.compaction.accounting import content_text, message_chars
+from offpath.compaction.facts import extract, rank
+
+#: Most lost facts a report lists (the most important first); ``facts_lost`` counts them all.
+MAX_LISTED = 50
+#: Most chars of one listed value.
+MAX_VALUE_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class LostFact:
+    """A fact no longer in the model's view: its ``value``, ``kind`` (the extractor's) and the
+    id of the message it was first seen in (its original, for ``recall``)."""
+
+    value: str
+    kind: str
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LossReport:
+    """What a compaction took out of the model's view.
+
+    ``messages_removed``, ``chars_removed``: the messages it removed and their size (chars,
+    as :func:`~offpath.compaction.accounting.message_chars` counts them);
+    ``results_shortened``, ``chars_shortened``: kept tool results it shortened in place and
+    the chars that cut; ``facts``: distinct facts in what left the view; ``facts_lost``: how
+    many of them neither the summary nor the kept messages hold; ``lost``: those, most
+    important first, at most :data:`MAX_LISTED`; ``ground_truth``: None, or for facts given
+    as ground truth, how many occur in what left the view (``facts``) and which of them
+    were lost (``lost``).
+    """
+
+    messages_removed: int
+    chars_removed: int
+    results_shortened: int
+    chars_shortened: int
+    facts: int
+    facts_lost: int
+    lost: tuple[LostFact, ...]
+    ground_truth: tuple[int, tuple[str, ...]] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "messages_removed": self.messages_removed,
+            "chars_removed": self.chars_removed,
+            "results_shortened": self.results_shortened,
+            "chars_shortened": self.chars_shortened,
+            "facts": self.facts,
+            "facts_lost": self.facts_lost,
+            "lost": [
+                {"value": f.value, "kind": f.kind, "message_id": f.message_id} for f in self.lost
+            ],
+            "ground_truth": None
+            if self.ground_truth is None
+            else {"facts": self.ground_truth[0], "lost": list(self.ground_truth[1])},
+        }
+
+
+def visible_text(messages: Iterable[BaseMessage]) -> str:
+    """What the model reads of ``messages``: each one's text (content parts' text), its tool
+    calls (name and arguments, as JSON) and its name; one string."""
+    parts: list[str] = []
+    for m in messages:
+        parts.append(content_text(m.content))
+        for call in getattr(m, "tool_calls", None) or []:
+            args = json.dumps(call.get("args") or {}, ensure_ascii=False, default=str)
+            parts.append(f"{call.get('name')} {args}")
+        if m.name:
+            parts.append(m.name)
+    return "\n".join(parts)
+
+
+def loss_report(
+    removed: Sequence[BaseMessage],
+    summary: str,
+    kept: Sequence[BaseMessage],
+    *,
+    shortened: Sequence[tuple[BaseMessage, BaseMessage]] = (),
+    ground_truth: Iterable[str] | None = None,
+) -> LossReport:
+    """The loss report of one compaction.
+
+    ``removed``: the messages it removed, as the thread held them before it; ``summary``: the
+    text of the summary message that replaced them (pinned facts included); ``kept``: every
+    other message of the thread once it is applied (system prompt, a kept request's copy,
+    kept messages, shortened results as they are now, later messages); ``shortened``: each
+    kept result it shortened, as ``(before, after)``. ``ground_truth``: fact strings chosen
+    independently of the extractor (a benchmark's), or None.
+    """
+    before = [b for b, _ in shortened]
+    left = [*removed, *before]
+    seen = (summary + "\n" + visible_text(kept)).casefold()
+    facts = rank(extract(left))
+    lost = [f for f in facts if f.value.casefold() not in seen]
+    truth = None
+    if ground_truth is not None:
+        gone = visible_text(left).casefold()
+        present = [g for g in dict.fromkeys(ground_truth) if g and g.casefold() in gone]
+        truth = (len(present), tuple(g for g in present if g.casefold() not in seen))
+    return LossReport(
+        messages_removed=len(removed),
+        chars_removed=sum(message_chars(m) for m in removed),
+        results_shortened=len(shortened),
+        chars_shortened=sum(message_chars(b) - message_chars(a) for b, a in shortened),
+        facts=len(facts),
+        facts_lost=len(lost),
+        lost=tuple(
+            LostFact(f.value[:MAX_VALUE_CHARS], f.kind, f.message_id) for f in lost[:MAX_LISTED]
+        ),
+        ground_truth=truth,
+    )
