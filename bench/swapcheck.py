@@ -298,10 +298,12 @@ def seen(after: list[Any], plan: Any, arrived: list[Any], rec: Record) -> tuple[
     that cites a removed message, or that neither cites one of the arrived messages nor
     quotes their text."""
     from offpath.compaction.prompt import render_content
+    from offpath.compaction.summary import cite
 
     planned = {str(m.id) for m in plan.kept}
-    removed_ids = {str(m.id) for m in plan.removed}
-    new_ids = {str(m.id) for m in arrived}
+    # a summary cites a UUID by its first hex chars: either form is a citation
+    removed_ids = {i for m in plan.removed for i in (str(m.id), cite(str(m.id)))}
+    new_ids = {i for m in arrived for i in (str(m.id), cite(str(m.id)))}
     new_text = "\n".join(text_of(m) for m in arrived)
     lines: list[str] = []
     for m in after:
