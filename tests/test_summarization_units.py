@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -447,3 +448,6 @@ def test_offline_summary_is_deterministic_labelled_and_filled():
     assert a.startswith("**Investigating:** q5")
     assert "2026-03-02T10:30:07Z ERROR svc-0 pool exhausted" in a
     assert "**Current state:**" in a and len(a.split()) < 400
+    # a small budget goes to the facts: no label (the job's record names the summarizer)
+    small = dataclasses.replace(plan, summary_chars=900)
+    assert "Offline summary" not in OfflineSummarizer().summarize(small, prompt).text

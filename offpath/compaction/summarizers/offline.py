@@ -44,6 +44,9 @@ from offpath.compaction.summary import (
 )
 
 OFFLINE_NOTE = "_Offline summary (no LLM): lines taken from the messages._"
+#: Under this text budget (chars) the summary has no room for :data:`OFFLINE_NOTE`: the facts
+#: come first (issue 19); the job's record and the summary's metadata name the summarizer.
+NOTE_MIN_CAP = 1_200
 MAX_BULLETS = 12
 MAX_BULLET_CHARS = 180
 MAX_WORDS = 390
@@ -134,8 +137,7 @@ class OfflineSummarizer:
                     *(f"- {f}" for f in findings or ["nothing specific found yet"]),
                     f"**Ruled out:** {_clip(ruled_text, 400)}",
                     f"**Current state:** {state}",
-                    "",
-                    OFFLINE_NOTE,
+                    *(("", OFFLINE_NOTE) if cap is None or cap >= NOTE_MIN_CAP else ()),
                 ]
             )
             fits = len(text.split()) <= max_words and (cap is None or len(text) <= cap)
