@@ -438,7 +438,7 @@ def test_make_summarizer_picks_llm_only_when_configured():
 
 def test_offline_summary_is_deterministic_labelled_and_filled():
     msgs = thread()
-    plan = plan_compaction(msgs, S)
+    plan = dataclasses.replace(plan_compaction(msgs, S), summary_chars=6_000)
     prompt = build_prompt(plan, 60_000)
     a = OfflineSummarizer().summarize(plan, prompt).text
     b = OfflineSummarizer().summarize(plan, prompt).text
