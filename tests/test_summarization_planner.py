@@ -346,3 +346,18 @@ def test_summarization_a_user_message_opening_like_a_summary_is_a_request():
     outcome = compact(msgs, S, OfflineSummarizer())
     after = add_messages(msgs, outcome.patch)
     assert after[-1] == pasted
+
+
+def test_a_job_that_lands_over_the_threshold_names_the_next_job_and_only_then():
+    """worker.jobs.follow_up: a thread just compacted that is still over its threshold, with
+    a cut to make, gets its next job from the job itself (turns that came while it ran
+    queued nothing); under the threshold, or with nothing to remove, none."""
+    from worker.jobs import follow_up
+
+    over = [m for i in range(12) for m in turn(i)]
+    assert total_chars(over) > S.summarization_threshold_chars
+    assert follow_up(over, S) == total_chars(over)
+    assert follow_up(over[:6], S) is None  # under the threshold
+    one = [HumanMessage(id="h", content="paste " + "x" * 12_000)]  # over, but no cut
+    assert total_chars(one) > S.summarization_threshold_chars
+    assert follow_up(one, S) is None

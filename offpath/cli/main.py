@@ -515,9 +515,11 @@ def revert(
     url: UrlOption = None,
     api_key: ApiKeyOption = None,
 ) -> None:
-    """Revert a session's latest compaction (POST /sessions/{id}/compactions/{job}/revert): its
-    originals go back in place of its summary, byte for byte from the archive. Exits 1 if it
-    cannot be reverted now (the API says why) or the session has no applied compaction."""
+    """Revert a session's latest compaction: its originals go back in place of its summary.
+
+    The originals come byte for byte from the archive (POST
+    /sessions/{id}/compactions/{job}/revert). Exits 1 if it cannot be reverted now (the API
+    says why) or the session has no applied compaction."""
     what = f"cannot revert a compaction of {session_id!r}"
     if job_id is None:
         jobs = call_api(url, api_key, "GET", f"/sessions/{session_id}/compactions", what).json()

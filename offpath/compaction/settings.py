@@ -69,8 +69,8 @@ class Settings(BaseSettings):
     #: threshold ate a 30,000-char thread's room). The planner counts it as the summary's size.
     summary_max_share: float = Field(default=0.15, ge=0.05, le=0.5)
     #: A tool result over this many chars is shortened as it arrives (head, tail, the facts of
-    #: the part cut out, how to read the rest) and kept whole in the archive. 0: half the keep
-    #: window, at most a fifth of the threshold (10,000 chars at the defaults).
+    #: the part cut out, how to read the rest) and kept whole in the archive. 0: a fifth of
+    #: the threshold, at most three quarters of the keep window (10,000 chars at the defaults).
     tool_result_max_chars: int = Field(default=0, ge=0)
     #: Days the archive keeps the originals that compactions removed. 0: keep them.
     archive_retention_days: int = Field(default=0, ge=0)
@@ -240,8 +240,8 @@ class Settings(BaseSettings):
             )
         if self.tool_result_max_chars and self.tool_result_max_chars < MIN_SHORTENED_CHARS:
             raise ValueError(
-                f"TOOL_RESULT_MAX_CHARS ({self.tool_result_max_chars}) must be 0 (half the keep "
-                f"window) or at least {MIN_SHORTENED_CHARS}: a shortened result keeps its head, "
+                f"TOOL_RESULT_MAX_CHARS ({self.tool_result_max_chars}) must be 0 (a fifth of "
+                f"the threshold) or at least {MIN_SHORTENED_CHARS}: a shortened result keeps its head, "
                 "tail and facts"
             )
         if self.failure_backoff_s > self.failure_backoff_max_s:
@@ -268,14 +268,16 @@ class Settings(BaseSettings):
 
     @property
     def tool_result_limit_chars(self) -> int:
-        """``TOOL_RESULT_MAX_CHARS``, or when 0: half the keep window, at most a fifth of the
-        threshold, at least :data:`MIN_SHORTENED_CHARS` (so the newest result always fits the
-        keep window beside its call, and one result cannot carry a thread from under its
-        prepare floor past its threshold on its own)."""
+        """``TOOL_RESULT_MAX_CHARS``, or when 0: a fifth of the threshold (one result cannot
+        carry a thread from under its prepare floor past its threshold on its own), at most
+        three quarters of the keep window (the newest result fits the keep window beside its
+        call), at least :data:`MIN_SHORTENED_CHARS`. In chars. Not lower: results of a few
+        thousand chars at a 30,000-char threshold are the session itself, compacted whole
+        later (the ``parallel-batch`` case expects its batch summarized, not cut on arrival)."""
         if self.tool_result_max_chars:
             return self.tool_result_max_chars
         keep, threshold = self.summarization_keep_chars, self.summarization_threshold_chars
-        return max(MIN_SHORTENED_CHARS, min(keep // 2, threshold // 5))
+        return max(MIN_SHORTENED_CHARS, min(keep * 3 // 4, threshold // 5))
 
     @property
     def active(self) -> bool:

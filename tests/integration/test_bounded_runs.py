@@ -27,6 +27,7 @@ from stack import create_pg_database, drop_pg_database, wait_for
 
 from offpath import OffPathCompaction
 from offpath.compaction.accounting import message_chars, total_chars
+from offpath.compaction.summary import cite
 from offpath.service import archive, recall
 from offpath.service.checkpoints import open_checkpoints_url
 
@@ -128,7 +129,7 @@ def test_an_sre_session_is_bounded_at_every_model_call(stacks, stub, agent_store
         (short,) = the_dump(sent)
         assert message_chars(short) <= limit < message_chars(dump)
         assert str(dump.content).startswith(str(short.content).split("\n[offpath:")[0])
-        assert f'recall("{dump_id}")' in str(short.content)
+        assert f'recall("{cite(dump_id)}"' in str(short.content)  # a UUID by its prefix
     # its original is archived byte for byte, and recall reads it back whole, page by page
     engine = sa.create_engine(stack.db_url())
     try:
@@ -138,7 +139,9 @@ def test_an_sre_session_is_bounded_at_every_model_call(stacks, stub, agent_store
         assert original.content == dump.content
         pages, offset = [], 0
         while True:
-            header, _, text = recall.answer(engine, session, str(dump_id), offset).partition("\n")
+            header, _, text = recall.answer(engine, session, cite(str(dump_id)), offset).partition(
+                "\n"
+            )
             pages.append(text)
             if "reads on" not in header:
                 break

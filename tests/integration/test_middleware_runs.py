@@ -141,3 +141,70 @@ def test_single_request_transcript_as_a_live_run(stacks, path, agent_store):
         time.sleep(0.5)
     engine.dispose()
     assert not gone, f"removed but not archived: {sorted(gone)[:5]}"
+
+
+def test_no_more_graph_steps_than_summarization_middleware(stacks, tmp_path):
+    """Issue 21, item 5: an agent that ran 65 tool calls needed ~270 graph steps with
+    offpath (GraphRecursionError at 150). The bookkeeping lives in ``wrap_model_call``, which
+    adds no node: the run takes no more supersteps than with LangChain's own
+    ``SummarizationMiddleware`` (one ``before_model`` node per model call), and it completes
+    under the recursion limit that one needs, compactions included."""
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langgraph.errors import GraphRecursionError
+
+    stack = stacks.get("sqlite", **ENV)
+    path = min(SINGLE_REQUEST, key=lambda p: len(load(p)["messages"]))
+    messages = messages_of(load(path))
+    system = messages[0] if isinstance(messages[0], SystemMessage) else None
+    request = next(m for m in messages if isinstance(m, HumanMessage))
+    replies = [m for m in messages if isinstance(m, AIMessage)]
+    if replies[-1].tool_calls:
+        replies.append(AIMessage(id=f"{path.stem}-end", content="Submitted."))
+    threshold = stack.settings().summarization_threshold_chars
+
+    def steps(kind: str, limit: int = 10_000) -> tuple[int, int]:
+        """(supersteps the run took, compactions seen by the model) for one middleware."""
+        store = f"sqlite:///{tmp_path / f'{kind}-{limit}.db'}"
+        model = TranscriptModel(replies=replies, delay_s=0.05)
+        if kind == "offpath":
+            middleware = [
+                OffPathCompaction(stack.settings(), checkpointer_url=store, client=stack.client())
+            ]
+        elif kind == "langchain":
+            summary = GenericFakeChatModel(messages=iter([AIMessage("a summary")] * 1_000))
+            middleware = [
+                SummarizationMiddleware(
+                    summary,
+                    trigger=("tokens", threshold // 4),
+                    keep=("tokens", stack.settings().summarization_keep_chars // 4),
+                    token_counter=lambda ms: total_chars(list(ms)) // 4,
+                )
+            ]
+        else:
+            middleware = []
+        with open_checkpoints_url(store, stack.settings()) as checkpoints:
+            agent = create_agent(
+                model,
+                scripted_tools(messages),
+                system_prompt=system,
+                middleware=middleware,
+                checkpointer=checkpoints.saver,
+            )
+            config = {"configurable": {"thread_id": f"steps-{kind}"}, "recursion_limit": limit}
+            agent.invoke({"messages": [request]}, config)
+            history = list(agent.get_state_history(config))
+        # one checkpoint per superstep, and one for the input
+        summaries = sum(any(marked_summary(m) for m in sent) for sent in model.calls)
+        return len(history) - 1, summaries
+
+    plain, _ = steps("none")
+    theirs, _ = steps("langchain")
+    ours, compacted = steps("offpath")
+    assert compacted, "no compaction was applied during the run"
+    assert ours <= theirs, (ours, theirs, plain)
+    assert ours <= plain + 2  # after_agent's node, once per run (and the input's step)
+    # the recursion limit LangChain's middleware needs is enough for offpath
+    steps("offpath", limit=theirs)
+    with pytest.raises(GraphRecursionError):
+        steps("offpath", limit=plain - 1)
