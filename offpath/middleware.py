@@ -55,7 +55,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, NotRequired, get_type_hints
@@ -80,6 +80,7 @@ from offpath.compaction.planner import landing_chars, min_gain_chars, summary_bu
 from offpath.compaction.settings import Settings, get_settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps, older_caps
 from offpath.compaction.tracking import ThreadSize, mask_observations
+from offpath.events import CompactionUpdate
 from offpath.service import archive
 from offpath.service.compactions import JobOptions, end_stale, with_loss
 from offpath.service.db import JobStatus, finalize, job_row, record_masking, set_job
@@ -146,6 +147,9 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
     between runs). ``client``: the usage DB, leases and publisher to use (default:
     opened from ``settings`` on first use). ``recall``: give the agent the ``recall`` tool
     (:mod:`offpath.service.recall`), which searches the thread's archived originals.
+    ``on_compaction``: called with each :class:`~offpath.events.CompactionUpdate` of the
+    run's thread (queued, completed, failed, cancelled; issue 21, item 4); what it raises is
+    logged, never raised into the run.
     """
 
     state_schema = OffPathState
@@ -158,8 +162,10 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         patch: bool = False,
         client: Client | None = None,
         recall: bool = True,
+        on_compaction: Callable[[CompactionUpdate], Any] | None = None,
     ) -> None:
         super().__init__()
+        self.on_compaction = on_compaction
         #: ``recall`` (issue 11): the agent reads its thread's archived originals.
         self.tools = [recall_tool(lambda: self.client.engine)] if recall else []
         self.recall = recall
@@ -410,11 +416,13 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             )
             if isinstance(fitted, Stale):
                 end_stale(client.engine, client.leases, session_id, job_id, fitted)
+                self._tell(session_id, job_id, "cancelled", reason=f"stale: {fitted.reason}")
                 return None
             if broken := new_unpaired(messages, add_messages(messages, fitted.patch)):
                 reason = f"patch would orphan tool calls {sorted(broken)}"
                 set_job(client.engine, job_id, session_id, JobStatus.FAILED, reason, "orphan_guard")
                 client.leases.settle(session_id, job_id, None)
+                self._tell(session_id, job_id, "failed", reason=reason)
                 return None
             rows = archive.rows_for(
                 session_id,
@@ -428,6 +436,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             archive.store_record(client.engine, job_id, {**result, "record": record}, rows)
         except Exception as exc:  # the run goes on uncompacted; the reconciler tidies up
             log.warning("[%s] could not apply job %s: %s", tag(session_id), job_id, exc)
+            self._tell(session_id, job_id, "failed", reason=f"not applied: {exc}")
             return None
         log.info(
             "[%s] applying job %s in the run: %d -> %d chars",
@@ -455,6 +464,13 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             client.leases.settle(session_id, job_id, Leases.after(job_id, State.DONE))
         except Exception as exc:  # a later job or the reconciler records it
             log.warning("[%s] could not record job %s: %s", tag(session_id), job_id, exc)
+        self._tell(
+            session_id,
+            job_id,
+            "completed",
+            record.get("chars_before"),
+            record.get("chars_after"),
+        )
 
     # --- when to prepare ----------------------------------------------------------------------
 
@@ -623,6 +639,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             if result.action == "queued":
                 with self._guard:
                     self._published[session_id] = (result.job_id, time.monotonic())
+                if result.job_id:
+                    self._tell(session_id, result.job_id, "in_progress", chars)
         except Exception as exc:
             log.warning("[%s] compaction not queued: %s", tag(session_id), exc)
         finally:
@@ -635,6 +653,24 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             record_masking(self.client.engine, session_id, results, chars)
         except Exception as exc:
             log.warning("[%s] could not count a masking: %s", tag(session_id), exc)
+
+    def _tell(
+        self,
+        session_id: str,
+        job_id: str,
+        status: Any,
+        chars_before: int | None = None,
+        chars_after: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Call ``on_compaction`` with the update, if the app gave one; never raise."""
+        if self.on_compaction is None:
+            return
+        update = CompactionUpdate(session_id, job_id, status, chars_before, chars_after, reason)
+        try:
+            self.on_compaction(update)
+        except Exception:
+            log.exception("[%s] on_compaction raised (ignored)", tag(session_id))
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:

@@ -160,7 +160,9 @@ class Stack:
             raise
 
     def _start(self, beat: bool) -> None:
-        self.start_worker()
+        # the worker, beat and the API boot side by side (their imports are most of a
+        # stack's start on a 2-core host); the worker is waited for once the API answers
+        offset = self.start_worker(wait=False)
         # the reconciler's schedule, as in production: its own process (`offpath beat`)
         if beat:
             self._spawn([sys.executable, "-m", "offpath.cli.main", "beat"], self.beat_log)
@@ -178,24 +180,23 @@ class Stack:
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, timeout=30)
         self._wait_ready()
+        self._wait_worker(offset)
         # an admin key, as an operator would make one; every request of the tests sends it
         self.key = self.create_key("test", admin=True)
         self.http.headers["Authorization"] = f"Bearer {self.key}"
 
     def create_key(self, tenant: str, admin: bool = False) -> str:
-        """A new API key (`offpath keys create`), for this stack's database."""
-        result = subprocess.run(
-            [sys.executable, "-m", "offpath.cli.main", "keys", "create", "--tenant", tenant]
-            + (["--admin"] if admin else []),
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"keys create failed: {result.stderr}")
-        return result.stdout.strip().splitlines()[-1]
+        """A new API key for this stack's database, made in this process by what
+        `offpath keys create` calls (the API has migrated the database by the time it
+        answers); the command itself runs in test_compose.py."""
+        from offpath.service.db import make_engine
+        from offpath.service.tenants import create_key
+
+        engine = make_engine(self.settings())
+        try:
+            return create_key(engine, tenant, admin=admin)
+        finally:
+            engine.dispose()
 
     # --- processes ------------------------------------------------------------------------
 
@@ -214,9 +215,13 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start_worker(self, env: dict[str, str] | None = None, supervised: bool = False) -> None:
+    def start_worker(
+        self, env: dict[str, str] | None = None, supervised: bool = False, wait: bool = True
+    ) -> int:
         """Start (or restart) the worker; ``env`` adds variables for this process only.
-        ``supervised``: through ``offpath worker``, which restarts a worker that dies."""
+        ``supervised``: through ``offpath worker``, which restarts a worker that dies.
+        ``wait``: until it says it is ready (else :meth:`_wait_worker` with the returned
+        offset of its log)."""
         offset = self.worker_log.stat().st_size if self.worker_log.exists() else 0
         name = f"w-{self.name}-{len(self.procs)}@%h"
         if supervised:
@@ -235,6 +240,12 @@ class Stack:
                 name,
             ]
         self.worker = self._spawn(cmd, self.worker_log, env)
+        if wait:
+            self._wait_worker(offset)
+        return offset
+
+    def _wait_worker(self, offset: int) -> None:
+        assert self.worker is not None
         # a worker starts in a few seconds; on a loaded CI host (load average 10-29 seen) a
         # Celery worker's imports took over 30 s: wait for it generously, it says when it is up
         deadline = time.monotonic() + WORKER_START_S

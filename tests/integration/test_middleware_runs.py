@@ -148,7 +148,10 @@ def test_no_more_graph_steps_than_summarization_middleware(stacks, tmp_path):
     offpath (GraphRecursionError at 150). The bookkeeping lives in ``wrap_model_call``, which
     adds no node: the run takes no more supersteps than with LangChain's own
     ``SummarizationMiddleware`` (one ``before_model`` node per model call), and it completes
-    under the recursion limit that one needs, compactions included."""
+    under the recursion limit that one needs, compactions included.
+
+    Item 4 on the same run: ``on_compaction`` hears each compaction queued
+    (``in_progress``) and then ``completed`` with its sizes, as the job rows have them."""
     from langchain.agents.middleware import SummarizationMiddleware
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langgraph.errors import GraphRecursionError
@@ -163,13 +166,20 @@ def test_no_more_graph_steps_than_summarization_middleware(stacks, tmp_path):
         replies.append(AIMessage(id=f"{path.stem}-end", content="Submitted."))
     threshold = stack.settings().summarization_threshold_chars
 
+    events: list = []
+
     def steps(kind: str, limit: int = 10_000) -> tuple[int, int]:
         """(supersteps the run took, compactions seen by the model) for one middleware."""
         store = f"sqlite:///{tmp_path / f'{kind}-{limit}.db'}"
         model = TranscriptModel(replies=replies, delay_s=0.05)
         if kind == "offpath":
             middleware = [
-                OffPathCompaction(stack.settings(), checkpointer_url=store, client=stack.client())
+                OffPathCompaction(
+                    stack.settings(),
+                    checkpointer_url=store,
+                    client=stack.client(),
+                    on_compaction=events.append if limit == 10_000 else None,
+                )
             ]
         elif kind == "langchain":
             summary = GenericFakeChatModel(messages=iter([AIMessage("a summary")] * 1_000))
@@ -191,7 +201,8 @@ def test_no_more_graph_steps_than_summarization_middleware(stacks, tmp_path):
                 middleware=middleware,
                 checkpointer=checkpoints.saver,
             )
-            config = {"configurable": {"thread_id": f"steps-{kind}"}, "recursion_limit": limit}
+            thread = f"steps-{kind}-{limit}-{uuid.uuid4().hex[:6]}"
+            config = {"configurable": {"thread_id": thread}, "recursion_limit": limit}
             agent.invoke({"messages": [request]}, config)
             history = list(agent.get_state_history(config))
         # one checkpoint per superstep, and one for the input
@@ -202,6 +213,17 @@ def test_no_more_graph_steps_than_summarization_middleware(stacks, tmp_path):
     theirs, _ = steps("langchain")
     ours, compacted = steps("offpath")
     assert compacted, "no compaction was applied during the run"
+    # item 4: every completed compaction was heard queued first, with the job row's sizes
+    (session,) = {e.session_id for e in events}
+    applied = {j["job_id"]: j for j in stack.jobs(session) if j["status"] == "applied"}
+    done = [e for e in events if e.status == "completed"]
+    assert applied and {e.compaction_id for e in done} == set(applied), (events, applied)
+    for e in done:
+        queued = [q for q in events if q.compaction_id == e.compaction_id]
+        assert queued[0].status == "in_progress" and queued[0].chars_before
+        assert e.chars_after < e.chars_before
+        assert e.to_acp()["sessionUpdate"] == "compaction_update"
+        assert e.to_acp()["charsAfter"] == e.chars_after
     assert ours <= theirs, (ours, theirs, plain)
     assert ours <= plain + 2  # after_agent's node, once per run (and the input's step)
     # the recursion limit LangChain's middleware needs is enough for offpath
