@@ -12,7 +12,9 @@ Options:
 * ``--fault-n N``: how often each fault of ``tests/faults`` is injected (0 skips them);
   ``--fault-k EXPR`` runs only the faults pytest's ``-k EXPR`` selects;
 * ``--only NAME[,NAME]``: run a subset (names below, ``faults`` included). A subset does
-  not rewrite BENCHMARKS.md (its other sections would be lost): it prints its sections.
+  not rewrite BENCHMARKS.md (its other sections would be lost): it prints its sections;
+  with ``--update`` it replaces those benchmarks' rows and sections in BENCHMARKS.md and
+  says, under the header, which ran when (the others keep their run's figures).
   Only a full run writes the report.
 """
 
@@ -109,7 +111,12 @@ def main() -> None:
         type=parse_only,
         metavar="NAME[,NAME]",
         help=f"run only these ({', '.join(NAMES)}); prints the results, BENCHMARKS.md is "
-        "left as it is",
+        "left as it is (see --update)",
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="with --only: replace those benchmarks' rows and sections in BENCHMARKS.md",
     )
     args = parser.parse_args()
     selected = args.only or NAMES
@@ -160,6 +167,10 @@ def main() -> None:
         else:
             fault_run = faults.FaultRun(0, tail="skipped (--fault-n 0)")
     seconds = time.monotonic() - started
+    if args.only and args.update and results:
+        path = report.write(report.merge(report.write_path().read_text(), results, seconds))
+        print(f"bench: updated {', '.join(r.name for r in results)} in {path.name}")
+        return
     if args.only:
         print(report.render_partial(results, fault_run), end="")
         print(f"bench: {', '.join(selected)} in {seconds / 60:.1f} min (BENCHMARKS.md unchanged)")

@@ -97,7 +97,7 @@ def render(
         "",
         "Written by `make bench` (`python -m bench`); do not edit by hand. Figures are medians of at least",
         "5 runs unless a section says otherwise; ratios are measured side by side in the same run.",
-        "Targets come from issues 5, 8, 9, 11 and 13.",
+        "Targets come from issues 5, 8, 9, 11, 13, 18, 19, 20 and 22.",
         "",
         *machine(),
         f"- whole run: {seconds / 60:.1f} min" + (" (`--quick`: a smoke run)" if quick else ""),
@@ -120,7 +120,63 @@ def render_partial(results: list[Result], fault_run: faults.FaultRun | None) -> 
     return "\n".join(lines).rstrip() + "\n"
 
 
+def write_path() -> Path:
+    return ROOT / "BENCHMARKS.md"
+
+
 def write(text: str) -> Path:
-    path = ROOT / "BENCHMARKS.md"
+    path = write_path()
     path.write_text(text)
     return path
+
+
+def merge(old: str, results: list[Result], seconds: float) -> str:
+    """``old`` (BENCHMARKS.md) with the rows and sections of ``results`` replaced or added
+    (``python -m bench --only NAMES --update``): the other benchmarks keep their figures
+    and their run's header; a line under the header names the benchmarks rerun, when, on
+    what load. A section is ``## <name>`` up to the next ``## ``; a row is the table line
+    opening with ``| <name> |``."""
+    results = sorted(results, key=order)
+    lines = old.rstrip("\n").split("\n")
+    names = {r.name for r in results}
+    # the table: drop the old rows of those rerun, add the new ones, in number order
+    start = next(i for i, line in enumerate(lines) if line.startswith("| benchmark |"))
+    end = start + 2
+    while end < len(lines) and lines[end].startswith("| "):
+        end += 1
+    rows = {line.split(" | ")[0][2:]: line for line in lines[start + 2 : end]}
+    for r in results:
+        rows[r.name] = results_table([r])[2]
+    ordered = sorted(rows, key=lambda n: order(Result(n, "", "", None)))
+    table = lines[start : start + 2] + [rows[n] for n in ordered]
+    # the sections: cut out those rerun, then put each new one before the first section
+    # with a higher number (or before the fault sections at the end)
+    body = lines[end:]
+    kept: list[str] = []
+    skipping = False
+    for line in body:
+        if line.startswith("## "):
+            skipping = line[3:] in names
+        if not skipping:
+            kept.append(line)
+    for r in results:
+        section = details([r])
+        at = next(
+            (
+                i
+                for i, line in enumerate(kept)
+                if line.startswith("## ") and order(Result(line[3:], "", "", None)) > order(r)
+            ),
+            len(kept),
+        )
+        kept[at:at] = section
+    note = (
+        f"- rerun on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC (`python -m bench --only ... "
+        f"--update`, {seconds / 60:.1f} min, load average at the start "
+        + ", ".join(f"{x:.1f}" for x in LOAD_AT_START)
+        + f"): {', '.join(r.name for r in results)}; the other rows are from the run above"
+    )
+    head = lines[:start]
+    while head and not head[-1].strip():
+        head.pop()
+    return "\n".join([*head, note, "", *table, *kept]).rstrip() + "\n"

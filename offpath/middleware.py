@@ -101,9 +101,17 @@ KEY = "offpath"
 CLAIM_REFRESH_S = 0.2
 STORE_RETRY_S = 5.0
 #: The longest (s) a model call over the threshold waits for the first read of its thread's
-#: claim (a new process, a new run): a Redis GET takes a millisecond; a store that does not
-#: answer costs at most this, once.
-FIRST_READ_WAIT_S = 0.05
+#: claim (a new process, a new run): a Redis GET takes a millisecond once the client is open
+#: (:meth:`OffPathCompaction._warm` opens it as the agent is built), but a new process's
+#: first call can come before that ends (about 50 ms, more on a loaded host); a store that
+#: does not answer costs at most this, once per thread and process. Without it the call
+#: shortens older results and the compaction the worker prepared waits for a later crossing.
+FIRST_READ_WAIT_S = 0.25
+#: At the run's end (``after_agent``: no model call is left to hold up), over the threshold,
+#: the longest (s) it waits for that first read still in flight: a new process's first run
+#: (a Redis client to open on a loaded host) would else end without the compaction the
+#: worker prepared, and a short run has no later call to apply it.
+END_READ_WAIT_S = 1.0
 #: A queued job no worker has taken after this long (s) is reported once (issue 21, item 3).
 PICKUP_WARN_S = 10.0
 #: How often (s) the summarizer's latency p90 is read again, and what it is assumed to be
@@ -180,6 +188,11 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         self._writer: ThreadPoolExecutor | None = None  # publishes and counters
         self._warned: set[str] = set()
         self._latency: tuple[float, float] = (DEFAULT_LATENCY_S, 0.0)  # (p90 s, read at)
+        if self.settings.active:
+            if self._client is None:  # its imports and pools now, as the agent is built
+                with contextlib.suppress(Exception):  # else on first use, which says why
+                    self._client = Client.open(self.settings)
+            self._read(self._warm)
 
     @property
     def client(self) -> Client:
@@ -217,6 +230,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         s = self.settings
         if s.active and size.chars > s.summarization_threshold_chars:
             known, holder = self._claim_of(session_id, urgent=True)
+            if not known:
+                known, holder = self._await_claim(session_id, END_READ_WAIT_S)
             if known and holder is not None and holder.state is State.PREPARED:
                 applied = self._apply(session_id, holder.job_id, messages)
                 self._forget_claim(session_id)
@@ -546,7 +561,34 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                     future.result(timeout=FIRST_READ_WAIT_S)
                 with self._guard:
                     known = seen.at > 0 and not seen.failed
+        elif urgent and first:  # the first read is in flight (started under the prepare
+            return self._await_claim(session_id, FIRST_READ_WAIT_S)  # point): the same wait
         return known, seen.claim
+
+    def _warm(self) -> None:
+        """Open the client and its lease store's connection on the reader thread, as the
+        agent is built: a new process's first model call over the threshold then reads its
+        thread's claim in a millisecond, inside :data:`FIRST_READ_WAIT_S`, and applies a
+        compaction the worker prepared (it found it unknown under load, shortened older
+        results instead and left the compaction prepared)."""
+        try:
+            self.client.leases.holder(f"{KEY}-warm-up")
+        except Exception as exc:  # said once when a run needs the store
+            log.debug("offpath: lease store not reachable yet: %s", exc)
+
+    def _await_claim(self, session_id: str, timeout_s: float) -> tuple[bool, Claim | None]:
+        """``(known, claim)`` once a read of the thread's claim (started by
+        :meth:`_claim_of`) has ended, waiting at most ``timeout_s``; ``(False, None)`` if
+        none ended by then or it failed."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._guard:
+                seen = self._claims.get(session_id)
+                if seen is not None and seen.at > 0:
+                    return not seen.failed, seen.claim
+            if time.monotonic() >= deadline:
+                return False, None
+            time.sleep(0.01)
 
     def _read_claim(self, session_id: str) -> None:
         try:

@@ -53,7 +53,16 @@ def test_own_agent_example_compacts_in_its_own_checkpointer(stacks):
             lambda: any(j["status"] in ("prepared", "applied") for j in stack.jobs(thread)),
             timeout=60,
         )
-        run("Summarize where we are.")  # its first model call applies what was prepared
+        # the next run's first model call applies what was prepared, unless the check before
+        # the swap (DESIGN.md invariant 16) finds that messages the first run wrote after the
+        # summary name what only the removed part held: then the job ends skipped (stale) and
+        # a fresh one is prepared for the run after
+        for question in ("Summarize where we are.", "What next?", "Anything else?"):
+            run(question)
+            jobs = stack.jobs(thread)
+            if any(j["status"] == "applied" for j in jobs):
+                break
+            wait_for(lambda: any(j["status"] == "prepared" for j in stack.jobs(thread)), 60)
         jobs = wait_for(
             lambda: (
                 [j for j in stack.jobs(thread) if j["status"] == "applied"] and stack.jobs(thread)
@@ -61,6 +70,7 @@ def test_own_agent_example_compacts_in_its_own_checkpointer(stacks):
             timeout=60,
         )
         assert not [j for j in jobs if j["status"] == "failed"], jobs
+        assert all(j["reason_code"] == "stale" for j in jobs if j["status"] == "skipped"), jobs
         with psycopg.connect(agent_db) as conn:
             sources = {
                 row[0]

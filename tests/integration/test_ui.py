@@ -353,7 +353,7 @@ def test_compact_now_queues_a_job_that_appears_and_ends_applied(browser, ui_stac
         "regions": {},
         "version": first["version"],
     }
-    replay(stack, session, [more_turn(n) for n in range(4)])
+    replay(stack, session, [more_turn(n, lines=5) for n in range(4)])  # under the prepare point
     after = stack.http.get(live, params={"v": first["version"]}).json()
     assert after["version"] != first["version"] and "Follow-up 3" in after["regions"]["thread"]
     assert {j["job_id"] for j in stack.jobs(session)} == known, "the new turns queued a job"
