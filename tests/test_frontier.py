@@ -439,3 +439,23 @@ def test_a_small_budget_is_spent_on_values_not_on_blobs():
     assert "`..." not in section and "- also in t1: `HAT000`, `HAT001`" in section
     facts = {f.value: f for f in extract(removed)}
     assert facts["10:00:00"].score < facts["HAT000"].score
+
+
+def test_the_request_in_progress_keeps_its_object_at_a_small_budget():
+    # benchmark 15's switch probe at a 10,000-char threshold (a 300-char frontier budget):
+    # the latest request was clipped after 60 chars ("...Now: Restore the DNS..."), losing
+    # what the agent is doing; it now gets the larger share, the first request the smaller
+    from offpath.compaction.frontier import Frontier, into_summary
+
+    template = "**Investigating:** y\n**Key findings:**\n**Ruled out:** none\n**Current state:** z"
+    latest = (
+        "Good, that one is finished. Now: Restore the DNS record of status-page-6; it points "
+        "at the old balancer."
+    )
+    task = "Rotate the TLS certificate of ingress-gw-5 today, please; it expires in two days."
+    frontier = Frontier(task=task, task_id="t1", task_status="done", latest=latest, latest_id="h9")
+    text = into_summary(template, frontier, 300)
+    investigating = text.split("\n")[0]
+    assert "the DNS record of status-page-6" in investigating, investigating
+    original = next(line for line in text.split("\n") if line.startswith("**Original request"))
+    assert "(done)" in original and len(original) < len(investigating) + 40

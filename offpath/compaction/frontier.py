@@ -399,9 +399,12 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
     if inv is None or cur is None:
         return text
     room = max(200, budget)
-    quote = max(80, room // 3)
+    # the request in progress gets the larger share: clipped, it loses what the agent is
+    # doing ("Good, that one is finished. Now: Restore the DNS..."); the first request,
+    # kept for the record, the smaller one (benchmark 15's switch probe)
+    latest_quote, quote = max(120, room // 2), max(80, room // 3)
 
-    def verbatim(value: str, mid: str | None) -> str:
+    def verbatim(value: str, mid: str | None, quote: int = quote) -> str:
         one = " ".join(value.split())
         if len(one) <= quote:
             if mid and one.endswith("...") and not one.endswith("...."):
@@ -419,11 +422,11 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
                 frontier.task_status or "", "earlier"
             )
             lines[inv] = (
-                f"{HEADINGS[0]} {verbatim(frontier.latest, frontier.latest_id)}\n"
+                f"{HEADINGS[0]} {verbatim(frontier.latest, frontier.latest_id, latest_quote)}\n"
                 f"{ORIGINAL_HEADING} ({status}): {verbatim(frontier.task, frontier.task_id)}"
             )
         else:
-            lines[inv] = f"{HEADINGS[0]} {verbatim(frontier.task, frontier.task_id)}"
+            lines[inv] = f"{HEADINGS[0]} {verbatim(frontier.task, frontier.task_id, latest_quote)}"
     left = room - sum(len(x) for x in lines[inv].splitlines())
 
     def fitting(items: Sequence[str]) -> list[str]:
