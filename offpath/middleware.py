@@ -153,7 +153,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
     (``postgresql://...`` or ``sqlite:///path``; default: offpath's own).
     ``patch``: offpath's own API agent only (the worker may then write the thread
     between runs). ``client``: the usage DB, leases and publisher to use (default:
-    opened from ``settings`` on first use). ``recall``: give the agent the ``recall`` tool
+    opened from ``settings`` as the agent is built, its lease store's connection warmed in
+    the background; if that fails, on first use, which says why). ``recall``: give the agent the ``recall`` tool
     (:mod:`offpath.service.recall`), which searches the thread's archived originals.
     ``on_compaction``: called with each :class:`~offpath.events.CompactionUpdate` of the
     run's thread (queued, completed, failed, cancelled; issue 21, item 4); what it raises is
