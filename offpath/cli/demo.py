@@ -191,6 +191,17 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
                 session = "demo-incident"
                 before = _investigate(client, session, procs)
             jobs = _wait_jobs(client, session, procs, timeout)
+            if any(j["status"] == "prepared" for j in jobs):
+                # the demo has no next turn to apply it (a re-prepared compaction, after the
+                # check before the swap, can end ready only after the last turn): "compact
+                # now" applies a prepared compaction at once, as that turn would have
+                done = client.post(f"/sessions/{session}/compact")
+                if done.status_code == 202 and done.json().get("status") == "applied":
+                    console.print(
+                        "applied the compaction the worker prepared after the last turn "
+                        "(the next turn would have; `offpath compact` does the same)"
+                    )
+                    jobs = _wait_jobs(client, session, procs, timeout)
             _report(client, session, before, jobs, data / "logs")
         dashboard = f"http://127.0.0.1:{port}/ui"
         if not serve:
