@@ -131,6 +131,8 @@ class _Seen:
     at: float = 0.0  # monotonic time of the last read (or failed read)
     failed: bool = False
     reading: bool = False
+    #: set once a read has ended (:meth:`OffPathCompaction._await_claim` waits on it)
+    read: threading.Event = field(default_factory=threading.Event)
 
 
 class OffPathState(AgentState):
@@ -556,14 +558,9 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             if refresh:
                 seen.reading = True
         if refresh:
-            future = self._read(self._read_claim, session_id)
-            if urgent and first:  # over the threshold, never read: worth a few ms, no more
-                with contextlib.suppress(Exception):
-                    future.result(timeout=FIRST_READ_WAIT_S)
-                with self._guard:
-                    known = seen.at > 0 and not seen.failed
-        elif urgent and first:  # the first read is in flight (started under the prepare
-            return self._await_claim(session_id, FIRST_READ_WAIT_S)  # point): the same wait
+            self._read(self._read_claim, session_id)
+        if urgent and first:  # over the threshold, never read: worth a few ms for the read
+            return self._await_claim(session_id, FIRST_READ_WAIT_S)  # (this one's or earlier)
         return known, seen.claim
 
     def _warm(self) -> None:
@@ -581,15 +578,11 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         """``(known, claim)`` once a read of the thread's claim (started by
         :meth:`_claim_of`) has ended, waiting at most ``timeout_s``; ``(False, None)`` if
         none ended by then or it failed."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with self._guard:
-                seen = self._claims.get(session_id)
-                if seen is not None and seen.at > 0:
-                    return not seen.failed, seen.claim
-            if time.monotonic() >= deadline:
-                return False, None
-            time.sleep(0.01)
+        with self._guard:
+            seen = self._claims.setdefault(session_id, _Seen())
+        seen.read.wait(timeout_s)
+        with self._guard:
+            return (True, seen.claim) if seen.at > 0 and not seen.failed else (False, None)
 
     def _read_claim(self, session_id: str) -> None:
         try:
@@ -600,6 +593,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         with self._guard:
             seen = self._claims.setdefault(session_id, _Seen())
             seen.claim, seen.failed, seen.at, seen.reading = claim, failed, time.monotonic(), False
+            seen.read.set()
 
     def _forget_claim(self, session_id: str) -> None:
         """The claim changed (this call applied or dropped a prepared compaction)."""
