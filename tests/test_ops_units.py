@@ -159,3 +159,79 @@ def test_savings_over_repeated_compactions_count_each_char_once():
     assert compactions >= 3
     assert saved == produced - total_chars(thread)
     assert removed > saved  # the re-folded summaries, counted again by chars_removed
+
+
+# --- migration 0010 on real databases --------------------------------------------------------
+
+
+def test_migration_0010_fills_the_size_at_apply_and_the_real_savings_of_older_rows(tmp_path):
+    """Rows written before migration 0010 (an applied job whose record has the sizes, one
+    whose record has only what it removed and its summary's size) get ``chars_at_apply``
+    and their usage event's ``chars_saved``; ``/stats`` then counts the real reduction. On
+    SQLite and on PostgreSQL (JSON columns come back differently)."""
+    import json
+    from pathlib import Path
+
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+    from stack import create_pg_database, drop_pg_database
+
+    from offpath.service import db
+    from offpath.service.usage import stats
+
+    pg = create_pg_database("offpath_test_mig")
+    try:
+        for url in (f"sqlite:///{tmp_path}/usage.db", pg):
+            sqlite = url.startswith("sqlite")
+            settings = load_settings(data_dir=str(tmp_path), database_url="" if sqlite else url)
+            cfg = Config()
+            folder = Path(db.__file__).resolve().parent / "migrations"
+            cfg.set_main_option("script_location", str(folder))
+            cfg.set_main_option("sqlalchemy.url", db.sqlalchemy_url(settings).replace("%", "%%"))
+            command.upgrade(cfg, "0008")
+            engine = sa.create_engine(db.sqlalchemy_url(settings))
+            sized = {"chars_before": 70_000, "chars_after": 18_000, "chars_removed": 61_000}
+            unsized = {"chars_removed": 40_000, "summary_chars": 2_500}
+            with engine.begin() as conn:
+                for job, record in (("j-sized", sized), ("j-unsized", unsized)):
+                    conn.execute(
+                        sa.text(
+                            "INSERT INTO compaction_jobs (job_id, session_id, status, attempts, "
+                            "published, result, created_at, updated_at) VALUES (:j, 's', "
+                            "'applied', 1, true, :r, :t, :t)"
+                        ),
+                        {"j": job, "r": json.dumps({"record": record}), "t": "2026-12-01"},
+                    )
+                    meta = {"summarization": True, "messages_removed": 9, **record}
+                    meta = {
+                        k: v for k, v in meta.items() if k not in ("chars_before", "chars_after")
+                    }
+                    conn.execute(
+                        sa.text(
+                            "INSERT INTO usage_events (job_id, session_id, model, input_tokens, "
+                            "output_tokens, latency_ms, tool_call_count, metadata, created_at) "
+                            "VALUES (:j, 's', 'm', 0, 0, 0, 0, :m, :t)"
+                        ),
+                        {"j": job, "m": json.dumps(meta), "t": "2026-12-01"},
+                    )
+            engine.dispose()
+            db.migrate(settings)
+            engine = db.make_engine(settings)
+            try:
+                jobs = {r["job_id"]: r for r in db.jobs_of(engine, "s")}
+                assert jobs["j-sized"]["chars_at_apply"] == 70_000
+                assert jobs["j-unsized"]["chars_at_apply"] is None
+                with engine.connect() as conn:
+                    saved = {
+                        j: m["chars_saved"]
+                        for j, m in conn.execute(
+                            sa.select(db.EVENTS.c.job_id, db.EVENTS.c.metadata)
+                        )
+                    }
+                assert saved == {"j-sized": 52_000, "j-unsized": 37_500}, url
+                assert stats(engine)["summary"]["total_chars_compacted"] == 89_500
+            finally:
+                engine.dispose()
+    finally:
+        drop_pg_database(pg)
