@@ -139,6 +139,17 @@ def summarized(summarizer: str, latency_ms: int, input_tokens: int, output_token
 # --- gauges read at scrape time ---------------------------------------------------------------
 
 
+#: The series :class:`QueueCollector` reads at scrape time (the API's ``/metrics`` only).
+READ_AT_SCRAPE = (
+    "offpath_queue_depth",
+    "offpath_queue_consumers",
+    "offpath_jobs_open",
+    "offpath_compactions_total",
+    "offpath_chars_saved_total",
+    "offpath_fallback_maskings_total",
+)
+
+
 class QueueCollector(Collector):
     """``offpath_queue_depth`` and ``offpath_queue_consumers`` from the broker;
     ``offpath_jobs_open``, ``offpath_compactions_total``, ``offpath_chars_saved_total`` and
