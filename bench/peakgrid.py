@@ -74,6 +74,14 @@ PEAK_TARGET, PEAK_BAR = 1.25, 1.5
 OVER_SHARE = 0.05
 MASK_SHARE = 0.02
 WALL_RATIO = 1.02
+#: A missed target's name, by the first word of its phrase (:func:`row_misses`).
+KINDS = {
+    "ended": "run not finished",
+    "peak": "peak",
+    "over": "calls over the threshold",
+    "maskings": "maskings",
+    "wall": "wall time",
+}
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,8 @@ class Run:
     seconds: float = 0.0
     masked_calls: int = 0
     summary_chars: list[int] = field(default_factory=list)  # each distinct summary seen
+    first_summary_call: int | None = None  # 1-based
+    behind: list[int] = field(default_factory=list)  # see bench.peak.job_counts
     error: str = ""
     jobs: Counter[str] = field(default_factory=Counter)
     maskings: int = 0
@@ -328,15 +338,28 @@ class Grid:
         run.calls = len(model.calls)
         run.sent = [total_chars(c) for c in model.calls]
         seen: dict[tuple[str, int], int] = {}
-        for sent in model.calls:
+        for k, sent in enumerate(model.calls, 1):
             for m in sent:
                 if marked_summary(m):
+                    if run.first_summary_call is None:
+                        run.first_summary_call = k
                     seen.setdefault((str(m.id), hash(str(m.content))), message_chars(m))
             if any(isinstance(m, ToolMessage) and str(m.content).startswith(MASKED) for m in sent):
                 run.masked_calls += 1
         run.summary_chars = list(seen.values())
         model.calls.clear()
         return run
+
+
+class TimedLines(LogLines):
+    """The middleware's log lines, with their time (UTC), to set beside the workers' logs."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stamp = time.strftime("%H:%M:%S", time.gmtime(record.created))
+        with self._guard:
+            self.lines.append(
+                f"{stamp}.{int(record.msecs):03d} {record.levelname} {record.getMessage()}"
+            )
 
 
 def start_worker(env: dict[str, str], name: str, out: Any) -> subprocess.Popen[bytes]:
@@ -375,16 +398,20 @@ def run(ctx: Context) -> Result:
     transcripts = [] if ctx.quick else transcript_workloads(MIDDLE[0][0])
     workloads = {w.name: w for w in [*sre, *transcripts]}
     grid = cells(ctx.quick, sre, transcripts)
+    if only := os.environ.get("BENCH_PEAKGRID_ONLY"):  # e.g. "miniswe-django" (to look into a row)
+        grid = [c for c in grid if any(w in c.workload for w in only.split(","))]
     configs = sorted({c.config for c in grid if c.mode == "offpath"}, reverse=True)
     ctx.stub.set_delay(summary_s)
     ctx.stub.control(summary_chars=LLM_SUMMARY_CHARS)
     migrate(base)
     agent_url = create_pg_database("offpath_bench_agent")
-    lines = LogLines()
+    lines = TimedLines()
+    level = logging.DEBUG if os.environ.get("BENCH_PEAKGRID_DEBUG") else logging.INFO
+    lines.setLevel(level)
     mw_log = logging.getLogger("offpath.middleware")
     mw_log.addHandler(lines)
     old_level = mw_log.level
-    mw_log.setLevel(logging.INFO)
+    mw_log.setLevel(level)
     load_before = os.getloadavg()
     workers: list[tuple[subprocess.Popen[bytes], Path]] = []
     shared_client = Client.open(base)
@@ -437,7 +464,9 @@ def run(ctx: Context) -> Result:
 
         def settled() -> bool:
             for r in offpath_runs:
-                r.jobs, r.maskings, _, r.reasons = job_counts(shared_client.engine, r.session)
+                r.jobs, r.maskings, r.behind, r.reasons = job_counts(
+                    shared_client.engine, r.session
+                )
             return all(not (r.jobs["queued"] or r.jobs["running"]) for r in offpath_runs)
 
         try:
@@ -460,6 +489,9 @@ def run(ctx: Context) -> Result:
         drop_pg_database(agent_url)
         ctx.stub.control(summary_chars=0)
         ctx.stub.set_delay(0.0)
+    mw_path = Path(tempfile.gettempdir()) / f"bench-peakgrid-{RUN_ID}-middleware.log"
+    mw_path.write_text("\n".join(lines.lines))
+    print(f"bench: peakgrid: the middleware's log is {mw_path}", flush=True)
     return report(runs, workloads, phases, summary_s, (load_before, load_after), lines.lines)
 
 
@@ -492,6 +524,20 @@ def row_misses(off: Run, none: Run, threshold: int, hard: int) -> list[str]:
     if none.seconds and off.seconds / none.seconds > WALL_RATIO:
         misses.append(f"wall x{off.seconds / none.seconds:.3f}")
     return misses
+
+
+def dump_raw(runs: list[Run]) -> None:
+    """Every run's figures as JSON in the temp directory, to look into a row afterwards."""
+    import dataclasses
+    import json
+
+    path = Path(tempfile.gettempdir()) / f"bench-peakgrid-{RUN_ID}.json"
+    rows = [
+        {**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)}, "cell": vars(r.cell)}
+        for r in runs
+    ]
+    path.write_text(json.dumps(rows, default=dict))
+    print(f"bench: peakgrid: the runs' figures are in {path}", flush=True)
 
 
 def report(
@@ -544,7 +590,7 @@ def report(
         counts["rows"] += 1
         counts["all"] += not misses
         for m in misses:
-            kind = m.split(" ")[0] if not m[0].isdigit() else "hard limit"
+            kind = KINDS.get(m.split(" ")[0], "calls over the hard limit")
             misses_by_kind.setdefault(kind, []).append(f"{w} {threshold // 1000}k {delay:g}s {s}")
         over = sum(c > threshold for c in off.sent)
         masked = max(off.maskings, off.masked_calls)
@@ -648,8 +694,46 @@ def report(
         f"offpath jobs: {dict(sorted(jobs.items()))}; skip/failure codes (runs): {dict(reasons)}",
         f"middleware log (this process): {len(mw_lines)} lines, "
         f"{sum('applying job' in x for x in mw_lines)} 'applying job', "
-        f"{sum(x.startswith('WARNING') for x in mw_lines)} warnings",
+        f"{sum(' WARNING ' in x for x in mw_lines)} warnings",
     ]
+    diagnosis = []
+    for w, threshold, _, delay, sname in rows:
+        off = by[(w, threshold, delay, sname, "offpath")]
+        over_calls = [k for k, c in enumerate(off.sent, 1) if c > threshold]
+        if (
+            len(over_calls) <= OVER_SHARE * max(off.calls, 1)
+            and off.peak <= PEAK_TARGET * threshold
+        ):
+            continue
+        crossed = over_calls[0] if over_calls else None
+        behind = sorted(off.behind)
+        diagnosis.append(
+            f"{w} {threshold // 1000}k {delay:g}s {sname}: over the threshold at calls "
+            f"{over_calls[:10]}{'...' if len(over_calls) > 10 else ''} of {off.calls} (first "
+            f"crossing at call {crossed}, first summary sent at call {off.first_summary_call}); "
+            f"jobs {dict(sorted(off.jobs.items()))}"
+            + (
+                f"; {len(behind)} skipped under_threshold with the worker's read a median "
+                f"{behind[len(behind) // 2]:,} chars behind the size the job was queued at"
+                if behind
+                else ""
+            )
+        )
+    behind_all = sorted(b for r in runs if r.cell.mode == "offpath" for b in r.behind)
+    details.append(
+        f"offpath jobs skipped under_threshold: {len(behind_all)}"
+        + (
+            f"; the worker read the agent's checkpoint a median {behind_all[len(behind_all) // 2]:,} "
+            f"chars (max {behind_all[-1]:,}) behind the size the middleware queued the job at "
+            "(LangGraph writes a run's checkpoints in the background; the worker waits 1 s "
+            "for them, CHECKPOINT_LAG_S)"
+            if behind_all
+            else ""
+        )
+    )
+    if diagnosis:
+        details.append("rows over the threshold too often or too far: " + " | ".join(diagnosis))
+    dump_raw(runs)
     limits = "; ".join(
         f"{kind} missed on {len(where)} rows ({', '.join(where[:6])}{'...' if len(where) > 6 else ''})"
         for kind, where in sorted(misses_by_kind.items())
