@@ -719,6 +719,16 @@ def report(
                 else ""
             )
         )
+    stale = Counter(
+        r.reasons["stale"].split(":", 1)[-1].strip()[:70]
+        for r in runs
+        if r.cell.mode == "offpath" and "stale" in r.reasons
+    )
+    if stale:
+        details.append(
+            "first stale reason of each offpath run that had one (runs): "
+            + "; ".join(f"{why!r} {n}" for why, n in stale.most_common())
+        )
     behind_all = sorted(b for r in runs if r.cell.mode == "offpath" for b in r.behind)
     details.append(
         f"offpath jobs skipped under_threshold: {len(behind_all)}"
