@@ -80,6 +80,10 @@ class StubServer:
         self._http.post("/_control", json={"mode": "ok", "delay_s": seconds}).raise_for_status()
         self._http.delete("/_requests")  # the stub keeps every request: drop them between steps
 
+    def control(self, **settings: Any) -> None:
+        """Set the stub's behaviour (``POST /_control``: ``summary_chars``, ``mode``...)."""
+        self._http.post("/_control", json=settings).raise_for_status()
+
     def requests(self) -> list[dict[str, Any]]:
         """The requests the stub answered since the last :meth:`set_delay` (their messages)."""
         return self._http.get("/_requests").json()
