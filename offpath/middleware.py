@@ -28,7 +28,9 @@ LangChain's own ``SummarizationMiddleware`` (issue 21, item 5). Before the model
    than ``SUMMARIZATION_PREPARE_AT`` x the threshold;
 5. the model is sent the thread without orphan tool results, and if that would still
    exceed ``CONTEXT_HARD_LIMIT_CHARS`` (the system prompt counted), the oldest tool results
-   are masked for that call only (logged and counted, ``/stats`` ``fallback_maskings``).
+   are masked for that call only, then, if that is not enough, the oldest AI messages' text
+   and call arguments (never the request nor the latest step; logged and counted,
+   ``/stats`` ``fallback_maskings``).
 
 What changed in the thread (shortened results, the compaction) is returned with the model's
 answer as the model node's own state update; the compaction is recorded (job ``applied``,
@@ -351,8 +353,9 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         session_id: str | None,
     ) -> ModelRequest:
         """What the model is sent: ``messages`` without orphan tool results, the oldest tool
-        results masked if it would still be over the hard limit (the system prompt counted:
-        DESIGN.md invariant 13, every call)."""
+        results masked if it would still be over the hard limit, then the oldest AI messages'
+        text and call arguments if that is not enough (the system prompt counted: DESIGN.md
+        invariant 13, every call; :func:`~offpath.compaction.tracking.mask_observations`)."""
         sent = messages
         if size.orphans:
             orphans = set(size.orphans)
@@ -362,19 +365,21 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         system_chars = message_chars(system) if system is not None else 0
         if self.settings.active and size.chars + system_chars > limit:
             sent, masking = mask_observations(sent, limit - system_chars)
-            if masking.results:
+            hid = masking.results + masking.messages
+            if hid:
                 sid = session_id or "?"
                 log.warning(
                     "[%s] context over its hard limit (%d > %d chars) with no summary ready: "
-                    "masked %d old tool results (%d chars) for this call",
+                    "masked %d old tool results and %d old AI messages (%d chars) for this call",
                     tag(sid),
                     size.chars + system_chars,
                     limit,
                     masking.results,
+                    masking.messages,
                     masking.chars,
                 )
                 if session_id is not None:
-                    self._write(self._count_masking, session_id, masking.results, masking.chars)
+                    self._write(self._count_masking, session_id, hid, masking.chars)
         if sent is request.messages:
             return request
         return request.override(messages=sent)

@@ -22,7 +22,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from offpath.compaction.accounting import message_chars
+from offpath.compaction.accounting import args_chars, content_chars, message_chars
 from offpath.compaction.pairing import call_ids
 
 
@@ -95,37 +95,94 @@ class ThreadSize:
 
 #: What a masked tool result reads instead of its body.
 MASK = "[offpath: this tool result ({chars} chars) is hidden for this call: the context was over its hard limit and no summary was ready yet]"
+#: What a masked AI message's text reads instead (second pass of :func:`mask_observations`).
+MASK_TEXT = "[offpath: this message's text ({chars} chars) is hidden for this call: the context was over its hard limit and no summary was ready yet]"
+#: The one argument a masked tool call keeps (its name and id stay, so its result pairs).
+MASK_ARGS_KEY = "offpath_hidden"
+MASK_ARGS = "{chars} chars of arguments hidden for this call (context over its hard limit)"
 
 
 @dataclass(frozen=True, slots=True)
 class Masking:
-    """What :func:`mask_observations` hid: ``results`` tool results, ``chars`` chars."""
+    """What :func:`mask_observations` hid: ``results`` tool results and ``messages`` AI
+    messages (their text and call arguments), ``chars`` chars in all."""
 
     results: int
     chars: int
-    over_by: int  # chars still over the limit once every tool result is masked (0: under)
+    over_by: int  # chars still over the limit once everything maskable is masked (0: under)
+    messages: int = 0
+
+
+def _mask_ai(message: AIMessage) -> tuple[AIMessage, int]:
+    """``message`` with its text and its tool calls' arguments replaced by placeholders (each
+    only where the placeholder is shorter), and the chars this hides. The calls keep their
+    ids and names, so each result still pairs with its call (DESIGN.md invariant 2)."""
+    saved = 0
+    update: dict[str, Any] = {}
+    content = message.content
+    text = len(content) if isinstance(content, str) else content_chars(content)
+    placeholder = MASK_TEXT.format(chars=text)
+    if text > len(placeholder):
+        update["content"] = placeholder
+        saved += text - len(placeholder)
+    calls = []
+    for call in message.tool_calls:
+        chars = args_chars(call.get("args"))
+        hidden = {MASK_ARGS_KEY: MASK_ARGS.format(chars=chars)}
+        if chars > args_chars(hidden):
+            saved += chars - args_chars(hidden)
+            call = {**call, "args": hidden}
+        calls.append(call)
+    if saved == 0:
+        return message, 0
+    # the provider's raw copy of the calls (additional_kwargs) would send the arguments again
+    kwargs = {k: v for k, v in message.additional_kwargs.items() if k != "tool_calls"}
+    update.update(tool_calls=calls, additional_kwargs=kwargs)
+    return message.model_copy(update=update), saved
 
 
 def mask_observations(
     messages: Sequence[BaseMessage], limit: int, total: int | None = None
 ) -> tuple[list[BaseMessage], Masking]:
-    """``messages`` with the oldest tool results' bodies replaced by :data:`MASK` until their
-    size is at most ``limit`` chars (``total``: their size, if known). The result is a new
-    list; the messages passed in are not changed."""
+    """``messages`` with the oldest tool results' bodies (before the last AI message) replaced
+    by :data:`MASK` until their size is at most ``limit`` chars (``total``: their size, if known). The result is a new
+    list; the messages passed in are not changed.
+
+    If every tool result is masked and the size is still over ``limit`` (a run whose own
+    messages, its reasoning and its calls' arguments such as file writes, hold most of the
+    thread: benchmark 17, miniswe-django), the oldest AI messages' text and call arguments
+    are hidden next (:data:`MASK_TEXT`, :data:`MASK_ARGS`), never the last AI message nor a
+    human or system message; the latest step's results go last. Every call stays under the
+    hard limit (DESIGN.md invariant 13) while the request and, wherever the limit allows,
+    the run's latest step are sent whole. Only this call's copy is masked; the thread keeps
+    every message."""
     size = total if total is not None else sum(message_chars(m) for m in messages)
     out = list(messages)
-    results = hidden = 0
-    for i, m in enumerate(out):
+    results = hidden = masked_ai = 0
+    if size <= limit:
+        return out, Masking(0, 0, 0)
+    last_ai = max((i for i, m in enumerate(out) if isinstance(m, AIMessage)), default=-1)
+    # older results first, then older AI messages, then the latest step's results
+    order = [
+        *(i for i in range(last_ai) if isinstance(out[i], ToolMessage)),
+        *(i for i in range(last_ai) if isinstance(out[i], AIMessage)),
+        *(i for i in range(max(last_ai, 0), len(out)) if isinstance(out[i], ToolMessage)),
+    ]
+    for i in order:
         if size <= limit:
             break
-        if not isinstance(m, ToolMessage):
-            continue
-        chars = message_chars(m)
-        placeholder = MASK.format(chars=chars)
-        if chars <= len(placeholder):
-            continue
-        out[i] = m.model_copy(update={"content": placeholder, "artifact": None})
-        size -= chars - len(placeholder)
-        results += 1
-        hidden += chars - len(placeholder)
-    return out, Masking(results, hidden, max(0, size - limit))
+        m = out[i]
+        if isinstance(m, AIMessage):
+            out[i], saved = _mask_ai(m)
+            masked_ai += saved > 0
+        else:
+            chars = message_chars(m)
+            placeholder = MASK.format(chars=chars)
+            if chars <= len(placeholder):
+                continue
+            out[i] = m.model_copy(update={"content": placeholder, "artifact": None})
+            saved = chars - len(placeholder)
+            results += 1
+        size -= saved
+        hidden += saved
+    return out, Masking(results, hidden, max(0, size - limit), masked_ai)
