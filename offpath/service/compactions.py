@@ -147,20 +147,26 @@ def read_caught_up(
     ns: str | None = None,
 ) -> Thread:
     """The thread once its checkpoint holds message ``seen`` (the newest one when the job was
-    queued), re-read every 0.1 s for up to ``wait_s`` seconds; after that, what the
-    checkpoint holds. A run's checkpoints are written in the background (LangGraph's
+    queued), re-read every 0.1 s (backing off to 0.5 s) for up to ``wait_s`` seconds; after
+    that, what the checkpoint holds (logged). A run's checkpoints are written in the background (LangGraph's
     default durability), so a job queued from inside a run can find them steps behind:
     planning on them wastes a summary (found stale) or skips a thread that is over."""
     deadline = time.monotonic() + wait_s
+    pause = 0.1
     while True:
         thread = read_thread(saver, session_id, ns)
-        if (
-            not seen
-            or time.monotonic() >= deadline
-            or any(m.id == seen for m in reversed(thread.messages))
-        ):
+        if not seen or any(m.id == seen for m in reversed(thread.messages)):
             return thread
-        time.sleep(0.1)
+        if time.monotonic() >= deadline:
+            log.info(
+                "[%s] checkpoint still without message %s after %.1f s: planning on what it holds",
+                tag(session_id),
+                seen,
+                wait_s,
+            )
+            return thread
+        time.sleep(pause)
+        pause = min(0.5, pause * 1.5)
 
 
 def apply_locked(
