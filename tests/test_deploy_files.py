@@ -220,6 +220,8 @@ def test_compose_gives_each_service_only_the_settings_it_needs():
     # a service given one side of a cross-checked pair gets the other side too
     pairs = [
         ("SUMMARIZATION_KEEP_CHARS", "SUMMARIZATION_THRESHOLD_CHARS"),
+        ("SUMMARIZATION_THRESHOLD_TOKENS", "SUMMARIZATION_THRESHOLD_CHARS"),
+        ("CHARS_PER_TOKEN", "SUMMARIZATION_THRESHOLD_TOKENS"),
         ("CONTEXT_HARD_LIMIT_CHARS", "SUMMARIZATION_THRESHOLD_CHARS"),
         ("JOB_SOFT_TIME_LIMIT_S", "JOB_TIME_LIMIT_S"),
         ("SUMMARIZATION_TIMEOUT_S", "JOB_SOFT_TIME_LIMIT_S"),
