@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     #: The threshold in tokens instead (0: unset): SUMMARIZATION_THRESHOLD_CHARS becomes
     #: round(tokens x CHARS_PER_TOKEN) at start-up, so no model call waits for a tokenizer.
     #: Setting both fails. (Issue 22: chars / 4 is 2-21% off exact o200k_base counts on the
-    #: shared transcripts, 3.2 chars per token on JSON-heavy ones: BENCHMARKS.md "Peers".)
+    #: shared transcripts, 3.2 chars per token on JSON-heavy ones: BENCHMARKS.md, 17.)
     summarization_threshold_tokens: int = Field(default=0, ge=0)
     #: Chars per input token of the deployment's model, for SUMMARIZATION_THRESHOLD_TOKENS.
     #: The middleware measures it from the provider's ``usage_metadata`` and logs the ratio
