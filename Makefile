@@ -50,7 +50,9 @@ demo: install
 test: install
 	$(BIN)/python -m pytest
 
+# the bench extra too (bench/peers.py's peers and its offline tokenizer); `install` leaves it out
 bench: install
+	$(UV_SYNC) --extra bench > $(VENV)/install-bench.log 2>&1 || { cat $(VENV)/install-bench.log; exit 1; }
 	$(BIN)/python -m bench
 
 lint: install

@@ -81,6 +81,7 @@ from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
 from offpath.compaction.planner import landing_chars, min_gain_chars, summary_budget_chars
 from offpath.compaction.settings import Settings, get_settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps, older_caps
+from offpath.compaction.tokens import Calibration
 from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.events import CompactionUpdate
 from offpath.service import archive
@@ -147,6 +148,7 @@ class _Call:
 
     request: ModelRequest
     update: dict[str, Any] = field(default_factory=dict)
+    chars: int = 0  # what the call is sent (messages), for the calibration
 
 
 class OffPathCompaction(AgentMiddleware[OffPathState]):
@@ -193,6 +195,9 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         self._writer: ThreadPoolExecutor | None = None  # publishes and counters
         self._warned: set[str] = set()
         self._latency: tuple[float, float] = (DEFAULT_LATENCY_S, 0.0)  # (p90 s, read at)
+        #: chars sent per input token the provider reported (``usage_metadata``), over this
+        #: agent's calls: the CHARS_PER_TOKEN to set for SUMMARIZATION_THRESHOLD_TOKENS
+        self.calibration = Calibration(default=self.settings.chars_per_token)
         if self.settings.active:
             if self._client is None:  # its imports and pools now, as the agent is built
                 with contextlib.suppress(Exception):  # else on first use, which says why
@@ -331,12 +336,13 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 if known and (holder is None or holder.frees_for(size.chars, self._min_gain)):
                     self._publish_soon(session_id, size.chars, messages, private)
         private["size"] = size.to_state()
-        call = _Call(self._shape(request, messages, size, session_id), {KEY: private})
+        call = _Call(self._shape(request, messages, size, session_id), {KEY: private}, size.chars)
         if messages is not original:
             call.update["messages"] = _diff(original, messages)
         return call
 
     def _answer(self, call: _Call, response: Any) -> Any:
+        self._calibrate(call.chars, response)
         if isinstance(response, ModelResponse):
             return ExtendedModelResponse(
                 model_response=response, command=Command(update=call.update)
@@ -344,6 +350,29 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         return ExtendedModelResponse(
             model_response=ModelResponse(result=[response]), command=Command(update=call.update)
         )
+
+    def _calibrate(self, chars: int, response: Any) -> None:
+        """Add the call to :attr:`calibration` (arithmetic only: the provider counted the
+        tokens); once calibrated, say once if CHARS_PER_TOKEN is over 10% off the ratio."""
+        result = response.result if isinstance(response, ModelResponse) else [response]
+        answer = next((m for m in result if getattr(m, "usage_metadata", None)), None)
+        if answer is None or not self.calibration.observe(chars, answer):
+            return
+        c = self.calibration
+        if c.calibrated and abs(c.chars_per_token / self.settings.chars_per_token - 1) > 0.1:
+            self._warn_once(
+                "chars_per_token",
+                f"the model's provider reports {c.chars_per_token:.2f} chars per input token "
+                f"over {c.calls} calls; CHARS_PER_TOKEN is {self.settings.chars_per_token:g}"
+                + (
+                    f": SUMMARIZATION_THRESHOLD_TOKENS={self.settings.summarization_threshold_tokens} "
+                    f"triggers at {self.settings.summarization_threshold_chars:,} chars, "
+                    f"{c.to_chars(self.settings.summarization_threshold_tokens):,} at the measured "
+                    "ratio (set CHARS_PER_TOKEN to it)"
+                    if self.settings.summarization_threshold_tokens
+                    else ""
+                ),
+            )
 
     def _shape(
         self,

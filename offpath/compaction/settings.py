@@ -20,6 +20,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from offpath.compaction.tokens import DEFAULT_CHARS_PER_TOKEN, threshold_chars
+
 #: The smallest prompt budget that still fits the instructions and a few messages.
 MIN_PROMPT_CHARS = 4_000
 
@@ -54,6 +56,15 @@ class Settings(BaseSettings):
     summarization_enabled: bool = True
     summarization_threshold_chars: int = Field(default=60_000, ge=0)
     summarization_keep_chars: int = Field(default=20_000, ge=0)
+    #: The threshold in tokens instead (0: unset): SUMMARIZATION_THRESHOLD_CHARS becomes
+    #: round(tokens x CHARS_PER_TOKEN) at start-up, so no model call waits for a tokenizer.
+    #: Setting both fails. (Issue 22: chars / 4 is 2-21% off exact o200k_base counts on the
+    #: shared transcripts, 3.2 chars per token on JSON-heavy ones: BENCHMARKS.md, 17.)
+    summarization_threshold_tokens: int = Field(default=0, ge=0)
+    #: Chars per input token of the deployment's model, for SUMMARIZATION_THRESHOLD_TOKENS.
+    #: The middleware measures it from the provider's ``usage_metadata`` and logs the ratio
+    #: to set (:mod:`offpath.compaction.tokens`).
+    chars_per_token: float = Field(default=DEFAULT_CHARS_PER_TOKEN, ge=1.0, le=20.0)
     summarization_max_prompt_chars: int = Field(default=60_000, ge=MIN_PROMPT_CHARS)
     #: A job may start when the thread reaches this share of the threshold, so that its
     #: summary is ready by the time the thread crosses it (applied only over the threshold).
@@ -192,6 +203,16 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
+        if self.summarization_threshold_tokens:
+            if "summarization_threshold_chars" in self.model_fields_set:
+                raise ValueError(
+                    f"SUMMARIZATION_THRESHOLD_TOKENS ({self.summarization_threshold_tokens}) and "
+                    f"SUMMARIZATION_THRESHOLD_CHARS ({self.summarization_threshold_chars}) are both "
+                    "set: set one (tokens are converted to chars by CHARS_PER_TOKEN)"
+                )
+            self.summarization_threshold_chars = threshold_chars(
+                self.summarization_threshold_tokens, self.chars_per_token
+            )
         threshold = self.summarization_threshold_chars
         keep = self.summarization_keep_chars
         if threshold and keep >= threshold:
