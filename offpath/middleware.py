@@ -92,7 +92,14 @@ from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.events import CompactionUpdate
 from offpath.service import archive
 from offpath.service.compactions import JobOptions, end_stale, with_loss
-from offpath.service.db import JobStatus, finalize, job_row, record_masking, set_job
+from offpath.service.db import (
+    JobStatus,
+    finalize,
+    job_options,
+    job_row,
+    record_masking,
+    set_job,
+)
 from offpath.service.leases import Claim, Leases, State
 from offpath.service.logs import tag
 from offpath.service.recall import recall_tool, thread_of_run
@@ -663,10 +670,10 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
     def _read_forced(self, job_id: str) -> bool:
         """Job ``job_id`` was asked for by an operator (``POST /sessions/{id}/compact``)."""
         try:
-            row = job_row(self.client.engine, job_id)
+            options = job_options(self.client.engine, job_id)
         except Exception:  # the usage database is away: applied over the threshold only
             return False
-        return bool(row and (row.get("options") or {}).get("force"))
+        return bool((options or {}).get("force"))
 
     def _forced(self, session_id: str) -> bool:
         """The thread's prepared compaction, as last read, was asked for by an operator."""
