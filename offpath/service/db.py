@@ -685,6 +685,7 @@ __all__ = [
     "failures_in_a_row",
     "finalize",
     "has_unpublished_job",
+    "job_options",
     "job_row",
     "jobs_of",
     "mark_reverted",
