@@ -1,9 +1,9 @@
 """The chat API (FastAPI): the app, its middleware and error answers; routes live in routers.
 
 * :mod:`api.sessions`: chat turns, turn import, session reads;
-* :mod:`api.stats`: ``/stats`` and ``/healthz``.
+* :mod:`api.stats`: ``/stats``, ``/healthz`` and ``/readyz``.
 
-Every route but ``/healthz`` needs an API key (:mod:`api.deps`). Requests are
+Every route but ``/healthz`` and ``/readyz`` needs an API key (:mod:`api.deps`). Requests are
 bounded before they are parsed (:mod:`api.limits`), ``Host`` headers are checked
 (``ALLOWED_HOSTS``), and error answers are one line that never echoes the input.
 Run it with ``offpath api`` or ``uvicorn offpath.api.app:app``.
@@ -123,7 +123,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         title="offpath",
         version="0.1.0",
         lifespan=lifespan,
-        docs_url=None,  # served below, behind the key like every route but /healthz
+        docs_url=None,  # served below, behind the key like every route but the probes
         openapi_url=None,
     )
     hosts = [h.strip() for h in settings.allowed_hosts.split(",") if h.strip()]

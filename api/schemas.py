@@ -482,8 +482,14 @@ class JobOut(BaseModel):
     attempts: int
     published: bool
     chars_when_queued: int | None
+    chars_at_apply: int | None = Field(
+        default=None, description="The thread's size just before its compaction was applied"
+    )
     messages_removed: int | None
     chars_removed: int | None
+    chars_saved: int | None = Field(
+        default=None, description="Its real reduction: the size before less the size after"
+    )
     summarizer: str | None
     latency_ms: int | None
     loss: LossOut | LossErrorOut | None = Field(
@@ -554,7 +560,10 @@ class FailureOut(BaseModel):
 
 class StatsSummary(_Open):
     total_summarizations: int
-    total_chars_compacted: int
+    total_chars_compacted: int = Field(
+        description="The real reduction: each compaction's thread size before less its size "
+        "after (a summary folded into a later one is not saved twice), reverted ones left out"
+    )
     sessions_compacted: int
     approx_tokens_saved: int = Field(description="total_chars_compacted / 4")
     jobs: JobCounts = Field(description="Jobs by status (queued since `since`)")
@@ -655,6 +664,23 @@ class HealthOut(BaseModel):
     database: str
     checkpointer: str
     reconciler: str
+
+
+class QueueConsumersOut(BaseModel):
+    consumers: int = Field(description="Workers consuming the queue")
+    workers: list[str] = Field(description="Their Celery node names")
+
+
+class ReadyOut(HealthOut):
+    """``/healthz``'s checks and the workers consuming each queue offpath publishes to:
+    ``ok`` only when every check answers and every queue has a worker; ``workers`` says
+    why in one line (naming the queue and the broker)."""
+
+    workers: str = Field(description="`ok: ...`, `unknown: ...` or why not ready")
+    queues: dict[str, QueueConsumersOut] = Field(description="By queue; empty when unknown")
+    checked_s_ago: float | None = Field(
+        description="Age of the workers' answer (cached a few seconds), in seconds"
+    )
 
 
 # --- errors -----------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""``/stats`` (per tenant; an admin key sees all), ``/sessions/{id}/stats`` and ``/healthz``
-(no key needed)."""
+"""``/stats`` (per tenant; an admin key sees all), ``/sessions/{id}/stats``, ``/healthz`` and
+``/readyz`` (no key needed)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from offpath.service.compactions import read_messages
 from offpath.service.runtime import Runtime
 
 from .deps import Caller, SessionId, check_readable, no_session, rt_of
-from .schemas import READ, HealthOut, SessionStatsOut, StatsOut, errors
+from .schemas import READ, HealthOut, ReadyOut, SessionStatsOut, StatsOut, errors
 
 router = APIRouter(tags=["stats"])
 
@@ -102,8 +102,51 @@ def read_session_stats(
 )
 def healthz(request: Request) -> JSONResponse:
     """Reachability of the broker, the usage database and the checkpointer (503 if one is
-    down), and when the reconciler last ran. Needs no key."""
+    down), and when the reconciler last ran. Needs no key. Liveness: whether any worker
+    consumes the jobs is ``/readyz``'s question."""
+    status = reachability(rt_of(request))
+    ok = all(v == "ok" for v in status.values())
+    status["reconciler"] = reconciler_status(rt_of(request))  # reported, not required
+    return JSONResponse(status_code=200 if ok else 503, content={"ok": ok, **status})
+
+
+@router.get(
+    "/readyz",
+    response_class=JSONResponse,
+    responses={
+        200: {"model": ReadyOut, "description": "Everything answers and workers consume"},
+        503: {
+            "model": ReadyOut,
+            "description": "A store is down, or no worker consumes a queue (``workers`` says)",
+        },
+        **errors(400),
+    },
+)
+def readyz(request: Request) -> JSONResponse:
+    """Readiness to compact: ``/healthz``'s checks, and a worker consuming each queue offpath
+    publishes to (asked through the broker with Celery's ``active_queues``, waiting at most
+    1 s, the answer reused for 10 s: :mod:`offpath.service.consumers`). 503 when a store is
+    down or a queue has no consumer, ``workers`` naming the queue and the broker. A broker
+    that cannot ask workers (the demo's SQLAlchemy transport) says ``unknown`` and does not
+    fail it. Needs no key (issue 21, item 3)."""
+    import time
+
+    from offpath.service.consumers import readiness, watch_for
+
     rt = rt_of(request)
+    status: dict[str, Any] = reachability(rt)
+    ok = all(v == "ok" for v in status.values())
+    status["reconciler"] = reconciler_status(rt)
+    settings = rt.settings
+    found = watch_for(settings).get()
+    ready, queues, message = readiness(found, [settings.celery_queue], settings.broker_url)
+    body = {"ok": ok and ready, **status, "workers": message, "queues": queues}
+    body["checked_s_ago"] = round(time.time() - found.at, 1) if found.at else None
+    return JSONResponse(status_code=200 if body["ok"] else 503, content=body)
+
+
+def reachability(rt: Runtime) -> dict[str, str]:
+    """``ok`` or ``error: ...`` for the broker, the usage database and the checkpointer."""
     checks = {
         "broker": rt.ping_broker,
         "database": lambda: db.ping(rt.engine),
@@ -116,9 +159,7 @@ def healthz(request: Request) -> JSONResponse:
             status[name] = "ok"
         except Exception as exc:
             status[name] = f"error: {type(exc).__name__}: {exc}"[:300]
-    ok = all(v == "ok" for v in status.values())
-    status["reconciler"] = reconciler_status(rt)  # reported, not required (demo: no beat)
-    return JSONResponse(status_code=200 if ok else 503, content={"ok": ok, **status})
+    return status
 
 
 def reconciler_status(rt: Runtime) -> str:

@@ -178,15 +178,17 @@ def size_series(rt: Runtime, session_id: str) -> Series:
 
     The points: the session's start (empty, when its first writer took it); each job's
     size when it was queued (``chars_before``); for each applied compaction, two points at
-    the time it was applied (its row's last update): the size just before, and that size
-    less the chars removed plus the summary's own; last, the thread's size after offpath's
-    last write to it, at its last activity. Growth between points is drawn as a straight
-    line: only these sizes are known.
+    the time it was applied (its row's last update): the size just before (its peak,
+    recorded on the job row: ``chars_at_apply``, issue 21, item 6) and the size after (its
+    record's ``chars_after``); last, the thread's size after offpath's last write to it,
+    at its last activity. Growth between points is drawn as a straight line: only these
+    sizes are known.
 
-    The size just before a compaction is not recorded; the chart takes the least it can
-    have been: the largest of the size the job planned on (``prepared.total_chars``),
-    every size known since the previous compaction and, for a job not forced by an
-    operator, the threshold (a compaction is applied only over it).
+    A compaction applied before migration 0010 with no size in its record is drawn at the
+    least it can have been: the largest of the size the job planned on
+    (``prepared.total_chars``), every size known since the previous compaction and, for a
+    job not forced by an operator, the threshold; after it, that less the chars removed
+    plus the summary's own.
     """
     threshold = rt.settings.summarization_threshold_chars
     events: list[tuple[datetime, int, dict[str, Any]]] = []  # (time, 0 queued / 1 applied, row)
@@ -206,11 +208,22 @@ def size_series(rt: Runtime, session_id: str) -> Series:
             points.append((at, int(job["chars_before"]), f"job {short} queued"))
             continue
         result = job["result"]
+        record = result["record"]
         prepared = result.get("prepared") or {}
-        forced = bool((job.get("options") or {}).get("force"))
-        before = max(int(prepared.get("total_chars") or 0), known, 0 if forced else threshold)
-        after = max(0, before - int(result["record"]["chars_removed"]) + summary_chars(prepared))
-        points.append((at, before, f"job {short} applied: at least"))
+        peak = job.get("chars_at_apply")
+        if peak is None:
+            peak = record.get("chars_before")
+        if peak is not None:
+            before, what = int(peak), "applied: before"
+        else:  # an old row: the least it can have been
+            forced = bool((job.get("options") or {}).get("force"))
+            planned = int(prepared.get("total_chars") or 0)
+            before, what = max(planned, known, 0 if forced else threshold), "applied: at least"
+        if record.get("chars_after") is not None:
+            after = int(record["chars_after"])
+        else:
+            after = max(0, before - int(record["chars_removed"]) + summary_chars(prepared))
+        points.append((at, before, f"job {short} {what}"))
         points.append((at, after, f"job {short} applied: after"))
         known = after
     started, last, chars = activity_of(rt, session_id)
@@ -223,11 +236,11 @@ def size_series(rt: Runtime, session_id: str) -> Series:
 
 
 def busiest_sessions(rt: Runtime, caller: Principal, n: int = CHART_SESSIONS) -> list[str]:
-    """The ``n`` sessions with the most chars compacted (usage events), most first."""
+    """The ``n`` sessions with the most chars saved (usage events), most first."""
     events = db.EVENTS
-    removed = sa.cast(events.c.metadata["chars_removed"].as_integer(), sa.BigInteger)
+    saved = sa.cast(usage.saved_chars_expr(), sa.BigInteger)
     q = (
-        sa.select(events.c.session_id, sa.func.sum(removed).label("chars"))
+        sa.select(events.c.session_id, sa.func.sum(saved).label("chars"))
         .where(_owned(caller, events.c.session_id))
         .group_by(events.c.session_id)
         .order_by(sa.desc("chars"), events.c.session_id)

@@ -9,7 +9,11 @@ an interval:
 * prepared, and applied by a run of a user's own agent (its record stored) that ended
   before a step could record it: if its summary is in the thread, record it (the job
   ends applied, its archived originals show); else it waits for its thread to cross the
-  threshold, or ends ``expired`` once its claim is gone;
+  threshold, for at most ``PREPARED_JOB_TTL_S`` since it was prepared (its row's last
+  change; :func:`prepared_expired`). Past that, or once its claim is gone, it ends
+  ``skipped`` with the reason code ``expired`` (:func:`expiry_reason` says why), its
+  claim is freed, and its thread is left exactly as it is: the next run over the prepare
+  point queues a fresh job (issue 21, item 2);
 * not published (the broker was down): claim the thread for it and publish it;
 * its lease is alive (queued or running): nothing to do;
 * lapsed (its worker died, or the broker lost it): if its summary is in the thread,
@@ -31,7 +35,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from offpath.compaction.patch import landed
@@ -94,6 +98,23 @@ def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
     return dict(done)
 
 
+def prepared_expired(prepared_at: datetime, now: datetime, ttl_s: float) -> bool:
+    """A compaction prepared at ``prepared_at`` (its job row's last change, UTC) and not
+    applied by ``now`` has waited longer than ``ttl_s`` (``PREPARED_JOB_TTL_S``): the
+    reconciler ends it. The rule is strict: at exactly ``ttl_s`` it still waits."""
+    if prepared_at.tzinfo is None:  # SQLite hands back naive datetimes: they are UTC
+        prepared_at = prepared_at.replace(tzinfo=UTC)
+    return (now - prepared_at).total_seconds() > ttl_s
+
+
+def expiry_reason(ttl_s: float) -> str:
+    """What an expired prepared job's row says (its timeline shows it); ``expired: ...``."""
+    return (
+        f"expired: not applied within {ttl_s:g} s (PREPARED_JOB_TTL_S); the thread did not "
+        "run again over its threshold and is left unchanged"
+    )
+
+
 def seconds_since_last_pass(rt: Runtime) -> float | None:
     """How long ago the reconciler finished a pass (None: never, or over a day ago)."""
     value = rt.leases.store.get(f"{rt.settings.redis_key_prefix}:reconciler:last")
@@ -125,8 +146,29 @@ def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
             )
             return "recorded"
         if mine and holder.state is State.PREPARED:
-            return "alive"  # waits for its thread to cross the threshold
-        return _end(rt, row, "expired", "its prepared compaction was never applied")
+            ttl = rt.settings.prepared_job_ttl_s
+            if not prepared_expired(row["updated_at"], now_utc(), ttl):
+                return "alive"  # waits for its thread to cross the threshold
+            # free the claim first: a run that finds it gone applies nothing; one that read
+            # it just before and applies the compaction all the same records it ``applied``
+            if not rt.leases.settle(session_id, job_id, None):
+                return "alive"  # the claim moved on meanwhile (applied?): next pass
+            reason = expiry_reason(ttl)
+            ended = set_job(
+                rt.engine,
+                job_id,
+                session_id,
+                JobStatus.SKIPPED,
+                reason,
+                "expired",
+                only_if_open=True,
+            )
+            if ended:
+                log.info("[%s] reconciler: ended job %s (%s)", tag(session_id), job_id, reason)
+            return "expired"
+        return _end(
+            rt, row, "expired", "its prepared compaction was never applied; its claim is gone"
+        )
     mine = mine and holder.in_flight
     if not row["published"]:
         if not mine and rt.leases.claim(session_id, job_id) is not None:

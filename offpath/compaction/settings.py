@@ -123,6 +123,11 @@ class Settings(BaseSettings):
     #: Period of the reconciler (``offpath beat``): ends or re-publishes lapsed jobs and
     #: queues jobs for threads left over the threshold.
     reconcile_interval_s: int = Field(default=15, ge=1, le=3_600)
+    #: A prepared compaction not applied within this many seconds (its thread did not run
+    #: again over its threshold) is ended ``skipped`` (``expired``) by the reconciler, and
+    #: its thread's claim freed; the thread is left as it is (issue 21, item 2). At most a
+    #: day: the claim of a prepared job lasts a day.
+    prepared_job_ttl_s: int = Field(default=3_600, ge=1, le=86_400)
     #: After a job fails, its thread gets no new job for this long, doubling with each
     #: further failure in a row, up to ``failure_backoff_max_s``.
     failure_backoff_s: int = Field(default=60, ge=0)

@@ -5,7 +5,8 @@ the schema is created by Alembic (``service/migrations/``, :func:`migrate`).
 
 ``usage_events`` has the seed's fields (session id, model, input and output
 tokens, latency in ms, tool-call count, ``metadata`` JSON with
-``summarization: true``, ``messages_removed``, ``chars_removed``) and a unique
+``summarization: true``, ``messages_removed``, ``chars_removed``; ours: ``chars_saved``,
+the real reduction, :func:`chars_saved`) and a unique
 ``job_id``: a job delivered twice records one event (DESIGN.md invariant 4).
 ``compaction_jobs`` has one row per job and how it ended.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -119,6 +121,9 @@ class CompactionJob(SQLModel, table=True):
     #: When the thread was first seen over its threshold with this job open (None: never
     #: seen; the lag of an applied job then runs from ``created_at``). Migration 0007.
     crossed_at: datetime | None = Field(default=None, sa_type=sa.DateTime(timezone=True))
+    #: The thread's size (chars) just before this job's compaction was applied: its peak
+    #: since the previous one (the dashboard's size chart draws it). Migration 0010.
+    chars_at_apply: int | None = None
 
 
 class FallbackMasking(SQLModel, table=True):
@@ -558,6 +563,22 @@ def jobs_of(engine: Engine, session_id: str) -> list[dict[str, Any]]:
 # --- usage events ---------------------------------------------------------------------
 
 
+def chars_saved(record: Mapping[str, Any]) -> int:
+    """The real reduction of one applied compaction, from its record (chars): the thread's
+    size before it less its size after (``chars_before`` - ``chars_after``: what it removed,
+    less the summary it put in, plus what it cut from kept results). A summary that a later
+    compaction folds again is removed by that one but was put in by this one: summed over a
+    thread, the savings are what the thread produced less what it holds now, each char
+    counted once (issue 21, item 6: ``chars_removed`` counted re-folded summaries again).
+    A record without the sizes: ``chars_removed`` less ``summary_chars``, else
+    ``chars_removed``."""
+    before, after = record.get("chars_before"), record.get("chars_after")
+    if before is not None and after is not None:
+        return max(0, int(before) - int(after))
+    removed = int(record.get("chars_removed") or 0)
+    return max(0, removed - int(record.get("summary_chars") or 0))
+
+
 def finalize(
     engine: Engine, job_id: str, session_id: str, stored: dict[str, Any] | None = None
 ) -> bool:
@@ -587,6 +608,7 @@ def finalize(
                 "summarization": True,
                 "messages_removed": int(result["messages_removed"]),
                 "chars_removed": int(result["chars_removed"]),
+                "chars_saved": chars_saved(result),
                 "tool_calls_removed": int(result.get("tool_calls_removed") or 0),
                 "summarizer": result.get("summarizer"),
             },
@@ -602,14 +624,18 @@ def finalize(
             sa.update(JOBS)
             .where(JOBS.c.job_id == job_id)
             .values(
-                status=JobStatus.APPLIED.value, reason=None, reason_code=None, updated_at=applied_at
+                status=JobStatus.APPLIED.value,
+                reason=None,
+                reason_code=None,
+                updated_at=applied_at,
+                chars_at_apply=result.get("chars_before"),
             )
             .returning(JOBS.c.created_at, JOBS.c.crossed_at)
         ).first()
     since = _utc(times.crossed_at or times.created_at) if times is not None else None
     metrics.job_reached(JobStatus.APPLIED)
     lag_s = (applied_at - since).total_seconds() if since is not None else None
-    metrics.compaction_applied(lag_s, int(result["chars_removed"]))
+    metrics.compaction_applied(lag_s)
     return True
 
 
@@ -649,7 +675,6 @@ def record_masking(engine: Engine, session_id: str, results: int, chars: int) ->
                 session_id=session_id, results=results, chars=chars, created_at=_now()
             )
         )
-    metrics.FALLBACK_MASKINGS.inc()
 
 
 def stats(
@@ -680,6 +705,7 @@ __all__ = [
     "SQLModel",
     "UsageEvent",
     "RUNNABLE_VALUES",
+    "chars_saved",
     "create_job",
     "end_others",
     "failures_in_a_row",

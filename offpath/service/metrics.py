@@ -4,8 +4,12 @@ Counters and histograms live in the process that did the work; scrape every proc
 and ``sum()`` across them:
 
 * the API (``GET /metrics``): what the post-turn hook and the chat runs' middleware did
-  (jobs queued, compactions applied during a run, fallback maskings), plus the gauges
-  read at scrape time by :class:`QueueCollector` (queue depth, open jobs);
+  (jobs queued, compactions applied during a run), plus what :class:`QueueCollector`
+  reads at scrape time: the queue depth and its consumers from the broker, the open jobs,
+  and the compactions, chars saved and fallback maskings of every process from the
+  usage tables (a team's own agent's middleware writes its rows there and serves no
+  metrics of its own; issue 21, item 6). Every API replica reads the same tables:
+  aggregate those with ``max()``, not ``sum()``;
 * each worker (its own port, ``WORKER_METRICS_PORT``, default 9808; 0: off; see
   :func:`serve_worker_metrics`): jobs run, summarizer latency and tokens, compactions
   applied, reconciler actions.
@@ -21,9 +25,16 @@ metric                                    type       labels, unit
 ``offpath_summarizer_latency_seconds``    histogram  ``summarizer`` (llm, offline): one call
 ``offpath_summarizer_tokens_total``       counter    ``summarizer``, ``kind`` (input, output):
                                                      as the LLM reported them (0 offline)
-``offpath_chars_saved_total``             counter    chars removed by applied compactions
+``offpath_compactions_total``             counter    compactions applied, by any process (the
+                                                     middleware of a team's own agent too):
+                                                     usage events, read at scrape; API only
+``offpath_chars_saved_total``             counter    the real reduction of those compactions
+                                                     (size before - size after, chars; a
+                                                     re-folded summary is not saved twice),
+                                                     read at scrape; API only
 ``offpath_fallback_maskings_total``       counter    model calls whose old tool results were
-                                                     masked (over the hard limit)
+                                                     masked (over the hard limit), by any
+                                                     process: read at scrape; API only
 ``offpath_reconciler_actions_total``      counter    ``action``
 ``offpath_api_event_loop_lag_seconds``    histogram  the API's event loop waking late (sampled
                                                      every 50 ms): how long no request could be
@@ -31,11 +42,18 @@ metric                                    type       labels, unit
 ``offpath_queue_depth``                   gauge      ``queue``: messages waiting in the broker
 ``offpath_jobs_open``                     gauge      ``status`` (queued, running, prepared):
                                                      job rows not ended, from the database
+``offpath_queue_consumers``               gauge      ``queue``: workers consuming it, asked
+                                                     through the broker (cached 10 s;
+                                                     :mod:`offpath.service.consumers`)
 ========================================  =========  ==========================================
 
 Every status change of a job row goes through :mod:`offpath.service.db`, which counts
-it here (one place, whichever process made the change). This module imports no
-server (the middleware imports it, inside a team's own agent).
+it here (one place, whichever process made the change: ``offpath_jobs_total`` of the jobs
+a team's own agent applies is counted in that agent's process, which exports nothing; the
+compactions themselves are in ``offpath_compactions_total``). The counters read from the
+tables fall when rows are deleted (a forgotten session, a purge): Prometheus's ``rate()``
+and ``increase()`` take that as a counter reset. This module imports no server (the
+middleware imports it, inside a team's own agent).
 """
 
 from __future__ import annotations
@@ -53,7 +71,7 @@ from prometheus_client import (
     Histogram,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 log = logging.getLogger("offpath.metrics")
@@ -93,11 +111,6 @@ SUMMARIZER_TOKENS = Counter(
     "messages; output: the summary)",
     ["summarizer", "kind"],
 )
-CHARS_SAVED = Counter("offpath_chars_saved", "Chars removed from threads by applied compactions")
-FALLBACK_MASKINGS = Counter(
-    "offpath_fallback_maskings",
-    "Model calls over CONTEXT_HARD_LIMIT_CHARS with no summary ready: old tool results masked",
-)
 RECONCILER_ACTIONS = Counter(
     "offpath_reconciler_actions", "What the reconciler did, by action", ["action"]
 )
@@ -109,11 +122,11 @@ def job_reached(status: str, reason: str | None = None, n: int = 1) -> None:
         JOBS.labels(str(status), reason or "").inc(n)
 
 
-def compaction_applied(lag_s: float | None, chars_removed: int) -> None:
-    """Count one applied compaction: its lag (seconds; None: unknown) and the chars it removed."""
+def compaction_applied(lag_s: float | None) -> None:
+    """Observe one applied compaction's lag (seconds; None: unknown). Its chars saved are
+    counted from its usage event, at scrape (:class:`QueueCollector`)."""
     if lag_s is not None:
         LAG.observe(max(0.0, lag_s))
-    CHARS_SAVED.inc(max(0, chars_removed))
 
 
 def summarized(summarizer: str, latency_ms: int, input_tokens: int, output_tokens: int) -> None:
@@ -126,14 +139,29 @@ def summarized(summarizer: str, latency_ms: int, input_tokens: int, output_token
 # --- gauges read at scrape time ---------------------------------------------------------------
 
 
+#: The series :class:`QueueCollector` reads at scrape time (the API's ``/metrics`` only).
+READ_AT_SCRAPE = (
+    "offpath_queue_depth",
+    "offpath_queue_consumers",
+    "offpath_jobs_open",
+    "offpath_compactions_total",
+    "offpath_chars_saved_total",
+    "offpath_fallback_maskings_total",
+)
+
+
 class QueueCollector(Collector):
-    """``offpath_queue_depth`` from the broker and ``offpath_jobs_open`` from the usage
-    database, read when Prometheus scrapes (registered by the API only: one reader).
+    """``offpath_queue_depth`` and ``offpath_queue_consumers`` from the broker;
+    ``offpath_jobs_open``, ``offpath_compactions_total``, ``offpath_chars_saved_total`` and
+    ``offpath_fallback_maskings_total`` from the usage database; read when Prometheus
+    scrapes (registered by the API only).
 
     Queue depth: the Redis list(s) kombu keeps the queue in (``LLEN``), or RabbitMQ's
     message count (a passive declare); another broker (the demo's SQLAlchemy transport):
-    the jobs queued and published but not started, from the database. A store that does
-    not answer leaves its metric out of that scrape (logged at debug level).
+    the jobs queued and published but not started, from the database. Consumers: the
+    workers' answer to a broadcast, cached (:func:`offpath.service.consumers.watch_for`;
+    left out for a broker that cannot broadcast). A store that does not answer leaves its
+    metrics out of that scrape (logged at debug level).
     """
 
     def __init__(self, client: Any) -> None:
@@ -153,10 +181,12 @@ class QueueCollector(Collector):
             yield depth
         except Exception as exc:
             log.debug("queue depth unavailable: %s", exc)
+        yield from self._consumers(settings)
         try:
-            from offpath.service.usage import open_job_counts
+            from offpath.service.usage import open_job_counts, recorded_totals
 
             counts = open_job_counts(self.client.engine)
+            totals = recorded_totals(self.client.engine)
         except Exception as exc:
             log.debug("open jobs unavailable: %s", exc)
             return
@@ -165,6 +195,44 @@ class QueueCollector(Collector):
         )
         for status in ("queued", "running", "prepared"):
             gauge.add_metric([status], float(counts.get(status, 0)))
+        yield gauge
+        for name, key, doc in (
+            (
+                "offpath_compactions",
+                "compactions",
+                "Compactions applied by any process (a team's own agent's middleware too), "
+                "from the usage events",
+            ),
+            (
+                "offpath_chars_saved",
+                "chars_saved",
+                "Real reduction of the applied compactions (thread size before - after, "
+                "chars), from the usage events",
+            ),
+            (
+                "offpath_fallback_maskings",
+                "fallback_maskings",
+                "Model calls over CONTEXT_HARD_LIMIT_CHARS with no summary ready (old tool "
+                "results masked), by any process, from the usage tables",
+            ),
+        ):
+            yield CounterMetricFamily(name, doc, value=float(totals[key]))
+
+    def _consumers(self, settings: Any) -> Iterator[Any]:
+        from offpath.service.consumers import watch_for
+
+        try:
+            found = watch_for(settings).get()
+        except Exception as exc:
+            log.debug("queue consumers unavailable: %s", exc)
+            return
+        if not found.supported or found.error is not None:
+            return
+        gauge = GaugeMetricFamily(
+            "offpath_queue_consumers", "Workers consuming the queue", labels=["queue"]
+        )
+        for queue in sorted({settings.celery_queue, *found.queues}):
+            gauge.add_metric([queue], float(found.count(queue)))
         yield gauge
 
     def _depth(self, queue: str) -> int:

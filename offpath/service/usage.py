@@ -126,6 +126,36 @@ def open_job_counts(engine: Engine, *, published_only: bool = False) -> dict[str
         return {str(status): int(n) for status, n in conn.execute(q)}
 
 
+def saved_chars_expr() -> Any:
+    """The SQL of one usage event's chars saved: its ``chars_saved`` (the real reduction,
+    :func:`offpath.service.db.chars_saved`), else (a row no record could fill, migration
+    0010) its ``chars_removed``."""
+    return sa.func.coalesce(
+        EVENTS.c.metadata["chars_saved"].as_integer(),
+        EVENTS.c.metadata["chars_removed"].as_integer(),
+        0,
+    )
+
+
+def recorded_totals(engine: Engine) -> dict[str, int]:
+    """What every process recorded, all time, for the API's ``/metrics`` (counters):
+    ``compactions`` (usage events of compactions, reverted ones too: they happened),
+    ``chars_saved`` (their real reduction) and ``fallback_maskings``."""
+    summ = EVENTS.c.metadata["summarization"].as_boolean()
+    with engine.connect() as conn:
+        compactions, saved = conn.execute(
+            sa.select(
+                sa.func.count(EVENTS.c.id), sa.func.coalesce(sa.func.sum(saved_chars_expr()), 0)
+            ).where(summ.is_(True))
+        ).one()
+        maskings = conn.execute(sa.select(sa.func.count(MASKINGS.c.id))).scalar()
+    return {
+        "compactions": int(compactions),
+        "chars_saved": int(saved),
+        "fallback_maskings": int(maskings or 0),
+    }
+
+
 # --- /stats ----------------------------------------------------------------------------------
 
 
@@ -171,7 +201,9 @@ def stats(
     then on (usage events and maskings by their time, jobs by when they were queued, lags by
     when the compaction was applied). ``session_id``: one session's figures.
 
-    ``summary`` holds ``total_summarizations``, ``total_chars_compacted``,
+    ``summary`` holds ``total_summarizations``, ``total_chars_compacted`` (the real
+    reduction: each compaction's thread size before less its size after, so a summary
+    folded into the next one is not counted as saved again; issue 21, item 6),
     ``sessions_compacted``, ``approx_tokens_saved`` (chars / 4), ``jobs`` (count by status),
     (a reverted compaction counts in ``total_summarizations``, in the summarizer's latency
     and tokens, and in ``jobs.reverted``, but not in the chars, tokens saved or sessions
@@ -196,7 +228,7 @@ def stats(
         return query
 
     summ = EVENTS.c.metadata["summarization"].as_boolean()
-    chars = EVENTS.c.metadata["chars_removed"].as_integer()
+    chars = saved_chars_expr()
     # a reverted compaction ran (its usage event stays) but removes nothing now (issue 19)
     reverted = sa.select(JOBS.c.job_id).where(JOBS.c.status == JobStatus.REVERTED.value)
     in_effect = sa.or_(EVENTS.c.job_id.is_(None), EVENTS.c.job_id.not_in(reverted))

@@ -102,11 +102,26 @@ def test_metrics_of_api_and_worker_add_up_to_the_job_rows(stacks):
         assert counted == n, (status, code)
 
     events = rows(stack, "SELECT input_tokens, output_tokens, metadata FROM usage_events")
-    chars = sum(json.loads(m)["chars_removed"] for _, _, m in events)
+    chars = sum(json.loads(m)["chars_saved"] for _, _, m in events)
     applied = len(events)
     assert applied == by_status["applied"]
-    saved = total(api, "offpath_chars_saved_total") + total(worker, "offpath_chars_saved_total")
+    # read from the usage tables by the API at scrape (issue 21, item 6): every process's
+    # compactions, their real reduction (no re-folded summary counted twice), the maskings
+    assert not [
+        n for n, _ in worker if n.startswith(("offpath_chars_saved", "offpath_compactions"))
+    ]
+    assert total(api, "offpath_compactions_total") == applied
+    saved = total(api, "offpath_chars_saved_total")
     assert saved == chars == stack.http.get("/stats").json()["summary"]["total_chars_compacted"]
+    # the sizes each job recorded: before (also on its row, for the size chart) and after
+    records = rows(
+        stack, "SELECT chars_at_apply, result FROM compaction_jobs WHERE status = 'applied'"
+    )
+    sizes = [(at, json.loads(r)["record"]) for at, r in records]
+    assert all(at == rec["chars_before"] for at, rec in sizes)
+    assert saved == sum(rec["chars_before"] - rec["chars_after"] for _, rec in sizes) > 0
+    (maskings,) = rows(stack, "SELECT count(*) FROM fallback_maskings")
+    assert total(api, "offpath_fallback_maskings_total") == maskings[0]
     lags = total(api, "offpath_compaction_lag_seconds_count") + total(
         worker, "offpath_compaction_lag_seconds_count"
     )

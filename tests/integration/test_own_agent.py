@@ -116,6 +116,7 @@ def test_own_agent_example_compacts_in_its_own_checkpointer(stacks):
         body = [m for m in messages if m.type != "system"]
         assert marked_summary(body[0]) and sum(marked_summary(m) for m in body) == 1
         assert not pairing_problems(body)
+        figures_reach_the_api(stack, thread, jobs)
 
         # compact now on an own agent's thread under its threshold (issue 21, item 1): the
         # worker prepares, the middleware applies at the thread's next model call; the
@@ -170,3 +171,33 @@ def read_events(url: str, headers: dict[str, str], session: str, out: list[Any])
                     out.append(json.loads(line.removeprefix("data: ")))
                     if out[-1]["update"]["status"] != "in_progress":
                         return
+
+
+def figures_reach_the_api(stack, thread: str, jobs: list[dict]) -> None:
+    """Issue 21, item 6: what the app's middleware did (it serves no metrics) is on the API's
+    /metrics, read from the rows it wrote; each compaction's size just before it was applied
+    is on its job row, and the dashboard's size chart draws that peak."""
+    import json
+
+    from integration.test_metrics import rows, scrape, total
+
+    def obj(value):
+        return value if isinstance(value, dict) else json.loads(value)
+
+    api = scrape(f"{stack.url}/metrics", stack.key)
+    events = [obj(m) for (m,) in rows(stack, "SELECT metadata FROM usage_events")]
+    (maskings,) = rows(stack, "SELECT count(*) FROM fallback_maskings")
+    assert total(api, "offpath_compactions_total") == len(events) >= 1
+    saved = sum(e["chars_saved"] for e in events)
+    assert total(api, "offpath_chars_saved_total") == saved > 0
+    assert stack.http.get("/stats").json()["summary"]["total_chars_compacted"] == saved
+    assert total(api, "offpath_fallback_maskings_total") == maskings[0]
+    threshold = stack.settings().summarization_threshold_chars
+    dashboard = stack.http.get("/ui/")
+    assert dashboard.status_code == 200
+    for job in (j for j in jobs if j["status"] == "applied"):
+        peak = job["chars_at_apply"]
+        assert peak > threshold and 0 < job["chars_saved"] < peak, job
+        assert f"{thread}: {peak:,} chars job {job['job_id'][:8]} applied: before" in (
+            dashboard.text
+        )

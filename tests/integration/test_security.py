@@ -45,17 +45,18 @@ def as_key(stack, key: str) -> httpx.Client:
 # --- API keys and tenants ------------------------------------------------------------------
 
 
-def test_every_route_but_healthz_needs_a_key_and_the_openapi_document_says_so(stack):
+def test_every_route_but_the_probes_needs_a_key_and_the_openapi_document_says_so(stack):
     spec = stack.http.get("/openapi.json").json()
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     with anonymous(stack) as client:
         assert client.get("/healthz").status_code in (200, 503)
+        assert client.get("/readyz").status_code in (200, 503)
         for path in ("/openapi.json", "/docs"):
             assert client.get(path).status_code == 401
         for path, methods in spec["paths"].items():
             url = path.replace("{session_id}", "s1")
             for method in methods:
-                if path == "/healthz":
+                if path in ("/healthz", "/readyz"):
                     continue
                 r = client.request(method.upper(), url, json=turn())
                 assert r.status_code == 401, (method, path, r.status_code)

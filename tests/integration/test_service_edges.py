@@ -333,13 +333,25 @@ def test_orphan_results_and_reused_call_ids_are_accepted_and_never_reach_the_mod
     assert "LEFT BY A BAD TRIM" not in sent and "ok again" in sent
 
 
-def test_healthz_and_beat_check_report_whether_the_reconciler_runs(stacks):
+def test_healthz_readyz_and_beat_check_report_the_reconciler_and_the_workers(stacks, tmp_path):
     """Issue 8, item 1: a stalled recovery must show; /healthz and `offpath beat --check` (the
-    compose health check of the beat service) say when the reconciler last ran."""
+    compose health check of the beat service) say when the reconciler last ran. Issue 21,
+    item 3: /readyz and the API's /metrics say which workers consume the queue, and /readyz
+    fails naming the queue and the broker when none does. Issue 21, item 2: a compaction
+    prepared for a team's own agent whose thread never runs again expires after
+    PREPARED_JOB_TTL_S, by the beat's reconciler: skipped, reason ``expired``, its claim
+    freed, the thread untouched, ``offpath_jobs_open{status="prepared"}`` back to 0."""
     import subprocess
     import sys
 
+    from langgraph.graph import END, START, MessagesState, StateGraph
     from stack import ROOT
+
+    from integration.test_metrics import scrape, total
+    from offpath.compaction.accounting import total_chars
+    from offpath.service.checkpoints import open_checkpoints_url
+    from offpath.service.compactions import JobOptions, read_messages
+    from offpath.service.hook import queue_job
 
     def check(stack):
         return subprocess.run(
@@ -357,12 +369,93 @@ def test_healthz_and_beat_check_report_whether_the_reconciler_runs(stacks):
         lambda: not without.http.get("/healthz").json()["reconciler"].startswith("ok"), timeout=10
     )
     assert check(without).returncode == 1
-    with_beat = stacks.get("sqlite", RECONCILE_INTERVAL_S="1")
-    wait_for(
-        lambda: with_beat.http.get("/healthz").json()["reconciler"].startswith("ok"), timeout=30
+    # no worker consumes the queue: /healthz (liveness) stays 200, /readyz says why not
+    without.kill_worker()
+    queue = without.env["CELERY_QUEUE"]
+    r = without.http.get("/readyz")
+    assert r.status_code == 503, r.text
+    ready = r.json()
+    assert ready["broker"] == ready["database"] == "ok" and not ready["ok"]
+    assert (
+        f"no worker consumes queue '{queue}' on the broker at redis://127.0.0.1"
+        in (ready["workers"])
     )
-    result = check(with_beat)
+    assert ready["queues"] == {queue: {"consumers": 0, "workers": []}}
+    assert without.http.get("/healthz").status_code == 200
+    stacks.discard(without)  # its worker is gone
+
+    stack = stacks.get("sqlite", RECONCILE_INTERVAL_S="1", PREPARED_JOB_TTL_S="3")
+    wait_for(lambda: stack.http.get("/healthz").json()["reconciler"].startswith("ok"), timeout=30)
+    result = check(stack)
     assert result.returncode == 0 and "last pass" in result.stdout, result.stderr
+    queue = stack.env["CELERY_QUEUE"]
+    r = stack.http.get("/readyz")
+    assert r.status_code == 200, r.text
+    (worker,) = r.json()["queues"][queue]["workers"]
+    assert worker.startswith(f"w-{stack.name}-") and r.json()["workers"].startswith("ok: 1 ")
+    metrics_url = f"{stack.url}/metrics"
+    assert total(scrape(metrics_url, stack.key), "offpath_queue_consumers", queue=queue) == 1
+
+    # a team's own agent's thread, in its own checkpointer, over the prepare point
+    url = f"sqlite:///{tmp_path}/agent.db"
+    thread = f"expiring-{uuid.uuid4().hex[:6]}"
+    messages = []
+    for k in range(12):
+        messages += [
+            {"type": "human", "content": f"step {k}: read the checkout logs", "id": f"h{k}"},
+            {
+                "type": "ai",
+                "content": "",
+                "id": f"a{k}",
+                "tool_calls": [{"id": f"c{k}", "name": "logs", "args": {"n": k}}],
+            },
+            {
+                "type": "tool",
+                "content": f"line {k} ok\n" * 450,
+                "id": f"t{k}",
+                "tool_call_id": f"c{k}",
+            },
+        ]
+    graph = StateGraph(MessagesState)
+    graph.add_node("noop", lambda state: {})
+    graph.add_edge(START, "noop")
+    graph.add_edge("noop", END)
+    config = {"configurable": {"thread_id": thread}}
+    with open_checkpoints_url(url, stack.settings()) as checkpoints:
+        graph.compile(checkpointer=checkpoints.saver).invoke({"messages": messages}, config)
+        before = read_messages(checkpoints.saver, thread)
+        checkpoint_id = checkpoints.saver.get_tuple(config).checkpoint["id"]
+    settings = stack.settings()
+    assert (
+        settings.summarization_threshold_chars
+        > total_chars(before)
+        > (settings.summarization_prepare_at * settings.summarization_threshold_chars)
+    )
+    client = stack.client()
+    options = JobOptions(patch=False, checkpoints=url)
+    queued = queue_job(
+        client.leases, client.engine, client.publish, thread, total_chars(before), options=options
+    )
+    assert queued.action == "queued", queued
+    wait_for(lambda: [j for j in stack.jobs(thread) if j["status"] == "prepared"], timeout=60)
+    # the API counts it open, as prepared (PREPARED_JOB_TTL_S=3: it has not expired yet)
+    assert total(scrape(metrics_url, stack.key), "offpath_jobs_open", status="prepared") == 1
+    assert client.leases.holder(thread).state.value == "p"
+    # the thread never runs again: the reconciler ends it after 3 s
+    (job,) = wait_for(
+        lambda: [j for j in stack.jobs(thread) if j["status"] == "skipped"], timeout=30
+    )
+    assert job["reason_code"] == "expired"
+    assert job["reason"].startswith("expired: not applied within 3 s (PREPARED_JOB_TTL_S); ")
+    assert "did not run again" in job["reason"]
+    assert client.leases.holder(thread) is None  # freed: the next run queues afresh
+    assert total(scrape(metrics_url, stack.key), "offpath_jobs_open", status="prepared") == 0
+    with open_checkpoints_url(url, stack.settings()) as checkpoints:
+        assert read_messages(checkpoints.saver, thread) == before
+        assert checkpoints.saver.get_tuple(config).checkpoint["id"] == checkpoint_id
+    # the session page's timeline says why
+    page = stack.http.get(f"/ui/sessions/{thread}")
+    assert page.status_code == 200 and "expired: not applied within 3 s" in page.text
 
 
 def test_reused_call_ids_from_the_chat_model_compact_through_the_chat_route(stacks, stub):
