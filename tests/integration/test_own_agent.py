@@ -111,6 +111,10 @@ def test_own_agent_example_compacts_in_its_own_checkpointer(stacks):
         # the web UI shows it to an admin, read from the agent's checkpointer (issue 12)
         page = stack.http.get(f"/ui/sessions/{thread}")
         assert page.status_code == 200 and 'class="msg human summary"' in page.text
+        assert 'data-kind="own agent"' in page.text  # marked as such, in the list too
+        listed_ui = stack.http.get("/ui/sessions", params={"q": thread}, headers=mine)
+        assert f'tr data-session="{thread}"' in listed_ui.text
+        assert 'data-kind="own agent"' in listed_ui.text
         with open_checkpoints_url(agent_db, stack.settings()) as checkpoints:
             messages = read_messages(checkpoints.saver, thread)
         body = [m for m in messages if m.type != "system"]
