@@ -428,7 +428,7 @@ async def events(session_id: SessionId, request: Request, caller: Caller) -> Str
     ``session/update`` notification, ``{"sessionId": ..., "update": {"sessionUpdate":
     "compaction_update", "compactionId", "status" (in_progress, completed, failed,
     cancelled), "charsBefore", "charsAfter", "reason"}}`` (:mod:`offpath.service.updates`
-    says how a job's status maps). The first event is the thread's latest job as it stands
+    says how a job's status maps), and ``at``: when the job's row changed (ISO 8601). The first event is the thread's latest job as it stands
     (none: no job yet); then one per change, whoever made it (the API, the worker, a team's
     own agent's middleware). Per tenant like every session route (404 for another's);
     the stream ends after :data:`EVENTS_MAX_S` and the browser's ``EventSource`` reconnects."""
@@ -471,5 +471,6 @@ async def _event_stream(rt: Runtime, session_id: str, first: list[Changed]) -> A
 
 def _sse(n: int, changed: Changed) -> str:
     update = changed.update
-    data = orjson.dumps({"sessionId": update.session_id, "update": update.to_acp()}).decode()
+    body = {"sessionId": update.session_id, "update": update.to_acp(), "at": changed.at.isoformat()}
+    data = orjson.dumps(body).decode()
     return f"id: {n}\ndata: {data}\n\n"

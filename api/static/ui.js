@@ -143,16 +143,18 @@
     const source = new EventSource(feed.dataset.events);
     const fmt = (n) => (n == null ? "?" : Number(n).toLocaleString("en-US"));
     source.onmessage = (event) => {
-      let update;
+      let update, at;
       try {
-        update = JSON.parse(event.data).update;
+        const data = JSON.parse(event.data);
+        update = data.update;
+        at = data.at ? new Date(data.at) : new Date();
       } catch (e) {
         return;
       }
       const item = document.createElement("li");
       item.dataset.status = update.status;
       item.dataset.job = update.compactionId;
-      let text = new Date().toLocaleTimeString() + " job " + String(update.compactionId).slice(0, 8) +
+      let text = at.toLocaleTimeString() + " job " + String(update.compactionId).slice(0, 8) +
         " " + update.status.replace("_", " ");
       if (update.status === "completed") {
         text += ": " + fmt(update.charsBefore) + " → " + fmt(update.charsAfter) + " chars";

@@ -155,7 +155,7 @@ def test_own_agent_example_compacts_in_its_own_checkpointer(stacks):
         assert all(u["sessionUpdate"] == "compaction_update" for u in seen)
         assert seen[1]["charsAfter"] < seen[1]["charsBefore"], seen
         assert seen[1]["charsBefore"] >= before  # the thread at the next run's call
-        assert all(u.get("sessionId") == second for u in updates[1:])
+        assert all(u.get("sessionId") == second and u["at"] for u in updates[1:])
     finally:
         drop_pg_database(agent_db)
 
