@@ -118,7 +118,10 @@ def compact(session_id: SessionId, request: Request, caller: Caller) -> dict[str
     ``GET /sessions/{id}/compactions``) if the planner finds a cut (the keep window, whole
     tool-call pairs, at least 4 messages removed, more chars removed than the summary adds);
     else 422 saying why. 409 while a job is queued or running, or during the failure
-    backoff. A compaction already prepared is applied at once (``status: applied``)."""
+    backoff. A compaction already prepared is applied at once (``status: applied``). A team's
+    own agent's thread (``kind: own agent``): the worker prepares the compaction and the
+    agent's middleware applies it at the thread's next model call (``detail`` says so;
+    ``status: prepared`` when one was prepared already)."""
     rt = rt_of(request)
     check_readable(rt, caller, session_id)
     try:
@@ -131,7 +134,12 @@ def compact(session_id: SessionId, request: Request, caller: Caller) -> dict[str
         raise HTTPException(status_code=422, detail=str(exc)) from None
     except NotQueued as exc:
         raise HTTPException(status_code=503, detail=str(exc)) from None
-    return {"job_id": done.job_id, "status": done.status}
+    detail = done.detail or (
+        f"follow it at GET /sessions/{session_id}/compactions"
+        if done.status == "queued"
+        else "the compaction prepared ahead is in the thread"
+    )
+    return {"job_id": done.job_id, "status": done.status, "kind": done.kind, "detail": detail}
 
 
 JobId = Annotated[

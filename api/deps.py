@@ -24,6 +24,7 @@ from offpath.service.tenants import (
     forget_session,
     owner_of,
     principal_of,
+    session_of,
     take_session,
 )
 
@@ -128,13 +129,23 @@ def check_readable(rt: Runtime, caller: Principal, session_id: str) -> None:
         raise no_session(session_id)
 
 
+#: The 409 of a write to a team's own agent's thread.
+OWN_AGENT_THREAD = (
+    "session {!r} is a thread of a team's own agent (kind 'own agent'): offpath never writes "
+    "its checkpoint; its turns come from the agent's own runs"
+)
+
+
 def check_writable(rt: Runtime, caller: Principal, session_id: str) -> bool:
-    """404 if another tenant owns ``session_id``; True when nobody owns it yet (a write
-    would create it). Claims nothing: :func:`take_writable` does, once the write is sure."""
-    owner = owner_of(rt.engine, session_id)
-    if owner is not None and not caller.sees(owner):
+    """404 if another tenant owns ``session_id``, 409 if it is a team's own agent's thread
+    (offpath never writes it); True when nobody owns it yet (a write would create it).
+    Claims nothing: :func:`take_writable` does, once the write is sure."""
+    found = session_of(rt.engine, session_id)
+    if found is not None and not caller.sees(found.tenant):
         raise no_session(session_id)
-    return owner is None
+    if found is not None and found.own_agent:
+        raise HTTPException(status_code=409, detail=OWN_AGENT_THREAD.format(session_id))
+    return found is None
 
 
 def take_writable(rt: Runtime, caller: Principal, session_id: str) -> None:

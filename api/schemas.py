@@ -424,8 +424,19 @@ class TurnOut(BaseModel):
     warnings: list[WarningOut]
 
 
+#: A session's kind: ``api`` (a thread of offpath's API, in offpath's checkpointer) or
+#: ``own agent`` (a thread of a team's own ``create_agent`` app with ``OffPathCompaction``,
+#: in the agent's checkpointer, which offpath reads and never writes; issue 21, item 1).
+Kind = Literal["api", "own agent"]
+KIND = Field(
+    description="api: a thread of offpath's API; own agent: a thread of a team's own agent "
+    "(OffPathCompaction), read from the agent's checkpointer, never written by offpath"
+)
+
+
 class SessionOut(BaseModel):
     session_id: str
+    kind: Kind = KIND
     messages: list[MessageOut] | list[SerializedOut]
     chars: int
     state: dict[str, Any] = Field(description="The thread's other state keys")
@@ -584,6 +595,7 @@ class SessionStatsOut(BaseModel):
 class SessionRow(BaseModel):
     session_id: str
     tenant: str
+    kind: Kind = KIND
     messages: int | None = Field(
         description="Messages after offpath's last write (null: not known)"
     )
@@ -600,10 +612,14 @@ class SessionsOut(BaseModel):
 
 class CompactOut(BaseModel):
     """``queued``: a new job (follow it at ``/sessions/{id}/compactions``); ``applied``: a
-    compaction prepared ahead was applied at once."""
+    compaction prepared ahead was applied at once; ``prepared`` (a team's own agent's
+    thread): a compaction is prepared and its agent's middleware applies it at the thread's
+    next model call. ``detail`` says what happens next."""
 
     job_id: str
-    status: Literal["queued", "applied"]
+    status: Literal["queued", "applied", "prepared"]
+    kind: Kind = KIND
+    detail: str = Field(description="What happens next, in words")
 
 
 class RevertOut(BaseModel):

@@ -8,14 +8,17 @@ answers; the post-turn hook and the checkpoint pruning run after the response
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request
+from fastapi.responses import StreamingResponse
 from langchain_core.messages import (
     BaseMessage,
     HumanMessage,
@@ -23,6 +26,7 @@ from langchain_core.messages import (
     ToolMessage,
     messages_to_dict,
 )
+from starlette.concurrency import run_in_threadpool
 
 from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
@@ -31,12 +35,15 @@ from offpath.compaction.tracking import ThreadSize
 from offpath.compaction.turns import TurnError, check_messages, validate_turn
 from offpath.middleware import KEY as PRIVATE_KEY
 from offpath.service import archive, db
+from offpath.service.admin import read_session
 from offpath.service.agent import thread_config
 from offpath.service.compactions import read_thread
 from offpath.service.leases import failure_backoff_s
 from offpath.service.logs import tag
 from offpath.service.runtime import Runtime
 from offpath.service.tenants import note_size
+from offpath.service.updates import Changed, job_updates
+from offpath.service.usage import has_rows
 
 from .deps import (
     Caller,
@@ -280,15 +287,21 @@ def read_messages(
         "langchain_core's messages_to_dict, lossless",
     ),
 ) -> dict[str, Any]:
-    """The thread's messages, its size and its other state keys."""
+    """The thread's messages, its size and its other state keys; ``kind``: ``api``, or ``own
+    agent`` for a thread of a team's own agent, read from the agent's checkpointer."""
     rt = rt_of(request)
     check_readable(rt, caller, session_id)
-    values = state_of(rt, session_id)
+    source, thread = read_session(rt, session_id)
+    if source.own_agent:
+        values = thread.base.checkpoint.get("channel_values", {}) if thread.base else {}
+    else:
+        values = state_of(rt, session_id)
     if not values:
         raise no_session(session_id)
     messages = values.get("messages", [])
     return {
         "session_id": session_id,
+        "kind": source.kind,
         "messages": (
             messages_to_dict(messages)
             if format == "langchain"
@@ -387,3 +400,77 @@ def _undo(rt: Runtime, session_id: str, before: set[Any]) -> None:
             rt.patch(session_id, {"messages": [RemoveMessage(id=str(i)) for i in added]})
     except Exception as exc:
         log.error("[%s] could not take back the failed turn (%s): %s", tag(session_id), added, exc)
+
+
+# --- GET /sessions/{id}/events ---------------------------------------------------------------
+
+#: How often (s) the event stream reads the thread's job rows (one indexed query).
+EVENTS_POLL_S = 0.5
+#: A comment line after this long (s) without an event, so that proxies keep the stream open.
+EVENTS_KEEPALIVE_S = 15.0
+#: A stream ends after this long (s); the client reconnects (``retry``) and is told where the
+#: thread stands: no connection outlives a deploy by more than this.
+EVENTS_MAX_S = 300.0
+#: How long (ms) a client waits before it reconnects (the stream's ``retry`` field).
+EVENTS_RETRY_MS = 2000
+
+
+@router.get(
+    "/{session_id}/events",
+    # not in the OpenAPI document: a stream that does not end (a fuzzer's request times out on
+    # it); the README documents it
+    include_in_schema=False,
+    response_class=StreamingResponse,
+)
+async def events(session_id: SessionId, request: Request, caller: Caller) -> StreamingResponse:
+    """Server-sent events (``text/event-stream``): the thread's compaction progress, live
+    (issue 21, item 4). Each event's ``data`` is the params of an Agent Client Protocol
+    ``session/update`` notification, ``{"sessionId": ..., "update": {"sessionUpdate":
+    "compaction_update", "compactionId", "status" (in_progress, completed, failed,
+    cancelled), "charsBefore", "charsAfter", "reason"}}`` (:mod:`offpath.service.updates`
+    says how a job's status maps), and ``at``: when the job's row changed (ISO 8601). The first event is the thread's latest job as it stands
+    (none: no job yet); then one per change, whoever made it (the API, the worker, a team's
+    own agent's middleware). Per tenant like every session route (404 for another's);
+    the stream ends after :data:`EVENTS_MAX_S` and the browser's ``EventSource`` reconnects."""
+    rt = rt_of(request)
+    await run_in_threadpool(check_readable, rt, caller, session_id)
+    first = await run_in_threadpool(job_updates, rt.engine, session_id)
+    if not first and not await run_in_threadpool(has_rows, rt.engine, session_id):
+        raise no_session(session_id)
+    return StreamingResponse(
+        _event_stream(rt, session_id, first),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _event_stream(rt: Runtime, session_id: str, first: list[Changed]) -> AsyncIterator[str]:
+    seen = {c.update.compaction_id: c.update.status for c in first}
+    since = max((c.at for c in first), default=None)
+    n = 0
+    yield f"retry: {EVENTS_RETRY_MS}\n\n"
+    if first:
+        n += 1
+        yield _sse(n, first[-1])
+    started = last = time.monotonic()
+    while time.monotonic() - started < EVENTS_MAX_S:
+        await asyncio.sleep(EVENTS_POLL_S)
+        changed = await run_in_threadpool(job_updates, rt.engine, session_id, since)
+        for c in changed:
+            since = c.at if since is None else max(since, c.at)
+            if seen.get(c.update.compaction_id) == c.update.status:
+                continue
+            seen[c.update.compaction_id] = c.update.status
+            n += 1
+            last = time.monotonic()
+            yield _sse(n, c)
+        if time.monotonic() - last >= EVENTS_KEEPALIVE_S:
+            last = time.monotonic()
+            yield ": keep-alive\n\n"
+
+
+def _sse(n: int, changed: Changed) -> str:
+    update = changed.update
+    body = {"sessionId": update.session_id, "update": update.to_acp(), "at": changed.at.isoformat()}
+    data = orjson.dumps(body).decode()
+    return f"id: {n}\ndata: {data}\n\n"

@@ -29,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 
 from offpath.compaction.accounting import total_chars
 from offpath.service import usage
+from offpath.service.admin import read_session
 from offpath.service.tenants import Principal, principal_of
 from offpath.service.usage import BadCursor
 
@@ -270,7 +271,8 @@ def session_context(request: Request, caller: Principal, session_id: str) -> dic
     caller may not see it or it has neither a thread nor a job."""
     rt = rt_of(request)
     check_readable(rt, caller, session_id)
-    messages = ui_data.thread_of(rt, session_id)
+    source, thread = read_session(rt, session_id)
+    messages = thread.messages
     jobs = ui_data.job_timeline(rt, session_id)
     if not messages and not jobs:
         raise HTTPException(status_code=404, detail=f"no session {session_id!r}")
@@ -283,6 +285,7 @@ def session_context(request: Request, caller: Principal, session_id: str) -> dic
         "stats": stats,
         "saved": ui_data.session_widgets(stats),
         "session_id": session_id,
+        "kind": source.kind,
         "items": items,
         "originals": originals,
         "archived": archived,

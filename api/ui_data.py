@@ -34,7 +34,7 @@ from offpath.compaction.summary import (
     summary_meta,
 )
 from offpath.service import archive, db, usage
-from offpath.service.compactions import read_messages
+from offpath.service.admin import read_session
 from offpath.service.runtime import Runtime
 from offpath.service.tenants import SESSIONS, Principal
 
@@ -338,21 +338,9 @@ def session_page(
 
 def thread_of(rt: Runtime, session_id: str) -> list[BaseMessage]:
     """The thread's messages as the model sees them ([] if there is none): from offpath's
-    checkpointer, or for a thread of a team's own agent (the middleware), from the
-    checkpointer its latest job names (``options.checkpoints``, where the worker reads it)."""
-    messages = read_messages(rt.checkpoints.saver, session_id)
-    if messages:
-        return messages
-    jobs = db.JOBS
-    with rt.engine.connect() as conn:
-        options = conn.execute(
-            sa.select(jobs.c.options)
-            .where(jobs.c.session_id == session_id)
-            .order_by(jobs.c.created_at.desc())
-            .limit(1)
-        ).scalar()
-    url = (options or {}).get("checkpoints")
-    return read_messages(rt.checkpoints_for(url).saver, session_id) if url else []
+    checkpointer, or for a thread of a team's own agent (the middleware), from the agent's
+    checkpointer (:func:`offpath.service.admin.read_session`)."""
+    return read_session(rt, session_id)[1].messages
 
 
 def activity_of(

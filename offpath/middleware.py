@@ -38,6 +38,15 @@ its usage row) once it is in the state, at the next call or at the end of the ru
 (``after_agent``). The stored thread is never written by offpath in a user's own agent:
 the worker only prepares (``patch=False``).
 
+**Its threads are sessions** (issue 21, item 1): at a thread's first model call in the process,
+then at most every :data:`NOTE_EVERY_S` and at the run's end, the middleware records the
+thread in offpath's ``sessions`` table (kind ``own agent``, tenant ``OWN_AGENT_TENANT`` or
+``tenant=``, its checkpointer's URL, its size), in the background: ``GET /sessions``, the web
+UI and ``offpath sessions`` list it for that tenant's keys, ``GET /sessions/{id}/messages``
+reads it from the agent's checkpointer, and ``POST /sessions/{id}/compact`` queues a job that
+the worker prepares and this middleware applies at the thread's next model call (under the
+threshold too: an operator asked for it), or at the run's end.
+
 **Used as a subgraph** (an agent compiled with this middleware and added as a node of a
 parent graph that shares ``messages``): the worker reads the subgraph's own checkpoint
 namespace, and at the end of a run that removed messages the middleware hands the parent
@@ -86,11 +95,19 @@ from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.events import CompactionUpdate
 from offpath.service import archive
 from offpath.service.compactions import JobOptions, end_stale, with_loss
-from offpath.service.db import JobStatus, finalize, job_row, record_masking, set_job
+from offpath.service.db import (
+    JobStatus,
+    finalize,
+    job_options,
+    job_row,
+    record_masking,
+    set_job,
+)
 from offpath.service.leases import Claim, Leases, State
 from offpath.service.logs import tag
 from offpath.service.recall import recall_tool, thread_of_run
 from offpath.service.runtime import Client
+from offpath.service.tenants import note_own_thread
 from offpath.service.usage import crossing_unseen, note_crossing, summarizer_latency_p90_s
 
 log = logging.getLogger("offpath.middleware")
@@ -115,6 +132,12 @@ FIRST_READ_WAIT_S = 0.25
 #: (a Redis client to open on a loaded host) would else end without the compaction the
 #: worker prepared, and a short run has no later call to apply it.
 END_READ_WAIT_S = 1.0
+#: How often (s) at most a thread's size and last activity are recorded in offpath's
+#: ``sessions`` table during a run (also at its first call and at the run's end).
+NOTE_EVERY_S = 5.0
+#: How long (s) whether a prepared job was forced (compact now) is remembered before the job
+#: row is read again.
+FORCED_REFRESH_S = 2.0
 #: A queued job no worker has taken after this long (s) is reported once (issue 21, item 3).
 PICKUP_WARN_S = 10.0
 #: How often (s) the summarizer's latency p90 is read again, and what it is assumed to be
@@ -134,6 +157,9 @@ class _Seen:
     at: float = 0.0  # monotonic time of the last read (or failed read)
     failed: bool = False
     reading: bool = False
+    #: the prepared job of ``claim`` was asked for by an operator (compact now), as last read
+    forced: bool = False
+    forced_at: float = 0.0
     #: set once a read has ended (:meth:`OffPathCompaction._await_claim` waits on it)
     read: threading.Event = field(default_factory=threading.Event)
 
@@ -164,7 +190,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
     (:mod:`offpath.service.recall`), which searches the thread's archived originals.
     ``on_compaction``: called with each :class:`~offpath.events.CompactionUpdate` of the
     run's thread (queued, completed, failed, cancelled; issue 21, item 4); what it raises is
-    logged, never raised into the run.
+    logged, never raised into the run. ``tenant``: the tenant whose API keys see this agent's
+    threads (default ``OWN_AGENT_TENANT``, itself ``default``).
     """
 
     state_schema = OffPathState
@@ -178,6 +205,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         client: Client | None = None,
         recall: bool = True,
         on_compaction: Callable[[CompactionUpdate], Any] | None = None,
+        tenant: str | None = None,
     ) -> None:
         super().__init__()
         self.on_compaction = on_compaction
@@ -186,6 +214,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         self.recall = recall
         self.settings = settings or get_settings()
         self.options = JobOptions(patch=patch, checkpoints=checkpointer_url)
+        self.tenant = tenant or self.settings.own_agent_tenant
+        self._noted: dict[str, float] = {}  # thread -> when its session row was last written
         self._client = client
         self._guard = threading.Lock()
         self._publishing: set[str] = set()
@@ -238,11 +268,14 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         size = ThreadSize.from_state(private.get("size")).advance(messages)
         update: dict[str, Any] = {}
         s = self.settings
-        if s.active and size.chars > s.summarization_threshold_chars:
-            known, holder = self._claim_of(session_id, urgent=True)
-            if not known:
+        over = size.chars > s.summarization_threshold_chars
+        if s.active and (over or not self.options.patch):
+            known, holder = self._claim_of(session_id, urgent=over)
+            if over and not known:
                 known, holder = self._await_claim(session_id, END_READ_WAIT_S)
-            if known and holder is not None and holder.state is State.PREPARED:
+            prepared = known and holder is not None and holder.state is State.PREPARED
+            if prepared and (over or self._forced(session_id)):
+                assert holder is not None
                 applied = self._apply(session_id, holder.job_id, messages)
                 self._forget_claim(session_id)
                 if applied is not None:
@@ -251,6 +284,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                     messages = add_messages(messages, fitted.patch)
                     size = ThreadSize().advance(messages)
                     private["removed"] = True
+        if s.active and not self.options.patch:
+            self._note_soon(session_id, len(messages), size.chars, every=0.0)
         if s.active and size.chars >= self._prepare_point(private):
             known, holder = self._claim_of(session_id)
             if known and (holder is None or holder.frees_for(size.chars, self._min_gain)):
@@ -306,14 +341,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 if crossing_unseen(holder):
                     self._write(note_crossing, self.client.engine, holder)  # the lag runs here
                 if known and holder is not None and holder.state is State.PREPARED:
-                    applied = self._apply(session_id, holder.job_id, messages)
-                    self._forget_claim(session_id)
-                    if applied is not None:
-                        fitted, pending = applied
-                        messages = add_messages(messages, fitted.patch)
-                        private["pending"] = pending
-                        private["removed"] = True
-                        chars = fitted.record["chars_after"]
+                    messages, chars = self._apply_now(session_id, holder, messages, private, chars)
                 if chars > threshold:
                     need = chars - settings.prepare_floor_chars
                     keep = settings.summarization_keep_chars
@@ -327,7 +355,18 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                             session_id, messages, caps, "over the threshold", MIN_OLDER_CHARS
                         )
                         chars = sum(message_chars(m) for m in messages)
+            elif not self.options.patch:
+                # an operator's "compact now" of this thread (issue 21, item 1): its
+                # compaction is applied at the next call, under the threshold too
+                known, holder = self._claim_of(session_id)
+                if known and holder is not None and holder.state is State.PREPARED:
+                    if self._forced(session_id):
+                        messages, chars = self._apply_now(
+                            session_id, holder, messages, private, chars
+                        )
             size = ThreadSize().advance(messages) if messages is not original else size
+            if not self.options.patch:
+                self._note_soon(session_id, len(messages), size.chars)
             # 3. from the prepare point on: the claim, and a job when the thread is free
             self._track_rate(private, size.chars)
             if size.chars >= self._prepare_point(private):
@@ -340,6 +379,25 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         if messages is not original:
             call.update["messages"] = _diff(original, messages)
         return call
+
+    def _apply_now(
+        self,
+        session_id: str,
+        holder: Claim,
+        messages: list[BaseMessage],
+        private: dict[str, Any],
+        chars: int,
+    ) -> tuple[list[BaseMessage], int]:
+        """Apply the prepared compaction of ``holder`` to this call's ``messages``: the
+        messages and their size after it (unchanged if it did not apply)."""
+        applied = self._apply(session_id, holder.job_id, messages)
+        self._forget_claim(session_id)
+        if applied is None:
+            return messages, chars
+        fitted, pending = applied
+        private["pending"] = pending
+        private["removed"] = True
+        return add_messages(messages, fitted.patch), int(fitted.record["chars_after"])
 
     def _answer(self, call: _Call, response: Any) -> Any:
         self._calibrate(call.chars, response)
@@ -459,10 +517,12 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             if landed(messages, job_id, result.get("record")):  # a crashed run had applied it
                 self._record(session_id, {"job_id": job_id, "record": result["record"]}, messages)
                 return None
+            forced = bool((row.get("options") or {}).get("force"))
             fitted = fit(
                 Prepared.from_json(result["prepared"]),
                 messages,
-                target=landing_chars(self.settings),
+                # compact now: no bound, as for offpath's own threads (apply_locked)
+                target=None if forced else landing_chars(self.settings),
                 recall=self.recall,
                 settings=self.settings,
             )
@@ -626,8 +686,68 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             claim, failed = None, True
         with self._guard:
             seen = self._claims.setdefault(session_id, _Seen())
+            same = seen.claim is not None and claim is not None and seen.claim.raw == claim.raw
+            forced, forced_at = (seen.forced, seen.forced_at) if same else (False, 0.0)
+        if (
+            not self.options.patch
+            and claim is not None
+            and claim.state is State.PREPARED
+            and time.monotonic() - forced_at >= FORCED_REFRESH_S
+        ):
+            forced, forced_at = self._read_forced(claim.job_id), time.monotonic()
+        with self._guard:
+            seen = self._claims.setdefault(session_id, _Seen())
             seen.claim, seen.failed, seen.at, seen.reading = claim, failed, time.monotonic(), False
+            seen.forced, seen.forced_at = forced, forced_at
             seen.read.set()
+
+    def _read_forced(self, job_id: str) -> bool:
+        """Job ``job_id`` was asked for by an operator (``POST /sessions/{id}/compact``)."""
+        try:
+            options = job_options(self.client.engine, job_id)
+        except Exception:  # the usage database is away: applied over the threshold only
+            return False
+        return bool((options or {}).get("force"))
+
+    def _forced(self, session_id: str) -> bool:
+        """The thread's prepared compaction, as last read, was asked for by an operator."""
+        with self._guard:
+            seen = self._claims.get(session_id)
+            return bool(seen and seen.forced)
+
+    def _note_soon(self, session_id: str, messages: int, chars: int, every: float = NOTE_EVERY_S):
+        """Record the thread as a session of kind ``own agent`` (its size, last activity) in
+        the background, at most every ``every`` seconds."""
+        now = time.monotonic()
+        with self._guard:
+            last = self._noted.get(session_id)
+            if last is not None and now - last < every:
+                return
+            if len(self._noted) > 10_000:
+                self._noted.clear()
+            self._noted[session_id] = now
+        self._write(self._note, session_id, messages, chars)
+
+    def _note(self, session_id: str, messages: int, chars: int) -> None:
+        try:
+            mine = note_own_thread(
+                self.client.engine,
+                session_id,
+                self.tenant,
+                self.options.checkpoints,
+                messages,
+                chars,
+            )
+        except Exception as exc:
+            log.warning("[%s] could not record the thread as a session: %s", tag(session_id), exc)
+            return
+        if not mine:
+            self._warn_once(
+                f"taken:{session_id}",
+                f"[{tag(session_id)}] offpath: thread id {session_id!r} is already another "
+                f"tenant's session or an API session: it is not listed as tenant "
+                f"{self.tenant!r}'s own agent thread",
+            )
 
     def _forget_claim(self, session_id: str) -> None:
         """The claim changed (this call applied or dropped a prepared compaction)."""

@@ -69,7 +69,15 @@ def test_compose_services_commands_exist_and_variables_are_documented():
 
 #: Settings no container needs: the CLI's own, and those docker-compose.yml sets otherwise
 #: (the database password is a secret file; Flower's port is on its command line).
-NOT_FOR_CONTAINERS = {"OFFPATH_API_KEY", "API_URL", "DATA_DIR", "DATABASE_PASSWORD", "FLOWER_PORT"}
+#: OWN_AGENT_TENANT is read by the middleware in a team's own app, which is not a service here.
+NOT_FOR_CONTAINERS = {
+    "OFFPATH_API_KEY",
+    "API_URL",
+    "DATA_DIR",
+    "DATABASE_PASSWORD",
+    "FLOWER_PORT",
+    "OWN_AGENT_TENANT",
+}
 
 
 def _compose() -> dict:

@@ -135,6 +135,40 @@
     }
   });
 
+  // the session's compaction updates, live (issue 21, item 4): GET /sessions/{id}/events,
+  // server-sent events whose data is an ACP session/update ({sessionId, update: {sessionUpdate:
+  // "compaction_update", compactionId, status, charsBefore, charsAfter, reason}})
+  const feed = document.getElementById("compaction-events");
+  if (feed && window.EventSource) {
+    const source = new EventSource(feed.dataset.events);
+    const fmt = (n) => (n == null ? "?" : Number(n).toLocaleString("en-US"));
+    source.onmessage = (event) => {
+      let update, at;
+      try {
+        const data = JSON.parse(event.data);
+        update = data.update;
+        at = data.at ? new Date(data.at) : new Date();
+      } catch (e) {
+        return;
+      }
+      const item = document.createElement("li");
+      item.dataset.status = update.status;
+      item.dataset.job = update.compactionId;
+      let text = at.toLocaleTimeString() + " job " + String(update.compactionId).slice(0, 8) +
+        " " + update.status.replace("_", " ");
+      if (update.status === "completed") {
+        text += ": " + fmt(update.charsBefore) + " → " + fmt(update.charsAfter) + " chars";
+      } else if (update.charsBefore != null) {
+        text += " (" + fmt(update.charsBefore) + " chars)";
+      }
+      if (update.reason) text += ": " + update.reason;
+      item.textContent = text;
+      feed.prepend(item);
+      while (feed.children.length > 20) feed.lastElementChild.remove();
+      if (live && update.status !== "in_progress") poll(); // the thread and jobs changed
+    };
+  }
+
   const button = document.getElementById("compact-now");
   if (button) {
     button.addEventListener("click", async () => {
@@ -155,7 +189,8 @@
           /* not JSON */
         }
         if (r.status === 202) {
-          out.textContent = "job " + String(data.job_id).slice(0, 8) + " " + (data.status || "queued");
+          out.textContent = "job " + String(data.job_id).slice(0, 8) + " " + (data.status || "queued") +
+            (data.kind === "own agent" ? ": " + data.detail : "");
           out.dataset.jobId = data.job_id;
         } else {
           out.textContent = "not queued (" + r.status + "): " + (typeof detail === "string" ? detail : JSON.stringify(detail));

@@ -345,6 +345,8 @@ def sessions(
             "no sessions" + (f" whose id contains {search!r}" if search else ""),
             highlight=False,
         )
+        if not search and not cursor:
+            console.print(NO_SESSIONS_HINT, highlight=False, markup=False)
         return
     print_sessions(body["sessions"])
     if body["next_cursor"]:
@@ -355,13 +357,23 @@ def sessions(
         )
 
 
+#: What ``offpath sessions`` says under an empty list (issue 21, item 1).
+NO_SESSIONS_HINT = (
+    "A session is listed once a turn is posted to the API (POST /sessions/{id}/messages or "
+    "/turns; `offpath replay`), or once a team's own agent with OffPathCompaction has run a "
+    "thread (listed for the tenant OWN_AGENT_TENANT names, 'default' unless set). A tenant's "
+    "key lists that tenant's sessions only; an admin key lists every tenant's."
+)
+
+
 def print_sessions(rows: list[dict[str, Any]]) -> None:
     """``GET /sessions`` rows as a table whose session ids are never cut (issue 21, item 12:
     at 80 columns they were, "incident-…", and could not be copied): the other columns wrap
     or shrink first; when even that leaves too little room, each session is an id on a line
     of its own (never folded: the terminal wraps it, a copy takes it whole) and its figures
     on the next. The tenant column is left out when every row has the same tenant (a
-    tenant's key), which is said above them."""
+    tenant's key), which is said above them; the kind column (api, own agent) when every
+    row is the API's."""
     tenants = {row["tenant"] for row in rows}
     if len(tenants) == 1:
         console.print(f"tenant {next(iter(tenants))}", highlight=False, markup=False)
@@ -370,12 +382,16 @@ def print_sessions(rows: list[dict[str, Any]]) -> None:
     table.add_column("session", no_wrap=True, min_width=longest)
     if len(tenants) > 1:
         table.add_column("tenant")
+    kinds = any(row.get("kind", "api") != "api" for row in rows)
+    if kinds:
+        table.add_column("kind")
     for name in ("messages", "chars", "compactions"):
         table.add_column(name, justify="right")
     table.add_column("last activity")
     table.add_column("in flight", justify="right")
     for row in rows:
         cells = [row["session_id"]] + ([row["tenant"]] if len(tenants) > 1 else [])
+        cells += [row.get("kind", "api")] if kinds else []
         cells += [_num(row["messages"]), _num(row["chars"]), f"{row['compactions']:,}"]
         cells += [_when(row["last_activity"]), str(row["jobs_in_flight"] or "")]
         table.add_row(*(Text(cell) for cell in cells))
@@ -386,6 +402,8 @@ def print_sessions(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         console.print(Text(row["session_id"], style="bold"), soft_wrap=True)
         figures = [row["tenant"]] if len(tenants) > 1 else []
+        if row.get("kind", "api") != "api":
+            figures.append(row["kind"])
         if row["messages"] is not None:
             figures.append(counted(row["messages"], "message"))
         if row["chars"] is not None:
@@ -423,9 +441,10 @@ def show(
     thread = call_api(url, api_key, "GET", f"/sessions/{session_id}/messages", what).json()
     jobs = call_api(url, api_key, "GET", f"/sessions/{session_id}/compactions", what).json()
     messages = to_messages(thread["messages"])
+    own = thread.get("kind") == "own agent"
     console.print(
-        f"[bold]{session_id}[/bold]: {counted(len(messages), 'message')}, "
-        f"{counted(thread['chars'], 'char')}",
+        f"[bold]{session_id}[/bold]{' (own agent)' if own else ''}: "
+        f"{counted(len(messages), 'message')}, {counted(thread['chars'], 'char')}",
         highlight=False,
     )
     for i, m in enumerate(messages):
@@ -485,12 +504,21 @@ def compact(
     what = f"cannot compact {session_id!r}"
     done = call_api(url, api_key, "POST", f"/sessions/{session_id}/compact", what).json()
     console.print(f"job {done['job_id']}: {done['status']}", highlight=False)
+    own = done.get("kind") == "own agent"
+    if own:  # the agent's middleware applies it: say so (issue 21, item 1)
+        console.print(done["detail"], highlight=False, markup=False)
     if not wait or done["status"] != "queued":
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         jobs = call_api(url, api_key, "GET", f"/sessions/{session_id}/compactions", what).json()
         job = next((j for j in jobs["jobs"] if j["job_id"] == done["job_id"]), None)
+        if own and job is not None and job["status"] == "prepared":
+            console.print(
+                "prepared: the agent's middleware applies it at the thread's next model call",
+                highlight=False,
+            )
+            return
         if job is not None and job["status"] in ("applied", "skipped", "failed", "reverted"):
             if job["status"] == "applied":
                 console.print(

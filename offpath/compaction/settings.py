@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     #: No API keys: every caller is the admin of tenant "default". For the embedded demo
     #: only; the API warns at start-up, loudly when `offpath api` binds beyond 127.0.0.1.
     auth_disabled: bool = False
+    #: The tenant that owns the threads of a team's own agent (``OffPathCompaction`` in the
+    #: team's process): its API keys list, read and compact them (issue 21, item 1).
+    own_agent_tenant: str = Field(default="default", min_length=1, max_length=64)
     #: The key the CLI (``replay``, ``stats``...) sends to the API.
     offpath_api_key: SecretStr | None = None
     #: ``GET /metrics`` of the API answers without a key (a scraper that cannot send one, on

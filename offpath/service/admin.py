@@ -6,20 +6,35 @@ Compact now goes through the one way to queue a job
 ``JobOptions(force=True)``: the worker plans with the planner's ``force`` (no threshold,
 any cut that removes more than its summary adds) and applies at once, under the
 threshold too. A compaction already prepared is applied now instead.
+
+A team's own agent's thread (kind ``own agent``: :mod:`offpath.middleware`) is read from the
+agent's checkpointer and never written by offpath: compact now queues a job that the worker
+prepares (``patch=False``) and the agent's middleware applies at the thread's next model call,
+under the threshold too (issue 21, item 1).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
 
 from offpath.compaction.planner import Skip, plan_compaction
-from offpath.service import archive
-from offpath.service.compactions import JobOptions, apply_prepared, read_messages
+from offpath.service import archive, db
+from offpath.service.compactions import (
+    JobOptions,
+    Thread,
+    apply_prepared,
+    read_messages,
+    read_thread,
+)
 from offpath.service.hook import queue_job
 from offpath.service.leases import State
 from offpath.service.logs import tag
 from offpath.service.runtime import Runtime
+from offpath.service.tenants import API, OWN_AGENT, session_of
 from offpath.service.usage import forget_rows
 
 log = logging.getLogger("offpath.admin")
@@ -45,23 +60,89 @@ class NotQueued(Exception):
     recorded unpublished once the broker is back)."""
 
 
+#: What compact now answers for a thread of a team's own agent.
+OWN_AGENT_NEXT = (
+    "a thread of a team's own agent: offpath never writes its checkpoint, so the worker "
+    "prepares the compaction and the agent's OffPathCompaction middleware applies it at the "
+    "thread's next model call (or the end of a run going on now)"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Compaction:
-    """What compact-now did: ``queued`` (``job_id`` is the new job), or ``applied`` (a
-    compaction prepared ahead, ``job_id``, was applied at once)."""
+    """What compact-now did: ``queued`` (``job_id`` is the new job), ``applied`` (a
+    compaction prepared ahead, ``job_id``, was applied at once) or ``prepared`` (a team's own
+    agent's thread: its middleware applies it at the next model call); ``kind``: the
+    session's; ``detail``: what happens next, in words."""
 
     job_id: str
     status: str
+    kind: str = API
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a session's thread lives: ``kind`` (``api`` or ``own agent``), the URL of the
+    checkpointer that holds it (None: offpath's own) and its checkpoint namespace (a
+    subgraph's; None: the root)."""
+
+    kind: str = API
+    checkpoints: str | None = None
+    ns: str | None = None
+
+    @property
+    def own_agent(self) -> bool:
+        return self.kind == OWN_AGENT
+
+
+def source_of(rt: Runtime, session_id: str) -> Source:
+    """Where ``session_id``'s thread is read from: its ``sessions`` row (kind, the agent's
+    checkpointer URL) and its latest job's options (the URL the worker reads, a subgraph's
+    namespace). A thread the middleware compacted before sessions had kinds, with no row, is
+    an own agent's when its jobs say so (``patch`` false)."""
+    info = session_of(rt.engine, session_id)
+    if info is not None and not info.own_agent:
+        return Source()
+    with rt.engine.connect() as conn:
+        options: dict[str, Any] = (
+            conn.execute(
+                sa.select(db.JOBS.c.options)
+                .where(db.JOBS.c.session_id == session_id)
+                .order_by(db.JOBS.c.created_at.desc())
+                .limit(1)
+            ).scalar()
+            or {}
+        )
+    if info is None and options.get("patch", True):
+        return Source()
+    return Source(
+        OWN_AGENT,
+        (info.checkpoints if info is not None else None) or options.get("checkpoints"),
+        options.get("checkpoint_ns") or None,
+    )
+
+
+def read_session(rt: Runtime, session_id: str) -> tuple[Source, Thread]:
+    """The session's thread, read straight from the checkpointer that holds it (an own
+    agent's by URL: :func:`source_of`); an empty :class:`Thread` if there is none."""
+    source = source_of(rt, session_id)
+    saver = rt.checkpoints_for(source.checkpoints).saver
+    return source, read_thread(saver, session_id, source.ns)
 
 
 def compact_now(rt: Runtime, session_id: str) -> Compaction:
-    """Queue a compaction of offpath's own thread ``session_id`` now, or apply the one prepared.
+    """Queue a compaction of ``session_id`` now, or apply the one prepared (a team's own
+    agent's thread: :func:`compact_own`).
 
     Raises :class:`JobInFlight` (a job queued or running, or the failure backoff),
     :class:`NothingToCompact` (the planner finds no cut: the thread fits its keep window,
     no cut leaves tool-call pairs whole, or fewer than 4 messages would go),
     :class:`NotQueued` (broker or lock store unreachable), ``LookupError`` (no thread).
     """
+    source = source_of(rt, session_id)
+    if source.own_agent:
+        return compact_own(rt, session_id, source)
     messages = read_messages(rt.checkpoints.saver, session_id)
     if not messages:
         raise LookupError(f"no thread {session_id!r} in offpath's checkpointer")
@@ -87,6 +168,60 @@ def compact_now(rt: Runtime, session_id: str) -> Compaction:
     if done.action == "error":
         raise NotQueued(f"the job could not be queued: {done.detail}")
     raise JobInFlight(f"the session is held: {done.action} {done.detail}".strip())
+
+
+def compact_own(rt: Runtime, session_id: str, source: Source) -> Compaction:
+    """Compact now a thread of a team's own agent: a forced job the worker prepares (never
+    patches) and the agent's middleware applies at the thread's next model call, under the
+    threshold too; a compaction prepared already is marked forced (applied so as well).
+    Raises as :func:`compact_now`."""
+    thread = read_thread(rt.checkpoints_for(source.checkpoints).saver, session_id, source.ns)
+    if not thread.messages:
+        raise LookupError(f"no thread {session_id!r} in its agent's checkpointer")
+    holder = rt.leases.holder(session_id)
+    if holder is not None and holder.in_flight:
+        raise JobInFlight(f"job {holder.job_id} is {holder.state.name.lower()} on this session")
+    if holder is not None and holder.state is State.BACKOFF:
+        raise JobInFlight(
+            f"job {holder.job_id} failed and the session is in its failure backoff "
+            f"({float(holder.token or 0):g} s; see GET /sessions/{session_id}/compactions)"
+        )
+    if holder is not None and holder.state is State.PREPARED and mark_forced(rt, holder.job_id):
+        return Compaction(holder.job_id, "prepared", OWN_AGENT, OWN_AGENT_NEXT)
+    plan = plan_compaction(thread.messages, rt.settings, force=True)
+    if isinstance(plan, Skip):
+        raise NothingToCompact(plan.reason.value, plan.detail)
+    options = JobOptions(
+        patch=False, checkpoints=source.checkpoints, force=True, checkpoint_ns=source.ns
+    )
+    done = queue_job(
+        rt.leases, rt.engine, rt.publish, session_id, plan.total_chars, options=options
+    )
+    if done.action == "queued" and done.job_id:
+        log.info(
+            "[%s] own agent's compaction queued on request: job %s", tag(session_id), done.job_id
+        )
+        return Compaction(done.job_id, "queued", OWN_AGENT, OWN_AGENT_NEXT)
+    if done.action == "error":
+        raise NotQueued(f"the job could not be queued: {done.detail}")
+    raise JobInFlight(f"the session is held: {done.action} {done.detail}".strip())
+
+
+def mark_forced(rt: Runtime, job_id: str) -> bool:
+    """Mark the prepared job ``job_id`` as asked for by an operator (its options' ``force``):
+    the agent's middleware applies it at the next model call, under the threshold too.
+    False if it is no longer prepared."""
+    row = db.job_row(rt.engine, job_id)
+    if row is None or row["status"] != db.JobStatus.PREPARED:
+        return False
+    options = {**(row.get("options") or {}), "force": True}
+    with rt.engine.begin() as conn:
+        changed = conn.execute(
+            sa.update(db.JOBS)
+            .where(db.JOBS.c.job_id == job_id, db.JOBS.c.status == db.JobStatus.PREPARED.value)
+            .values(options=options)
+        ).rowcount
+    return bool(changed)
 
 
 def delete_session(rt: Runtime, session_id: str) -> dict[str, int]:

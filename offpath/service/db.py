@@ -482,6 +482,12 @@ def job_row(engine: Engine, job_id: str) -> dict[str, Any] | None:
     return dict(row._mapping) if row is not None else None
 
 
+def job_options(engine: Engine, job_id: str) -> dict[str, Any] | None:
+    """One job's ``options`` (None: no such job, or none stored); reads nothing else of it."""
+    with engine.connect() as conn:
+        return conn.execute(sa.select(JOBS.c.options).where(JOBS.c.job_id == job_id)).scalar()
+
+
 def open_jobs(engine: Engine, quiet_since: datetime) -> list[dict[str, Any]]:
     """Jobs not ended yet whose row has not changed since ``quiet_since`` (the reconciler's
     candidates), oldest first."""
@@ -705,6 +711,7 @@ __all__ = [
     "failures_in_a_row",
     "finalize",
     "has_unpublished_job",
+    "job_options",
     "job_row",
     "jobs_of",
     "mark_reverted",

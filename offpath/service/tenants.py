@@ -6,8 +6,12 @@ are random: a slow hash adds nothing). A key belongs to a tenant; an admin key
 sees every tenant's sessions and the global ``/stats``.
 
 A session belongs to the tenant whose key first wrote to it (``sessions`` table).
-Another tenant gets 404 for it, not 403, so session ids do not leak. Threads of a
-team's own agent (the middleware) have no owner: only admin keys see them.
+Another tenant gets 404 for it, not 403, so session ids do not leak. A thread of a
+team's own agent (the middleware, in the team's process) is a session of kind
+``own agent``, owned by the tenant the middleware names (``OWN_AGENT_TENANT``, default
+``default``; issue 21, item 1): it registers the thread at its first model call and keeps
+its size, so its tenant's keys list, read and compact it like an API session; offpath
+never writes it (its checkpointer is the agent's, at ``sessions.checkpoints``).
 """
 
 from __future__ import annotations
@@ -62,6 +66,15 @@ class SessionOwner(SQLModel, table=True):
     #: migration 0007): the session list sorts by it without reading checkpoints.
     messages: int | None = None
     chars: int | None = None
+    #: :data:`API` (offpath's own checkpointer) or :data:`OWN_AGENT` (a team's own agent,
+    #: whose checkpointer is at ``checkpoints``; None: offpath's). Migration 0009.
+    kind: str = Field(default="api", max_length=16)
+    checkpoints: str | None = Field(default=None, sa_type=sa.Text)
+
+
+#: The kinds of session (``sessions.kind``).
+API = "api"
+OWN_AGENT = "own agent"
 
 
 KEYS = ApiKey.__table__  # type: ignore[attr-defined]
@@ -189,6 +202,69 @@ def take_session(engine: Engine, session_id: str, tenant: str) -> str:
                 sa.select(SESSIONS.c.tenant).where(SESSIONS.c.session_id == session_id)
             ).scalar()
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A session's ``sessions`` row: its owner, kind and (own agent) checkpointer URL."""
+
+    tenant: str
+    kind: str = API
+    checkpoints: str | None = None
+
+    @property
+    def own_agent(self) -> bool:
+        return self.kind == OWN_AGENT
+
+
+def session_of(engine: Engine, session_id: str) -> SessionInfo | None:
+    """The session's owner, kind and checkpointer (None: no such session row)."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(SESSIONS.c.tenant, SESSIONS.c.kind, SESSIONS.c.checkpoints).where(
+                SESSIONS.c.session_id == session_id
+            )
+        ).first()
+    return None if row is None else SessionInfo(row.tenant, row.kind or API, row.checkpoints)
+
+
+def note_own_thread(
+    engine: Engine,
+    session_id: str,
+    tenant: str,
+    checkpoints: str | None,
+    messages: int,
+    chars: int,
+) -> bool:
+    """Register (or refresh) a thread of a team's own agent as a session of ``tenant``, kind
+    :data:`OWN_AGENT`, with its size and last activity now (the middleware, in the
+    background). One statement: an existing row is updated only if it is this tenant's own
+    agent thread; returns False when the id is another tenant's or an API session's (the
+    thread is then not listed as the agent's). Raises the driver's error."""
+    now = _now()
+    if engine.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    size = {"last_activity": now, "messages": messages, "chars": chars}
+    with engine.begin() as conn:
+        done = conn.execute(
+            insert(SESSIONS)
+            .values(
+                session_id=session_id,
+                tenant=tenant,
+                created_at=now,
+                kind=OWN_AGENT,
+                checkpoints=checkpoints,
+                **size,
+            )
+            .on_conflict_do_update(
+                index_elements=["session_id"],
+                set_={**size, "checkpoints": checkpoints},
+                where=(SESSIONS.c.tenant == tenant) & (SESSIONS.c.kind == OWN_AGENT),
+            )
+        ).rowcount
+    return bool(done)
 
 
 def forget_session(engine: Engine, session_id: str) -> None:

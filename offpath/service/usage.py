@@ -12,8 +12,9 @@ Where each figure comes from (the cheapest source that is right):
   compaction, with the tokens the LLM reported);
 * fallback maskings: ``fallback_maskings``.
 
-Threads of a team's own agent (the middleware in their process) have no row in
-``sessions``: they are not listed, and their figures are in ``/stats`` for admin keys.
+Threads of a team's own agent (the middleware in their process) have a row in ``sessions``
+of kind ``own agent``, written by the middleware (issue 21, item 1): they are listed, and
+counted in ``/stats``, for the tenant it names, like the API's.
 """
 
 from __future__ import annotations
@@ -392,8 +393,8 @@ def list_sessions(
     ``tenant``: only its sessions (None: every tenant's, for an admin key). ``q``: a
     substring of the session id. ``sort``: one of :data:`SORTS`, ``-`` first for
     descending; ties are broken by session id. Keyset pagination: a page does not shift
-    when sessions are added meanwhile. Each session: ``session_id``, ``tenant``,
-    ``messages`` and ``chars`` (the thread now; None for a thread offpath has not written
+    when sessions are added meanwhile. Each session: ``session_id``, ``tenant``, ``kind``
+    (``api`` or ``own agent``), ``messages`` and ``chars`` (the thread now; None for a thread offpath has not written
     since migration 0007), ``compactions`` (applied), ``last_activity`` (the last turn,
     ISO), ``jobs_in_flight`` (queued or running). Raises :class:`BadCursor`, and
     ``ValueError`` for an unknown sort.
@@ -414,6 +415,7 @@ def list_sessions(
     base = sa.select(
         SESSIONS.c.session_id,
         SESSIONS.c.tenant,
+        SESSIONS.c.kind,
         SESSIONS.c.messages,
         SESSIONS.c.chars,
         SESSIONS.c.last_activity,
@@ -448,6 +450,7 @@ def list_sessions(
         {
             "session_id": r.session_id,
             "tenant": r.tenant,
+            "kind": r.kind or "api",
             "messages": r.messages,
             "chars": r.chars,
             "compactions": int(r.compactions),

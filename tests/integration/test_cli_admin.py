@@ -19,6 +19,10 @@ def test_sessions_compact_and_show_against_a_running_api(stacks, stub):
     key = stack.create_key(f"cli-{run_id}")
     env = {"OFFPATH_API_KEY": key, "API_URL": stack.url}
     session = f"cli-adm-{run_id}"
+    # issue 21, item 1: an empty list says how sessions come to be listed
+    empty = run(["sessions"], env={**env, "OFFPATH_API_KEY": stack.create_key(f"no-{run_id}")})
+    assert empty.returncode == 0 and "no sessions" in empty.stdout, empty.stdout + empty.stderr
+    assert "OffPathCompaction" in empty.stdout and "OWN_AGENT_TENANT" in empty.stdout
     with httpx.Client(
         base_url=stack.url, timeout=30, headers={"Authorization": f"Bearer {key}"}
     ) as http:

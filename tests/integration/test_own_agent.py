@@ -1,14 +1,23 @@
 """examples/own_agent.py, a team's own create_agent app with its own PostgresSaver, runs with
 offpath added in two lines (issue 9, item 4): the worker prepares from the agent's
 checkpointer, the middleware applies at the next run's first model call, and offpath
-never writes that checkpointer itself."""
+never writes that checkpointer itself.
+
+Issue 21: the agent's threads are sessions of kind ``own agent`` for the tenant the middleware
+names (listed, read and compacted like the API's, invisible to other tenants); compact now
+queues a job the middleware applies at the thread's next model call, and
+``GET /sessions/{id}/events`` streams its progress as server-sent events."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import threading
 import uuid
+from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from shared import marked_summary, pairing_problems
@@ -33,12 +42,12 @@ def test_own_agent_example_compacts_in_its_own_checkpointer(stacks):
         "OPENAI_BASE_URL": "",  # the example's model: offpath's scripted one
     }
 
-    def run(*questions: str) -> str:
+    def run(*questions: str, thread: str = thread, **more_env: str) -> str:
         result = subprocess.run(
             [sys.executable, "examples/own_agent.py", "--db", agent_db, "--thread", thread]
             + list(questions),
             cwd=ROOT,
-            env=env,
+            env={**env, **more_env},
             capture_output=True,
             text=True,
             timeout=300,
@@ -79,18 +88,93 @@ def test_own_agent_example_compacts_in_its_own_checkpointer(stacks):
                 )
             }
         assert "update" not in sources, "offpath wrote the agent's checkpointer"
-        assert stack.http.get(f"/sessions/{thread}/messages").status_code == 404  # not offpath's
+        # issue 21, item 1: the thread is a session of kind "own agent", of tenant "default"
+        # (OWN_AGENT_TENANT's default), read from the agent's checkpointer
+        own = stack.http.get(f"/sessions/{thread}/messages").json()
+        assert own["kind"] == "own agent" and own["messages"], own
+        (row,) = stack.http.get("/sessions", params={"q": thread}).json()["sessions"]
+        assert (row["kind"], row["tenant"]) == ("own agent", "default"), row
+        assert row["chars"] and row["compactions"] >= 1, row
+        mine = {"Authorization": f"Bearer {stack.create_key('default')}"}
+        other = {"Authorization": f"Bearer {stack.create_key('other-team')}"}
+        listed = stack.http.get("/sessions", params={"q": thread}, headers=mine).json()
+        assert [r["session_id"] for r in listed["sessions"]] == [thread]
+        assert not stack.http.get("/sessions", headers=other).json()["sessions"]
+        for path in ("messages", "compactions", "events"):
+            r = stack.http.get(f"/sessions/{thread}/{path}", headers=other)
+            assert r.status_code == 404, (path, r.status_code)
+        assert stack.http.post(f"/sessions/{thread}/compact", headers=other).status_code == 404
+        r = stack.http.post(
+            f"/sessions/{thread}/turns", json={"messages": [{"type": "human", "content": "hi"}]}
+        )
+        assert r.status_code == 409 and "own agent" in r.json()["detail"], r.text
         # the web UI shows it to an admin, read from the agent's checkpointer (issue 12)
         page = stack.http.get(f"/ui/sessions/{thread}")
         assert page.status_code == 200 and 'class="msg human summary"' in page.text
+        assert 'data-kind="own agent"' in page.text  # marked as such, in the list too
+        listed_ui = stack.http.get("/ui/sessions", params={"q": thread}, headers=mine)
+        assert f'tr data-session="{thread}"' in listed_ui.text
+        assert 'data-kind="own agent"' in listed_ui.text
         with open_checkpoints_url(agent_db, stack.settings()) as checkpoints:
             messages = read_messages(checkpoints.saver, thread)
         body = [m for m in messages if m.type != "system"]
         assert marked_summary(body[0]) and sum(marked_summary(m) for m in body) == 1
         assert not pairing_problems(body)
         figures_reach_the_api(stack, thread, jobs)
+
+        # compact now on an own agent's thread under its threshold (issue 21, item 1): the
+        # worker prepares, the middleware applies at the thread's next model call; the
+        # progress streams as server-sent events (item 4). The run's middleware is told a
+        # threshold it never reaches, so that it queues no job of its own.
+        second = f"{thread}-now"
+        never = {"SUMMARIZATION_THRESHOLD_CHARS": "10000000"}
+        run(DEMO_REQUESTS[1], DEMO_REQUESTS[4], thread=second, **never)
+        assert not stack.jobs(second)
+        updates: list[dict[str, Any]] = []
+        reader = threading.Thread(
+            target=read_events, args=(stack.url, mine, second, updates), daemon=True
+        )
+        reader.start()
+        wait_for(lambda: updates, timeout=30)  # the stream is open (its first line came)
+        r = stack.http.post(f"/sessions/{second}/compact", headers=mine)
+        assert r.status_code == 202, r.text
+        done = r.json()
+        assert (done["status"], done["kind"]) == ("queued", "own agent"), done
+        assert "next model call" in done["detail"]
+        wait_for(lambda: [j["status"] for j in stack.jobs(second)] == ["prepared"], timeout=60)
+        before = stack.session(second)["chars"]
+        run("What next?", thread=second, **never)
+        (job,) = wait_for(
+            lambda: [j for j in stack.jobs(second) if j["status"] == "applied"], timeout=30
+        )
+        assert job["job_id"] == done["job_id"]
+        reader.join(timeout=30)
+        seen = [u["update"] for u in updates[1:]]
+        assert {u["compactionId"] for u in seen} == {done["job_id"]}, updates
+        assert [u["status"] for u in seen] == ["in_progress", "completed"], seen
+        assert all(u["sessionUpdate"] == "compaction_update" for u in seen)
+        assert seen[1]["charsAfter"] < seen[1]["charsBefore"], seen
+        assert seen[1]["charsBefore"] >= before  # the thread at the next run's call
+        assert all(u.get("sessionId") == second and u["at"] for u in updates[1:])
     finally:
         drop_pg_database(agent_db)
+
+
+def read_events(url: str, headers: dict[str, str], session: str, out: list[Any]) -> None:
+    """Read ``GET /sessions/{session}/events`` over HTTP until an update is ``completed``
+    (or ``failed``/``cancelled``): ``out`` gets the status line first, then each event's
+    data."""
+    timeout = httpx.Timeout(10, read=120)
+    with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
+        with client.stream("GET", f"/sessions/{session}/events") as r:
+            out.append({"status": r.status_code, "type": r.headers.get("content-type")})
+            if r.status_code != 200:
+                return
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    out.append(json.loads(line.removeprefix("data: ")))
+                    if out[-1]["update"]["status"] != "in_progress":
+                        return
 
 
 def figures_reach_the_api(stack, thread: str, jobs: list[dict]) -> None:

@@ -369,6 +369,12 @@ def test_compact_now_queues_a_job_that_appears_and_ends_applied(browser, ui_stac
     page.wait_for_selector(f'li.job[data-job-id="{job_id}"][data-status="applied"]', timeout=60_000)
     assert [j["status"] for j in stack.jobs(session) if j["job_id"] == job_id] == ["applied"]
     assert job.locator(".forced").inner_text() == "compact now"
+    # issue 21, item 4: the page heard it live (GET /sessions/{id}/events), queued and then
+    # completed with its sizes
+    done = page.locator(f'#compaction-events li[data-job="{job_id}"][data-status="completed"]')
+    done.wait_for(timeout=LIVE_MS)
+    assert " chars" in done.inner_text() and "→" in done.inner_text()
+    assert page.locator(f'#compaction-events li[data-job="{job_id}"]').count() == 2
     page.wait_for_function(
         "id => document.querySelector('details.originals section.compaction[data-job-id=\"' + id + '\"]')",
         arg=job_id,

@@ -8,7 +8,7 @@ Rows written before this revision are filled from the job's own record where it 
 sizes (``chars_before``, ``chars_after``; else ``chars_removed`` less ``summary_chars``).
 
 Revision ID: 0010
-Revises: 0008 (issue 21's item 1 adds 0009 on another branch: this one then revises 0009)
+Revises: 0009
 Create Date: 2026-12-02
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,88 @@
+"""A thread's compaction progress as :class:`~offpath.events.CompactionUpdate` s, read from its
+job rows: what ``GET /sessions/{id}/events`` streams (issue 21, item 4).
+
+The job rows are the one record every producer writes (the API's post-turn hook, compact
+now, the worker, the middleware in a team's own agent, the reconciler), on every lock
+backend, so the stream needs no second channel and a client that reconnects is told where
+the thread stands. A job's status maps to the Agent Client Protocol's ``compaction_update``
+statuses:
+
+=================================  ==============  =============================================
+job status                         update status   sizes, reason
+=================================  ==============  =============================================
+``queued``, ``running``,           ``in_progress``  ``chars_before``: the thread when queued
+``prepared``
+``applied``                        ``completed``   ``chars_before``, ``chars_after``: its record's
+``failed``                         ``failed``      ``reason``
+``skipped``                        ``cancelled``   ``reason`` (stale, nothing worth compacting...)
+``reverted``                       (none)          an undo, not a step of a compaction
+=================================  ==============  =============================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from offpath.events import CompactionUpdate, Status
+from offpath.service.db import JOBS, JobStatus, _utc
+
+#: A job status -> the update status it is reported as (absent: not reported).
+STATUS: dict[str, Status] = {
+    JobStatus.QUEUED.value: "in_progress",
+    JobStatus.RUNNING.value: "in_progress",
+    JobStatus.PREPARED.value: "in_progress",
+    JobStatus.APPLIED.value: "completed",
+    JobStatus.FAILED.value: "failed",
+    JobStatus.SKIPPED.value: "cancelled",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """A job's update as its row says now, and when the row last changed."""
+
+    update: CompactionUpdate
+    at: datetime
+
+
+def job_updates(engine: Engine, session_id: str, since: datetime | None = None) -> list[Changed]:
+    """The updates of ``session_id``'s jobs whose row changed at or after ``since`` (None:
+    all), in the order they changed. One indexed query; reads of the stored result only the
+    record's two sizes."""
+    record = JOBS.c.result
+    q = (
+        sa.select(
+            JOBS.c.job_id,
+            JOBS.c.status,
+            JOBS.c.chars_before,
+            JOBS.c.reason,
+            JOBS.c.updated_at,
+            record[("record", "chars_before")].as_integer().label("record_before"),
+            record[("record", "chars_after")].as_integer().label("record_after"),
+        )
+        .where(JOBS.c.session_id == session_id)
+        .order_by(JOBS.c.updated_at, JOBS.c.created_at)
+    )
+    if since is not None:
+        q = q.where(JOBS.c.updated_at >= since)
+    out = []
+    with engine.connect() as conn:
+        for r in conn.execute(q):
+            status = STATUS.get(r.status)
+            if status is None:
+                continue
+            done = status == "completed"
+            update = CompactionUpdate(
+                session_id,
+                r.job_id,
+                status,
+                chars_before=r.record_before if done and r.record_before else r.chars_before,
+                chars_after=r.record_after if done else None,
+                reason=r.reason if status in ("failed", "cancelled") else None,
+            )
+            out.append(Changed(update, _utc(r.updated_at)))  # type: ignore[arg-type]
+    return out
