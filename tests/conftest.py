@@ -122,3 +122,37 @@ def no_broker_bindings_left_behind() -> Iterator[None]:
             + ", ".join(sorted({f"{b.key} -> {b.queue}" for b in left})),
             pytrace=False,
         )
+
+
+#: Test modules that take the longest (minutes of real processes each: a team's own app
+#: run several times, the Compose services one by one, fault injection, the browser):
+#: collected first, so that pytest-xdist's workers start them at once and the many short
+#: unit tests fill in around them at the end instead of leaving one worker on a long test
+#: while the others idle (longest first; the suite's wall time is what CI limits).
+SLOW_FIRST = (
+    "integration/test_own_agent.py",
+    "integration/test_compose.py",
+    "faults/test_faults.py",
+    "integration/test_service_edges.py",
+    "integration/test_middleware_runs.py",
+    "integration/test_bounded_runs.py",
+    "integration/test_cli.py",
+    "integration/test_ui.py",
+    "integration/test_middleware_timing.py",
+    "integration/test_service_pipeline.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the collected tests: :data:`SLOW_FIRST` modules first (in that order), then
+    the other real-process tests, then the unit tests (a stable sort: each module's own
+    order is kept)."""
+
+    def rank(item: pytest.Item) -> int:
+        path = item.path.as_posix()
+        for i, name in enumerate(SLOW_FIRST):
+            if path.endswith(name):
+                return i
+        return len(SLOW_FIRST) + (0 if ("/integration/" in path or "/faults/" in path) else 1)
+
+    items.sort(key=rank)
