@@ -254,6 +254,20 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             )
         return {**update, KEY: {**private, "size": size.to_state(), "removed": False}}
 
+    def busy(self, session_id: str) -> bool:
+        """A compaction job for the thread is being queued by this process, or its claim (read
+        now from the lease store) names a job queued or running. The demo's scripted model
+        waits on it (``SCRIPTED_JOB_WAIT_S``) so that the demo takes the same steps at every
+        run; False when the store cannot be read."""
+        with self._guard:
+            if session_id in self._publishing:
+                return True
+        try:
+            claim = self.client.leases.holder(session_id)
+        except Exception:
+            return False
+        return claim is not None and claim.in_flight
+
     # --- a model call -------------------------------------------------------------------
 
     @property

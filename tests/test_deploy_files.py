@@ -69,7 +69,14 @@ def test_compose_services_commands_exist_and_variables_are_documented():
 
 #: Settings no container needs: the CLI's own, and those docker-compose.yml sets otherwise
 #: (the database password is a secret file; Flower's port is on its command line).
-NOT_FOR_CONTAINERS = {"OFFPATH_API_KEY", "API_URL", "DATA_DIR", "DATABASE_PASSWORD", "FLOWER_PORT"}
+NOT_FOR_CONTAINERS = {
+    "OFFPATH_API_KEY",
+    "API_URL",
+    "DATA_DIR",
+    "DATABASE_PASSWORD",
+    "FLOWER_PORT",
+    "SCRIPTED_JOB_WAIT_S",  # the embedded demo's scripted model only
+}
 
 
 def _compose() -> dict:
