@@ -723,18 +723,21 @@ def pin(
             named.setdefault(fact.message_id, []).append(fact.value.replace("`", "'"))
             budget -= cost
             pinned += "\n" + fact.value
+    # ties (messages at the same position, or not among the removed) in the order their
+    # facts ranked, not by their text: it starts with the message's id, a random UUID, and
+    # two runs over the same conversation would list (and cut) them in different orders
     listed = [
         (
             position.get(mid, 0),
-            0,
+            k,
             f"\n- also in {cite(mid)}: " + ", ".join(f"`{v}`" for v in values),
         )
-        for mid, values in named.items()
+        for k, (mid, values) in enumerate(named.items())
         if values
     ]
     if earlier:
         line = _EARLIER_LINE + ", ".join(f"`{v}`" for v in earlier)
-        listed.append((len(removed), 1, line))
+        listed.append((len(removed), len(named), line))
     if not quoted_entries and not listed:
         return summary_text, Pinned((), 0)
     ordered = tuple(entry for *_, entry in sorted(quoted_entries)) + tuple(
