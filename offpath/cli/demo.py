@@ -15,6 +15,7 @@ the worker and the API stay up (the dashboard with them) until Ctrl-C.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -131,6 +132,9 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
         # slower than the summarizer would: the same steps at every run, whatever the load
         "SCRIPTED_JOB_WAIT_S": "60",
     }
+    prepare_at = fixed_prepare_at(settings)
+    if prepare_at is not None:
+        env["SUMMARIZATION_PREPARE_AT"] = f"{prepare_at:.2f}"
     if redis_answers(settings.redis_url):
         broker = f"Redis at {settings.redis_url}"
         env.update({"LOCK_BACKEND": "redis", "CELERY_BROKER_URL": ""})
@@ -156,7 +160,12 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
         Panel.fit(
             f"broker      {broker}\nstorage     SQLite under {data}\nsummarizer  {summarizer}\n"
             f"agent       {agent}\n"
-            f"threshold   {settings.summarization_threshold_chars:,} chars, keep {settings.summarization_keep_chars:,}",
+            f"threshold   {settings.summarization_threshold_chars:,} chars, keep {settings.summarization_keep_chars:,}"
+            + (
+                f", prepare from {int(settings.summarization_threshold_chars * prepare_at):,}"
+                if prepare_at is not None
+                else ""
+            ),
             title="offpath demo",
         )
     )
@@ -236,6 +245,23 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
             _forget_redis_keys(settings.redis_url, f"demo-{run_id}")
 
 
+def fixed_prepare_at(settings: Settings) -> float | None:
+    """The ``SUMMARIZATION_PREPARE_AT`` the demo runs with, or None to keep the configured one:
+    at most the share of the threshold from which a compaction is worth it
+    (:func:`offpath.middleware.earliest_worth`), so that the middleware's prepare point,
+    which moves between the two with the run's growth rate per second, is that one figure
+    at every run (0.76 at the defaults: 45,600 of 60,000 chars)."""
+    from offpath.middleware import earliest_worth
+
+    threshold = settings.summarization_threshold_chars
+    if not threshold:
+        return None
+    share = math.floor(earliest_worth(settings) / threshold * 100) / 100
+    if share <= 0 or share >= settings.summarization_prepare_at:
+        return None
+    return share
+
+
 def _forget_redis_keys(url: str, name: str) -> None:
     """Delete the demo's queue, kombu's bindings naming it or the demo worker (remote
     control), and the lock/claim keys from the user's Redis."""
@@ -287,6 +313,9 @@ def _investigate(client: httpx.Client, session: str, procs: Processes) -> None:
             f"the thread is {body['chars']:,} chars{note}"
         )
         _settle(client, session, procs)
+        now = client.get(f"/sessions/{session}/messages").json()["chars"]
+        if now != body["chars"]:  # the job the run's end queued, written between the turns
+            console.print(f"   then the worker compacted it between the turns: {now:,} chars")
 
 
 def _produced(client: httpx.Client, session: str) -> tuple[int, int]:
@@ -322,7 +351,7 @@ def _settle(client: httpx.Client, session: str, procs: Processes, timeout: float
     """Wait, as a user reading the answer would, until no job of the session is queued or
     running (the job the run's end queued, if any, is written between the turns, not
     during the next one, whatever the machine's load). The run's end queues it in the
-    background: a job list that stays the same for 0.5 s is taken as final."""
+    background: a job list that stays the same for 1.5 s is taken as final."""
     deadline = time.monotonic() + timeout
     seen: list[tuple[str, str]] | None = None
     stable_since = time.monotonic()
@@ -333,7 +362,7 @@ def _settle(client: httpx.Client, session: str, procs: Processes, timeout: float
         if now != seen:
             seen, stable_since = now, time.monotonic()
         busy = any(status in ("queued", "running") for _, status in now)
-        if not busy and time.monotonic() - stable_since >= 0.5:
+        if not busy and time.monotonic() - stable_since >= 1.5:
             return
         time.sleep(0.1)
 
