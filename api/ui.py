@@ -40,6 +40,8 @@ from .stats import Since, parse_since
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.filters["num"] = ui_data.fmt
+templates.env.filters["ms"] = ui_data.fmt_ms
+templates.env.filters["totals"] = ui_data.originals_totals
 STATIC = HERE / "static"
 #: The files ``/ui/static/`` serves, and their media types (nothing else is served).
 STATIC_FILES = {"ui.js": "text/javascript", "ui.css": "text/css"}
@@ -238,6 +240,8 @@ def sessions_context(
         "next_page": more,
         "first_page": bool(cursor),
         "caller": caller,
+        "counts": ui_data.session_counts(rt_of(request), caller),
+        "threshold": rt_of(request).settings.summarization_threshold_chars,
     }
 
 
@@ -279,7 +283,8 @@ def session_context(request: Request, caller: Principal, session_id: str) -> dic
     own = ui_data.own_summaries(rt, session_id)  # a client's summary marker is not offpath's
     items = ui_data.thread_items(messages, own)
     summaries = [i["id"] for i in items if i["summary"]]
-    originals, archived = ui_data.originals_by_summary(rt, session_id, summaries, own)
+    kept = [m.id for m in messages if m.id not in summaries]  # a summary takes a removed id
+    originals, archived = ui_data.originals_by_summary(rt, session_id, summaries, own, kept)
     stats = usage.stats(rt.engine, session_id=session_id)  # GET /sessions/{id}/stats's
     return {
         "stats": stats,

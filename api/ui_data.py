@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,22 +40,41 @@ from offpath.service.runtime import Runtime
 from offpath.service.tenants import SESSIONS, Principal
 
 #: The dashboard's widgets: (JSON path in the ``/stats`` body, label, unit). Paths missing
-#: from the body are not shown; numeric fields of ``summary`` not listed here are shown too,
-#: after these, labelled by their path.
+#: from the body are not shown; numeric fields of ``summary`` not listed here (nor in
+#: :data:`FOLDED`) are shown too, after these, labelled by :func:`label_of`. A path ending in
+#: ``_ms`` or ``_ms.<stat>`` is a duration: shown rounded, in seconds from 1 s on
+#: (:func:`fmt_ms`), its unit in its text.
 WIDGETS: tuple[tuple[str, str, str], ...] = (
     ("summary.sessions_compacted", "sessions compacted", ""),
     ("summary.approx_tokens_saved", "~tokens saved", "chars / 4"),
     ("summary.total_chars_compacted", "chars compacted", "chars"),
     ("summary.total_summarizations", "compactions", ""),
     *((f"summary.jobs.{s.value}", f"jobs {s.value}", "") for s in db.JobStatus),
-    ("summary.lag_ms.p50", "compaction lag p50", "ms"),
-    ("summary.lag_ms.p99", "compaction lag p99", "ms"),
-    ("summary.summarizer_latency_ms.p50", "summarizer latency p50", "ms"),
-    ("summary.summarizer_latency_ms.p99", "summarizer latency p99", "ms"),
+    ("summary.lag_ms.p50", "compaction lag p50", "over {summary.lag_ms.count}"),
+    ("summary.lag_ms.p99", "compaction lag p99", "over {summary.lag_ms.count}"),
+    (
+        "summary.summarizer_latency_ms.p50",
+        "summarizer latency p50",
+        "over {summary.summarizer_latency_ms.count}",
+    ),
+    (
+        "summary.summarizer_latency_ms.p99",
+        "summarizer latency p99",
+        "over {summary.summarizer_latency_ms.count}",
+    ),
     ("summary.fallback_maskings", "fallback maskings", "model calls"),
-    ("summary.llm_tokens.input", "LLM tokens in", "as the LLM reported"),
-    ("summary.llm_tokens.output", "LLM tokens out", "as the LLM reported"),
+    ("summary.llm_tokens.input", "LLM tokens in", "reported by {summary.llm_tokens.events}"),
+    ("summary.llm_tokens.output", "LLM tokens out", "reported by {summary.llm_tokens.events}"),
 )
+#: Counts shown inside other widgets' units (``{path}`` above), as "N compactions", not as
+#: widgets of their own (a bare "lag ms count" says nothing).
+FOLDED = {
+    "summary.lag_ms.count",
+    "summary.summarizer_latency_ms.count",
+    "summary.llm_tokens.events",
+}
+#: The widgets whose value is drawn in a colour when it is not 0: (path suffix, tone).
+TONES = ((".failed", "bad"), (".applied", "ok"))
 
 #: How many sessions the size chart draws.
 CHART_SESSIONS = 5
@@ -99,25 +119,90 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+def fmt_ms(value: Any) -> str:
+    """A duration in milliseconds as a person reads it: ``"640 ms"`` under a second,
+    ``"1.7 s"`` / ``"52.9 s"`` under a minute, ``"3 min 05 s"`` from there, ``"—"`` for
+    None (no data yet)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return fmt(value)
+    ms = float(value)
+    if round(ms) < 1000:
+        return f"{round(ms):,} ms"
+    if round(ms / 100) < 600:  # under 60.0 s once rounded to a tenth
+        return f"{ms / 1000:.1f} s"
+    minutes, seconds = divmod(round(ms / 1000), 60)
+    return f"{minutes:,} min {seconds:02d} s"
+
+
+def is_duration(path: str) -> bool:
+    """A ``/stats`` path holding milliseconds: ``..._ms`` or ``..._ms.<stat>`` (not its
+    ``count``)."""
+    parts = path.split(".")
+    return parts[-1].endswith("_ms") or (
+        len(parts) > 1 and parts[-2].endswith("_ms") and parts[-1] != "count"
+    )
+
+
+def shown(path: str, value: Any) -> str:
+    """The text of a widget for the figure at ``path``: a duration by :func:`fmt_ms`, any
+    other figure by :func:`fmt`."""
+    return fmt_ms(value) if is_duration(path) else fmt(value)
+
+
+def label_of(path: str) -> str:
+    """A label for a ``/stats`` path no widget names: its words, ``ms`` dropped (the value
+    says its unit), e.g. ``summary.jobs_by_reason.skipped.too_few_messages`` ->
+    ``jobs skipped: too few messages``."""
+    parts = path.removeprefix("summary.").split(".")
+    if parts[0] == "jobs_by_reason" and len(parts) == 3:
+        return f"jobs {parts[1]}: {parts[2].replace('_', ' ')}"
+    words = [p.removesuffix("_ms").replace("_", " ") for p in parts]
+    return " ".join(w for w in words if w)
+
+
+def tone_of(path: str, value: Any) -> str:
+    """``bad`` / ``ok`` for a widget drawn in a colour (:data:`TONES`), "" otherwise: a
+    count of failed jobs is red only when it is not 0."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value:
+        return ""
+    return next((tone for suffix, tone in TONES if path.endswith(suffix)), "")
+
+
+def _unit(template: str, flat: Mapping[str, Any]) -> str:
+    """A unit text with ``{path}`` filled in as ``N compaction(s)`` (the count at that path)."""
+    if "{" not in template:
+        return template
+    head, _, rest = template.partition("{")
+    path, _, tail = rest.partition("}")
+    n = flat.get(path)
+    if not isinstance(n, int):
+        return head.strip()
+    return f"{head}{n:,} compaction{'' if n == 1 else 's'}{tail}"
+
+
+def widget(path: str, label: str, unit: str, flat: Mapping[str, Any]) -> dict[str, Any]:
+    """One widget: ``{"path", "label", "unit", "value", "text", "tone"}``."""
+    value = flat[path]
+    return {
+        "path": path,
+        "label": label,
+        "unit": _unit(unit, flat),
+        "value": value,
+        "text": shown(path, value),
+        "tone": tone_of(path, value),
+    }
+
+
 def widgets(body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The dashboard's widgets for a ``/stats`` body: ``{"path", "label", "unit", "value",
-    "text"}``, in :data:`WIDGETS` order, then any other numeric field of ``summary``."""
+    """The dashboard's widgets for a ``/stats`` body (:func:`widget`), in :data:`WIDGETS`
+    order, then any other numeric field of ``summary`` but :data:`FOLDED`."""
     flat = flatten(body)
-    known = {path for path, _, _ in WIDGETS}
-    out = []
-    for path, label, unit in WIDGETS:
-        if path in flat:
-            out.append(
-                {"path": path, "label": label, "unit": unit, "value": flat[path]}
-                | {"text": fmt(flat[path])}
-            )
+    known = {path for path, _, _ in WIDGETS} | FOLDED
+    out = [widget(path, label, unit, flat) for path, label, unit in WIDGETS if path in flat]
     for path, value in flat.items():
         numeric = isinstance(value, int | float) and not isinstance(value, bool)
         if path.startswith("summary.") and path not in known and numeric:
-            label = path.removeprefix("summary.").replace("_", " ").replace(".", " ")
-            out.append(
-                {"path": path, "label": label, "unit": "", "value": value} | {"text": fmt(value)}
-            )
+            out.append(widget(path, label_of(path), "", flat))
     return out
 
 
@@ -125,8 +210,8 @@ def widgets(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 SESSION_WIDGETS: tuple[tuple[str, str, str], ...] = (
     ("summary.total_chars_compacted", "chars compacted", "chars"),
     ("summary.approx_tokens_saved", "~tokens saved", "chars / 4"),
-    ("summary.lag_ms.p50", "compaction lag p50", "ms"),
-    ("summary.summarizer_latency_ms.p50", "summarizer latency p50", "ms"),
+    ("summary.lag_ms.p50", "compaction lag p50", ""),
+    ("summary.summarizer_latency_ms.p50", "summarizer latency p50", ""),
     ("summary.jobs.failed", "jobs failed", ""),
 )
 
@@ -136,9 +221,7 @@ def session_widgets(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     them (those missing from the body left out)."""
     flat = flatten(body)
     return [
-        {"path": path, "label": label, "unit": unit, "value": flat[path], "text": fmt(flat[path])}
-        for path, label, unit in SESSION_WIDGETS
-        if path in flat
+        widget(path, label, unit, flat) for path, label, unit in SESSION_WIDGETS if path in flat
     ]
 
 
@@ -250,56 +333,97 @@ def busiest_sessions(rt: Runtime, caller: Principal, n: int = CHART_SESSIONS) ->
         return [r.session_id for r in conn.execute(q)]
 
 
-#: The chart's size and margins in SVG user units (px).
-CHART_W, CHART_H, PAD_L, PAD_R, PAD_T, PAD_B = 760, 280, 64, 16, 14, 34
+#: The chart's size and margins in SVG user units (px). The SVG is as wide as its card (a
+#: phone scrolls it sideways rather than shrink its text below reading size).
+CHART_W, CHART_H, PAD_L, PAD_R, PAD_T, PAD_B = 1000, 300, 56, 16, 24, 30
 COLORS = ("#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed")
+
+
+def nice_ticks(top: float, most: int = 5) -> list[int]:
+    """Ticks for an axis from 0 to at least ``top``: 0 and multiples of a round step (1, 2,
+    2.5 or 5 x a power of ten), at most ``most`` steps, the last at or above ``top``
+    (``top`` 97,857 -> 0, 20k, ... 100k)."""
+    top = max(float(top), 1.0)
+    raw = top / most
+    power = 10 ** math.floor(math.log10(raw))
+    step = max(next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw), 1)
+    return [round(step * k) for k in range(math.ceil(top / step - 1e-9) + 1)]
+
+
+def tick_label(chars: int) -> str:
+    """``0``, ``500``, ``2.5k``, ``100k``, ``1.5M``: an axis tick in chars."""
+    if chars >= 1_000_000:
+        return f"{chars / 1_000_000:g}M"
+    if chars >= 1000:
+        return f"{chars / 1000:g}k"
+    return str(chars)
+
+
+def steps_of(points: Sequence[tuple[datetime, int, str]]) -> list[int]:
+    """The x step of each point of a series: one step per event (the session's start, a job
+    queued, a compaction applied, now), the two points of a compaction (just before, after)
+    sharing theirs, as any points at the same time do."""
+    out: list[int] = []
+    for k, (at, _, _) in enumerate(points):
+        out.append(0 if k == 0 else out[-1] + (at != points[k - 1][0]))
+    return out
 
 
 def size_chart(rt: Runtime, caller: Principal) -> dict[str, Any]:
     """The dashboard's chart of thread size over time for the busiest sessions, laid out for
     an inline SVG: ``{"width", "height", "lines": [{"session_id", "color", "points" (the
-    polyline's "x,y ..."), "dots": [{"x", "y", "title"}]}], "y_ticks": [{"y", "label"}],
-    "x_ticks": [...], "threshold": {"y", "label"} | None, "empty": bool}``."""
+    polyline's "x,y ..."), "dots": [{"x", "y", "title"}], "now", "over" (its size now over
+    the threshold, as a multiple of it, or None)}], "y_ticks": [{"y", "label"}], "threshold":
+    {"y", "label"} | None, "empty": bool}``.
+
+    Sizes on round ticks (:func:`nice_ticks`) up to the largest size or the threshold. Each
+    session runs from its start (left) to now (right), one step per event
+    (:func:`steps_of`): a session replayed in a second and one that ran for days are drawn
+    alike, and the time of each point is in its title."""
     series = [size_series(rt, s) for s in busiest_sessions(rt, caller)]
     series = [s for s in series if s.points]
     chart: dict[str, Any] = {"width": CHART_W, "height": CHART_H, "lines": [], "empty": not series}
-    chart.update(y_ticks=[], x_ticks=[], threshold=None, left=PAD_L, bottom=CHART_H - PAD_B)
+    chart.update(y_ticks=[], threshold=None, left=PAD_L, bottom=CHART_H - PAD_B, top=PAD_T)
     chart["right"] = CHART_W - PAD_R
     if not series:
         return chart
     threshold = rt.settings.summarization_threshold_chars
-    times = [p[0] for s in series for p in s.points]
-    t0, t1 = min(times), max(times)
-    span = max((t1 - t0).total_seconds(), 0.001)
-    top = max(max(p[1] for s in series for p in s.points), threshold, 1) * 1.08
+    highest = max(max(p[1] for s in series for p in s.points), threshold, 1)
+    ticks = nice_ticks(highest)
+    if threshold and ticks[-1] - threshold < 0.06 * ticks[-1]:  # room for its label
+        ticks.append(ticks[-1] + ticks[1])
+    top = ticks[-1]
     plot_w, plot_h = CHART_W - PAD_L - PAD_R, CHART_H - PAD_T - PAD_B
-
-    def x(t: datetime) -> float:
-        return round(PAD_L + plot_w * (t - t0).total_seconds() / span, 1)
 
     def y(chars: float) -> float:
         return round(PAD_T + plot_h * (1 - chars / top), 1)
 
     for i, s in enumerate(series):
         color = COLORS[i % len(COLORS)]
-        coords = [(x(t), y(c), f"{s.session_id}: {c:,} chars {what}") for t, c, what in s.points]
+        steps = steps_of(s.points)
+        last = max(steps[-1], 1)
+        coords = [
+            (
+                round(PAD_L + plot_w * k / last, 1),
+                y(c),
+                f"{s.session_id}: {c:,} chars {what} ({t.strftime('%Y-%m-%d %H:%M:%S')} UTC)",
+            )
+            for k, (t, c, what) in zip(steps, s.points, strict=True)
+        ]
+        now = s.points[-1][1]
         chart["lines"].append(
             {
                 "session_id": s.session_id,
                 "color": color,
                 "points": " ".join(f"{a},{b}" for a, b, _ in coords),
                 "dots": [{"x": a, "y": b, "title": t} for a, b, t in coords],
+                "now": now,
+                "over": round(now / threshold, 1) if threshold and now > threshold else None,
             }
         )
-    for k in range(5):
-        chars = top * k / 4
-        chart["y_ticks"].append({"y": y(chars), "label": f"{int(chars / 1000):,}k"})
-    for k, anchor in enumerate(("start", "middle", "end")):
-        t = t0 + (t1 - t0) * k / 2
-        label = t.strftime("%H:%M:%S UTC") if k == 0 else f"+{(t - t0).total_seconds():,.1f} s"
-        chart["x_ticks"].append({"x": x(t), "label": label, "anchor": anchor})
+    chart["y_ticks"] = [{"y": y(c), "label": tick_label(c)} for c in ticks]
     if threshold:
-        chart["threshold"] = {"y": y(threshold), "label": f"threshold {threshold:,}"}
+        chart["threshold"] = {"y": y(threshold), "label": f"threshold {threshold:,} chars"}
     return chart
 
 
@@ -334,6 +458,28 @@ def session_page(
         limit=PAGE_SIZE,
         cursor=cursor,
     )
+
+
+def session_counts(rt: Runtime, caller: Principal) -> dict[str, int]:
+    """``{"sessions", "compacted"}``: how many sessions the caller's list holds (all pages,
+    no search) and how many of them have an applied compaction, as the list counts them
+    (:func:`offpath.service.usage.list_sessions`' ``compactions``). The dashboard's
+    "sessions compacted" (all time) is the second figure."""
+    applied = (
+        sa.select(db.JOBS.c.session_id)
+        .where(db.JOBS.c.status == db.JobStatus.APPLIED.value)
+        .distinct()
+        .subquery()
+    )
+    mine = sa.true() if caller.admin else SESSIONS.c.tenant == caller.tenant
+    q = (
+        sa.select(sa.func.count(), sa.func.count(applied.c.session_id))
+        .select_from(SESSIONS.outerjoin(applied, applied.c.session_id == SESSIONS.c.session_id))
+        .where(mine)
+    )
+    with rt.engine.connect() as conn:
+        sessions, compacted = conn.execute(q).one()
+    return {"sessions": int(sessions), "compacted": int(compacted)}
 
 
 def thread_of(rt: Runtime, session_id: str) -> list[BaseMessage]:
@@ -457,17 +603,26 @@ def originals_by_summary(
     session_id: str,
     summary_ids: Iterable[str],
     own: set[tuple[str, str]] | None = None,
+    kept: Iterable[str] = (),
 ) -> tuple[dict[str, list[dict[str, Any]]], int]:
     """The archived originals of ``session_id``, grouped by the summary in the thread that
     replaced them, then by compaction (oldest first): ``{summary_id: [{"job_id",
-    "archived_at", "items" (:func:`thread_items` of its originals)}]}``, and how many
-    originals the archive holds in all (at most :data:`MAX_ORIGINALS` are read).
+    "archived_at", "items" (:func:`thread_items` of its originals), "count", "replaced_ids",
+    "shortened_ids"}]}``, and how many originals the archive holds in all (at most
+    :data:`MAX_ORIGINALS` are read). Results shortened as they arrived are archived under
+    no job (``job_id`` "").
+
+    A compaction archives the messages it replaced, the kept tool results it shortened
+    (their ids, ``kept``: the thread's messages but its summaries, are still in the thread)
+    and the summary it folded in (neither: offpath's own text): ``replaced_ids`` and
+    ``shortened_ids`` list the first two (:func:`originals_totals` adds them up).
 
     A later compaction folds the earlier summary in and keeps its id, so each summary
     usually owns every compaction; rows whose summary is no longer in the thread go to
     the first summary."""
     rows, total = archive.read(rt.engine, session_id, limit=MAX_ORIGINALS)
     ids = list(summary_ids)
+    still = set(kept)
     per_job: dict[str, list[dict[str, Any]]] = {}
     owner: dict[str, str] = {}
     for r in rows:
@@ -479,15 +634,29 @@ def originals_by_summary(
     for job_id, job_rows in per_job.items():
         target = owner[job_id] or ids[0]
         messages = messages_from_dict([r["message"] for r in job_rows])
+        mine = [str(m.id) for m in messages if not is_summary(m)]
         out[target].append(
             {
                 "job_id": job_id,
                 "archived_at": _iso(job_rows[0]["created_at"]),
                 "items": thread_items(messages, own),
                 "count": len(messages),
+                "replaced_ids": [i for i in mine if i not in still],
+                "shortened_ids": [i for i in mine if i in still],
             }
         )
     return out, total
+
+
+def originals_totals(groups: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """What a summary's archived originals (its groups from :func:`originals_by_summary`)
+    add up to: ``replaced`` (distinct messages no longer in the thread), ``shortened``
+    (distinct kept tool results whose originals are archived) and ``compactions`` (the
+    groups of a job; results shortened as they arrived are archived under no job)."""
+    replaced = {i for g in groups for i in g["replaced_ids"]}
+    shortened = {i for g in groups for i in g["shortened_ids"]} - replaced
+    compactions = sum(1 for g in groups if g["job_id"])
+    return {"replaced": len(replaced), "shortened": len(shortened), "compactions": compactions}
 
 
 def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:

@@ -296,6 +296,30 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             )
         return {**update, KEY: {**private, "size": size.to_state(), "removed": False}}
 
+    def busy(self, session_id: str) -> bool:
+        """A compaction job for the thread is being queued by this process, a read of its
+        claim is in flight, or its claim (read now from the lease store) names a job queued
+        or running; when none is, the claim just read becomes the one the next call sees (as
+        a background read would make it). The demo's scripted model waits on it
+        (``SCRIPTED_JOB_WAIT_S``) so that the demo takes the same steps at every run; False
+        when the store cannot be read."""
+        with self._guard:
+            seen = self._claims.get(session_id)
+            if session_id in self._publishing or (seen is not None and seen.reading):
+                return True
+        try:
+            claim = self.client.leases.holder(session_id)
+        except Exception:
+            return False
+        if claim is not None and claim.in_flight:
+            return True
+        with self._guard:
+            seen = self._claims.setdefault(session_id, _Seen())
+            if not seen.reading:
+                seen.claim, seen.failed, seen.at = claim, False, time.monotonic()
+                seen.read.set()
+        return False
+
     # --- a model call -------------------------------------------------------------------
 
     @property

@@ -366,3 +366,21 @@ def test_the_fixtures_generator_is_deterministic_and_matches_the_committed_files
     assert 500_000 < size < 3_000_000, size
     lines = sum(v.count(b"\n") for k, v in trees[2].items() if k.startswith("logs/"))
     assert lines >= 10_000
+
+
+def test_the_demo_prepares_from_one_fixed_point():
+    """Issue 21, item 10: the middleware's prepare point moves between the prepare floor and
+    the size a compaction is worth it from, with the run's growth per second (the machine's
+    speed); the demo sets SUMMARIZATION_PREPARE_AT so that the floor is under the latter and
+    the point is the floor at every run."""
+    from offpath.cli.demo import fixed_prepare_at
+    from offpath.compaction.settings import Settings
+    from offpath.middleware import earliest_worth
+
+    defaults = Settings(_env_file=None)
+    share = fixed_prepare_at(defaults)
+    assert share == 0.76
+    demo = Settings(_env_file=None, summarization_prepare_at=share)
+    assert demo.prepare_floor_chars == 45_600 <= earliest_worth(demo)
+    # already low enough: the configured share is kept
+    assert fixed_prepare_at(Settings(_env_file=None, summarization_prepare_at=0.5)) is None

@@ -77,6 +77,7 @@ NOT_FOR_CONTAINERS = {
     "DATABASE_PASSWORD",
     "FLOWER_PORT",
     "OWN_AGENT_TENANT",
+    "SCRIPTED_JOB_WAIT_S",  # the embedded demo's scripted model only
 }
 
 

@@ -15,6 +15,7 @@ the worker and the API stay up (the dashboard with them) until Ctrl-C.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -127,7 +128,13 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
         "AUTH_DISABLED": "true",
         # the demo's tool loop: the scripted model stands in when no LLM is configured
         "CHAT_MODEL": settings.chat_model if settings.llm_configured else "scripted",
+        # the scripted model answers once its thread's compaction job is done, as an LLM
+        # slower than the summarizer would: the same steps at every run, whatever the load
+        "SCRIPTED_JOB_WAIT_S": "60",
     }
+    prepare_at = fixed_prepare_at(settings)
+    if prepare_at is not None:
+        env["SUMMARIZATION_PREPARE_AT"] = f"{prepare_at:.2f}"
     if redis_answers(settings.redis_url):
         broker = f"Redis at {settings.redis_url}"
         env.update({"LOCK_BACKEND": "redis", "CELERY_BROKER_URL": ""})
@@ -153,7 +160,12 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
         Panel.fit(
             f"broker      {broker}\nstorage     SQLite under {data}\nsummarizer  {summarizer}\n"
             f"agent       {agent}\n"
-            f"threshold   {settings.summarization_threshold_chars:,} chars, keep {settings.summarization_keep_chars:,}",
+            f"threshold   {settings.summarization_threshold_chars:,} chars, keep {settings.summarization_keep_chars:,}"
+            + (
+                f", prepare from {int(settings.summarization_threshold_chars * prepare_at):,}"
+                if prepare_at is not None
+                else ""
+            ),
             title="offpath demo",
         )
     )
@@ -189,7 +201,7 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
                 before = (len(produced), total_chars(produced))
             else:
                 session = "demo-incident"
-                before = _investigate(client, session, procs)
+                _investigate(client, session, procs)
             jobs = _wait_jobs(client, session, procs, timeout)
             if any(j["status"] == "prepared" for j in jobs):
                 # the demo has no next turn to apply it (a re-prepared compaction, after the
@@ -202,7 +214,9 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
                         "(the next turn would have; `offpath compact` does the same)"
                     )
                     jobs = _wait_jobs(client, session, procs, timeout)
-            _report(client, session, before, jobs, data / "logs")
+            if file is None:  # the runs' messages as they were produced, archive included
+                before = _produced(client, session)
+            _report(client, session, before, jobs, data / "logs", settings)
         dashboard = f"http://127.0.0.1:{port}/ui"
         if not serve:
             console.print(
@@ -229,6 +243,23 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
         signal.signal(signal.SIGTERM, previous)
         if env["LOCK_BACKEND"] == "redis":
             _forget_redis_keys(settings.redis_url, f"demo-{run_id}")
+
+
+def fixed_prepare_at(settings: Settings) -> float | None:
+    """The ``SUMMARIZATION_PREPARE_AT`` the demo runs with, or None to keep the configured one:
+    at most the share of the threshold from which a compaction is worth it
+    (:func:`offpath.middleware.earliest_worth`), so that the middleware's prepare point,
+    which moves between the two with the run's growth rate per second, is that one figure
+    at every run (0.76 at the defaults: 45,600 of 60,000 chars)."""
+    from offpath.middleware import earliest_worth
+
+    threshold = settings.summarization_threshold_chars
+    if not threshold:
+        return None
+    share = math.floor(earliest_worth(settings) / threshold * 100) / 100
+    if share <= 0 or share >= settings.summarization_prepare_at:
+        return None
+    return share
 
 
 def _forget_redis_keys(url: str, name: str) -> None:
@@ -260,12 +291,11 @@ def _wait_healthy(client: httpx.Client, procs: Processes) -> None:
     raise CliError("the API did not become healthy within 60 s (see data/demo/logs)")
 
 
-def _investigate(client: httpx.Client, session: str, procs: Processes) -> tuple[int, int]:
-    """Ask the agent the demo's requests, one chat turn each; returns how many messages and
-    chars the runs produced in all."""
+def _investigate(client: httpx.Client, session: str, procs: Processes) -> None:
+    """Ask the agent the demo's requests, one chat turn each, waiting after each until the
+    session's jobs are done (:func:`_settle`)."""
     from offpath.demo.scripted import DEMO_REQUESTS
 
-    messages = chars = 0
     for i, request in enumerate(DEMO_REQUESTS, 1):
         procs.check()
         try:
@@ -276,15 +306,65 @@ def _investigate(client: httpx.Client, session: str, procs: Processes) -> tuple[
             raise CliError(f"the chat turn failed ({r.status_code}): {r.text[:300]}")
         body = r.json()
         run = body["run"]
-        messages += run["messages"]
-        chars += run["chars"]
         note = "  [green](compacted during the run)[/green]" if run["compacted"] else ""
         console.print(
             f"{i}. {request[:58]}{'...' if len(request) > 58 else ''}\n"
             f"   {counted(run['tool_calls'], 'tool call')}, +{run['chars']:,} chars; "
             f"the thread is {body['chars']:,} chars{note}"
         )
-    return messages, chars
+        _settle(client, session, procs)
+        now = client.get(f"/sessions/{session}/messages").json()["chars"]
+        if now != body["chars"]:  # the job the run's end queued, written between the turns
+            console.print(f"   then the worker compacted it between the turns: {now:,} chars")
+
+
+def _produced(client: httpx.Client, session: str) -> tuple[int, int]:
+    """How many messages the runs produced and their chars as produced: for each message, its
+    first archived copy (the original of a result shortened, or of a message a compaction
+    removed; a later copy can be a shortened one), else the message as the thread has it
+    now. Summaries are offpath's, not the runs'."""
+    from offpath.compaction.formats import to_messages
+    from offpath.compaction.summary import SUMMARY_PREFIX
+
+    keep = ("type", "content", "tool_calls", "tool_call_id", "name")
+    by_id: dict[str, dict[str, Any]] = {}
+    cursor: str | None = None
+    while True:
+        params = {"limit": 500, **({"cursor": cursor} if cursor else {})}
+        page = client.get(f"/sessions/{session}/archive", params=params).json()
+        for row in page["messages"]:
+            text = row["content"] if isinstance(row["content"], str) else ""
+            if not text.startswith(SUMMARY_PREFIX):
+                copy = {"id": row["message_id"]} | {k: row[k] for k in keep if row.get(k)}
+                by_id.setdefault(row["message_id"], copy)
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    for m in client.get(f"/sessions/{session}/messages").json()["messages"]:
+        if m.get("additional_kwargs", {}).get("lc_source") != "summarization":
+            by_id.setdefault(m["id"], m)
+    messages = to_messages(list(by_id.values()))
+    return len(messages), total_chars(messages)
+
+
+def _settle(client: httpx.Client, session: str, procs: Processes, timeout: float = 60) -> None:
+    """Wait, as a user reading the answer would, until no job of the session is queued or
+    running (the job the run's end queued, if any, is written between the turns, not
+    during the next one, whatever the machine's load). The run's end queues it in the
+    background: a job list that stays the same for 1.5 s is taken as final."""
+    deadline = time.monotonic() + timeout
+    seen: list[tuple[str, str]] | None = None
+    stable_since = time.monotonic()
+    while time.monotonic() < deadline:
+        procs.check()
+        jobs = client.get(f"/sessions/{session}/compactions").json()["jobs"]
+        now = [(j["job_id"], j["status"]) for j in jobs]
+        if now != seen:
+            seen, stable_since = now, time.monotonic()
+        busy = any(status in ("queued", "running") for _, status in now)
+        if not busy and time.monotonic() - stable_since >= 1.5:
+            return
+        time.sleep(0.1)
 
 
 def _wait_jobs(
@@ -311,6 +391,7 @@ def _report(
     before: tuple[int, int],
     jobs: list[dict[str, Any]],
     logs: Path,
+    settings: Settings,
 ) -> None:
     after = client.get(f"/sessions/{session}/messages").json()
     messages = after["messages"]
@@ -350,3 +431,25 @@ def _report(
         console.print(
             "worker and API logs (last lines):\n" + "\n".join(lines), highlight=False, markup=False
         )
+    console.print(saved_line(before, (len(messages), after["chars"]), jobs, settings))
+
+
+def saved_line(
+    produced: tuple[int, int],
+    now: tuple[int, int],
+    jobs: list[dict[str, Any]],
+    settings: Settings,
+) -> str:
+    """The demo's closing figures: what the runs produced against the thread the model reads
+    now (``produced``, ``now``: (messages, chars)), the threshold, the compactions applied."""
+    threshold = settings.summarization_threshold_chars
+    saved = produced[1] - now[1]
+    share = f" ({saved / produced[1]:.0%})" if produced[1] else ""
+    applied = sum(j["status"] == "applied" for j in jobs)
+    where = "under" if now[1] <= threshold else "[red]over[/red]"
+    return (
+        f"saved: the runs produced {counted(produced[0], 'message')}, {produced[1]:,} chars; "
+        f"the model now reads {counted(now[0], 'message')}, {now[1]:,} chars, {where} the "
+        f"{threshold:,}-char threshold: {saved:,} chars{share} fewer, "
+        f"after {counted(applied, 'compaction')} (the originals are archived; `recall` reads them)"
+    )

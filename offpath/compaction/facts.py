@@ -275,11 +275,18 @@ def normal(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
+#: A shortened result's note pointing at its original: ``recall("f6d87949"``.
+_CITED = re.compile(r'recall\("([^"\s]{1,80})"')
+
+
 def find(text: str) -> list[tuple[str, str, int]]:
     """The facts in ``text`` as ``(value, kind, offset)``, in order of appearance. Each char
     belongs to one fact at most: the first kind (most specific) to match it takes it."""
     taken = bytearray(len(text))  # 1 where a fact already is: one C-level scan per check
     out: list[tuple[str, str, int]] = []
+    for m in _CITED.finditer(text):  # offpath's own pointer to a message, not a fact of it:
+        # a random id (its prefix), pinned or not by chance (all digits: a number)
+        taken[m.start(1) : m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
     for kind, pattern, _ in _KINDS:
         for m in pattern.finditer(text):
             group = m.lastindex or 0  # a kind with a group: the value is the group (the last
@@ -723,18 +730,21 @@ def pin(
             named.setdefault(fact.message_id, []).append(fact.value.replace("`", "'"))
             budget -= cost
             pinned += "\n" + fact.value
+    # ties (messages at the same position, or not among the removed) in the order their
+    # facts ranked, not by their text: it starts with the message's id, a random UUID, and
+    # two runs over the same conversation would list (and cut) them in different orders
     listed = [
         (
             position.get(mid, 0),
-            0,
+            k,
             f"\n- also in {cite(mid)}: " + ", ".join(f"`{v}`" for v in values),
         )
-        for mid, values in named.items()
+        for k, (mid, values) in enumerate(named.items())
         if values
     ]
     if earlier:
         line = _EARLIER_LINE + ", ".join(f"`{v}`" for v in earlier)
-        listed.append((len(removed), 1, line))
+        listed.append((len(removed), len(named), line))
     if not quoted_entries and not listed:
         return summary_text, Pinned((), 0)
     ordered = tuple(entry for *_, entry in sorted(quoted_entries)) + tuple(

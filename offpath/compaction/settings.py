@@ -100,6 +100,11 @@ class Settings(BaseSettings):
     agent_tools: str = Field(
         default="offpath.demo.sre_tools:SRE_TOOLS", pattern=r"^$|^[\w.]+:[\w.]+$"
     )
+    #: ``CHAT_MODEL=scripted`` only: each scripted answer first waits, at most this many
+    #: seconds, until no compaction job is being queued or is in flight on its thread (as an
+    #: LLM slower than the summarizer would). ``offpath demo`` sets 60: every run of the demo
+    #: then takes the same steps, whatever the machine's load. 0: no wait.
+    scripted_job_wait_s: float = Field(default=0.0, ge=0, le=600)
 
     # --- infrastructure ----------------------------------------------------------------
     redis_url: str = Field(default="redis://localhost:6379/0", pattern=r"^(rediss?|unix)://")

@@ -27,7 +27,7 @@ import asyncio
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -518,10 +518,27 @@ class ScriptedChatModel(BaseChatModel):
     """
 
     delay_s: float = 0.0
+    #: ``busy(thread id)``: a compaction job is being queued or is in flight on the thread
+    #: (:meth:`offpath.middleware.OffPathCompaction.busy`); each answer waits while it is
+    #: true, at most ``busy_wait_s`` (the demo: the same steps at every run, as with an LLM
+    #: slower than the summarizer).
+    busy: Callable[[str], bool] | None = None
+    busy_wait_s: float = 0.0
 
     @property
     def _llm_type(self) -> str:
         return MODEL_NAME
+
+    def _wait_while_busy(self) -> None:
+        """Wait (at most ``busy_wait_s``) while the run's thread has a job in flight."""
+        if self.busy is None or self.busy_wait_s <= 0:
+            return
+        from offpath.service.recall import thread_of_run
+
+        session_id = thread_of_run()
+        deadline = time.monotonic() + self.busy_wait_s
+        while session_id is not None and time.monotonic() < deadline and self.busy(session_id):
+            time.sleep(0.05)
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
@@ -542,6 +559,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         if self.delay_s > 0:
             time.sleep(self.delay_s)
+        self._wait_while_busy()
         return ChatResult(generations=[ChatGeneration(message=answer(messages))])
 
     async def _agenerate(
@@ -553,6 +571,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         if self.delay_s > 0:
             await asyncio.sleep(self.delay_s)
+        await asyncio.to_thread(self._wait_while_busy)
         return ChatResult(generations=[ChatGeneration(message=answer(messages))])
 
 

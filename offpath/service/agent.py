@@ -20,7 +20,7 @@ node before its end (:func:`end_node`), so the thread still reads as finished.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NotRequired
 
 from langchain.agents import AgentState as _AgentState
@@ -98,14 +98,19 @@ def load_tools(spec: str) -> list[BaseTool]:
     return tools
 
 
-def chat_model(settings: Settings) -> BaseChatModel | None:
+def chat_model(
+    settings: Settings, busy: Callable[[str], bool] | None = None
+) -> BaseChatModel | None:
     """The chat agent's model: ``CHAT_MODEL=scripted`` (the demo), ``ChatOpenAI`` when an LLM
-    is configured, else None."""
+    is configured, else None. ``busy(thread id)``: a compaction job is being queued or is in
+    flight on the thread; the scripted model waits while it is, at most
+    ``SCRIPTED_JOB_WAIT_S`` (0: it is not asked)."""
     if settings.chat_model == "scripted":
         from offpath.demo.scripted import ScriptedChatModel
 
         # paced like a fast LLM, so that compaction has a run to happen in
-        return ScriptedChatModel(delay_s=SCRIPTED_DELAY_S)
+        wait = settings.scripted_job_wait_s if busy is not None else 0.0
+        return ScriptedChatModel(delay_s=SCRIPTED_DELAY_S, busy=busy, busy_wait_s=wait)
     if not settings.llm_configured:
         return None
     from langchain_openai import ChatOpenAI

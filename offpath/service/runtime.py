@@ -203,7 +203,7 @@ class Runtime(Client):
                 self._graph = build_graph(
                     self.checkpoints.saver,
                     middleware,
-                    chat_model(self.settings),
+                    chat_model(self.settings, middleware.busy),
                     load_tools(self.settings.agent_tools),
                 )
                 self._end_node = end_node(self._graph)

@@ -86,10 +86,18 @@ def flatten(body: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def shown(value: Any) -> str:
-    """How the UI prints a figure (api/ui_data.fmt)."""
+def shown(path: str, value: Any) -> str:
+    """How the UI prints the figure at ``path`` (api/ui_data.shown): milliseconds rounded,
+    in seconds from 1 s on; other figures with thousands separators."""
     if value is None:
         return "—"
+    if path.rsplit(".", 1)[0].endswith("_ms"):  # lag_ms.p50 ...: a duration
+        if round(value) < 1000:
+            return f"{round(value):,} ms"
+        if round(value / 100) < 600:
+            return f"{value / 1000:.1f} s"
+        minutes, seconds = divmod(round(value / 1000), 60)
+        return f"{minutes:,} min {seconds:02d} s"
     if isinstance(value, float):
         return f"{value:,.1f}"
     return f"{value:,}"
@@ -127,7 +135,7 @@ def same_as_stats(page: Any, stack: Stack, since: str | None) -> dict[str, tuple
     for path, (value, text) in seen.items():
         assert path in figures, f"widget {path} is not a /stats figure"
         assert value == figures[path], (path, value, figures[path])
-        assert text == shown(figures[path]), (path, text)
+        assert text == shown(path, figures[path]), (path, text)
     return seen
 
 
@@ -276,8 +284,13 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
     assert series.locator("polyline").count() == 1
     dots = series.locator("circle title").evaluate_all("els => els.map(e => e.textContent)")
     applied = [j for j in stack.jobs(session) if j["status"] == "applied"]
-    assert sum(t.endswith("applied: after") for t in dots) == len(applied) > 0
-    assert dots[-1] == f"{session}: {stack.session(session)['chars']:,} chars now", dots
+    assert sum("applied: after (" in t for t in dots) == len(applied) > 0
+    assert dots[-1].startswith(f"{session}: {stack.session(session)['chars']:,} chars now ("), dots
+    # the replay took about a second: its line still runs from the chart's left to its right
+    xs = series.locator("circle").evaluate_all("els => els.map(e => Number(e.getAttribute('cx')))")
+    chart_box = page.locator("svg.chart").evaluate("e => e.viewBox.baseVal.width")
+    assert min(xs) < 0.1 * chart_box and max(xs) > 0.9 * chart_box, xs
+    check_dashboard_polish(page, stack)
     page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
 
     # --- the sessions list: searchable by id, sortable -----------------------------------------
@@ -316,6 +329,11 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
     summary = page.locator("[data-region=thread] > article.msg.summary")
     assert summary.count() == 1
     assert "[Context from earlier in this session, summarized]" in summary.inner_text()
+    check_summary_counts(summary, stack, session)
+    # no failed job here: its count is not drawn in red
+    failed_here = page.locator('[data-region=header] [data-stat="summary.jobs.failed"]')
+    assert failed_here.get_attribute("data-value") == "0"
+    assert not is_red(failed_here.locator(".value"))
     # a removed request, word for word, is in the archive behind the summary, folded away
     request = next(posted[i] for i in removed if posted[i]["type"] == "human")
     original = summary.locator(f'details.originals article[data-message-id="{request["id"]}"]')
@@ -330,8 +348,108 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
     assert call.locator("pre.result").is_visible()
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(shots / "session.png"), full_page=False)
-
     page.context.close()
+
+    # --- a phone's width: nothing wider than the screen; a thread over its threshold marked ----
+    over = f"ui-over-{uuid.uuid4().hex[:6]}"
+    pasted = "\n".join(
+        f"14:{k % 60:02d}:07Z checkout-api GET /cart 200 {k} ms" for k in range(1500)
+    )
+    assert stack.post_turn(over, [{"type": "human", "content": pasted}]).status_code == 200
+    threshold = int(ENV["SUMMARIZATION_THRESHOLD_CHARS"])
+    assert stack.session(over)["chars"] > threshold
+    phone = browser.new_context(viewport={"width": 420, "height": 900})
+    phone.add_cookies([{"name": "offpath_key", "value": stack.key, "url": stack.url}])
+    small = phone.new_page()
+    for name, path in (
+        ("dashboard", "/ui"),
+        ("sessions", "/ui/sessions"),
+        ("session", f"/ui/sessions/{session}"),
+    ):
+        small.goto(stack.url + path)
+        if name == "sessions":
+            row = small.locator(f'tr[data-session="{over}"]')
+            assert row.get_attribute("data-over") is not None
+            assert "×" in row.locator(".badge.over").inner_text()
+            marked = small.locator("table.sessions tbody tr").evaluate_all(
+                "els => els.map(e => [e.dataset.over !== undefined,"
+                " Number(e.querySelector('[data-chars]').dataset.chars) || 0])"
+            )
+            assert all(flag == (chars > threshold) for flag, chars in marked), marked
+        widths = small.evaluate(
+            "() => ({page: document.documentElement.scrollWidth,"
+            " header: Math.max(...Array.from(document.querySelectorAll('header.top > *'),"
+            " e => e.getBoundingClientRect().right))})"
+        )
+        assert widths["page"] <= 420 and widths["header"] <= 420, (name, widths)
+        small.screenshot(path=str(shots / f"phone-{name}.png"), full_page=True)
+    small.goto(f"{stack.url}/ui/sessions/{over}")
+    assert small.locator("[data-region=header] [data-over]").count() == 1
+    phone.close()
+
+
+def is_red(locator: Any) -> bool:
+    """The element's text colour is the UI's "bad" red (--bad, #dc2626)."""
+    return locator.evaluate("e => getComputedStyle(e).color") == "rgb(220, 38, 38)"
+
+
+def check_dashboard_polish(page: Any, stack: Stack) -> None:
+    """Issue 21, item 11, on the dashboard as it is: labels are words (no JSON key), the
+    failed count is red because it is not 0, "sessions compacted" is the number of
+    compacted sessions the Sessions page lists, the chart fills its card, its ticks are round
+    and its threshold label is whole and on top."""
+    labels = page.locator(".widget .label").all_inner_texts()
+    assert labels and not [t for t in labels if "_" in t or " ms" in t or "count" in t], labels
+    failed = page.locator('[data-stat="summary.jobs.failed"]')
+    assert int(failed.get_attribute("data-value")) > 0 and is_red(failed.locator(".value"))
+    compacted = page.locator('[data-stat="summary.sessions_compacted"]').get_attribute("data-value")
+    page.goto(f"{stack.url}/ui/sessions")
+    listed = page.locator("p.counts").get_attribute("data-compacted")
+    assert int(compacted) == int(listed), (compacted, listed)
+    page.goto(f"{stack.url}/ui")
+    svg, card = page.locator("svg.chart"), page.locator("svg.chart").locator("xpath=../..")
+    width = svg.evaluate("e => e.getBoundingClientRect().width")
+    assert width >= 0.9 * card.evaluate("e => e.clientWidth - 32"), width
+    ticks = [
+        float(t.removesuffix("k")) * (1000 if t.endswith("k") else 1)
+        for t in page.locator("svg.chart text.tick").evaluate_all(
+            "els => els.map(e => e.textContent.trim())"
+        )
+        if t and t[0].isdigit()
+    ]
+    steps = {b - a for a, b in zip(ticks, ticks[1:], strict=False)}
+    assert ticks[0] == 0 and len(steps) == 1, ticks  # 0, 20k, 40k, ...: one step
+    assert steps.pop() in {m * 10**k for m in (1, 2, 2.5, 5) for k in range(2, 7)}, ticks
+    label = page.locator("svg.chart text.threshold-label")
+    box = label.evaluate("e => { const b = e.getBBox(); return [b.x, b.y, b.width, b.height] }")
+    view = svg.evaluate("e => [e.viewBox.baseVal.width, e.viewBox.baseVal.height]")
+    assert box[0] >= 0 and box[1] >= 0 and box[0] + box[2] <= view[0], (box, view)
+    assert label.evaluate("e => e === e.parentNode.lastElementChild")  # drawn over the lines
+
+
+def check_summary_counts(summary: Any, stack: Stack, session: str) -> None:
+    """The summary card says once how many messages it replaced, in how many compactions,
+    and both are right: the archived originals no longer in the thread (not the summaries
+    folded in, nor the kept results shortened), and the session's applied compactions."""
+    from offpath.compaction.summary import SUMMARY_PREFIX
+
+    thread = {
+        m["id"] for m in stack.messages(session) if not str(m["content"]).startswith(SUMMARY_PREFIX)
+    }
+    rows = stack.http.get(f"/sessions/{session}/archive", params={"limit": 500}).json()["messages"]
+    replaced = {
+        r["message_id"]
+        for r in rows
+        if r["message_id"] not in thread and not str(r["content"]).startswith(SUMMARY_PREFIX)
+    }
+    applied = [j for j in stack.jobs(session) if j["status"] == "applied"]
+    assert {r["job_id"] for r in rows} - {""} == {j["job_id"] for j in applied}
+    head = summary.locator(":scope > details.originals > summary")
+    assert int(head.get_attribute("data-replaced")) == len(replaced) > 0
+    assert int(head.get_attribute("data-compactions")) == len(applied)
+    text = head.inner_text()
+    assert f"{len(replaced)} messages in {len(applied)} compaction" in text, text
+    assert "replaces" not in summary.locator(":scope > header").inner_text()
 
 
 def test_compact_now_queues_a_job_that_appears_and_ends_applied(browser, ui_stack, shots):
