@@ -275,12 +275,67 @@ def normal(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
+#: Cheap necessary conditions of some kinds' patterns (issue 22: the scans were most of the
+#: fact guard's CPU): a piece of text that every match of the pattern contains. A text in
+#: which a pattern's gate finds nothing holds no match, so :func:`find` skips that pattern's
+#: scan. Keyed by the pattern's source: a pattern that is changed loses its gate (it is then
+#: scanned, as before) until its gate is written again. Regex gates open with a literal
+#: char, which ``re`` finds at C speed.
+_REGEX_GATES: dict[str, re.Pattern[str]] = {
+    # path a/b.py: its last segment, ".", a letter
+    r"\w(?<!\w\w)[\w.-]*+(?:/[\w.@+-]+)+\.[A-Za-z]\w{0,5}\b": re.compile(r"/[\w.@+-]+\.[A-Za-z]"),
+    # version: "." then a digit
+    r"[vV\d](?<![\w.][vV\d])(?:(?<=[vV])\d+\.\d+|(?<=\d)\d*\.\d+\.\d+)(?:\.\d+)*"
+    r"(?:-[0-9A-Za-z.]+)?(?![\w.])": re.compile(r"\.\d"),
+    # env: "_" then a capital or a digit
+    r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])": re.compile(r"_[A-Z0-9]"),
+    # snake_case with digits: "_" then a digit
+    r"[A-Za-z](?<![\w./#-][A-Za-z])[A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_\d\w*": re.compile(r"_\d"),
+}
+#: The same for case-insensitive patterns, as words of which each group must have one in the
+#: lower-cased text; used on ASCII text only (``re``'s IGNORECASE matches ``ſ`` for ``s``,
+#: ``İ`` for ``i``, which ``str.lower`` does not give).
+_WORD_GATES: dict[str, tuple[tuple[str, ...], ...]] = {
+    r"[TtSsRrCc](?<!\w[TtSsRrCc])(?i:(?<=t)race|(?<=s)pan|(?<=r)equest|(?<=c)orrelation)"
+    r"[_-]?(?i:id)[=: ]+([\w-]{6,})": (("race", "pan", "equest", "orrelation"), ("id",)),
+    r"(?i:[ers](?<![\w.-][ers])(?:(?<=e)xit|(?<=r)eturn|(?<=s)tatus)[ _-]?"
+    r"(?:code|status)\s*[=:]?\s*\d{1,3})(?!\d)": (("xit", "eturn", "tatus"), ("code", "status")),
+}
+
+
+@functools.lru_cache(maxsize=8)
+def _gated_kinds(
+    kinds: tuple[tuple[str, re.Pattern[str], int], ...],
+) -> tuple[tuple[str, re.Pattern[str], Any, Any], ...]:
+    """``(kind, pattern, regex gate, word gate)`` for each of ``kinds`` (gates None: none)."""
+    return tuple(
+        (kind, pattern, _REGEX_GATES.get(pattern.pattern), _WORD_GATES.get(pattern.pattern))
+        for kind, pattern, _ in kinds
+    )
+
+
+@functools.lru_cache(maxsize=1_024)
+def _config_setting(key: str) -> bool:
+    """The key of a ``key=value`` names a setting (:data:`_CONFIG_KEY`); keys repeat on
+    every line of a log, so it is asked once per key."""
+    return _CONFIG_KEY.search(key) is not None
+
+
 def find(text: str) -> list[tuple[str, str, int]]:
     """The facts in ``text`` as ``(value, kind, offset)``, in order of appearance. Each char
     belongs to one fact at most: the first kind (most specific) to match it takes it."""
     taken = bytearray(len(text))  # 1 where a fact already is: one C-level scan per check
     out: list[tuple[str, str, int]] = []
-    for kind, pattern, _ in _KINDS:
+    low: str | None = None  # the lower-cased text, for the word gates (ASCII text only)
+    for kind, pattern, gate, words in _gated_kinds(_KINDS):
+        if gate is not None and gate.search(text) is None:
+            continue  # no match can be in this text
+        if words is not None and text.isascii():
+            if low is None:
+                low = text.lower()
+            if not all(any(w in low for w in group) for group in words):
+                continue
+        identifier, config, quantity = kind == "identifier", kind == "config", kind == "quantity"
         for m in pattern.finditer(text):
             group = m.lastindex or 0  # a kind with a group: the value is the group (the last
             # matched, for a kind whose alternatives have a group each)
@@ -288,15 +343,15 @@ def find(text: str) -> list[tuple[str, str, int]]:
             if taken.find(1, start, end) != -1:
                 continue
             value = m.group(group).rstrip(".,:;")
-            if "\n" in value or (kind == "identifier" and not _is_name(value)):
+            if "\n" in value or (identifier and not _is_name(value)):
                 continue
             if value in _NEVER:
                 continue
-            if kind == "config" and "=" in value and not _CONFIG_KEY.search(value.split("=")[0]):
+            if config and "=" in value and not _config_setting(value.split("=")[0]):
                 continue  # key=value in a log line: a setting only by its key's name
             if "  " in value or "\t" in value:
                 value = " ".join(value.split())
-            if kind == "quantity" and value.count("/") > 1:
+            if quantity and value.count("/") > 1:
                 continue
             taken[start:end] = b"\x01" * (end - start)
             out.append((value, kind, start))
