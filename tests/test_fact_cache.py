@@ -3,7 +3,12 @@ merges each message's facts, computed once per process, and must give what the r
 the whole thread gave before the change. The reference below is the version before it (the
 per-thread pass, kept here as it was), run on every shared transcript, every case and the
 SRE sessions, with the cache cold and warm; the summaries and pinned facts the guard writes
-must be the same too."""
+must be the same too.
+
+:func:`facts.find` skips a pattern whose gate finds nothing in a text (issue 22, the scans):
+:func:`reference_find` below is the plain scan of every pattern, as before, which the
+reference extraction uses; the fast path must find the same facts in every block of every
+thread, and give the same summaries, pinned facts and loss reports at two sizes."""
 
 from __future__ import annotations
 
@@ -15,9 +20,41 @@ from shared import CASES, TRANSCRIPTS, load, messages_of
 from sre_sessions import sre_session
 
 import offpath.compaction.facts as facts
+import offpath.compaction.loss as loss
 from offpath.compaction.pipeline import Skip, compact
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
+
+
+def reference_find(text):
+    """facts.find before issue 22's gates: every pattern scanned over the whole text."""
+    taken = bytearray(len(text))
+    out = []
+    for kind, pattern, _ in facts._KINDS:
+        for m in pattern.finditer(text):
+            group = m.lastindex or 0
+            start, end = m.span(group)
+            if taken.find(1, start, end) != -1:
+                continue
+            value = m.group(group).rstrip(".,:;")
+            if "\n" in value or (kind == "identifier" and not facts._is_name(value)):
+                continue
+            if value in facts._NEVER:
+                continue
+            if (
+                kind == "config"
+                and "=" in value
+                and not facts._CONFIG_KEY.search(value.split("=")[0])
+            ):
+                continue
+            if "  " in value or "\t" in value:
+                value = " ".join(value.split())
+            if kind == "quantity" and value.count("/") > 1:
+                continue
+            taken[start:end] = b"\x01" * (end - start)
+            out.append((value, kind, start))
+    out.sort(key=lambda f: f[2])
+    return out
 
 
 def reference_extract(messages):
@@ -36,7 +73,7 @@ def reference_extract(messages):
             errors: dict[int, bool] = {}
             test_lines = facts.may_hold_instruction(text)
             data = role == "data"
-            for value, kind, offset in facts.find(text):
+            for value, kind, offset in reference_find(text):
                 fact = out.get(value)
                 line = ""
                 start = 0
@@ -100,17 +137,47 @@ def test_extract_gives_what_the_per_thread_pass_gave(name, messages):
 
 
 @pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
-def test_summaries_and_pinned_facts_are_unchanged(name, messages, monkeypatch):
-    settings = load_settings(summarization_threshold_chars=4_000, summarization_keep_chars=1_500)
+def test_find_gives_what_the_plain_scan_gave(name, messages):
+    for m in messages:
+        for text, _, _ in facts._blocks(m):
+            assert facts.find(text) == reference_find(text), (name, m.id)
+
+
+def test_every_gate_belongs_to_a_pattern():
+    # gates are keyed by their pattern's source: a pattern changed without its gate is
+    # scanned in full (still right, only slower); this names the gate to write again
+    sources = {pattern.pattern for _, pattern, _ in facts._KINDS}
+    assert set(facts._REGEX_GATES) <= sources
+    assert set(facts._WORD_GATES) <= sources
+
+
+def test_word_gates_leave_non_ascii_text_to_the_scan():
+    # re's IGNORECASE reads "ſ" as "s" and "İ" as "i"; str.lower does not: such text is scanned
+    for text in ("ſtatus code: 137 after the restart", "request_İd=4f9c2e7a-01 failed"):
+        assert facts.find(text) == reference_find(text)
+    assert any(kind == "error_code" for _, kind, _ in facts.find("ſtatus code: 137"))
+
+
+@pytest.mark.parametrize("sizes", [(4_000, 1_500), (12_000, 4_000)], ids=["4k", "12k"])
+@pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
+def test_summaries_and_pinned_facts_are_unchanged(name, messages, sizes, monkeypatch):
+    threshold, keep = sizes
+    settings = load_settings(summarization_threshold_chars=threshold, summarization_keep_chars=keep)
     guarded = GuardedSummarizer(OfflineSummarizer(), settings.summary_pinned_max_chars)
     got = compact(messages, settings, guarded)
+    got_loss = None
+    if not isinstance(got, Skip):
+        got_loss = loss.loss_report(got.plan.removed, got.result.text, got.plan.kept)
     monkeypatch.setattr(facts, "extract", reference_extract)
+    monkeypatch.setattr(loss, "extract", reference_extract)
     want = compact(messages, settings, guarded)
     if isinstance(want, Skip):
         assert isinstance(got, Skip) and got == want
         return
     assert [m.content for m in got.patch] == [m.content for m in want.patch]
     assert got.summary.content == want.summary.content
+    want_loss = loss.loss_report(want.plan.removed, want.result.text, want.plan.kept)
+    assert got_loss == want_loss
 
 
 def test_a_changed_message_is_read_again():
