@@ -698,11 +698,14 @@ def pin(
     named: dict[str, list[str]] = {}  # message id -> values listed by value
     quoted: list[tuple[int, int, str, str]] = []
     similar: dict[str, int] = {}
+    signatures: dict[str, str] = {}  # line -> its signature (a log line holds several facts)
 
     def quote(fact: Fact, room: int) -> int:
         """Quote ``fact``'s line if it fits ``room``; the chars it took (0: not quoted)."""
         nonlocal pinned
-        signature = _SIGNATURE.sub("#", fact.line.casefold())
+        signature = signatures.get(fact.line)
+        if signature is None:
+            signature = signatures[fact.line] = _SIGNATURE.sub("#", fact.line.casefold())
         if signature in similar:
             similar[signature] += 1
             return 0
