@@ -126,9 +126,12 @@ THREADS = list(threads())
 @pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
 def test_extract_gives_what_the_per_thread_pass_gave(name, messages):
     facts._observed.cache_clear()
+    facts._MERGED.clear()
     want = as_rows(reference_extract(messages))
     assert as_rows(facts.extract(messages)) == want  # cold: each message read now
     assert facts._observed.cache_info().currsize > 0
+    assert as_rows(facts.extract(messages)) == want  # warm: the same messages, merged before
+    facts._MERGED.clear()
     assert as_rows(facts.extract(messages)) == want  # warm: each message from the cache
     # any window of the thread, its messages read before in another order
     half = len(messages) // 2
@@ -141,6 +144,20 @@ def test_find_gives_what_the_plain_scan_gave(name, messages):
     for m in messages:
         for text, _, _ in facts._blocks(m):
             assert facts.find(text) == reference_find(text), (name, m.id)
+
+
+def test_a_merged_result_is_kept_for_the_same_messages_only():
+    facts._MERGED.clear()
+    a = ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1")
+    b = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821).", id="a1")
+    first = facts.extract([a, b])
+    again = facts.extract([a, b])
+    assert again == first and again is not first  # a new list of the same facts
+    assert as_rows(facts.extract([b, a])) == as_rows(reference_extract([b, a]))  # order counts
+    assert as_rows(facts.extract([a])) == as_rows(reference_extract([a]))
+    for k in range(facts.MERGED_CACHE_SIZE + 2):  # bounded
+        facts.extract([HumanMessage(f"ticket OPS-{k}", id=f"h{k}")])
+    assert len(facts._MERGED) == facts.MERGED_CACHE_SIZE
 
 
 def test_every_gate_belongs_to_a_pattern():
@@ -184,6 +201,7 @@ def test_a_changed_message_is_read_again():
     # the cache is keyed by what the facts depend on: a result shortened in place (same id)
     # or a message whose tool call changed is not served the old facts
     facts._observed.cache_clear()
+    facts._MERGED.clear()
     before = ToolMessage("pod checkout-api-7f9c4 OOMKilled", tool_call_id="c1", id="t1")
     after = ToolMessage("pod ledger-db-0 OOMKilled", tool_call_id="c1", id="t1")
     assert "checkout-api-7f9c4" in {f.value for f in facts.extract([before])}
@@ -202,6 +220,7 @@ def test_the_cache_keeps_digests_not_messages():
     key = facts._Key(big)
     assert len(key.digest) == 16 and key.message is big
     facts._observed.cache_clear()
+    facts._MERGED.clear()
     facts._observed(key)
     assert key.message is None  # the cache holds this key: its message was let go
     assert facts._observed(facts._Key(big)) == facts._observed(key)

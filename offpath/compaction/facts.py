@@ -29,6 +29,8 @@ import functools
 import hashlib
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -603,6 +605,12 @@ def _observed(key: _Key) -> tuple[_Seen, ...]:
     return _observe(message)
 
 
+#: Results of :func:`extract` kept per process, by the digests of their messages in order.
+MERGED_CACHE_SIZE = 8
+_MERGED: OrderedDict[tuple[bytes, ...], tuple[Fact, ...]] = OrderedDict()
+_MERGED_LOCK = threading.Lock()
+
+
 def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     """The facts of ``messages``, one per distinct value, with where each was first seen
     (the line it is on) and how it was used (see :class:`Fact`).
@@ -612,11 +620,20 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
 
     Each message's facts are found once per process and merged here in order (issue 22:
     a compaction pays only for the messages it has not read before); the result is the
-    same as reading the messages afresh.
+    same as reading the messages afresh. The last few results are kept too (the guard and
+    the loss report of one compaction extract the same removed messages): their facts are
+    shared between the calls, read them and never change them.
     """
+    keys = [_Key(m) for m in messages]
+    digests = tuple(k.digest for k in keys)
+    with _MERGED_LOCK:
+        kept = _MERGED.get(digests)
+        if kept is not None:
+            _MERGED.move_to_end(digests)
+            return list(kept)
     facts: dict[str, Fact] = {}
-    for m in messages:
-        for seen in _observed(_Key(m)):
+    for key in keys:
+        for seen in _observed(key):
             fact = facts.get(seen.value)
             if fact is None:
                 fact = facts[seen.value] = Fact(
@@ -633,6 +650,10 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
             fact.asked = fact.asked or seen.asked
             fact.carried = fact.carried or seen.carried
             fact.error = fact.error or seen.error
+    with _MERGED_LOCK:
+        _MERGED[digests] = tuple(facts.values())
+        while len(_MERGED) > MERGED_CACHE_SIZE:
+            _MERGED.popitem(last=False)
     return list(facts.values())
 
 
