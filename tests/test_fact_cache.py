@@ -3,7 +3,12 @@ merges each message's facts, computed once per process, and must give what the r
 the whole thread gave before the change. The reference below is the version before it (the
 per-thread pass, kept here as it was), run on every shared transcript, every case and the
 SRE sessions, with the cache cold and warm; the summaries and pinned facts the guard writes
-must be the same too."""
+must be the same too.
+
+:func:`facts.find` skips a pattern whose gate finds nothing in a text (issue 22, the scans):
+:func:`reference_find` below is the plain scan of every pattern, as before, which the
+reference extraction uses; the fast path must find the same facts in every block of every
+thread, and give the same summaries, pinned facts and loss reports at two sizes."""
 
 from __future__ import annotations
 
@@ -15,9 +20,43 @@ from shared import CASES, TRANSCRIPTS, load, messages_of
 from sre_sessions import sre_session
 
 import offpath.compaction.facts as facts
+import offpath.compaction.loss as loss
 from offpath.compaction.pipeline import Skip, compact
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
+
+
+def reference_find(text):
+    """facts.find before issue 22's gates: every pattern scanned over the whole text."""
+    taken = bytearray(len(text))
+    out = []
+    for m in facts._CITED.finditer(text):  # offpath's own recall("id") pointers: not facts
+        taken[m.start(1) : m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
+    for kind, pattern, _ in facts._KINDS:
+        for m in pattern.finditer(text):
+            group = m.lastindex or 0
+            start, end = m.span(group)
+            if taken.find(1, start, end) != -1:
+                continue
+            value = m.group(group).rstrip(".,:;")
+            if "\n" in value or (kind == "identifier" and not facts._is_name(value)):
+                continue
+            if value in facts._NEVER:
+                continue
+            if (
+                kind == "config"
+                and "=" in value
+                and not facts._CONFIG_KEY.search(value.split("=")[0])
+            ):
+                continue
+            if "  " in value or "\t" in value:
+                value = " ".join(value.split())
+            if kind == "quantity" and value.count("/") > 1:
+                continue
+            taken[start:end] = b"\x01" * (end - start)
+            out.append((value, kind, start))
+    out.sort(key=lambda f: f[2])
+    return out
 
 
 def reference_extract(messages):
@@ -36,7 +75,7 @@ def reference_extract(messages):
             errors: dict[int, bool] = {}
             test_lines = facts.may_hold_instruction(text)
             data = role == "data"
-            for value, kind, offset in facts.find(text):
+            for value, kind, offset in reference_find(text):
                 fact = out.get(value)
                 line = ""
                 start = 0
@@ -89,9 +128,12 @@ THREADS = list(threads())
 @pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
 def test_extract_gives_what_the_per_thread_pass_gave(name, messages):
     facts._observed.cache_clear()
+    facts._MERGED.clear()
     want = as_rows(reference_extract(messages))
     assert as_rows(facts.extract(messages)) == want  # cold: each message read now
     assert facts._observed.cache_info().currsize > 0
+    assert as_rows(facts.extract(messages)) == want  # warm: the same messages, merged before
+    facts._MERGED.clear()
     assert as_rows(facts.extract(messages)) == want  # warm: each message from the cache
     # any window of the thread, its messages read before in another order
     half = len(messages) // 2
@@ -100,23 +142,68 @@ def test_extract_gives_what_the_per_thread_pass_gave(name, messages):
 
 
 @pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
-def test_summaries_and_pinned_facts_are_unchanged(name, messages, monkeypatch):
-    settings = load_settings(summarization_threshold_chars=4_000, summarization_keep_chars=1_500)
+def test_find_gives_what_the_plain_scan_gave(name, messages):
+    for m in messages:
+        for text, _, _ in facts._blocks(m):
+            assert facts.find(text) == reference_find(text), (name, m.id)
+
+
+def test_a_merged_result_is_kept_for_the_same_messages_only():
+    facts._MERGED.clear()
+    a = ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1")
+    b = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821).", id="a1")
+    first = facts.extract([a, b])
+    again = facts.extract([a, b])
+    assert again == first and again is not first  # a new list of the same facts
+    assert as_rows(facts.extract([b, a])) == as_rows(reference_extract([b, a]))  # order counts
+    assert as_rows(facts.extract([a])) == as_rows(reference_extract([a]))
+    for k in range(facts.MERGED_CACHE_SIZE + 2):  # bounded
+        facts.extract([HumanMessage(f"ticket OPS-{k}", id=f"h{k}")])
+    assert len(facts._MERGED) == facts.MERGED_CACHE_SIZE
+
+
+def test_every_gate_belongs_to_a_pattern():
+    # gates are keyed by their pattern's source: a pattern changed without its gate is
+    # scanned in full (still right, only slower); this names the gate to write again
+    sources = {pattern.pattern for _, pattern, _ in facts._KINDS}
+    assert set(facts._REGEX_GATES) <= sources
+    assert set(facts._WORD_GATES) <= sources
+
+
+def test_word_gates_leave_non_ascii_text_to_the_scan():
+    # re's IGNORECASE reads "ſ" as "s" and "İ" as "i"; str.lower does not: such text is scanned
+    for text in ("ſtatus code: 137 after the restart", "request_İd=4f9c2e7a-01 failed"):
+        assert facts.find(text) == reference_find(text)
+    assert any(kind == "error_code" for _, kind, _ in facts.find("ſtatus code: 137"))
+
+
+@pytest.mark.parametrize("sizes", [(4_000, 1_500), (12_000, 4_000)], ids=["4k", "12k"])
+@pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
+def test_summaries_and_pinned_facts_are_unchanged(name, messages, sizes, monkeypatch):
+    threshold, keep = sizes
+    settings = load_settings(summarization_threshold_chars=threshold, summarization_keep_chars=keep)
     guarded = GuardedSummarizer(OfflineSummarizer(), settings.summary_pinned_max_chars)
     got = compact(messages, settings, guarded)
+    got_loss = None
+    if not isinstance(got, Skip):
+        got_loss = loss.loss_report(got.plan.removed, got.result.text, got.plan.kept)
     monkeypatch.setattr(facts, "extract", reference_extract)
+    monkeypatch.setattr(loss, "extract", reference_extract)
     want = compact(messages, settings, guarded)
     if isinstance(want, Skip):
         assert isinstance(got, Skip) and got == want
         return
     assert [m.content for m in got.patch] == [m.content for m in want.patch]
     assert got.summary.content == want.summary.content
+    want_loss = loss.loss_report(want.plan.removed, want.result.text, want.plan.kept)
+    assert got_loss == want_loss
 
 
 def test_a_changed_message_is_read_again():
     # the cache is keyed by what the facts depend on: a result shortened in place (same id)
     # or a message whose tool call changed is not served the old facts
     facts._observed.cache_clear()
+    facts._MERGED.clear()
     before = ToolMessage("pod checkout-api-7f9c4 OOMKilled", tool_call_id="c1", id="t1")
     after = ToolMessage("pod ledger-db-0 OOMKilled", tool_call_id="c1", id="t1")
     assert "checkout-api-7f9c4" in {f.value for f in facts.extract([before])}
@@ -135,6 +222,7 @@ def test_the_cache_keeps_digests_not_messages():
     key = facts._Key(big)
     assert len(key.digest) == 16 and key.message is big
     facts._observed.cache_clear()
+    facts._MERGED.clear()
     facts._observed(key)
     assert key.message is None  # the cache holds this key: its message was let go
     assert facts._observed(facts._Key(big)) == facts._observed(key)

@@ -29,6 +29,8 @@ import functools
 import hashlib
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -279,6 +281,52 @@ def normal(text: str) -> str:
 _CITED = re.compile(r'recall\("([^"\s]{1,80})"')
 
 
+#: Cheap necessary conditions of some kinds' patterns (issue 22: the scans were most of the
+#: fact guard's CPU): a piece of text that every match of the pattern contains. A text in
+#: which a pattern's gate finds nothing holds no match, so :func:`find` skips that pattern's
+#: scan. Keyed by the pattern's source: a pattern that is changed loses its gate (it is then
+#: scanned, as before) until its gate is written again. Regex gates open with a literal
+#: char, which ``re`` finds at C speed.
+_REGEX_GATES: dict[str, re.Pattern[str]] = {
+    # path a/b.py: its last segment, ".", a letter
+    r"\w(?<!\w\w)[\w.-]*+(?:/[\w.@+-]+)+\.[A-Za-z]\w{0,5}\b": re.compile(r"/[\w.@+-]+\.[A-Za-z]"),
+    # version: "." then a digit
+    r"[vV\d](?<![\w.][vV\d])(?:(?<=[vV])\d+\.\d+|(?<=\d)\d*\.\d+\.\d+)(?:\.\d+)*"
+    r"(?:-[0-9A-Za-z.]+)?(?![\w.])": re.compile(r"\.\d"),
+    # env: "_" then a capital or a digit
+    r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])": re.compile(r"_[A-Z0-9]"),
+    # snake_case with digits: "_" then a digit
+    r"[A-Za-z](?<![\w./#-][A-Za-z])[A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_\d\w*": re.compile(r"_\d"),
+}
+#: The same for case-insensitive patterns, as words of which each group must have one in the
+#: lower-cased text; used on ASCII text only (``re``'s IGNORECASE matches ``ſ`` for ``s``,
+#: ``İ`` for ``i``, which ``str.lower`` does not give).
+_WORD_GATES: dict[str, tuple[tuple[str, ...], ...]] = {
+    r"[TtSsRrCc](?<!\w[TtSsRrCc])(?i:(?<=t)race|(?<=s)pan|(?<=r)equest|(?<=c)orrelation)"
+    r"[_-]?(?i:id)[=: ]+([\w-]{6,})": (("race", "pan", "equest", "orrelation"), ("id",)),
+    r"(?i:[ers](?<![\w.-][ers])(?:(?<=e)xit|(?<=r)eturn|(?<=s)tatus)[ _-]?"
+    r"(?:code|status)\s*[=:]?\s*\d{1,3})(?!\d)": (("xit", "eturn", "tatus"), ("code", "status")),
+}
+
+
+@functools.lru_cache(maxsize=8)
+def _gated_kinds(
+    kinds: tuple[tuple[str, re.Pattern[str], int], ...],
+) -> tuple[tuple[str, re.Pattern[str], Any, Any], ...]:
+    """``(kind, pattern, regex gate, word gate)`` for each of ``kinds`` (gates None: none)."""
+    return tuple(
+        (kind, pattern, _REGEX_GATES.get(pattern.pattern), _WORD_GATES.get(pattern.pattern))
+        for kind, pattern, _ in kinds
+    )
+
+
+@functools.lru_cache(maxsize=1_024)
+def _config_setting(key: str) -> bool:
+    """The key of a ``key=value`` names a setting (:data:`_CONFIG_KEY`); keys repeat on
+    every line of a log, so it is asked once per key."""
+    return _CONFIG_KEY.search(key) is not None
+
+
 def find(text: str) -> list[tuple[str, str, int]]:
     """The facts in ``text`` as ``(value, kind, offset)``, in order of appearance. Each char
     belongs to one fact at most: the first kind (most specific) to match it takes it."""
@@ -287,7 +335,16 @@ def find(text: str) -> list[tuple[str, str, int]]:
     for m in _CITED.finditer(text):  # offpath's own pointer to a message, not a fact of it:
         # a random id (its prefix), pinned or not by chance (all digits: a number)
         taken[m.start(1) : m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
-    for kind, pattern, _ in _KINDS:
+    low: str | None = None  # the lower-cased text, for the word gates (ASCII text only)
+    for kind, pattern, gate, words in _gated_kinds(_KINDS):
+        if gate is not None and gate.search(text) is None:
+            continue  # no match can be in this text
+        if words is not None and text.isascii():
+            if low is None:
+                low = text.lower()
+            if not all(any(w in low for w in group) for group in words):
+                continue
+        identifier, config, quantity = kind == "identifier", kind == "config", kind == "quantity"
         for m in pattern.finditer(text):
             group = m.lastindex or 0  # a kind with a group: the value is the group (the last
             # matched, for a kind whose alternatives have a group each)
@@ -295,15 +352,15 @@ def find(text: str) -> list[tuple[str, str, int]]:
             if taken.find(1, start, end) != -1:
                 continue
             value = m.group(group).rstrip(".,:;")
-            if "\n" in value or (kind == "identifier" and not _is_name(value)):
+            if "\n" in value or (identifier and not _is_name(value)):
                 continue
             if value in _NEVER:
                 continue
-            if kind == "config" and "=" in value and not _CONFIG_KEY.search(value.split("=")[0]):
+            if config and "=" in value and not _config_setting(value.split("=")[0]):
                 continue  # key=value in a log line: a setting only by its key's name
             if "  " in value or "\t" in value:
                 value = " ".join(value.split())
-            if kind == "quantity" and value.count("/") > 1:
+            if quantity and value.count("/") > 1:
                 continue
             taken[start:end] = b"\x01" * (end - start)
             out.append((value, kind, start))
@@ -555,6 +612,12 @@ def _observed(key: _Key) -> tuple[_Seen, ...]:
     return _observe(message)
 
 
+#: Results of :func:`extract` kept per process, by the digests of their messages in order.
+MERGED_CACHE_SIZE = 8
+_MERGED: OrderedDict[tuple[bytes, ...], tuple[Fact, ...]] = OrderedDict()
+_MERGED_LOCK = threading.Lock()
+
+
 def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     """The facts of ``messages``, one per distinct value, with where each was first seen
     (the line it is on) and how it was used (see :class:`Fact`).
@@ -564,11 +627,20 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
 
     Each message's facts are found once per process and merged here in order (issue 22:
     a compaction pays only for the messages it has not read before); the result is the
-    same as reading the messages afresh.
+    same as reading the messages afresh. The last few results are kept too (the guard and
+    the loss report of one compaction extract the same removed messages): their facts are
+    shared between the calls, read them and never change them.
     """
+    keys = [_Key(m) for m in messages]
+    digests = tuple(k.digest for k in keys)
+    with _MERGED_LOCK:
+        kept = _MERGED.get(digests)
+        if kept is not None:
+            _MERGED.move_to_end(digests)
+            return list(kept)
     facts: dict[str, Fact] = {}
-    for m in messages:
-        for seen in _observed(_Key(m)):
+    for key in keys:
+        for seen in _observed(key):
             fact = facts.get(seen.value)
             if fact is None:
                 fact = facts[seen.value] = Fact(
@@ -585,6 +657,10 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
             fact.asked = fact.asked or seen.asked
             fact.carried = fact.carried or seen.carried
             fact.error = fact.error or seen.error
+    with _MERGED_LOCK:
+        _MERGED[digests] = tuple(facts.values())
+        while len(_MERGED) > MERGED_CACHE_SIZE:
+            _MERGED.popitem(last=False)
     return list(facts.values())
 
 
@@ -650,11 +726,14 @@ def pin(
     named: dict[str, list[str]] = {}  # message id -> values listed by value
     quoted: list[tuple[int, int, str, str]] = []
     similar: dict[str, int] = {}
+    signatures: dict[str, str] = {}  # line -> its signature (a log line holds several facts)
 
     def quote(fact: Fact, room: int) -> int:
         """Quote ``fact``'s line if it fits ``room``; the chars it took (0: not quoted)."""
         nonlocal pinned
-        signature = _SIGNATURE.sub("#", fact.line.casefold())
+        signature = signatures.get(fact.line)
+        if signature is None:
+            signature = signatures[fact.line] = _SIGNATURE.sub("#", fact.line.casefold())
         if signature in similar:
             similar[signature] += 1
             return 0
