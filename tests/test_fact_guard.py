@@ -126,16 +126,17 @@ def test_pin_adds_only_missing_facts_with_their_message_ids_bounded():
     for budget in (120, 200, 300, 500, 1_000):
         small, few = pin("s", removed, budget)
         assert len(small) - len("s") <= budget
-    small, few = pin("s", removed, 120)  # no room for a quoted line: values by message
-    assert "- also in a1: `INC-4821`, `db-primary-2`" in small  # what the agent stated
-    # issue 19: a fact on a line that reports an error ranks as one the agent stated; the
-    # name and the timestamp on it, seen once in a tool's output, come after
-    assert "- also in t1: `HTTP 503`\n" in small and "10:31:07Z" not in small
-    assert few.facts == 3
-    # while the budget lasts they follow by value (issue 19: the ids a task turns on later
-    # are often seen once, in a tool's output, before anyone names them)
+    small, few = pin("s", removed, 120)  # no room for a quoted line: values, one line a kind
+    # issue 19: what the agent stated first, then a fact on a line that reports an error
+    # (ranked as one the agent stated), then the name seen once in a tool's output; the
+    # timestamp beside them, last, finds no room
+    assert "- ids: INC-4821, db-primary-2, checkout-api-7f9c4\n- errors: HTTP 503" in small
+    assert "10:31:07Z" not in small and "(t1)" not in small
+    assert few.facts == 4
+    # with a little more room, the line that holds three of them is quoted instead of them
     more, more_facts = pin("s", removed, 160)
-    assert "- also in t1: `HTTP 503`, `checkout-api-7f9c4`, `2026-03-02T10:31:07Z`" in more
+    assert "- `checkout-api-7f9c4 HTTP 503 at 2026-03-02T10:31:07Z x" in more and "(t1)" in more
+    assert "- ids: INC-4821, db-primary-2" in more and "errors:" not in more
     assert more_facts.facts == 5
     # nothing missing, or a budget of 0: the summary is unchanged
     assert pin("s", removed, 0) == ("s", pin("s", [], 0)[1])

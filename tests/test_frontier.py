@@ -436,7 +436,7 @@ def test_a_small_budget_is_spent_on_values_not_on_blobs():
     removed = [ToolMessage(id="t1", content=f"[{row}]", tool_call_id="c")]
     text, pinned = pin("s", removed, 400)
     section = text.split(PINNED_HEADING, 1)[1]
-    assert "`..." not in section and "- also in t1: `HAT000`, `HAT001`" in section
+    assert "`..." not in section and "- ids: HAT000, HAT001, HAT002" in section
     facts = {f.value: f for f in extract(removed)}
     assert facts["10:00:00"].score < facts["HAT000"].score
 
