@@ -65,7 +65,7 @@ class GuardedSummarizer:
             want = min(self.pinned_max_chars, plan.summary_chars // 2)
             if room < want:
                 need = len(pin(text, plan.removed, want, plan.kept)[0]) - len(text.rstrip())
-                short = need - room
+                short = need - (plan.summary_chars - len(text) - 4)  # the text may be over
                 if short > 0:
                     inner = fit_text(result.text, max(0, len(result.text) - short))
                     text = into_summary(inner, frontier, share)
