@@ -360,6 +360,11 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
         for line in pinned.splitlines()[1:]:
             if quoted := _QUOTED.match(line.strip()):
                 yield quoted["line"], "carried", quoted["id"]
+                if args := _CALL_ARGS.findall(quoted["line"]):  # a quoted tool call: its
+                    # arguments were facts by their use, whatever their shape (SDZQKO)
+                    named = [a or b for a, b in args if _is_token(a or b)]
+                    if named:
+                        yield ", ".join(named), "values", quoted["id"]
             elif listed := _LISTED.match(line.strip()):
                 yield listed["values"].replace("`", ""), "carried", listed["id"]
             elif compact := _EARLIER.match(line.strip()):
@@ -402,6 +407,20 @@ def _split_values(text: str) -> list[str]:
 _TOKEN_VALUE = re.compile(r"^[#\w][\w.:/@#+-]{2,79}$")
 
 
+#: The scalar arguments of a quoted tool call's line: ``get_booking({"booking": "SDZQKO"})``.
+_CALL_ARGS = re.compile(r'"[\w.-]{1,40}": (?:"([#\w][\w.:/@#+-]{2,79})"|(\d{4,20}))(?=[,}\]])')
+
+
+def _is_token(text: str) -> bool:
+    """``text`` (a tool argument's scalar value) names something: a token with a digit or a
+    separator, or in capitals (``XEHQWM``); not a word, not a count under 4 digits."""
+    if text.isdigit() and len(text) < 4:  # a count, a limit: not a name
+        return False
+    return bool(_TOKEN_VALUE.match(text) and not text.isalpha()) or (
+        text.isupper() and 4 <= len(text) <= 12
+    )
+
+
 def _arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
     """``(value, line)`` for each scalar argument of the message's tool calls that is one
     token (an id, a name, a number: ``{"reservation_id": "XEHQWM"}``), with the call's line:
@@ -417,15 +436,8 @@ def _arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
             elif isinstance(item, list):
                 stack.extend(item[:50])
             elif isinstance(item, str | int) and not isinstance(item, bool):
-                text = str(item)
-                if text.isdigit() and len(text) < 4:  # a count, a limit: not a name
-                    continue
-                if (
-                    _TOKEN_VALUE.match(text)
-                    and not text.isalpha()
-                    or (isinstance(item, str) and text.isupper() and 4 <= len(text) <= 12)
-                ):
-                    yield text, line
+                if _is_token(str(item)):
+                    yield str(item), line
 
 
 @dataclass(frozen=True, slots=True)
