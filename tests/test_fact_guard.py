@@ -594,3 +594,31 @@ def test_the_guard_clips_the_prose_for_the_facts_on_a_small_budget():
     # the headings and the agent's place stay
     assert body.startswith("**Investigating:** Please move my booking to a later date.")
     assert "**Key findings:**" in body and "**Current state:**" in body
+
+
+def test_a_record_the_kept_messages_name_is_quoted_though_its_id_stays_in_view():
+    # issue 19 (benchmark 16): a compaction prepared again after the agent named #W9313340
+    # kept the name (its lookup, whose result echoes it) and removed the listing that held
+    # its record; the record's line is quoted first
+    removed = [
+        ToolMessage(
+            id="t1",
+            content="\n".join(
+                f"#W93133{k:02d} status=refunded amount={k}0.5 at=2025-04-14" for k in range(60)
+            ),
+            tool_call_id="c1",
+        )
+    ]
+    kept = [
+        AIMessage(
+            id="a2",
+            content="",
+            tool_calls=[{"id": "c2", "name": "lookup", "args": {"id": "#W9313340"}}],
+        ),
+        ToolMessage(id="t2", content="lookup #W9313340: timed out", tool_call_id="c2"),
+    ]
+    text, _ = pin("s", removed, 400, kept)
+    assert "- `#W9313340 status=refunded amount=400.5 at=2025-04-14` (t1)" in text
+    # nothing kept names it: its line waits its turn like the others
+    alone, _ = pin("s", removed, 400, kept[1:])
+    assert "`#W9313340 status" not in alone

@@ -705,6 +705,39 @@ def pin(
     pinned = ""  # the values listed and the lines quoted so far
     listed: dict[str, list[Fact]] = {}  # label -> facts listed by value, in rank order
     used = 0
+    quoted: list[tuple[int, int, str, str]] = []
+    similar: dict[str, int] = {}
+    lines_text = ""
+
+    # 0. what the kept messages name (the agent's or the user's words, a tool's argument)
+    #    that a removed tool result holds: that line (its record) is quoted first, in up to
+    #    a quarter of the budget, though the value itself stays in view (issue 19: a
+    #    compaction prepared again after a message named an id kept the name, not the record;
+    #    a kept result that echoes the id may not hold the record either)
+    if kept:
+        named = normal(
+            "\n".join(t for m in kept for t, role, _ in _blocks(m) if role in ("agent", "user"))
+        )
+        data_ids = {str(m.id) for m in removed if m.type == "tool"}
+        said = normal(summary_text)
+        for fact in ranked:
+            if budget // 4 - used < 60:
+                break
+            if fact.message_id not in data_ids or fact.value in lines_text:
+                continue
+            value = normal(fact.value)
+            if value not in named or value in said:
+                continue
+            line = _around(fact.line, max(0, fact.line.find(fact.value)), fact.value, line_max)
+            entry = f"\n- `{line.replace('`', chr(39))}` ({cite(fact.message_id)})"
+            if used + len(entry) + 14 > budget // 4:
+                continue
+            signature = _SIGNATURE.sub("#", fact.line.casefold())
+            similar[signature] = 0
+            quoted.append((position.get(fact.message_id, 0), fact.order, entry, signature))
+            used += len(entry) + 14
+            lines_text += "\n" + line
+            pinned += "\n" + line
 
     def cost(fact: Fact, label: str) -> int:
         return len(_shown(fact.value)) + (2 if listed.get(label) else len(label) + 5)
@@ -737,9 +770,6 @@ def pin(
 
     # 2. quoted lines, most important first, in what the values leave: a line takes the
     #    place of the values listed from it (its message's values that are on it)
-    quoted: list[tuple[int, int, str, str]] = []
-    similar: dict[str, int] = {}
-    lines_text = ""
     for fact in ranked:
         if budget - used < 60 and not listed:
             break
