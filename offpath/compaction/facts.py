@@ -729,6 +729,8 @@ def pin(
             if value not in named or value in said:
                 continue
             line = _around(fact.line, max(0, fact.line.find(fact.value)), fact.value, line_max)
+            if all(normal(v) == value or normal(v) in present for v, _, _ in find(line)):
+                continue  # the line says nothing the kept messages do not: no record
             entry = f"\n- `{line.replace('`', chr(39))}` ({cite(fact.message_id)})"
             if used + len(entry) + 14 > budget // 4:
                 continue
