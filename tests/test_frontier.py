@@ -436,7 +436,7 @@ def test_a_small_budget_is_spent_on_values_not_on_blobs():
     removed = [ToolMessage(id="t1", content=f"[{row}]", tool_call_id="c")]
     text, pinned = pin("s", removed, 400)
     section = text.split(PINNED_HEADING, 1)[1]
-    assert "`..." not in section and "- also in t1: `HAT000`, `HAT001`" in section
+    assert "`..." not in section and "- ids: HAT000, HAT001, HAT002" in section
     facts = {f.value: f for f in extract(removed)}
     assert facts["10:00:00"].score < facts["HAT000"].score
 
@@ -459,3 +459,19 @@ def test_the_request_in_progress_keeps_its_object_at_a_small_budget():
     assert "the DNS record of status-page-6" in investigating, investigating
     original = next(line for line in text.split("\n") if line.startswith("**Original request"))
     assert "(done)" in original and len(original) < len(investigating) + 40
+
+
+def test_the_original_request_is_read_back_from_the_summary_that_wrote_it():
+    # issue 19: Frontier.from_text matched an old form of the line, so from the second
+    # compaction on the task (and the ids it named) was replaced by the latest request
+    from offpath.compaction.frontier import Frontier, into_summary
+
+    template = "**Investigating:** y\n**Key findings:**\n**Ruled out:** none\n**Current state:** z"
+    task = "I need to cancel my upcoming flights. The reservation IDs are XEHM4B and 59XX6W."
+    for status, stored in (("done", "done"), ("revised", "revised"), (None, None)):
+        frontier = Frontier(
+            task=task, task_id="h1", task_status=status, latest="Yes, go ahead.", latest_id="h2"
+        )
+        back = Frontier.from_text(into_summary(template, frontier, 600))
+        assert back is not None
+        assert (back.task, back.task_status, back.latest) == (task, stored, "Yes, go ahead.")

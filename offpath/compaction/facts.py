@@ -160,7 +160,9 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
     (  # a code of capitals and digits, both: a reservation (OBUT9V), a flight (HAT078)
         "identifier",
         re.compile(
-            r"[A-Z0-9](?<![\w.#-][A-Z0-9])(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{4,11}(?![\w-])"
+            # a digit and a capital among all its chars, the first one's included: 4XGCCM
+            r"[A-Z0-9](?<![\w.#-][A-Z0-9])(?:(?<=\d)|(?=[A-Z0-9]*\d))(?:(?<=[A-Z])|(?=[A-Z0-9]*[A-Z]))"
+            r"[A-Z0-9]{4,11}(?![\w-])"
         ),
         2,
     ),
@@ -381,9 +383,16 @@ _QUOTED = re.compile(r"^- `(?P<line>.*)` \((?P<id>[^()\s;]+)(?:; [^()]*)?\)$")
 _LISTED = re.compile(r"^- also in (?P<id>\S+): (?P<values>.*)$")
 #: How a summary points at a clipped request's message (:func:`frontier.into_summary`).
 _CITATION = re.compile(r' \(whole: recall\("[^"]*"\)\)')
+#: How offpath points at an archived message (a shortened result's marker, a summary):
+#: ``recall("48596bb7", offset=1200)``.
+_RECALL_CALL = re.compile(r'recall\("[^"\n]{1,80}"(?:, offset=\d+)?\)')
 #: The compact line of carried facts that found no room with their message ids.
 _EARLIER_LINE = "\n- earlier, each found by `recall`: "
 _EARLIER = re.compile(r"^- earlier, each found by `recall`: (?P<values>.*)$")
+#: A line of values of one kind (:func:`pin`): ``- ids: OBUT9V, credit_card_9513926``.
+_VALUES = re.compile(
+    r"^- (?:ids|times|errors|settings|amounts|numbers|versions|paths|urls): (?P<values>.+)$"
+)
 
 
 def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
@@ -415,13 +424,23 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
         for line in pinned.splitlines()[1:]:
             if quoted := _QUOTED.match(line.strip()):
                 yield quoted["line"], "carried", quoted["id"]
+                if args := _CALL_ARGS.findall(quoted["line"]):  # a quoted tool call: its
+                    # arguments were facts by their use, whatever their shape (SDZQKO)
+                    named = [a or b for a, b in args if _is_token(a or b)]
+                    if named:
+                        yield ", ".join(named), "values", quoted["id"]
             elif listed := _LISTED.match(line.strip()):
                 yield listed["values"].replace("`", ""), "carried", listed["id"]
             elif compact := _EARLIER.match(line.strip()):
                 yield compact["values"].replace("`", ""), "carried", mid
+            elif values := _VALUES.match(line.strip()):
+                yield values["values"], "values", mid
         return
     role = {"ai": "agent", "human": "user"}.get(message.type, "data")
-    yield render_content(message.content), role, mid
+    text = render_content(message.content)
+    if 'recall("' in text:  # a shortened result's pointer: ids offpath cites are not facts
+        text = _RECALL_CALL.sub("recall(...)", text)
+    yield text, role, mid
     for call in getattr(message, "tool_calls", None) or []:
         # the call with the first line of each argument is the agent's action (stated); the
         # rest of a multi-line argument (a heredoc, a file's new content) is data it wrote
@@ -437,8 +456,33 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
                 yield value.split("\n", 1)[1], "data", mid
 
 
+def _split_values(text: str) -> list[str]:
+    """The values of a line :func:`pin` lists by value: separated by ``, ``, one that holds
+    the separator quoted as code."""
+    out: list[str] = []
+    for m in re.finditer(r"`([^`]*)`|([^,`]+(?:,(?! )[^,`]*)*)", text):
+        value = (m.group(1) if m.group(1) is not None else m.group(2) or "").strip()
+        if value:
+            out.append(value)
+    return out
+
+
 #: A tool argument's value that is an identifier by its use: one token, no spaces.
 _TOKEN_VALUE = re.compile(r"^[#\w][\w.:/@#+-]{2,79}$")
+
+
+#: The scalar arguments of a quoted tool call's line: ``get_booking({"booking": "SDZQKO"})``.
+_CALL_ARGS = re.compile(r'"[\w.-]{1,40}": (?:"([#\w][\w.:/@#+-]{2,79})"|(\d{4,20}))(?=[,}\]])')
+
+
+def _is_token(text: str) -> bool:
+    """``text`` (a tool argument's scalar value) names something: a token with a digit or a
+    separator, or in capitals (``XEHQWM``); not a word, not a count under 4 digits."""
+    if text.isdigit() and len(text) < 4:  # a count, a limit: not a name
+        return False
+    return bool(_TOKEN_VALUE.match(text) and not text.isalpha()) or (
+        text.isupper() and 4 <= len(text) <= 12
+    )
 
 
 def _arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
@@ -456,15 +500,8 @@ def _arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
             elif isinstance(item, list):
                 stack.extend(item[:50])
             elif isinstance(item, str | int) and not isinstance(item, bool):
-                text = str(item)
-                if text.isdigit() and len(text) < 4:  # a count, a limit: not a name
-                    continue
-                if (
-                    _TOKEN_VALUE.match(text)
-                    and not text.isalpha()
-                    or (isinstance(item, str) and text.isupper() and 4 <= len(text) <= 12)
-                ):
-                    yield text, line
+                if _is_token(str(item)):
+                    yield str(item), line
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,6 +544,23 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
             }
         entry["stated"] = entry["clear"] = True
     for text, role, mid in _blocks(m):
+        if role == "values":  # a summary's values by kind: each one carried as it is
+            for value in _split_values(text):
+                if value not in seen and not looks_like_instruction(value):
+                    found = find(value)
+                    whole = len(found) == 1 and found[0][0] == value
+                    seen[value] = {
+                        "kind": found[0][1] if whole else "argument",
+                        "message_id": mid,
+                        "line": value,
+                        "found_in": [mid],
+                        "stated": False,
+                        "asked": False,
+                        "carried": True,
+                        "clear": True,
+                        "error": False,
+                    }
+            continue
         instruction: dict[int, bool] = {}  # line start -> the line reads as one
         noisy: dict[int, bool] = {}  # line start -> a noise line (tool output only)
         errors: dict[int, bool] = {}  # line start -> it reports an error
@@ -692,13 +746,20 @@ def pin(
 ) -> tuple[str, Pinned]:
     """``summary_text`` with a **Pinned facts** section holding, most important first, the
     facts of ``removed`` that neither the summary nor the ``kept`` messages contain (in any
-    letter case), in at most ``max_chars`` chars (0: no section). In the first half of the
-    budget each entry quotes the line a fact was found on (at most :data:`MAX_LINE_CHARS`
-    chars), in conversation order, near-duplicate lines once ("; +N similar"); then the
-    remaining facts that were used (stated, asked, carried) or recur
-    (:data:`LISTED_MIN_SCORE`) are listed by value, grouped by message ("also in <id>:
-    ..."). Every entry names its message, for ``recall``. ``header``: the section's heading
-    line (default: the Pinned facts one). Returns the text and what was pinned; the text is
+    letter case), in at most ``max_chars`` chars (0: no section).
+
+    The facts are listed by value first, densely, one line per kind (``- ids: OBUT9V,
+    credit_card_9513926``; ``- times: 2024-05-20``): an identifier costs its length and two
+    chars, where quoting its line cost ~90 (issue 19: at a 4,000-char threshold the section
+    held two or three facts). The facts an earlier summary carried come first (no telephone
+    game), in up to 60% of the budget while new facts wait, then the new ones by rank
+    (:func:`rank`), then the carried ones left. A fact inside a value listed already is not
+    listed again. What the values leave (and, on a budget of 1,000 chars or more, a quarter
+    kept for them) quotes the lines the highest-ranked facts were found on (at most
+    :data:`MAX_LINE_CHARS` chars, in conversation order, citing their message; near-duplicate
+    lines once, "; +N similar"); a quoted line takes the place of the values it holds.
+    ``recall`` finds each value in the archive. ``header``: the section's heading line
+    (default: the Pinned facts one). Returns the text and what was pinned; the text is
     unchanged when nothing is missing."""
     if max_chars <= 0:
         return summary_text, Pinned((), 0)
@@ -709,6 +770,8 @@ def pin(
         header = f"{PINNED_HEADING} (`recall` finds each):"
     header = f"\n\n{header}"
     budget = max_chars - len(header)
+    if budget <= 0:
+        return summary_text, Pinned((), 0)
     # a quoted line's length follows the budget: a small one is better spent on values
     line_max = max(60, min(MAX_LINE_CHARS, budget // 6))
     position = {str(m.id): i for i, m in enumerate(removed)}
@@ -722,115 +785,157 @@ def pin(
             absent[fact.value] = normal(fact.value) not in present
         return absent[fact.value]
 
-    pinned = ""  # the lines quoted and the values listed so far
-    named: dict[str, list[str]] = {}  # message id -> values listed by value
+    pinned = ""  # the values listed and the lines quoted so far
+    listed: dict[str, list[Fact]] = {}  # label -> facts listed by value, in rank order
+    used = 0
     quoted: list[tuple[int, int, str, str]] = []
     similar: dict[str, int] = {}
-    signatures: dict[str, str] = {}  # line -> its signature (a log line holds several facts)
+    lines_text = ""
 
-    def quote(fact: Fact, room: int) -> int:
-        """Quote ``fact``'s line if it fits ``room``; the chars it took (0: not quoted)."""
-        nonlocal pinned
-        signature = signatures.get(fact.line)
-        if signature is None:
-            signature = signatures[fact.line] = _SIGNATURE.sub("#", fact.line.casefold())
+    # 0. what the kept messages name (the agent's or the user's words, a tool's argument)
+    #    that a removed tool result holds: that line (its record) is quoted first, in up to
+    #    a quarter of the budget, though the value itself stays in view (issue 19: a
+    #    compaction prepared again after a message named an id kept the name, not the record;
+    #    a kept result that echoes the id may not hold the record either)
+    if kept:
+        named = normal(
+            "\n".join(t for m in kept for t, role, _ in _blocks(m) if role in ("agent", "user"))
+        )
+        data_ids = {str(m.id) for m in removed if m.type == "tool"}
+        said = normal(summary_text)
+        for fact in ranked:
+            if budget // 4 - used < 60:
+                break
+            if fact.message_id not in data_ids or fact.value in lines_text:
+                continue
+            value = normal(fact.value)
+            if value not in named or value in said:
+                continue
+            line = _around(fact.line, max(0, fact.line.find(fact.value)), fact.value, line_max)
+            if all(normal(v) == value or normal(v) in present for v, _, _ in find(line)):
+                continue  # the line says nothing the kept messages do not: no record
+            entry = f"\n- `{line.replace('`', chr(39))}` ({cite(fact.message_id)})"
+            if used + len(entry) + 14 > budget // 4:
+                continue
+            signature = _SIGNATURE.sub("#", fact.line.casefold())
+            similar[signature] = 0
+            quoted.append((position.get(fact.message_id, 0), fact.order, entry, signature))
+            used += len(entry) + 14
+            lines_text += "\n" + line
+            pinned += "\n" + line
+
+    def cost(fact: Fact, label: str) -> int:
+        return len(_shown(fact.value)) + (2 if listed.get(label) else len(label) + 5)
+
+    def add(fact: Fact, room: int) -> None:
+        nonlocal used, pinned
+        if fact.value in pinned or room - used < len(fact.value) + 2:
+            return
+        label = _label(fact)
+        took = cost(fact, label)
+        if used + took > room or not missing(fact):
+            return
+        listed.setdefault(label, []).append(fact)
+        used += took
+        pinned += "\n" + fact.value
+
+    # 1. values: carried first, then new, then the carried left; on a large budget a quarter
+    #    waits for the quoted lines (filled with values after them when they leave it)
+    values_room = budget - (budget // 4 if budget >= 1_000 else 0)
+    carried_room = values_room * 3 // 5 if any(not f.carried for f in ranked) else values_room
+    for fact in ranked:
+        if fact.carried:
+            add(fact, carried_room)
+    for fact in ranked:
+        if not fact.carried:
+            add(fact, values_room)
+    for fact in ranked:
+        if fact.carried:
+            add(fact, values_room)
+
+    # 2. quoted lines, most important first, in what the values leave: a line takes the
+    #    place of the values listed from it (its message's values that are on it)
+    for fact in ranked:
+        if budget - used < 60 and not listed:
+            break
+        if fact.value in lines_text or fact.line in ("", fact.value) or not missing(fact):
+            continue
+        signature = _SIGNATURE.sub("#", fact.line.casefold())
         if signature in similar:
             similar[signature] += 1
-            return 0
+            continue
         line = fact.line
         if len(line) > line_max:
             line = _around(line, max(0, line.find(fact.value)), fact.value, line_max)
         if _blob(line):  # a fact inside one long line of JSON: listed by value
-            return 0
+            continue
         entry = f"\n- `{line.replace('`', chr(39))}` ({cite(fact.message_id)})"
-        if len(entry) + 14 > room or not missing(fact):
-            return 0
+        on_line = {
+            label: [f for f in facts if f.message_id == fact.message_id and f.value in line]
+            for label, facts in listed.items()
+        }
+        freed = sum(
+            sum(len(_shown(f.value)) + 2 for f in facts)
+            + (len(label) + 3 if len(facts) == len(listed[label]) else 0)
+            for label, facts in on_line.items()
+            if facts
+        )
+        if len(entry) + 14 > budget - used + freed:  # with room for "; +N similar"
+            continue
+        for label, facts in on_line.items():
+            listed[label] = [f for f in listed[label] if f not in facts]
         similar[signature] = 0
         quoted.append((position.get(fact.message_id, 0), fact.order, entry, signature))
+        used += len(entry) + 14 - freed
+        lines_text += "\n" + line
         pinned += "\n" + line
-        return len(entry) + 14  # with room for "; +N similar"
+    # 3. the values that still fit, in what the quoted lines left
+    for fact in ranked:
+        add(fact, budget)
 
-    # 1. the facts an earlier summary carried, ahead of every new one (no telephone game), in
-    #    up to 60% of the budget: quoted with their line while they fit in 40%, then by
-    #    value, grouped by message, then on one compact line (``recall`` finds each)
-    carry_room, used = budget * 3 // 5, 0
-    earlier: list[str] = []
-    for fact in ranked:
-        if not fact.carried or fact.value in pinned or not missing(fact):
-            continue
-        if took := quote(fact, budget * 2 // 5 - used):
-            used += took
-            continue
-        values = named.get(fact.message_id)
-        with_id = len(fact.value) + 4 + (0 if values else len(cite(fact.message_id)) + 12)
-        if used + with_id <= carry_room * 4 // 5:
-            named.setdefault(fact.message_id, []).append(fact.value.replace("`", "'"))
-            used += with_id
-        elif used + len(fact.value) + 4 <= carry_room - len(_EARLIER_LINE):
-            earlier.append(fact.value.replace("`", "'"))
-            used += len(fact.value) + 4
-        else:
-            continue
-        pinned += "\n" + fact.value
-    if earlier:
-        used += len(_EARLIER_LINE)
-    budget -= used
-    # 2. the highest-ranked new facts with the line they were found on; a line like one
-    #    quoted already (the same but for its numbers) is counted, not quoted. The quoted
-    #    lines take what the listed values will not need (at most half is kept for them)
-    listable = 0
-    for fact in ranked:
-        if fact.carried or fact.value in pinned:
-            continue
-        if listable < budget // 2 and missing(fact):
-            listable += len(fact.value) + 6
-    room = budget - min(budget // 2, listable + 40)
-    for fact in ranked:
-        if fact.carried or fact.value in pinned:  # carried, or on a line quoted already
-            continue
-        room -= quote(fact, room)
-    quoted_entries = []
-    for pos, order, entry, signature in quoted:
+    entries = []
+    for _, _, entry, signature in sorted(quoted):
         if similar[signature]:
             entry = entry[:-1] + f"; +{similar[signature]} similar)"
-        quoted_entries.append((pos, order, entry))
-    budget = room + min(budget // 2, listable + 40)
-    # 3. the other new facts by value, grouped by message: those used or recurring first,
-    #    then any other while the budget lasts (issue 19: the ids a task turns on later are
-    #    often seen once, in a tool's output, before anyone names them)
-    for least in (LISTED_MIN_SCORE, 1):
-        for fact in ranked:
-            if fact.carried or fact.score < least or fact.value in pinned:
-                continue
-            values = named.get(fact.message_id)
-            cost = len(fact.value) + 4 + (0 if values else len(cite(fact.message_id)) + 12)
-            if cost > budget or not missing(fact):
-                continue
-            named.setdefault(fact.message_id, []).append(fact.value.replace("`", "'"))
-            budget -= cost
-            pinned += "\n" + fact.value
-    # ties (messages at the same position, or not among the removed) in the order their
-    # facts ranked, not by their text: it starts with the message's id, a random UUID, and
-    # two runs over the same conversation would list (and cut) them in different orders
-    listed = [
-        (
-            position.get(mid, 0),
-            k,
-            f"\n- also in {cite(mid)}: " + ", ".join(f"`{v}`" for v in values),
-        )
-        for k, (mid, values) in enumerate(named.items())
-        if values
-    ]
-    if earlier:
-        line = _EARLIER_LINE + ", ".join(f"`{v}`" for v in earlier)
-        listed.append((len(removed), len(named), line))
-    if not quoted_entries and not listed:
+        entries.append(entry)
+    for label, facts in listed.items():
+        if facts:
+            entries.append(f"\n- {label}: " + ", ".join(_shown(f.value) for f in facts))
+    if not entries:
         return summary_text, Pinned((), 0)
-    ordered = tuple(entry for *_, entry in sorted(quoted_entries)) + tuple(
-        e for *_, e in sorted(listed)
-    )
     covered = sum(fact.value in pinned and missing(fact) for fact in ranked)
-    return summary_text.rstrip() + header + "".join(ordered), Pinned(ordered, covered)
+    return summary_text.rstrip() + header + "".join(entries), Pinned(tuple(entries), covered)
+
+
+#: The label of the line a fact is listed on by value, by its kind (the rest: ``ids``).
+_LABELS = {
+    "timestamp": "times",
+    "error_code": "errors",
+    "config": "settings",
+    "quantity": "amounts",
+    "number": "numbers",
+    "version": "versions",
+    "path": "paths",
+    "url": "urls",
+}
+
+
+def _label(fact: Fact) -> str:
+    """The line ``fact`` is listed on: its kind's label; a value known only as a tool's
+    argument by the kind :func:`find` gives it whole (a date, a number), else ``ids``."""
+    kind = fact.kind
+    if kind == "argument":
+        found = find(fact.value)
+        if len(found) == 1 and found[0][0] == fact.value:
+            kind = found[0][1]
+    return _LABELS.get(kind, "ids")
+
+
+def _shown(value: str) -> str:
+    """``value`` as a dense line lists it: bare, quoted as code only when it holds the
+    separator (``, ``); never a backtick of its own."""
+    value = value.replace("`", "'")
+    return f"`{value}`" if ", " in value else value
 
 
 #: A token someone may name: an id, a code, a name with digits or separators.
@@ -918,8 +1023,9 @@ _SIGNATURE = re.compile(r"(?<![\w-])\d[\d:.,/+TZ-]*(?![\w-])|(?<![\w-])[0-9a-f]{
 
 def _blob(line: str) -> bool:
     """``line`` (clipped by :func:`_around`) is a piece of one long line of JSON, which says
-    little quoted: ``..."15:00:00", "status":...`` (issue 19, tau-bench)."""
-    return (line.startswith("...") or line.endswith("...")) and '":' in line
+    little quoted: ``..."15:00:00", "status":...`` or ``...["OI5L9G", "AQLBTL",...`` (issue
+    19, tau-bench)."""
+    return (line.startswith("...") or line.endswith("...")) and ('":' in line or '", "' in line)
 
 
 def _around(line: str, offset: int, value: str, most: int = MAX_LINE_CHARS) -> str:

@@ -67,9 +67,7 @@ _NEXT = re.compile(
 
 MAX_ITEM_CHARS = 160
 #: How :func:`into_summary` marks the task when a later request follows it.
-_STATUS = re.compile(
-    r" \((done|revised by a later request|earlier); the current request follows\)$"
-)
+_STATUS = re.compile(r"^ \((done|superseded: revised by a later request|earlier)\): (.+)$")
 #: A step of a plan as a summary lists it ("step 4 (under way): ...").
 _LISTED_STEP = re.compile(r"^step (\d{1,2})(?: \((?:under way|done)\))?: (.+)$")
 

@@ -332,7 +332,8 @@ def fit_text(text: str, cap: int | None) -> str:
         room = max(len(heading), len(line) - (len("\n".join(lines)) - cap) - 3)
         if room >= len(line) - 3:  # nothing more to clip: the headings alone
             break
-        lines[longest] = line[:room].rstrip() + "..." if room > len(heading) else heading
+        # a line clipped to a few words says nothing ("**Ruled out:** not..."): its heading
+        lines[longest] = line[:room].rstrip() + "..." if room > len(heading) + 16 else heading
     return "\n".join(lines)
 
 

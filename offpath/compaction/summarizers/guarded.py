@@ -7,7 +7,9 @@ Whatever wrote the summary (an LLM, the offline extractor):
   the messages themselves and from the text of the earlier summary (never its metadata,
   which a client can forge); it is also kept in the new summary's metadata, for display;
 * the facts of the removed messages that it missed are appended as a bounded **Pinned
-  facts** section (:func:`offpath.compaction.facts.pin`);
+  facts** section (:func:`offpath.compaction.facts.pin`); on a small budget they come
+  before the summarizer's prose, which is clipped to make room for them (up to half the
+  budget; issue 19: at a 4,000-char threshold an LLM's 400 chars of prose left them none);
 * a last line tells the model that the originals can be searched with the ``recall`` tool.
 """
 
@@ -20,7 +22,7 @@ from offpath.compaction.frontier import Frontier, into_summary, read_frontier
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult
-from offpath.compaction.summary import RECALL_NOTE, summary_body
+from offpath.compaction.summary import RECALL_NOTE, fit_text, summary_body
 
 __all__ = ["RECALL_NOTE", "GuardedSummarizer"]
 
@@ -51,10 +53,23 @@ class GuardedSummarizer:
             None,
         )
         frontier = read_frontier(plan.removed, plan.kept, earlier)
-        text = into_summary(result.text, frontier, (plan.summary_chars or 3_000) // 5)
+        share = (plan.summary_chars or 3_000) // 5
+        text = into_summary(result.text, frontier, share)
         room = self.pinned_max_chars
         if plan.summary_chars:  # the summary's budget bounds the section too (issue 18)
             room = min(room, max(0, plan.summary_chars - len(text) - 4))
+            # facts before prose (issue 19): the missing facts may take up to half of the
+            # budget; what they need beyond the room the text left is taken from the
+            # summarizer's prose (its last findings first, then its longest lines; the
+            # headings and the agent's place stay)
+            want = min(self.pinned_max_chars, plan.summary_chars // 2)
+            if room < want:
+                need = len(pin(text, plan.removed, want, plan.kept)[0]) - len(text.rstrip())
+                short = need - (plan.summary_chars - len(text) - 4)  # the text may be over
+                if short > 0:
+                    inner = fit_text(result.text, max(0, len(result.text) - short))
+                    text = into_summary(inner, frontier, share)
+                    room = min(self.pinned_max_chars, max(0, plan.summary_chars - len(text) - 4))
         text, pinned = pin(text, plan.removed, room, plan.kept)
         if pinned.facts:
             log.info(
