@@ -281,3 +281,43 @@ def test_a_call_is_under_the_hard_limit_when_the_models_own_messages_hold_most_o
     request = ModelRequest(model=FakeListChatModel(responses=["x"]), messages=messages)
     shaped = mw._shape(request, messages, ThreadSize().advance(messages), None)
     assert total_chars(shaped.messages) <= settings.hard_limit_chars
+
+
+def test_identifiers_named_since_the_plan_go_deeper_instead_of_going_stale():
+    """Benchmark 17 (miniswe-django-11910 at 30,000 / 10,000, a compaction applied 6 calls
+    after it was prepared): the check before the swap found more identifiers, named by the
+    messages written meanwhile and held only by the removed part, than a fixed quarter of a
+    summary's budget holds, and the compaction went stale; each retry planned on a bigger
+    thread, which ran away to 2.2x its threshold. Now the pins take what the landing target
+    leaves free and, when that is not enough, the messages that came since the plan go too
+    (open calls and call/result pairs stay): applied, every named identifier in view, the
+    thread under its landing target."""
+    early = thread(12)
+    for m in early:
+        if isinstance(m, ToolMessage):
+            k = int(str(m.id)[1:])
+            lines = [f"deploy-{k}-{j}-rev{k}{j}a ready since 10:{j:02d}" for j in range(4)]
+            m.content = "\n".join(lines) + "\n" + str(m.content)
+    prepared = prepared_on(early)
+    grown, named = list(early), []
+    for k in range(8):  # the run goes on, naming what only the removed part held
+        names = [f"deploy-{k}-{j}-rev{k}{j}a" for j in range(4)]
+        named += names
+        call = {"id": f"cn{k}", "name": "restart", "args": {}}
+        grown += [
+            AIMessage(id=f"n{k}", content="next: restart " + " ".join(names), tool_calls=[call]),
+            ToolMessage(id=f"r{k}", content="ok " + "z" * 1_500, tool_call_id=f"cn{k}"),
+        ]
+    grown.append(
+        AIMessage(id="a-wait", content="", tool_calls=[{"id": "c-wait", "name": "x", "args": {}}])
+    )
+    fitted = fit(prepared, grown, target=landing_chars(S), settings=S)
+    assert not isinstance(fitted, Stale), fitted
+    after = add_messages(grown, fitted.patch)
+    check_compacted(grown, after)
+    assert total_chars(after) <= landing_chars(S)
+    assert fitted.record["since_summary"] > 0  # it went deeper
+    visible = "\n".join(str(m.content) for m in after)
+    assert all(name in visible for name in named)
+    assert "a-wait" in [m.id for m in after]
+    assert not pairing_problems(after) - {"call:a-wait:c-wait"}
