@@ -246,7 +246,9 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                     private["removed"] = True
         if s.active and size.chars >= self._prepare_point(private):
             known, holder = self._claim_of(session_id)
-            if known and (holder is None or holder.frees_for(size.chars, self._min_gain)):
+            if known and (
+                holder is None or holder.frees_for(size.chars, self._min_gain, self._threshold)
+            ):
                 self._publish_soon(session_id, size.chars, messages, private)
         if private.get("removed") and _graph_ns():
             return Command(
@@ -259,6 +261,10 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
     @property
     def _min_gain(self) -> int:
         return min_gain_chars(self.settings)
+
+    @property
+    def _threshold(self) -> int:
+        return self.settings.summarization_threshold_chars
 
     def _before_call(self, request: ModelRequest) -> _Call:
         settings = self.settings
@@ -286,6 +292,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 messages = self._shorten(session_id, messages, big, "as it arrived")
             threshold = settings.summarization_threshold_chars
             chars = sum(message_chars(m) for m in messages) if big else size.chars
+            reached = chars
             # 2. over the threshold: the prepared compaction, else older results shortened
             if chars > threshold:
                 known, holder = self._claim_of(session_id, urgent=True)
@@ -307,6 +314,10 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                         private["pending"] = pending
                         private["removed"] = True
                         chars = fitted.record["chars_after"]
+                # the size the thread reached, before this call's own shortening of older
+                # results: a skip that holds the thread is weighed against it (a thread kept
+                # under its threshold by shortening alone still needs its compaction)
+                reached = chars
                 if chars > threshold:
                     need = chars - settings.prepare_floor_chars
                     keep = settings.summarization_keep_chars
@@ -323,11 +334,14 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             size = ThreadSize().advance(messages) if messages is not original else size
             # 3. from the prepare point on: the claim, and a job when the thread is free
             self._track_rate(private, size.chars)
-            if size.chars >= self._prepare_point(private):
+            asked = max(size.chars, reached)
+            if asked >= self._prepare_point(private):
                 known, holder = self._claim_of(session_id)
                 self._check_pickup(session_id, holder)
-                if known and (holder is None or holder.frees_for(size.chars, self._min_gain)):
-                    self._publish_soon(session_id, size.chars, messages, private)
+                if known and (
+                    holder is None or holder.frees_for(asked, self._min_gain, self._threshold)
+                ):
+                    self._publish_soon(session_id, asked, messages, private)
         private["size"] = size.to_state()
         call = _Call(self._shape(request, messages, size, session_id), {KEY: private})
         if messages is not original:
@@ -672,6 +686,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 chars,
                 options=options,
                 min_gain=self._min_gain,
+                threshold=self._threshold,
             )
             if result.action == "queued":
                 with self._guard:

@@ -22,6 +22,7 @@ from offpath.compaction.planner import (
     CompactionPlan,
     Skip,
     landing_chars,
+    min_gain_chars,
     plan_compaction,
 )
 from offpath.compaction.settings import load_settings
@@ -321,3 +322,44 @@ def test_identifiers_named_since_the_plan_go_deeper_instead_of_going_stale():
     assert all(name in visible for name in named)
     assert "a-wait" in [m.id for m in after]
     assert not pairing_problems(after) - {"call:a-wait:c-wait"}
+
+
+def test_a_compaction_lands_with_headroom_under_the_prepare_floor():
+    """Benchmark 17: compactions landed at 22-24k against a 24k prepare floor (30,000 /
+    10,000), so the next job started at once on a thread with nothing worth compacting. A
+    compaction applied late now aims a compaction's gain under the floor (more for a run with
+    large steps): the messages that came since its plan go too, and the thread has room for
+    several more steps before its next job."""
+    from offpath.compaction.planner import landing_bound, step_chars
+
+    early = thread(12, 3_000)
+    prepared = prepared_on(early)
+    grown = list(early)
+    for i in range(12, 15):  # three more turns while the summary was written
+        grown += thread(i + 1, 3_000)[-4:]
+    fitted = fit(prepared, grown, target=landing_chars(S), settings=S)
+    assert not isinstance(fitted, Stale), fitted
+    after = add_messages(grown, fitted.patch)
+    check_compacted(grown, after)
+    floor = S.prepare_floor_chars
+    assert landing_chars(S) <= floor - min_gain_chars(S) < floor == landing_bound(S)
+    assert total_chars(after) <= floor - min_gain_chars(S)
+    assert total_chars(after) + 3 * step_chars(grown) <= floor  # several more steps
+    assert isinstance(plan_compaction(after, S, early=True), Skip)  # no job at once
+
+
+def test_a_skip_decided_under_the_threshold_does_not_hold_a_thread_over_it():
+    """Benchmark 17: a job queued right after a compaction landed ended ``no_progress`` at
+    24.5k, and its skip held the thread until 29.5k (30,000 / 10,000: a gain of 5,000), or
+    past the threshold when the skip was read later; a fast run crossed while held. Crossing
+    the threshold frees it, once: a skip decided over the threshold still holds."""
+    from offpath.service.leases import Claim
+
+    gain, threshold = min_gain_chars(S), S.summarization_threshold_chars
+    under = Claim.parse("s:job1:26000")
+    assert under is not None and not under.frees_for(29_000, gain, threshold)
+    assert under.frees_for(30_001, gain, threshold)  # crossed: one job for the crossing
+    assert not under.frees_for(30_001, gain)  # threshold unknown: the gain rule alone
+    over = Claim.parse("s:job2:31000")
+    assert over is not None and not over.frees_for(34_000, gain, threshold)
+    assert over.frees_for(36_000, gain, threshold)
