@@ -363,3 +363,26 @@ def test_a_skip_decided_under_the_threshold_does_not_hold_a_thread_over_it():
     over = Claim.parse("s:job2:31000")
     assert over is not None and not over.frees_for(34_000, gain, threshold)
     assert over.frees_for(36_000, gain, threshold)
+
+
+def test_a_run_kept_under_its_threshold_by_shortening_gets_one_job_per_crossing():
+    """Benchmark 17 (sre-75k-dump at 20,000 / 6,000, 0.1 s a call): one job in 34 calls. A
+    job queued at the prepare floor ended ``too_few_messages`` at 16,106 chars, and every
+    later call over the threshold shortened older results back to about the floor, so the
+    counted size never grew the 3,500 chars the skip asked for (a pure replay: held from call
+    4 to call 13). The size the thread reached before that shortening crosses the threshold:
+    that frees the skip, once until the next compaction is applied."""
+    from offpath.middleware import OffPathCompaction
+    from offpath.service.leases import Claim
+
+    settings = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
+    mw = OffPathCompaction(settings, recall=False)
+    skip = Claim.parse("s:job1:16106")
+    assert skip is not None and not skip.frees_for(16_050, min_gain_chars(settings))
+    private: dict = {}
+    assert mw._crossing_frees(skip, 21_000, private)  # over the threshold before shortening
+    again = Claim.parse("s:job2:15754")  # that job found nothing either
+    assert not mw._crossing_frees(again, 21_500, private)  # no job per call
+    private["crossed"] = False  # a compaction was applied since
+    assert mw._crossing_frees(again, 21_500, private)
+    assert not mw._crossing_frees(Claim.parse("s:job3:15754"), 19_000, {})  # not crossed
