@@ -288,7 +288,9 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             self._note_soon(session_id, len(messages), size.chars, every=0.0)
         if s.active and size.chars >= self._prepare_point(private):
             known, holder = self._claim_of(session_id)
-            if known and (holder is None or holder.frees_for(size.chars, self._min_gain)):
+            if known and (
+                holder is None or holder.frees_for(size.chars, self._min_gain, self._threshold)
+            ):
                 self._publish_soon(session_id, size.chars, messages, private)
         if private.get("removed") and _graph_ns():
             return Command(
@@ -326,6 +328,10 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
     def _min_gain(self) -> int:
         return min_gain_chars(self.settings)
 
+    @property
+    def _threshold(self) -> int:
+        return self.settings.summarization_threshold_chars
+
     def _before_call(self, request: ModelRequest) -> _Call:
         settings = self.settings
         state = request.state or {}
@@ -352,6 +358,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 messages = self._shorten(session_id, messages, big, "as it arrived")
             threshold = settings.summarization_threshold_chars
             chars = sum(message_chars(m) for m in messages) if big else size.chars
+            reached = chars
             # 2. over the threshold: the prepared compaction, else older results shortened
             if chars > threshold:
                 known, holder = self._claim_of(session_id, urgent=True)
@@ -366,6 +373,10 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                     self._write(note_crossing, self.client.engine, holder)  # the lag runs here
                 if known and holder is not None and holder.state is State.PREPARED:
                     messages, chars = self._apply_now(session_id, holder, messages, private, chars)
+                # the size the thread reached, before this call's own shortening of older
+                # results: a skip that holds the thread is weighed against it (a thread kept
+                # under its threshold by shortening alone still needs its compaction)
+                reached = chars
                 if chars > threshold:
                     need = chars - settings.prepare_floor_chars
                     keep = settings.summarization_keep_chars
@@ -393,11 +404,17 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 self._note_soon(session_id, len(messages), size.chars)
             # 3. from the prepare point on: the claim, and a job when the thread is free
             self._track_rate(private, size.chars)
-            if size.chars >= self._prepare_point(private):
+            point = self._prepare_point(private)
+            if max(size.chars, reached) >= point:
                 known, holder = self._claim_of(session_id)
                 self._check_pickup(session_id, holder)
                 if known and (holder is None or holder.frees_for(size.chars, self._min_gain)):
                     self._publish_soon(session_id, size.chars, messages, private)
+                elif known and self._crossing_frees(holder, reached, private):
+                    # planned from the size the thread is now (its older results shortened
+                    # to keep it under the threshold), not from the prepare point over it
+                    planned = min(size.chars, point) - 1
+                    self._publish_soon(session_id, reached, messages, private, planned)
         private["size"] = size.to_state()
         call = _Call(self._shape(request, messages, size, session_id), {KEY: private}, size.chars)
         if messages is not original:
@@ -421,7 +438,24 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         fitted, pending = applied
         private["pending"] = pending
         private["removed"] = True
+        private["crossed"] = False  # a new crossing may queue a job again
         return add_messages(messages, fitted.patch), int(fitted.record["chars_after"])
+
+    def _crossing_frees(self, holder: Claim | None, reached: int, private: dict[str, Any]) -> bool:
+        """A skip decided under the threshold frees a thread that crossed it (``reached``:
+        its size before this call shortened older results), once until the next compaction
+        is applied: the thread's counted size is held near the prepare floor by that
+        shortening, so the skip's gain rule alone would hold it while every call goes over
+        the threshold (benchmark 17, sre-75k-dump at 20,000 / 6,000: one job in 34 calls; a
+        pure replay held it from call 4 to call 13). A job queued so, which then finds
+        nothing worth compacting, leaves a skip decided under the threshold again: the
+        ``crossed`` flag stops a job per call."""
+        if holder is None or private.get("crossed"):
+            return False
+        if not holder.frees_for(reached, self._min_gain, self._threshold):
+            return False
+        private["crossed"] = True
+        return True
 
     def _answer(self, call: _Call, response: Any) -> Any:
         self._calibrate(call.chars, response)
@@ -820,11 +854,12 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         chars: int,
         messages: Sequence[BaseMessage],
         private: dict[str, Any],
+        planned: int | None = None,
     ) -> None:
         """Queue a job for the thread in a background thread (the model call does not wait).
         The job names the run's newest message (``seen``: the worker waits for the checkpoint
         to hold it, as LangGraph writes it in the background), the run's checkpoint namespace
-        (a subgraph's), and the size it may plan from (the prepare point)."""
+        (a subgraph's), and the size it may plan from (the prepare point, or ``planned``)."""
         with self._guard:
             if session_id in self._publishing:
                 return
@@ -833,7 +868,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             self.options,
             seen=messages[-1].id if messages else None,
             checkpoint_ns=_graph_ns() or None,
-            floor=min(chars, self._prepare_point(private)),
+            floor=min(chars if planned is None else planned, self._prepare_point(private)),
         )
         self._write(self._publish, session_id, chars, options)
 
@@ -850,6 +885,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 chars,
                 options=options,
                 min_gain=self._min_gain,
+                threshold=self._threshold,
             )
             if result.action == "queued":
                 with self._guard:

@@ -22,6 +22,7 @@ from offpath.compaction.planner import (
     CompactionPlan,
     Skip,
     landing_chars,
+    min_gain_chars,
     plan_compaction,
 )
 from offpath.compaction.settings import load_settings
@@ -284,3 +285,107 @@ def test_a_call_is_under_the_hard_limit_when_the_models_own_messages_hold_most_o
     assert messages == before
     hidden = [m for m in sent if isinstance(m, AIMessage) and "is hidden" in m.content]
     assert hidden and sent.index(hidden[-1]) < len(sent) - 2
+
+
+def test_identifiers_named_since_the_plan_go_deeper_instead_of_going_stale():
+    """Benchmark 17 (miniswe-django-11910 at 30,000 / 10,000, a compaction applied 6 calls
+    after it was prepared): the check before the swap found more identifiers, named by the
+    messages written meanwhile and held only by the removed part, than a fixed quarter of a
+    summary's budget holds, and the compaction went stale; each retry planned on a bigger
+    thread, which ran away to 2.2x its threshold. Now the pins take what the landing target
+    leaves free and, when that is not enough, the messages that came since the plan go too
+    (open calls and call/result pairs stay): applied, every named identifier in view, the
+    thread under its landing target."""
+    early = thread(12)
+    for m in early:
+        if isinstance(m, ToolMessage):
+            k = int(str(m.id)[1:])
+            lines = [f"deploy-{k}-{j}-rev{k}{j}a ready since 10:{j:02d}" for j in range(4)]
+            m.content = "\n".join(lines) + "\n" + str(m.content)
+    prepared = prepared_on(early)
+    grown, named = list(early), []
+    for k in range(8):  # the run goes on, naming what only the removed part held
+        names = [f"deploy-{k}-{j}-rev{k}{j}a" for j in range(4)]
+        named += names
+        call = {"id": f"cn{k}", "name": "restart", "args": {}}
+        grown += [
+            AIMessage(id=f"n{k}", content="next: restart " + " ".join(names), tool_calls=[call]),
+            ToolMessage(id=f"r{k}", content="ok " + "z" * 1_500, tool_call_id=f"cn{k}"),
+        ]
+    grown.append(
+        AIMessage(id="a-wait", content="", tool_calls=[{"id": "c-wait", "name": "x", "args": {}}])
+    )
+    fitted = fit(prepared, grown, target=landing_chars(S), settings=S)
+    assert not isinstance(fitted, Stale), fitted
+    after = add_messages(grown, fitted.patch)
+    check_compacted(grown, after)
+    assert total_chars(after) <= landing_chars(S)
+    assert fitted.record["since_summary"] > 0  # it went deeper
+    visible = "\n".join(str(m.content) for m in after)
+    assert all(name in visible for name in named)
+    assert "a-wait" in [m.id for m in after]
+    assert not pairing_problems(after) - {"call:a-wait:c-wait"}
+
+
+def test_a_compaction_lands_with_headroom_under_the_prepare_floor():
+    """Benchmark 17: compactions landed at 22-24k against a 24k prepare floor (30,000 /
+    10,000), so the next job started at once on a thread with nothing worth compacting. A
+    compaction applied late now aims a compaction's gain under the floor (more for a run with
+    large steps): the messages that came since its plan go too, and the thread has room for
+    several more steps before its next job."""
+    from offpath.compaction.planner import landing_bound, step_chars
+
+    early = thread(12, 3_000)
+    prepared = prepared_on(early)
+    grown = list(early)
+    for i in range(12, 15):  # three more turns while the summary was written
+        grown += thread(i + 1, 3_000)[-4:]
+    fitted = fit(prepared, grown, target=landing_chars(S), settings=S)
+    assert not isinstance(fitted, Stale), fitted
+    after = add_messages(grown, fitted.patch)
+    check_compacted(grown, after)
+    floor = S.prepare_floor_chars
+    assert landing_chars(S) <= floor - min_gain_chars(S) < floor == landing_bound(S)
+    assert total_chars(after) <= floor - min_gain_chars(S)
+    assert total_chars(after) + 3 * step_chars(grown) <= floor  # several more steps
+    assert isinstance(plan_compaction(after, S, early=True), Skip)  # no job at once
+
+
+def test_a_skip_decided_under_the_threshold_does_not_hold_a_thread_over_it():
+    """Benchmark 17: a job queued right after a compaction landed ended ``no_progress`` at
+    24.5k, and its skip held the thread until 29.5k (30,000 / 10,000: a gain of 5,000), or
+    past the threshold when the skip was read later; a fast run crossed while held. Crossing
+    the threshold frees it, once: a skip decided over the threshold still holds."""
+    from offpath.service.leases import Claim
+
+    gain, threshold = min_gain_chars(S), S.summarization_threshold_chars
+    under = Claim.parse("s:job1:26000")
+    assert under is not None and not under.frees_for(29_000, gain, threshold)
+    assert under.frees_for(30_001, gain, threshold)  # crossed: one job for the crossing
+    assert not under.frees_for(30_001, gain)  # threshold unknown: the gain rule alone
+    over = Claim.parse("s:job2:31000")
+    assert over is not None and not over.frees_for(34_000, gain, threshold)
+    assert over.frees_for(36_000, gain, threshold)
+
+
+def test_a_run_kept_under_its_threshold_by_shortening_gets_one_job_per_crossing():
+    """Benchmark 17 (sre-75k-dump at 20,000 / 6,000, 0.1 s a call): one job in 34 calls. A
+    job queued at the prepare floor ended ``too_few_messages`` at 16,106 chars, and every
+    later call over the threshold shortened older results back to about the floor, so the
+    counted size never grew the 3,500 chars the skip asked for (a pure replay: held from call
+    4 to call 13). The size the thread reached before that shortening crosses the threshold:
+    that frees the skip, once until the next compaction is applied."""
+    from offpath.middleware import OffPathCompaction
+    from offpath.service.leases import Claim
+
+    settings = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
+    mw = OffPathCompaction(settings, recall=False)
+    skip = Claim.parse("s:job1:16106")
+    assert skip is not None and not skip.frees_for(16_050, min_gain_chars(settings))
+    private: dict = {}
+    assert mw._crossing_frees(skip, 21_000, private)  # over the threshold before shortening
+    again = Claim.parse("s:job2:15754")  # that job found nothing either
+    assert not mw._crossing_frees(again, 21_500, private)  # no job per call
+    private["crossed"] = False  # a compaction was applied since
+    assert mw._crossing_frees(again, 21_500, private)
+    assert not mw._crossing_frees(Claim.parse("s:job3:15754"), 19_000, {})  # not crossed

@@ -43,8 +43,11 @@ from offpath.compaction.digest import digest
 from offpath.compaction.facts import SINCE_HEADING, pin, swap_check
 from offpath.compaction.planner import (
     CompactionPlan,
+    _least_landing,
     extension,
+    landing_bound,
     landing_chars,
+    step_chars,
     summary_budget_chars,
 )
 from offpath.compaction.settings import Settings
@@ -199,14 +202,17 @@ def fit(
 ) -> Fitted | Stale:
     """``prepared`` checked against the thread's ``messages`` now (see the module doc).
 
-    ``target``: the most chars the thread may hold once the compaction is in (its prepare
-    floor; DESIGN.md invariant 13). To get there, kept tool results are shortened further,
-    largest first; then, when the thread grew past what the summary covers while it was
-    written (a fast run), the messages that came since are removed as well, up to the keep
-    window (``settings``' keep chars), and their facts listed under
-    :data:`~compaction.facts.SINCE_HEADING` in the summary (LLM-free, each naming its message
-    for ``recall``; human messages and open calls stay). A compaction that still would not
-    get there is :class:`Stale` (re-plan it). None: no bound (an operator's "compact now").
+    ``target``: where the thread should land once the compaction is in
+    (:func:`~compaction.planner.landing_chars`: under its prepare floor with headroom; with
+    ``settings``, lowered further for a run with large steps, :func:`~compaction.planner.
+    step_chars`). To get there, the messages that came since the plan (a fast run grew while
+    the summary was written) are removed as well, up to the keep window (``settings``' keep
+    chars), their facts listed under :data:`~compaction.facts.SINCE_HEADING` in the summary
+    (LLM-free, each naming its message for ``recall``; human messages and open calls stay);
+    then kept tool results are shortened, largest first. A compaction that cannot get under
+    the prepare floor (:func:`~compaction.planner.landing_bound`, DESIGN.md invariant 13; the
+    target itself without ``settings``) is :class:`Stale` (re-plan it). None: no bound (an
+    operator's "compact now").
     ``recall``: shortened results name the ``recall`` tool (the agent has it).
     """
     by_id = {m.id: m for m in messages}
@@ -231,68 +237,113 @@ def fit(
         return Stale(f"the request {copy_of} to keep is no longer where the summary goes")
     sizes = {m.id: message_chars(m) for m in messages}
     before = sum(sizes.values())
+    bound = target
     if target is not None and settings is not None:  # what no compaction can remove
         fixed = sum(sizes[m.id] for m in messages if m.type == "system")
         fixed += sizes[copy_of] if copy_of is not None else 0
-        target = max(target, landing_chars(settings, fixed))
+        # aims for the headroom (the run's step size counted), lands under the floor at most
+        bound = max(target, landing_bound(settings, fixed))
+        aim = landing_chars(settings, fixed, step_chars(messages))
+        target = max(min(target, aim), _least_landing(settings, fixed))
     since = ""
     extra: list[str] = []
+
+    def deeper() -> tuple[list[str], str]:
+        """The messages after the plan's removed part that may go too (up to the keep
+        window; human messages and open calls stay, and so every call/result pair stays
+        whole: :func:`~compaction.planner.extension`), and the since-section of their
+        facts."""
+        if settings is None:
+            return [], ""
+        last = max(i for i, m in enumerate(messages) if m.id in removed)
+        grown = extension(messages, last + 1, settings)
+        if not grown:
+            return [], ""
+        ids = [str(messages[i].id) for i in grown]
+        moved = [messages[i] for i in grown]
+        stay = [m for m in messages if m.id not in removed and m.id not in set(ids)]
+        room = max(400, summary_budget_chars(settings) // 3)
+        header = (
+            f"{SINCE_HEADING} ({len(moved)} later messages, not summarized yet; their "
+            "facts, by message; `recall` reads them):"
+        )
+        text, _ = pin("", moved, room, stay, header=header)
+        return ids, text.strip() or f"{SINCE_HEADING} ({len(moved)} later messages archived)."
+
     # first as planned; over the target, first the messages that came after the plan go too
     # (the thread grew while the summary was written), then kept results are shortened
     attempt = _assemble(prepared, messages, by_id, present, since, recall, None, sizes)
     if target is not None and attempt.after > target and settings is not None:
-        last = max(i for i, m in enumerate(messages) if m.id in removed)
-        grown = extension(messages, last + 1, settings)
-        if grown:
-            extra = [str(messages[i].id) for i in grown]
-            moved = [messages[i] for i in grown]
-            kept = [m for m in messages if m.id not in removed and m.id not in set(extra)]
-            room = max(400, summary_budget_chars(settings) // 3)
-            header = (
-                f"{SINCE_HEADING} ({len(moved)} later messages, not summarized yet; their "
-                "facts, by message; `recall` reads them):"
-            )
-            since, _ = pin("", moved, room, kept, header=header)
-            since = since.strip() or f"{SINCE_HEADING} ({len(moved)} later messages archived)."
+        extra, since = deeper()
+        if extra:
             attempt = _assemble(
                 prepared, messages, by_id, present + extra, since, recall, None, sizes
             )
     if target is not None and attempt.after > target:
         gone = present + extra
         attempt = _assemble(prepared, messages, by_id, gone, since, recall, target, sizes)
-    if target is not None and attempt.after > target:
+    if bound is not None and attempt.after > bound:
         return Stale(
-            f"it would leave the thread at {attempt.after} chars, over {target} "
+            f"it would leave the thread at {attempt.after} chars, over {bound} "
             "(its prepare floor) even with kept tool results shortened"
         )
-    gone = present + extra
     # the check before the swap (DESIGN.md invariant 16): what the messages written meanwhile
     # name that only the removed part held is pinned, or the compaction is prepared again.
     # Those messages count whether they stay or went to the since-section: naming an id is
-    # not holding its context, and the since-section lists the naming message, not the line
-    planned, gone_set = set(prepared.order), set(gone)
+    # not holding its context, and the since-section lists the naming message, not the line.
+    # The pins are counted in the landing budget: they may take what the prepare floor leaves
+    # free (at least a quarter of a summary's budget, at most a whole one; a thread that
+    # needs them gives up some of its headroom rather than their identifiers). When they do not fit,
+    # or their section would leave the thread over its target, the compaction goes deeper
+    # first (the messages that came since its plan go too, as for an ordinary overflow:
+    # issue 18, benchmark 17 saw a fast run's thread run away to 2.2x its threshold on
+    # stale retries), and is stale only when no deeper cut exists.
+    planned = set(prepared.order)
     later = [m for m in messages if m.id not in planned and m.type != "system"]
     checked = 0
-    if later:
+    while later:
+        gone = present + extra
+        gone_set = set(gone)
         later_ids = {m.id for m in later}
         kept = [m for m in messages if m.id not in gone_set and m.id not in later_ids]
         room = max(400, summary_budget_chars(settings) // 4) if settings else 1_000
+        if bound is not None and settings is not None:
+            free = bound - attempt.after - 2  # the section's blank line
+            room = max(room, min(summary_budget_chars(settings), free))
         removed_part = [by_id[i] for i in gone if i not in later_ids]
         section, unpinned = swap_check(later, removed_part, kept, prepared.summary_text, room)
+        problem = None
         if unpinned:
-            return Stale(
+            problem = (
                 f"{unpinned} identifier(s) named since the summary was written are held only by "
-                "the removed part and do not fit the summary: prepare it again"
+                "the removed part and do not fit the summary"
             )
-        if section:
-            checked = section.count("\n- ")
-            since = f"{since}\n\n{section}".strip()
-            attempt = _assemble(prepared, messages, by_id, gone, since, recall, target, sizes)
-            if target is not None and attempt.after > target:
-                return Stale(
-                    "the identifiers pinned at the swap would leave the thread over "
-                    f"{target} (its prepare floor): prepare it again"
-                )
+        elif section:
+            with_section = f"{since}\n\n{section}".strip()
+            fitted = _assemble(prepared, messages, by_id, gone, with_section, recall, target, sizes)
+            if bound is None or fitted.after <= bound:
+                checked = section.count("\n- ")
+                since, attempt = with_section, fitted
+                break
+            problem = (
+                "the identifiers pinned at the swap would leave the thread over "
+                f"{bound} (its prepare floor)"
+            )
+        else:
+            break
+        more, more_since = ([], "") if extra else deeper()
+        if not more:  # no deeper cut: prepare it again on the thread as it is
+            return Stale(f"{problem}, and no deeper cut exists: prepare it again")
+        extra, since = more, more_since
+        attempt = _assemble(
+            prepared, messages, by_id, present + extra, since, recall, target, sizes
+        )
+        if bound is not None and attempt.after > bound:
+            return Stale(
+                f"{problem}; going deeper would leave the thread at {attempt.after} chars, "
+                f"over {bound} (its prepare floor): prepare it again"
+            )
+    gone = present + extra
     record = {
         "summary_id": attempt.summary.id,
         "summary_sha": fingerprint(attempt.summary),

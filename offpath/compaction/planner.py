@@ -91,6 +91,9 @@ MIN_MESSAGES_REMOVED = 4
 MIN_SUMMARY_CHARS = 300
 #: A request longer than this share of the summary budget is kept as its own message.
 REQUEST_QUOTE_SHARE = 0.25
+#: Model steps of headroom a compaction aims to leave under the prepare floor
+#: (:func:`landing_chars`; issue 18: "room for at least several more steps").
+HEADROOM_STEPS = 3
 
 
 class SkipReason(StrEnum):
@@ -172,18 +175,64 @@ def min_gain_chars(settings: Settings) -> int:
     return max(1, (settings.summarization_threshold_chars - settings.summarization_keep_chars) // 4)
 
 
-def landing_chars(settings: Settings, fixed: int = 0) -> int:
+def landing_bound(settings: Settings, fixed: int = 0) -> int:
     """The most chars a thread may hold once a compaction is applied (DESIGN.md invariant
     13): its prepare floor. When what no compaction removes (``fixed``: the system prompt, a
     long request kept as a message) and the keep window leave no room for a summary under
     it (a small threshold; the seed's 500 / 200 try-out, where its own example kept 384
     chars and wrote a 312-char summary), no compaction could meet that: those, and twice the
-    smallest summary, so that such a setting still compacts as the seed shows."""
-    floor = settings.prepare_floor_chars
+    smallest summary, so that such a setting still compacts as the seed shows. A compaction
+    that cannot get under :func:`landing_chars` is still applied under this bound."""
+    return max(settings.prepare_floor_chars, _least_landing(settings, fixed))
+
+
+def _least_landing(settings: Settings, fixed: int) -> int:
     keep = settings.summarization_keep_chars
     if fixed:  # and room for the keep window's last group and a whole summary
         keep += settings.tool_result_limit_chars // 2 + summary_budget_chars(settings)
-    return max(floor, fixed + keep + 2 * MIN_SUMMARY_CHARS)
+    return fixed + keep + 2 * MIN_SUMMARY_CHARS
+
+
+def landing_chars(settings: Settings, fixed: int = 0, step: int = 0) -> int:
+    """Where a compaction aims to land the thread (chars): under its prepare floor with
+    headroom, ``floor - max(gain, HEADROOM_STEPS x step)``, but not below the keep window
+    and a whole summary (``keep + summary budget``: lower would cut into the keep window
+    itself), nor below what ``fixed`` needs (:func:`landing_bound`). ``step``: the run's growth
+    per model step in chars (:func:`step_chars`; 0: unknown).
+
+    Why: landing just under the floor (benchmark 17 saw 22-24k against a 24k floor at 30,000
+    / 10,000) starts the next job at once, on a thread with nothing worth compacting; it ends
+    ``no_progress`` or ``too_few_messages`` and its skip holds the thread until it grew a
+    compaction's gain more, and a fast run then crosses the threshold while that summary is
+    written (issue 18: "room for at least several more steps"). Landing ``gain``
+    (:func:`min_gain_chars`) under the floor is where the planner's own keep budget puts a
+    fresh plan; a run whose steps are large (mini-swe: ~2k chars a call; SRE dumps) gets
+    :data:`HEADROOM_STEPS` of them. Kept tool results are shortened (recall-able) and the
+    messages that came since a prepared plan are removed to get there; a thread whose kept
+    part cannot get there lands under :func:`landing_bound` instead."""
+    headroom = max(min_gain_chars(settings), HEADROOM_STEPS * max(0, step))
+    aim = max(
+        settings.prepare_floor_chars - headroom,
+        settings.summarization_keep_chars + summary_budget_chars(settings),
+        _least_landing(settings, fixed),
+    )
+    return min(landing_bound(settings, fixed), aim)
+
+
+def step_chars(messages: Sequence[BaseMessage], steps: int = 8) -> int:
+    """The thread's growth per model step (chars), from its tail: the chars of the messages
+    from its ``steps``-th last AI message on, over the AI messages among them (0 when it holds
+    fewer than two). Pure, O(tail)."""
+    chars = count = 0
+    for m in reversed(messages):
+        if m.type == "system" or is_summary(m):
+            break
+        chars += message_chars(m)
+        if m.type == "ai":
+            count += 1
+            if count >= steps:
+                break
+    return chars // count if count >= 2 else 0
 
 
 def summary_budget_chars(settings: Settings) -> int:
@@ -293,7 +342,7 @@ def plan_compaction(
     # DESIGN.md invariant 13: an applied compaction leaves the thread under its prepare floor
     # (an operator's "compact now" excepted); one that cannot is not worth a summary, unless
     # what no cut can remove or shorten is over the floor already and it halves the thread
-    target = None if force else landing_chars(settings)
+    target = None if force else landing_chars(settings, step=step_chars(messages))
     systems = sum(sizes[i] for i in range(len(sizes)) if scan.system[i])
 
     def evaluate(cut: int | None, boundary: Literal["turn", "tool_group"]) -> _Candidate | None:
@@ -308,7 +357,9 @@ def plan_compaction(
         if target is None:
             return True
         copied = sizes[c.request_copy] if c.request_copy is not None else 0
-        if c.after <= max(target, landing_chars(settings, systems + copied)):
+        # the kept part is shortened toward the target (the headroom); one whose messages
+        # cannot all get there still lands under the floor
+        if c.after <= max(target, landing_bound(settings, systems + copied)):
             return True
         # what no cut can remove or shorten is over the floor already (a huge system prompt
         # or request): the deepest compaction there is, if it at least halves the thread

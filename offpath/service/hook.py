@@ -111,7 +111,8 @@ class PostTurnHook:
                 if done == "applied":
                     return HookResult("applied", job_id=holder.job_id)
                 holder = self._holder(session_id)
-        if holder is not None and not holder.frees_for(size, min_gain_chars(settings)):
+        threshold = settings.summarization_threshold_chars
+        if holder is not None and not holder.frees_for(size, min_gain_chars(settings), threshold):
             return held(holder, session_id)  # no job now: no plan either
         plan = plan_compaction(messages, settings, early=True)
         if isinstance(plan, Skip):
@@ -126,6 +127,7 @@ class PostTurnHook:
             plan.total_chars,
             superseded=lambda c: not saw_compaction(messages, c.job_id),
             min_gain=min_gain_chars(settings),
+            threshold=settings.summarization_threshold_chars,
         )
 
     def _holder(self, session_id: str) -> Claim | None:
@@ -146,16 +148,20 @@ def queue_job(
     *,
     options: JobOptions = OWN_THREAD,
     min_gain: int = 0,
+    threshold: int = 0,
 ) -> HookResult:
     """Claim the thread for a new job, write its ``queued`` row and publish it (the hook's, the
     middleware's and the reconciler's one way to queue a job). ``chars`` is the thread's
     size, if known; a thread a job found nothing worth compacting in is queued again only
-    once it has grown by ``min_gain`` chars."""
+    once it has grown by ``min_gain`` chars, or crossed its ``threshold`` (chars; 0: not
+    known) since a skip decided under it (:meth:`Claim.frees_for`)."""
     sid = tag(session_id)
     job_id = uuid.uuid4().hex
     opts = options.to_json()
     try:
-        holder = leases.claim(session_id, job_id, superseded, chars=chars, min_gain=min_gain)
+        holder = leases.claim(
+            session_id, job_id, superseded, chars=chars, min_gain=min_gain, threshold=threshold
+        )
     except Exception as exc:  # Redis (or the lock database) unreachable
         log.warning("[%s] compaction not queued: broker unreachable (%s)", sid, exc)
         _record_unpublished(

@@ -176,12 +176,23 @@ class Claim:
         """The size a skip was decided at (``s:<job>:<chars>``; 0 for other states)."""
         return int(self.token) if self.state is State.SKIPPED and self.token else 0
 
-    def frees_for(self, chars: int | None, min_gain: int) -> bool:
+    def frees_for(self, chars: int | None, min_gain: int, threshold: int = 0) -> bool:
         """A new job may take the thread from this claim: the last job is done, or it skipped
-        and the thread (``chars``, if known) has grown by ``min_gain`` since."""
+        and the thread (``chars``, if known) has grown by ``min_gain`` since, or has crossed
+        its ``threshold`` (chars; 0: not known) since a skip decided under it.
+
+        The crossing frees it because a skip decided under the threshold (a job queued from
+        the prepare point right after a compaction landed, ending ``no_progress`` or
+        ``too_few_messages``) would otherwise hold a thread that is over its threshold until
+        it grew ``min_gain`` more past the skip (benchmark 17: a fast run crossed while held;
+        issue 18). One job per crossing: a skip decided over the threshold holds as before,
+        so a thread with nothing worth compacting does not queue a job per call."""
         if self.state is State.DONE:
             return True
-        return self.state is State.SKIPPED and (chars is None or chars >= self.chars + min_gain)
+        if self.state is not State.SKIPPED or chars is None:
+            return self.state is State.SKIPPED
+        crossed = 0 < threshold < chars and self.chars <= threshold
+        return crossed or chars >= self.chars + min_gain
 
 
 class Start(StrEnum):
@@ -217,6 +228,7 @@ class Leases:
         *,
         chars: int | None = None,
         min_gain: int = 0,
+        threshold: int = 0,
     ) -> Claim | None:
         """Claim a free thread for the queued job ``job_id``.
 
@@ -229,7 +241,7 @@ class Leases:
         for _ in range(5):
             current = self.holder(session_id)
             if current is not None and (
-                not current.frees_for(chars, min_gain)
+                not current.frees_for(chars, min_gain, threshold)
                 or (current.state is State.DONE and superseded(current))
             ):
                 return current
