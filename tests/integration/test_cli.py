@@ -41,8 +41,16 @@ def children_of_demo():
     ]
 
 
-def check_demo_report(out: str, broker: str) -> None:
-    """What a demo run prints, to its dashboard line (the main job on embedded defaults)."""
+@pytest.mark.parametrize("broker", ["redis", "embedded"])
+def test_demo_runs_to_the_end_and_leaves_no_process(broker):
+    # the redis demo runs in the tests' database (13), where the session checks that it
+    # leaves no kombu binding behind (conftest.py)
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    env = {"REDIS_URL": closed if broker == "embedded" else REDIS_URL}
+    env.update({"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""})
+    result = run(["demo"], env=env)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
     assert ("embedded" in out) == (broker == "embedded")
     assert "offline" in out and "[scripted model]" in out
     assert re.search(r"applied [1-9]", out), out
@@ -55,22 +63,12 @@ def check_demo_report(out: str, broker: str) -> None:
     assert "] summarizer: " in out  # the worker's log lines
     # it ends by printing the web UI's dashboard URL (issue 12)
     assert re.fullmatch(r"dashboard: http://127\.0\.0\.1:\d+/ui", out.strip().splitlines()[-1]), out
-
-
-def test_demo_runs_to_the_end_on_the_embedded_broker_and_leaves_no_process():
-    closed = f"redis://127.0.0.1:{free_port()}/0"  # no Redis there: the embedded broker
-    env = {"REDIS_URL": closed, "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
-    result = run(["demo"], env=env)
-    assert result.returncode == 0, result.stdout + result.stderr
-    check_demo_report(result.stdout, "embedded")
     assert not children_of_demo(), "the demo left processes behind"
 
 
-def test_demo_serve_on_redis_keeps_the_dashboard_up_until_interrupted():
-    """`offpath demo --serve` on Redis (the tests' database 13, where the session checks that
-    it leaves no kombu binding behind, conftest.py): the whole report, then the API (and
-    /ui) stays up; Ctrl-C (SIGINT) stops everything it started and exits 0. (One run covers
-    the Redis demo's report and --serve: each demo run costs a minute of the suite.)"""
+def test_demo_serve_keeps_the_dashboard_up_until_interrupted():
+    """`offpath demo --serve`: after its report the API (and /ui) stays up; Ctrl-C (SIGINT)
+    stops everything it started and exits 0."""
     import httpx
 
     env = {**os.environ, "COLUMNS": "200", "REDIS_URL": REDIS_URL}
@@ -90,7 +88,6 @@ def test_demo_serve_on_redis_keeps_the_dashboard_up_until_interrupted():
             lines.append(line)
             if line.startswith("dashboard: "):
                 break
-        check_demo_report("".join(lines), "redis")
         found = re.match(r"dashboard: (http://127\.0\.0\.1:\d+/ui)", lines[-1])
         assert found, "".join(lines)
         time.sleep(2)  # still up after the report
