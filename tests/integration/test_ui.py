@@ -334,8 +334,12 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
     failed_here = page.locator('[data-region=header] [data-stat="summary.jobs.failed"]')
     assert failed_here.get_attribute("data-value") == "0"
     assert not is_red(failed_here.locator(".value"))
-    # a removed request, word for word, is in the archive behind the summary, folded away
-    request = next(posted[i] for i in removed if posted[i]["type"] == "human")
+    # a removed message, word for word, is in the archive behind the summary, folded away: a
+    # request if the compaction removed one (how deep it cuts depends on the run's growth per
+    # step, issue 18), else the first removed message with text
+    request = next((posted[i] for i in removed if posted[i]["type"] == "human"), None) or next(
+        posted[i] for i in removed if content_text(posted[i].get("content") or "").strip()
+    )
     original = summary.locator(f'details.originals article[data-message-id="{request["id"]}"]')
     assert original.count() == 1 and not original.is_visible()
     summary.locator("details.originals > summary").click()
