@@ -31,7 +31,7 @@ from offpath.service.compactions import (
     read_thread,
 )
 from offpath.service.hook import queue_job
-from offpath.service.leases import State
+from offpath.service.leases import Claim, State
 from offpath.service.logs import tag
 from offpath.service.runtime import Runtime
 from offpath.service.tenants import API, OWN_AGENT, session_of
@@ -147,13 +147,7 @@ def compact_now(rt: Runtime, session_id: str) -> Compaction:
     if not messages:
         raise LookupError(f"no thread {session_id!r} in offpath's checkpointer")
     holder = rt.leases.holder(session_id)
-    if holder is not None and holder.in_flight:
-        raise JobInFlight(f"job {holder.job_id} is {holder.state.name.lower()} on this session")
-    if holder is not None and holder.state is State.BACKOFF:
-        raise JobInFlight(
-            f"job {holder.job_id} failed and the session is in its failure backoff "
-            f"({float(holder.token or 0):g} s; see GET /sessions/{session_id}/compactions)"
-        )
+    refuse_if_held(holder, session_id)
     if holder is not None and holder.state is State.PREPARED:
         if apply_prepared(rt, session_id, holder.job_id) == "applied":
             return Compaction(holder.job_id, "applied")
@@ -170,6 +164,18 @@ def compact_now(rt: Runtime, session_id: str) -> Compaction:
     raise JobInFlight(f"the session is held: {done.action} {done.detail}".strip())
 
 
+def refuse_if_held(holder: Claim | None, session_id: str) -> None:
+    """Raise :class:`JobInFlight` if ``holder`` (the thread's claim) has a job in flight or
+    holds the thread in its failure backoff: compact now waits for neither."""
+    if holder is not None and holder.in_flight:
+        raise JobInFlight(f"job {holder.job_id} is {holder.state.name.lower()} on this session")
+    if holder is not None and holder.state is State.BACKOFF:
+        raise JobInFlight(
+            f"job {holder.job_id} failed and the session is in its failure backoff "
+            f"({float(holder.token or 0):g} s; see GET /sessions/{session_id}/compactions)"
+        )
+
+
 def compact_own(rt: Runtime, session_id: str, source: Source) -> Compaction:
     """Compact now a thread of a team's own agent: a forced job the worker prepares (never
     patches) and the agent's middleware applies at the thread's next model call, under the
@@ -179,13 +185,7 @@ def compact_own(rt: Runtime, session_id: str, source: Source) -> Compaction:
     if not thread.messages:
         raise LookupError(f"no thread {session_id!r} in its agent's checkpointer")
     holder = rt.leases.holder(session_id)
-    if holder is not None and holder.in_flight:
-        raise JobInFlight(f"job {holder.job_id} is {holder.state.name.lower()} on this session")
-    if holder is not None and holder.state is State.BACKOFF:
-        raise JobInFlight(
-            f"job {holder.job_id} failed and the session is in its failure backoff "
-            f"({float(holder.token or 0):g} s; see GET /sessions/{session_id}/compactions)"
-        )
+    refuse_if_held(holder, session_id)
     if holder is not None and holder.state is State.PREPARED and mark_forced(rt, holder.job_id):
         return Compaction(holder.job_id, "prepared", OWN_AGENT, OWN_AGENT_NEXT)
     plan = plan_compaction(thread.messages, rt.settings, force=True)
