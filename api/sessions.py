@@ -9,6 +9,7 @@ answers; the post-turn hook and the checkpoint pruning run after the response
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -460,6 +461,11 @@ async def _event_stream(rt: Runtime, session_id: str, first: list[Changed]) -> A
             since = c.at if since is None else max(since, c.at)
             if seen.get(c.update.compaction_id) == c.update.status:
                 continue
+            if c.update.compaction_id not in seen and c.update.status != "in_progress":
+                # a job queued and ended between two reads: the watcher still hears it start
+                # (ACP: in_progress, then its end), not an end out of nowhere
+                n += 1
+                yield _sse(n, _started(c))
             seen[c.update.compaction_id] = c.update.status
             n += 1
             last = time.monotonic()
@@ -467,6 +473,14 @@ async def _event_stream(rt: Runtime, session_id: str, first: list[Changed]) -> A
         if time.monotonic() - last >= EVENTS_KEEPALIVE_S:
             last = time.monotonic()
             yield ": keep-alive\n\n"
+
+
+def _started(changed: Changed) -> Changed:
+    """``changed``'s job as it stood when it started: in progress, no result yet."""
+    update = dataclasses.replace(
+        changed.update, status="in_progress", chars_after=None, reason=None
+    )
+    return Changed(update, changed.at)
 
 
 def _sse(n: int, changed: Changed) -> str:

@@ -51,7 +51,14 @@
       for (const [name, html] of Object.entries(data.regions)) {
         const region = document.querySelector('[data-region="' + name + '"]');
         if (!region) continue;
-        if (!(name in last)) last[name] = region.innerHTML;
+        if (!(name in last)) {
+          // first poll: the region holds the server's page html; compare both as the DOM
+          // serializes them, so an unchanged region is not swapped (a swap replaces its
+          // nodes under the reader, and under a script holding one of them)
+          const parsed = document.createElement("template");
+          parsed.innerHTML = html;
+          last[name] = parsed.innerHTML === region.innerHTML ? html : region.innerHTML;
+        }
         if (html !== last[name]) {
           swap(region, html);
           last[name] = html;
@@ -64,7 +71,7 @@
   }
 
   if (live) {
-    // the first poll records the server's html for each region, so later ones swap only on change
+    // each poll swaps only the regions whose html changed since the last one
     poll();
     setInterval(poll, pollMs);
   }

@@ -411,9 +411,12 @@ def check_dashboard_polish(page: Any, stack: Stack) -> None:
     listed = page.locator("p.counts").get_attribute("data-compacted")
     assert int(compacted) == int(listed), (compacted, listed)
     page.goto(f"{stack.url}/ui")
-    svg, card = page.locator("svg.chart"), page.locator("svg.chart").locator("xpath=../..")
-    width = svg.evaluate("e => e.getBoundingClientRect().width")
-    assert width >= 0.9 * card.evaluate("e => e.clientWidth - 32"), width
+    page.wait_for_function("document.getElementById('live-status').textContent.startsWith('live')")
+    svg = page.locator("svg.chart")
+    width, room = svg.evaluate(  # one call: a later poll may replace the chart between two
+        "e => [e.getBoundingClientRect().width, e.parentNode.parentNode.clientWidth - 32]"
+    )
+    assert width >= 0.9 * room, (width, room)
     ticks = [
         float(t.removesuffix("k")) * (1000 if t.endswith("k") else 1)
         for t in page.locator("svg.chart text.tick").evaluate_all(
