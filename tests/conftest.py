@@ -125,21 +125,30 @@ def no_broker_bindings_left_behind() -> Iterator[None]:
 
 
 #: Test modules that take the longest (minutes of real processes each: a team's own app
-#: run several times, the Compose services one by one, fault injection, the browser):
-#: collected first, so that pytest-xdist's workers start them at once and the many short
-#: unit tests fill in around them at the end instead of leaving one worker on a long test
-#: while the others idle (longest first; the suite's wall time is what CI limits).
-SLOW_FIRST = (
-    "integration/test_own_agent.py",
-    "integration/test_compose.py",
-    "faults/test_faults.py",
-    "integration/test_service_edges.py",
-    "integration/test_middleware_runs.py",
-    "integration/test_bounded_runs.py",
-    "integration/test_cli.py",
-    "integration/test_ui.py",
-    "integration/test_middleware_timing.py",
-    "integration/test_service_pipeline.py",
+#: run several times, the Compose services one by one, fault injection, the browser; a
+#: property test of a thousand examples): collected first, so that pytest-xdist's workers
+#: start them at once (each file whole in one process) and the many short unit tests fill in
+#: around them at the end instead of leaving one worker on a long file while the others
+#: idle (longest first; the suite's wall time is what CI limits).
+SLOW_FIRST = (  # seconds each took in one run (--junitxml), 2,290 s in all
+    "integration/test_cli.py",  # 295: the demo, start to end, four times
+    "faults/test_faults.py",  # 270
+    "integration/test_service_pipeline.py",  # 225
+    "integration/test_service_edges.py",  # 186
+    "integration/test_middleware_runs.py",  # 110
+    "integration/test_bounded_runs.py",  # 98
+    "integration/test_ui.py",  # 91
+    "integration/test_startup.py",  # 90
+    "integration/test_hostile_input.py",  # 83
+    "test_fact_cache.py",  # 83
+    "integration/test_compose.py",  # 68
+    "integration/test_middleware_timing.py",  # 67
+    "test_deploy_files.py",  # 67
+    "integration/test_cli_admin.py",  # 65
+    "integration/test_security.py",  # 54
+    "test_service_hook.py",  # 51
+    "integration/test_own_agent.py",  # 49
+    "test_revert_property.py",  # 46: one test of 1,000 examples
 )
 
 

@@ -16,6 +16,7 @@ worker, Redis and PostgreSQL (the transcript replay of
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any
@@ -37,8 +38,11 @@ pytestmark = pytest.mark.usefixtures("stub")
 
 ENV = {"JOB_LEASE_S": "3", "RECONCILE_INTERVAL_S": "2", "SUMMARIZATION_TIMEOUT_S": "30"}
 PVLIB = next(p for p in TRANSCRIPTS if p.stem == "miniswe-pvlib-1854")  # 148k chars, 1 request
-#: Far above what a step of the middleware takes, far below a blocking publish (1 s).
-STEP_BOUND_S = 0.5
+#: How long the dead broker's publish blocks (s), as a broker that hangs would.
+PUBLISH_BLOCKS_S = 5.0
+#: Far above what a step of the middleware takes (milliseconds; 0.66 s seen on a host at load
+#: 15), far below a publish that blocks (:data:`PUBLISH_BLOCKS_S`).
+STEP_BOUND_S = 2.0
 
 
 class Timed(OffPathCompaction):
@@ -296,10 +300,17 @@ def test_a_chat_run_that_ends_before_its_summary_is_ready_is_compacted_by_the_wo
     assert "summarizer done: -" in stack.worker_log.read_text()
 
 
+#: The threads the dead broker's publishes ran on.
+PUBLISH_THREADS: set[int] = set()
+
+
 def dead_broker_publisher(session: str, job_id: str, options: dict | None = None) -> None:
-    """Publishes to a broker nobody listens on: fails (a real Celery client, no retry)."""
+    """Publishes to a broker nobody listens on after blocking :data:`PUBLISH_BLOCKS_S`:
+    fails (a real Celery client, no retry)."""
     from celery import Celery
 
+    PUBLISH_THREADS.add(threading.get_ident())
+    time.sleep(PUBLISH_BLOCKS_S)
     app = Celery(broker="redis://127.0.0.1:9/0")
     app.conf.broker_connection_timeout = 0.5
     try:
@@ -328,7 +339,14 @@ def test_faults_leave_the_run_going_unchanged(stacks, stub, agent_store, fault):
                 stub.state.gate.set()
             return super()._generate(*args, **kwargs)
 
-    kind = KillsTheWorker if fault == "worker_killed" else TranscriptModel
+    class Recorded(KillsTheWorker if fault == "worker_killed" else TranscriptModel):
+        threads: set[int] = set()
+
+        def _generate(self, *args: Any, **kwargs: Any):
+            self.threads.add(threading.get_ident())
+            return super()._generate(*args, **kwargs)
+
+    kind = Recorded
     model = kind(replies=transcript_replies(messages), delay_s=0.02)
     try:
         middleware, final, session = replay(stack, agent_store, model, messages, client=client)
@@ -341,6 +359,8 @@ def test_faults_leave_the_run_going_unchanged(stacks, stub, agent_store, fault):
     limit = stack.settings().hard_limit_chars
     assert all(total_chars(sent) <= limit for sent in model.calls)
     assert max(middleware.took) < STEP_BOUND_S, max(middleware.took)
+    if fault == "broker_down":  # published, never on the thread that called the model
+        assert PUBLISH_THREADS and not PUBLISH_THREADS & model.threads, PUBLISH_THREADS
     if fault == "summarizer_fails":
         assert first_compacted_call(model) is None
         wait_for(lambda: any(j["status"] == "failed" for j in stack.jobs(session)), timeout=60)
