@@ -41,6 +41,14 @@ def children_of_demo():
     ]
 
 
+def closing_figures(text: str) -> str:
+    """The demo's closing "saved: ..." paragraph in ``text``, its whitespace made single
+    spaces (the demo wraps it at the terminal's width)."""
+    found = re.search(r"^saved: .*?`recall` reads them\)", text, re.S | re.M)
+    assert found, text
+    return " ".join(found.group(0).split())
+
+
 @pytest.mark.parametrize("broker", ["redis", "embedded"])
 def test_demo_runs_to_the_end_and_leaves_no_process(broker):
     # the redis demo runs in the tests' database (13), where the session checks that it
@@ -61,6 +69,8 @@ def test_demo_runs_to_the_end_and_leaves_no_process(broker):
         and "[Context from earlier in this session, summarized]" in out
     )
     assert "] summarizer: " in out  # the worker's log lines
+    # issue 21, item 10: the same figures at every run, the ones the README states
+    assert closing_figures(out) == closing_figures((ROOT / "README.md").read_text()), out
     # it ends by printing the web UI's dashboard URL (issue 12)
     assert re.fullmatch(r"dashboard: http://127\.0\.0\.1:\d+/ui", out.strip().splitlines()[-1]), out
     assert not children_of_demo(), "the demo left processes behind"
