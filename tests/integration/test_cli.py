@@ -33,12 +33,23 @@ def run(args, env=None, timeout=180):
     )
 
 
+#: Set in the environment of every demo these tests start (its worker and API inherit it):
+#: a demo someone else runs on the machine is not one of theirs.
+DEMO_MARK = {"OFFPATH_TEST_DEMO": uuid.uuid4().hex}
+
+
 def children_of_demo():
-    return [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if any("demo-" in a for a in (p.info["cmdline"] or []))
-    ]
+    """The live processes a demo of these tests started (its worker and API)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if not any("demo-" in a for a in (p.info["cmdline"] or [])):
+            continue
+        try:
+            if p.environ().get("OFFPATH_TEST_DEMO") == DEMO_MARK["OFFPATH_TEST_DEMO"]:
+                found.append(p)
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
 
 
 def closing_figures(text: str) -> str:
@@ -56,7 +67,7 @@ def test_demo_runs_to_the_end_and_leaves_no_process(broker):
     closed = f"redis://127.0.0.1:{free_port()}/0"
     env = {"REDIS_URL": closed if broker == "embedded" else REDIS_URL}
     env.update({"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""})
-    result = run(["demo"], env=env)
+    result = run(["demo"], env={**env, **DEMO_MARK})
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     assert ("embedded" in out) == (broker == "embedded")
@@ -81,7 +92,7 @@ def test_demo_serve_keeps_the_dashboard_up_until_interrupted():
     stops everything it started and exits 0."""
     import httpx
 
-    env = {**os.environ, "COLUMNS": "200", "REDIS_URL": REDIS_URL}
+    env = {**os.environ, "COLUMNS": "200", "REDIS_URL": REDIS_URL, **DEMO_MARK}
     env.update({"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""})
     proc = subprocess.Popen(
         OFFPATH + ["demo", "--serve"],
@@ -247,7 +258,7 @@ def test_demo_interrupted_with_ctrl_c_stops_everything_it_started():
     proc = subprocess.Popen(
         OFFPATH + ["demo"],
         cwd=ROOT,
-        env={**os.environ, "COLUMNS": "120"},
+        env={**os.environ, "COLUMNS": "120", **DEMO_MARK},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
