@@ -729,14 +729,16 @@ def report(
             "first stale reason of each offpath run that had one (runs): "
             + "; ".join(f"{why!r} {n}" for why, n in stale.most_common())
         )
+    from offpath.worker.jobs import CHECKPOINT_LAG_S
+
     behind_all = sorted(b for r in runs if r.cell.mode == "offpath" for b in r.behind)
     details.append(
         f"offpath jobs skipped under_threshold: {len(behind_all)}"
         + (
             f"; the worker read the agent's checkpoint a median {behind_all[len(behind_all) // 2]:,} "
             f"chars (max {behind_all[-1]:,}) behind the size the middleware queued the job at "
-            "(LangGraph writes a run's checkpoints in the background; the worker waits 1 s "
-            "for them, CHECKPOINT_LAG_S)"
+            "(LangGraph writes a run's checkpoints in the background; the worker waits up to "
+            f"{CHECKPOINT_LAG_S:g} s for them, CHECKPOINT_LAG_S)"
             if behind_all
             else ""
         )
