@@ -4,8 +4,8 @@ Docker does not run here: the files are parsed and checked against the project."
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import re
-from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -486,13 +486,9 @@ def _imports(folder: str) -> set[str]:
     return names
 
 
-@functools.cache
-def _packages_distributions() -> Mapping[str, list[str]]:
-    """importlib's top-level module -> distributions map, read once (each call reads every
-    installed distribution's file list: 40 s over this test's imports)."""
-    import importlib.metadata
-
-    return importlib.metadata.packages_distributions()
+#: importlib's top-level module -> distributions map, read once (each call reads every
+#: installed distribution's file list: 40 s over the imports the test checks).
+_packages_distributions = functools.cache(importlib.metadata.packages_distributions)
 
 
 @functools.cache

@@ -40,16 +40,13 @@ DEMO_MARK = {"OFFPATH_TEST_DEMO": uuid.uuid4().hex}
 
 def children_of_demo():
     """The live processes a demo of these tests started (its worker and API)."""
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        if not any("demo-" in a for a in (p.info["cmdline"] or [])):
-            continue
-        try:
-            if p.environ().get("OFFPATH_TEST_DEMO") == DEMO_MARK["OFFPATH_TEST_DEMO"]:
-                found.append(p)
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue
-    return found
+    mark = DEMO_MARK["OFFPATH_TEST_DEMO"]
+    return [
+        p
+        for p in psutil.process_iter(["cmdline", "environ"])  # None where access is denied
+        if any("demo-" in a for a in (p.info["cmdline"] or []))
+        and (p.info["environ"] or {}).get("OFFPATH_TEST_DEMO") == mark
+    ]
 
 
 def closing_figures(text: str) -> str:

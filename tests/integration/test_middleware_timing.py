@@ -346,8 +346,7 @@ def test_faults_leave_the_run_going_unchanged(stacks, stub, agent_store, fault):
             self.threads.add(threading.get_ident())
             return super()._generate(*args, **kwargs)
 
-    kind = Recorded
-    model = kind(replies=transcript_replies(messages), delay_s=0.02)
+    model = Recorded(replies=transcript_replies(messages), delay_s=0.02)
     try:
         middleware, final, session = replay(stack, agent_store, model, messages, client=client)
     finally:
