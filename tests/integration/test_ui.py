@@ -350,7 +350,7 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
     assert not call.locator("pre.result").is_visible()
     call.locator("summary").click()
     assert call.locator("pre.result").is_visible()
-    page.evaluate("window.scrollTo(0, 0)")
+    page.evaluate("() => window.scrollTo(0, 0)")
     page.screenshot(path=str(shots / "session.png"), full_page=False)
     page.context.close()
 
@@ -411,7 +411,11 @@ def check_dashboard_polish(page: Any, stack: Stack) -> None:
     listed = page.locator("p.counts").get_attribute("data-compacted")
     assert int(compacted) == int(listed), (compacted, listed)
     page.goto(f"{stack.url}/ui")
-    page.wait_for_function("document.getElementById('live-status').textContent.startsWith('live')")
+    # a function, not an expression: Playwright evals an expression string in the page, which the
+    # UI's CSP (script-src 'self') refuses once the first check fails and polling begins
+    page.wait_for_function(
+        "() => document.getElementById('live-status').textContent.startsWith('live')"
+    )
     svg = page.locator("svg.chart")
     width, room = svg.evaluate(  # one call: a later poll may replace the chart between two
         "e => [e.getBoundingClientRect().width, e.parentNode.parentNode.clientWidth - 32]"
