@@ -81,18 +81,30 @@ def pending_calls(messages: Sequence[BaseMessage]) -> set[str]:
 
 
 def shortened_from(new: BaseMessage, old: BaseMessage) -> bool:
-    """``new`` is ``old`` (a tool result) shortened by offpath, as issue 18 allows in a kept
-    part: same id, type and call id, marked with the original's size, its text the original's
-    head and tail around one ``[offpath: ...]`` line (checked here on the texts themselves)."""
-    mark = new.additional_kwargs.get("offpath_shortened")
-    if new.type != "tool" or old.type != "tool" or not isinstance(mark, dict):
+    """``new`` is ``old`` (a tool result, or a long request kept in place) shortened by
+    offpath, as issue 18 allows in a kept part: same id, type and call id, marked with the
+    original's size, its text the original's head and tail around one ``[offpath: ...]`` line
+    (checked here on the texts themselves)."""
+    if new.type != old.type or new.type not in ("tool", "human") or new.id != old.id:
         return False
-    if new.id != old.id or new.tool_call_id != old.tool_call_id:
+    if new.type == "tool" and new.tool_call_id != old.tool_call_id:
+        return False
+    return text_shortened(new, old)
+
+
+def text_shortened(new: BaseMessage, old: BaseMessage) -> bool:
+    """``new``'s text is ``old``'s shortened by offpath: marked with the original's size, the
+    original's head and tail around one ``[offpath: ...]`` line that cites ``old``'s id for
+    ``recall`` (or says where it is archived)."""
+    mark = new.additional_kwargs.get("offpath_shortened")
+    if not isinstance(mark, dict):
         return False
     text, original = str(new.content), str(old.content)
     head, sep, rest = text.partition("\n[offpath: ")
     marker, sep2, tail = rest.partition("]\n")
     if not (sep and sep2) or "not shown" not in marker:
+        return False
+    if str(old.id)[:8] not in marker:  # the marker names the original for recall
         return False
     if isinstance(old.additional_kwargs.get("offpath_shortened"), dict):
         original_head, _, original_rest = original.partition("\n[offpath: ")
@@ -108,9 +120,10 @@ def shortened_from(new: BaseMessage, old: BaseMessage) -> bool:
 def check_compacted(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> BaseMessage:
     """Assert the DESIGN.md invariants on one compaction; return the summary message.
 
-    Issue 18 allows two changes beside the summary: a kept tool result shortened in place
-    (:func:`shortened_from`), and a long request kept as its own message right after the
-    summary (a copy of a replaced request message, in the place of another replaced one)."""
+    Issue 18 allows two changes beside the summary: a kept tool result (or a long request
+    kept in place) shortened in place (:func:`shortened_from`), and a long request kept as its
+    own message right after the summary (a copy of a replaced request message, in the place of
+    another replaced one, shortened like a kept result when it is over its cap)."""
     n_sys = 0
     while n_sys < len(before) and before[n_sys].type == "system":
         n_sys += 1
@@ -124,13 +137,19 @@ def check_compacted(before: Sequence[BaseMessage], after: Sequence[BaseMessage])
     # nothing lost: replaced + still there == every original id
     replaced = list(summary.additional_kwargs["summary"]["replaced_ids"])
     by_id = {m.id: m for m in before}
-    copies = [m for m in after if m.additional_kwargs.get("offpath_request_of")]
+    # this compaction's copy (it takes a replaced message's id); an earlier one's is kept
+    copies = [
+        m for m in after if m.additional_kwargs.get("offpath_request_of") and m.id in replaced
+    ]
     assert len(copies) <= 1, "more than one request kept as a copy"
     for copy in copies:
         source = copy.additional_kwargs["offpath_request_of"]
         assert after[n_sys + 1] is copy, "the request's copy does not follow the summary"
         assert copy.type == "human" and source in replaced and copy.id in replaced
-        assert copy.content == by_id[source].content, "the request's copy is not word for word"
+        # word for word, or (a request over its cap) its head and tail with a recall pointer
+        # to the original, which the summary replaced (and the archive holds)
+        same = copy.content == by_id[source].content
+        assert same or text_shortened(copy, by_id[source]), "the request's copy is not its own"
     after_ids = [m.id for m in after if m is not summary and not any(m is c for c in copies)]
     before_ids = [m.id for m in before]
     assert not set(replaced) & set(after_ids), "a message is both replaced and kept"

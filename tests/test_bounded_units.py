@@ -21,6 +21,7 @@ from offpath.compaction.pipeline import Compaction, compact
 from offpath.compaction.planner import (
     CompactionPlan,
     Skip,
+    SkipReason,
     landing_chars,
     min_gain_chars,
     plan_compaction,
@@ -389,3 +390,50 @@ def test_a_run_kept_under_its_threshold_by_shortening_gets_one_job_per_crossing(
     private["crossed"] = False  # a compaction was applied since
     assert mw._crossing_frees(again, 21_500, private)
     assert not mw._crossing_frees(Claim.parse("s:job3:15754"), 19_000, {})  # not crossed
+
+
+@pytest.mark.parametrize(
+    "name", ["miniswe-django-11910", "miniswe-pvlib-1854", "sweagent-pydicom-1458"]
+)
+def test_a_long_task_prompt_is_kept_shortened_so_every_crossing_compacts(name):
+    """Issue 18 (benchmark 17's misses: mini-swe django 3.00x the threshold with a third of its
+    calls masked, pvlib 2.6x, pydicom 1.45x): a task prompt of 5.6-19k chars kept whole beside
+    the keep window and the summary left no compaction able to land under the prepare floor at
+    20,000 / 6,000, so every job after the first ended ``no_progress``. Replayed message by
+    message with each compaction applied at once: whenever the thread is over its threshold,
+    a compaction is planned and lands it under its prepare floor. The request's copy is at
+    most :func:`request_cap_chars`, names the original for ``recall``, and starts with it."""
+    from shared import TRANSCRIPTS, load, messages_of
+
+    from offpath.compaction.planner import request_cap_chars
+
+    settings = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
+    (path,) = [p for p in TRANSCRIPTS if p.stem == name]
+    original = messages_of(load(path))
+    limit = settings.tool_result_limit_chars
+    messages: list = []
+    crossings, copied = 0, False
+    for m in original:
+        if isinstance(m, ToolMessage) and message_chars(m) > limit:
+            m = shorten(m, limit)  # as the middleware does when it arrives
+        messages = add_messages(messages, [m])
+        if total_chars(messages) <= settings.summarization_threshold_chars:
+            continue
+        outcome = compact(messages, settings, OfflineSummarizer())
+        if sum(x.type != "system" for x in messages) == 1:  # a request alone: nothing to cut
+            assert isinstance(outcome, Skip) and outcome.reason == SkipReason.NO_CUT_POINT
+            continue
+        crossings += 1
+        assert isinstance(outcome, Compaction), (crossings, outcome)
+        before, messages = messages, add_messages(messages, outcome.patch)
+        check_compacted(before, messages)
+        assert total_chars(messages) <= settings.prepare_floor_chars, crossings
+        copies = [x for x in messages if x.additional_kwargs.get("offpath_request_of")]
+        for copy in copies:
+            source = copy.additional_kwargs["offpath_request_of"]
+            assert message_chars(copy) <= request_cap_chars(settings)
+            assert f'recall("{source[:8]}' in str(copy.content)
+            copied = True
+    assert crossings >= 3, crossings
+    if sum(m.type == "human" for m in original) == 1:  # one request: the task, kept as a copy
+        assert copied

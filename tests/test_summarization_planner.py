@@ -15,6 +15,7 @@ from offpath.compaction.planner import (
     SkipReason,
     min_gain_chars,
     plan_compaction,
+    request_cap_chars,
     summary_budget_chars,
 )
 from offpath.compaction.settings import load_settings
@@ -161,20 +162,15 @@ def test_summarization_system_message_is_never_removed_or_moved():
 
 
 def test_summarization_no_progress_rule_stops_a_requeue_loop():
-    """An uncuttable tail over the threshold (a pasted 12,000-char log: a human message, which
-    no compaction shortens): no compaction could land the thread under its prepare floor, so
-    none is made (DESIGN.md invariant 13), and 30 more turns queue no job."""
+    """An uncuttable part over the prepare floor (a 12,000-char system prompt, which no
+    compaction touches, at a 10,000-char threshold): no compaction gains the least worth a
+    summary (:func:`min_gain_chars`), so none is made, and 30 more turns queue no job."""
     settings = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=2_000)
-    msgs = [m for i in range(4) for m in turn(i, 1_000)]
-    msgs += [
-        HumanMessage(id="hb", content="what is wrong here?\n" + "d" * 12_000),
-        AIMessage(id="ab", content="", tool_calls=[{"id": "cb", "name": "dump", "args": {}}]),
-        ToolMessage(id="tb", content="nothing", tool_call_id="cb"),
-        AIMessage(id="fb", content="that is a lot"),
-    ]
+    msgs = [SystemMessage(id="sys", content="You are an SRE agent.\n" + "r" * 12_000)]
+    msgs += [m for i in range(4) for m in turn(i, 1_000)]
     plan = plan_compaction(msgs, settings)
     assert isinstance(plan, Skip) and plan.reason is SkipReason.NO_PROGRESS, plan
-    assert "prepare floor" in plan.detail
+    assert "waiting for more messages" in plan.detail
     thread = msgs
     for i in range(30):
         thread = add_messages(
@@ -187,6 +183,33 @@ def test_summarization_no_progress_rule_stops_a_requeue_loop():
             SkipReason.TOO_FEW_MESSAGES,
             SkipReason.NO_CUT_POINT,
         )
+
+
+def test_summarization_a_pasted_log_in_the_keep_window_is_kept_shortened():
+    """Issue 18: "the keep window itself never holds more than its budget ... a cut is always
+    possible". A pasted 12,000-char log (a human message) in the last turn held the keep
+    window over its budget and every plan was a ``no_progress`` skip. Now the compaction cuts
+    inside the window, keeps the log as the turn's request in place, shortened to
+    :func:`request_cap_chars` with a pointer to its original, and lands the thread under its
+    prepare floor."""
+    settings = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=2_000)
+    log = "what is wrong here?\n" + "\n".join(f"10:{k:02d} pod-x7 GC pause" for k in range(600))
+    msgs = [m for i in range(4) for m in turn(i, 1_000)]
+    msgs += [
+        HumanMessage(id="hb", content=log),
+        AIMessage(id="ab", content="", tool_calls=[{"id": "cb", "name": "dump", "args": {}}]),
+        ToolMessage(id="tb", content="nothing", tool_call_id="cb"),
+        AIMessage(id="fb", content="that is a lot"),
+    ]
+    outcome = compact(msgs, settings, OfflineSummarizer())
+    assert isinstance(outcome, Compaction), outcome
+    after = add_messages(msgs, outcome.patch)
+    check_compacted(msgs, after)
+    assert total_chars(after) <= settings.prepare_floor_chars
+    (kept,) = [m for m in after if m.id == "hb"]
+    assert len(kept.content) <= request_cap_chars(settings) < len(log)
+    assert kept.content.startswith("what is wrong here?") and 'recall("hb")' in kept.content
+    assert [m.id for m in after][-3:] == ["ab", "tb", "fb"]
 
 
 def test_summarization_an_applied_compaction_lands_under_the_prepare_floor():

@@ -240,7 +240,8 @@ def fit(
     bound = target
     if target is not None and settings is not None:  # what no compaction can remove
         fixed = sum(sizes[m.id] for m in messages if m.type == "system")
-        fixed += sizes[copy_of] if copy_of is not None else 0
+        if copy_of is not None:
+            fixed += min(sizes[copy_of], prepared.shorten.get(copy_of, sizes[copy_of]))
         # aims for the headroom (the run's step size counted), lands under the floor at most
         bound = max(target, landing_bound(settings, fixed))
         aim = landing_chars(settings, fixed, step_chars(messages))
@@ -409,6 +410,8 @@ def _assemble(
     copy_of = prepared.request_copy
     if copy_of is not None:
         source = by_id[copy_of]
+        if copy_of in prepared.shorten:  # a long request: its copy is shortened, and cites it
+            source = shorten(source, prepared.shorten[copy_of], recall=recall)  # type: ignore[arg-type]
         copy = HumanMessage(
             id=gone[1],
             content=source.content,
@@ -422,7 +425,7 @@ def _assemble(
     kept_results = {
         str(m.id): sizes[m.id]
         for m in messages
-        if isinstance(m, ToolMessage) and m.id not in gone_set
+        if m.id not in gone_set and (isinstance(m, ToolMessage) or m.id in prepared.shorten)
     }
     caps = {i: c for i, c in prepared.shorten.items() if i in kept_results}
     shortened: dict[str, BaseMessage] = {}
@@ -438,8 +441,12 @@ def _assemble(
 
     saved = apply_caps()
     if target is not None and after - saved > target:
-        more = caps_for(
-            [(i, message_chars(shortened.get(i, by_id[i]))) for i in kept_results],
+        more = caps_for(  # tool results only: a kept request is shortened to its cap, no lower
+            [
+                (i, message_chars(shortened.get(i, by_id[i])))
+                for i in kept_results
+                if isinstance(by_id[i], ToolMessage)
+            ],
             after - saved - target,
         )
         for i, cap in more.items():

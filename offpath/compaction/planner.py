@@ -33,7 +33,13 @@ anywhere are folded into it, so a thread never holds two.
    request of the turn it cuts into is then quoted word for word in the
    summary message (``CompactionPlan.request``), or, when it is longer than a
    quarter of the summary's budget, kept as its own message right after the
-   summary (``CompactionPlan.request_copy``; issue 18, item 2).
+   summary (``CompactionPlan.request_copy``; issue 18, item 2). A request kept that way
+   (a copy, or in place when it is not the first message) holds at most
+   :func:`request_cap_chars`: a longer one is shortened like a kept tool result (head,
+   tail, the facts of the middle, and where ``recall`` reads it whole; the original is
+   archived). A 5,663-char task prompt kept whole at 20,000 / 6,000 left no compaction
+   able to land under the prepare floor, and the run was masked on a third of its calls
+   (benchmark 17, mini-swe django).
 5. Else the turn-start cut if it is worth it, else a :class:`Skip`.
 
 The keep window holds no more than its budget
@@ -49,7 +55,9 @@ a cut is always possible.
 Worth it, and the no-progress rule
 ----------------------------------
 A cut is *worth it* when it removes at least :data:`MIN_MESSAGES_REMOVED`
-messages (the seed: fewer than 4 is too little) and its *gain*, the chars it
+messages (the seed: fewer than 4 is too little; fewer do when they hold at least the keep
+window and a summary's budget, as one pasted request of 19k chars does: a SWE-agent task at a 20,000-char threshold
+waited for four messages while every call was over it) and its *gain*, the chars it
 removes (and saves by shortening) minus the size of the summary that replaces them, is at least
 ``(SUMMARIZATION_THRESHOLD_CHARS - SUMMARIZATION_KEEP_CHARS) // 4``
 (:func:`min_gain_chars`; 10,000 chars at the defaults).
@@ -80,8 +88,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.pairing import CallPairer, call_ids
-from offpath.compaction.settings import Settings
-from offpath.compaction.shorten import caps_for, saving
+from offpath.compaction.settings import MIN_SHORTENED_CHARS, Settings
+from offpath.compaction.shorten import MIN_SAVING_CHARS, caps_for, saving, text_only
 from offpath.compaction.summary import is_summary, overhead_chars, summary_request
 
 #: The seed: fewer messages than this is "too little to compact".
@@ -143,7 +151,9 @@ class CompactionPlan:
     #: request message (the first removed, whose place the summary takes) that a copy of it
     #: re-enters the thread for, in the second removed message's place; None: no copy
     request_copy: str | None = None
-    #: kept tool results to shorten, by message id: their cap in chars
+    #: kept tool results to shorten, by message id: their cap in chars; and the request kept
+    #: as its own message (``request_copy``'s id for a copy, else its own), when it is over
+    #: :func:`request_cap_chars`
     shorten: tuple[tuple[str, int], ...] = ()
     #: chars the summary text and its pinned facts may use (the summary budget less the
     #: summary's prefix line, its recall line and a quoted request)
@@ -233,6 +243,18 @@ def step_chars(messages: Sequence[BaseMessage], steps: int = 8) -> int:
             if count >= steps:
                 break
     return chars // count if count >= 2 else 0
+
+
+def request_cap_chars(settings: Settings) -> int:
+    """Most chars of a request a compaction keeps as its own message (:func:`summary_budget_chars`:
+    the task gets as much room as the summary of everything else). Issue 18 asked for a long
+    request kept as its own message, not quoted in the summary; kept whole, a task prompt of a
+    quarter of the threshold or more (mini-swe: 5.6-6.5k chars; SWE-agent: 19k) plus the keep
+    window and the summary is at the prepare floor already, so every later compaction ends
+    ``no_progress`` and the run is masked instead. Shortened, nothing is lost: the original is
+    archived and the kept part says how to read the rest. At least
+    :data:`~offpath.compaction.settings.MIN_SHORTENED_CHARS`, as a shortened result."""
+    return max(MIN_SHORTENED_CHARS, summary_budget_chars(settings))
 
 
 def summary_budget_chars(settings: Settings) -> int:
@@ -329,14 +351,12 @@ def plan_compaction(
         if scan.turn_start[c]:
             turn_cut = c
             break
-    if group_cut is None:
-        return Skip(SkipReason.NO_CUT_POINT, "no cut leaves tool-call pairs whole", total)
-
     budget = summary_budget_chars(settings)
     limit = settings.tool_result_limit_chars
     room = min_gain_chars(settings)
     kept_budget = min(keep + limit, max(keep, settings.prepare_floor_chars - room - budget))
     quote_max = int(budget * REQUEST_QUOTE_SHARE)
+    request_cap = request_cap_chars(settings)
     min_gain = 1 if force else min_gain_chars(settings)
 
     # DESIGN.md invariant 13: an applied compaction leaves the thread under its prepare floor
@@ -348,7 +368,9 @@ def plan_compaction(
     def evaluate(cut: int | None, boundary: Literal["turn", "tool_group"]) -> _Candidate | None:
         if cut is None:
             return None
-        return scan.evaluate(cut, boundary, total, budget, kept_budget, quote_max, target)
+        return scan.evaluate(
+            cut, boundary, total, budget, kept_budget, quote_max, request_cap, target
+        )
 
     turn = evaluate(turn_cut, "turn")
     group = evaluate(group_cut, "tool_group") if group_cut != turn_cut else None
@@ -356,7 +378,7 @@ def plan_compaction(
     def lands(c: _Candidate) -> bool:
         if target is None:
             return True
-        copied = sizes[c.request_copy] if c.request_copy is not None else 0
+        copied = c.request_kept
         # the kept part is shortened toward the target (the headroom); one whose messages
         # cannot all get there still lands under the floor
         if c.after <= max(target, landing_bound(settings, systems + copied)):
@@ -366,7 +388,9 @@ def plan_compaction(
         return c.after <= c.least and c.after <= total // 2
 
     def worth(c: _Candidate | None) -> bool:
-        if c is None or c.count < MIN_MESSAGES_REMOVED or total - c.after < min_gain:
+        if c is None or c.count == 0 or total - c.after < min_gain:
+            return False
+        if c.count < MIN_MESSAGES_REMOVED and c.chars < keep + budget:
             return False
         return lands(c)
 
@@ -374,9 +398,24 @@ def plan_compaction(
         if worth(choice):
             assert choice is not None
             return scan.build(choice, total, threshold)
-    best = group or turn
-    assert best is not None
-    if best.count < MIN_MESSAGES_REMOVED:
+    shallow = group or turn
+    if target is not None and (shallow is None or not lands(shallow)):
+        # the keep window holds more than its budget in what cannot be shortened (a model's
+        # own long messages: a file written through a tool call's arguments, 5-7k chars in
+        # the mini-swe runs; a pasted request larger than the window): the shallowest valid
+        # cut inside it that lands (issue 18: "the keep window itself never holds more than
+        # its budget ... a cut is always possible")
+        for c in range(w + 1, n):
+            if blocked[c]:
+                continue
+            deep = evaluate(c, "turn" if scan.turn_start[c] else "tool_group")
+            if worth(deep):
+                assert deep is not None
+                return scan.build(deep, total, threshold)
+    if shallow is None:
+        return Skip(SkipReason.NO_CUT_POINT, "no cut leaves tool-call pairs whole", total)
+    best = shallow
+    if best.count < MIN_MESSAGES_REMOVED and best.chars < keep + budget:
         return Skip(
             SkipReason.TOO_FEW_MESSAGES,
             f"the best cut removes {best.count} messages (< {MIN_MESSAGES_REMOVED})",
@@ -430,6 +469,7 @@ class _Candidate:
     chars: int  # chars removed
     request: str | None  # quoted in the summary
     request_copy: int | None  # index of the request message kept as a copy (it is removed[0])
+    request_kept: int  # chars of the request kept as its own message (copy or in place), shortened
     shorten: tuple[tuple[str, int], ...]  # kept tool results to shorten: (id, cap)
     summary_chars: int  # chars left for the summary's text and pinned facts
     after: int  # estimated thread chars after the compaction
@@ -518,11 +558,13 @@ class _Scan:
         budget: int,
         kept_budget: int,
         quote_max: int,
+        request_cap: int,
         target: int | None = None,
     ) -> _Candidate:
         """The compaction that cuts at ``cut``: what it removes (earlier summaries after it
-        folded in; messages kept in place left out), the request it quotes or keeps, the
-        kept results it shortens, and the thread's size after it."""
+        folded in; messages kept in place left out), the request it quotes or keeps (over
+        ``request_cap`` chars: shortened), the kept results it shortens, and the thread's size
+        after it."""
         head, sizes = self.head, self.sizes
         late = [i for i in self.anywhere if i >= cut]
         staying = {i for i in self.kept_anywhere if i < cut and i not in self.removed_anywhere} | {
@@ -531,13 +573,23 @@ class _Scan:
         request, request_at = None, None
         if boundary == "tool_group" and not self.turn_start[cut]:
             request, request_at = self._request(cut)
-        copy = None
+        copy, own = None, None  # own: the request kept as its own message, copy or in place
         if request is not None and len(request) > quote_max:
             if request_at is not None and request_at > head:
                 staying.add(request_at)  # kept in place, right after the summary
+                own = request_at
             elif request_at == head:
-                copy = head  # the summary takes its place; a copy of it follows the summary
+                copy = own = head  # the summary takes its place; a copy of it follows it
             request = None if request_at is not None else request
+        request_cut: tuple[tuple[str, int], ...] = ()
+        request_kept = sizes[own] if own is not None else 0
+        if (
+            own is not None
+            and request_kept - request_cap >= MIN_SAVING_CHARS
+            and text_only(self.messages[own])
+        ):
+            request_cut = ((str(self.ids[own]), request_cap),)
+            request_kept = request_cap
         if not staying:
             removed = tuple(range(head, cut)) + tuple(late)
         else:
@@ -548,6 +600,8 @@ class _Scan:
             else (self.chars_before[cut] - self.chars_before[head] + sum(sizes[i] for i in late))
         )
         kept_chars = total - chars + (sizes[copy] if copy is not None else 0)
+        if own is not None:
+            kept_chars -= sizes[own] - request_kept
         summary_size, summary_chars = estimate_summary_chars(budget, chars, request)
         results = [
             (str(self.ids[i]), sizes[i])
@@ -557,10 +611,10 @@ class _Scan:
         least = kept_chars - saving(dict(results), caps_for(results, 10**12)) + summary_size
         # the keep window's budget, and below it what lands the thread under its target
         want = kept_budget if target is None else min(kept_budget, target - summary_size)
-        shorten: tuple[tuple[str, int], ...] = ()
+        shorten: tuple[tuple[str, int], ...] = request_cut
         if kept_chars > want:
             caps = caps_for(results, kept_chars - want)
-            shorten = tuple(sorted(caps.items()))
+            shorten = tuple(sorted(caps.items())) + request_cut
             kept_chars -= saving(dict(results), caps)
         after = kept_chars + summary_size
         count = len(removed) - (1 if copy is not None else 0)
@@ -572,6 +626,7 @@ class _Scan:
             chars,
             request,
             copy,
+            request_kept,
             shorten,
             summary_chars,
             after,

@@ -22,7 +22,7 @@ and every job after it ended ``too_few_messages``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage, ToolMessage
 
@@ -41,6 +41,8 @@ MIN_SAVING_CHARS = 200
 #: The fewest chars an *older* result is shortened to, outside the keep window, while a call
 #: would be over the threshold with no summary ready: its first line and the recall line.
 MIN_OLDER_CHARS = 200
+M = TypeVar("M", bound=BaseMessage)
+
 #: Under this cap a shortened result is a stub: its first line and the recall line, no facts.
 STUB_BELOW_CHARS = 500
 
@@ -58,6 +60,18 @@ def original_chars(message: BaseMessage) -> int:
     return message_chars(message)
 
 
+def text_only(message: BaseMessage) -> bool:
+    """``message``'s content is text alone (a string, or text blocks): shortening it keeps all
+    that a model reads of it, besides the cut middle. A request with an image or a file is
+    kept whole: its head and tail in text would drop what the model was shown."""
+    content = message.content
+    if isinstance(content, str):
+        return True
+    return all(
+        isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text") for b in content
+    )
+
+
 def shortenable(message: BaseMessage, cap: int) -> bool:
     """``message`` is a tool result that :func:`shorten` would make smaller by a worthwhile
     amount at ``cap`` chars."""
@@ -67,10 +81,10 @@ def shortenable(message: BaseMessage, cap: int) -> bool:
     )
 
 
-def shorten(
-    message: ToolMessage, cap: int, *, recall: bool = True, floor: int = MIN_SHORTENED_CHARS
-) -> ToolMessage:
-    """``message`` with its content cut to at most ``cap`` chars (at least
+def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORTENED_CHARS) -> M:
+    """``message`` (a tool result; or a long request a compaction keeps as its own message,
+    :func:`~offpath.compaction.planner.request_cap_chars`) with its content cut to at most
+    ``cap`` chars (at least
     :data:`~offpath.compaction.settings.MIN_SHORTENED_CHARS`): its head and tail around one
     line that names the chars not shown, the facts found in them (the fact guard's extractor;
     lines that read as instructions give none) and how to read them (``recall`` by message id,
@@ -83,12 +97,13 @@ def shorten(
     text = content_text(message.content, placeholders=True)
     total = original_chars(message)
     mid = str(message.id)
+    noun = "result" if isinstance(message, ToolMessage) else "message"
     extra = {**message.additional_kwargs, MARK: {"chars": total, "digest": digest(message)}}
     if cap < STUB_BELOW_CHARS:
         how = (
             f'recall("{cite(mid)}") reads it' if recall else f"offpath archived it as message {mid}"
         )
-        stub = f"[offpath: {total:,} of this result's {total:,} chars are not shown here; {how}]"
+        stub = f"[offpath: {total:,} of this {noun}'s {total:,} chars are not shown here; {how}]"
         first = text.split("\n", 1)[0]
         room = max(0, cap - len(stub) - 2)
         head = first if len(first) <= room else first[: max(0, room - 3)] + "..."
@@ -99,7 +114,7 @@ def shorten(
     for _ in range(3):  # the marker's length depends on the cut, which depends on it
         room = max(0, cap - len(marker) - 2)
         head_end, tail_start = _cut(text, room)
-        marker = _marker(text, head_end, tail_start, total, mid, recall, facts_max)
+        marker = _marker(text, head_end, tail_start, total, mid, recall, facts_max, noun)
     room = max(0, cap - len(marker) - 2)
     head_end, tail_start = _cut(text, room)
     content = f"{text[:head_end]}\n{marker}\n{text[tail_start:]}"
@@ -124,20 +139,27 @@ def _cut(text: str, room: int) -> tuple[int, int]:
 
 
 def _marker(
-    text: str, head_end: int, tail_start: int, total: int, mid: str, recall: bool, facts_max: int
+    text: str,
+    head_end: int,
+    tail_start: int,
+    total: int,
+    mid: str,
+    recall: bool,
+    facts_max: int,
+    noun: str = "result",
 ) -> str:
     hidden = text[head_end:tail_start]
     if recall:
         how = (
-            f'recall("{cite(mid)}") reads the whole result, recall("{cite(mid)}", offset={head_end}) '
-            "from this cut on"
+            f'recall("{cite(mid)}") reads the whole {noun}, recall("{cite(mid)}", '
+            f"offset={head_end}) from this cut on"
         )
     else:
-        how = f"offpath archived the whole result as message {mid}"
+        how = f"offpath archived the whole {noun} as message {mid}"
     facts = _facts(hidden, text[:head_end] + text[tail_start:], facts_max)
     listed = f" Facts in the part not shown: {facts}." if facts else ""
     return (
-        f"[offpath: {len(hidden):,} of this result's {total:,} chars are not shown here; "
+        f"[offpath: {len(hidden):,} of this {noun}'s {total:,} chars are not shown here; "
         f"{how}.{listed}]"
     )
 
