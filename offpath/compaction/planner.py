@@ -64,9 +64,10 @@ removes (and saves by shortening) minus the size of the summary that replaces th
 
 A cut is worth it only if the thread lands under its prepare floor with it
 (DESIGN.md invariant 13), the summary counted at its most: kept tool results are
-shortened to get there; a kept part that still holds too much (a huge pasted human
-message) is a :attr:`SkipReason.NO_PROGRESS` skip, never a compaction that leaves the
-thread over its threshold (issue 18, item 2). "Compact now" (``force``) applies whatever
+shortened to get there, and when what the keep window holds cannot be (a model's long
+messages, a pasted log), the shallowest valid cut inside it that lands; a thread that still
+cannot land (a system prompt over the floor) is a :attr:`SkipReason.NO_PROGRESS` skip, never
+a compaction that leaves the thread over its threshold (issue 18, item 2). "Compact now" (``force``) applies whatever
 removes more than its summary adds.
 
 The gain floor is what stops a requeue loop: after a compaction, later turns
