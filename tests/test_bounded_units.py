@@ -437,3 +437,34 @@ def test_a_long_task_prompt_is_kept_shortened_so_every_crossing_compacts(name):
     assert crossings >= 3, crossings
     if sum(m.type == "human" for m in original) == 1:  # one request: the task, kept as a copy
         assert copied
+
+
+def test_a_late_apply_goes_into_the_keep_window_when_the_models_own_messages_fill_it():
+    """Issue 18 (benchmark 17, mini-swe django: a model writing files through its calls'
+    arguments, 5-8k chars a step): a compaction prepared early found, at its swap, a keep
+    window over its budget in AI messages, which nothing shortens; every apply was stale
+    and the run went to 2.3x its threshold. Now the swap removes the messages up to the
+    newest model step (their facts listed in the summary, each named for ``recall``) and
+    lands the thread under its prepare floor."""
+    settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=20_000)
+    early = thread(14)
+    outcome = compact(early, settings, OfflineSummarizer())
+    assert isinstance(outcome, Compaction)
+    grown = list(early)
+    for i in range(5):  # five steps, each writing a 6,000-char file
+        body = f"cat > module_{i}.py <<'EOF'\n" + "x = 1\n" * 1_000 + "EOF"
+        grown += [
+            AIMessage(
+                id=f"w{i}",
+                content="",
+                tool_calls=[{"id": f"cw{i}", "name": "bash", "args": {"command": body}}],
+            ),
+            ToolMessage(id=f"tw{i}", content=f"wrote module_{i}.py", tool_call_id=f"cw{i}"),
+        ]
+    fitted = fit(outcome.prepared, grown, target=landing_chars(settings), settings=settings)
+    assert not isinstance(fitted, Stale), fitted
+    after = add_messages(grown, fitted.patch)
+    check_compacted(grown, after)
+    assert total_chars(after) <= settings.prepare_floor_chars
+    assert [m.id for m in after][-2:] == ["w4", "tw4"]  # the newest step stays
+    assert "w0" not in {m.id for m in after} and SINCE_HEADING in str(after[1].content)

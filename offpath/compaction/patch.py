@@ -249,15 +249,15 @@ def fit(
     since = ""
     extra: list[str] = []
 
-    def deeper() -> tuple[list[str], str]:
+    def deeper(newest_only: bool = False) -> tuple[list[str], str]:
         """The messages after the plan's removed part that may go too (up to the keep
-        window; human messages and open calls stay, and so every call/result pair stays
-        whole: :func:`~compaction.planner.extension`), and the since-section of their
-        facts."""
+        window, or with ``newest_only`` up to the newest model step; human messages and open
+        calls stay, and so every call/result pair stays whole:
+        :func:`~compaction.planner.extension`), and the since-section of their facts."""
         if settings is None:
             return [], ""
         last = max(i for i, m in enumerate(messages) if m.id in removed)
-        grown = extension(messages, last + 1, settings)
+        grown = extension(messages, last + 1, settings, newest_only=newest_only)
         if not grown:
             return [], ""
         ids = [str(messages[i].id) for i in grown]
@@ -283,6 +283,13 @@ def fit(
     if target is not None and attempt.after > target:
         gone = present + extra
         attempt = _assemble(prepared, messages, by_id, gone, since, recall, target, sizes)
+    if bound is not None and attempt.after > bound and settings is not None:
+        # what the keep window holds cannot be shortened enough (a model's long messages)
+        more, more_since = deeper(newest_only=True)
+        if len(more) > len(extra):
+            extra, since = more, more_since
+            gone = present + extra
+            attempt = _assemble(prepared, messages, by_id, gone, since, recall, target, sizes)
     if bound is not None and attempt.after > bound:
         return Stale(
             f"it would leave the thread at {attempt.after} chars, over {bound} "
@@ -333,7 +340,9 @@ def fit(
         else:
             break
         more, more_since = ([], "") if extra else deeper()
-        if not more:  # no deeper cut: prepare it again on the thread as it is
+        if len(more) <= len(extra):  # into the keep window, up to the newest step
+            more, more_since = deeper(newest_only=True)
+        if len(more) <= len(extra):  # no deeper cut: prepare it again on the thread as it is
             return Stale(f"{problem}, and no deeper cut exists: prepare it again")
         extra, since = more, more_since
         attempt = _assemble(

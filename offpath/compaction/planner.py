@@ -56,7 +56,7 @@ Worth it, and the no-progress rule
 ----------------------------------
 A cut is *worth it* when it removes at least :data:`MIN_MESSAGES_REMOVED`
 messages (the seed: fewer than 4 is too little; fewer do when they hold at least the keep
-window and a summary's budget, as one pasted request of 19k chars does: a SWE-agent task at a 20,000-char threshold
+window, as one pasted request of 19k chars or three steps of a model writing files do: a SWE-agent task at a 20,000-char threshold
 waited for four messages while every call was over it) and its *gain*, the chars it
 removes (and saves by shortening) minus the size of the summary that replaces them, is at least
 ``(SUMMARIZATION_THRESHOLD_CHARS - SUMMARIZATION_KEEP_CHARS) // 4``
@@ -391,7 +391,7 @@ def plan_compaction(
     def worth(c: _Candidate | None) -> bool:
         if c is None or c.count == 0 or total - c.after < min_gain:
             return False
-        if c.count < MIN_MESSAGES_REMOVED and c.chars < keep + budget:
+        if c.count < MIN_MESSAGES_REMOVED and c.chars < keep:
             return False
         return lands(c)
 
@@ -400,7 +400,8 @@ def plan_compaction(
             assert choice is not None
             return scan.build(choice, total, threshold)
     shallow = group or turn
-    if target is not None and (shallow is None or not lands(shallow)):
+    window = total - scan.chars_before[w]  # what the walk back kept: over its budget?
+    if target is not None and window > kept_budget and not worth(shallow):
         # the keep window holds more than its budget in what cannot be shortened (a model's
         # own long messages: a file written through a tool call's arguments, 5-7k chars in
         # the mini-swe runs; a pasted request larger than the window): the shallowest valid
@@ -416,7 +417,7 @@ def plan_compaction(
     if shallow is None:
         return Skip(SkipReason.NO_CUT_POINT, "no cut leaves tool-call pairs whole", total)
     best = shallow
-    if best.count < MIN_MESSAGES_REMOVED and best.chars < keep + budget:
+    if best.count < MIN_MESSAGES_REMOVED and best.chars < keep:
         return Skip(
             SkipReason.TOO_FEW_MESSAGES,
             f"the best cut removes {best.count} messages (< {MIN_MESSAGES_REMOVED})",
@@ -436,16 +437,28 @@ def plan_compaction(
     )
 
 
-def extension(messages: Sequence[BaseMessage], start: int, settings: Settings) -> tuple[int, ...]:
+def extension(
+    messages: Sequence[BaseMessage], start: int, settings: Settings, *, newest_only: bool = False
+) -> tuple[int, ...]:
     """Indexes of the messages from ``start`` on that a compaction applied late may remove as
     well (issue 18: a fast run outgrew the summary while it was written): those before the
     last valid cut that still leaves the keep window whole, but system messages, human
     messages (a request stays in view) and calls still waiting for their results (with the
-    results they have). Empty when no such cut lies after ``start``. Linear."""
+    results they have). Empty when no such cut lies after ``start``. Linear.
+
+    ``newest_only``: the keep window is the newest model step only (its AI message and
+    what came after it), for a keep window that holds more than its budget in what cannot be
+    shortened, as the planner cuts into it (a model's long messages: benchmark 17's django
+    run went stale at every swap and ran to 2.3x its threshold)."""
     scan = _Scan(messages)
     scan.index_pairs()
     sizes, n = scan.sizes, len(messages)
     keep = settings.summarization_keep_chars
+    if newest_only:
+        last_ai = next((i for i in range(n - 1, start - 1, -1) if messages[i].type == "ai"), None)
+        if last_ai is None:
+            return ()
+        keep = min(keep, sum(sizes[last_ai:]))
     w, acc = n, 0
     while w > start and acc < keep:
         w -= 1
