@@ -94,7 +94,7 @@ from offpath.compaction.tokens import Calibration
 from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.events import CompactionUpdate
 from offpath.service import archive
-from offpath.service.compactions import JobOptions, end_stale, with_loss
+from offpath.service.compactions import JobOptions, end_stale, head_mark, with_loss
 from offpath.service.db import (
     JobStatus,
     finalize,
@@ -867,6 +867,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         options = replace(
             self.options,
             seen=messages[-1].id if messages else None,
+            head=head_mark(messages),
             checkpoint_ns=_graph_ns() or None,
             floor=min(chars if planned is None else planned, self._prepare_point(private)),
         )

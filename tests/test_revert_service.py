@@ -262,3 +262,32 @@ def test_a_restored_result_shortened_anew_keeps_its_original_readable(rt):
     assert archive.original(rt.engine, session, "t5") == to_dicts([restored])[0]
     found = archive.search(rt.engine, session, "ledger-db-shard-5")
     assert "t5" in {f["message_id"] for f in found}
+
+
+def test_a_job_waits_for_the_checkpoint_to_hold_the_runs_latest_apply(rt):
+    """Issue 18 (benchmark 17 under load: "stale: message ...-0001 changed since the summary
+    was prepared", again and again): after an apply in the run, the newest message a job
+    names is already in the checkpoint, the new summary only a step later. The job names the
+    run's first message as well (``JobOptions.head``), and the worker's read waits for it."""
+    import threading
+    import time
+
+    from offpath.compaction.digest import digest
+    from offpath.service.compactions import head_mark, read_caught_up
+
+    session, _ = started(rt, turns=2)
+    saver = rt.checkpoints.saver
+    messages = read_thread(saver, session).messages
+    newest = messages[-1].id
+    rewritten = HumanMessage(id="h0", content="[summary] shards 0-1 checked")
+    wanted = f"h0:{digest(rewritten)}"
+    assert head_mark(messages) != wanted
+    # without the head, the checkpoint holding the newest message is enough: the old head
+    assert head_mark(read_caught_up(saver, session, newest, 5.0).messages) != wanted
+    later = threading.Timer(0.4, lambda: write(rt, session, [rewritten]))
+    start = time.monotonic()
+    later.start()
+    thread = read_caught_up(saver, session, newest, 5.0, head=wanted)
+    later.join()
+    assert head_mark(thread.messages) == wanted and time.monotonic() - start >= 0.4
+    assert JobOptions.from_json(JobOptions(head=wanted).to_json()).head == wanted

@@ -212,7 +212,9 @@ def _compact(
     ns = options.checkpoint_ns
     for attempt in range(2):  # a stale compaction is re-planned once
         if attempt == 0:
-            thread = read_caught_up(saver, session_id, options.seen, CHECKPOINT_LAG_S, ns)
+            thread = read_caught_up(
+                saver, session_id, options.seen, CHECKPOINT_LAG_S, ns, options.head
+            )
         else:
             thread = read_thread(saver, session_id, ns)
         messages = thread.messages

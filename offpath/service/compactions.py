@@ -31,7 +31,7 @@ from langgraph.graph.message import add_messages
 from offpath.compaction.accounting import content_text, total_chars
 from offpath.compaction.loss import loss_report
 from offpath.compaction.pairing import new_unpaired
-from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
+from offpath.compaction.patch import Fitted, Prepared, Stale, digest, fit, landed
 from offpath.compaction.planner import landing_chars
 from offpath.service import archive
 from offpath.service.db import JobStatus, finalize, job_row, set_job
@@ -72,6 +72,12 @@ class JobOptions:
     #: The size (chars) the job may plan from: the middleware's prepare point when it queued
     #: the job earlier than ``SUMMARIZATION_PREPARE_AT`` (a fast run); None: that floor.
     floor: int | None = None
+    #: ``"<id>:<digest>"`` of the run's first message after the system prompt when it queued
+    #: the job (:func:`head_mark`): after an in-run apply that is the new summary, which the
+    #: checkpoint holds only a step later, while it already holds ``seen``; a job planned on
+    #: the checkpoint before it was found stale at its swap ("message 0001 changed"), every
+    #: time under load (benchmark 17, issue 18)
+    head: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"patch": self.patch, "checkpoints": self.checkpoints}
@@ -83,6 +89,8 @@ class JobOptions:
             data["checkpoint_ns"] = self.checkpoint_ns
         if self.floor is not None:
             data["floor"] = self.floor
+        if self.head:
+            data["head"] = self.head
         return data
 
     @classmethod
@@ -96,7 +104,15 @@ class JobOptions:
             force=bool(data.get("force", False)),
             checkpoint_ns=data.get("checkpoint_ns") or None,
             floor=int(data["floor"]) if isinstance(data.get("floor"), int) else None,
+            head=data["head"] if isinstance(data.get("head"), str) else None,
         )
+
+
+def head_mark(messages: Sequence[BaseMessage]) -> str | None:
+    """``"<id>:<digest>"`` of the first message after the system prompt (None: there is none),
+    as :attr:`JobOptions.head` names it."""
+    first = next((m for m in messages if m.type != "system"), None)
+    return None if first is None else f"{first.id}:{digest(first)}"
 
 
 class JobEnded(Exception):
@@ -145,9 +161,12 @@ def read_caught_up(
     seen: str | None,
     wait_s: float,
     ns: str | None = None,
+    head: str | None = None,
 ) -> Thread:
     """The thread once its checkpoint holds message ``seen`` (the newest one when the job was
-    queued), re-read every 0.1 s (backing off to 0.5 s) for up to ``wait_s`` seconds; after
+    queued) and, when ``head`` is given, starts with that message (:func:`head_mark`: the
+    summary of an apply made in the run), re-read every 0.1 s (backing off to 0.5 s) for up
+    to ``wait_s`` seconds; after
     that, what the checkpoint holds (logged). A run's checkpoints are written in the background (LangGraph's
     default durability), so a job queued from inside a run can find them steps behind:
     planning on them wastes a summary (found stale) or skips a thread that is over."""
@@ -155,13 +174,16 @@ def read_caught_up(
     pause = 0.1
     while True:
         thread = read_thread(saver, session_id, ns)
-        if not seen or any(m.id == seen for m in reversed(thread.messages)):
+        held = not seen or any(m.id == seen for m in reversed(thread.messages))
+        if held and (not head or head_mark(thread.messages) == head):
             return thread
         if time.monotonic() >= deadline:
             log.info(
-                "[%s] checkpoint still without message %s after %.1f s: planning on what it holds",
+                "[%s] checkpoint still without message %s (head %s) after %.1f s: planning on "
+                "what it holds",
                 tag(session_id),
                 seen,
+                head,
                 wait_s,
             )
             return thread
