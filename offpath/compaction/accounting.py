@@ -78,6 +78,18 @@ def block_chars(block: Any) -> int:
         return MEDIA_BLOCK_CHARS
 
 
+def text_only(content: str | Iterable[Any] | None) -> bool:
+    """``content`` holds text alone (a string, or text, reasoning and thinking parts): cutting
+    it to its head and tail keeps all that a model reads of it but the cut middle. A request
+    with an image or a file is kept whole (issue 18: a long request is shortened when kept)."""
+    if content is None or isinstance(content, str):
+        return True
+    return all(
+        isinstance(b, str) or (isinstance(b, Mapping) and b.get("type") in _TEXT_KEYS)
+        for b in content
+    )
+
+
 def content_chars(content: str | Iterable[Any] | None) -> int:
     """Size in chars of a message's ``content`` (a string or a list of parts)."""
     if content is None:

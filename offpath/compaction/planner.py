@@ -56,8 +56,9 @@ Worth it, and the no-progress rule
 ----------------------------------
 A cut is *worth it* when it removes at least :data:`MIN_MESSAGES_REMOVED`
 messages (the seed: fewer than 4 is too little; fewer do when they hold at least the keep
-window, as one pasted request of 19k chars or three steps of a model writing files do: a SWE-agent task at a 20,000-char threshold
-waited for four messages while every call was over it) and its *gain*, the chars it
+window, as one pasted request of 19k chars or three steps of a model writing files do: a
+SWE-agent task at a 20,000-char threshold waited for four messages while every call was over
+it) and its *gain*, the chars it
 removes (and saves by shortening) minus the size of the summary that replaces them, is at least
 ``(SUMMARIZATION_THRESHOLD_CHARS - SUMMARIZATION_KEEP_CHARS) // 4``
 (:func:`min_gain_chars`; 10,000 chars at the defaults).
@@ -67,8 +68,8 @@ A cut is worth it only if the thread lands under its prepare floor with it
 shortened to get there, and when what the keep window holds cannot be (a model's long
 messages, a pasted log), the shallowest valid cut inside it that lands; a thread that still
 cannot land (a system prompt over the floor) is a :attr:`SkipReason.NO_PROGRESS` skip, never
-a compaction that leaves the thread over its threshold (issue 18, item 2). "Compact now" (``force``) applies whatever
-removes more than its summary adds.
+a compaction that leaves the thread over its threshold (issue 18, item 2). "Compact now"
+(``force``) applies whatever removes more than its summary adds.
 
 The gain floor is what stops a requeue loop: after a compaction, later turns
 only re-plan the same small cut (the summary plus a few messages), whose gain
@@ -87,10 +88,10 @@ from typing import Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from offpath.compaction.accounting import content_text, message_chars
+from offpath.compaction.accounting import content_text, message_chars, text_only
 from offpath.compaction.pairing import CallPairer, call_ids
 from offpath.compaction.settings import MIN_SHORTENED_CHARS, Settings
-from offpath.compaction.shorten import MIN_SAVING_CHARS, caps_for, saving, text_only
+from offpath.compaction.shorten import MIN_SAVING_CHARS, caps_for, saving
 from offpath.compaction.summary import is_summary, overhead_chars, summary_request
 
 #: The seed: fewer messages than this is "too little to compact".
@@ -406,14 +407,19 @@ def plan_compaction(
         # own long messages: a file written through a tool call's arguments, 5-7k chars in
         # the mini-swe runs; a pasted request larger than the window): the shallowest valid
         # cut inside it that lands (issue 18: "the keep window itself never holds more than
-        # its budget ... a cut is always possible")
-        for c in range(w + 1, n):
-            if blocked[c]:
-                continue
-            deep = evaluate(c, "turn" if scan.turn_start[c] else "tool_group")
-            if worth(deep):
-                assert deep is not None
-                return scan.build(deep, total, threshold)
+        # its budget ... a cut is always possible"). The deepest one first: when even it does
+        # not land (a system prompt over the floor), no shallower one does, and the post-turn
+        # hook, which plans on every turn over the floor, evaluates one cut, not the window's
+        cuts = [c for c in range(w + 1, n) if not blocked[c]]
+
+        def at(c: int) -> _Candidate | None:
+            return evaluate(c, "turn" if scan.turn_start[c] else "tool_group")
+
+        if cuts and worth(at(cuts[-1])):
+            for c in cuts:
+                if worth(deep := at(c)):
+                    assert deep is not None
+                    return scan.build(deep, total, threshold)
     if shallow is None:
         return Skip(SkipReason.NO_CUT_POINT, "no cut leaves tool-call pairs whole", total)
     best = shallow
@@ -600,7 +606,7 @@ class _Scan:
         if (
             own is not None
             and request_kept - request_cap >= MIN_SAVING_CHARS
-            and text_only(self.messages[own])
+            and text_only(self.messages[own].content)
         ):
             request_cut = ((str(self.ids[own]), request_cap),)
             request_kept = request_cap

@@ -31,6 +31,8 @@ from offpath.compaction.digest import SHORTENED, digest
 from offpath.compaction.settings import MIN_SHORTENED_CHARS
 from offpath.compaction.summary import cite
 
+M = TypeVar("M", bound=BaseMessage)
+
 #: ``additional_kwargs`` key of a shortened result: ``{"chars": <the original's chars>,
 #: "digest": <the original's digest>}`` (a client's copy of it is dropped by ``/turns``).
 MARK = SHORTENED
@@ -41,8 +43,6 @@ MIN_SAVING_CHARS = 200
 #: The fewest chars an *older* result is shortened to, outside the keep window, while a call
 #: would be over the threshold with no summary ready: its first line and the recall line.
 MIN_OLDER_CHARS = 200
-M = TypeVar("M", bound=BaseMessage)
-
 #: Under this cap a shortened result is a stub: its first line and the recall line, no facts.
 STUB_BELOW_CHARS = 500
 
@@ -58,18 +58,6 @@ def original_chars(message: BaseMessage) -> int:
     if isinstance(mark, dict) and isinstance(mark.get("chars"), int):
         return mark["chars"]
     return message_chars(message)
-
-
-def text_only(message: BaseMessage) -> bool:
-    """``message``'s content is text alone (a string, or text blocks): shortening it keeps all
-    that a model reads of it, besides the cut middle. A request with an image or a file is
-    kept whole: its head and tail in text would drop what the model was shown."""
-    content = message.content
-    if isinstance(content, str):
-        return True
-    return all(
-        isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text") for b in content
-    )
 
 
 def shortenable(message: BaseMessage, cap: int) -> bool:
@@ -146,7 +134,7 @@ def _marker(
     mid: str,
     recall: bool,
     facts_max: int,
-    noun: str = "result",
+    noun: str,
 ) -> str:
     hidden = text[head_end:tail_start]
     if recall:

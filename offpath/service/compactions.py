@@ -29,9 +29,10 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import content_text, total_chars
+from offpath.compaction.digest import digest
 from offpath.compaction.loss import loss_report
 from offpath.compaction.pairing import new_unpaired
-from offpath.compaction.patch import Fitted, Prepared, Stale, digest, fit, landed
+from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
 from offpath.compaction.planner import landing_chars
 from offpath.service import archive
 from offpath.service.db import JobStatus, finalize, job_row, set_job
