@@ -24,11 +24,10 @@ def run_like_the_worker(rt: Any, summarizer: Any, keeper: Any, session_id: str, 
     """The steps of ``worker.tasks.compact_session`` for one delivery, minus Celery's
     dispatch: mark the job ``running``, take the thread's running lease, have the lease
     keeper renew it, run the job, then hand the thread on. Returns the job's status."""
-    from offpath.worker.jobs import run_job
-    from offpath.worker.tasks import _hand_on
-
     from offpath.service.db import start_job
     from offpath.service.leases import Start
+    from offpath.worker.jobs import run_job
+    from offpath.worker.tasks import _hand_on
 
     done, stored = start_job(rt.engine, job_id, session_id)
     assert done is None, done

@@ -18,12 +18,12 @@ LLM_DELAY_S = 1.0
 
 def run(ctx: Context) -> Result:
     import psutil
-    from offpath.worker.tasks import publish
 
     from bench.workloads import thread
     from offpath.compaction.settings import get_settings
     from offpath.service.db import create_job
     from offpath.service.runtime import Runtime
+    from offpath.worker.tasks import publish
 
     settings = get_settings()
     conc = settings.worker_concurrency

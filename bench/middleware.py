@@ -202,10 +202,10 @@ def measure(
     from agent_replay import TranscriptModel
     from langchain.agents import create_agent
     from langchain_core.messages import HumanMessage
-    from offpath.worker.tasks import publish
 
     from offpath.compaction.settings import load_settings
     from offpath.service.runtime import Client
+    from offpath.worker.tasks import publish
 
     settings = load_settings(**CONFIGS[config])
     client = Client.open(settings, publish=publish)

@@ -290,13 +290,13 @@ class LogLines(logging.Handler):
 
 
 def run(ctx: Context) -> Result:
-    from offpath.worker.tasks import publish
     from shared import load, messages_of
 
     from offpath.compaction.settings import get_settings
     from offpath.service.checkpoints import open_checkpoints_url
     from offpath.service.db import migrate, stats
     from offpath.service.runtime import Client
+    from offpath.worker.tasks import publish
 
     settings = get_settings()
     threshold = settings.summarization_threshold_chars

@@ -447,7 +447,10 @@ def run(ctx: Context) -> Result:
             )
         for proc, log_path in workers:
             wait_for_log(log_path, "ready.", proc, 600)
-        with open_checkpoints_url(agent_url, base) as checkpoints:
+        # the agents' checkpointer: about a connection per concurrent run (LangGraph writes
+        # every step's checkpoint; 4 connections for 54 runs left them seconds behind)
+        widest = max(Counter(c.delay for c in grid).values())
+        with open_checkpoints_url(agent_url, base, pool_size=min(32, widest)) as checkpoints:
             bench = Grid(checkpoints.saver, agent_url, clients, summary_s, workloads)
             for delay in sorted({c.delay for c in grid}, reverse=True):
                 phase = [c for c in grid if c.delay == delay]

@@ -456,11 +456,10 @@ def attribute(requests: list[dict[str, Any]], docs: list[Doc]) -> dict[str, list
 
 
 def run_pass(ctx: Context, shape: str, docs: list[Doc]) -> tuple[list[Run], float, dict]:
-    from offpath.worker.tasks import publish
-
     from offpath.service.checkpoints import open_checkpoints_url
     from offpath.service.db import migrate
     from offpath.service.runtime import Client
+    from offpath.worker.tasks import publish
 
     llm_delay = QUICK_LLM_DELAY_S if ctx.quick else LLM_DELAY_S
     assert ctx.stub is not None

@@ -74,10 +74,9 @@ def one_run(
     rt: Any, env: dict[str, str], label: str, jobs: int, start: Any, celery_only: bool
 ) -> tuple[float, float]:
     """``jobs`` compactions through the workers ``start`` starts: (steady rate, peak RSS MiB)."""
-    from offpath.worker.tasks import publish
-
     from bench.workloads import thread
     from offpath.service.db import create_job
+    from offpath.worker.tasks import publish
 
     log = open(Path(tempfile.gettempdir()) / f"bench-tp-{RUN_ID}-{label}.log", "ab")  # noqa: SIM115
     sids = []

@@ -87,7 +87,12 @@ from langgraph.types import Command
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.pairing import new_unpaired
 from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
-from offpath.compaction.planner import landing_chars, min_gain_chars, summary_budget_chars
+from offpath.compaction.planner import (
+    EARLY_KEEP_SHARE,
+    landing_chars,
+    min_gain_chars,
+    summary_budget_chars,
+)
 from offpath.compaction.settings import Settings, get_settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps, older_caps
 from offpath.compaction.tokens import Calibration
@@ -931,14 +936,24 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
 
 
 def earliest_worth(settings: Settings) -> int:
-    """The smallest thread (chars) a compaction is likely worth it on: the keep window (and
-    half a tool result's allowance for the group it ends in) plus what the planner's gain
+    """The smallest thread (chars) a compaction is likely worth it on: what the planner's gain
     rule needs removed, ``max(budget + gain, 2 x gain)`` (a summary is at most the budget and
-    at most half of what it replaces). A job queued before this ends ``no_progress`` and
-    holds its thread back until it grew by a compaction's worth: worse than a late one."""
+    at most half of what it replaces), and half a tool result's allowance for the group the
+    cut ends in, past the keep window *of a plan made that early*
+    (:func:`~offpath.compaction.planner.early_keep_chars`: the window less what must still
+    come before the apply, at least :data:`~offpath.compaction.planner.EARLY_KEEP_SHARE` of
+    it). A job queued before this ends ``no_progress`` and holds its thread back until it grew
+    by a compaction's worth: worse than a late one. With the whole keep window counted here
+    (benchmark 17, django at 30,000 / 10,000: 23,750 of a 24,000-char floor), a run landing
+    at 21k after an apply and growing 8k a step queued its next job only at the crossing."""
     gain = min_gain_chars(settings)
-    removed = max(summary_budget_chars(settings) + gain, 2 * gain)
-    return settings.summarization_keep_chars + settings.tool_result_limit_chars // 2 + removed
+    need = settings.tool_result_limit_chars // 2 + max(
+        summary_budget_chars(settings) + gain, 2 * gain
+    )
+    keep = settings.summarization_keep_chars
+    if settings.summarization_threshold_chars - keep >= need:  # an early plan keeps less
+        return int(keep * EARLY_KEEP_SHARE) + need
+    return keep + need
 
 
 def _diff(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> list[BaseMessage]:

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi import HTTPException
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from offpath.api.stats import parse_since
 
+from offpath.api.stats import parse_since
 from offpath.compaction.planner import Skip, SkipReason, plan_compaction
 from offpath.compaction.settings import Settings
 from offpath.service.usage import BadCursor, _decode_cursor, _encode_cursor, percentiles

@@ -9,6 +9,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from offpath.api.limits import JsonScan, TooMuch, is_json_media, nul_parameter, unstorable
 
 

@@ -15,7 +15,7 @@ from offpath.compaction.planner import Skip, plan_compaction
 from offpath.compaction.settings import load_settings
 from offpath.service.consumers import Consumers, ConsumerWatch, from_active_queues, readiness
 from offpath.service.db import chars_saved
-from worker.reconciler import expiry_reason, prepared_expired
+from offpath.worker.reconciler import expiry_reason, prepared_expired
 
 # --- item 2: a prepared compaction expires --------------------------------------------------
 

@@ -155,7 +155,7 @@ def test_reconciler_purges_the_archive_past_its_retention_once_an_hour(tmp_path)
     from datetime import UTC, datetime, timedelta
 
     from offpath.service.runtime import Runtime
-    from worker.reconciler import reconcile_once
+    from offpath.worker.reconciler import reconcile_once
 
     settings = load_settings(
         data_dir=str(tmp_path),

@@ -375,7 +375,7 @@ def test_a_job_that_lands_over_the_threshold_names_the_next_job_and_only_then():
     """worker.jobs.follow_up: a thread just compacted that is still over its threshold, with
     a cut to make, gets its next job from the job itself (turns that came while it ran
     queued nothing); under the threshold, or with nothing to remove, none."""
-    from worker.jobs import follow_up
+    from offpath.worker.jobs import follow_up
 
     over = [m for i in range(12) for m in turn(i)]
     assert total_chars(over) > S.summarization_threshold_chars
@@ -384,3 +384,53 @@ def test_a_job_that_lands_over_the_threshold_names_the_next_job_and_only_then():
     one = [HumanMessage(id="h", content="paste " + "x" * 12_000)]  # over, but no cut
     assert total_chars(one) > S.summarization_threshold_chars
     assert follow_up(one, S) is None
+
+
+def _steps(n, chars):
+    """One request, then ``n`` model steps of one call and a ``chars`` result each."""
+    out = [HumanMessage(id="h0", content="investigate the outage")]
+    for i in range(n):
+        out.append(
+            AIMessage(
+                id=f"a{i}", content="", tool_calls=[{"id": f"c{i}", "name": "logs", "args": {}}]
+            )
+        )
+        out.append(ToolMessage(id=f"t{i}", content="x" * chars, tool_call_id=f"c{i}"))
+    return out
+
+
+def _kept_chars(plan):
+    return sum(len(m.content) for m in plan.kept)
+
+
+def test_an_early_plan_keeps_what_the_keep_window_needs_once_the_thread_crossed():
+    # planned under the threshold, a compaction is applied only once the thread is over it
+    # (the forced one excepted): by then at least (threshold - size at the plan) more chars
+    # follow its kept part, so the keep window at the apply needs only the rest of it now.
+    # Kept whole, a fast run's early plans removed 9k of 23k and the thread was over its
+    # threshold again at the apply (benchmark 17, django at 30,000 / 10,000).
+    settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
+    messages = _steps(13, 1_900)  # ~24.7k chars: over the 0.8 prepare floor, under the threshold
+    total = total_chars(messages)
+    assert settings.prepare_floor_chars < total < 30_000
+    plan = plan_compaction(messages, settings, early=True)
+    assert isinstance(plan, CompactionPlan)
+    headroom = 30_000 - total
+    kept = _kept_chars(plan)
+    assert kept < 10_000 - 1_900  # a step or more deeper than a plan made over the threshold
+    # once over the threshold, what follows the kept part completes the keep window
+    assert kept + headroom >= 10_000
+    # an operator's compact-now is applied where it is planned: the whole keep window stays
+    forced = plan_compaction(messages, settings, force=True)
+    assert isinstance(forced, CompactionPlan)
+    assert _kept_chars(forced) >= 10_000
+
+
+def test_a_plan_over_the_threshold_keeps_the_whole_keep_window():
+    settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
+    messages = _steps(17, 1_900)
+    assert total_chars(messages) > 30_000
+    for early in (False, True):
+        plan = plan_compaction(messages, settings, early=early)
+        assert isinstance(plan, CompactionPlan)
+        assert _kept_chars(plan) >= 10_000

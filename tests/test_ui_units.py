@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from api import ui_data
+from offpath.api import ui_data
 
 
 @pytest.mark.parametrize(

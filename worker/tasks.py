@@ -14,8 +14,6 @@ import uuid
 
 from celery import signals
 from celery.utils.time import get_exponential_backoff_interval
-from offpath.worker.celery_app import app
-from offpath.worker.jobs import Outcome, RetryLater, end, run_job
 
 from offpath.compaction.settings import get_settings
 from offpath.compaction.summarizers import Summarizer, make_summarizer
@@ -27,6 +25,8 @@ from offpath.service.leases import LeaseKeeper, Leases, Start, State, failure_ba
 from offpath.service.logs import tag
 from offpath.service.metrics import serve_worker_metrics
 from offpath.service.runtime import Runtime
+from offpath.worker.celery_app import app
+from offpath.worker.jobs import Outcome, RetryLater, end, run_job
 
 log = logging.getLogger("offpath.worker")
 

@@ -250,7 +250,7 @@ def fixed_prepare_at(settings: Settings) -> float | None:
     at most the share of the threshold from which a compaction is worth it
     (:func:`offpath.middleware.earliest_worth`), so that the middleware's prepare point,
     which moves between the two with the run's growth rate per second, is that one figure
-    at every run (0.76 at the defaults: 45,600 of 60,000 chars)."""
+    at every run (0.6 at the defaults: 36,000 of 60,000 chars)."""
     from offpath.middleware import earliest_worth
 
     threshold = settings.summarization_threshold_chars

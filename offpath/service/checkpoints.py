@@ -163,13 +163,15 @@ def open_checkpoints(settings: Settings, *, check_every_checkout: bool = False) 
     return _sqlite(Path(settings.data_dir) / "checkpoints.db")
 
 
-def open_checkpoints_url(url: str, settings: Settings) -> Checkpoints:
+def open_checkpoints_url(url: str, settings: Settings, pool_size: int | None = None) -> Checkpoints:
     """Open the checkpointer at ``url``: ``postgresql://...`` or ``sqlite:///path/to/file.db``
-    (a user's own agent's; the worker reads its threads). ``ValueError`` for another URL."""
+    (a user's own agent's; the worker reads its threads). ``pool_size``: most PostgreSQL
+    connections (default: the worker's concurrency, 4 to 20; a process running many agents at
+    once wants about one per concurrent run, as LangGraph writes each step's checkpoint).
+    ``ValueError`` for another URL."""
     if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
-        return _postgres(
-            "postgresql://" + url.partition("://")[2], max(4, min(settings.worker_concurrency, 20))
-        )
+        size = pool_size or max(4, min(settings.worker_concurrency, 20))
+        return _postgres("postgresql://" + url.partition("://")[2], size)
     if url.startswith("sqlite:///"):
         return _sqlite(Path(url.removeprefix("sqlite:///")))
     raise ValueError(
