@@ -91,6 +91,7 @@ from offpath.compaction.planner import (
     EARLY_KEEP_SHARE,
     landing_chars,
     min_gain_chars,
+    request_cap_chars,
     summary_budget_chars,
 )
 from offpath.compaction.settings import Settings, get_settings
@@ -389,7 +390,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                     at = next(
                         (i for i, m in enumerate(messages) if m.id == first_new), len(messages)
                     )
-                    caps = older_caps(messages, keep, need, at)
+                    caps = older_caps(messages, keep, need, at, request_cap_chars(settings))
                     if caps:
                         messages = self._shorten(
                             session_id, messages, caps, "over the threshold", MIN_OLDER_CHARS
@@ -544,7 +545,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         why: str,
         floor: int | None = None,
     ) -> list[BaseMessage]:
-        """``messages`` with the results named in ``caps`` shortened to their cap (not below
+        """``messages`` with the messages named in ``caps`` shortened to their cap (not below
         ``floor``), their originals archived first (nothing shortened if the archive cannot
         be written)."""
         try:
@@ -557,7 +558,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         if out is not messages:
             saved = sum(message_chars(m) for m in messages) - sum(message_chars(m) for m in out)
             log.info(
-                "[%s] shortened %d tool result(s) %s: -%d chars (originals archived)",
+                "[%s] shortened %d message(s) %s: -%d chars (originals archived)",
                 tag(session_id),
                 sum(a is not b for a, b in zip(messages, out, strict=True)),
                 why,

@@ -81,13 +81,16 @@ def pending_calls(messages: Sequence[BaseMessage]) -> set[str]:
 
 
 def shortened_from(new: BaseMessage, old: BaseMessage) -> bool:
-    """``new`` is ``old`` (a tool result, or a long request kept in place) shortened by
-    offpath, as issue 18 allows in a kept part: same id, type and call id, marked with the
+    """``new`` is ``old`` (a tool result, a long request kept in place, or a model's own long
+    message while no summary was ready) shortened by offpath, as issue 18 allows in a kept
+    part: same id, type and call id (a model's message: the same tool calls), marked with the
     original's size, its text the original's head and tail around one ``[offpath: ...]`` line
     (checked here on the texts themselves)."""
-    if new.type != old.type or new.type not in ("tool", "human") or new.id != old.id:
+    if new.type != old.type or new.type not in ("tool", "human", "ai") or new.id != old.id:
         return False
     if new.type == "tool" and new.tool_call_id != old.tool_call_id:
+        return False
+    if new.type == "ai" and new.tool_calls != old.tool_calls:
         return False
     return text_shortened(new, old)
 
@@ -113,7 +116,11 @@ def text_shortened(new: BaseMessage, old: BaseMessage) -> bool:
         len(text) < len(original)
         and original.startswith(head)
         and original.endswith(tail)
-        and mark.get("chars") == len(original)
+        # the original's size: its text, and a model message's tool-call arguments too
+        and (
+            mark.get("chars") == len(original)
+            or (old.type == "ai" and bool(old.tool_calls) and mark.get("chars", 0) > len(original))
+        )
     )
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.graph.message import add_messages
-from shared import check_compacted, pairing_problems
+from shared import check_compacted, pairing_problems, shortened_from
 from sre_sessions import sre_session
 
 from offpath.compaction.accounting import message_chars, total_chars
@@ -468,3 +468,61 @@ def test_a_late_apply_goes_into_the_keep_window_when_the_models_own_messages_fil
     assert total_chars(after) <= settings.prepare_floor_chars
     assert [m.id for m in after][-2:] == ["w4", "tw4"]  # the newest step stays
     assert "w0" not in {m.id for m in after} and SINCE_HEADING in str(after[1].content)
+
+
+def test_a_compaction_planned_early_leaves_the_whole_keep_window_once_applied():
+    """The seed's keep window is "recent chars kept intact after compaction": a plan made
+    under the threshold keeps less (the planner's early_keep_chars), and the apply, at the
+    thread's first crossing (the least it can have grown), still leaves the whole window after
+    the summary, every pair whole."""
+    from offpath.compaction.pipeline import summarize_plan
+
+    keep = S.summarization_keep_chars
+    for turns in range(8, 12):  # plans at 20k to 27k chars, all under the 30,000 threshold
+        early = thread(turns, chars=2_300)
+        assert 15_000 < total_chars(early) < S.summarization_threshold_chars
+        # queued from the middleware's prepare point, which moves with the run's growth
+        plan = plan_compaction(early, S, early=True, floor_chars=15_000)
+        assert isinstance(plan, CompactionPlan), plan
+        assert sum(message_chars(m) for m in plan.kept) < keep  # it kept less than the window
+        prepared = summarize_plan(plan, early, S, OfflineSummarizer()).prepared
+        grown, i = list(early), turns
+        while total_chars(grown) <= S.summarization_threshold_chars:  # up to the crossing
+            grown += thread(i + 1, chars=1_200)[-4:]
+            i += 1
+        fitted = fit(prepared, grown, target=landing_chars(S), settings=S)
+        assert not isinstance(fitted, Stale), fitted
+        after = add_messages(grown, fitted.patch)
+        check_compacted(grown, after)
+        tail = [m for m in after if m.type != "system" and m.id != fitted.summary.id]
+        assert sum(message_chars(m) for m in tail) >= keep, turns
+
+
+def test_over_the_threshold_a_models_own_long_messages_and_the_request_are_shortened_too():
+    """Issue 18: a run whose size is the model's own writing (a mini-swe agent writing files,
+    5-8k chars a step) or one pasted 19k task had every tool result at its floor and still
+    went 1.3-1.7x over its threshold while the summary was written. Outside the keep window
+    those are shortened as well: tool results first, then the model's messages (their tool
+    calls whole), then requests (no lower than the cap a compaction keeps them at)."""
+    msgs = [HumanMessage(id="req", content="TASK: fix the parser\n" + "r" * 12_000)]
+    for i in range(10):
+        msgs += [
+            AIMessage(
+                id=f"a{i}",
+                content=f"THOUGHT {i}\n```bash\ncat > f{i}.py <<EOF\n" + "w" * 6_000 + "\nEOF\n```",
+                tool_calls=[{"id": f"c{i}", "name": "bash", "args": {"cmd": f"python f{i}.py"}}],
+            ),
+            ToolMessage(id=f"t{i}", content=f"ok {i}\n" + "o" * 600, tool_call_id=f"c{i}"),
+        ]
+    keep, request_floor = 10_000, 4_500
+    window = {"a9", "t9", "a8"}  # in the newest 10k chars: the model's steps, the newest result
+    few = older_caps(msgs, keep, need=3_000, new_from=len(msgs) - 1, request_floor=request_floor)
+    assert few and set(few) <= {f"t{i}" for i in range(8)}  # results first, while they do
+    caps = older_caps(msgs, keep, need=100_000, new_from=len(msgs) - 1, request_floor=request_floor)
+    assert {f"a{i}" for i in range(8)} <= set(caps) and "req" in caps
+    assert not window & set(caps)  # the keep window's model steps and new result stay whole
+    assert caps["req"] >= request_floor and all(caps[f"a{i}"] >= MIN_OLDER_CHARS for i in range(8))
+    short = shorten(msgs[1], caps["a0"], floor=MIN_OLDER_CHARS)  # as the middleware does
+    assert short.tool_calls == msgs[1].tool_calls and len(short.content) <= caps["a0"]
+    assert short.content.startswith("THOUGHT 0") and "not shown" in short.content
+    assert shortened_from(short, msgs[1])

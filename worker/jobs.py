@@ -85,8 +85,12 @@ log = logging.getLogger("offpath.summarizer")
 #: then planned on a thread under its threshold (100 jobs ``under_threshold``) or on one
 #: from before the previous compaction landed (stale). A plan on a lagging read is wasted,
 #: so waiting longer costs nothing the job would otherwise deliver; a compaction applied
-#: late still covers what came after its plan (``compaction.patch.fit``).
-CHECKPOINT_LAG_S = 5.0
+#: late still covers what came after its plan (``compaction.patch.fit``). 5 s was not enough:
+#: on the grid's loaded host every run's checkpoint writes stalled 5 s at once, and four
+#: jobs planned on threads from before the last apply (found stale at the swap, the run
+#: then 1.6x over its threshold). A job whose run never writes the message (it failed
+#: after queueing) costs one worker thread this long, once.
+CHECKPOINT_LAG_S = 15.0
 
 #: Errors of our stores that may pass: retried like an LLM timeout.
 TRANSIENT_STORE_ERRORS: tuple[type[BaseException], ...] = (

@@ -259,8 +259,9 @@ def early_keep_chars(settings: Settings, total: int) -> int:
     Why it still keeps the seed's promise: a compaction planned early is applied only once
     the thread is over its threshold (the middleware's first call over it, the post-turn
     hook on a crossing; an operator's "compact now" plans with ``force`` and keeps the whole
-    window), so by then at least ``threshold - total`` chars came after its kept part, and
-    the kept tail holds the whole window *after compaction*. Kept whole at the plan, a fast
+    window, though it applies one already prepared as it is), so by then at least
+    ``threshold - total`` chars came after its kept part, and the kept tail holds the whole
+    window *after compaction*. Kept whole at the plan, a fast
     run's early plans removed 9k of a 23k thread that grew 20k more while the summary was
     written: the thread was over its threshold again at the apply (benchmark 17, django at
     30,000 / 10,000, 1.74x)."""

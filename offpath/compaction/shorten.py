@@ -29,7 +29,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.digest import SHORTENED, digest
 from offpath.compaction.settings import MIN_SHORTENED_CHARS
-from offpath.compaction.summary import cite
+from offpath.compaction.summary import cite, is_summary
 
 M = TypeVar("M", bound=BaseMessage)
 
@@ -206,13 +206,25 @@ def saving(sizes: dict[str, int], caps: dict[str, Any]) -> int:
 
 
 def older_caps(
-    messages: Sequence[BaseMessage], keep_chars: int, need: int, new_from: int | None = None
+    messages: Sequence[BaseMessage],
+    keep_chars: int,
+    need: int,
+    new_from: int | None = None,
+    request_floor: int = MIN_SHORTENED_CHARS,
 ) -> dict[str, int]:
-    """Caps that save ``need`` chars on older tool results: first those outside the newest
-    ``keep_chars`` chars (the keep window), then, if that is not enough, those in it that a
-    model call has seen already (before ``new_from``, the index of the first message new
-    since the last call); the newest results stay whole. What a model call over the
-    threshold shortens while no summary is ready (no lower than :data:`MIN_OLDER_CHARS`)."""
+    """Caps that save ``need`` chars on older messages: first the tool results outside the
+    newest ``keep_chars`` chars (the keep window), then, if that is not enough, those in it
+    that a model call has seen already (before ``new_from``, the index of the first message
+    new since the last call); then, outside the keep window, the model's own long messages
+    (text content; their tool calls stay whole) and long requests (not below
+    ``request_floor``: a compaction keeps a request shortened to
+    :func:`~offpath.compaction.planner.request_cap_chars`). The newest results and the keep
+    window's own messages stay whole. What a model call over the threshold shortens while no
+    summary is ready (no lower than :data:`MIN_OLDER_CHARS`).
+
+    Issue 18: the runs whose size is the model's own writing (files written by a mini-swe
+    agent, 5-8k chars a step) or a 19k pasted task went 1.3-1.7x over the threshold while
+    the summary was written, with every tool result already at its floor."""
     acc, start = 0, len(messages)
     while start > 0 and acc < keep_chars:
         start -= 1
@@ -226,6 +238,18 @@ def older_caps(
             (str(m.id), message_chars(m)) for m in messages[start:end] if isinstance(m, ToolMessage)
         ]
         caps.update(caps_for(seen, left, MIN_OLDER_CHARS))
+        left = need - saving(dict(older + seen), caps)
+    for kind, floor in (("ai", MIN_OLDER_CHARS), ("human", request_floor)):
+        if left <= 0:
+            break
+        own = [
+            (str(m.id), len(m.content))
+            for m in messages[:start]
+            if m.type == kind and isinstance(m.content, str) and not is_summary(m)
+        ]
+        more = caps_for(own, left, max(floor, MIN_OLDER_CHARS))
+        caps.update(more)
+        left -= saving(dict(own), more)
     return caps
 
 

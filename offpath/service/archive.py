@@ -149,13 +149,12 @@ def shorten_archived(
     offset: int = 0,
     floor: int | None = None,
 ) -> list[BaseMessage]:
-    """``messages`` with the tool results named in ``caps`` (message id -> cap in chars)
-    shortened in place (:func:`offpath.compaction.shorten.shorten`), their originals archived
+    """``messages`` with the messages named in ``caps`` (message id -> cap in chars: tool
+    results; a model's long message or a request, as the middleware's
+    :func:`~offpath.compaction.shorten.older_caps` names them) shortened in place (:func:`offpath.compaction.shorten.shorten`), their originals archived
     first (:func:`store_shortened`; ``offset``: the thread position of ``messages[0]``).
     Raises the database's error, and then nothing is shortened. Returns ``messages`` itself
     when nothing is to shorten."""
-    from langchain_core.messages import ToolMessage
-
     from offpath.compaction.settings import MIN_SHORTENED_CHARS
     from offpath.compaction.shorten import shorten
 
@@ -163,7 +162,7 @@ def shorten_archived(
     originals: list[tuple[int, BaseMessage]] = []
     for i, m in enumerate(out):
         cap = caps.get(str(m.id))
-        if cap is None or not isinstance(m, ToolMessage):
+        if cap is None:
             continue
         short = shorten(m, cap, recall=recall, floor=floor or MIN_SHORTENED_CHARS)
         if short is not m:
