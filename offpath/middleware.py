@@ -274,7 +274,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         size = ThreadSize.from_state(private.get("size")).advance(messages)
         update: dict[str, Any] = {}
         s = self.settings
-        over = size.chars > s.summarization_threshold_chars
+        out = int(private.get("outside") or 0)  # the run's calls sent that besides the thread
+        over = size.chars + out > s.summarization_threshold_chars
         if s.active and (over or not self.options.patch):
             known, holder = self._claim_of(session_id, urgent=over)
             if over and not known:
@@ -282,7 +283,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             prepared = known and holder is not None and holder.state is State.PREPARED
             if prepared and (over or self._forced(session_id)):
                 assert holder is not None
-                applied = self._apply(session_id, holder.job_id, messages)
+                applied = self._apply(session_id, holder.job_id, messages, out)
                 self._forget_claim(session_id)
                 if applied is not None:
                     fitted, private["pending"] = applied
@@ -292,12 +293,13 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                     private["removed"] = True
         if s.active and not self.options.patch:
             self._note_soon(session_id, len(messages), size.chars, every=0.0)
-        if s.active and size.chars >= self._prepare_point(private):
+        if s.active and size.chars + out >= self._prepare_point(private):
             known, holder = self._claim_of(session_id)
             if known and (
-                holder is None or holder.frees_for(size.chars, self._min_gain, self._threshold)
+                holder is None
+                or holder.frees_for(size.chars + out, self._min_gain, self._threshold)
             ):
-                self._publish_soon(session_id, size.chars, messages, private)
+                self._publish_soon(session_id, size.chars + out, messages, private)
         if private.get("removed") and _graph_ns():
             return Command(
                 graph=Command.PARENT, update=_parent_update({**state, "messages": messages})
@@ -363,10 +365,13 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             if big:
                 messages = self._shorten(session_id, messages, big, "as it arrived")
             threshold = settings.summarization_threshold_chars
+            # sizes count the thread; ``out`` is what the call sends besides it (a system
+            # prompt given to create_agent), counted against the threshold and floors
+            out = private["outside"] = outside_chars(request)
             chars = sum(message_chars(m) for m in messages) if big else size.chars
             reached = chars
             # 2. over the threshold: the prepared compaction, else older results shortened
-            if chars > threshold:
+            if chars + out > threshold:
                 known, holder = self._claim_of(session_id, urgent=True)
                 log.debug(
                     "[%s] call over the threshold: %d chars; claim %s (known: %s)",
@@ -378,13 +383,15 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 if crossing_unseen(holder):
                     self._write(note_crossing, self.client.engine, holder)  # the lag runs here
                 if known and holder is not None and holder.state is State.PREPARED:
-                    messages, chars = self._apply_now(session_id, holder, messages, private, chars)
+                    messages, chars = self._apply_now(
+                        session_id, holder, messages, private, chars, out
+                    )
                 # the size the thread reached, before this call's own shortening of older
                 # results: a skip that holds the thread is weighed against it (a thread kept
                 # under its threshold by shortening alone still needs its compaction)
                 reached = chars
-                if chars > threshold:
-                    need = chars - settings.prepare_floor_chars
+                if chars + out > threshold:
+                    need = chars + out - settings.prepare_floor_chars
                     keep = settings.summarization_keep_chars
                     first_new = original[new_from].id if new_from < len(original) else None
                     at = next(
@@ -403,7 +410,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 if known and holder is not None and holder.state is State.PREPARED:
                     if self._forced(session_id):
                         messages, chars = self._apply_now(
-                            session_id, holder, messages, private, chars
+                            session_id, holder, messages, private, chars, out
                         )
             size = ThreadSize().advance(messages) if messages is not original else size
             if not self.options.patch:
@@ -411,15 +418,16 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             # 3. from the prepare point on: the claim, and a job when the thread is free
             self._track_rate(private, size.chars)
             point = self._prepare_point(private)
-            if max(size.chars, reached) >= point:
+            now, reached = size.chars + out, reached + out  # as a call sends them
+            if max(now, reached) >= point:
                 known, holder = self._claim_of(session_id)
                 self._check_pickup(session_id, holder)
-                if known and (holder is None or holder.frees_for(size.chars, self._min_gain)):
-                    self._publish_soon(session_id, size.chars, messages, private)
+                if known and (holder is None or holder.frees_for(now, self._min_gain)):
+                    self._publish_soon(session_id, now, messages, private)
                 elif known and self._crossing_frees(holder, reached, private):
                     # planned from the size the thread is now (its older results shortened
                     # to keep it under the threshold), not from the prepare point over it
-                    planned = min(size.chars, point) - 1
+                    planned = min(now, point) - 1
                     self._publish_soon(session_id, reached, messages, private, planned)
         private["size"] = size.to_state()
         call = _Call(self._shape(request, messages, size, session_id), {KEY: private}, size.chars)
@@ -434,10 +442,12 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         messages: list[BaseMessage],
         private: dict[str, Any],
         chars: int,
+        out: int = 0,
     ) -> tuple[list[BaseMessage], int]:
-        """Apply the prepared compaction of ``holder`` to this call's ``messages``: the
-        messages and their size after it (unchanged if it did not apply)."""
-        applied = self._apply(session_id, holder.job_id, messages)
+        """Apply the prepared compaction of ``holder`` to this call's ``messages`` (``out``:
+        chars the call sends besides them): the messages and their size after it (unchanged
+        if it did not apply)."""
+        applied = self._apply(session_id, holder.job_id, messages, out)
         self._forget_claim(session_id)
         if applied is None:
             return messages, chars
@@ -567,7 +577,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         return out
 
     def _apply(
-        self, session_id: str, job_id: str, messages: list[BaseMessage]
+        self, session_id: str, job_id: str, messages: list[BaseMessage], out: int = 0
     ) -> tuple[Fitted, dict[str, Any]] | None:
         """The fitted compaction of job ``job_id`` (its patch lands the thread under its
         prepare floor) and what to record once it is in the state; None if there is nothing
@@ -589,6 +599,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 target=None if forced else landing_chars(self.settings),
                 recall=self.recall,
                 settings=self.settings,
+                outside_chars=out,
             )
             if isinstance(fitted, Stale):
                 end_stale(client.engine, client.leases, session_id, job_id, fitted)
@@ -876,6 +887,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             head=head_mark(messages),
             checkpoint_ns=_graph_ns() or None,
             floor=min(chars if planned is None else planned, self._prepare_point(private)),
+            outside=int(private.get("outside") or 0),
         )
         self._write(self._publish, session_id, chars, options)
 
@@ -934,6 +946,14 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         if key not in self._warned:
             self._warned.add(key)
             log.warning(message)
+
+
+def outside_chars(request: ModelRequest) -> int:
+    """Chars a model call sends besides the thread's messages: its system prompt when it is
+    given to the agent (``create_agent(system_prompt=...)``) rather than held in the thread.
+    Tool schemas are not counted (the seed counts messages)."""
+    system = request.system_message
+    return message_chars(system) if system is not None else 0
 
 
 def earliest_worth(settings: Settings) -> int:

@@ -526,3 +526,55 @@ def test_over_the_threshold_a_models_own_long_messages_and_the_request_are_short
     assert short.tool_calls == msgs[1].tool_calls and len(short.content) <= caps["a0"]
     assert short.content.startswith("THOUGHT 0") and "not shown" in short.content
     assert shortened_from(short, msgs[1])
+
+
+def test_a_system_prompt_given_to_the_agent_counts_against_the_threshold(tmp_path):
+    """Issue 18 measures what a call sends: a system prompt given as
+    ``create_agent(system_prompt=...)`` is in no checkpoint, but every call carries it
+    (SWE-agent's 4.9k-char prompt put a run 1.13x over its threshold while its thread was
+    under it). The middleware counts it: here the thread alone stays under the threshold and
+    its older results are shortened all the same; a job carries it to the planner."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from offpath.middleware import OffPathCompaction
+    from offpath.service.compactions import JobOptions
+    from offpath.service.db import migrate
+
+    class Model(GenericFakeChatModel):
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+    def logs(step: int) -> str:
+        """Read the logs of one step."""
+        return f"step {step}: ERROR pod-{step}-x7 refused\n" + "y" * 3_500
+
+    calls = [
+        AIMessage(content="", tool_calls=[{"id": f"c{i}", "name": "logs", "args": {"step": i}}])
+        for i in range(4)  # 4 x 3,500 chars: under TOOL_RESULT_MAX_CHARS and the threshold
+    ]
+    settings = load_settings(
+        data_dir=str(tmp_path),
+        summarization_threshold_chars=20_000,
+        summarization_keep_chars=6_000,
+    )
+    migrate(settings)
+    system = "You are an SRE agent. " + "Follow the runbook. " * 400  # ~8,000 chars
+    for prompt, shortened in ((None, False), (system, True)):
+        agent = create_agent(
+            Model(messages=iter([*calls, AIMessage(content="done")])),
+            [logs],
+            system_prompt=prompt,
+            middleware=[OffPathCompaction(settings, recall=False)],
+            checkpointer=InMemorySaver(),
+        )
+        out = agent.invoke(
+            {"messages": [HumanMessage("why is checkout failing?")]},
+            {"configurable": {"thread_id": f"sys-{prompt is None}"}},
+        )["messages"]
+        assert total_chars(out) < settings.summarization_threshold_chars  # the thread alone
+        results = [m for m in out if m.type == "tool"]
+        assert any(is_shortened(m) for m in results) is shortened, prompt is not None
+    assert JobOptions.from_json(JobOptions(outside=8_000).to_json()).outside == 8_000
+    assert JobOptions.from_json({"outside": -5}).outside == 0

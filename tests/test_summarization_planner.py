@@ -434,3 +434,20 @@ def test_a_plan_over_the_threshold_keeps_the_whole_keep_window():
         plan = plan_compaction(messages, settings, early=early)
         assert isinstance(plan, CompactionPlan)
         assert _kept_chars(plan) >= 10_000
+
+
+def test_chars_a_call_sends_besides_the_thread_count_against_the_threshold():
+    """A system prompt given to create_agent is in no checkpoint; the job carries its size
+    (``outside_chars``) and the planner counts it as a system message of the thread: over
+    the threshold with it, a plan; the keep window is still the thread's own."""
+    settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
+    messages = _steps(12, 1_900)  # ~22.8k: under the threshold and its prepare floor alone
+    assert total_chars(messages) < settings.prepare_floor_chars
+    skip = plan_compaction(messages, settings)
+    assert isinstance(skip, Skip) and skip.reason is SkipReason.UNDER_THRESHOLD
+    plan = plan_compaction(messages, settings, outside_chars=8_000)
+    assert isinstance(plan, CompactionPlan)
+    assert plan.total_chars == total_chars(messages) + 8_000
+    assert _kept_chars(plan) >= 10_000  # over the threshold: the whole keep window
+    # what the call will send after it lands under the prepare floor, the prompt counted
+    assert plan.estimated_chars_after <= settings.prepare_floor_chars

@@ -227,7 +227,12 @@ def _compact(
         if attempt == 0 and (n := end_others(rt.engine, session_id, job_id)):
             log.info("[%s] summarizer: ended %d dead job(s) of this thread", sid, n)
         plan = plan_compaction(
-            messages, settings, early=True, force=options.force, floor_chars=options.floor
+            messages,
+            settings,
+            early=True,
+            force=options.force,
+            floor_chars=options.floor,
+            outside_chars=options.outside,
         )
         if isinstance(plan, Skip):
             raise JobEnded(

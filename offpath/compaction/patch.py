@@ -199,8 +199,11 @@ def fit(
     target: int | None = None,
     recall: bool = True,
     settings: Settings | None = None,
+    outside_chars: int = 0,
 ) -> Fitted | Stale:
     """``prepared`` checked against the thread's ``messages`` now (see the module doc).
+    ``outside_chars``: what each model call sends besides the thread (a system prompt given
+    to ``create_agent``), counted with it against ``target`` and the floor.
 
     ``target``: where the thread should land once the compaction is in
     (:func:`~compaction.planner.landing_chars`: under its prepare floor with headroom; with
@@ -243,9 +246,12 @@ def fit(
         if copy_of is not None:
             fixed += min(sizes[copy_of], prepared.shorten.get(copy_of, sizes[copy_of]))
         # aims for the headroom (the run's step size counted), lands under the floor at most
+        fixed += max(0, outside_chars)
         bound = max(target, landing_bound(settings, fixed))
         aim = landing_chars(settings, fixed, step_chars(messages))
         target = max(min(target, aim), _least_landing(settings, fixed))
+        # the attempts below count the thread alone
+        bound, target = bound - max(0, outside_chars), target - max(0, outside_chars)
     since = ""
     extra: list[str] = []
 

@@ -308,6 +308,7 @@ def plan_compaction(
     early: bool = False,
     force: bool = False,
     floor_chars: int | None = None,
+    outside_chars: int = 0,
 ) -> CompactionPlan | Skip:
     """Plan a compaction of ``messages`` (a thread's ``messages`` channel) under ``settings``.
 
@@ -323,11 +324,17 @@ def plan_compaction(
     ``add_messages`` gives them one): :attr:`SkipReason.MISSING_IDS` otherwise. One forward
     pass and one backward walk: linear in the number of messages; only the
     chosen cut builds lists.
+
+    ``outside_chars``: what every model call sends besides the thread (a system prompt given
+    as ``create_agent(system_prompt=...)``, which no checkpoint holds), counted against the
+    threshold, the floors and the landing as a system message of the thread would be (issue
+    18 measured what a call sends: SWE-agent's 4.9k-char prompt put a run 1.13x over its
+    threshold while the thread itself was under it).
     """
     if not settings.active:
         return Skip(SkipReason.DISABLED, "summarization is disabled")
     scan = _Scan(messages)
-    sizes, total = scan.sizes, scan.total
+    sizes, total = scan.sizes, scan.total + max(0, outside_chars)
     threshold = settings.summarization_threshold_chars
     if force:
         floor = 0
@@ -390,7 +397,7 @@ def plan_compaction(
     # (an operator's "compact now" excepted); one that cannot is not worth a summary, unless
     # what no cut can remove or shorten is over the floor already and it halves the thread
     target = None if force else landing_chars(settings, step=step_chars(messages))
-    systems = sum(sizes[i] for i in range(len(sizes)) if scan.system[i])
+    systems = sum(sizes[i] for i in range(len(sizes)) if scan.system[i]) + max(0, outside_chars)
 
     def evaluate(cut: int | None, boundary: Literal["turn", "tool_group"]) -> _Candidate | None:
         if cut is None:
@@ -426,7 +433,7 @@ def plan_compaction(
             assert choice is not None
             return scan.build(choice, total, threshold)
     shallow = group or turn
-    window = total - scan.chars_before[w]  # what the walk back kept: over its budget?
+    window = scan.total - scan.chars_before[w]  # what the walk back kept: over its budget?
     if target is not None and window > kept_budget and not worth(shallow):
         # the keep window holds more than its budget in what cannot be shortened (a model's
         # own long messages: a file written through a tool call's arguments, 5-7k chars in

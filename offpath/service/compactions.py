@@ -79,6 +79,10 @@ class JobOptions:
     #: the checkpoint before it was found stale at its swap ("message 0001 changed"), every
     #: time under load (benchmark 17, issue 18)
     head: str | None = None
+    #: Chars each model call of the run sends besides the thread (a system prompt given as
+    #: ``create_agent(system_prompt=...)``, which no checkpoint holds): the planner counts
+    #: them against the threshold (issue 18: the bound is on what a call sends).
+    outside: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"patch": self.patch, "checkpoints": self.checkpoints}
@@ -92,6 +96,8 @@ class JobOptions:
             data["floor"] = self.floor
         if self.head:
             data["head"] = self.head
+        if self.outside:
+            data["outside"] = self.outside
         return data
 
     @classmethod
@@ -106,6 +112,7 @@ class JobOptions:
             checkpoint_ns=data.get("checkpoint_ns") or None,
             floor=int(data["floor"]) if isinstance(data.get("floor"), int) else None,
             head=data["head"] if isinstance(data.get("head"), str) else None,
+            outside=max(0, data["outside"]) if isinstance(data.get("outside"), int) else 0,
         )
 
 
