@@ -15,8 +15,9 @@ The sample (:func:`cells`): the whole grid on the SRE workloads (:func:`sre_work
 transcript at the middle setting (:data:`MIDDLE`) with both summarizers. Worker settings are
 per process, so there is one worker per (threshold, summarizer), each on its own queue; the
 middleware publishes to its configuration's queue. Runs of one model delay go at once, each
-in its own thread of this process (they mostly sleep), on one PostgreSQL checkpointer; the
-delays run one after another.
+in its own thread of this process (they mostly sleep), on one PostgreSQL database (offpath's
+runs on a connection pool of their own, the baselines on another); the delays run one after
+another.
 
 Per row, the targets of issue 18: peak <= :data:`PEAK_TARGET` x threshold (bar
 :data:`PEAK_BAR`), calls over the threshold <= :data:`OVER_SHARE`, none over the hard limit,
@@ -265,17 +266,20 @@ def chars_per_token(messages: Any) -> int:
 
 
 class Grid:
-    """What the runs share: the agent's checkpointer, a client per worker configuration."""
+    """What the runs share: the agents' checkpointers (offpath's runs, the others'), a client
+    per worker configuration."""
 
     def __init__(
         self,
         saver: Any,
+        offpath_saver: Any,
         agent_url: str,
         clients: dict[tuple[int, int, str], Any],
         summary_s: float,
         workloads: dict[str, Workload],
     ) -> None:
         self.saver = saver
+        self.offpath_saver = offpath_saver
         self.agent_url = agent_url
         self.clients = clients
         self.summary_s = summary_s
@@ -324,7 +328,7 @@ class Grid:
             script.tools,
             system_prompt=None if in_thread else script.system,
             middleware=self.middleware(cell),
-            checkpointer=self.saver,
+            checkpointer=self.offpath_saver if cell.mode == "offpath" else self.saver,
         )
         config = {"configurable": {"thread_id": run.session}, "recursion_limit": 10_000}
         started = time.perf_counter()
@@ -447,11 +451,27 @@ def run(ctx: Context) -> Result:
             )
         for proc, log_path in workers:
             wait_for_log(log_path, "ready.", proc, 600)
-        # the agents' checkpointer: about a connection per concurrent run (LangGraph writes
-        # every step's checkpoint; 4 connections for 54 runs left them seconds behind)
-        widest = max(Counter(c.delay for c in grid).values())
-        with open_checkpoints_url(agent_url, base, pool_size=min(32, widest)) as checkpoints:
-            bench = Grid(checkpoints.saver, agent_url, clients, summary_s, workloads)
+        # the agents' checkpointers, one database: about a connection per concurrent run
+        # (LangGraph writes every step's checkpoint; 4 connections for 54 runs left them
+        # seconds behind), offpath's runs on a pool of their own (the baselines write states
+        # of up to 16x the threshold at every step: sharing their pool, offpath's run
+        # checkpoints lagged 15 s, which the worker waits for, and no deployment shares
+        # one process's pool with dozens of uncompacted agents)
+        widest = Counter(c.delay for c in grid).most_common(1)[0][0]
+        ours = sum(1 for c in grid if c.delay == widest and c.mode == "offpath")
+        theirs = sum(1 for c in grid if c.delay == widest) - ours
+        with (
+            open_checkpoints_url(agent_url, base, pool_size=min(24, theirs)) as checkpoints,
+            open_checkpoints_url(agent_url, base, pool_size=min(16, ours)) as offpath_checkpoints,
+        ):
+            bench = Grid(
+                checkpoints.saver,
+                offpath_checkpoints.saver,
+                agent_url,
+                clients,
+                summary_s,
+                workloads,
+            )
             for delay in sorted({c.delay for c in grid}, reverse=True):
                 phase = [c for c in grid if c.delay == delay]
                 started = time.perf_counter()
@@ -687,7 +707,8 @@ def report(
         "runs: "
         + ", ".join(f"{n} at {d:g} s per call in {s:.0f} s" for d, n, s in phases)
         + "; all runs of one delay at once, in threads of one process, one PostgreSQL "
-        "checkpointer",
+        "checkpointer database (offpath's runs on a pool of their own: the baselines write states "
+        "of up to 16x the threshold at every step)",
         f"machine load: 1/5/15-min load average {'/'.join(f'{x:.1f}' for x in load[0])} before, "
         f"{'/'.join(f'{x:.1f}' for x in load[1])} after, on {os.cpu_count()} cores shared with "
         "other work (the wall-time ratios carry that noise: every mode of a row ran at the same "

@@ -681,7 +681,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         when the thread crosses its threshold (the run's growth rate x the summarizer's p90
         latency and a job's overhead), never later than the prepare floor
         (``SUMMARIZATION_PREPARE_AT``), and not before a compaction could be worth it (the
-        keep window, a summary's budget and the no-progress gain)."""
+        keep window, a summary's budget and the no-progress gain, plus the system prompt given
+        to the agent, which no compaction removes). Sizes as a call sends them."""
         s = self.settings
         floor = s.prepare_floor_chars
         growth = float((private.get("rate") or {}).get("g") or 0.0)
@@ -689,7 +690,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             return floor
         lead = growth * (self._latency_p90() + JOB_OVERHEAD_S) * 1.25
         ahead = int(s.summarization_threshold_chars - lead)
-        return min(floor, max(earliest_worth(s), ahead))
+        # sizes as a call sends them: a system prompt given to the agent is in every one
+        return min(floor, max(earliest_worth(s) + int(private.get("outside") or 0), ahead))
 
     def _latency_p90(self) -> float:
         """The summarizer's p90 latency in seconds over the deployment's recent compactions,

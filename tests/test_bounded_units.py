@@ -231,6 +231,9 @@ def test_the_prepare_point_follows_the_run_and_the_summarizer():
     fast = mw._prepare_point({"rate": {"g": 4_000.0}})  # 4,000 chars/s: 14,000 chars of lead
     assert earliest_worth(settings) <= fast < floor
     assert mw._prepare_point({"rate": {"g": 1e6}}) == earliest_worth(settings)  # not before
+    # a system prompt given to the agent is in every call and no compaction removes it
+    fastest = mw._prepare_point({"rate": {"g": 1e6}, "outside": 3_000})
+    assert fastest == earliest_worth(settings) + 3_000
 
 
 @pytest.mark.parametrize("threshold,keep", [(60_000, 20_000), (30_000, 10_000), (20_000, 6_000)])

@@ -187,11 +187,13 @@ def read_caught_up(
             return thread
         if time.monotonic() >= deadline:
             log.info(
-                "[%s] checkpoint still without message %s (head %s) after %.1f s: planning on "
-                "what it holds",
+                "[%s] checkpoint still without message %s (head %s; it holds %s, %s) after "
+                "%.1f s: planning on what it holds",
                 tag(session_id),
                 seen,
                 head,
+                "it" if held else "not it",
+                head_mark(thread.messages),
                 wait_s,
             )
             return thread
