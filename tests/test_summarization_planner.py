@@ -451,3 +451,21 @@ def test_chars_a_call_sends_besides_the_thread_count_against_the_threshold():
     assert _kept_chars(plan) >= 10_000  # over the threshold: the whole keep window
     # what the call will send after it lands under the prepare floor, the prompt counted
     assert plan.estimated_chars_after <= settings.prepare_floor_chars
+
+
+def test_a_small_threshold_still_gives_the_summary_room_for_its_facts():
+    """15% of a 4,000-char threshold is 600 chars, which the template, the agent's place and
+    the recall line fill: tau-bench's ground-truth ids stayed in view after 54% of
+    compactions (benchmark 14). Where the prepare floor leaves room beside the keep window,
+    the budget is up to 1,400 chars; the seed's 500 / 200 try-out keeps its 300."""
+
+    def budget(threshold, keep):
+        return summary_budget_chars(
+            load_settings(summarization_threshold_chars=threshold, summarization_keep_chars=keep)
+        )
+
+    assert budget(4_000, 1_500) == 1_388  # floor 3,200 - keep 1,500 - half the 625 gain
+    assert budget(8_000, 3_000) == 1_400  # room 2,775: the 1,400 floor, over 15% (1,200)
+    assert budget(60_000, 20_000) == 9_000  # 15%
+    assert budget(500, 200) == 300  # the seed's try-out: no room beside its keep window
+    assert budget(3_000, 1_500) == 713  # floor 2,400 - keep 1,500 - 187: what room there is
