@@ -581,3 +581,24 @@ def test_a_system_prompt_given_to_the_agent_counts_against_the_threshold(tmp_pat
         assert any(is_shortened(m) for m in results) is shortened, prompt is not None
     assert JobOptions.from_json(JobOptions(outside=8_000).to_json()).outside == 8_000
     assert JobOptions.from_json({"outside": -5}).outside == 0
+
+
+def test_a_long_request_at_the_edge_of_the_keep_window_is_not_kept_as_recent():
+    """sweagent-pydicom: a 19k-char demonstration pasted as the first request, then a few
+    short steps. Walking back the keep window takes it in whole (the window reaches it before
+    10k), so over the threshold nothing was left to shorten and calls went 1.05x over. The
+    window of the requests holds at most its chars."""
+    msgs = [
+        HumanMessage(id="demo", content="DEMONSTRATION\n" + "d" * 19_000),
+        HumanMessage(id="issue", content="ISSUE: fix the decoder\n" + "i" * 4_500),
+    ]
+    for i in range(3):
+        msgs += [
+            AIMessage(
+                id=f"a{i}", content="", tool_calls=[{"id": f"c{i}", "name": "open", "args": {}}]
+            ),
+            ToolMessage(id=f"t{i}", content="x" * 400, tool_call_id=f"c{i}"),
+        ]
+    caps = older_caps(msgs, 10_000, need=8_000, new_from=len(msgs) - 1, request_floor=4_500)
+    assert caps.get("demo", 0) >= 4_500 and "issue" not in caps  # the newest request stays
+    assert 19_000 - caps["demo"] >= 8_000 - 400 * 2  # it saves what is needed

@@ -218,8 +218,9 @@ def older_caps(
     new since the last call); then, outside the keep window, the model's own long messages
     (text content; their tool calls stay whole) and long requests (not below
     ``request_floor``: a compaction keeps a request shortened to
-    :func:`~offpath.compaction.planner.request_cap_chars`). The newest results and the keep
-    window's own messages stay whole. What a model call over the threshold shortens while no
+    :func:`~offpath.compaction.planner.request_cap_chars`; for them the keep window holds at
+    most ``keep_chars``: a long request at its edge is not recent). The newest results and
+    the keep window's own messages stay whole. What a model call over the threshold shortens while no
     summary is ready (no lower than :data:`MIN_OLDER_CHARS`).
 
     Issue 18: the runs whose size is the model's own writing (files written by a mini-swe
@@ -239,12 +240,21 @@ def older_caps(
         ]
         caps.update(caps_for(seen, left, MIN_OLDER_CHARS))
         left = need - saving(dict(older + seen), caps)
+    # for requests the keep window holds no more than its chars (the newest message whatever
+    # its size): a 19k pasted request at its edge would else count as recent and stay whole
+    # (sweagent-pydicom: 1.05x over the threshold with nothing else to shorten)
+    own_start, acc = max(0, len(messages) - 1), 0
+    if messages:
+        acc = message_chars(messages[-1])
+    while own_start > 0 and acc + message_chars(messages[own_start - 1]) <= keep_chars:
+        own_start -= 1
+        acc += message_chars(messages[own_start])
     for kind, floor in (("ai", MIN_OLDER_CHARS), ("human", request_floor)):
         if left <= 0:
             break
         own = [
             (str(m.id), len(m.content))
-            for m in messages[:start]
+            for m in messages[: start if kind == "ai" else own_start]
             if m.type == kind and isinstance(m.content, str) and not is_summary(m)
         ]
         more = caps_for(own, left, max(floor, MIN_OLDER_CHARS))
