@@ -274,7 +274,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         size = ThreadSize.from_state(private.get("size")).advance(messages)
         update: dict[str, Any] = {}
         s = self.settings
-        out = int(private.get("outside") or 0)  # the run's calls sent that besides the thread
+        out = _outside(private)  # the run's calls sent that besides the thread
         over = size.chars + out > s.summarization_threshold_chars
         if s.active and (over or not self.options.patch):
             known, holder = self._claim_of(session_id, urgent=over)
@@ -522,8 +522,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             orphans = set(size.orphans)
             sent = [m for m in messages if m.id not in orphans]
         limit = self.settings.hard_limit_chars
-        system = request.system_message
-        system_chars = message_chars(system) if system is not None else 0
+        system_chars = outside_chars(request)
         if self.settings.active and size.chars + system_chars > limit:
             sent, masking = mask_observations(sent, limit - system_chars)
             hid = masking.results + masking.messages
@@ -691,7 +690,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         lead = growth * (self._latency_p90() + JOB_OVERHEAD_S) * 1.25
         ahead = int(s.summarization_threshold_chars - lead)
         # sizes as a call sends them: a system prompt given to the agent is in every one
-        return min(floor, max(earliest_worth(s) + int(private.get("outside") or 0), ahead))
+        return min(floor, max(earliest_worth(s) + _outside(private), ahead))
 
     def _latency_p90(self) -> float:
         """The summarizer's p90 latency in seconds over the deployment's recent compactions,
@@ -889,7 +888,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             head=head_mark(messages),
             checkpoint_ns=_graph_ns() or None,
             floor=min(chars if planned is None else planned, self._prepare_point(private)),
-            outside=int(private.get("outside") or 0),
+            outside=_outside(private),
         )
         self._write(self._publish, session_id, chars, options)
 
@@ -956,6 +955,12 @@ def outside_chars(request: ModelRequest) -> int:
     Tool schemas are not counted (the seed counts messages)."""
     system = request.system_message
     return message_chars(system) if system is not None else 0
+
+
+def _outside(private: dict[str, Any]) -> int:
+    """The chars the run's last model call sent besides the thread (:func:`outside_chars`,
+    kept in the private key for the hooks that have no request: the run's end, the job)."""
+    return int(private.get("outside") or 0)
 
 
 def earliest_worth(settings: Settings) -> int:

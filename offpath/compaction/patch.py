@@ -246,12 +246,13 @@ def fit(
         if copy_of is not None:
             fixed += min(sizes[copy_of], prepared.shorten.get(copy_of, sizes[copy_of]))
         # aims for the headroom (the run's step size counted), lands under the floor at most
-        fixed += max(0, outside_chars)
+        outside = max(0, outside_chars)
+        fixed += outside
         bound = max(target, landing_bound(settings, fixed))
         aim = landing_chars(settings, fixed, step_chars(messages))
         target = max(min(target, aim), _least_landing(settings, fixed))
         # the attempts below count the thread alone
-        bound, target = bound - max(0, outside_chars), target - max(0, outside_chars)
+        bound, target = bound - outside, target - outside
     since = ""
     extra: list[str] = []
 

@@ -348,7 +348,8 @@ def plan_compaction(
     if not settings.active:
         return Skip(SkipReason.DISABLED, "summarization is disabled")
     scan = _Scan(messages)
-    sizes, total = scan.sizes, scan.total + max(0, outside_chars)
+    outside = max(0, outside_chars)
+    sizes, total = scan.sizes, scan.total + outside
     threshold = settings.summarization_threshold_chars
     if force:
         floor = 0
@@ -411,7 +412,7 @@ def plan_compaction(
     # (an operator's "compact now" excepted); one that cannot is not worth a summary, unless
     # what no cut can remove or shorten is over the floor already and it halves the thread
     target = None if force else landing_chars(settings, step=step_chars(messages))
-    systems = sum(sizes[i] for i in range(len(sizes)) if scan.system[i]) + max(0, outside_chars)
+    systems = sum(sizes[i] for i in range(len(sizes)) if scan.system[i]) + outside
 
     def evaluate(cut: int | None, boundary: Literal["turn", "tool_group"]) -> _Candidate | None:
         if cut is None:
