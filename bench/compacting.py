@@ -49,7 +49,9 @@ class Archive:
         from offpath.service.db import make_engine, migrate
 
         self._tmp = tempfile.TemporaryDirectory(prefix="offpath-bench-")
-        settings = load_settings(data_dir=self._tmp.name)
+        # its own SQLite file even when the stack's DATABASE_URL is set: two benchmarks of
+        # one run (frontier after groundtruth) numbered their jobs alike in one database
+        settings = load_settings(data_dir=self._tmp.name, database_url="")
         migrate(settings)
         self.engine = make_engine(settings)
         self._jobs = itertools.count()

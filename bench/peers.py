@@ -615,6 +615,8 @@ def measure(runs: list[Run], docs: list[Doc], extra: dict, delay: float) -> dict
                 f.summarized += 1
             elif fact in r.recoverable_text:
                 f.tool += 1
+            if os.environ.get("BENCH_PEERS_DEBUG") and fact not in verbatim + rewritten:
+                print(f"peers: {r.mode} {r.doc}: not visible: {fact!r}", flush=True)
         # tokens
         previous: list[tuple[str, int]] = []
         for call in r.calls:

@@ -11,9 +11,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.graph.message import add_messages
-from shared import CASES, load, messages_of
+from shared import CASES, TRANSCRIPTS, load, messages_of
 
-from offpath.compaction.facts import MAX_LINE_CHARS, PINNED_HEADING, extract, find, pin, rank
+from offpath.compaction.accounting import total_chars
+from offpath.compaction.facts import (
+    MAX_LINE_CHARS,
+    PINNED_HEADING,
+    STATED_LINE_MIN_BUDGET,
+    extract,
+    find,
+    pin,
+    rank,
+)
 from offpath.compaction.pipeline import Skip, compact
 from offpath.compaction.planner import plan_compaction
 from offpath.compaction.prompt import build_prompt, render_content
@@ -622,3 +631,69 @@ def test_a_record_the_kept_messages_name_is_quoted_though_its_id_stays_in_view()
     # nothing kept names it: its line waits its turn like the others
     alone, _ = pin("s", removed, 400, kept[1:])
     assert "`#W9313340 status" not in alone
+
+
+def test_values_stated_are_listed_apart_and_read_back_as_stated():
+    # issue 22 (benchmark 18, miniswe-django-11910): a summary's values were read back as
+    # carried only, so from the second summary on, the names the agent had stated ranked
+    # like any value a tool printed, and paths from tracebacks took their place
+    from offpath.compaction.summary import build_summary_message
+
+    bookings = ", ".join(f'"K{k:05d}Z"' for k in range(40))
+    removed = [
+        ToolMessage(id="t1", content=f'{{"bookings": [{bookings}]}}', tool_call_id="c"),
+        AIMessage(
+            id="a1",
+            content="",
+            tool_calls=[{"name": "get_booking", "args": {"booking": "K00003Z"}, "id": "c2"}],
+        ),
+    ]
+    text, _ = pin("s", removed, 1_200)
+    assert "\n- ids (stated): K00003Z\n- ids: K00000Z, K00001Z, K00002Z, K00004Z" in text
+    summary = build_summary_message(
+        message_id="s1",
+        summary_text=text,
+        replaced_ids=["t1", "a1"],
+        replaced_chars=100,
+        summarizer="offline",
+        compactions=1,
+        request=None,
+    )
+    facts = {f.value: f for f in extract([summary])}
+    assert facts["K00003Z"].stated and facts["K00003Z"].carried
+    assert facts["K00000Z"].carried and not facts["K00000Z"].stated
+    # a small section keeps one line a kind (a label more would cost values)
+    small, _ = pin("s", removed, STATED_LINE_MIN_BUDGET // 2)
+    assert "(stated)" not in small and "\n- ids: K00003Z, K00000Z" in small
+
+
+def _text_of(message):
+    calls = [f"{c['name']}({c['args']})" for c in getattr(message, "tool_calls", None) or []]
+    return "\n".join([render_content(message.content), *calls])
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.stem)
+def test_every_fact_the_agent_stated_survives_a_compaction_at_each_crossing(path):
+    # issue 22 (benchmark 18): in one long run compacted at each crossing of the threshold
+    # (miniswe-django-11910: 9 compactions at 60,000 / 20,000), 12 of the 38 facts the
+    # agent stated were gone by the end: each summary carried the last one's values as
+    # tool output. Every one stays in view: kept, in the summary, or in its pinned facts
+    messages = messages_of(load(path))
+    stated = list(dict.fromkeys(f.value for f in extract(messages) if f.stated))
+    settings = load_settings()
+    guarded = GuardedSummarizer(OfflineSummarizer(), settings.summary_pinned_max_chars)
+    thread = []
+    compactions = 0
+    for i, message in enumerate(messages):
+        thread = add_messages(thread, [message])
+        if i + 1 < len(messages) and messages[i + 1].type == "tool":
+            continue  # a model call sees the results of all its calls
+        if total_chars(thread) > settings.summarization_threshold_chars:
+            done = compact(thread, settings, guarded)
+            if not isinstance(done, Skip):
+                thread = add_messages(thread, done.patch)
+                compactions += 1
+    seen = "\n".join(_text_of(m) for m in thread)
+    assert [f for f in stated if f not in seen] == []
+    if path.stem == "miniswe-django-11910":
+        assert compactions >= 5  # the long run this is about
