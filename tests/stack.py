@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import psycopg
 
 from offpath.compaction import formats
@@ -30,6 +31,10 @@ WORKER_START_S = 120
 BIN = Path(sys.executable).parent
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 PG_ADMIN = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+class PortTaken(RuntimeError):
+    """A stack's API could not bind its port: another process took it first."""
 
 
 def free_port() -> int:
@@ -166,20 +171,28 @@ class Stack:
         # the reconciler's schedule, as in production: its own process (`offpath beat`)
         if beat:
             self._spawn([sys.executable, "-m", "offpath.cli.main", "beat"], self.beat_log)
-        self.api = self._spawn(
-            [
-                str(BIN / "uvicorn"),
-                "offpath.api.app:app",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ],
-            self.api_log,
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.http = httpx.Client(base_url=self.url, timeout=30)
-        self._wait_ready()
+        for attempt in range(3):
+            self.api = self._spawn(
+                [
+                    str(BIN / "uvicorn"),
+                    "offpath.api.app:app",
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "warning",
+                ],
+                self.api_log,
+            )
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.http = httpx.Client(base_url=self.url, timeout=30)
+            try:
+                self._wait_ready()
+                break
+            except PortTaken:  # another process took the free port first: another port
+                self.http.close()
+                self.port = free_port()
+                if attempt == 2:
+                    raise
         self._wait_worker(offset)
         # an admin key, as an operator would make one; every request of the tests sends it
         self.key = self.create_key("test", admin=True)
@@ -262,20 +275,35 @@ class Stack:
         self.worker.wait(timeout=30)
 
     def _wait_ready(self) -> None:
+        """Until this stack's API answers: on its port, from its own process (pytest-xdist's
+        processes start stacks at once, and a free port can be taken by another's API before
+        this one binds it: the tests then talked to that one, whose database knew no key of
+        theirs: 401). Raises :class:`PortTaken` when the port was not free after all."""
         deadline = time.monotonic() + WORKER_START_S
         while time.monotonic() < deadline:
             if self.api.poll() is not None:
-                raise RuntimeError(
-                    "api exited:\n" + self.api_log.read_text(errors="replace")[-3000:]
-                )
+                log = self.api_log.read_text(errors="replace")
+                if "address already in use" in log.lower():
+                    raise PortTaken(self.port)
+                raise RuntimeError("api exited:\n" + log[-3000:])
             try:
-                if self.http.get("/healthz").status_code in (200, 503):
+                if self.http.get("/healthz").status_code in (200, 503) and self._listening():
                     return
             except httpx.TransportError:
                 pass
             time.sleep(0.1)
         raise RuntimeError(
             "api did not start:\n" + self.api_log.read_text(errors="replace")[-3000:]
+        )
+
+    def _listening(self) -> bool:
+        """This stack's API process holds the listening socket of its port."""
+        try:
+            conns = psutil.Process(self.api.pid).net_connections(kind="tcp")
+        except psutil.Error:
+            return False
+        return any(
+            c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == self.port for c in conns
         )
 
     def stop(self) -> None:
