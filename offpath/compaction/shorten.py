@@ -144,7 +144,7 @@ def _marker(
         )
     else:
         how = f"offpath archived the whole {noun} as message {mid}"
-    facts = _facts(hidden, text[:head_end] + text[tail_start:], facts_max)
+    facts = _facts(text, text[:head_end] + text[tail_start:], facts_max)
     listed = f" Facts in the part not shown: {facts}." if facts else ""
     return (
         f"[offpath: {len(hidden):,} of this {noun}'s {total:,} chars are not shown here; "
@@ -152,12 +152,16 @@ def _marker(
     )
 
 
-def _facts(hidden: str, shown: str, max_chars: int) -> str:
-    """The facts of ``hidden`` that ``shown`` does not hold, most important first, as a list
-    of at most ``max_chars`` chars."""
+def _facts(text: str, shown: str, max_chars: int) -> str:
+    """The facts of ``text`` (the whole content) that ``shown`` (its head and tail) does not
+    hold, most important first, as a list of at most ``max_chars`` chars: those of the part
+    not shown. Read from the whole text, whose facts the extractor keeps per process, so the
+    cuts tried for one cap and a result shortened again to a smaller cap read it once (each
+    cut's hidden part was read anew: three reads of a 75,000-char dump per shortening, in
+    the model call's path)."""
     from offpath.compaction.facts import extract, rank
 
-    probe = ToolMessage(content=hidden, tool_call_id="-", id="-")
+    probe = ToolMessage(content=text, tool_call_id="-", id="-")
     out: list[str] = []
     used = 0
     for fact in rank(extract([probe])):
