@@ -766,9 +766,9 @@ def pin(
     chars, where quoting its line cost ~90 (issue 19: at a 4,000-char threshold the section
     held two or three facts); on a budget of :data:`STATED_LINE_MIN_BUDGET` or more, those
     the agent or the user stated on a line of their own (``- ids (stated): ...``), which the
-    next summary reads back as stated (issue 22). The facts an earlier summary carried come first (no telephone
-    game), in up to 60% of the budget while new facts wait, then the new ones by rank
-    (:func:`rank`), then the carried ones left. A fact inside a value listed already is not
+    next summary reads back as stated (issue 22). The facts an earlier summary carried come
+    first (no telephone game), in up to 60% of the budget while new facts wait, then the new
+    ones by rank (:func:`rank`), then the carried ones left. A fact inside a value listed already is not
     listed again. What the values leave (and, on a budget of 1,000 chars or more, a quarter
     kept for them) quotes the lines the highest-ranked facts were found on (at most
     :data:`MAX_LINE_CHARS` chars, in conversation order, citing their message; near-duplicate
