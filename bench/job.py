@@ -46,6 +46,18 @@ def run_like_the_worker(rt: Any, summarizer: Any, keeper: Any, session_id: str, 
     return str(outcome.status)
 
 
+def queued(rt: Any, session_id: str, messages: list[Any]) -> str:
+    """Thread ``session_id`` seeded with ``messages`` and a job queued for it as the post-turn
+    hook queues one (claim, then the queued row); returns the job's id."""
+    from offpath.service.db import create_job
+
+    seed(rt, session_id, messages)
+    job_id = uuid.uuid4().hex
+    assert rt.leases.claim(session_id, job_id) is None
+    create_job(rt.engine, job_id, session_id, 80_000)
+    return job_id
+
+
 def floor(rt: Any, session_id: str, patch: list[Any]) -> None:
     """What no compaction can avoid, with the job's own drivers: read the latest checkpoint
     (PostgresSaver), write the patched one (the graph's update_state, from that read), insert
@@ -97,7 +109,6 @@ def run(ctx: Context, runs: int = 5) -> Result:
     from offpath.compaction.settings import get_settings
     from offpath.compaction.summarizers import make_summarizer
     from offpath.compaction.summarizers.offline import OfflineSummarizer
-    from offpath.service.db import create_job
     from offpath.service.leases import LeaseKeeper
     from offpath.service.runtime import Runtime
 
@@ -118,22 +129,15 @@ def run(ctx: Context, runs: int = 5) -> Result:
         # warm-up: connections, the graph, compiled statements
         for k in range(3):
             sid = f"warm-{RUN_ID}-{k}"
-            seed(rt, sid, thread(100, 80_000, seed=k, prefix=sid))
-            job_id = uuid.uuid4().hex
-            assert rt.leases.claim(sid, job_id) is None
-            create_job(rt.engine, job_id, sid, 80_000)
+            job_id = queued(rt, sid, thread(100, 80_000, seed=k, prefix=sid))
             run_like_the_worker(rt, summarizer, keeper, sid, job_id)
         for r in range(runs):
             jobs, floors, cpus, guards = [], [], [], []
             for k in range(per_run):
                 messages = thread(100, 80_000, seed=k, prefix=f"j{r}-{k}")
-                # the job, as the worker runs it (minus Celery's dispatch); queued as the
-                # post-turn hook queues it: claim, then the queued row
+                # the job, as the worker runs it (minus Celery's dispatch)
                 sid = f"job-{RUN_ID}-{r}-{k}"
-                seed(rt, sid, messages)
-                job_id = uuid.uuid4().hex
-                assert rt.leases.claim(sid, job_id) is None
-                create_job(rt.engine, job_id, sid, 80_000)
+                job_id = queued(rt, sid, messages)
                 statements.clear()
                 guard_ms.clear()
                 cpu = time.thread_time()
@@ -156,10 +160,7 @@ def run(ctx: Context, runs: int = 5) -> Result:
             messages = thread(100, 80_000, seed=per_run, prefix=f"w{r}-{RUN_ID}")
             facts.extract(messages)
             sid = f"warmfacts-{RUN_ID}-{r}"
-            seed(rt, sid, messages)
-            job_id = uuid.uuid4().hex
-            assert rt.leases.claim(sid, job_id) is None
-            create_job(rt.engine, job_id, sid, 80_000)
+            job_id = queued(rt, sid, messages)
             guard_ms.clear()
             cpu = time.thread_time()
             assert run_like_the_worker(rt, summarizer, keeper, sid, job_id) == "applied"

@@ -23,6 +23,7 @@ from offpath.compaction.facts import (
     pin,
     rank,
 )
+from offpath.compaction.loss import visible_text
 from offpath.compaction.pipeline import Skip, compact
 from offpath.compaction.planner import plan_compaction
 from offpath.compaction.prompt import build_prompt, render_content
@@ -30,10 +31,24 @@ from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
 from offpath.compaction.summarizers.base import SummaryResult
 from offpath.compaction.summarizers.guarded import RECALL_NOTE
+from offpath.compaction.summary import build_summary_message
 
 
 def kinds(text):
     return {(v, k) for v, k, _ in find(text)}
+
+
+def summary_of(text, message_id, replaced_ids, replaced_chars):
+    """A first summary message holding ``text``, as a compaction writes it."""
+    return build_summary_message(
+        message_id=message_id,
+        summary_text=text,
+        replaced_ids=replaced_ids,
+        replaced_chars=replaced_chars,
+        summarizer="generic",
+        compactions=1,
+        request=None,
+    )
 
 
 def test_find_takes_each_kind_of_fact():
@@ -323,8 +338,6 @@ def test_case_facts_survive_a_generic_summary(path):
 def test_pinned_facts_carried_through_a_second_compaction_keep_their_source():
     """Re-summarizing a summary pins its facts again as the original line and message id,
     not as a quote of the earlier entry (they used to nest: - `- '...` (summary id))."""
-    from offpath.compaction.summary import build_summary_message
-
     removed = [
         ToolMessage(
             id="t1", content="ledger-db-3 returned ERR-5012 at 10:31:07Z", tool_call_id="c"
@@ -332,15 +345,7 @@ def test_pinned_facts_carried_through_a_second_compaction_keep_their_source():
         AIMessage(id="a1", content="The culprit is ledger-db-3 (INC-4821)."),
     ]
     first, _ = pin("s", removed, 2_000)
-    summary = build_summary_message(
-        message_id="t1",
-        summary_text=first,
-        replaced_ids=["t1", "a1"],
-        replaced_chars=100,
-        summarizer="generic",
-        compactions=1,
-        request=None,
-    )
+    summary = summary_of(first, "t1", ["t1", "a1"], 100)
     second, _ = pin("s2", [summary], 2_000)
     section = second.split(PINNED_HEADING, 1)[1]
     assert "- `- " not in section and "'- " not in section
@@ -494,8 +499,6 @@ def test_values_listed_by_value_are_carried_whatever_their_shape():
     # a value the agent passed to a tool is a fact by its use whatever its shape (SDZQKO: no
     # digit); listed by value, it must be read back from the summary at the next compaction,
     # where no pattern finds it
-    from offpath.compaction.summary import build_summary_message
-
     removed = [
         AIMessage(
             id="a1",
@@ -507,15 +510,7 @@ def test_values_listed_by_value_are_carried_whatever_their_shape():
     ]
     first, _ = pin("s", removed, 300)
     assert "SDZQKO" in first.split(PINNED_HEADING, 1)[1]
-    summary = build_summary_message(
-        message_id="s1",
-        summary_text=first,
-        replaced_ids=["a1", "t1", "t2"],
-        replaced_chars=500,
-        summarizer="generic",
-        compactions=1,
-        request=None,
-    )
+    summary = summary_of(first, "s1", ["a1", "t1", "t2"], 500)
     carried = {f.value: f for f in extract([summary])}
     assert carried["SDZQKO"].carried and carried["card_7731920"].carried
     second, _ = pin("s2", [summary], 300)
@@ -524,18 +519,8 @@ def test_values_listed_by_value_are_carried_whatever_their_shape():
 
 
 def test_carried_values_come_before_new_ones_on_a_small_budget():
-    from offpath.compaction.summary import build_summary_message
-
     first, _ = pin("s", [profile()], 300)
-    summary = build_summary_message(
-        message_id="s1",
-        summary_text=first,
-        replaced_ids=["t1"],
-        replaced_chars=500,
-        summarizer="generic",
-        compactions=1,
-        request=None,
-    )
+    summary = summary_of(first, "s1", ["t1"], 500)
     new = ToolMessage(
         id="t9",
         content=" ".join(f"ZX{k:04d}Q" for k in range(60)),
@@ -637,8 +622,6 @@ def test_values_stated_are_listed_apart_and_read_back_as_stated():
     # issue 22 (benchmark 18, miniswe-django-11910): a summary's values were read back as
     # carried only, so from the second summary on, the names the agent had stated ranked
     # like any value a tool printed, and paths from tracebacks took their place
-    from offpath.compaction.summary import build_summary_message
-
     bookings = ", ".join(f'"K{k:05d}Z"' for k in range(40))
     removed = [
         ToolMessage(id="t1", content=f'{{"bookings": [{bookings}]}}', tool_call_id="c"),
@@ -650,26 +633,13 @@ def test_values_stated_are_listed_apart_and_read_back_as_stated():
     ]
     text, _ = pin("s", removed, 1_200)
     assert "\n- ids (stated): K00003Z\n- ids: K00000Z, K00001Z, K00002Z, K00004Z" in text
-    summary = build_summary_message(
-        message_id="s1",
-        summary_text=text,
-        replaced_ids=["t1", "a1"],
-        replaced_chars=100,
-        summarizer="offline",
-        compactions=1,
-        request=None,
-    )
+    summary = summary_of(text, "s1", ["t1", "a1"], 100)
     facts = {f.value: f for f in extract([summary])}
     assert facts["K00003Z"].stated and facts["K00003Z"].carried
     assert facts["K00000Z"].carried and not facts["K00000Z"].stated
     # a small section keeps one line a kind (a label more would cost values)
     small, _ = pin("s", removed, STATED_LINE_MIN_BUDGET // 2)
     assert "(stated)" not in small and "\n- ids: K00003Z, K00000Z" in small
-
-
-def _text_of(message):
-    calls = [f"{c['name']}({c['args']})" for c in getattr(message, "tool_calls", None) or []]
-    return "\n".join([render_content(message.content), *calls])
 
 
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.stem)
@@ -693,7 +663,7 @@ def test_every_fact_the_agent_stated_survives_a_compaction_at_each_crossing(path
             if not isinstance(done, Skip):
                 thread = add_messages(thread, done.patch)
                 compactions += 1
-    seen = "\n".join(_text_of(m) for m in thread)
+    seen = visible_text(thread)  # what the model reads: text, tool calls, names
     assert [f for f in stated if f not in seen] == []
     if path.stem == "miniswe-django-11910":
         assert compactions >= 5  # the long run this is about
