@@ -85,6 +85,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.types import Command
 
 from offpath.compaction.accounting import message_chars
+from offpath.compaction.facts import warm as warm_facts
 from offpath.compaction.pairing import new_unpaired
 from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
 from offpath.compaction.planner import (
@@ -155,6 +156,17 @@ DEFAULT_LATENCY_S = 5.0
 JOB_OVERHEAD_S = 1.5
 #: Weight of the newest sample in the run's growth rate (exponential moving average).
 RATE_WEIGHT = 0.5
+#: The longest (s) a model call's answer waits, once the model has answered, for the archive
+#: writes of that call's shortenings and apply (they overlap the model call; the state update
+#: that shortens or compacts the thread is returned only once its originals are archived).
+ARCHIVE_WAIT_S = 30.0
+#: The loss report of a compaction applied in a run, until it is made: it is made after the
+#: swap, on the writer thread (the removed part's facts: tens of ms of CPU that the model
+#: call no longer waits for), and replaces this in the job's stored record.
+LOSS_PENDING = {
+    "error": "made after the swap, off the model call's path: not there yet, or the agent's "
+    "process ended before it was made"
+}
 
 
 @dataclass(slots=True)
@@ -181,6 +193,9 @@ class _Call:
     request: ModelRequest
     update: dict[str, Any] = field(default_factory=dict)
     chars: int = 0  # what the call is sent (messages), for the calibration
+    session_id: str | None = None
+    #: archive writes of this call's shortenings and apply, running while the model answers
+    writes: list[Future[Any]] = field(default_factory=list)
 
 
 class OffPathCompaction(AgentMiddleware[OffPathState]):
@@ -228,7 +243,9 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         self._published: dict[str, tuple[str | None, float]] = {}  # thread -> (job?, when)
         self._claims: dict[str, _Seen] = {}
         self._reader: ThreadPoolExecutor | None = None  # claim and latency reads only
-        self._writer: ThreadPoolExecutor | None = None  # publishes and counters
+        self._writer: ThreadPoolExecutor | None = None  # publishes, counters, loss reports
+        self._archiver: ThreadPoolExecutor | None = None  # archive writes a call waits for
+        self._facts: ThreadPoolExecutor | None = None  # facts of new messages, read ahead
         self._warned: set[str] = set()
         self._latency: tuple[float, float] = (DEFAULT_LATENCY_S, 0.0)  # (p90 s, read at)
         #: chars sent per input token the provider reported (``usage_metadata``), over this
@@ -251,11 +268,16 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
 
     def wrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
         call = self._before_call(request)
-        return self._answer(call, handler(call.request))
+        response = handler(call.request)
+        self._settle(call)
+        return self._answer(call, response)
 
     async def awrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
-        call = await asyncio.to_thread(self._before_call, request)  # it writes the archive
-        return self._answer(call, await handler(call.request))
+        call = await asyncio.to_thread(self._before_call, request)  # it reads the job row
+        response = await handler(call.request)
+        if call.writes:
+            await asyncio.to_thread(self._settle, call)
+        return self._answer(call, response)
 
     def after_agent(self, state: OffPathState, runtime: Any) -> dict[str, Any] | Command | None:
         """The end of the run: record a compaction applied at its last model call; apply a
@@ -351,6 +373,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         new_from = old.n if unchanged else 0
         messages = original
         session_id = thread_of_run()
+        writes: list[Future[Any]] = []  # archive writes, overlapping the model call
         if session_id is not None and settings.active:
             if pending := private.get("pending"):
                 self._record(session_id, pending, messages)
@@ -363,7 +386,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 settings.summarization_keep_chars,
             )
             if big:
-                messages = self._shorten(session_id, messages, big, "as it arrived")
+                messages = self._shorten(session_id, messages, big, "as it arrived", writes=writes)
             threshold = settings.summarization_threshold_chars
             # sizes count the thread; ``out`` is what the call sends besides it (a system
             # prompt given to create_agent), counted against the threshold and floors
@@ -384,7 +407,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                     self._write(note_crossing, self.client.engine, holder)  # the lag runs here
                 if known and holder is not None and holder.state is State.PREPARED:
                     messages, chars = self._apply_now(
-                        session_id, holder, messages, private, chars, out
+                        session_id, holder, messages, private, chars, out, writes
                     )
                 # the size the thread reached, before this call's own shortening of older
                 # results: a skip that holds the thread is weighed against it (a thread kept
@@ -400,7 +423,12 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                     caps = older_caps(messages, keep, need, at, request_cap_chars(settings))
                     if caps:
                         messages = self._shorten(
-                            session_id, messages, caps, "over the threshold", MIN_OLDER_CHARS
+                            session_id,
+                            messages,
+                            caps,
+                            "over the threshold",
+                            MIN_OLDER_CHARS,
+                            writes,
                         )
                         chars = sum(message_chars(m) for m in messages)
             elif not self.options.patch:
@@ -410,7 +438,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 if known and holder is not None and holder.state is State.PREPARED:
                     if self._forced(session_id):
                         messages, chars = self._apply_now(
-                            session_id, holder, messages, private, chars, out
+                            session_id, holder, messages, private, chars, out, writes
                         )
             size = ThreadSize().advance(messages) if messages is not original else size
             if not self.options.patch:
@@ -430,7 +458,16 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                     planned = min(now, point) - 1
                     self._publish_soon(session_id, reached, messages, private, planned)
         private["size"] = size.to_state()
-        call = _Call(self._shape(request, messages, size, session_id), {KEY: private}, size.chars)
+        if session_id is not None and settings.active and new_from < len(original):
+            fresh = {m.id for m in original[new_from:]}
+            self._read_ahead([m for m in messages if m.id in fresh])
+        call = _Call(
+            self._shape(request, messages, size, session_id),
+            {KEY: private},
+            size.chars,
+            session_id,
+            writes,
+        )
         if messages is not original:
             call.update["messages"] = _diff(original, messages)
         return call
@@ -443,11 +480,12 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         private: dict[str, Any],
         chars: int,
         out: int = 0,
+        writes: list[Future[Any]] | None = None,
     ) -> tuple[list[BaseMessage], int]:
         """Apply the prepared compaction of ``holder`` to this call's ``messages`` (``out``:
         chars the call sends besides them): the messages and their size after it (unchanged
-        if it did not apply)."""
-        applied = self._apply(session_id, holder.job_id, messages, out)
+        if it did not apply). ``writes``: see :meth:`_apply`."""
+        applied = self._apply(session_id, holder.job_id, messages, out, writes)
         self._forget_claim(session_id)
         if applied is None:
             return messages, chars
@@ -472,6 +510,34 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             return False
         private["crossed"] = True
         return True
+
+    def _settle(self, call: _Call) -> None:
+        """Wait (at most :data:`ARCHIVE_WAIT_S`) for the archive writes the call started; if
+        one failed, the state update keeps the thread as it was: the model saw it shortened or
+        compacted for this call only, nothing is lost (invariant 12: removed is archived), its
+        size is recounted at the next call, and a compaction applied in the call is not
+        recorded (its job stays prepared, applied again later)."""
+        failed: BaseException | None = None
+        for future in call.writes:
+            try:
+                future.result(timeout=ARCHIVE_WAIT_S)
+            except Exception as exc:  # noqa: PERF203 - each write is waited for
+                failed = exc
+        if failed is None or call.session_id is None:
+            return
+        private = call.update[KEY]
+        pending = private.get("pending")
+        log.warning(
+            "[%s] could not archive what this call shortened or removed: %s; the thread keeps "
+            "its messages as they were",
+            tag(call.session_id),
+            failed,
+        )
+        call.update.pop("messages", None)
+        private.update(size=None, pending=None, removed=False)
+        if pending:
+            job_id = pending["job_id"]
+            self._tell(call.session_id, job_id, "failed", reason=f"not applied: {failed}")
 
     def _answer(self, call: _Call, response: Any) -> Any:
         self._calibrate(call.chars, response)
@@ -553,14 +619,23 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         caps: dict[str, int],
         why: str,
         floor: int | None = None,
+        writes: list[Future[Any]] | None = None,
     ) -> list[BaseMessage]:
         """``messages`` with the messages named in ``caps`` shortened to their cap (not below
-        ``floor``), their originals archived first (nothing shortened if the archive cannot
-        be written)."""
+        ``floor``), their originals archived (:func:`archive.store_shortened`): first, or,
+        given ``writes``, while the model answers (the write is added to ``writes``;
+        :meth:`_settle` waits for it before the update is returned). Nothing shortened if the
+        archive cannot be written first."""
         try:
-            out = archive.shorten_archived(
-                self.client.engine, session_id, messages, caps, recall=self.recall, floor=floor
-            )
+            out, originals = archive.shortened(messages, caps, recall=self.recall, floor=floor)
+            if originals:
+                stored = self._archive(
+                    archive.store_shortened, self.client.engine, session_id, originals
+                )
+                if writes is None:
+                    stored.result()
+                else:
+                    writes.append(stored)
         except Exception as exc:  # unarchived, nothing is shortened: the hard limit still holds
             log.warning("[%s] could not archive results to shorten: %s", tag(session_id), exc)
             return messages
@@ -576,11 +651,18 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         return out
 
     def _apply(
-        self, session_id: str, job_id: str, messages: list[BaseMessage], out: int = 0
+        self,
+        session_id: str,
+        job_id: str,
+        messages: list[BaseMessage],
+        out: int = 0,
+        writes: list[Future[Any]] | None = None,
     ) -> tuple[Fitted, dict[str, Any]] | None:
         """The fitted compaction of job ``job_id`` (its patch lands the thread under its
         prepare floor) and what to record once it is in the state; None if there is nothing
-        to apply."""
+        to apply. Its record and the originals it removes are stored (invariant 12) first,
+        or, given ``writes``, while the model answers (see :meth:`_shorten`); its loss report
+        (issue 19) after that, on the writer thread (:data:`LOSS_PENDING` until then)."""
         client = self.client
         try:
             row = job_row(client.engine, job_id)
@@ -610,16 +692,13 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 client.leases.settle(session_id, job_id, None)
                 self._tell(session_id, job_id, "failed", reason=reason)
                 return None
-            rows = archive.rows_for(
-                session_id,
-                job_id,
-                str(fitted.summary.id),
-                messages,
-                fitted.removed,
-                fitted.shortened,
+            stored = self._archive(
+                self._store_applied, session_id, job_id, result, fitted, messages
             )
-            record = with_loss(fitted, messages)  # issue 19: its loss report, with the record
-            archive.store_record(client.engine, job_id, {**result, "record": record}, rows)
+            if writes is None:
+                stored.result()
+            else:
+                writes.append(stored)
         except Exception as exc:  # the run goes on uncompacted; the reconciler tidies up
             log.warning("[%s] could not apply job %s: %s", tag(session_id), job_id, exc)
             self._tell(session_id, job_id, "failed", reason=f"not applied: {exc}")
@@ -632,6 +711,37 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             fitted.record["chars_after"],
         )
         return fitted, {"job_id": job_id, "record": fitted.record}
+
+    def _store_applied(
+        self,
+        session_id: str,
+        job_id: str,
+        result: dict[str, Any],
+        fitted: Fitted,
+        messages: list[BaseMessage],
+    ) -> None:
+        """Store the record of job ``job_id``'s compaction fitted to ``messages`` and the
+        originals it removes (before its patch is in the state), then have its loss report
+        made on the writer thread."""
+        rows = archive.rows_for(
+            session_id, job_id, str(fitted.summary.id), messages, fitted.removed, fitted.shortened
+        )
+        record = {**fitted.record, "loss": LOSS_PENDING}
+        archive.store_record(self.client.engine, job_id, {**result, "record": record}, rows)
+        self._write(self._report_loss, session_id, job_id, fitted, messages)
+
+    def _report_loss(
+        self, session_id: str, job_id: str, fitted: Fitted, messages: list[BaseMessage]
+    ) -> None:
+        """Make job ``job_id``'s loss report (:func:`with_loss`, which never raises) and put it
+        in its stored record."""
+        loss = with_loss(fitted, messages)["loss"]
+        try:
+            archive.store_loss(self.client.engine, job_id, str(fitted.summary.id), loss)
+        except Exception as exc:  # the record keeps LOSS_PENDING, which says so
+            log.warning(
+                "[%s] could not store the loss report of job %s: %s", tag(session_id), job_id, exc
+            )
 
     def _record(
         self, session_id: str, pending: dict[str, Any], messages: list[BaseMessage]
@@ -857,6 +967,33 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             if self._reader is None:
                 self._reader = ThreadPoolExecutor(1, thread_name_prefix="offpath-read")
             pool = self._reader
+        return pool.submit(fn, *args)
+
+    def _read_ahead(self, messages: list[BaseMessage]) -> None:
+        """Find the facts of ``messages`` (those a model call is the first to see) on the facts
+        thread, while the model answers (:func:`offpath.compaction.facts.warm`): a later
+        shortening of them, and a compaction applied in the run, then find them ready instead
+        of reading them in a model call's path."""
+
+        def read() -> None:
+            try:
+                warm_facts(messages)
+            except Exception as exc:  # found again when needed, in the path
+                log.debug("offpath: facts not read ahead: %s", exc)
+
+        with self._guard:
+            if self._facts is None:
+                self._facts = ThreadPoolExecutor(1, thread_name_prefix="offpath-facts")
+            pool = self._facts
+        pool.submit(read)
+
+    def _archive(self, fn: Any, *args: Any) -> Future[Any]:
+        """Run ``fn`` (an archive write a model call's update waits for) on the archive
+        threads: never queued behind publishes and counters."""
+        with self._guard:
+            if self._archiver is None:
+                self._archiver = ThreadPoolExecutor(2, thread_name_prefix="offpath-archive")
+            pool = self._archiver
         return pool.submit(fn, *args)
 
     def _write(self, fn: Any, *args: Any) -> None:

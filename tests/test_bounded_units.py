@@ -624,3 +624,142 @@ def test_a_result_shortened_again_reads_its_facts_once(monkeypatch):
         shown = out.content[:start] + out.content[end:]
         values = [v.strip("`") for v in listed.split("`, `")]
         assert values and all(v in dump.content and v not in shown for v in values)
+
+
+def _dump_agent(tmp_path, seen: list, delay_s: float = 0.0, result: str | None = None):
+    """An agent whose one tool returns :data:`DUMP` (over TOOL_RESULT_MAX_CHARS), a model that
+    notes when each call began and what it was sent, offpath on SQLite in ``tmp_path``
+    (``result``: what the tool returns instead). Returns (agent, settings, middleware)."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from offpath.middleware import OffPathCompaction
+    from offpath.service.db import migrate
+
+    class Model(GenericFakeChatModel):
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+        def _generate(self, messages, *args, **kwargs):
+            seen.append((time.monotonic(), list(messages)))  # when it was called, and with what
+            time.sleep(delay_s)
+            return super()._generate(messages, *args, **kwargs)
+
+    def kubectl(what: str) -> str:
+        """Run kubectl."""
+        return dump_message().content if result is None else result
+
+    settings = load_settings(
+        data_dir=str(tmp_path),
+        summarization_threshold_chars=200_000,
+        summarization_keep_chars=40_000,
+    )
+    migrate(settings)
+    replies = [
+        AIMessage(
+            content="", tool_calls=[{"id": "c1", "name": "kubectl", "args": {"what": "get pods"}}]
+        ),
+        AIMessage(content="done"),
+    ]
+    middleware = OffPathCompaction(settings, recall=True)
+    agent = create_agent(
+        Model(messages=iter(replies)),
+        [kubectl],
+        middleware=[middleware],
+        checkpointer=InMemorySaver(),
+    )
+    return agent, settings, middleware
+
+
+def test_a_shortened_results_archive_write_runs_while_the_model_answers(tmp_path, monkeypatch):
+    """Issue 18 (wall time): a result shortened as it arrived has its original archived while
+    the model call it was shortened for runs, not before it: the call's state update (the
+    thread shortened) is returned once the original is archived (invariant 12)."""
+    import offpath.service.archive as archive
+
+    stored: list[float] = []
+    real = archive.store_shortened
+
+    def store(*args, **kwargs):
+        time.sleep(0.3)  # a slow archive
+        real(*args, **kwargs)
+        stored.append(time.monotonic())
+
+    monkeypatch.setattr(archive, "store_shortened", store)
+    seen: list = []
+    agent, settings, _ = _dump_agent(tmp_path, seen, delay_s=0.3)
+    config = {"configurable": {"thread_id": "overlap"}}
+    agent.invoke({"messages": [HumanMessage("which pod is failing?")]}, config)
+    (sent_result,) = [m for m in seen[1][1] if m.type == "tool"]
+    assert is_shortened(sent_result)  # the model was sent it shortened
+    assert stored and stored[0] > seen[1][0]  # still being archived as the model was called
+    (kept,) = [m for m in agent.get_state(config).values["messages"] if m.type == "tool"]
+    assert is_shortened(kept)
+    from sqlalchemy import create_engine
+
+    from offpath.service.db import sqlalchemy_url
+
+    engine = create_engine(sqlalchemy_url(settings))
+    rows, _ = archive.read(engine, "overlap")
+    engine.dispose()
+    assert [r["message"]["data"]["content"] for r in rows] == [dump_message().content]
+
+
+def test_when_the_archive_cannot_be_written_the_thread_keeps_the_result_whole(
+    tmp_path, monkeypatch, caplog
+):
+    """Invariant 12 with the archive write overlapping the model call: if it fails, the call
+    was sent the result shortened (for that call only) and the state keeps it whole, so
+    nothing is lost; the next call shortens it again."""
+    import offpath.service.archive as archive
+
+    def store(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(archive, "store_shortened", store)
+    seen: list = []
+    agent, _, _ = _dump_agent(tmp_path, seen)
+    config = {"configurable": {"thread_id": "unarchived"}}
+    with caplog.at_level("WARNING", logger="offpath.middleware"):
+        agent.invoke({"messages": [HumanMessage("which pod is failing?")]}, config)
+    assert any(is_shortened(m) for m in seen[1][1] if m.type == "tool")
+    (kept,) = [m for m in agent.get_state(config).values["messages"] if m.type == "tool"]
+    assert not is_shortened(kept) and kept.content == dump_message().content
+    assert "could not archive what this call shortened" in caplog.text
+
+
+def test_the_facts_of_new_results_are_found_while_the_model_answers(tmp_path, monkeypatch):
+    """Issue 18 (wall time): the facts of the messages a model call is the first to see are
+    found on a background thread while the model answers; shortening such a result later
+    (older results over the threshold) and a compaction's guard then read none of them in a
+    model call's path."""
+    import threading
+
+    import offpath.compaction.facts as facts
+
+    reads: list[tuple[str, int]] = []
+    observe = facts._observe
+
+    def counted(m):
+        reads.append((threading.current_thread().name, len(str(m.content))))
+        return observe(m)
+
+    monkeypatch.setattr(facts, "_observe", counted)
+    facts._observed.cache_clear()
+    log = "\n".join(
+        f"10:{k:02d}:07Z ERROR ledger-db-{k} refused (OPS-{4000 + k})" for k in range(60)
+    )
+    seen: list = []
+    agent, _, middleware = _dump_agent(tmp_path, seen, delay_s=0.3, result=log)
+    config = {"configurable": {"thread_id": "ahead"}}
+    agent.invoke({"messages": [HumanMessage("why is the ledger down?")]}, config)
+    middleware._facts.shutdown(wait=True)
+    assert ("offpath-facts_0", len(log)) in reads  # read on the facts thread
+    (kept,) = [m for m in agent.get_state(config).values["messages"] if m.type == "tool"]
+    assert kept.content == log  # under TOOL_RESULT_MAX_CHARS: not shortened on arrival
+    reads.clear()
+    short = shorten(kept, 1_000)
+    assert is_shortened(short) and "OPS-40" in short.content
+    facts.extract([kept])
+    assert reads == []  # its facts were found ahead

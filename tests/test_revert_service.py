@@ -291,3 +291,18 @@ def test_a_job_waits_for_the_checkpoint_to_hold_the_runs_latest_apply(rt):
     later.join()
     assert head_mark(thread.messages) == wanted and time.monotonic() - start >= 0.4
     assert JobOptions.from_json(JobOptions(head=wanted).to_json()).head == wanted
+
+
+def test_a_loss_report_made_after_the_swap_fills_only_its_own_compactions_record(rt):
+    """The middleware makes an in-run apply's loss report after the swap (issue 18: off the
+    model call's path) and stores it into the job's record: only into the record of the
+    summary it was made for, not into one another apply of the job stored since."""
+    session, _ = started(rt)
+    job = compact(rt, session)
+    record = db.job_row(rt.engine, job)["result"]["record"]
+    report = {"messages_removed": record["messages_removed"], "facts": 1, "facts_lost": 0}
+    assert not archive.store_loss(rt.engine, job, "another-summary", report)
+    assert db.job_row(rt.engine, job)["result"]["record"] == record
+    assert archive.store_loss(rt.engine, job, record["summary_id"], report)
+    stored = db.job_row(rt.engine, job)["result"]
+    assert stored["record"] == {**record, "loss": report} and "prepared" in stored

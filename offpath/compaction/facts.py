@@ -685,6 +685,18 @@ _MERGED: OrderedDict[tuple[bytes, ...], tuple[Fact, ...]] = OrderedDict()
 _MERGED_LOCK = threading.Lock()
 
 
+def warm(messages: Iterable[BaseMessage]) -> None:
+    """Find the facts of each of ``messages`` and keep them (per process, as :func:`extract`
+    does) before anything needs them: shortening a tool result (its marker lists the facts
+    of the part not shown), the fact guard's pins and the loss report of a compaction then
+    find them ready. The middleware calls it for the messages each model call is the first
+    to see, on a background thread, while the model answers (issue 18: a run shortening
+    older results found the facts of about 280,000 chars of an SRE session in its model
+    calls' path)."""
+    for m in messages:
+        _observed(_Key(m))
+
+
 def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     """The facts of ``messages``, one per distinct value, with where each was first seen
     (the line it is on) and how it was used (see :class:`Fact`).

@@ -102,7 +102,7 @@ def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORT
     for _ in range(3):  # the marker's length depends on the cut, which depends on it
         room = max(0, cap - len(marker) - 2)
         head_end, tail_start = _cut(text, room)
-        marker = _marker(text, head_end, tail_start, total, mid, recall, facts_max, noun)
+        marker = _marker(message, text, head_end, tail_start, total, recall, facts_max)
     room = max(0, cap - len(marker) - 2)
     head_end, tail_start = _cut(text, room)
     content = f"{text[:head_end]}\n{marker}\n{text[tail_start:]}"
@@ -127,15 +127,16 @@ def _cut(text: str, room: int) -> tuple[int, int]:
 
 
 def _marker(
+    message: BaseMessage,
     text: str,
     head_end: int,
     tail_start: int,
     total: int,
-    mid: str,
     recall: bool,
     facts_max: int,
-    noun: str,
 ) -> str:
+    mid = str(message.id)
+    noun = "result" if isinstance(message, ToolMessage) else "message"
     hidden = text[head_end:tail_start]
     if recall:
         how = (
@@ -144,7 +145,7 @@ def _marker(
         )
     else:
         how = f"offpath archived the whole {noun} as message {mid}"
-    facts = _facts(text, text[:head_end] + text[tail_start:], facts_max)
+    facts = _facts(message, text, text[:head_end] + text[tail_start:], facts_max)
     listed = f" Facts in the part not shown: {facts}." if facts else ""
     return (
         f"[offpath: {len(hidden):,} of this {noun}'s {total:,} chars are not shown here; "
@@ -152,16 +153,22 @@ def _marker(
     )
 
 
-def _facts(text: str, shown: str, max_chars: int) -> str:
-    """The facts of ``text`` (the whole content) that ``shown`` (its head and tail) does not
-    hold, most important first, as a list of at most ``max_chars`` chars: those of the part
-    not shown. Read from the whole text, whose facts the extractor keeps per process, so the
-    cuts tried for one cap and a result shortened again to a smaller cap read it once (each
-    cut's hidden part was read anew: three reads of a 75,000-char dump per shortening, in
-    the model call's path)."""
+def _facts(message: BaseMessage, text: str, shown: str, max_chars: int) -> str:
+    """The facts of ``text`` (``message``'s whole content) that ``shown`` (its head and tail)
+    does not hold, most important first, as a list of at most ``max_chars`` chars: those of
+    the part not shown. Read from the whole text, whose facts the extractor keeps per
+    process, so the cuts tried for one cap and a result shortened again to a smaller cap read
+    it once (each cut's hidden part was read anew: three reads of a 75,000-char dump per
+    shortening, in the model call's path). A tool result with text content is read as
+    itself (the same facts as any text read as tool output), so the facts found for it
+    anywhere else in the process serve here too: the middleware reads new results ahead,
+    while the model answers (:func:`offpath.compaction.facts.warm`)."""
     from offpath.compaction.facts import extract, rank
 
-    probe = ToolMessage(content=text, tool_call_id="-", id="-")
+    if isinstance(message, ToolMessage) and isinstance(message.content, str):
+        probe: BaseMessage = message
+    else:
+        probe = ToolMessage(content=text, tool_call_id="-", id="-")
     out: list[str] = []
     used = 0
     for fact in rank(extract([probe])):

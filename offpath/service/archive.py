@@ -139,22 +139,21 @@ def store_shortened(
             conn.execute(sa.insert(ARCHIVE), rows)
 
 
-def shorten_archived(
-    engine: Engine,
-    session_id: str,
+def shortened(
     messages: Sequence[BaseMessage],
     caps: dict[str, int],
     *,
     recall: bool = True,
     offset: int = 0,
     floor: int | None = None,
-) -> list[BaseMessage]:
-    """``messages`` with the messages named in ``caps`` (message id -> cap in chars: tool
-    results; a model's long message or a request, as the middleware's
-    :func:`~offpath.compaction.shorten.older_caps` names them) shortened in place (:func:`offpath.compaction.shorten.shorten`), their originals archived
-    first (:func:`store_shortened`; ``offset``: the thread position of ``messages[0]``).
-    Raises the database's error, and then nothing is shortened. Returns ``messages`` itself
-    when nothing is to shorten."""
+) -> tuple[list[BaseMessage], list[tuple[int, BaseMessage]]]:
+    """``(out, originals)``: ``messages`` with the messages named in ``caps`` (message id ->
+    cap in chars: tool results; a model's long message or a request, as the middleware's
+    :func:`~offpath.compaction.shorten.older_caps` names them) shortened
+    (:func:`offpath.compaction.shorten.shorten`), and the originals to archive before the
+    update that shortens them is written, as ``(thread position, message)`` (``offset``: the
+    position of ``messages[0]``). No I/O; ``out`` is ``messages`` itself when nothing is to
+    shorten."""
     from offpath.compaction.settings import MIN_SHORTENED_CHARS
     from offpath.compaction.shorten import shorten
 
@@ -169,8 +168,26 @@ def shorten_archived(
             originals.append((offset + i, m))
             out[i] = short
     if not originals:
-        return messages if isinstance(messages, list) else list(messages)
-    store_shortened(engine, session_id, originals)
+        return (messages if isinstance(messages, list) else list(messages)), []
+    return out, originals
+
+
+def shorten_archived(
+    engine: Engine,
+    session_id: str,
+    messages: Sequence[BaseMessage],
+    caps: dict[str, int],
+    *,
+    recall: bool = True,
+    offset: int = 0,
+    floor: int | None = None,
+) -> list[BaseMessage]:
+    """:func:`shortened`, its originals archived first (:func:`store_shortened`). Raises the
+    database's error, and then nothing is shortened. Returns ``messages`` itself when
+    nothing is to shorten."""
+    out, originals = shortened(messages, caps, recall=recall, offset=offset, floor=floor)
+    if originals:
+        store_shortened(engine, session_id, originals)
     return out
 
 
@@ -188,6 +205,26 @@ def store_record(
         conn.execute(sa.delete(ARCHIVE).where(ARCHIVE.c.job_id == job_id))
         if rows:
             conn.execute(sa.insert(ARCHIVE), rows)
+
+
+def store_loss(engine: Engine, job_id: str, summary_id: str, loss: dict[str, Any]) -> bool:
+    """Put ``loss`` (a loss report, issue 19) in the stored record of job ``job_id``, made after
+    the swap (the middleware's in-run apply, off the model call's path). False (nothing
+    written) when the job's stored record is no longer that of summary ``summary_id``: another
+    apply of the job stored its own, with its own report."""
+    with engine.begin() as conn:
+        result = conn.execute(
+            sa.select(JOBS.c.result).where(JOBS.c.job_id == job_id).with_for_update()
+        ).scalar()
+        record = (result or {}).get("record") or {}
+        if record.get("summary_id") != summary_id:
+            return False
+        conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id)
+            .values(result={**result, "record": {**record, "loss": loss}})
+        )
+    return True
 
 
 def _applied(originals: bool = False) -> Any:
