@@ -40,6 +40,7 @@ def stub(stub_server: StubServer) -> StubServer:
     """The stub LLM, reset to answer at once, with no requests recorded."""
     with stub_server.state.lock:
         stub_server.state.mode, stub_server.state.times, stub_server.state.delay_s = "ok", None, 0.0
+        stub_server.state.needle = None
         stub_server.state.summary_chars = 0
         stub_server.state.requests.clear()
     stub_server.state.gate.set()

@@ -45,6 +45,9 @@ class StubState:
         self.lock = threading.Lock()
         self.mode = "ok"
         self.times: int | None = None
+        #: the mode applies only to requests whose messages hold this text (None: to all);
+        #: the others are answered ``ok`` and do not count against ``times``
+        self.needle: str | None = None
         self.delay_s = delay_s
         self.requests: list[dict[str, Any]] = []
         self.calls = 0
@@ -52,14 +55,16 @@ class StubState:
         self.gate.set()
         self.summary_chars = 0
 
-    def next_mode(self) -> str:
+    def next_mode(self, text: str = "") -> str:
         with self.lock:
             self.calls += 1
+            if self.needle is not None and self.needle not in text:
+                return "ok"  # another test's request (a stack still running a job)
             mode = self.mode
             if self.times is not None:
                 self.times -= 1
                 if self.times <= 0:
-                    self.mode, self.times = "ok", None
+                    self.mode, self.times, self.needle = "ok", None, None
             return mode
 
 
@@ -126,7 +131,7 @@ class Handler(BaseHTTPRequestHandler):
         with state.lock:
             state.requests.append({"messages": messages, "model": body.get("model")})
             delay = state.delay_s
-        mode = state.next_mode()
+        mode = state.next_mode(json.dumps(messages))
         state.gate.wait(timeout=60)
         if mode == "500":
             self._send(

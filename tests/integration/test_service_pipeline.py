@@ -313,8 +313,12 @@ def test_llm_failing_then_recovering_compacts_after_retry(stacks, backend, stub)
     stack = stacks.get(backend, **CASE_SETTINGS)
     doc = load(next(p for p in CASES if p.stem == "parallel-batch"))
     session = f"retry-{uuid.uuid4().hex[:6]}"
+    # the one 429 goes to this test's summary request, not to a job another test's stack
+    # still runs against the same stub (CI once saw attempts == 1): its request names it
+    human = next(m for m in doc["messages"] if m.get("type", m.get("role")) in ("human", "user"))
+    human["content"] = f"{human['content']} (case {session})"
     with stub.state.lock:
-        stub.state.mode, stub.state.times = "429", 1
+        stub.state.mode, stub.state.times, stub.state.needle = "429", 1, f"case {session}"
     for turn in split_turns(doc["messages"]):
         assert stack.post_turn(session, turn).status_code == 200
     jobs = stack.settle(session, True, 0, timeout=60)
