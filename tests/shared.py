@@ -91,8 +91,35 @@ def shortened_from(new: BaseMessage, old: BaseMessage) -> bool:
     if new.type == "tool" and new.tool_call_id != old.tool_call_id:
         return False
     if new.type == "ai" and new.tool_calls != old.tool_calls:
-        return False
+        if not calls_cut(new.tool_calls, old.tool_calls):
+            return False
+        if new.content == old.content:  # only its tool calls' arguments were cut
+            return isinstance(new.additional_kwargs.get("offpath_shortened"), dict)
     return text_shortened(new, old)
+
+
+def calls_cut(new: list, old: list) -> bool:
+    """``new`` are the tool calls ``old`` with some multi-line string arguments cut by
+    offpath: the same ids, names and other arguments; a cut one is the original's first line
+    and one ``[offpath: ...]`` line that says how many chars are not shown."""
+    if [(c["id"], c["name"], sorted(c["args"])) for c in new] != [
+        (c["id"], c["name"], sorted(c["args"])) for c in old
+    ]:
+        return False
+    for a, b in zip(new, old, strict=True):
+        for key, value in a["args"].items():
+            original = b["args"][key]
+            if value == original:
+                continue
+            first, sep, marker = str(value).partition("\n")
+            if not (
+                sep
+                and isinstance(original, str)
+                and original.split("\n", 1)[0].startswith(first)
+                and marker.startswith(f"[offpath: {len(original):,} chars of this argument")
+            ):
+                return False
+    return True
 
 
 def text_shortened(new: BaseMessage, old: BaseMessage) -> bool:

@@ -763,3 +763,50 @@ def test_the_facts_of_new_results_are_found_while_the_model_answers(tmp_path, mo
     assert is_shortened(short) and "OPS-40" in short.content
     facts.extract([kept])
     assert reads == []  # its facts were found ahead
+
+
+def test_over_the_threshold_the_files_a_model_wrote_through_its_tool_calls_are_shortened():
+    """Issue 18 (miniswe-django-11910 at 30,000 / 10,000, 1.35x): the agent wrote its test
+    scripts through its tool calls (``bash`` with a heredoc, 2-8k chars of arguments a step);
+    every tool result was at its floor and its tool calls were kept whole, so calls stayed
+    over the threshold while the summary was written. Outside the keep window a model's
+    message now loses the multi-line arguments of its tool calls first: each keeps its first
+    line (the action) and says how to read the rest and which facts it holds; the call's id, name and every other
+    argument stay, so it still pairs with its result."""
+    from offpath.compaction.pairing import new_unpaired
+
+    def script(i: int) -> str:
+        return (
+            f"cat > /tmp/t{i}.py <<'EOF'\n"
+            + f"print('field_{i}')\n" * 300
+            + "EOF\npython /tmp/t{i}.py"
+        )
+
+    msgs = [HumanMessage(id="req", content="Fix RenameField for to_field.")]
+    for i in range(8):
+        msgs += [
+            AIMessage(
+                id=f"a{i}",
+                content=f"Let me test case {i}.",
+                tool_calls=[
+                    {"id": f"c{i}", "name": "bash", "args": {"command": script(i), "timeout": 60}}
+                ],
+            ),
+            ToolMessage(id=f"t{i}", content=f"field_{i}", tool_call_id=f"c{i}"),
+        ]
+    keep = 10_000
+    before = total_chars(msgs)
+    caps = older_caps(msgs, keep, need=before - 20_000, new_from=len(msgs) - 1)
+    assert {f"a{i}" for i in range(5)} <= set(caps), caps  # outside the keep window
+    out = [shorten(m, caps[m.id], floor=MIN_OLDER_CHARS) if m.id in caps else m for m in msgs]
+    assert total_chars(out) <= 20_000 < before
+    assert not new_unpaired(msgs, out) and not pairing_problems(out)
+    short, original = out[1], msgs[1]
+    (call,) = short.tool_calls
+    assert (call["id"], call["name"], call["args"]["timeout"]) == ("c0", "bash", 60)
+    first, marker = call["args"]["command"].split("\n")
+    assert first == "cat > /tmp/t0.py <<'EOF'" and 'recall("a0")' in marker
+    assert "Facts in it: `field_0`" in marker  # what the cut part holds
+    assert short.content == original.content  # its text was short: kept
+    assert shortened_from(short, original) and digest(short) == raw_digest(original)
+    assert shorten(short, caps["a0"], floor=MIN_OLDER_CHARS) is short  # cut once, not again

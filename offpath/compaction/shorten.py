@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from offpath.compaction.accounting import content_text, message_chars
+from offpath.compaction.accounting import args_chars, content_text, message_chars
 from offpath.compaction.digest import SHORTENED, digest
 from offpath.compaction.settings import MIN_SHORTENED_CHARS
 from offpath.compaction.summary import cite, is_summary
@@ -45,6 +45,9 @@ MIN_SAVING_CHARS = 200
 MIN_OLDER_CHARS = 200
 #: Under this cap a shortened result is a stub: its first line and the recall line, no facts.
 STUB_BELOW_CHARS = 500
+#: A tool-call argument (a string of several lines) is cut only when it is longer than this:
+#: what is left is its first line (at most this long) and one line saying how to read it.
+MIN_ARGUMENT_CHARS = 200
 
 
 def is_shortened(message: BaseMessage) -> bool:
@@ -80,13 +83,27 @@ def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORT
     cap give the same text. A message already within ``cap`` is returned as it is.
     """
     cap = max(cap, floor)
-    if message_chars(message) <= cap:
+    size = message_chars(message)
+    if size <= cap:
         return message
-    text = content_text(message.content, placeholders=True)
     total = original_chars(message)
     mid = str(message.id)
     noun = "result" if isinstance(message, ToolMessage) else "message"
     extra = {**message.additional_kwargs, MARK: {"chars": total, "digest": digest(message)}}
+    if isinstance(message, AIMessage) and message.tool_calls:
+        # the model's own message: the data its tool calls carry (a file it wrote) goes
+        # first; its text, then, to what is left of the cap
+        calls, args = _cut_arguments(message.tool_calls, size - cap, mid, recall)
+        if calls is not message.tool_calls:
+            extra.pop("tool_calls", None)  # the provider's raw copy: tool_calls are the source
+            message = message.model_copy(update={"tool_calls": calls, "additional_kwargs": extra})
+            size = message_chars(message)
+            if size <= cap:
+                return message
+        cap = max(cap - args, floor)
+        if len(content_text(message.content, placeholders=True)) <= cap:
+            return message  # its text fits what the arguments left (or the floor)
+    text = content_text(message.content, placeholders=True)
     if cap < STUB_BELOW_CHARS:
         how = (
             f'recall("{cite(mid)}") reads it' if recall else f"offpath archived it as message {mid}"
@@ -109,6 +126,47 @@ def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORT
     if len(content) > cap:  # a pathological marker (huge id): never over the cap
         content = content[:cap]
     return message.model_copy(update={"content": content, "additional_kwargs": extra})
+
+
+def _cut_arguments(calls: list[Any], need: int, mid: str, recall: bool) -> tuple[list[Any], int]:
+    """``(calls, chars)``: ``calls`` (an AI message's tool calls) with their longest
+    multi-line string arguments cut to their first line and one line saying how to read
+    them and which facts they hold, longest first until ``need`` chars are saved (or none is left to cut; ``calls``
+    itself when none is cut), and the chars of their arguments then. Issue 18: a mini-swe
+    agent writing files through heredocs (2-8k chars of arguments a step) kept a run 1.35x
+    over its threshold while its summary was written: every tool result was at its floor
+    already, and its tool calls were kept whole."""
+    how = f'recall("{cite(mid)}") reads the whole message' if recall else f"archived as {mid}"
+    long = sorted(
+        (
+            (len(value), k, key)
+            for k, call in enumerate(calls)
+            for key, value in (call.get("args") or {}).items()
+            if isinstance(value, str)
+            and "\n" in value
+            and len(value) > MIN_ARGUMENT_CHARS
+            and "\n[offpath: " not in value  # cut already
+        ),
+        reverse=True,
+    )
+    before = sum(args_chars(c.get("args")) for c in calls)
+    if not long or need <= 0:
+        return calls, before
+    out = [{**c, "args": dict(c.get("args") or {})} for c in calls]
+    saved = 0
+    for n, k, key in long:
+        if saved >= need:
+            break
+        value = out[k]["args"][key]
+        first = value.split("\n", 1)[0][:MIN_ARGUMENT_CHARS]
+        probe = ToolMessage(content=value, tool_call_id="-", id="-")
+        facts = _facts(probe, value, first, MAX_FACT_CHARS // 2)
+        listed = f" Facts in it: {facts}." if facts else ""
+        out[k]["args"][key] = (
+            f"{first}\n[offpath: {n:,} chars of this argument not shown; {how}.{listed}]"
+        )
+        saved += n - len(out[k]["args"][key])
+    return out, sum(args_chars(c.get("args")) for c in out)
 
 
 def _cut(text: str, room: int) -> tuple[int, int]:
@@ -227,12 +285,13 @@ def older_caps(
     newest ``keep_chars`` chars (the keep window), then, if that is not enough, those in it
     that a model call has seen already (before ``new_from``, the index of the first message
     new since the last call); then, outside the keep window, the model's own long messages
-    (text content; their tool calls stay whole) and long requests (not below
+    (their text, and first the multi-line arguments of their tool calls: a file the agent
+    wrote) and long requests (not below
     ``request_floor``: a compaction keeps a request shortened to
     :func:`~offpath.compaction.planner.request_cap_chars`; for them the keep window holds at
     most ``keep_chars``: a long request at its edge is not recent). The newest results and
-    the keep window's own messages stay whole. What a model call over the threshold shortens while no
-    summary is ready (no lower than :data:`MIN_OLDER_CHARS`).
+    the keep window's own messages stay whole. What a model call over the threshold
+    shortens while no summary is ready (no lower than :data:`MIN_OLDER_CHARS`).
 
     Issue 18: the runs whose size is the model's own writing (files written by a mini-swe
     agent, 5-8k chars a step) or a 19k pasted task went 1.3-1.7x over the threshold while
@@ -263,8 +322,8 @@ def older_caps(
     for kind, floor in (("ai", MIN_OLDER_CHARS), ("human", request_floor)):
         if left <= 0:
             break
-        own = [
-            (str(m.id), len(m.content))
+        own = [  # the model's messages with their tool calls' arguments (a file it wrote)
+            (str(m.id), message_chars(m))
             for m in messages[: start if kind == "ai" else own_start]
             if m.type == kind and isinstance(m.content, str) and not is_summary(m)
         ]
