@@ -69,6 +69,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Annotated, Any, NotRequired, get_type_hints
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
@@ -186,6 +187,11 @@ class OffPathState(AgentState):
     offpath: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
 
 
+#: An archive write a model call makes: the job it stores (None: results shortened), and
+#: the write itself.
+_Write = tuple[str | None, Callable[[], None]]
+
+
 @dataclass(slots=True)
 class _Call:
     """One model call: the request to send, and the state update to return with the answer."""
@@ -194,8 +200,11 @@ class _Call:
     update: dict[str, Any] = field(default_factory=dict)
     chars: int = 0  # what the call is sent (messages), for the calibration
     session_id: str | None = None
-    #: archive writes of this call's shortenings and apply, running while the model answers
-    writes: list[Future[Any]] = field(default_factory=list)
+    #: the archive writes of this call's shortenings and apply, in the order they were
+    #: made, running (one after another) while the model answers
+    stored: Future[Any] | None = None
+    #: the thread's size as the state had it before the call (put back if a write fails)
+    size_before: Any = None
 
 
 class OffPathCompaction(AgentMiddleware[OffPathState]):
@@ -245,6 +254,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         self._reader: ThreadPoolExecutor | None = None  # claim and latency reads only
         self._writer: ThreadPoolExecutor | None = None  # publishes, counters, loss reports
         self._archiver: ThreadPoolExecutor | None = None  # archive writes a call waits for
+        self._storing: set[str] = set()  # jobs whose archive write is in flight
         self._facts: ThreadPoolExecutor | None = None  # facts of new messages, read ahead
         self._warned: set[str] = set()
         self._latency: tuple[float, float] = (DEFAULT_LATENCY_S, 0.0)  # (p90 s, read at)
@@ -275,7 +285,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
     async def awrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
         call = await asyncio.to_thread(self._before_call, request)  # it reads the job row
         response = await handler(call.request)
-        if call.writes:
+        if call.stored is not None:
             await asyncio.to_thread(self._settle, call)
         return self._answer(call, response)
 
@@ -366,14 +376,15 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         settings = self.settings
         state = request.state or {}
         private = dict(state.get(KEY) or {})
+        size_before = private.get("size")
         original: list[BaseMessage] = list(request.messages)
-        old = ThreadSize.from_state(private.get("size"))
+        old = ThreadSize.from_state(size_before)
         size = old.advance(original)
         unchanged = bool(old.n) and old.n <= len(original) and original[old.n - 1].id == old.last
         new_from = old.n if unchanged else 0
         messages = original
         session_id = thread_of_run()
-        writes: list[Future[Any]] = []  # archive writes, overlapping the model call
+        writes: list[_Write] = []  # archive writes, made while the model answers
         if session_id is not None and settings.active:
             if pending := private.get("pending"):
                 self._record(session_id, pending, messages)
@@ -466,7 +477,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             {KEY: private},
             size.chars,
             session_id,
-            writes,
+            self._store(writes) if writes else None,
+            size_before,
         )
         if messages is not original:
             call.update["messages"] = _diff(original, messages)
@@ -480,7 +492,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         private: dict[str, Any],
         chars: int,
         out: int = 0,
-        writes: list[Future[Any]] | None = None,
+        writes: list[_Write] | None = None,
     ) -> tuple[list[BaseMessage], int]:
         """Apply the prepared compaction of ``holder`` to this call's ``messages`` (``out``:
         chars the call sends besides them): the messages and their size after it (unchanged
@@ -511,33 +523,53 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         private["crossed"] = True
         return True
 
+    def _store(self, writes: list[_Write]) -> Future[Any]:
+        """Start a call's archive writes on the archive threads, one after another in the
+        order they were made (a result shortened on arrival and again in the same call: the
+        first write archives the original, the later one finds it there), while the model
+        answers. A job with a write in flight is not applied again until it ends."""
+        jobs = {job for job, _ in writes if job}
+        with self._guard:
+            self._storing |= jobs
+
+        def run() -> None:
+            try:
+                for _, write in writes:
+                    write()
+            finally:
+                with self._guard:
+                    self._storing -= jobs
+
+        return self._archive(run)
+
     def _settle(self, call: _Call) -> None:
         """Wait (at most :data:`ARCHIVE_WAIT_S`) for the archive writes the call started; if
-        one failed, the state update keeps the thread as it was: the model saw it shortened or
-        compacted for this call only, nothing is lost (invariant 12: removed is archived), its
-        size is recounted at the next call, and a compaction applied in the call is not
-        recorded (its job stays prepared, applied again later)."""
-        failed: BaseException | None = None
-        for future in call.writes:
-            try:
-                future.result(timeout=ARCHIVE_WAIT_S)
-            except Exception as exc:  # noqa: PERF203 - each write is waited for
-                failed = exc
-        if failed is None or call.session_id is None:
+        they failed, the state update keeps the thread as it was: the model saw it shortened
+        or compacted for this call only, nothing is lost (invariant 12: removed is archived),
+        the size the state had before the call is kept (the call's new messages are looked at
+        again at the next one), and a compaction applied in the call is not recorded (its job
+        stays prepared, applied at a later call)."""
+        if call.stored is None or call.session_id is None:
             return
+        try:
+            call.stored.result(timeout=ARCHIVE_WAIT_S)
+            return
+        except Exception as exc:  # the write failed, or is still running after the wait
+            failed = exc
         private = call.update[KEY]
         pending = private.get("pending")
         log.warning(
             "[%s] could not archive what this call shortened or removed: %s; the thread keeps "
             "its messages as they were",
             tag(call.session_id),
-            failed,
+            failed or "timed out",
         )
         call.update.pop("messages", None)
-        private.update(size=None, pending=None, removed=False)
+        private.update(size=call.size_before, pending=None, removed=False)
         if pending:
             job_id = pending["job_id"]
-            self._tell(call.session_id, job_id, "failed", reason=f"not applied: {failed}")
+            reason = f"not applied in this call (its archive write: {failed or 'timed out'})"
+            self._tell(call.session_id, job_id, "cancelled", reason=reason)
 
     def _answer(self, call: _Call, response: Any) -> Any:
         self._calibrate(call.chars, response)
@@ -619,7 +651,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         caps: dict[str, int],
         why: str,
         floor: int | None = None,
-        writes: list[Future[Any]] | None = None,
+        writes: list[_Write] | None = None,
     ) -> list[BaseMessage]:
         """``messages`` with the messages named in ``caps`` shortened to their cap (not below
         ``floor``), their originals archived (:func:`archive.store_shortened`): first, or,
@@ -629,13 +661,11 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         try:
             out, originals = archive.shortened(messages, caps, recall=self.recall, floor=floor)
             if originals:
-                stored = self._archive(
-                    archive.store_shortened, self.client.engine, session_id, originals
-                )
+                write = partial(archive.store_shortened, self.client.engine, session_id, originals)
                 if writes is None:
-                    stored.result()
+                    write()
                 else:
-                    writes.append(stored)
+                    writes.append((None, write))
         except Exception as exc:  # unarchived, nothing is shortened: the hard limit still holds
             log.warning("[%s] could not archive results to shorten: %s", tag(session_id), exc)
             return messages
@@ -656,7 +686,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         job_id: str,
         messages: list[BaseMessage],
         out: int = 0,
-        writes: list[Future[Any]] | None = None,
+        writes: list[_Write] | None = None,
     ) -> tuple[Fitted, dict[str, Any]] | None:
         """The fitted compaction of job ``job_id`` (its patch lands the thread under its
         prepare floor) and what to record once it is in the state; None if there is nothing
@@ -664,6 +694,9 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         or, given ``writes``, while the model answers (see :meth:`_shorten`); its loss report
         (issue 19) after that, on the writer thread (:data:`LOSS_PENDING` until then)."""
         client = self.client
+        with self._guard:
+            if job_id in self._storing:  # an earlier call's write of it is still running
+                return None
         try:
             row = job_row(client.engine, job_id)
             if row is None or row["status"] != JobStatus.PREPARED or not row["result"]:
@@ -692,13 +725,11 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
                 client.leases.settle(session_id, job_id, None)
                 self._tell(session_id, job_id, "failed", reason=reason)
                 return None
-            stored = self._archive(
-                self._store_applied, session_id, job_id, result, fitted, messages
-            )
+            write = partial(self._store_applied, session_id, job_id, result, fitted, messages)
             if writes is None:
-                stored.result()
+                write()
             else:
-                writes.append(stored)
+                writes.append((job_id, write))
         except Exception as exc:  # the run goes on uncompacted; the reconciler tidies up
             log.warning("[%s] could not apply job %s: %s", tag(session_id), job_id, exc)
             self._tell(session_id, job_id, "failed", reason=f"not applied: {exc}")
@@ -985,7 +1016,10 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             if self._facts is None:
                 self._facts = ThreadPoolExecutor(1, thread_name_prefix="offpath-facts")
             pool = self._facts
-        pool.submit(read)
+        try:
+            pool.submit(read)
+        except RuntimeError:  # the interpreter is shutting down: found when needed
+            pass
 
     def _archive(self, fn: Any, *args: Any) -> Future[Any]:
         """Run ``fn`` (an archive write a model call's update waits for) on the archive

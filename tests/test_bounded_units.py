@@ -727,6 +727,10 @@ def test_when_the_archive_cannot_be_written_the_thread_keeps_the_result_whole(
     (kept,) = [m for m in agent.get_state(config).values["messages"] if m.type == "tool"]
     assert not is_shortened(kept) and kept.content == dump_message().content
     assert "could not archive what this call shortened" in caplog.text
+    # the size the state had before that call is kept: the next call looks again at that
+    # call's new messages only (with no size, every result of the thread counts as new and
+    # all are squeezed into the keep window as if they had just arrived)
+    assert agent.get_state(config).values["offpath"]["size"]
 
 
 def test_the_facts_of_new_results_are_found_while_the_model_answers(tmp_path, monkeypatch):
@@ -810,3 +814,87 @@ def test_over_the_threshold_the_files_a_model_wrote_through_its_tool_calls_are_s
     assert short.content == original.content  # its text was short: kept
     assert shortened_from(short, original) and digest(short) == raw_digest(original)
     assert shorten(short, caps["a0"], floor=MIN_OLDER_CHARS) is short  # cut once, not again
+
+
+def test_a_model_message_is_only_counted_for_what_can_be_cut():
+    """A model message whose long tool-call argument is one line (a query, a JSON blob) cannot
+    be cut: ``older_caps`` counted it as a saving that never came, so the long request behind
+    it was left whole and the call stayed over the threshold."""
+    msgs = [
+        HumanMessage(id="req", content="TASK\n" + "r" * 12_000),
+        AIMessage(
+            id="a0",
+            content="Querying.",
+            tool_calls=[{"id": "c0", "name": "sql", "args": {"query": "SELECT " + "x, " * 2_000}}],
+        ),
+        ToolMessage(id="t0", content="0 rows", tool_call_id="c0"),
+        AIMessage(id="a1", content="w" * 9_000),
+    ]
+    caps = older_caps(msgs, 9_000, need=8_000, new_from=len(msgs), request_floor=3_000)
+    assert "a0" not in caps and caps["req"] <= 12_005 - 8_000 + 200, caps
+    assert shorten(msgs[1], 500, floor=MIN_OLDER_CHARS) is msgs[1]  # nothing it could cut
+
+
+def test_results_shortened_twice_in_one_call_keep_their_originals_in_the_archive(
+    tmp_path, monkeypatch, caplog
+):
+    """A batch of parallel results is cut on arrival to share the keep window and, in the
+    same call (over the threshold), cut again as older results: the call's archive writes run
+    one after another in the order they were made, so the archive's first row of each result
+    is its original, whatever write is slower (``recall`` reads the first row)."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langgraph.checkpoint.memory import InMemorySaver
+    from sqlalchemy import create_engine
+
+    import offpath.service.archive as archive
+    from offpath.middleware import OffPathCompaction
+    from offpath.service.db import migrate, sqlalchemy_url
+
+    real = archive.store_shortened
+
+    def store(engine, session_id, originals):
+        if any(message_chars(m) >= 5_000 for _, m in originals):
+            time.sleep(0.3)  # the arrival write (the originals) is the slower one
+        real(engine, session_id, originals)
+
+    monkeypatch.setattr(archive, "store_shortened", store)
+
+    class Model(GenericFakeChatModel):
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+    def logs(pod: int) -> str:
+        """Read a pod's logs."""
+        return "\n".join(
+            f"10:{k:02d} pod-{pod} ERROR refused (OPS-{pod}{k:03d})" for k in range(160)
+        )
+
+    batch = [{"id": f"c{i}", "name": "logs", "args": {"pod": i}} for i in range(12)]
+    settings = load_settings(
+        data_dir=str(tmp_path), summarization_threshold_chars=20_000, summarization_keep_chars=4_000
+    )
+    migrate(settings)
+    agent = create_agent(
+        Model(messages=iter([AIMessage(content="", tool_calls=batch), AIMessage(content="done")])),
+        [logs],
+        # a runbook in every call, which nothing shortens: the results outside the keep window
+        # go down to their floor in the call they arrive in, after their cut on arrival
+        system_prompt="You are an SRE agent. " + "Follow the runbook. " * 900,
+        middleware=[OffPathCompaction(settings, recall=True)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "twice"}}
+    with caplog.at_level("INFO", logger="offpath.middleware"):
+        agent.invoke({"messages": [HumanMessage("why are the pods refusing?")]}, config)
+    assert "as it arrived" in caplog.text and "over the threshold" in caplog.text
+    results = [m for m in agent.get_state(config).values["messages"] if m.type == "tool"]
+    assert len(results) == 12 and all(is_shortened(m) for m in results)
+    assert min(message_chars(m) for m in results) <= MIN_OLDER_CHARS  # cut twice
+    engine = create_engine(sqlalchemy_url(settings))
+    try:
+        for m in results:
+            stored = archive.original(engine, "twice", str(m.id))
+            assert stored["data"]["content"] == logs(int(m.tool_call_id[1:]))
+    finally:
+        engine.dispose()

@@ -142,10 +142,7 @@ def _cut_arguments(calls: list[Any], need: int, mid: str, recall: bool) -> tuple
             (len(value), k, key)
             for k, call in enumerate(calls)
             for key, value in (call.get("args") or {}).items()
-            if isinstance(value, str)
-            and "\n" in value
-            and len(value) > MIN_ARGUMENT_CHARS
-            and "\n[offpath: " not in value  # cut already
+            if _cuts(value)
         ),
         reverse=True,
     )
@@ -167,6 +164,27 @@ def _cut_arguments(calls: list[Any], need: int, mid: str, recall: bool) -> tuple
         )
         saved += n - len(out[k]["args"][key])
     return out, sum(args_chars(c.get("args")) for c in out)
+
+
+def _cuttable(message: BaseMessage) -> int:
+    """Chars of ``message``'s tool-call arguments that :func:`_cut_arguments` may cut (the
+    multi-line string values over :data:`MIN_ARGUMENT_CHARS`, not cut already)."""
+    return sum(
+        len(value)
+        for call in getattr(message, "tool_calls", None) or []
+        for value in (call.get("args") or {}).values()
+        if _cuts(value)
+    )
+
+
+def _cuts(value: Any) -> bool:
+    """An argument value :func:`_cut_arguments` may cut."""
+    return (
+        isinstance(value, str)
+        and "\n" in value
+        and len(value) > MIN_ARGUMENT_CHARS
+        and "\n[offpath: " not in value  # cut already
+    )
 
 
 def _cut(text: str, room: int) -> tuple[int, int]:
@@ -296,6 +314,7 @@ def older_caps(
     Issue 18: the runs whose size is the model's own writing (files written by a mini-swe
     agent, 5-8k chars a step) or a 19k pasted task went 1.3-1.7x over the threshold while
     the summary was written, with every tool result already at its floor."""
+    by_id = {str(m.id): m for m in messages}
     acc, start = 0, len(messages)
     while start > 0 and acc < keep_chars:
         start -= 1
@@ -322,13 +341,16 @@ def older_caps(
     for kind, floor in (("ai", MIN_OLDER_CHARS), ("human", request_floor)):
         if left <= 0:
             break
-        own = [  # the model's messages with their tool calls' arguments (a file it wrote)
-            (str(m.id), message_chars(m))
+        # a model's message by what can be cut: its text and its tool calls' multi-line
+        # arguments (a file it wrote); the rest of its calls stays whatever the cap
+        fixed = {
+            str(m.id): message_chars(m) - len(m.content) - _cuttable(m)
             for m in messages[: start if kind == "ai" else own_start]
             if m.type == kind and isinstance(m.content, str) and not is_summary(m)
-        ]
+        }
+        own = [(i, message_chars(by_id[i]) - f) for i, f in fixed.items()]
         more = caps_for(own, left, max(floor, MIN_OLDER_CHARS))
-        caps.update(more)
+        caps.update({i: cap + fixed[i] for i, cap in more.items()})
         left -= saving(dict(own), more)
     return caps
 
