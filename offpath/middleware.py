@@ -97,7 +97,7 @@ from offpath.compaction.planner import (
     summary_budget_chars,
 )
 from offpath.compaction.settings import Settings, get_settings
-from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps, older_caps
+from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps, older_caps, shorten_each
 from offpath.compaction.tokens import Calibration
 from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.events import CompactionUpdate
@@ -187,6 +187,17 @@ class OffPathState(AgentState):
     offpath: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
 
 
+#: The middleware's background threads, by name: how many each pool has, and what runs
+#: there. Each kind of work has its own, so that none waits behind another (issue 18,
+#: item 4: claim reads starved behind publishes and counters).
+POOLS = {
+    "read": 1,  # claim and latency reads
+    "write": 2,  # publishes, counters, loss reports
+    "archive": 2,  # archive writes a model call's update waits for
+    "facts": 1,  # facts of new messages, read ahead
+}
+
+
 #: An archive write a model call makes: the job it stores (None: results shortened), and
 #: the write itself.
 _Write = tuple[str | None, Callable[[], None]]
@@ -204,7 +215,7 @@ class _Call:
     #: made, running (one after another) while the model answers
     stored: Future[Any] | None = None
     #: the thread's size as the state had it before the call (put back if a write fails)
-    size_before: Any = None
+    size_before: dict[str, Any] | None = None
 
 
 class OffPathCompaction(AgentMiddleware[OffPathState]):
@@ -251,11 +262,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         self._publishing: set[str] = set()
         self._published: dict[str, tuple[str | None, float]] = {}  # thread -> (job?, when)
         self._claims: dict[str, _Seen] = {}
-        self._reader: ThreadPoolExecutor | None = None  # claim and latency reads only
-        self._writer: ThreadPoolExecutor | None = None  # publishes, counters, loss reports
-        self._archiver: ThreadPoolExecutor | None = None  # archive writes a call waits for
+        self._pools: dict[str, ThreadPoolExecutor] = {}  # by name, see POOLS
         self._storing: set[str] = set()  # jobs whose archive write is in flight
-        self._facts: ThreadPoolExecutor | None = None  # facts of new messages, read ahead
         self._warned: set[str] = set()
         self._latency: tuple[float, float] = (DEFAULT_LATENCY_S, 0.0)  # (p90 s, read at)
         #: chars sent per input token the provider reported (``usage_metadata``), over this
@@ -659,7 +667,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         :meth:`_settle` waits for it before the update is returned). Nothing shortened if the
         archive cannot be written first."""
         try:
-            out, originals = archive.shortened(messages, caps, recall=self.recall, floor=floor)
+            out, originals = shorten_each(messages, caps, recall=self.recall, floor=floor)
             if originals:
                 write = partial(archive.store_shortened, self.client.engine, session_id, originals)
                 if writes is None:
@@ -991,14 +999,20 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             "and queue? Until one is, model calls over the hard limit are masked.",
         )
 
+    def _pool(self, name: str) -> ThreadPoolExecutor:
+        """The background pool ``name`` (:data:`POOLS`), started on first use."""
+        with self._guard:
+            pool = self._pools.get(name)
+            if pool is None:
+                pool = self._pools[name] = ThreadPoolExecutor(
+                    POOLS[name], thread_name_prefix=f"offpath-{name}"
+                )
+        return pool
+
     def _read(self, fn: Any, *args: Any) -> Future[Any]:
         """Run ``fn`` on the reader thread: claim and latency reads only, so that they are
         never starved by publishes and counters (issue 18, item 4)."""
-        with self._guard:
-            if self._reader is None:
-                self._reader = ThreadPoolExecutor(1, thread_name_prefix="offpath-read")
-            pool = self._reader
-        return pool.submit(fn, *args)
+        return self._pool("read").submit(fn, *args)
 
     def _read_ahead(self, messages: list[BaseMessage]) -> None:
         """Find the facts of ``messages`` (those a model call is the first to see) on the facts
@@ -1012,30 +1026,18 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
             except Exception as exc:  # found again when needed, in the path
                 log.debug("offpath: facts not read ahead: %s", exc)
 
-        with self._guard:
-            if self._facts is None:
-                self._facts = ThreadPoolExecutor(1, thread_name_prefix="offpath-facts")
-            pool = self._facts
         try:
-            pool.submit(read)
+            self._pool("facts").submit(read)
         except RuntimeError:  # the interpreter is shutting down: found when needed
             pass
 
     def _archive(self, fn: Any, *args: Any) -> Future[Any]:
         """Run ``fn`` (an archive write a model call's update waits for) on the archive
         threads: never queued behind publishes and counters."""
-        with self._guard:
-            if self._archiver is None:
-                self._archiver = ThreadPoolExecutor(2, thread_name_prefix="offpath-archive")
-            pool = self._archiver
-        return pool.submit(fn, *args)
+        return self._pool("archive").submit(fn, *args)
 
     def _write(self, fn: Any, *args: Any) -> None:
-        with self._guard:
-            if self._writer is None:
-                self._writer = ThreadPoolExecutor(2, thread_name_prefix="offpath-write")
-            pool = self._writer
-        pool.submit(fn, *args)
+        self._pool("write").submit(fn, *args)
 
     def _publish_soon(
         self,

@@ -758,7 +758,7 @@ def test_the_facts_of_new_results_are_found_while_the_model_answers(tmp_path, mo
     agent, _, middleware = _dump_agent(tmp_path, seen, delay_s=0.3, result=log)
     config = {"configurable": {"thread_id": "ahead"}}
     agent.invoke({"messages": [HumanMessage("why is the ledger down?")]}, config)
-    middleware._facts.shutdown(wait=True)
+    middleware._pool("facts").shutdown(wait=True)
     assert ("offpath-facts_0", len(log)) in reads  # read on the facts thread
     (kept,) = [m for m in agent.get_state(config).values["messages"] if m.type == "tool"]
     assert kept.content == log  # under TOOL_RESULT_MAX_CHARS: not shortened on arrival

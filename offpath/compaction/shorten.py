@@ -101,9 +101,9 @@ def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORT
             if size <= cap:
                 return message
         cap = max(cap - args, floor)
-        if len(content_text(message.content, placeholders=True)) <= cap:
-            return message  # its text fits what the arguments left (or the floor)
     text = content_text(message.content, placeholders=True)
+    if isinstance(message, AIMessage) and message.tool_calls and len(text) <= cap:
+        return message  # its text fits what its arguments left (or the floor)
     if cap < STUB_BELOW_CHARS:
         how = (
             f'recall("{cite(mid)}") reads it' if recall else f"offpath archived it as message {mid}"
@@ -128,11 +128,40 @@ def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORT
     return message.model_copy(update={"content": content, "additional_kwargs": extra})
 
 
+def shorten_each(
+    messages: Sequence[BaseMessage],
+    caps: dict[str, int],
+    *,
+    recall: bool = True,
+    offset: int = 0,
+    floor: int | None = None,
+) -> tuple[list[BaseMessage], list[tuple[int, BaseMessage]]]:
+    """``(out, originals)``: ``messages`` with the messages named in ``caps`` (message id ->
+    cap in chars: tool results; a model's long message or a request, as :func:`older_caps`
+    names them) shortened (:func:`shorten`), and the originals to archive before the update
+    that shortens them is written, as ``(thread position, message)`` (``offset``: the
+    position of ``messages[0]``). ``out`` is ``messages`` itself when nothing is to
+    shorten."""
+    out = list(messages)
+    originals: list[tuple[int, BaseMessage]] = []
+    for i, m in enumerate(out):
+        cap = caps.get(str(m.id))
+        if cap is None:
+            continue
+        short = shorten(m, cap, recall=recall, floor=floor or MIN_SHORTENED_CHARS)
+        if short is not m:
+            originals.append((offset + i, m))
+            out[i] = short
+    if not originals:
+        return (messages if isinstance(messages, list) else list(messages)), []
+    return out, originals
+
+
 def _cut_arguments(calls: list[Any], need: int, mid: str, recall: bool) -> tuple[list[Any], int]:
     """``(calls, chars)``: ``calls`` (an AI message's tool calls) with their longest
     multi-line string arguments cut to their first line and one line saying how to read
-    them and which facts they hold, longest first until ``need`` chars are saved (or none is left to cut; ``calls``
-    itself when none is cut), and the chars of their arguments then. Issue 18: a mini-swe
+    them and which facts they hold, longest first until ``need`` chars are saved (or none is
+    left to cut; ``calls`` itself when none is cut), and the chars of their arguments then. Issue 18: a mini-swe
     agent writing files through heredocs (2-8k chars of arguments a step) kept a run 1.35x
     over its threshold while its summary was written: every tool result was at its floor
     already, and its tool calls were kept whole."""
@@ -314,7 +343,6 @@ def older_caps(
     Issue 18: the runs whose size is the model's own writing (files written by a mini-swe
     agent, 5-8k chars a step) or a 19k pasted task went 1.3-1.7x over the threshold while
     the summary was written, with every tool result already at its floor."""
-    by_id = {str(m.id): m for m in messages}
     acc, start = 0, len(messages)
     while start > 0 and acc < keep_chars:
         start -= 1
@@ -343,12 +371,13 @@ def older_caps(
             break
         # a model's message by what can be cut: its text and its tool calls' multi-line
         # arguments (a file it wrote); the rest of its calls stays whatever the cap
-        fixed = {
-            str(m.id): message_chars(m) - len(m.content) - _cuttable(m)
+        mine = [
+            m
             for m in messages[: start if kind == "ai" else own_start]
             if m.type == kind and isinstance(m.content, str) and not is_summary(m)
-        }
-        own = [(i, message_chars(by_id[i]) - f) for i, f in fixed.items()]
+        ]
+        own = [(str(m.id), len(m.content) + _cuttable(m)) for m in mine]
+        fixed = {str(m.id): message_chars(m) - n for m, (_, n) in zip(mine, own, strict=True)}
         more = caps_for(own, left, max(floor, MIN_OLDER_CHARS))
         caps.update({i: cap + fixed[i] for i, cap in more.items()})
         left -= saving(dict(own), more)

@@ -139,39 +139,6 @@ def store_shortened(
             conn.execute(sa.insert(ARCHIVE), rows)
 
 
-def shortened(
-    messages: Sequence[BaseMessage],
-    caps: dict[str, int],
-    *,
-    recall: bool = True,
-    offset: int = 0,
-    floor: int | None = None,
-) -> tuple[list[BaseMessage], list[tuple[int, BaseMessage]]]:
-    """``(out, originals)``: ``messages`` with the messages named in ``caps`` (message id ->
-    cap in chars: tool results; a model's long message or a request, as the middleware's
-    :func:`~offpath.compaction.shorten.older_caps` names them) shortened
-    (:func:`offpath.compaction.shorten.shorten`), and the originals to archive before the
-    update that shortens them is written, as ``(thread position, message)`` (``offset``: the
-    position of ``messages[0]``). No I/O; ``out`` is ``messages`` itself when nothing is to
-    shorten."""
-    from offpath.compaction.settings import MIN_SHORTENED_CHARS
-    from offpath.compaction.shorten import shorten
-
-    out = list(messages)
-    originals: list[tuple[int, BaseMessage]] = []
-    for i, m in enumerate(out):
-        cap = caps.get(str(m.id))
-        if cap is None:
-            continue
-        short = shorten(m, cap, recall=recall, floor=floor or MIN_SHORTENED_CHARS)
-        if short is not m:
-            originals.append((offset + i, m))
-            out[i] = short
-    if not originals:
-        return (messages if isinstance(messages, list) else list(messages)), []
-    return out, originals
-
-
 def shorten_archived(
     engine: Engine,
     session_id: str,
@@ -182,10 +149,12 @@ def shorten_archived(
     offset: int = 0,
     floor: int | None = None,
 ) -> list[BaseMessage]:
-    """:func:`shortened`, its originals archived first (:func:`store_shortened`). Raises the
-    database's error, and then nothing is shortened. Returns ``messages`` itself when
-    nothing is to shorten."""
-    out, originals = shortened(messages, caps, recall=recall, offset=offset, floor=floor)
+    """:func:`offpath.compaction.shorten.shorten_each`, its originals archived first
+    (:func:`store_shortened`). Raises the database's error, and then nothing is shortened.
+    Returns ``messages`` itself when nothing is to shorten."""
+    from offpath.compaction.shorten import shorten_each
+
+    out, originals = shorten_each(messages, caps, recall=recall, offset=offset, floor=floor)
     if originals:
         store_shortened(engine, session_id, originals)
     return out
