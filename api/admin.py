@@ -2,8 +2,8 @@
 originals its compactions removed. Per tenant, as every session route: another tenant's
 session is 404, an admin key sees every tenant's.
 
-The logic is in :mod:`offpath.service.admin` (compact, delete) and
-:mod:`offpath.service.usage` (the list, from the usage tables: no checkpoint is read).
+The logic is in :mod:`offpath.coordination.admin` (compact, delete) and
+:mod:`offpath.stores.usage` (the list, from the usage tables: no checkpoint is read).
 """
 
 from __future__ import annotations
@@ -16,19 +16,19 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from langchain_core.messages import messages_from_dict
 
 from offpath.compaction.formats import message_json
-from offpath.service import archive
-from offpath.service.admin import (
+from offpath.coordination.admin import (
     JobInFlight,
     NothingToCompact,
     NotQueued,
     compact_now,
     delete_session,
 )
-from offpath.service.compactions import read_messages
-from offpath.service.locks import ThreadBusy
-from offpath.service.revert import NoSuchJob, RevertRefused, revert
-from offpath.service.runtime import Runtime
-from offpath.service.usage import BadCursor, SortOrder, has_rows, list_sessions
+from offpath.coordination.compactions import read_messages
+from offpath.coordination.locks import ThreadBusy
+from offpath.coordination.revert import NoSuchJob, RevertRefused, revert
+from offpath.coordination.runtime import Runtime
+from offpath.stores import archive
+from offpath.stores.usage import BadCursor, SortOrder, has_rows, list_sessions
 
 from .deps import Caller, SessionId, check_readable, no_session, rt_of
 from .schemas import (

@@ -27,11 +27,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from offpath.compaction.settings import Settings, get_settings
-from offpath.service.compactions import apply_prepared
-from offpath.service.eviction import check_eviction
-from offpath.service.hook import PostTurnHook
-from offpath.service.locks import ThreadBusy
-from offpath.service.runtime import Publisher, Runtime
+from offpath.coordination.compactions import apply_prepared
+from offpath.coordination.eviction import check_eviction
+from offpath.coordination.hook import PostTurnHook
+from offpath.coordination.locks import ThreadBusy
+from offpath.coordination.runtime import Publisher, Runtime
 
 from . import admin, metrics, sessions, stats, ui
 from .deps import body_gate, principal
@@ -76,7 +76,7 @@ async def watch_loop_lag(period_s: float = 0.05) -> None:
     """Observe how late the event loop wakes from a ``period_s`` sleep
     (``offpath_api_event_loop_lag_seconds``): a request that stalls the loop (issue 20,
     item 1: a body parsed on it froze every request, /healthz too) shows there."""
-    from offpath.service.metrics import LOOP_LAG
+    from offpath.coordination.metrics import LOOP_LAG
 
     loop = asyncio.get_running_loop()
     while True:

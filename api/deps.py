@@ -17,8 +17,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
-from offpath.service.runtime import Runtime
-from offpath.service.tenants import (
+from offpath.coordination.runtime import Runtime
+from offpath.stores.tenants import (
     DEFAULT_TENANT,
     Principal,
     forget_session,

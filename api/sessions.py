@@ -29,22 +29,22 @@ from langchain_core.messages import (
 )
 from starlette.concurrency import run_in_threadpool
 
+from offpath.agent.graph import thread_config
+from offpath.agent.middleware import KEY as PRIVATE_KEY
 from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.summary import is_summary
 from offpath.compaction.tracking import ThreadSize
 from offpath.compaction.turns import TurnError, check_messages, validate_turn
-from offpath.middleware import KEY as PRIVATE_KEY
-from offpath.service import archive, db
-from offpath.service.admin import read_session
-from offpath.service.agent import thread_config
-from offpath.service.compactions import read_thread
-from offpath.service.leases import failure_backoff_s
-from offpath.service.logs import tag
-from offpath.service.runtime import Runtime
-from offpath.service.tenants import note_size
-from offpath.service.updates import Changed, job_updates
-from offpath.service.usage import has_rows
+from offpath.coordination.admin import read_session
+from offpath.coordination.compactions import read_thread
+from offpath.coordination.logs import tag
+from offpath.coordination.runtime import Runtime
+from offpath.stores import archive, db
+from offpath.stores.leases import failure_backoff_s
+from offpath.stores.tenants import note_size
+from offpath.stores.updates import Changed, job_updates
+from offpath.stores.usage import has_rows
 
 from .deps import (
     Caller,
@@ -428,7 +428,7 @@ async def events(session_id: SessionId, request: Request, caller: Caller) -> Str
     (issue 21, item 4). Each event's ``data`` is the params of an Agent Client Protocol
     ``session/update`` notification, ``{"sessionId": ..., "update": {"sessionUpdate":
     "compaction_update", "compactionId", "status" (in_progress, completed, failed,
-    cancelled), "charsBefore", "charsAfter", "reason"}}`` (:mod:`offpath.service.updates`
+    cancelled), "charsBefore", "charsAfter", "reason"}}`` (:mod:`offpath.stores.updates`
     says how a job's status maps), and ``at``: when the job's row changed (ISO 8601). The first event is the thread's latest job as it stands
     (none: no job yet); then one per change, whoever made it (the API, the worker, a team's
     own agent's middleware). Per tenant like every session route (404 for another's);

@@ -11,9 +11,9 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
 from offpath.compaction.accounting import total_chars
-from offpath.service import db, usage
-from offpath.service.compactions import read_messages
-from offpath.service.runtime import Runtime
+from offpath.coordination.compactions import read_messages
+from offpath.coordination.runtime import Runtime
+from offpath.stores import db, usage
 
 from .deps import Caller, SessionId, check_readable, no_session, rt_of
 from .schemas import READ, HealthOut, ReadyOut, SessionStatsOut, StatsOut, errors
@@ -59,7 +59,7 @@ def read_stats(request: Request, caller: Caller, since: Since = None) -> dict[st
     """Aggregates over the usage tables (the seed's ``summary`` fields and ours: jobs by status
     and reason, compaction lag and summarizer latency percentiles, the tokens the LLM
     reported, the latest failures), for the caller's tenant (all tenants for an admin
-    key); ``since``: a time window (:func:`offpath.service.usage.stats`)."""
+    key); ``since``: a time window (:func:`offpath.stores.usage.stats`)."""
     start = parse_since(since)
     tenant = None if caller.admin else caller.tenant
     return usage.stats(rt_of(request).engine, tenant=tenant, since=start)
@@ -125,13 +125,13 @@ def healthz(request: Request) -> JSONResponse:
 def readyz(request: Request) -> JSONResponse:
     """Readiness to compact: ``/healthz``'s checks, and a worker consuming each queue offpath
     publishes to (asked through the broker with Celery's ``active_queues``, waiting at most
-    1 s, the answer reused for 10 s: :mod:`offpath.service.consumers`). 503 when a store is
+    1 s, the answer reused for 10 s: :mod:`offpath.coordination.consumers`). 503 when a store is
     down or a queue has no consumer, ``workers`` naming the queue and the broker. A broker
     that cannot ask workers (the demo's SQLAlchemy transport) says ``unknown`` and does not
     fail it. Needs no key (issue 21, item 3)."""
     import time
 
-    from offpath.service.consumers import readiness, watch_for
+    from offpath.coordination.consumers import readiness, watch_for
 
     rt = rt_of(request)
     status: dict[str, Any] = reachability(rt)

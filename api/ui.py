@@ -28,10 +28,10 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
 from offpath.compaction.accounting import total_chars
-from offpath.service import usage
-from offpath.service.admin import read_session
-from offpath.service.tenants import Principal, principal_of
-from offpath.service.usage import BadCursor
+from offpath.coordination.admin import read_session
+from offpath.stores import usage
+from offpath.stores.tenants import Principal, principal_of
+from offpath.stores.usage import BadCursor
 
 from . import ui_data
 from .deps import KEY_COOKIE, UI_HEADER, SessionId, check_readable, principal, rt_of

@@ -1,15 +1,15 @@
 """What the web UI's pages show (:mod:`api.ui`), read in-process from the service layer.
 
-Every function takes the runtime and the caller (a :class:`~offpath.service.tenants.Principal`)
+Every function takes the runtime and the caller (a :class:`~offpath.stores.tenants.Principal`)
 and returns plain dicts and lists for the Jinja2 templates; nothing here renders HTML.
 A non-admin caller sees only the sessions its tenant owns, as in the JSON API.
 
-* :func:`dashboard_stats`: the ``/stats`` body (:func:`offpath.service.usage.stats`, as the
+* :func:`dashboard_stats`: the ``/stats`` body (:func:`offpath.stores.usage.stats`, as the
   route computes it; its ``recent_failures`` too) and its widgets, each tagged with its
   JSON path in that body;
 * :func:`size_chart`: thread size over time for the busiest sessions, as SVG coordinates;
 * :func:`session_page`: a page of the sessions list (``GET /sessions``'s
-  :func:`offpath.service.usage.list_sessions`);
+  :func:`offpath.stores.usage.list_sessions`);
 * :func:`thread_items` / :func:`originals_by_summary`: one session's thread as the model
   sees it, and the archived originals each summary replaced.
 """
@@ -34,10 +34,10 @@ from offpath.compaction.summary import (
     is_summary,
     summary_meta,
 )
-from offpath.service import archive, db, usage
-from offpath.service.admin import read_session
-from offpath.service.runtime import Runtime
-from offpath.service.tenants import SESSIONS, Principal
+from offpath.coordination.admin import read_session
+from offpath.coordination.runtime import Runtime
+from offpath.stores import archive, db, usage
+from offpath.stores.tenants import SESSIONS, Principal
 
 #: The dashboard's widgets: (JSON path in the ``/stats`` body, label, unit). Paths missing
 #: from the body are not shown; numeric fields of ``summary`` not listed here (nor in
@@ -89,7 +89,7 @@ def dashboard_stats(
     rt: Runtime, caller: Principal, since: datetime | None = None
 ) -> dict[str, Any]:
     """The ``/stats`` body for ``caller`` (all tenants for an admin key), ``since`` a time
-    window: :func:`offpath.service.usage.stats`, as the route computes it."""
+    window: :func:`offpath.stores.usage.stats`, as the route computes it."""
     return usage.stats(rt.engine, tenant=None if caller.admin else caller.tenant, since=since)
 
 
@@ -445,9 +445,9 @@ def session_page(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """A page of the caller's sessions whose id contains ``q``, sorted by ``sort`` (one of
     :data:`SORTS`; ``order``: asc or desc, default per :data:`SORTS`), and the cursor of
-    the next page: what ``GET /sessions`` answers (:func:`offpath.service.usage.list_sessions`:
+    the next page: what ``GET /sessions`` answers (:func:`offpath.stores.usage.list_sessions`:
     ``session_id``, ``tenant``, ``messages``, ``chars``, ``compactions``, ``last_activity``,
-    ``jobs_in_flight``). Raises :class:`~offpath.service.usage.BadCursor`."""
+    ``jobs_in_flight``). Raises :class:`~offpath.stores.usage.BadCursor`."""
     sort = sort if sort in SORTS else "last_activity"
     desc = (order or SORTS[sort]) == "desc"
     return usage.list_sessions(
@@ -463,7 +463,7 @@ def session_page(
 def session_counts(rt: Runtime, caller: Principal) -> dict[str, int]:
     """``{"sessions", "compacted"}``: how many sessions the caller's list holds (all pages,
     no search) and how many of them have an applied compaction, as the list counts them
-    (:func:`offpath.service.usage.list_sessions`' ``compactions``). The dashboard's
+    (:func:`offpath.stores.usage.list_sessions`' ``compactions``). The dashboard's
     "sessions compacted" (all time) is the second figure."""
     applied = (
         sa.select(db.JOBS.c.session_id)
@@ -485,7 +485,7 @@ def session_counts(rt: Runtime, caller: Principal) -> dict[str, int]:
 def thread_of(rt: Runtime, session_id: str) -> list[BaseMessage]:
     """The thread's messages as the model sees them ([] if there is none): from offpath's
     checkpointer, or for a thread of a team's own agent (the middleware), from the agent's
-    checkpointer (:func:`offpath.service.admin.read_session`)."""
+    checkpointer (:func:`offpath.coordination.admin.read_session`)."""
     return read_session(rt, session_id)[1].messages
 
 

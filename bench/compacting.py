@@ -2,7 +2,7 @@
 real SQLite archive for ``recall``, an LLM-shaped stub that names nothing, and the text of a
 thread as the model reads it.
 
-* :class:`Archive`: a scratch SQLite usage database (``offpath.service.db.migrate``) that an
+* :class:`Archive`: a scratch SQLite usage database (``offpath.stores.db.migrate``) that an
   applied compaction's originals go to, as the worker writes them (``archive.rows_for`` and
   ``archive.store_record``, the job row set ``applied``), so ``recall.answer`` finds them;
 * :func:`names_nothing`: an LLM-shaped summary (the seed's template, padded with findings
@@ -46,7 +46,7 @@ class Archive:
 
     def __init__(self) -> None:
         from offpath.compaction.settings import load_settings
-        from offpath.service.db import make_engine, migrate
+        from offpath.stores.db import make_engine, migrate
 
         self._tmp = tempfile.TemporaryDirectory(prefix="offpath-bench-")
         # its own SQLite file even when the stack's DATABASE_URL is set: two benchmarks of
@@ -66,8 +66,8 @@ class Archive:
     ) -> None:
         """Archive the originals a compaction of ``thread`` removes (and the kept results it
         shortens), under a job row set ``applied``, as the worker does before its patch."""
-        from offpath.service import archive
-        from offpath.service.db import JOBS, create_job
+        from offpath.stores import archive
+        from offpath.stores.db import JOBS, create_job
 
         job = f"bench-{next(self._jobs)}"
         rows = archive.rows_for(session, job, summary_id, thread, removed, shortened)
@@ -78,7 +78,7 @@ class Archive:
 
     def shortened(self, session: str, originals: Sequence[tuple[int, BaseMessage]]) -> None:
         """Archive the originals of results shortened as they arrived (job id ``""``)."""
-        from offpath.service import archive
+        from offpath.stores import archive
 
         archive.store_shortened(self.engine, session, originals)
 

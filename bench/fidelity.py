@@ -111,14 +111,15 @@ def replay(name: str, doc: dict[str, Any], inner: Any, engine: Any, guard: bool 
     False: without it, the baseline that shows what the guard lifts)."""
     from langgraph.graph.message import add_messages
 
+    from offpath.agent import recall
     from offpath.compaction.facts import stated_facts
     from offpath.compaction.formats import split_turns, to_messages
     from offpath.compaction.pipeline import Skip, compact
     from offpath.compaction.settings import load_settings
     from offpath.compaction.summarizers import GuardedSummarizer
     from offpath.compaction.summary import is_summary
-    from offpath.service import archive, recall
-    from offpath.service.db import JOBS, create_job
+    from offpath.stores import archive
+    from offpath.stores.db import JOBS, create_job
 
     overrides = {k.lower(): v for k, v in (doc.get("settings") or {}).items()}
     settings = load_settings(**overrides)
@@ -226,7 +227,7 @@ def text_of(message: Any) -> str:
 
 def run(ctx: Context | None = None) -> Result:
     from offpath.compaction.settings import load_settings
-    from offpath.service.db import make_engine, migrate
+    from offpath.stores.db import make_engine, migrate
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(data_dir=tmp)

@@ -182,8 +182,8 @@ def replay(
     """Replay ``run`` through ``compactor`` (see the module doc) and count its facts."""
     from langgraph.graph.message import add_messages
 
+    from offpath.agent import recall
     from offpath.compaction.accounting import total_chars
-    from offpath.service import recall
 
     posted = conversation(run)
     facts = facts_of(run)

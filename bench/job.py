@@ -24,8 +24,8 @@ def run_like_the_worker(rt: Any, summarizer: Any, keeper: Any, session_id: str, 
     """The steps of ``worker.tasks.compact_session`` for one delivery, minus Celery's
     dispatch: mark the job ``running``, take the thread's running lease, have the lease
     keeper renew it, run the job, then hand the thread on. Returns the job's status."""
-    from offpath.service.db import start_job
-    from offpath.service.leases import Start
+    from offpath.stores.db import start_job
+    from offpath.stores.leases import Start
     from offpath.worker.jobs import run_job
     from offpath.worker.tasks import _hand_on
 
@@ -49,7 +49,7 @@ def run_like_the_worker(rt: Any, summarizer: Any, keeper: Any, session_id: str, 
 def queued(rt: Any, session_id: str, messages: list[Any]) -> str:
     """Thread ``session_id`` seeded with ``messages`` and a job queued for it as the post-turn
     hook queues one (claim, then the queued row); returns the job's id."""
-    from offpath.service.db import create_job
+    from offpath.stores.db import create_job
 
     seed(rt, session_id, messages)
     job_id = uuid.uuid4().hex
@@ -64,8 +64,8 @@ def floor(rt: Any, session_id: str, patch: list[Any]) -> None:
     one usage row (SQLAlchemy)."""
     import sqlalchemy as sa
 
-    from offpath.service.compactions import read_thread
-    from offpath.service.db import EVENTS
+    from offpath.coordination.compactions import read_thread
+    from offpath.stores.db import EVENTS
 
     thread = read_thread(rt.checkpoints.saver, session_id)
     rt.patch(session_id, {"messages": patch}, thread.base)
@@ -109,8 +109,8 @@ def run(ctx: Context, runs: int = 5) -> Result:
     from offpath.compaction.settings import get_settings
     from offpath.compaction.summarizers import make_summarizer
     from offpath.compaction.summarizers.offline import OfflineSummarizer
-    from offpath.service.leases import LeaseKeeper
-    from offpath.service.runtime import Runtime
+    from offpath.coordination.runtime import Runtime
+    from offpath.stores.leases import LeaseKeeper
 
     per_run = 4 if ctx.quick else 20
     settings = get_settings()

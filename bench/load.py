@@ -154,10 +154,10 @@ def check_threads(
     posted messages are (``kept``, ``replaced``, ``lost``)."""
     import sqlalchemy as sa
 
+    from offpath.agent.graph import thread_config
     from offpath.compaction.summary import is_summary, summary_meta
-    from offpath.service import archive
-    from offpath.service.agent import thread_config
-    from offpath.service.runtime import Runtime
+    from offpath.coordination.runtime import Runtime
+    from offpath.stores import archive
 
     rt = Runtime.open(settings, run_migrations=False)
     problems: dict[str, list[str]] = {}
@@ -222,9 +222,9 @@ def check_threads(
 
 def final_sizes(settings: Any, sids: list[str]) -> dict[str, int]:
     """Each thread's size in chars at the end."""
+    from offpath.agent.graph import thread_config
     from offpath.compaction.accounting import total_chars
-    from offpath.service.agent import thread_config
-    from offpath.service.runtime import Runtime
+    from offpath.coordination.runtime import Runtime
 
     rt = Runtime.open(settings, run_migrations=False)
     try:

@@ -21,8 +21,8 @@ def run(ctx: Context) -> Result:
 
     from bench.workloads import thread
     from offpath.compaction.settings import get_settings
-    from offpath.service.db import create_job
-    from offpath.service.runtime import Runtime
+    from offpath.coordination.runtime import Runtime
+    from offpath.stores.db import create_job
     from offpath.worker.tasks import publish
 
     settings = get_settings()

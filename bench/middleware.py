@@ -172,7 +172,7 @@ def tight_loop(middleware: Any, calls: int, cfg: dict[str, Any]) -> list[float]:
     from langchain_core.messages import AIMessage
     from langchain_core.runnables import RunnableLambda
 
-    from offpath.middleware import KEY
+    from offpath.agent.middleware import KEY
 
     state = dict(middleware.last_state)
     request = SimpleNamespace(state=state, messages=state["messages"])
@@ -204,7 +204,7 @@ def measure(
     from langchain_core.messages import HumanMessage
 
     from offpath.compaction.settings import load_settings
-    from offpath.service.runtime import Client
+    from offpath.coordination.runtime import Client
     from offpath.worker.tasks import publish
 
     settings = load_settings(**CONFIGS[config])
@@ -269,8 +269,8 @@ def measure(
 def run(ctx: Context) -> Result:
     from bench.workloads import thread
     from offpath.compaction.settings import get_settings
-    from offpath.service.checkpoints import open_checkpoints_url
-    from offpath.service.db import migrate
+    from offpath.stores.checkpoints import open_checkpoints_url
+    from offpath.stores.db import migrate
 
     calls = QUICK_CALLS if ctx.quick else CALLS
     migrate(get_settings())  # the job rows the over-floor steps write

@@ -293,9 +293,9 @@ def run(ctx: Context) -> Result:
     from shared import load, messages_of
 
     from offpath.compaction.settings import get_settings
-    from offpath.service.checkpoints import open_checkpoints_url
-    from offpath.service.db import migrate, stats
-    from offpath.service.runtime import Client
+    from offpath.coordination.runtime import Client
+    from offpath.stores.checkpoints import open_checkpoints_url
+    from offpath.stores.db import migrate, stats
     from offpath.worker.tasks import publish
 
     settings = get_settings()

@@ -394,9 +394,9 @@ def publisher(queue: str) -> Any:
 
 def run(ctx: Context) -> Result:
     from offpath.compaction.settings import Settings, get_settings
-    from offpath.service.checkpoints import open_checkpoints_url
-    from offpath.service.db import migrate
-    from offpath.service.runtime import Client
+    from offpath.coordination.runtime import Client
+    from offpath.stores.checkpoints import open_checkpoints_url
+    from offpath.stores.db import migrate
 
     base = get_settings()
     summary_s = QUICK_SUMMARY_S if ctx.quick else SUMMARY_S

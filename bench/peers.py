@@ -424,7 +424,7 @@ def checkpoint_bytes(url: str, thread: str) -> int:
 
 
 def archive_text(engine: Any, session: str) -> str:
-    from offpath.service import archive
+    from offpath.stores import archive
 
     rows, _ = archive.read(engine, session, limit=100_000)
     return "\n".join(str(r["message"]) for r in rows)
@@ -456,9 +456,9 @@ def attribute(requests: list[dict[str, Any]], docs: list[Doc]) -> dict[str, list
 
 
 def run_pass(ctx: Context, shape: str, docs: list[Doc]) -> tuple[list[Run], float, dict]:
-    from offpath.service.checkpoints import open_checkpoints_url
-    from offpath.service.db import migrate
-    from offpath.service.runtime import Client
+    from offpath.coordination.runtime import Client
+    from offpath.stores.checkpoints import open_checkpoints_url
+    from offpath.stores.db import migrate
     from offpath.worker.tasks import publish
 
     llm_delay = QUICK_LLM_DELAY_S if ctx.quick else LLM_DELAY_S

@@ -75,7 +75,7 @@ def one_run(
 ) -> tuple[float, float]:
     """``jobs`` compactions through the workers ``start`` starts: (steady rate, peak RSS MiB)."""
     from bench.workloads import thread
-    from offpath.service.db import create_job
+    from offpath.stores.db import create_job
     from offpath.worker.tasks import publish
 
     log = open(Path(tempfile.gettempdir()) / f"bench-tp-{RUN_ID}-{label}.log", "ab")  # noqa: SIM115
@@ -108,7 +108,7 @@ def one_run(
 
 def run(ctx: Context, runs: int | None = None) -> Result:
     from offpath.compaction.settings import get_settings
-    from offpath.service.runtime import Runtime
+    from offpath.coordination.runtime import Runtime
 
     settings = get_settings()
     default = settings.worker_concurrency

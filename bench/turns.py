@@ -65,7 +65,7 @@ def _seed_turns(rt: Any, summarizer: Any, sessions: int, turns: int) -> tuple[li
     from bench.workloads import turn_messages
     from offpath.compaction.accounting import total_chars
     from offpath.compaction.pipeline import Compaction, compact
-    from offpath.service.compactions import read_thread
+    from offpath.coordination.compactions import read_thread
 
     settings = rt.settings
     hot, cold = [], []
@@ -113,7 +113,7 @@ def _our_turns(client: Any, sessions: int, turns: int, threshold: int, floor: in
 def run(ctx: Context) -> Result:
     from offpath.compaction.settings import get_settings
     from offpath.compaction.summarizers import make_summarizer
-    from offpath.service.runtime import Runtime
+    from offpath.coordination.runtime import Runtime
 
     sessions, turns = (4, 20) if ctx.quick else (10, 40)
     settings = get_settings()
@@ -193,7 +193,7 @@ def _channel_cost(rt: Any, sid: str, n: int) -> tuple[float, float]:
     update starting from it (the messages channel is rewritten whole): medians, ms."""
     from langchain_core.messages import HumanMessage
 
-    from offpath.service.compactions import read_thread
+    from offpath.coordination.compactions import read_thread
 
     reads, writes = [], []
     for i in range(n):
@@ -209,7 +209,7 @@ def _channel_cost(rt: Any, sid: str, n: int) -> tuple[float, float]:
 def run_size(ctx: Context) -> Result:
     from bench.workloads import thread
     from offpath.compaction.settings import get_settings
-    from offpath.service.runtime import Runtime
+    from offpath.coordination.runtime import Runtime
 
     sizes = (100, 1_000, 10_000)
     n = 10 if ctx.quick else 30

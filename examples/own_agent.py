@@ -26,15 +26,15 @@ from langchain.agents import create_agent
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from offpath import OffPathCompaction  # offpath
+from offpath.agent.sre_tools import SRE_TOOLS  # the team's own tools would go here
 from offpath.compaction.settings import get_settings
-from offpath.demo.sre_tools import SRE_TOOLS  # the team's own tools would go here
 
 
 def model():
     """The team's model: any OpenAI-compatible endpoint, or the demo's scripted one."""
     settings = get_settings()
     if not settings.llm_configured:
-        from offpath.demo.scripted import ScriptedChatModel
+        from offpath.agent.scripted import ScriptedChatModel
 
         return ScriptedChatModel()
     from langchain_openai import ChatOpenAI

@@ -1,9 +1,11 @@
 """offpath: conversation compaction off the request path.
 
 ``from offpath import OffPathCompaction`` gives the LangChain agent middleware; the
-rest lives under this one namespace: ``offpath.compaction`` (the pure core),
-``offpath.service`` (I/O shared by the API, the worker and the middleware),
-``offpath.api``, ``offpath.worker`` and ``offpath.cli``. Importing this package loads
+rest lives under this one namespace, each layer importing only those before it:
+``offpath.compaction`` (the pure core), ``offpath.stores`` (tables and their queries),
+``offpath.coordination`` (locks, leases' use, the hook, applying a compaction),
+``offpath.agent`` (the middleware, ``recall``, the API's agent graph), then
+``offpath.worker``, ``offpath.api`` and ``offpath.cli``. Importing this package loads
 nothing until a name is used, and the middleware pulls in no server (FastAPI,
 uvicorn, Flower).
 """
@@ -17,7 +19,7 @@ __all__ = ["OffPathCompaction"]
 
 def __getattr__(name: str) -> Any:
     if name == "OffPathCompaction":
-        from offpath.middleware import OffPathCompaction
+        from offpath.agent.middleware import OffPathCompaction
 
         return OffPathCompaction
     raise AttributeError(f"module 'offpath' has no attribute {name!r}")

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import psutil
 
-from offpath.service.broker import UNACKED_KEY, Binding, bindings, forget_queue, unacked
+from offpath.coordination.broker import UNACKED_KEY, Binding, bindings, forget_queue, unacked
 
 TOKEN = re.compile(r"^(?:test|demo|w)-([0-9a-f]{6,})")
 FLOWER_QUEUE = re.compile(r"celeryev\.[0-9a-f-]{36}|[0-9a-f-]{36}\.reply\.celery\.pidbox")

@@ -58,7 +58,7 @@ def forget_broker_queue(env: dict[str, str], worker_names: Iterable[str] = ()) -
     import redis
     from kombu.exceptions import KombuError
 
-    from offpath.service.broker import forget_queue
+    from offpath.coordination.broker import forget_queue
 
     try:
         forget_queue(
@@ -202,8 +202,8 @@ class Stack:
         """A new API key for this stack's database, made in this process by what
         `offpath keys create` calls (the API has migrated the database by the time it
         answers); the command itself runs in test_compose.py."""
-        from offpath.service.db import make_engine
-        from offpath.service.tenants import create_key
+        from offpath.stores.db import make_engine
+        from offpath.stores.tenants import create_key
 
         engine = make_engine(self.settings())
         try:
@@ -401,7 +401,7 @@ class Stack:
 
     def publish(self, session: str, job_id: str, options: dict | None = None) -> None:
         """Send a ``compact_session`` message straight to this stack's queue (a publisher for
-        a :class:`~offpath.service.runtime.Client` in the test process)."""
+        a :class:`~offpath.coordination.runtime.Client` in the test process)."""
         from celery import Celery
 
         app = Celery(broker=self.env.get("CELERY_BROKER_URL") or self.env["REDIS_URL"])
@@ -422,9 +422,9 @@ class Stack:
         return load_settings(**{**env, **overrides})
 
     def client(self, **overrides: Any):
-        """A :class:`~offpath.service.runtime.Client` on this stack's usage DB and Redis, which
+        """A :class:`~offpath.coordination.runtime.Client` on this stack's usage DB and Redis, which
         publishes to its queue."""
-        from offpath.service.runtime import Client
+        from offpath.coordination.runtime import Client
 
         client = Client.open(self.settings(**overrides), publish=self.publish)
         self.clients.append(client)

@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from offpath.api.stats import parse_since
 from offpath.compaction.planner import Skip, SkipReason, plan_compaction
 from offpath.compaction.settings import Settings
-from offpath.service.usage import BadCursor, _decode_cursor, _encode_cursor, percentiles
+from offpath.stores.usage import BadCursor, _decode_cursor, _encode_cursor, percentiles
 
 
 def test_nearest_rank_percentiles():

@@ -220,7 +220,7 @@ def test_a_call_waiting_for_its_result_is_never_removed_and_the_summary_still_go
 
 
 def test_the_prepare_point_follows_the_run_and_the_summarizer():
-    from offpath.middleware import OffPathCompaction, earliest_worth
+    from offpath.agent.middleware import OffPathCompaction, earliest_worth
 
     settings = load_settings(summarization_threshold_chars=60_000, summarization_keep_chars=20_000)
     mw = OffPathCompaction(settings, recall=False)
@@ -260,8 +260,8 @@ def test_a_call_is_under_the_hard_limit_when_the_models_own_messages_hold_most_o
     from langchain.agents.middleware.types import ModelRequest
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
+    from offpath.agent.middleware import OffPathCompaction
     from offpath.compaction.tracking import ThreadSize
-    from offpath.middleware import OffPathCompaction
 
     settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
     mw = OffPathCompaction(settings, recall=False)
@@ -360,7 +360,7 @@ def test_a_skip_decided_under_the_threshold_does_not_hold_a_thread_over_it():
     24.5k, and its skip held the thread until 29.5k (30,000 / 10,000: a gain of 5,000), or
     past the threshold when the skip was read later; a fast run crossed while held. Crossing
     the threshold frees it, once: a skip decided over the threshold still holds."""
-    from offpath.service.leases import Claim
+    from offpath.stores.leases import Claim
 
     gain, threshold = min_gain_chars(S), S.summarization_threshold_chars
     under = Claim.parse("s:job1:26000")
@@ -379,8 +379,8 @@ def test_a_run_kept_under_its_threshold_by_shortening_gets_one_job_per_crossing(
     counted size never grew the 3,500 chars the skip asked for (a pure replay: held from call
     4 to call 13). The size the thread reached before that shortening crosses the threshold:
     that frees the skip, once until the next compaction is applied."""
-    from offpath.middleware import OffPathCompaction
-    from offpath.service.leases import Claim
+    from offpath.agent.middleware import OffPathCompaction
+    from offpath.stores.leases import Claim
 
     settings = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
     mw = OffPathCompaction(settings, recall=False)
@@ -541,9 +541,9 @@ def test_a_system_prompt_given_to_the_agent_counts_against_the_threshold(tmp_pat
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from offpath.middleware import OffPathCompaction
-    from offpath.service.compactions import JobOptions
-    from offpath.service.db import migrate
+    from offpath.agent.middleware import OffPathCompaction
+    from offpath.coordination.compactions import JobOptions
+    from offpath.stores.db import migrate
 
     class Model(GenericFakeChatModel):
         def bind_tools(self, tools, **kwargs):
@@ -634,8 +634,8 @@ def _dump_agent(tmp_path, seen: list, delay_s: float = 0.0, result: str | None =
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from offpath.middleware import OffPathCompaction
-    from offpath.service.db import migrate
+    from offpath.agent.middleware import OffPathCompaction
+    from offpath.stores.db import migrate
 
     class Model(GenericFakeChatModel):
         def bind_tools(self, tools, **kwargs):
@@ -676,7 +676,7 @@ def test_a_shortened_results_archive_write_runs_while_the_model_answers(tmp_path
     """Issue 18 (wall time): a result shortened as it arrived has its original archived while
     the model call it was shortened for runs, not before it: the call's state update (the
     thread shortened) is returned once the original is archived (invariant 12)."""
-    import offpath.service.archive as archive
+    import offpath.stores.archive as archive
 
     stored: list[float] = []
     real = archive.store_shortened
@@ -698,7 +698,7 @@ def test_a_shortened_results_archive_write_runs_while_the_model_answers(tmp_path
     assert is_shortened(kept)
     from sqlalchemy import create_engine
 
-    from offpath.service.db import sqlalchemy_url
+    from offpath.stores.db import sqlalchemy_url
 
     engine = create_engine(sqlalchemy_url(settings))
     rows, _ = archive.read(engine, "overlap")
@@ -712,7 +712,7 @@ def test_when_the_archive_cannot_be_written_the_thread_keeps_the_result_whole(
     """Invariant 12 with the archive write overlapping the model call: if it fails, the call
     was sent the result shortened (for that call only) and the state keeps it whole, so
     nothing is lost; the next call shortens it again."""
-    import offpath.service.archive as archive
+    import offpath.stores.archive as archive
 
     def store(*args, **kwargs):
         raise OSError("disk full")
@@ -847,9 +847,9 @@ def test_results_shortened_twice_in_one_call_keep_their_originals_in_the_archive
     from langgraph.checkpoint.memory import InMemorySaver
     from sqlalchemy import create_engine
 
-    import offpath.service.archive as archive
-    from offpath.middleware import OffPathCompaction
-    from offpath.service.db import migrate, sqlalchemy_url
+    import offpath.stores.archive as archive
+    from offpath.agent.middleware import OffPathCompaction
+    from offpath.stores.db import migrate, sqlalchemy_url
 
     real = archive.store_shortened
 

@@ -19,11 +19,9 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from offpath.compaction.accounting import total_chars
-from offpath.compaction.summary import build_summary_message
-from offpath.demo import scripted
-from offpath.demo.scripted import DEMO_REQUESTS, LABEL, ScriptedChatModel, locate, plan_for
-from offpath.demo.sre_tools import (
+from offpath.agent import scripted
+from offpath.agent.scripted import DEMO_REQUESTS, LABEL, ScriptedChatModel, locate, plan_for
+from offpath.agent.sre_tools import (
     MAX_CHARS,
     SRE_TOOLS,
     get_logs,
@@ -31,6 +29,8 @@ from offpath.demo.sre_tools import (
     query_metrics,
     recent_deploys,
 )
+from offpath.compaction.accounting import total_chars
+from offpath.compaction.summary import build_summary_message
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "examples" / "sre"
@@ -373,9 +373,9 @@ def test_the_demo_prepares_from_one_fixed_point():
     the size a compaction is worth it from, with the run's growth per second (the machine's
     speed); the demo sets SUMMARIZATION_PREPARE_AT so that the floor is under the latter and
     the point is the floor at every run."""
+    from offpath.agent.middleware import earliest_worth
     from offpath.cli.demo import fixed_prepare_at
     from offpath.compaction.settings import Settings
-    from offpath.middleware import earliest_worth
 
     defaults = Settings(_env_file=None)
     share = fixed_prepare_at(defaults)

@@ -132,12 +132,12 @@ def test_prometheus_scrapes_the_api_with_a_key_and_every_worker():
 
 def test_grafana_dashboard_uses_only_metrics_offpath_exports():
     """deploy/grafana/offpath-dashboard.json is valid JSON, its datasource an import input,
-    and every offpath_* series its queries name is one offpath.service.metrics defines."""
+    and every offpath_* series its queries name is one offpath.coordination.metrics defines."""
     import json
 
     from prometheus_client import REGISTRY
 
-    import offpath.service.metrics  # noqa: F401 - registers the metrics
+    import offpath.coordination.metrics  # noqa: F401 - registers the metrics
 
     dashboard = json.loads((ROOT / "deploy" / "grafana" / "offpath-dashboard.json").read_text())
     assert dashboard["__inputs"][0]["name"] == "DS_PROMETHEUS"
@@ -152,7 +152,7 @@ def test_grafana_dashboard_uses_only_metrics_offpath_exports():
             f"{metric.name}_sum",
             f"{metric.name}_count",
         )
-    } | set(offpath.service.metrics.READ_AT_SCRAPE)  # read at scrape time by the API
+    } | set(offpath.coordination.metrics.READ_AT_SCRAPE)  # read at scrape time by the API
     used = set()
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
@@ -329,10 +329,10 @@ def test_the_wheel_installs_one_top_level_package_with_its_migrations(tmp_path):
     for path in (
         "offpath/api/app.py",
         "offpath/worker/tasks.py",
-        "offpath/middleware.py",
-        "offpath/service/migrations/env.py",
-        "offpath/service/migrations/script.py.mako",
-        "offpath/service/migrations/versions/0001_usage_tables.py",
+        "offpath/agent/middleware.py",
+        "offpath/stores/migrations/env.py",
+        "offpath/stores/migrations/script.py.mako",
+        "offpath/stores/migrations/versions/0001_usage_tables.py",
         "offpath/demo/sre/manifest.json",  # the demo agent's fixtures (issue 21, item 7)
     ):
         assert path in names, path
@@ -388,8 +388,8 @@ def test_the_image_install_serves_the_default_agent_tools_without_a_checkout(tmp
     code = """if True:
         import json, offpath
         from offpath.compaction.settings import Settings
-        from offpath.demo import sre_tools
-        from offpath.service.agent import load_tools
+        from offpath.agent import sre_tools
+        from offpath.agent.graph import load_tools
         tools = {t.name: t for t in load_tools(Settings(_env_file=None).agent_tools)}
         calls = {
             "get_logs": {"service": "checkout-api", "pod": "checkout-api-6f7d9-1", "limit": 1},

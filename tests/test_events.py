@@ -41,12 +41,12 @@ def test_a_callback_that_raises_is_logged_and_the_next_update_still_comes(caplog
 
 def test_the_events_stream_reads_each_job_row_as_its_acp_update(tmp_path):
     """``GET /sessions/{id}/events`` (issue 21, item 4) streams what
-    :func:`offpath.service.updates.job_updates` reads from the job rows: queued, running and
+    :func:`offpath.stores.updates.job_updates` reads from the job rows: queued, running and
     prepared are in progress (with the size when queued), applied is completed with its
     record's sizes, failed is failed and skipped cancelled (with the reason); a revert is no
     step of a compaction; ``since`` leaves out rows that did not change since."""
-    from offpath.service import db
-    from offpath.service.updates import job_updates
+    from offpath.stores import db
+    from offpath.stores.updates import job_updates
 
     settings = load_settings(data_dir=str(tmp_path))
     db.migrate(settings)

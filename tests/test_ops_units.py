@@ -13,8 +13,8 @@ from offpath.compaction.accounting import total_chars
 from offpath.compaction.patch import Prepared, fit
 from offpath.compaction.planner import Skip, plan_compaction
 from offpath.compaction.settings import load_settings
-from offpath.service.consumers import Consumers, ConsumerWatch, from_active_queues, readiness
-from offpath.service.db import chars_saved
+from offpath.coordination.consumers import Consumers, ConsumerWatch, from_active_queues, readiness
+from offpath.stores.db import chars_saved
 from offpath.worker.reconciler import expiry_reason, prepared_expired
 
 # --- item 2: a prepared compaction expires --------------------------------------------------
@@ -177,8 +177,8 @@ def test_migration_0010_fills_the_size_at_apply_and_the_real_savings_of_older_ro
     from alembic.config import Config
     from stack import create_pg_database, drop_pg_database
 
-    from offpath.service import db
-    from offpath.service.usage import stats
+    from offpath.stores import db
+    from offpath.stores.usage import stats
 
     pg = create_pg_database("offpath_test_mig")
     try:

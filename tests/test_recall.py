@@ -10,11 +10,12 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
+from offpath.agent import recall
+from offpath.agent.middleware import OffPathCompaction
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summary import cite
-from offpath.middleware import OffPathCompaction
-from offpath.service import archive, recall
-from offpath.service.db import JOBS, create_job, make_engine, migrate
+from offpath.stores import archive
+from offpath.stores.db import JOBS, create_job, make_engine, migrate
 
 
 class ToolModel(GenericFakeChatModel):
@@ -154,7 +155,7 @@ def test_reconciler_purges_the_archive_past_its_retention_once_an_hour(tmp_path)
     import uuid
     from datetime import UTC, datetime, timedelta
 
-    from offpath.service.runtime import Runtime
+    from offpath.coordination.runtime import Runtime
     from offpath.worker.reconciler import reconcile_once
 
     settings = load_settings(

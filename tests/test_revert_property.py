@@ -30,7 +30,7 @@ from offpath.compaction.patch import Prepared, Stale, fit
 from offpath.compaction.planner import Skip, landing_chars, plan_compaction
 from offpath.compaction.revert import RevertConflict, reverted
 from offpath.compaction.settings import load_settings
-from offpath.service.archive import REMOVED, SHORTENED, rows_for
+from offpath.stores.archive import REMOVED, SHORTENED, rows_for
 
 WORDS = st.sampled_from(
     ["checkout-api", "OPS-4711", "OOMKilled", "10.42.1.7", "lag 30s", "ok", "retry", "pool"]

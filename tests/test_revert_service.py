@@ -19,20 +19,20 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.messages import messages_to_dict as to_dicts
 from stack import REDIS_URL, ROOT, create_pg_database, drop_pg_database
 
+from offpath.agent.middleware import KEY
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.patch import Prepared
 from offpath.compaction.planner import Skip, plan_compaction
 from offpath.compaction.settings import load_settings
 from offpath.compaction.tracking import ThreadSize
-from offpath.middleware import KEY
-from offpath.service import archive, db
-from offpath.service.compactions import JobOptions, apply_prepared, read_thread
-from offpath.service.hook import PostTurnHook
-from offpath.service.leases import Claim, Leases, State
-from offpath.service.locks import ThreadBusy
-from offpath.service.revert import NoSuchJob, RevertRefused, revert
-from offpath.service.runtime import Runtime
-from offpath.service.usage import stats
+from offpath.coordination.compactions import JobOptions, apply_prepared, read_thread
+from offpath.coordination.hook import PostTurnHook
+from offpath.coordination.locks import ThreadBusy
+from offpath.coordination.revert import NoSuchJob, RevertRefused, revert
+from offpath.coordination.runtime import Runtime
+from offpath.stores import archive, db
+from offpath.stores.leases import Claim, Leases, State
+from offpath.stores.usage import stats
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -222,8 +222,8 @@ def test_a_revert_killed_after_its_write_is_finished_by_the_next_one(rt):
     script = (
         "import sys\n"
         "from offpath.compaction.settings import load_settings\n"
-        "from offpath.service.runtime import Runtime\n"
-        "from offpath.service.revert import revert\n"
+        "from offpath.coordination.runtime import Runtime\n"
+        "from offpath.coordination.revert import revert\n"
         f"rt = Runtime.open(load_settings(data_dir={s.data_dir!r}, database_url="
         f"{s.database_url!r}, redis_url={s.redis_url!r}, redis_key_prefix="
         f"{s.redis_key_prefix!r}, lock_timeout_s=2), publish=lambda *a: None)\n"
@@ -273,7 +273,7 @@ def test_a_job_waits_for_the_checkpoint_to_hold_the_runs_latest_apply(rt):
     import time
 
     from offpath.compaction.digest import digest
-    from offpath.service.compactions import head_mark, read_caught_up
+    from offpath.coordination.compactions import head_mark, read_caught_up
 
     session, _ = started(rt, turns=2)
     saver = rt.checkpoints.saver

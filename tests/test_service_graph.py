@@ -12,12 +12,12 @@ from langgraph.graph.message import add_messages
 from shared import CASES, load, messages_of
 from stack import create_pg_database, drop_pg_database
 
+from offpath.agent.graph import build_graph, end_node, thread_config
+from offpath.agent.middleware import OffPathCompaction
 from offpath.compaction.pipeline import compact
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.middleware import OffPathCompaction
-from offpath.service.agent import build_graph, end_node, thread_config
-from offpath.service.checkpoints import open_checkpoints
+from offpath.stores.checkpoints import open_checkpoints
 
 
 class MessagesOnly(TypedDict):
@@ -84,8 +84,8 @@ def test_a_patch_from_the_checkpoint_read_writes_once_and_keeps_other_keys(check
     """A job reads the thread once and patches from that read (issue 13): the write matches
     one that reads again, every other key survives, and a write in between is seen by one
     look-up of the latest checkpoint id."""
-    from offpath.service.checkpoints import Preloaded
-    from offpath.service.compactions import read_thread
+    from offpath.coordination.compactions import read_thread
+    from offpath.stores.checkpoints import Preloaded
 
     doc = load(next(p for p in CASES if p.stem == "summary-first"))
     settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)

@@ -14,9 +14,10 @@ from shared import CASES, load, messages_of
 from stack import REDIS_URL
 
 from offpath.compaction.settings import load_settings
-from offpath.service.db import make_engine, migrate
-from offpath.service.hook import PostTurnHook
-from offpath.service.leases import (
+from offpath.coordination.hook import PostTurnHook
+from offpath.coordination.runtime import Client
+from offpath.stores.db import make_engine, migrate
+from offpath.stores.leases import (
     LeaseKeeper,
     Leases,
     RedisKeyStore,
@@ -25,7 +26,6 @@ from offpath.service.leases import (
     State,
     failure_backoff_s,
 )
-from offpath.service.runtime import Client
 
 
 @pytest.fixture
@@ -176,7 +176,7 @@ def test_broker_down_is_reported_not_raised_and_the_job_is_recorded_unpublished(
     second = hook("t8", over_threshold())
     assert first.action == "error" and "broker unreachable" in first.detail
     assert second.action == "error"
-    from offpath.service.db import jobs_of
+    from offpath.stores.db import jobs_of
 
     (row,) = jobs_of(engine, "t8")  # one row for the reconciler, however many turns
     assert row["status"] == "queued" and not row["published"]
@@ -193,7 +193,7 @@ def test_publish_failure_keeps_the_claim_and_records_the_job_unpublished(setting
     result = hook("t9", over_threshold())
     assert result.action == "error"
     assert hook("t9", over_threshold()).action == "already_queued"
-    from offpath.service.db import jobs_of
+    from offpath.stores.db import jobs_of
 
     (row,) = jobs_of(engine, "t9")
     # offpath's words and the error's class; the error's text is in the log only (issue 20, item 9)
@@ -206,7 +206,7 @@ def test_publish_failure_keeps_the_claim_and_records_the_job_unpublished(setting
 
 @pytest.fixture
 def locks():
-    from offpath.service.locks import ThreadLocks
+    from offpath.coordination.locks import ThreadLocks
 
     client = redis.Redis.from_url(REDIS_URL)
     yield ThreadLocks(client, timeout_s=10, wait_s=5, prefix=f"locktest-{uuid.uuid4().hex[:6]}")
@@ -247,7 +247,7 @@ def test_turns_posted_back_to_back_cannot_keep_a_patch_out(locks):
 
 
 def test_a_patch_does_not_wait_for_an_agent_run(locks):
-    from offpath.service.locks import RunInProgress, ThreadBusy
+    from offpath.coordination.locks import RunInProgress, ThreadBusy
 
     with locks.turn("r", run=True):
         started = time.monotonic()
@@ -267,7 +267,7 @@ def test_more_threads_than_redis_connections_wait_for_one_instead_of_failing():
     waits for a free connection instead."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from offpath.service.runtime import redis_client
+    from offpath.coordination.runtime import redis_client
 
     client = redis_client(REDIS_URL, load_settings())
     key = f"offpath-test-pool-{uuid.uuid4().hex}"

@@ -1,7 +1,7 @@
 """One compaction job: plan and summarize (prepare), then apply if the thread allows it now.
 
 The Celery task (:mod:`offpath.worker.tasks`) marks the job ``running`` and takes the
-running lease on the thread (:mod:`offpath.service.leases`); then :func:`run_job`:
+running lease on the thread (:mod:`offpath.stores.leases`); then :func:`run_job`:
 
 1. Reads the thread from its checkpointer (one read; a user's own agent's by URL).
    Under the lock (step 4) it is read again only if its checkpoint changed meanwhile
@@ -15,7 +15,7 @@ running lease on the thread (:mod:`offpath.service.leases`); then :func:`run_job
    ``skipped``, with the reason).
 3. Summarizes, with no lock held (the LLM call is the slow part), and stores the
    prepared compaction (:class:`~offpath.compaction.patch.Prepared`).
-4. Applies it now if it may (:mod:`offpath.service.compactions`): the thread is one
+4. Applies it now if it may (:mod:`offpath.coordination.compactions`): the thread is one
    of offpath's own (``patch``), no agent run holds it, and it is over its
    threshold. Under the thread's lock it checks the lease, re-reads the thread if it changed,
    fits the compaction to it (a stale one is re-planned once, then the job ends
@@ -54,15 +54,20 @@ from offpath.compaction.prompt import build_prompt
 from offpath.compaction.shorten import is_shortened
 from offpath.compaction.summarizers import Summarizer, SummarizerError
 from offpath.compaction.summary import is_summary, summary_meta
-from offpath.service import archive, metrics
-from offpath.service.compactions import (
+from offpath.coordination import metrics
+from offpath.coordination.compactions import (
     JobEnded,
     JobOptions,
     apply_locked,
     read_caught_up,
     read_thread,
 )
-from offpath.service.db import (
+from offpath.coordination.faults import failpoint
+from offpath.coordination.locks import LockUnavailable, RunInProgress
+from offpath.coordination.logs import tag
+from offpath.coordination.runtime import Runtime
+from offpath.stores import archive
+from offpath.stores.db import (
     FINAL_VALUES,
     JobStatus,
     end_others,
@@ -71,11 +76,7 @@ from offpath.service.db import (
     set_job,
     store_result,
 )
-from offpath.service.faults import failpoint
-from offpath.service.leases import Held, Leases, State
-from offpath.service.locks import LockUnavailable, RunInProgress
-from offpath.service.logs import tag
-from offpath.service.runtime import Runtime
+from offpath.stores.leases import Held, Leases, State
 
 log = logging.getLogger("offpath.summarizer")
 

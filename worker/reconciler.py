@@ -39,9 +39,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from offpath.compaction.patch import landed
-from offpath.service import archive
-from offpath.service.compactions import JobOptions, read_messages
-from offpath.service.db import (
+from offpath.coordination.compactions import JobOptions, read_messages
+from offpath.coordination.hook import queue_job
+from offpath.coordination.logs import tag
+from offpath.coordination.metrics import RECONCILER_ACTIONS
+from offpath.coordination.runtime import Publisher, Runtime
+from offpath.stores import archive
+from offpath.stores.db import (
     JobStatus,
     finalize,
     now_utc,
@@ -50,11 +54,7 @@ from offpath.service.db import (
     set_published,
     threads_to_requeue,
 )
-from offpath.service.hook import queue_job
-from offpath.service.leases import Leases, State
-from offpath.service.logs import tag
-from offpath.service.metrics import RECONCILER_ACTIONS
-from offpath.service.runtime import Publisher, Runtime
+from offpath.stores.leases import Leases, State
 
 log = logging.getLogger("offpath.reconciler")
 

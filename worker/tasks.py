@@ -3,7 +3,7 @@ and ``reconcile`` (the reconciler's pass, on a Celery beat schedule).
 
 The task id of ``compact_session`` is the job id (the post-turn hook picks it), so a
 redelivered or retried message is recognised as the same job. Each delivery takes
-the thread's running lease (:mod:`service.leases`) and renews it while it runs.
+the thread's running lease (:mod:`offpath.stores.leases`) and renews it while it runs.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from celery.utils.time import get_exponential_backoff_interval
 
 from offpath.compaction.settings import get_settings
 from offpath.compaction.summarizers import Summarizer, make_summarizer
-from offpath.service.compactions import JobEnded, JobOptions
-from offpath.service.db import JobStatus, failures_in_a_row, migrate, start_job
-from offpath.service.eviction import EvictingRedis, check_eviction
-from offpath.service.hook import queue_job
-from offpath.service.leases import LeaseKeeper, Leases, Start, State, failure_backoff_s
-from offpath.service.logs import tag
-from offpath.service.metrics import serve_worker_metrics
-from offpath.service.runtime import Runtime
+from offpath.coordination.compactions import JobEnded, JobOptions
+from offpath.coordination.eviction import EvictingRedis, check_eviction
+from offpath.coordination.hook import queue_job
+from offpath.coordination.logs import tag
+from offpath.coordination.metrics import serve_worker_metrics
+from offpath.coordination.runtime import Runtime
+from offpath.stores.db import JobStatus, failures_in_a_row, migrate, start_job
+from offpath.stores.leases import LeaseKeeper, Leases, Start, State, failure_backoff_s
 from offpath.worker.celery_app import app
 from offpath.worker.jobs import Outcome, RetryLater, end, run_job
 

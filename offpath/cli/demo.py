@@ -43,7 +43,7 @@ from offpath.cli.main import (
 )
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.settings import Settings
-from offpath.service.broker import forget_queue
+from offpath.coordination.broker import forget_queue
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -248,10 +248,10 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
 def fixed_prepare_at(settings: Settings) -> float | None:
     """The ``SUMMARIZATION_PREPARE_AT`` the demo runs with, or None to keep the configured one:
     at most the share of the threshold from which a compaction is worth it
-    (:func:`offpath.middleware.earliest_worth`), so that the middleware's prepare point,
+    (:func:`offpath.agent.middleware.earliest_worth`), so that the middleware's prepare point,
     which moves between the two with the run's growth rate per second, is that one figure
     at every run (0.6 at the defaults: 36,000 of 60,000 chars)."""
-    from offpath.middleware import earliest_worth
+    from offpath.agent.middleware import earliest_worth
 
     threshold = settings.summarization_threshold_chars
     if not threshold:
@@ -294,7 +294,7 @@ def _wait_healthy(client: httpx.Client, procs: Processes) -> None:
 def _investigate(client: httpx.Client, session: str, procs: Processes) -> None:
     """Ask the agent the demo's requests, one chat turn each, waiting after each until the
     session's jobs are done (:func:`_settle`)."""
-    from offpath.demo.scripted import DEMO_REQUESTS
+    from offpath.agent.scripted import DEMO_REQUESTS
 
     for i, request in enumerate(DEMO_REQUESTS, 1):
         procs.check()

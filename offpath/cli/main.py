@@ -613,7 +613,7 @@ def worker(
     settings = settings_or_exit()
     migrate_or_exit(settings)
     if settings.redis_eviction_check == "refuse":  # one line, not a restart loop (issue 20)
-        from offpath.service.eviction import EvictingRedis, check_eviction
+        from offpath.coordination.eviction import EvictingRedis, check_eviction
 
         try:
             check_eviction(settings, "the worker")
@@ -793,7 +793,7 @@ def beat(
     """Run Celery beat: the reconciler's schedule (every RECONCILE_INTERVAL_S). Run one."""
     settings = settings_or_exit()
     if check:
-        from offpath.service.runtime import Runtime
+        from offpath.coordination.runtime import Runtime
         from offpath.worker.reconciler import seconds_since_last_pass
 
         rt = Runtime.open(settings, run_migrations=False)
@@ -835,8 +835,8 @@ def keys_create(
         fail("--tenant must be 1-64 letters, digits or . _ -")
     settings = settings_or_exit()
     migrate_or_exit(settings)
-    from offpath.service.db import make_engine
-    from offpath.service.tenants import create_key
+    from offpath.stores.db import make_engine
+    from offpath.stores.tenants import create_key
 
     engine = make_engine(settings)
     key = create_key(engine, tenant, admin=admin)
@@ -850,8 +850,8 @@ def keys_list() -> None:
     """List keys (their prefixes, never the keys)."""
     settings = settings_or_exit()
     migrate_or_exit(settings)
-    from offpath.service.db import make_engine
-    from offpath.service.tenants import list_keys
+    from offpath.stores.db import make_engine
+    from offpath.stores.tenants import list_keys
 
     engine = make_engine(settings)
     table = Table("prefix", "tenant", "admin", "created", "revoked")
@@ -874,8 +874,8 @@ def keys_revoke(
     """Revoke a key (it stops working within seconds)."""
     settings = settings_or_exit()
     migrate_or_exit(settings)
-    from offpath.service.db import make_engine
-    from offpath.service.tenants import UnknownKey, revoke_key
+    from offpath.stores.db import make_engine
+    from offpath.stores.tenants import UnknownKey, revoke_key
 
     engine = make_engine(settings)
     try:
@@ -889,7 +889,7 @@ def keys_revoke(
 
 def migrate_or_exit(settings: Settings) -> str:
     """Bring the usage tables up to date; one line and exit 1 if the database is unreachable."""
-    from offpath.service.db import migrate as run_migrations
+    from offpath.stores.db import migrate as run_migrations
 
     try:
         return run_migrations(settings)

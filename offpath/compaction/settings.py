@@ -98,7 +98,7 @@ class Settings(BaseSettings):
     chat_model: str = Field(default="gpt-4o-mini", min_length=1)
     #: The chat agent's tools: ``package.module:attribute``, a list of LangChain tools.
     agent_tools: str = Field(
-        default="offpath.demo.sre_tools:SRE_TOOLS", pattern=r"^$|^[\w.]+:[\w.]+$"
+        default="offpath.agent.sre_tools:SRE_TOOLS", pattern=r"^$|^[\w.]+:[\w.]+$"
     )
     #: ``CHAT_MODEL=scripted`` only: each scripted answer first waits, at most this many
     #: seconds, until no compaction job is being queued or is in flight on its thread (as an

@@ -54,7 +54,7 @@ def cite(message_id: str) -> str:
     """``message_id`` as a summary, a pinned fact or a shortened result names it: a UUID (the
     ids LangGraph gives messages) by its first :data:`CITED_UUID_CHARS` hex chars, any other id
     whole. ``recall`` resolves such a prefix within the thread
-    (:func:`offpath.service.recall.answer`). Issue 19: a 36-char id per pinned entry took a
+    (:func:`offpath.agent.recall.answer`). Issue 19: a 36-char id per pinned entry took a
     third of a small summary's budget from the facts."""
     if _UUID.fullmatch(message_id):
         return message_id[:CITED_UUID_CHARS]

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from shared import CASES, check_compacted, from_api, load, marked_summary, messages_of
 from stack import PG_ADMIN, Stack, free_port, split_turns, start_redis, wait_for
 
-from offpath.service import archive
+from offpath.stores import archive
 
 pytestmark = pytest.mark.usefixtures("stub")
 

@@ -26,10 +26,11 @@ from sre_sessions import sre_session, turn_script
 from stack import create_pg_database, drop_pg_database, wait_for
 
 from offpath import OffPathCompaction
+from offpath.agent import recall
 from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.summary import cite
-from offpath.service import archive, recall
-from offpath.service.checkpoints import open_checkpoints_url
+from offpath.stores import archive
+from offpath.stores.checkpoints import open_checkpoints_url
 
 pytestmark = pytest.mark.usefixtures("stub")
 

@@ -14,7 +14,7 @@ import pytest
 from shared import CASES, load
 from stack import ROOT, free_port, split_turns, wait_for
 
-from offpath.service.broker import bindings, forget_queue
+from offpath.coordination.broker import bindings, forget_queue
 
 pytestmark = pytest.mark.usefixtures("stub")
 

@@ -173,8 +173,8 @@ def test_queue_depth_is_read_from_the_broker_at_scrape(tmp_path):
     from celery import Celery
 
     from offpath.compaction.settings import load_settings
-    from offpath.service.metrics import QueueCollector
-    from offpath.service.runtime import Client
+    from offpath.coordination.metrics import QueueCollector
+    from offpath.coordination.runtime import Client
 
     queue = f"test-depth-{uuid.uuid4().hex[:8]}"
     settings = load_settings(redis_url=REDIS_URL, celery_queue=queue, data_dir=str(tmp_path))

@@ -26,8 +26,8 @@ from stack import create_pg_database, drop_pg_database, wait_for
 
 from offpath import OffPathCompaction
 from offpath.compaction.accounting import total_chars
-from offpath.service import archive
-from offpath.service.checkpoints import open_checkpoints_url
+from offpath.stores import archive
+from offpath.stores.checkpoints import open_checkpoints_url
 
 pytestmark = pytest.mark.usefixtures("stub")
 

@@ -29,10 +29,10 @@ from shared import TRANSCRIPTS, load, marked_summary, messages_of
 from stack import Stack, wait_for
 
 from offpath import OffPathCompaction
+from offpath.agent.graph import end_node
 from offpath.compaction.accounting import total_chars
-from offpath.service.agent import end_node
-from offpath.service.checkpoints import open_checkpoints_url
-from offpath.service.runtime import Client
+from offpath.coordination.runtime import Client
+from offpath.stores.checkpoints import open_checkpoints_url
 
 pytestmark = pytest.mark.usefixtures("stub")
 
@@ -230,7 +230,7 @@ def test_a_compaction_applied_at_the_end_of_a_run_is_recorded_and_archived(
     (invariant 12), within a few reconciler passes, not at the thread's next run."""
     import sqlalchemy as sa
 
-    from offpath.service import archive
+    from offpath.stores import archive
 
     stack = stacks.get("postgres", **ENV)
     messages = messages_of(load(PVLIB))
@@ -261,7 +261,7 @@ def test_a_chat_run_that_ends_before_its_summary_is_ready_is_compacted_by_the_wo
     takes the thread over its threshold with nothing the middleware could shorten (an
     operator's pasted log). Once the summary is written the worker finds the thread free and
     over its threshold, and applies it itself."""
-    from offpath.demo.scripted import DEMO_REQUESTS
+    from offpath.agent.scripted import DEMO_REQUESTS
 
     stack = stacks.get(
         "postgres",

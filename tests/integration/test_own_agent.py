@@ -23,9 +23,9 @@ import pytest
 from shared import marked_summary, pairing_problems
 from stack import ROOT, create_pg_database, drop_pg_database, wait_for
 
-from offpath.demo.scripted import DEMO_REQUESTS
-from offpath.service.checkpoints import open_checkpoints_url
-from offpath.service.compactions import read_messages
+from offpath.agent.scripted import DEMO_REQUESTS
+from offpath.coordination.compactions import read_messages
+from offpath.stores.checkpoints import open_checkpoints_url
 
 pytestmark = pytest.mark.usefixtures("stub")
 

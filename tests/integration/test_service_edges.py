@@ -349,9 +349,9 @@ def test_healthz_readyz_and_beat_check_report_the_reconciler_and_the_workers(sta
 
     from integration.test_metrics import scrape, total
     from offpath.compaction.accounting import total_chars
-    from offpath.service.checkpoints import open_checkpoints_url
-    from offpath.service.compactions import JobOptions, read_messages
-    from offpath.service.hook import queue_job
+    from offpath.coordination.compactions import JobOptions, read_messages
+    from offpath.coordination.hook import queue_job
+    from offpath.stores.checkpoints import open_checkpoints_url
 
     def check(stack):
         return subprocess.run(

@@ -27,11 +27,12 @@ from shared import (
 )
 from stack import Stack, split_turns, wait_for
 
+from offpath.agent import recall
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.prompt import render_content
 from offpath.compaction.summary import SUMMARY_PREFIX
-from offpath.service import archive, recall
-from offpath.service.logs import tag
+from offpath.coordination.logs import tag
+from offpath.stores import archive
 
 pytestmark = pytest.mark.usefixtures("stub")
 

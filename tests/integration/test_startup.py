@@ -22,7 +22,7 @@ N = 6
 #: processes reach the database together instead of one import time apart.
 MIGRATE = """
 import os, sys, time
-import alembic.command, offpath.cli.main, offpath.service.db
+import alembic.command, offpath.cli.main, offpath.stores.db
 time.sleep(max(0.0, float(os.environ["START_AT"]) - time.time()))
 sys.argv = ["offpath", "migrate"]
 offpath.cli.main.app()
@@ -31,7 +31,7 @@ offpath.cli.main.app()
 CHECKPOINTS = """
 import os, time
 from offpath.compaction.settings import load_settings
-from offpath.service.checkpoints import open_checkpoints
+from offpath.stores.checkpoints import open_checkpoints
 import langgraph.checkpoint.postgres, langgraph.checkpoint.sqlite
 settings = load_settings(database_url=os.environ["RACE_DATABASE_URL"])
 time.sleep(max(0.0, float(os.environ["START_AT"]) - time.time()))

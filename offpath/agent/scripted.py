@@ -3,7 +3,7 @@
 With no LLM configured (``CHAT_MODEL=scripted``), the demo agent still runs a real
 tool loop: this LangChain chat model answers each model call with the next step of a
 fixed plan -- an ``AIMessage`` with 1-3 calls of the read-only SRE tools
-(:mod:`offpath.demo.sre_tools`), or the plan's final answer. Every answer's text starts
+(:mod:`offpath.agent.sre_tools`), or the plan's final answer. Every answer's text starts
 with ``[scripted model]`` and its ``response_metadata["model_name"]`` is ``"scripted"``,
 so nobody takes it for an LLM.
 
@@ -519,7 +519,7 @@ class ScriptedChatModel(BaseChatModel):
 
     delay_s: float = 0.0
     #: ``busy(thread id)``: a compaction job is being queued or is in flight on the thread
-    #: (:meth:`offpath.middleware.OffPathCompaction.busy`); each answer waits while it is
+    #: (:meth:`offpath.agent.middleware.OffPathCompaction.busy`); each answer waits while it is
     #: true, at most ``busy_wait_s`` (the demo: the same steps at every run, as with an LLM
     #: slower than the summarizer).
     busy: Callable[[str], bool] | None = None
@@ -533,7 +533,7 @@ class ScriptedChatModel(BaseChatModel):
         """Wait (at most ``busy_wait_s``) while the run's thread has a job in flight."""
         if self.busy is None or self.busy_wait_s <= 0:
             return
-        from offpath.service.recall import thread_of_run
+        from offpath.agent.recall import thread_of_run
 
         session_id = thread_of_run()
         deadline = time.monotonic() + self.busy_wait_s

@@ -4,7 +4,7 @@ together ("relation usage_events already exists", a UniqueViolation in the check
 ``setup()``). The one that comes second waits, then finds the tables and does nothing.
 
 * PostgreSQL: an advisory lock (the migrations take a transaction-level one, see
-  ``service/migrations/env.py``; the checkpointer, whose set-up commits statement by
+  ``stores/migrations/env.py``; the checkpointer, whose set-up commits statement by
   statement, one held on a connection of its own until the set-up has returned);
 * SQLite: ``flock`` on a lock file beside the database, in ``DATA_DIR``.
 """

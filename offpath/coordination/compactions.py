@@ -6,7 +6,7 @@ is free and over its threshold (DESIGN.md "Compaction during a run"):
 * by the worker, at once, if no agent run holds the thread;
 * by the post-turn hook, after the turn that pushed the thread over (``/turns``);
 * by the middleware, inside a run, at its next model call
-  (:mod:`offpath.middleware`; the only way for a user's own agent, whose
+  (:mod:`offpath.agent.middleware`; the only way for a user's own agent, whose
   checkpoint offpath never writes).
 
 The worker and the hook both go through :func:`apply_locked`, under the thread's
@@ -34,15 +34,15 @@ from offpath.compaction.loss import loss_report
 from offpath.compaction.pairing import new_unpaired
 from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
 from offpath.compaction.planner import landing_chars
-from offpath.service import archive
-from offpath.service.db import JobStatus, finalize, job_row, set_job
-from offpath.service.faults import failpoint
-from offpath.service.leases import Leases, State
-from offpath.service.logs import tag
-from offpath.service.tenants import note_size
+from offpath.coordination.faults import failpoint
+from offpath.coordination.logs import tag
+from offpath.stores import archive
+from offpath.stores.db import JobStatus, finalize, job_row, set_job
+from offpath.stores.leases import Leases, State
+from offpath.stores.tenants import note_size
 
 if TYPE_CHECKING:
-    from offpath.service.runtime import Runtime
+    from offpath.coordination.runtime import Runtime
 
 log = logging.getLogger("offpath.compactions")
 

@@ -30,7 +30,7 @@ def _json(value: object) -> dict:
 
 
 def saved_of(record: dict) -> int | None:
-    """As :func:`offpath.service.db.chars_saved` (kept here: a migration does not import the
+    """As :func:`offpath.stores.db.chars_saved` (kept here: a migration does not import the
     code it precedes)."""
     before, after = record.get("chars_before"), record.get("chars_after")
     if isinstance(before, int) and isinstance(after, int):

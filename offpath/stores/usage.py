@@ -4,7 +4,7 @@ list, and forgetting a session's rows (issue 12).
 Where each figure comes from (the cheapest source that is right):
 
 * a session's owner, last activity, messages and chars: the ``sessions`` table
-  (:class:`~offpath.service.tenants.SessionOwner`), written by every write offpath makes
+  (:class:`~offpath.stores.tenants.SessionOwner`), written by every write offpath makes
   to one of its own threads (a turn, a chat run, a compaction patch), so listing and
   sorting never read a checkpoint;
 * compactions and jobs: ``compaction_jobs`` (one row per job, indexed by session);
@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.accounting import approx_tokens
-from offpath.service.db import (
+from offpath.stores.db import (
     EVENTS,
     FINAL_VALUES,
     JOBS,
@@ -41,8 +41,8 @@ from offpath.service.db import (
     _async_commit,
     _utc,
 )
-from offpath.service.leases import Claim, State
-from offpath.service.tenants import SESSIONS
+from offpath.stores.leases import Claim, State
+from offpath.stores.tenants import SESSIONS
 
 log = logging.getLogger("offpath.usage")
 
@@ -128,7 +128,7 @@ def open_job_counts(engine: Engine, *, published_only: bool = False) -> dict[str
 
 def saved_chars_expr() -> Any:
     """The SQL of one usage event's chars saved: its ``chars_saved`` (the real reduction,
-    :func:`offpath.service.db.chars_saved`), else (a row no record could fill, migration
+    :func:`offpath.stores.db.chars_saved`), else (a row no record could fill, migration
     0010) its ``chars_removed``."""
     return sa.func.coalesce(
         EVENTS.c.metadata["chars_saved"].as_integer(),
@@ -215,7 +215,7 @@ def stats(
     holds the removed messages, so ``input`` is the real-token counterpart of the chars
     estimate), ``recent_failures`` (the latest failed jobs) and ``since`` (ISO, or None).
     """
-    from offpath.service.tenants import SessionOwner
+    from offpath.stores.tenants import SessionOwner
 
     def scoped(query: Any, column: Any, at: Any) -> Any:
         if tenant is not None:
@@ -471,7 +471,7 @@ def list_sessions(
 
 def forget_rows(engine: Engine, session_id: str) -> dict[str, int]:
     """Delete a session's job rows, usage events, fallback maskings and its ``sessions`` row, in
-    one transaction (its archive: :func:`offpath.service.archive.forget`). Returns how many
+    one transaction (its archive: :func:`offpath.stores.archive.forget`). Returns how many
     rows of each went."""
     with engine.begin() as conn:
         return {

@@ -1,13 +1,13 @@
 """Session admin: compact a session now, delete a session (issue 12). The routes are in
-:mod:`offpath.api.admin`; the reads are in :mod:`offpath.service.usage`.
+:mod:`offpath.api.admin`; the reads are in :mod:`offpath.stores.usage`.
 
 Compact now goes through the one way to queue a job
-(:func:`offpath.service.hook.queue_job`: claim, ``queued`` row, publish), with
+(:func:`offpath.coordination.hook.queue_job`: claim, ``queued`` row, publish), with
 ``JobOptions(force=True)``: the worker plans with the planner's ``force`` (no threshold,
 any cut that removes more than its summary adds) and applies at once, under the
 threshold too. A compaction already prepared is applied now instead.
 
-A team's own agent's thread (kind ``own agent``: :mod:`offpath.middleware`) is read from the
+A team's own agent's thread (kind ``own agent``: :mod:`offpath.agent.middleware`) is read from the
 agent's checkpointer and never written by offpath: compact now queues a job that the worker
 prepares (``patch=False``) and the agent's middleware applies at the thread's next model call,
 under the threshold too (issue 21, item 1).
@@ -22,20 +22,20 @@ from typing import Any
 import sqlalchemy as sa
 
 from offpath.compaction.planner import Skip, plan_compaction
-from offpath.service import archive, db
-from offpath.service.compactions import (
+from offpath.coordination.compactions import (
     JobOptions,
     Thread,
     apply_prepared,
     read_messages,
     read_thread,
 )
-from offpath.service.hook import queue_job
-from offpath.service.leases import Claim, State
-from offpath.service.logs import tag
-from offpath.service.runtime import Runtime
-from offpath.service.tenants import API, OWN_AGENT, session_of
-from offpath.service.usage import forget_rows
+from offpath.coordination.hook import queue_job
+from offpath.coordination.logs import tag
+from offpath.coordination.runtime import Runtime
+from offpath.stores import archive, db
+from offpath.stores.leases import Claim, State
+from offpath.stores.tenants import API, OWN_AGENT, session_of
+from offpath.stores.usage import forget_rows
 
 log = logging.getLogger("offpath.admin")
 

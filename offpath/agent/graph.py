@@ -6,7 +6,7 @@ state survives a patch (DESIGN.md invariant 1: a graph with a narrower state
 schema would write a checkpoint without the keys it does not know).
 
 * Tools: ``AGENT_TOOLS=package.module:attribute``, a list of LangChain tools (by
-  default the read-only SRE demo toolset, ``offpath.demo.sre_tools:SRE_TOOLS``).
+  default the read-only SRE demo toolset, ``offpath.agent.sre_tools:SRE_TOOLS``).
 * Model: ``ChatOpenAI`` when an LLM is configured; ``CHAT_MODEL=scripted`` gives the
   demo's scripted model; otherwise none (chat runs answer 503).
 * State: the agent's (``messages``, ...), offpath's private size key, and
@@ -35,7 +35,7 @@ from langgraph.graph.state import CompiledStateGraph
 from offpath.compaction.settings import Settings
 
 if TYPE_CHECKING:
-    from offpath.middleware import OffPathCompaction
+    from offpath.agent.middleware import OffPathCompaction
 
 SYSTEM_PROMPT = (
     "You are an SRE assistant investigating incidents. Use the read-only tools to look at "
@@ -106,7 +106,7 @@ def chat_model(
     flight on the thread; the scripted model waits while it is, at most
     ``SCRIPTED_JOB_WAIT_S`` (0: it is not asked)."""
     if settings.chat_model == "scripted":
-        from offpath.demo.scripted import ScriptedChatModel
+        from offpath.agent.scripted import ScriptedChatModel
 
         # paced like a fast LLM, so that compaction has a run to happen in
         wait = settings.scripted_job_wait_s if busy is not None else 0.0

@@ -22,7 +22,7 @@ process and logs it (turns keep working through a broker outage; a patch cannot
 run then, since it needs Redis too).
 
 Which job may compact a thread is a different question, answered by the job
-leases of :mod:`service.leases`.
+leases of :mod:`offpath.stores.leases`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import redis
 import sqlalchemy as sa
 from redis.exceptions import LockError, RedisError
 
-from offpath.service.logs import tag
+from offpath.coordination.logs import tag
 
 log = logging.getLogger("offpath.locks")
 

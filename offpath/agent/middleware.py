@@ -85,6 +85,7 @@ from langgraph.config import get_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.types import Command
 
+from offpath.agent.recall import recall_tool, thread_of_run
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.facts import warm as warm_facts
 from offpath.compaction.pairing import new_unpaired
@@ -100,10 +101,12 @@ from offpath.compaction.settings import Settings, get_settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps, older_caps, shorten_each
 from offpath.compaction.tokens import Calibration
 from offpath.compaction.tracking import ThreadSize, mask_observations
+from offpath.coordination.compactions import JobOptions, end_stale, head_mark, with_loss
+from offpath.coordination.logs import tag
+from offpath.coordination.runtime import Client
 from offpath.events import CompactionUpdate
-from offpath.service import archive
-from offpath.service.compactions import JobOptions, end_stale, head_mark, with_loss
-from offpath.service.db import (
+from offpath.stores import archive
+from offpath.stores.db import (
     JobStatus,
     finalize,
     job_options,
@@ -111,12 +114,9 @@ from offpath.service.db import (
     record_masking,
     set_job,
 )
-from offpath.service.leases import Claim, Leases, State
-from offpath.service.logs import tag
-from offpath.service.recall import recall_tool, thread_of_run
-from offpath.service.runtime import Client
-from offpath.service.tenants import note_own_thread
-from offpath.service.usage import crossing_unseen, note_crossing, summarizer_latency_p90_s
+from offpath.stores.leases import Claim, Leases, State
+from offpath.stores.tenants import note_own_thread
+from offpath.stores.usage import crossing_unseen, note_crossing, summarizer_latency_p90_s
 
 log = logging.getLogger("offpath.middleware")
 
@@ -228,7 +228,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
     between runs). ``client``: the usage DB, leases and publisher to use (default:
     opened from ``settings`` as the agent is built, its lease store's connection warmed in
     the background; if that fails, on first use, which says why). ``recall``: give the agent the ``recall`` tool
-    (:mod:`offpath.service.recall`), which searches the thread's archived originals.
+    (:mod:`offpath.agent.recall`), which searches the thread's archived originals.
     ``on_compaction``: called with each :class:`~offpath.events.CompactionUpdate` of the
     run's thread (queued, completed, failed, cancelled; issue 21, item 4); what it raises is
     logged, never raised into the run. ``tenant``: the tenant whose API keys see this agent's
@@ -1066,7 +1066,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState]):
         self._write(self._publish, session_id, chars, options)
 
     def _publish(self, session_id: str, chars: int, options: JobOptions) -> None:
-        from offpath.service.hook import queue_job
+        from offpath.coordination.hook import queue_job
 
         try:
             client = self.client

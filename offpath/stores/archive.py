@@ -29,7 +29,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import JSON, Column, Field, SQLModel
 
 from offpath.compaction.accounting import content_text
-from offpath.service.db import JOBS, JobStatus
+from offpath.stores.db import JOBS, JobStatus
 
 #: Archive kinds: a message a compaction removed, the original of a result shortened in place.
 REMOVED, SHORTENED = "removed", "shortened"

@@ -5,7 +5,7 @@ start together on a fresh database): on PostgreSQL an advisory lock taken inside
 migration transaction, so it is held until the DDL is committed; on SQLite a file lock
 beside the database. The second migrator then reads the revision the first committed
 and has nothing to do. The revisions before and after are left in
-``config.attributes`` (``revision_before``, ``revision_after``) for :func:`service.db.migrate`.
+``config.attributes`` (``revision_before``, ``revision_after``) for :func:`offpath.stores.db.migrate`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 from alembic import context
 from sqlalchemy import engine_from_config, make_url, pool
 
-import offpath.service.archive  # noqa: F401 - its tables are part of the metadata
-import offpath.service.tenants  # noqa: F401
+import offpath.stores.archive  # noqa: F401 - its tables are part of the metadata
+import offpath.stores.tenants  # noqa: F401
 from offpath.compaction.settings import get_settings
-from offpath.service.db import SQLModel, sqlalchemy_url
-from offpath.service.setup_lock import MIGRATIONS_LOCK_KEY, file_lock
+from offpath.stores.db import SQLModel, sqlalchemy_url
+from offpath.stores.setup_lock import MIGRATIONS_LOCK_KEY, file_lock
 
 config = context.config
 target_metadata = SQLModel.metadata

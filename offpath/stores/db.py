@@ -1,7 +1,7 @@
 """Usage tables (SQLModel) and their queries: ``usage_events`` and ``compaction_jobs``.
 
 SQLite under ``DATA_DIR`` by default, PostgreSQL when ``DATABASE_URL`` says so;
-the schema is created by Alembic (``service/migrations/``, :func:`migrate`).
+the schema is created by Alembic (``stores/migrations/``, :func:`migrate`).
 
 ``usage_events`` has the seed's fields (session id, model, input and output
 tokens, latency in ms, tool-call count, ``metadata`` JSON with
@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel, create_engine
 
 from offpath.compaction.settings import Settings
-from offpath.service import metrics
+from offpath.coordination import metrics
 
 
 class JobStatus(enum.StrEnum):
@@ -96,7 +96,7 @@ class CompactionJob(SQLModel, table=True):
     (never an exception's text: it is shown by ``/stats`` and the UI; the log has the
     detail, issue 20, item 9). ``published`` is false while the broker
     has not taken the job (the reconciler publishes it). ``options`` say how it may
-    apply its compaction (:class:`~offpath.service.compactions.JobOptions`).
+    apply its compaction (:class:`~offpath.coordination.compactions.JobOptions`).
     ``result`` holds ``prepared`` (the summary and its plan, kept until applied:
     :class:`~offpath.compaction.patch.Prepared`), ``usage`` (what the summarizer
     cost) and ``record``, offpath's own record of the summary about to be patched in
@@ -209,7 +209,7 @@ def _ping_when_idle(engine: Engine) -> None:
 
 def migrate(settings: Settings) -> str:
     """Bring the schema to the latest Alembic revision (safe to call from every process,
-    also at once: ``service/migrations/env.py`` runs one migrator at a time).
+    also at once: ``stores/migrations/env.py`` runs one migrator at a time).
 
     Returns a line saying what it did. Raises the driver's error if the database
     cannot be reached.
@@ -647,7 +647,7 @@ def mark_reverted(engine: Engine, job_id: str, reason: str) -> bool:
     """``applied`` -> ``reverted`` for job ``job_id`` (its originals are back in the thread),
     with ``reason``; False (nothing changed) if the job was not ``applied``. Its usage event
     stays: the summarizer ran and what it cost counts; ``/stats`` counts its chars as saved
-    no longer (:func:`offpath.service.usage.stats`)."""
+    no longer (:func:`offpath.stores.usage.stats`)."""
     with engine.begin() as conn:
         changed = conn.execute(
             sa.update(JOBS)
@@ -685,8 +685,8 @@ def stats(
 ) -> dict[str, Any]:
     """The ``/stats`` body (the seed's fields and ours); ``tenant``: only the sessions it owns
     (None: all); ``since``: a time window; ``session_id``: one session. Computed by
-    :func:`offpath.service.usage.stats`, where the fields are described."""
-    from offpath.service.usage import stats as usage_stats
+    :func:`offpath.stores.usage.stats`, where the fields are described."""
+    from offpath.stores.usage import stats as usage_stats
 
     return usage_stats(engine, tenant=tenant, since=since, session_id=session_id)
 

@@ -12,7 +12,7 @@ loop), so it never slows or fails the turn (DESIGN.md invariant 5):
   it (a state update, no LLM: milliseconds);
 * otherwise it queues ``compact_session`` for a plan (the planner's threshold,
   prepare-early and no-progress rules), only if the thread's claim is free
-  (:mod:`offpath.service.leases`): no job queued, running or prepared, no
+  (:mod:`offpath.stores.leases`): no job queued, running or prepared, no
   failure backoff, and no compaction that landed after the state this turn saw
   (its view is superseded: issue 8, item 7);
 * a broker or database failure is logged, never raised; Redis calls and the
@@ -21,7 +21,7 @@ loop), so it never slows or fails the turn (DESIGN.md invariant 5):
   back (issue 8, item 3).
 
 Chat runs of offpath's own agent do the same from inside the run, in the
-middleware (:mod:`offpath.middleware`).
+middleware (:mod:`offpath.agent.middleware`).
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from sqlalchemy.engine import Engine
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.planner import Skip, SkipReason, min_gain_chars, plan_compaction
 from offpath.compaction.summary import is_summary, summary_meta
-from offpath.service.compactions import JobOptions
-from offpath.service.db import create_job, has_unpublished_job, set_published
-from offpath.service.leases import Claim, Leases, State
-from offpath.service.logs import tag
-from offpath.service.runtime import Client, Publisher
-from offpath.service.usage import note_crossing
+from offpath.coordination.compactions import JobOptions
+from offpath.coordination.logs import tag
+from offpath.coordination.runtime import Client, Publisher
+from offpath.stores.db import create_job, has_unpublished_job, set_published
+from offpath.stores.leases import Claim, Leases, State
+from offpath.stores.usage import note_crossing
 
 log = logging.getLogger("offpath.hook")
 

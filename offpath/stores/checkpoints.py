@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from offpath.compaction.settings import Settings
-from offpath.service.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_session_lock
+from offpath.stores.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_session_lock
 
 #: How long a SQLite writer waits for another process's write, in seconds.
 SQLITE_BUSY_TIMEOUT_S = 30

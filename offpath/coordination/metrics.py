@@ -44,10 +44,10 @@ metric                                    type       labels, unit
                                                      job rows not ended, from the database
 ``offpath_queue_consumers``               gauge      ``queue``: workers consuming it, asked
                                                      through the broker (cached 10 s;
-                                                     :mod:`offpath.service.consumers`)
+                                                     :mod:`offpath.coordination.consumers`)
 ========================================  =========  ==========================================
 
-Every status change of a job row goes through :mod:`offpath.service.db`, which counts
+Every status change of a job row goes through :mod:`offpath.stores.db`, which counts
 it here (one place, whichever process made the change: ``offpath_jobs_total`` of the jobs
 a team's own agent applies is counted in that agent's process, which exports nothing; the
 compactions themselves are in ``offpath_compactions_total``). The counters read from the
@@ -159,13 +159,13 @@ class QueueCollector(Collector):
     Queue depth: the Redis list(s) kombu keeps the queue in (``LLEN``), or RabbitMQ's
     message count (a passive declare); another broker (the demo's SQLAlchemy transport):
     the jobs queued and published but not started, from the database. Consumers: the
-    workers' answer to a broadcast, cached (:func:`offpath.service.consumers.watch_for`;
+    workers' answer to a broadcast, cached (:func:`offpath.coordination.consumers.watch_for`;
     left out for a broker that cannot broadcast). A store that does not answer leaves its
     metrics out of that scrape (logged at debug level).
     """
 
     def __init__(self, client: Any) -> None:
-        self.client = client  # an offpath.service.runtime.Client
+        self.client = client  # an offpath.coordination.runtime.Client
 
     def describe(self) -> list[Any]:
         return []  # read at scrape time only: no call to the stores at registration
@@ -183,7 +183,7 @@ class QueueCollector(Collector):
             log.debug("queue depth unavailable: %s", exc)
         yield from self._consumers(settings)
         try:
-            from offpath.service.usage import open_job_counts, recorded_totals
+            from offpath.stores.usage import open_job_counts, recorded_totals
 
             counts = open_job_counts(self.client.engine)
             totals = recorded_totals(self.client.engine)
@@ -219,7 +219,7 @@ class QueueCollector(Collector):
             yield CounterMetricFamily(name, doc, value=float(totals[key]))
 
     def _consumers(self, settings: Any) -> Iterator[Any]:
-        from offpath.service.consumers import watch_for
+        from offpath.coordination.consumers import watch_for
 
         try:
             found = watch_for(settings).get()
@@ -239,8 +239,8 @@ class QueueCollector(Collector):
         settings = self.client.settings
         url = settings.broker_url
         if settings.broker_is_redis:
-            from offpath.service.broker import SEP
-            from offpath.service.runtime import redis_client
+            from offpath.coordination.broker import SEP
+            from offpath.coordination.runtime import redis_client
 
             client = redis_client(url, settings)
             try:
@@ -258,7 +258,7 @@ class QueueCollector(Collector):
             with Connection(url, connect_timeout=settings.publish_timeout_s) as conn:
                 ok = conn.default_channel.queue_declare(queue=queue, passive=True)
                 return int(ok.message_count)
-        from offpath.service.usage import open_job_counts
+        from offpath.stores.usage import open_job_counts
 
         return int(open_job_counts(self.client.engine, published_only=True).get("queued", 0))
 

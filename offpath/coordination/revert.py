@@ -12,7 +12,7 @@ makes to its own threads).
 Then the job ends ``reverted`` (reason code ``reverted``), and the thread's claim is left
 ``s:<job>:<chars>`` at its size now: neither the post-turn hook, nor a run's middleware, nor
 the reconciler queues a compaction of it before it has grown by a compaction's worth (the
-no-progress rule; :mod:`offpath.service.leases`). A compaction prepared meanwhile was planned
+no-progress rule; :mod:`offpath.stores.leases`). A compaction prepared meanwhile was planned
 on the summary that goes: it ends ``skipped`` (``superseded``).
 
 Refused (:class:`RevertRefused`, the API's 409) when: the job is not ``applied``; its summary
@@ -37,18 +37,18 @@ from typing import Any
 from langchain_core.messages import BaseMessage, RemoveMessage, messages_from_dict, messages_to_dict
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
+from offpath.agent.middleware import KEY as SIZE_KEY  # the state key the thread's size is kept in
 from offpath.compaction.patch import landed
 from offpath.compaction.revert import RevertConflict, reverted
 from offpath.compaction.summary import is_summary, summary_meta
 from offpath.compaction.tracking import ThreadSize
-from offpath.middleware import KEY as SIZE_KEY  # the state key the thread's size is kept in
-from offpath.service import archive, db
-from offpath.service.compactions import JobOptions, read_thread
-from offpath.service.db import JobStatus
-from offpath.service.faults import failpoint
-from offpath.service.leases import Leases, State
-from offpath.service.logs import tag
-from offpath.service.runtime import Runtime
+from offpath.coordination.compactions import JobOptions, read_thread
+from offpath.coordination.faults import failpoint
+from offpath.coordination.logs import tag
+from offpath.coordination.runtime import Runtime
+from offpath.stores import archive, db
+from offpath.stores.db import JobStatus
+from offpath.stores.leases import Leases, State
 
 log = logging.getLogger("offpath.revert")
 
@@ -231,7 +231,7 @@ def _message(row: dict[str, Any]) -> BaseMessage:
 
 def _note_size(rt: Runtime, session_id: str, messages: list[BaseMessage], chars: int) -> None:
     """The session list's size of the thread (best effort, as after every write)."""
-    from offpath.service.tenants import note_size
+    from offpath.stores.tenants import note_size
 
     try:
         note_size(rt.engine, session_id, len(messages), chars)

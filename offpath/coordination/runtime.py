@@ -20,15 +20,15 @@ from langgraph.graph.state import CompiledStateGraph
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.settings import Settings
-from offpath.service.checkpoints import (
+from offpath.coordination.locks import DatabaseLocks, Locks, ThreadLocks
+from offpath.stores.checkpoints import (
     Checkpoints,
     Preloaded,
     open_checkpoints,
     open_checkpoints_url,
 )
-from offpath.service.db import make_engine, migrate
-from offpath.service.leases import Leases, RedisKeyStore, SqlKeyStore
-from offpath.service.locks import DatabaseLocks, Locks, ThreadLocks
+from offpath.stores.db import make_engine, migrate
+from offpath.stores.leases import Leases, RedisKeyStore, SqlKeyStore
 
 log = logging.getLogger("offpath.runtime")
 
@@ -196,8 +196,8 @@ class Runtime(Client):
         """The API's agent graph (built on first use: the worker only patches through it)."""
         with self._guard:
             if self._graph is None:
-                from offpath.middleware import OffPathCompaction
-                from offpath.service.agent import build_graph, chat_model, end_node, load_tools
+                from offpath.agent.graph import build_graph, chat_model, end_node, load_tools
+                from offpath.agent.middleware import OffPathCompaction
 
                 middleware = OffPathCompaction(self.settings, client=self, patch=True)
                 self._graph = build_graph(
@@ -217,7 +217,7 @@ class Runtime(Client):
 
         ``base``: the thread's latest checkpoint, read by the caller under the thread's lock
         (or known unchanged since): the write starts from it instead of reading it again."""
-        from offpath.service.agent import thread_config
+        from offpath.agent.graph import thread_config
 
         graph = self.graph
         config: dict[str, Any] = thread_config(session_id)

@@ -1,6 +1,6 @@
 """The ``recall`` tool: the agent reads the originals its thread's summaries replaced (issue 11).
 
-A compaction archives every message it removes (:mod:`offpath.service.archive`);
+A compaction archives every message it removes (:mod:`offpath.stores.archive`);
 the summary's last line tells the model this tool exists, and its **Pinned facts**
 name the message each fact came from. ``recall(query)`` answers, for the thread of
 the run that calls it (LangGraph's ``thread_id``; another thread's archive is never
@@ -9,7 +9,7 @@ searched):
 * ``query`` is an archived message id, or the first 8 hex chars of one that is a UUID (how a
   summary cites it: :func:`offpath.compaction.summary.cite`): that message as it was first
   archived (the
-  original, never a summary that later took its id), :data:`~offpath.service.archive.RECALL_MAX_CHARS`
+  original, never a summary that later took its id), :data:`~offpath.stores.archive.RECALL_MAX_CHARS`
   chars of it from ``offset`` on (a long tool result is read page by page: the line that
   replaced the part of it a shortening cut out names the offset; issue 18);
 * otherwise: the best full-text matches (SQLite FTS5, or PostgreSQL full-text
@@ -34,7 +34,7 @@ from sqlalchemy.engine import Engine
 
 from offpath.compaction.accounting import content_text
 from offpath.compaction.summary import CITED_UUID_CHARS
-from offpath.service import archive
+from offpath.stores import archive
 
 log = logging.getLogger("offpath.recall")
 
@@ -63,7 +63,7 @@ def thread_of_run() -> str | None:
 
 def answer(engine: Engine, thread_id: str, query: str, offset: int = 0) -> str:
     """The tool's answer for ``query`` on ``thread_id``'s archive (see the module doc);
-    at most about :data:`~offpath.service.archive.RECALL_MAX_CHARS` chars. ``offset``: for a
+    at most about :data:`~offpath.stores.archive.RECALL_MAX_CHARS` chars. ``offset``: for a
     message id, the char of its text to read from (0: its start)."""
     query = query.strip()
     if not query:
