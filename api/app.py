@@ -76,7 +76,7 @@ async def watch_loop_lag(period_s: float = 0.05) -> None:
     """Observe how late the event loop wakes from a ``period_s`` sleep
     (``offpath_api_event_loop_lag_seconds``): a request that stalls the loop (issue 20,
     item 1: a body parsed on it froze every request, /healthz too) shows there."""
-    from offpath.coordination.metrics import LOOP_LAG
+    from offpath.metrics import LOOP_LAG
 
     loop = asyncio.get_running_loop()
     while True:

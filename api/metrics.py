@@ -1,4 +1,4 @@
-"""``GET /metrics``: the API process's Prometheus metrics (:mod:`offpath.coordination.metrics`),
+"""``GET /metrics``: the API process's Prometheus metrics (:mod:`offpath.metrics`),
 with the queue depth and the open jobs read at scrape time.
 
 It needs an admin key (``Authorization: Bearer``; Prometheus sends one with
@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from offpath.coordination.metrics import register_queue_collector
+from offpath.coordination.exporter import register_queue_collector
 
 from .deps import bearer, principal, rt_of
 

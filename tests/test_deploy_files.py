@@ -132,12 +132,13 @@ def test_prometheus_scrapes_the_api_with_a_key_and_every_worker():
 
 def test_grafana_dashboard_uses_only_metrics_offpath_exports():
     """deploy/grafana/offpath-dashboard.json is valid JSON, its datasource an import input,
-    and every offpath_* series its queries name is one offpath.coordination.metrics defines."""
+    and every offpath_* series its queries name is one offpath.metrics defines."""
     import json
 
     from prometheus_client import REGISTRY
 
-    import offpath.coordination.metrics  # noqa: F401 - registers the metrics
+    import offpath.coordination.exporter
+    import offpath.metrics  # noqa: F401 - registers the metrics
 
     dashboard = json.loads((ROOT / "deploy" / "grafana" / "offpath-dashboard.json").read_text())
     assert dashboard["__inputs"][0]["name"] == "DS_PROMETHEUS"
@@ -152,7 +153,7 @@ def test_grafana_dashboard_uses_only_metrics_offpath_exports():
             f"{metric.name}_sum",
             f"{metric.name}_count",
         )
-    } | set(offpath.coordination.metrics.READ_AT_SCRAPE)  # read at scrape time by the API
+    } | set(offpath.coordination.exporter.READ_AT_SCRAPE)  # read at scrape time by the API
     used = set()
     for panel in dashboard["panels"]:
         for target in panel["targets"]:

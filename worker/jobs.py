@@ -47,6 +47,7 @@ from langchain_core.messages import BaseMessage, messages_from_dict
 from langgraph.graph.message import add_messages
 from redis.exceptions import RedisError
 
+from offpath import metrics
 from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.patch import Prepared, Stale, landed
 from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
@@ -54,7 +55,6 @@ from offpath.compaction.prompt import build_prompt
 from offpath.compaction.shorten import is_shortened
 from offpath.compaction.summarizers import Summarizer, SummarizerError
 from offpath.compaction.summary import is_summary, summary_meta
-from offpath.coordination import metrics
 from offpath.coordination.compactions import (
     JobEnded,
     JobOptions,

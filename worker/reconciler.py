@@ -42,8 +42,8 @@ from offpath.compaction.patch import landed
 from offpath.coordination.compactions import JobOptions, read_messages
 from offpath.coordination.hook import queue_job
 from offpath.coordination.logs import tag
-from offpath.coordination.metrics import RECONCILER_ACTIONS
 from offpath.coordination.runtime import Publisher, Runtime
+from offpath.metrics import RECONCILER_ACTIONS
 from offpath.stores import archive
 from offpath.stores.db import (
     JobStatus,

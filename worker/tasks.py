@@ -19,9 +19,9 @@ from offpath.compaction.settings import get_settings
 from offpath.compaction.summarizers import Summarizer, make_summarizer
 from offpath.coordination.compactions import JobEnded, JobOptions
 from offpath.coordination.eviction import EvictingRedis, check_eviction
+from offpath.coordination.exporter import serve_worker_metrics
 from offpath.coordination.hook import queue_job
 from offpath.coordination.logs import tag
-from offpath.coordination.metrics import serve_worker_metrics
 from offpath.coordination.runtime import Runtime
 from offpath.stores.db import JobStatus, failures_in_a_row, migrate, start_job
 from offpath.stores.leases import LeaseKeeper, Leases, Start, State, failure_backoff_s

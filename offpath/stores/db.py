@@ -25,8 +25,8 @@ from sqlalchemy import JSON, Column, event, func
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel, create_engine
 
+from offpath import metrics
 from offpath.compaction.settings import Settings
-from offpath.coordination import metrics
 
 
 class JobStatus(enum.StrEnum):

@@ -173,7 +173,7 @@ def test_queue_depth_is_read_from_the_broker_at_scrape(tmp_path):
     from celery import Celery
 
     from offpath.compaction.settings import load_settings
-    from offpath.coordination.metrics import QueueCollector
+    from offpath.coordination.exporter import QueueCollector
     from offpath.coordination.runtime import Client
 
     queue = f"test-depth-{uuid.uuid4().hex[:8]}"
