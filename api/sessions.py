@@ -30,7 +30,7 @@ from langchain_core.messages import (
 from starlette.concurrency import run_in_threadpool
 
 from offpath.agent.graph import thread_config
-from offpath.agent.middleware import KEY as PRIVATE_KEY
+from offpath.compaction.tracking import KEY as PRIVATE_KEY
 from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.summary import is_summary

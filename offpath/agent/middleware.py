@@ -100,7 +100,7 @@ from offpath.compaction.planner import (
 from offpath.compaction.settings import Settings, get_settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps, older_caps, shorten_each
 from offpath.compaction.tokens import Calibration
-from offpath.compaction.tracking import ThreadSize, mask_observations
+from offpath.compaction.tracking import KEY, ThreadSize, mask_observations
 from offpath.coordination.compactions import JobOptions, end_stale, head_mark, with_loss
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Client
@@ -120,9 +120,6 @@ from offpath.stores.usage import crossing_unseen, note_crossing, summarizer_late
 
 log = logging.getLogger("offpath.middleware")
 
-#: The private state key: the thread's size (:class:`ThreadSize`), a compaction this run
-#: applied and must record once it is in the state, the run's growth rate.
-KEY = "offpath"
 #: How often (seconds) the background thread re-reads a thread's claim while the thread is
 #: over its prepare point (every call, once over the threshold with a job in flight); and
 #: how long it leaves an unreachable store alone.

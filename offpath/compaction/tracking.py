@@ -25,6 +25,12 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from offpath.compaction.accounting import args_chars, content_chars, message_chars
 from offpath.compaction.pairing import call_ids
 
+#: The agent state's private key where the middleware keeps the thread's size
+#: (:class:`ThreadSize`), a compaction a run applied and must record, the run's growth
+#: rate. Here (not in the middleware) so the code that patches a thread from outside a
+#: run (a revert, the API) finds it without importing the agent side (issue 23).
+KEY = "offpath"
+
 
 @dataclass(frozen=True, slots=True)
 class ThreadSize:

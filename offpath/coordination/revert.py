@@ -37,7 +37,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, RemoveMessage, messages_from_dict, messages_to_dict
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from offpath.agent.middleware import KEY as SIZE_KEY  # the state key the thread's size is kept in
+from offpath.compaction.tracking import KEY as SIZE_KEY  # the state key of the thread's size
 from offpath.compaction.patch import landed
 from offpath.compaction.revert import RevertConflict, reverted
 from offpath.compaction.summary import is_summary, summary_meta

@@ -677,20 +677,6 @@ def record_masking(engine: Engine, session_id: str, results: int, chars: int) ->
         )
 
 
-def stats(
-    engine: Engine,
-    tenant: str | None = None,
-    since: datetime | None = None,
-    session_id: str | None = None,
-) -> dict[str, Any]:
-    """The ``/stats`` body (the seed's fields and ours); ``tenant``: only the sessions it owns
-    (None: all); ``since``: a time window; ``session_id``: one session. Computed by
-    :func:`offpath.stores.usage.stats`, where the fields are described."""
-    from offpath.stores.usage import stats as usage_stats
-
-    return usage_stats(engine, tenant=tenant, since=since, session_id=session_id)
-
-
 def ping(engine: Engine) -> None:
     """Raise if the database does not answer."""
     with engine.connect() as conn:
@@ -727,5 +713,4 @@ __all__ = [
     "record_masking",
     "set_job",
     "sqlalchemy_url",
-    "stats",
 ]
