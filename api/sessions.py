@@ -30,10 +30,10 @@ from langchain_core.messages import (
 from starlette.concurrency import run_in_threadpool
 
 from offpath.agent.graph import thread_config
-from offpath.compaction.tracking import KEY as PRIVATE_KEY
 from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.summary import is_summary
+from offpath.compaction.tracking import KEY as PRIVATE_KEY
 from offpath.compaction.tracking import ThreadSize
 from offpath.compaction.turns import TurnError, check_messages, validate_turn
 from offpath.coordination.admin import read_session

@@ -105,7 +105,7 @@ def celery_asker(settings: Settings, timeout_s: float = ASK_TIMEOUT_S) -> Asker:
     url = settings.broker_url
     if "fanout" not in Connection(url).transport.implements.exchange_type:
         return lambda: Consumers(supported=False, at=time.time())
-    from offpath.worker.celery_app import make_celery
+    from offpath.coordination.queue import make_celery
 
     app = make_celery(settings)
 

@@ -37,10 +37,10 @@ from typing import Any
 from langchain_core.messages import BaseMessage, RemoveMessage, messages_from_dict, messages_to_dict
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from offpath.compaction.tracking import KEY as SIZE_KEY  # the state key of the thread's size
 from offpath.compaction.patch import landed
 from offpath.compaction.revert import RevertConflict, reverted
 from offpath.compaction.summary import is_summary, summary_meta
+from offpath.compaction.tracking import KEY as SIZE_KEY  # the state key of the thread's size
 from offpath.compaction.tracking import ThreadSize
 from offpath.coordination.compactions import JobOptions, read_thread
 from offpath.coordination.faults import failpoint

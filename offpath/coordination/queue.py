@@ -1,0 +1,93 @@
+"""The Celery app's configuration (the worker runs it: :mod:`offpath.worker.celery_app`): broker ``REDIS_URL`` (or ``CELERY_BROKER_URL``), reliability settings.
+
+* ``task_acks_late`` + ``task_reject_on_worker_lost``: a job whose worker dies is
+  delivered again (the job is idempotent, see :mod:`worker.jobs`);
+* prefetch 1: a worker thread holds one job at a time;
+* ``visibility_timeout`` longer than the hard time limit, so a job still running
+  is not handed to a second worker;
+* soft and hard time limits (enforced by the prefork pool; on the threads pool
+  the LLM client's timeout and the lock timeout bound a job);
+* task events on, for Flower; results ignored: outcomes live in SQL.
+
+Brokers: Redis (the default) or RabbitMQ (``CELERY_BROKER_URL=amqp://...``), where the
+jobs' queue is a durable quorum queue and publishes are confirmed: the one to choose
+when queued jobs must survive anything. Locks and leases stay on Redis either way.
+
+The reconciler's ``reconcile`` task runs every ``RECONCILE_INTERVAL_S`` from Celery
+beat (``offpath beat``; its schedule file lives in ``DATA_DIR``).
+
+Pool: ``threads`` with ``WORKER_CONCURRENCY`` (64) by default. A job spends
+nearly all its time waiting on the LLM's HTTP answer, so threads overlap those
+waits in one process; prefork would need one process per concurrent LLM call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from celery import Celery
+from kombu import Queue
+
+from offpath.compaction.settings import Settings
+
+
+def make_celery(settings: Settings) -> Celery:
+    broker = settings.broker_url
+    app = Celery("offpath", broker=broker, include=["offpath.worker.tasks"])
+    amqp = broker.startswith(("amqp://", "amqps://", "pyamqp://"))
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_soft_time_limit=settings.job_soft_time_limit_s,
+        task_time_limit=settings.job_time_limit_s,
+        task_ignore_result=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_default_queue=settings.celery_queue,
+        task_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=settings.publish_timeout_s,
+        broker_transport_options=_transport_options(broker, settings),
+        worker_pool=settings.worker_pool,
+        worker_concurrency=settings.worker_concurrency,
+        beat_schedule={
+            "offpath-reconcile": {
+                "task": "reconcile",
+                "schedule": float(settings.reconcile_interval_s),
+                "options": {"expires": float(settings.reconcile_interval_s)},
+            }
+        },
+        beat_schedule_filename=str(Path(settings.data_dir) / "celerybeat-schedule"),
+    )
+    if amqp:
+        # durable quorum queue: queued jobs survive a broker restart; confirmed publishes
+        app.conf.task_queues = [
+            Queue(
+                settings.celery_queue,
+                durable=True,
+                queue_arguments={"x-queue-type": "quorum"},
+            )
+        ]
+        app.conf.task_default_queue_type = "quorum"
+    return app
+
+
+def _transport_options(broker: str, settings: Settings) -> dict[str, object]:
+    if broker.startswith(("amqp://", "amqps://", "pyamqp://")):
+        return {"confirm_publish": True, "connect_timeout": settings.publish_timeout_s}
+    if not broker.startswith(("redis://", "rediss://")):
+        return {}  # e.g. the embedded demo's SQLAlchemy transport takes none of these
+    # kombu re-queues jobs of a dead worker once their visibility timeout passed, but only
+    # sweeps every interval * throttle seconds (100 s by default): keep that near V / 10
+    v = settings.celery_visibility_timeout_s
+    interval = min(10, max(1, v // 10))
+    return {
+        "visibility_timeout": v,
+        "unacked_restore_interval": interval,
+        "unacked_restore_throttle": min(10, max(1, v // 10 // interval)),
+        "socket_connect_timeout": settings.publish_timeout_s,
+        "socket_timeout": max(settings.publish_timeout_s, 5.0),
+        "max_retries": 1,
+    }
