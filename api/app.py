@@ -26,6 +26,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from offpath.agent.graph import open_runtime
 from offpath.compaction.settings import Settings, get_settings
 from offpath.coordination.compactions import apply_prepared
 from offpath.coordination.eviction import check_eviction
@@ -96,7 +97,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        rt = Runtime.open(settings, publish=publish, check_connections=True)
+        rt = open_runtime(settings, publish=publish, check_connections=True)
         rt.graph  # noqa: B018 - build the agent now: a bad AGENT_TOOLS fails start-up
         warn_if_redis_down(rt)
         try:

@@ -29,7 +29,6 @@ from langchain_core.messages import (
 )
 from starlette.concurrency import run_in_threadpool
 
-from offpath.agent.graph import thread_config
 from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.summary import is_summary
@@ -41,6 +40,7 @@ from offpath.coordination.compactions import read_thread
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive, db
+from offpath.stores.checkpoints import thread_config
 from offpath.stores.leases import failure_backoff_s
 from offpath.stores.tenants import note_size
 from offpath.stores.updates import Changed, job_updates

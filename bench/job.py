@@ -103,18 +103,18 @@ def run(ctx: Context, runs: int = 5) -> Result:
     from sqlalchemy import event
 
     from bench.workloads import thread
+    from offpath.agent.graph import open_runtime
     from offpath.compaction import facts
     from offpath.compaction.accounting import total_chars
     from offpath.compaction.pipeline import compact
     from offpath.compaction.settings import get_settings
     from offpath.compaction.summarizers import make_summarizer
     from offpath.compaction.summarizers.offline import OfflineSummarizer
-    from offpath.coordination.runtime import Runtime
     from offpath.stores.leases import LeaseKeeper
 
     per_run = 4 if ctx.quick else 20
     settings = get_settings()
-    rt = Runtime.open(settings)
+    rt = open_runtime(settings)
     summarizer = make_summarizer(settings)  # as the worker makes it: the LLM behind the guard
     keeper = LeaseKeeper(rt.leases, settings.job_time_limit_s)
     ctx.stub.set_delay(0.0)

@@ -80,8 +80,8 @@ def _drive(
 def run(ctx: Context) -> Result:
     import sqlalchemy as sa
 
+    from offpath.agent.graph import open_runtime
     from offpath.compaction.settings import get_settings
-    from offpath.coordination.runtime import Runtime
 
     seconds = 30.0 if ctx.quick else 90.0
     settings = get_settings()
@@ -93,7 +93,7 @@ def run(ctx: Context) -> Result:
     api = start_api(env, port, subprocess.DEVNULL)
     worker = start_offpath_worker(env, f"lag-{RUN_ID}@%h", log)
     ctx.stub.set_delay(LLM_DELAY_S)
-    rt = Runtime.open(settings)
+    rt = open_runtime(settings)
     try:
         import httpx
 

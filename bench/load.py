@@ -154,12 +154,12 @@ def check_threads(
     posted messages are (``kept``, ``replaced``, ``lost``)."""
     import sqlalchemy as sa
 
-    from offpath.agent.graph import thread_config
+    from offpath.agent.graph import open_runtime
     from offpath.compaction.summary import is_summary, summary_meta
-    from offpath.coordination.runtime import Runtime
     from offpath.stores import archive
+    from offpath.stores.checkpoints import thread_config
 
-    rt = Runtime.open(settings, run_migrations=False)
+    rt = open_runtime(settings, run_migrations=False)
     problems: dict[str, list[str]] = {}
     where: Counter[str] = Counter()
     try:
@@ -222,11 +222,11 @@ def check_threads(
 
 def final_sizes(settings: Any, sids: list[str]) -> dict[str, int]:
     """Each thread's size in chars at the end."""
-    from offpath.agent.graph import thread_config
+    from offpath.agent.graph import open_runtime
     from offpath.compaction.accounting import total_chars
-    from offpath.coordination.runtime import Runtime
+    from offpath.stores.checkpoints import thread_config
 
-    rt = Runtime.open(settings, run_migrations=False)
+    rt = open_runtime(settings, run_migrations=False)
     try:
         return {
             s: total_chars(rt.graph.get_state(thread_config(s)).values.get("messages", []))

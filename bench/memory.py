@@ -20,8 +20,8 @@ def run(ctx: Context) -> Result:
     import psutil
 
     from bench.workloads import thread
+    from offpath.agent.graph import open_runtime
     from offpath.compaction.settings import get_settings
-    from offpath.coordination.runtime import Runtime
     from offpath.stores.db import create_job
     from offpath.worker.tasks import publish
 
@@ -29,7 +29,7 @@ def run(ctx: Context) -> Result:
     conc = settings.worker_concurrency
     jobs = 500 if ctx.quick else 2_000
     batch = 2 * conc  # two waves: every slot busy
-    rt = Runtime.open(settings)
+    rt = open_runtime(settings)
     ctx.stub.set_delay(LLM_DELAY_S)
     env = {**os.environ, "WORKER_POOL": "threads", "WORKER_CONCURRENCY": str(conc)}
     worker = start_worker(env, f"bench-mem-{RUN_ID}@%h", subprocess.DEVNULL)

@@ -107,15 +107,15 @@ def one_run(
 
 
 def run(ctx: Context, runs: int | None = None) -> Result:
+    from offpath.agent.graph import open_runtime
     from offpath.compaction.settings import get_settings
-    from offpath.coordination.runtime import Runtime
 
     settings = get_settings()
     default = settings.worker_concurrency
     cores = os.cpu_count() or 1
     runs = runs or 1
     sweep = sorted({64, default, 2 * default} if not ctx.quick else {default})
-    rt = Runtime.open(settings)
+    rt = open_runtime(settings)
     ctx.stub.set_delay(LLM_DELAY_S)
     rates: dict[str, list[float]] = {}
     mem: dict[str, list[float]] = {}

@@ -111,9 +111,9 @@ def _our_turns(client: Any, sessions: int, turns: int, threshold: int, floor: in
 
 
 def run(ctx: Context) -> Result:
+    from offpath.agent.graph import open_runtime
     from offpath.compaction.settings import get_settings
     from offpath.compaction.summarizers import make_summarizer
-    from offpath.coordination.runtime import Runtime
 
     sessions, turns = (4, 20) if ctx.quick else (10, 40)
     settings = get_settings()
@@ -125,7 +125,7 @@ def run(ctx: Context) -> Result:
     api = start_api(env, port, subprocess.DEVNULL)
     worker = start_worker(env, f"bench-turns-{RUN_ID}@%h", wlog)
     ctx.stub.set_delay(LLM_DELAY_S)
-    rt = Runtime.open(settings)
+    rt = open_runtime(settings)
     try:
         client = _client(port, key)
         wait(lambda: api_up(client), 60)
@@ -208,8 +208,8 @@ def _channel_cost(rt: Any, sid: str, n: int) -> tuple[float, float]:
 
 def run_size(ctx: Context) -> Result:
     from bench.workloads import thread
+    from offpath.agent.graph import open_runtime
     from offpath.compaction.settings import get_settings
-    from offpath.coordination.runtime import Runtime
 
     sizes = (100, 1_000, 10_000)
     n = 10 if ctx.quick else 30
@@ -222,7 +222,7 @@ def run_size(ctx: Context) -> Result:
     key = api_key(env)
     port = free_port()
     api = start_api(env, port, subprocess.DEVNULL)
-    rt = Runtime.open(get_settings())
+    rt = open_runtime(get_settings())
     p50: dict[int, float] = {}
     channel: dict[int, tuple[float, float]] = {}
     try:

@@ -155,7 +155,7 @@ def test_reconciler_purges_the_archive_past_its_retention_once_an_hour(tmp_path)
     import uuid
     from datetime import UTC, datetime, timedelta
 
-    from offpath.coordination.runtime import Runtime
+    from offpath.agent.graph import open_runtime
     from offpath.worker.reconciler import reconcile_once
 
     settings = load_settings(
@@ -163,7 +163,7 @@ def test_reconciler_purges_the_archive_past_its_retention_once_an_hour(tmp_path)
         archive_retention_days=7,
         redis_key_prefix=f"test-purge-{uuid.uuid4().hex[:8]}",
     )
-    rt = Runtime.open(settings)
+    rt = open_runtime(settings)
     try:
 
         def add(job: str, age_days: int) -> None:

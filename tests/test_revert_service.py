@@ -19,6 +19,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.messages import messages_to_dict as to_dicts
 from stack import REDIS_URL, ROOT, create_pg_database, drop_pg_database
 
+from offpath.agent.graph import open_runtime
 from offpath.agent.middleware import KEY
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.patch import Prepared
@@ -46,7 +47,7 @@ def rt(request, tmp_path):
         summarization_threshold_chars=6_000,
         summarization_keep_chars=2_000,
     )
-    runtime = Runtime.open(settings, publish=lambda *a: None)
+    runtime = open_runtime(settings, publish=lambda *a: None)
     yield runtime
     runtime.close()
     if url:
@@ -222,9 +223,9 @@ def test_a_revert_killed_after_its_write_is_finished_by_the_next_one(rt):
     script = (
         "import sys\n"
         "from offpath.compaction.settings import load_settings\n"
-        "from offpath.coordination.runtime import Runtime\n"
+        "from offpath.agent.graph import open_runtime\n"
         "from offpath.coordination.revert import revert\n"
-        f"rt = Runtime.open(load_settings(data_dir={s.data_dir!r}, database_url="
+        f"rt = open_runtime(load_settings(data_dir={s.data_dir!r}, database_url="
         f"{s.database_url!r}, redis_url={s.redis_url!r}, redis_key_prefix="
         f"{s.redis_key_prefix!r}, lock_timeout_s=2), publish=lambda *a: None)\n"
         f"revert(rt, {session!r}, {job!r})\n"

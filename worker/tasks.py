@@ -15,6 +15,7 @@ import uuid
 from celery import signals
 from celery.utils.time import get_exponential_backoff_interval
 
+from offpath.agent.graph import open_runtime
 from offpath.compaction.settings import get_settings
 from offpath.compaction.summarizers import Summarizer, make_summarizer
 from offpath.coordination.compactions import JobEnded, JobOptions
@@ -22,6 +23,7 @@ from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.exporter import serve_worker_metrics
 from offpath.coordination.hook import queue_job
 from offpath.coordination.logs import tag
+from offpath.coordination.queue import COMPACT_TASK, publish
 from offpath.coordination.runtime import Runtime
 from offpath.stores.db import JobStatus, failures_in_a_row, migrate, start_job
 from offpath.stores.leases import LeaseKeeper, Leases, Start, State, failure_backoff_s
@@ -45,7 +47,7 @@ def runtime() -> tuple[Runtime, Summarizer, LeaseKeeper]:
     with _lock:
         if _runtime is None:
             settings = get_settings()
-            rt = Runtime.open(settings, run_migrations=False)
+            rt = open_runtime(settings, run_migrations=False)
             _runtime = (
                 rt,
                 make_summarizer(settings),
@@ -110,7 +112,7 @@ def _close(**_: object) -> None:
 
 @app.task(
     bind=True,
-    name="compact_session",
+    name=COMPACT_TASK,
     acks_late=True,
     reject_on_worker_lost=True,
     throws=(JobFailed,),  # an expected outcome: logged without a traceback
@@ -232,21 +234,3 @@ def reconcile() -> dict[str, int]:
 
     rt, _, _ = runtime()
     return reconcile_once(rt, publish)
-
-
-def publish(session_id: str, job_id: str, options: dict | None = None) -> None:
-    """Send one job to the broker (the hook's publisher): one quick retry, for a pooled
-    connection that went stale when Redis restarted; each attempt is bounded by the
-    transport's socket timeouts (``PUBLISH_TIMEOUT_S``)."""
-    compact_session.apply_async(
-        (session_id,),
-        {"options": options} if options else None,
-        task_id=job_id,
-        retry=True,
-        retry_policy={
-            "max_retries": 1,
-            "interval_start": 0,
-            "interval_step": 0.1,
-            "interval_max": 0.1,
-        },
-    )

@@ -33,6 +33,7 @@ from langgraph.graph import END
 from langgraph.graph.state import CompiledStateGraph
 
 from offpath.compaction.settings import Settings
+from offpath.coordination.runtime import Runtime
 
 if TYPE_CHECKING:
     from offpath.agent.middleware import OffPathCompaction
@@ -148,5 +149,23 @@ def end_node(graph: CompiledStateGraph) -> str:
     return node
 
 
-def thread_config(session_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": session_id}}
+def api_graph(rt: Runtime) -> tuple[CompiledStateGraph, str]:
+    """The API's agent graph for ``rt`` (its settings, checkpointer and client, with
+    offpath's middleware patching in-run) and its last node: the
+    :data:`~offpath.coordination.runtime.GraphFactory` of :func:`open_runtime`."""
+    from offpath.agent.middleware import OffPathCompaction
+
+    middleware = OffPathCompaction(rt.settings, client=rt, patch=True)
+    graph = build_graph(
+        rt.checkpoints.saver,
+        middleware,
+        chat_model(rt.settings, middleware.busy),
+        load_tools(rt.settings.agent_tools),
+    )
+    return graph, end_node(graph)
+
+
+def open_runtime(settings: Settings, **kwargs: Any) -> Runtime:
+    """:meth:`Runtime.open` (same keyword arguments) with the API's agent graph
+    (:func:`api_graph`): the runtime the API, the worker and the CLI open."""
+    return Runtime.open(settings, agent=api_graph, **kwargs)

@@ -793,10 +793,10 @@ def beat(
     """Run Celery beat: the reconciler's schedule (every RECONCILE_INTERVAL_S). Run one."""
     settings = settings_or_exit()
     if check:
-        from offpath.coordination.runtime import Runtime
+        from offpath.agent.graph import open_runtime
         from offpath.worker.reconciler import seconds_since_last_pass
 
-        rt = Runtime.open(settings, run_migrations=False)
+        rt = open_runtime(settings, run_migrations=False)
         try:
             ago = seconds_since_last_pass(rt)
         finally:

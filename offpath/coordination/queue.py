@@ -23,12 +23,13 @@ waits in one process; prefork would need one process per concurrent LLM call.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from celery import Celery
 from kombu import Queue
 
-from offpath.compaction.settings import Settings
+from offpath.compaction.settings import Settings, get_settings
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -91,3 +92,40 @@ def _transport_options(broker: str, settings: Settings) -> dict[str, object]:
         "socket_timeout": max(settings.publish_timeout_s, 5.0),
         "max_retries": 1,
     }
+
+
+#: The job's task name (``worker/tasks.py`` registers it): a job is sent by name, so a
+#: process that only queues jobs (the API, a team's own agent) never imports the worker.
+COMPACT_TASK = "compact_session"
+
+_app: Celery | None = None
+_app_guard = threading.Lock()
+
+
+def celery_app() -> Celery:
+    """This process's Celery app, made once from :func:`get_settings`: the one the worker
+    runs (:mod:`offpath.worker.celery_app`) and the one :func:`publish` sends through."""
+    global _app
+    with _app_guard:
+        if _app is None:
+            _app = make_celery(get_settings())
+        return _app
+
+
+def publish(session_id: str, job_id: str, options: dict | None = None) -> None:
+    """Send one job to the broker (the hook's publisher): one quick retry, for a pooled
+    connection that went stale when Redis restarted; each attempt is bounded by the
+    transport's socket timeouts (``PUBLISH_TIMEOUT_S``)."""
+    celery_app().send_task(
+        COMPACT_TASK,
+        (session_id,),
+        {"options": options} if options else None,
+        task_id=job_id,
+        retry=True,
+        retry_policy={
+            "max_retries": 1,
+            "interval_start": 0,
+            "interval_step": 0.1,
+            "interval_max": 0.1,
+        },
+    )

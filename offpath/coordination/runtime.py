@@ -26,6 +26,7 @@ from offpath.stores.checkpoints import (
     Preloaded,
     open_checkpoints,
     open_checkpoints_url,
+    thread_config,
 )
 from offpath.stores.db import make_engine, migrate
 from offpath.stores.leases import Leases, RedisKeyStore, SqlKeyStore
@@ -62,10 +63,22 @@ def redis_client(url: str, settings: Settings) -> redis.Redis:
 
 
 def celery_publisher() -> Publisher:
-    """The publisher that sends ``compact_session`` to the Celery broker."""
-    from offpath.worker.tasks import publish
+    """The publisher that sends ``compact_session`` to the Celery broker (imported on first
+    use: a team's agent that never queues a job never loads Celery)."""
+    from offpath.coordination.queue import publish
 
     return publish
+
+
+#: Builds the agent graph a :class:`Runtime` patches threads through, from the runtime
+#: (its settings, checkpointer and publisher), and names the graph's last node. The API's
+#: is :func:`offpath.agent.graph.api_graph`; :func:`offpath.agent.graph.open_runtime`
+#: opens a runtime with it (coordination does not import the agent side: issue 23).
+GraphFactory = Callable[["Runtime"], tuple[CompiledStateGraph, str]]
+
+
+class NoAgentGraph(RuntimeError):
+    """A :class:`Runtime` opened without a :data:`GraphFactory` was asked for its graph."""
 
 
 class Client:
@@ -151,10 +164,12 @@ class Runtime(Client):
         locks: Locks,
         publish: Publisher | None = None,
         redis_conn: redis.Redis | None = None,
+        agent: GraphFactory | None = None,
     ) -> None:
         super().__init__(settings, engine, leases, publish, redis_conn)
         self.checkpoints = checkpoints
         self.locks = locks
+        self._agent = agent
         self._graph: CompiledStateGraph | None = None
         self._end_node = ""
         self._other_checkpoints: dict[str, Checkpoints] = {}
@@ -168,8 +183,12 @@ class Runtime(Client):
         run_migrations: bool = True,
         publish: Publisher | None = None,
         check_connections: bool = False,
+        agent: GraphFactory | None = None,
     ) -> Runtime:
-        """``check_connections``: check every pooled PostgreSQL connection before use (the
+        """``agent``: what builds the graph :meth:`patch` writes through (none: a runtime
+        that queues and records jobs but raises :class:`NoAgentGraph` on a patch; the
+        API, the worker and the CLI open theirs with :func:`offpath.agent.graph.open_runtime`).
+        ``check_connections``: check every pooled PostgreSQL connection before use (the
         API: no request fails on a connection the database dropped); else only those idle
         for a while (the worker: a failed statement there is retried with the job)."""
         if run_migrations:
@@ -189,24 +208,21 @@ class Runtime(Client):
                 wait_s=settings.lock_wait_s,
                 prefix=settings.redis_key_prefix,
             )
-        return cls(settings, engine, leases, checkpoints, locks, publish, conn)
+        return cls(settings, engine, leases, checkpoints, locks, publish, conn, agent)
 
     @property
     def graph(self) -> CompiledStateGraph:
-        """The API's agent graph (built on first use: the worker only patches through it)."""
+        """The API's agent graph (built on first use: the worker only patches through it).
+
+        Raises :class:`NoAgentGraph` if the runtime was opened without ``agent``."""
         with self._guard:
             if self._graph is None:
-                from offpath.agent.graph import build_graph, chat_model, end_node, load_tools
-                from offpath.agent.middleware import OffPathCompaction
-
-                middleware = OffPathCompaction(self.settings, client=self, patch=True)
-                self._graph = build_graph(
-                    self.checkpoints.saver,
-                    middleware,
-                    chat_model(self.settings, middleware.busy),
-                    load_tools(self.settings.agent_tools),
-                )
-                self._end_node = end_node(self._graph)
+                if self._agent is None:
+                    raise NoAgentGraph(
+                        "this runtime has no agent graph to patch through: open it with "
+                        "offpath.agent.graph.open_runtime"
+                    )
+                self._graph, self._end_node = self._agent(self)
             return self._graph
 
     def patch(
@@ -217,8 +233,6 @@ class Runtime(Client):
 
         ``base``: the thread's latest checkpoint, read by the caller under the thread's lock
         (or known unchanged since): the write starts from it instead of reading it again."""
-        from offpath.agent.graph import thread_config
-
         graph = self.graph
         config: dict[str, Any] = thread_config(session_id)
         if base is not None:

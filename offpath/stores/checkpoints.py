@@ -26,6 +26,11 @@ from offpath.stores.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_sessio
 SQLITE_BUSY_TIMEOUT_S = 30
 
 
+def thread_config(session_id: str) -> dict[str, Any]:
+    """The LangGraph config that names thread ``session_id``."""
+    return {"configurable": {"thread_id": session_id}}
+
+
 def is_postgres(settings: Settings) -> bool:
     return settings.database_url.startswith(("postgresql", "postgres:"))
 
