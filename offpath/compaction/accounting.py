@@ -26,7 +26,7 @@ len(content) plus the JSON length of each tool call's args"):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -170,3 +170,9 @@ def total_chars(messages: Iterable[BaseMessage]) -> int:
 def approx_tokens(chars: int) -> int:
     """Chars to approximate tokens, at :data:`CHARS_PER_TOKEN` (the seed's proxy)."""
     return chars // CHARS_PER_TOKEN
+
+
+def render_content(content: str | Sequence[Any]) -> str:
+    """Content as text: strings and text parts; other parts as ``[image]``-style placeholders
+    (how the summarizer's prompt and the fact guard read a message)."""
+    return content_text(content, placeholders=True)

@@ -23,13 +23,11 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from offpath.compaction.accounting import content_text
+from offpath.compaction.accounting import render_content
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.summary import is_summary, summary_body, text_cap, words_for
 
@@ -200,11 +198,6 @@ def chunks(plan: CompactionPlan, max_chars: int, max_calls: int) -> list[Compact
         removed = tuple(earlier + group) if k == 0 else tuple(group)
         out.append(dataclasses.replace(plan, removed=removed))
     return out
-
-
-def render_content(content: str | Sequence[Any]) -> str:
-    """Content as text: strings and text parts; other parts as ``[image]``-style placeholders."""
-    return content_text(content, placeholders=True)
 
 
 def shorten(text: str, limit: int) -> str:
