@@ -1,0 +1,227 @@
+"""Reading where the session stands from its messages (:func:`read_frontier`): its requests
+(follow-ups folded into the one before them, revisions as instructions in force), what the
+agent answered, its numbered plan and the steps it reported done, the tool calls waiting or
+failed, and its stated next step. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from offpath.compaction.accounting import content_text
+from offpath.compaction.frontier.form import Frontier, _item
+from offpath.compaction.summary import is_summary, looks_like_instruction
+
+#: A human message that only says to go on: it continues the request before it.
+FOLLOW_UP = re.compile(
+    r"^\W*(?:(?:ok(?:ay)?|yes|yep|sure|great|good|thanks?|thank you|please|alright|right)\W+)*"
+    r"(?:continue|proceed|go on|go ahead|keep going|carry on|resume|next|do it|go|"
+    r"ok(?:ay)?|yes|yep|sure|sounds good|thanks?|thank you|great|good|alright)"
+    r"(?:\W+(?:please|then|with it|on|thanks?))*\W*$",
+    re.IGNORECASE,
+)
+#: A request that revises an earlier instruction.
+REVISION = re.compile(
+    r"\b(?:actually|instead|rather than|scratch that|change of plans?|correction|on second "
+    r"thought|update:|from now on|for the rest of|going forward|no longer|no,? (?:use|do|don't|"
+    r"make|switch)|don'?t use|do not use|switch to|not \w+ but)",
+    re.IGNORECASE,
+)
+#: A numbered step of a plan in the agent's text: "1. ...", "Step 2: ...", "3) ...".
+_STEP = re.compile(r"^\s*(?:[-*]\s*)?(?:\*\*)?(?:step\s*)?(\d{1,2})[.):]\**\s+(.+)$", re.I | re.M)
+_CHECKED = re.compile(r"\[[xX✓]\]|✓|✅|~~")
+_DONE_WORDS = r"(?:done|complete[d]?|finished|fixed|verified|succeeded|resolved|✓|✅)"
+_UNDER_WAY = r"(?:now|next|starting|start|working on|moving (?:on )?to|on to|under way|begin)"
+#: The agent's next step, as it says it.
+_NEXT = re.compile(
+    r"(?:^|(?<=[.!?]\s))[^.!?\n]*\b(?:next,? I(?:'ll| will)|I(?:'ll| will) now|next step|"
+    r"then I(?:'ll| will)|next:|now I(?:'ll| will)|let me)\b[^.!?\n]*[.!?]?",
+    re.IGNORECASE,
+)
+#: A step of a plan as a summary lists it ("step 4 (under way): ...").
+_LISTED_STEP = re.compile(r"^step (\d{1,2})(?: \((?:under way|done)\))?: (.+)$")
+
+
+def is_follow_up(text: str) -> bool:
+    """``text`` only says to go on ("continue", "ok, proceed", "yes please")."""
+    return bool(FOLLOW_UP.match(text.strip())) or not text.strip()
+
+
+def read_frontier(
+    removed: Sequence[BaseMessage],
+    kept: Sequence[BaseMessage] = (),
+    earlier: Frontier | None = None,
+) -> Frontier:
+    """Where the session stands at this compaction, from the messages it removes and keeps
+    (in thread order) and the frontier the last summary carried (``earlier``)."""
+    messages = [m for m in (*removed, *kept) if not is_summary(m)]
+    # requests, follow-ups folded into the one before them
+    requests: list[tuple[int, str, str]] = []  # (index, text, message id)
+    for i, m in enumerate(messages):
+        if m.type != "human":
+            continue
+        text = content_text(m.content).strip()
+        if not text or is_follow_up(text) or looks_like_instruction(text):
+            continue
+        if requests and requests[-1][1] == text:  # a kept request's copy
+            continue
+        requests.append((i, text, str(m.id)))
+    task = earlier.task if earlier and earlier.task else None
+    task_id = earlier.task_id if earlier and earlier.task else None
+    if task is None and requests:
+        _, task, task_id = requests[0]
+    task_status = earlier.task_status if earlier and earlier.task else None
+    done: list[str] = list(earlier.done) if earlier else []
+    open_: list[str] = []
+    instructions: list[str] = []
+    # each request: done when the agent answered it before the next one came
+    for k, (i, text, _) in enumerate(requests):
+        end = requests[k + 1][0] if k + 1 < len(requests) else len(messages)
+        answered = any(_is_answer(m) for m in messages[i + 1 : end])
+        last = k + 1 == len(requests)
+        if REVISION.search(text):
+            instructions.append(text)
+            if not task_status and text != task:
+                task_status = "revised"
+        if not last:
+            if text == task:
+                task_status = task_status or ("done" if answered else None)
+            else:
+                done.append(
+                    _item(text, 80) + (" (done: answered)" if answered else " (superseded)")
+                )
+        elif not answered and text != task:
+            open_.append(f"the latest request is under way: {_item(text)}")
+    if earlier and earlier.instructions:
+        instructions = [*earlier.instructions, *instructions]
+    latest = latest_id = None
+    if requests and requests[-1][1] != task:
+        _, latest, latest_id = requests[-1]
+    elif earlier and earlier.latest and not requests:
+        latest, latest_id = earlier.latest, earlier.latest_id
+    # the agent's plan (or the one an earlier summary listed), the calls waiting or failed,
+    # its next step
+    carried_plan: dict[int, tuple[str, str]] = {}
+    if earlier:
+        for status, items in (("done", earlier.done), ("", earlier.open)):
+            for item in items:
+                if step := _LISTED_STEP.match(item):
+                    carried_plan[int(step.group(1))] = (step.group(2), status)
+        done = [d for d in done if not _LISTED_STEP.match(d)]
+    steps_done, steps_open = _plan(messages, carried_plan)
+    done += steps_done
+    open_ = [*_calls(messages), *steps_open, *open_]
+    next_step = _next(messages) or (earlier.next if earlier else None)
+    return Frontier(
+        task=task,
+        task_id=task_id,
+        task_status=task_status if latest else None,
+        latest=latest,
+        latest_id=latest_id,
+        done=tuple(dict.fromkeys(done)),
+        open=tuple(dict.fromkeys(open_)),
+        next=next_step,
+        instructions=tuple(dict.fromkeys(instructions))[-3:],
+    )
+
+
+def _is_answer(m: BaseMessage) -> bool:
+    return isinstance(m, AIMessage) and not m.tool_calls and bool(content_text(m.content).strip())
+
+
+def _calls(messages: Sequence[BaseMessage]) -> list[str]:
+    """Tool calls still waiting for their result, then calls that failed."""
+    from offpath.compaction.pairing import pair_messages
+
+    pairing = pair_messages(messages)
+    waiting: list[str] = []
+    for index, cid in pairing.open_calls:
+        m = messages[index]
+        call = next((c for c in getattr(m, "tool_calls", None) or [] if c.get("id") == cid), None)
+        if call is not None:
+            waiting.append(f"waiting for the result of {_call(call)}")
+    failed: list[str] = []
+    for a, t in pairing.pairs:
+        result = messages[t]
+        if isinstance(result, ToolMessage) and result.status == "error":
+            call = next(
+                (c for c in messages[a].tool_calls if c.get("id") == result.tool_call_id), None
+            )
+            what = _call(call) if call else result.name or "a tool call"
+            failed.append(f"FAILED, not done: {what}: {_item(content_text(result.content), 100)}")
+    return [*waiting, *failed[-5:]]
+
+
+def _call(call: Mapping[str, Any]) -> str:
+    import json
+
+    args = json.dumps(call.get("args") or {}, ensure_ascii=False, default=str)
+    return f"{call.get('name')}({_item(args, 100)})"
+
+
+def _plan(
+    messages: Sequence[BaseMessage], carried: Mapping[int, tuple[str, str]] | None = None
+) -> tuple[list[str], list[str]]:
+    """The agent's latest plan (a numbered list of two steps or more in its text; else the one
+    an earlier summary listed, ``carried``: step -> (text, status)): the steps it reported
+    done, and the others, the one under way first."""
+    plan: dict[int, str] = {n: text for n, (text, _) in (carried or {}).items()}
+    status: dict[int, str] = {n: st for n, (_, st) in (carried or {}).items()}
+    at = 0
+    for i, m in enumerate(messages):
+        if isinstance(m, AIMessage):
+            steps = {int(n): s.strip() for n, s in _STEP.findall(content_text(m.content))}
+            if len(steps) >= 2 and 1 in steps:
+                plan, at = steps, i
+                status = {n: "done" if _CHECKED.search(x) else "" for n, x in steps.items()}
+    if not plan:
+        return [], []
+    for m in messages[at:]:
+        if not isinstance(m, AIMessage):
+            continue
+        text = content_text(m.content)
+        for n in plan:
+            mention = rf"(?:step\s*{n}\b|\({n}\)|#{n}\b)"
+            if re.search(
+                rf"{mention}[^.\n]{{0,60}}\b{_DONE_WORDS}|\b{_DONE_WORDS}\b[^.\n]{{0,20}}{mention}",
+                text,
+                re.I,
+            ):
+                status[n] = "done"
+            elif status[n] != "done" and re.search(
+                rf"\b{_UNDER_WAY}\b[^.\n]{{0,30}}{mention}|{mention}[^.\n]{{0,30}}\b{_UNDER_WAY}\b",
+                text,
+                re.I,
+            ):
+                status[n] = "under way"
+    done = [f"step {n} (done): {_item(plan[n], 100)}" for n in sorted(plan) if status[n] == "done"]
+    last_done = max((n for n in plan if status[n] == "done"), default=0)
+    current = next(
+        (n for n in sorted(plan) if status[n] == "under way"),
+        next((n for n in sorted(plan) if n > last_done and status[n] != "done"), None),
+    )
+    open_ = []
+    for n in sorted(plan):
+        if status[n] == "done":
+            continue
+        label = " (under way)" if n == current else ""
+        open_.append(f"step {n}{label}: {_item(plan[n], 100)}")
+    if current is not None:  # the one under way first
+        open_.sort(key=lambda s: not s.startswith(f"step {current} "))
+    return done, open_
+
+
+def _next(messages: Sequence[BaseMessage]) -> str | None:
+    for m in reversed(messages):
+        if isinstance(m, AIMessage):
+            text = content_text(m.content)
+            if not text.strip():
+                continue
+            found = [x.group(0).strip() for x in _NEXT.finditer(text)]
+            found = [x for x in found if not looks_like_instruction(x)]
+            return _item(found[-1], 200) if found else None
+    return None
