@@ -612,7 +612,9 @@ def test_a_result_shortened_again_reads_its_facts_once(monkeypatch):
 
     reads = []
     observe = facts._observe
-    monkeypatch.setattr(facts, "_observe", lambda m: reads.append(len(m.content)) or observe(m))
+    monkeypatch.setattr(
+        facts.extraction, "_observe", lambda m: reads.append(len(m.content)) or observe(m)
+    )
     facts._observed.cache_clear()
     dump = max(sre_session(seed=3), key=message_chars)
     outs = [shorten(dump, cap) for cap in (20_000, 12_000, 8_000, 4_000)]
@@ -749,7 +751,7 @@ def test_the_facts_of_new_results_are_found_while_the_model_answers(tmp_path, mo
         reads.append((threading.current_thread().name, len(str(m.content))))
         return observe(m)
 
-    monkeypatch.setattr(facts, "_observe", counted)
+    monkeypatch.setattr(facts.extraction, "_observe", counted)
     facts._observed.cache_clear()
     log = "\n".join(
         f"10:{k:02d}:07Z ERROR ledger-db-{k} refused (OPS-{4000 + k})" for k in range(60)

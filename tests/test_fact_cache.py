@@ -188,6 +188,7 @@ def test_summaries_and_pinned_facts_are_unchanged(name, messages, sizes, monkeyp
     if not isinstance(got, Skip):
         got_loss = loss.loss_report(got.plan.removed, got.result.text, got.plan.kept)
     monkeypatch.setattr(facts, "extract", reference_extract)
+    monkeypatch.setattr(facts.pinning, "extract", reference_extract)
     monkeypatch.setattr(loss, "extract", reference_extract)
     want = compact(messages, settings, guarded)
     if isinstance(want, Skip):

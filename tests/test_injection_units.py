@@ -84,8 +84,8 @@ def test_whatever_passes_the_filter_is_only_ever_quoted_data(channel, monkeypatc
     from offpath.compaction.summarizers import offline
 
     monkeypatch.setattr(offline, "looks_like_instruction", lambda _: False)
-    monkeypatch.setattr(facts, "looks_like_instruction", lambda _: False)
-    monkeypatch.setattr(facts, "may_hold_instruction", lambda _: False)
+    monkeypatch.setattr(facts.extraction, "looks_like_instruction", lambda _: False)
+    monkeypatch.setattr(facts.extraction, "may_hold_instruction", lambda _: False)
     text = summary_of(channel, "offline")
     assert stated(text) == [], text
     if channel == "tool content":  # without the filter they are there, quoted

@@ -1,0 +1,300 @@
+"""The facts of a list of messages: :class:`Fact`, each message's facts found once per
+process (:func:`warm`, cached by what they depend on), merged in order by :func:`extract`,
+and ranked by what an investigator needs (:func:`rank`)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from offpath.compaction.facts.patterns import _ERROR_LINE, _NOISE_LINE, _WEIGHT, find
+from offpath.compaction.facts.reading import _arguments, _blocks, _split_values
+from offpath.compaction.facts.sections import _around
+from offpath.compaction.summary import is_summary, looks_like_instruction, may_hold_instruction
+
+
+@dataclass(slots=True)
+class Fact:
+    """One fact: its ``value`` (as written, spaces collapsed), ``kind``, the id of the first
+    message it was seen in and the line there, how many messages hold it, and how it was
+    used: ``stated`` by the agent (its text, its tool calls' arguments), ``asked`` by the
+    user (a request), ``carried`` from an earlier summary, ``noise``: seen only on noise
+    lines of tool output (healthy table rows, listings, object metadata)."""
+
+    value: str
+    kind: str
+    message_id: str
+    line: str
+    messages: int = 1
+    stated: bool = False
+    order: int = 0
+    asked: bool = False
+    carried: bool = False
+    noise: bool = True
+    error: bool = False  # seen on a line that reports an error or a failure
+    _seen: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def score(self) -> int:
+        """Higher first: kind weight (-1 for a time of day without its date: a schedule's
+        times are rarely what a task turns on), +3 stated by the agent, +2 asked by the user, +5 carried
+        from an earlier summary, +2 on a line that reports an error, + up to 3 for
+        recurrence. 0 (never pinned): a bare number nobody used (not stated, asked, carried
+        nor recurring), a fact seen only on noise lines and never used."""
+        used = self.stated or self.asked or self.carried
+        if not used and (self.noise or (self.kind == "number" and self.messages < 2)):
+            return 0
+        return (
+            _WEIGHT[self.kind]
+            - (self.kind == "timestamp" and ":" in self.value and "-" not in self.value)
+            + 3 * self.stated
+            + 2 * self.asked
+            + 5 * self.carried  # pinned or concluded before: kept ahead (no telephone game)
+            + 2 * self.error
+            + min(self.messages - 1, 3)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """One value's occurrences in one message: the first one's kind, line and message id
+    (a pinned entry of an earlier summary names its own), the ids of the blocks it was
+    found in by :func:`find` (a tool argument alone counts no message), and how it was
+    used there (see :class:`Fact`)."""
+
+    value: str
+    kind: str
+    message_id: str
+    line: str
+    found_in: tuple[str, ...]
+    stated: bool
+    asked: bool
+    carried: bool
+    clear: bool  # seen at least once off a noise line
+    error: bool
+
+
+def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
+    """The facts of one message, in order of first appearance: what :func:`extract` merges.
+    Depends on nothing but the message, so it is computed once per message (cached)."""
+    seen: dict[str, dict[str, Any]] = {}
+    mid0 = str(m.id)
+    for value, line in _arguments(m):  # an identifier by its use: passed to a tool
+        entry = seen.get(value)
+        if entry is None:
+            entry = seen[value] = {
+                "kind": "argument",
+                "message_id": mid0,
+                "line": line,
+                "found_in": [],
+                "stated": False,
+                "asked": False,
+                "carried": False,
+                "clear": False,
+                "error": False,
+            }
+        entry["stated"] = entry["clear"] = True
+    for text, role, mid in _blocks(m):
+        if role in ("values", "stated values"):  # a summary's values by kind: each one
+            # carried as it is, stated still if it was
+            for value in _split_values(text):
+                if value not in seen and not looks_like_instruction(value):
+                    found = find(value)
+                    whole = len(found) == 1 and found[0][0] == value
+                    seen[value] = {
+                        "kind": found[0][1] if whole else "argument",
+                        "message_id": mid,
+                        "line": value,
+                        "found_in": [mid],
+                        "stated": role == "stated values",
+                        "asked": False,
+                        "carried": True,
+                        "clear": True,
+                        "error": False,
+                    }
+            continue
+        instruction: dict[int, bool] = {}  # line start -> the line reads as one
+        noisy: dict[int, bool] = {}  # line start -> a noise line (tool output only)
+        errors: dict[int, bool] = {}  # line start -> it reports an error
+        test_lines = may_hold_instruction(text)
+        data = role == "data"
+        for value, kind, offset in find(text):
+            entry = seen.get(value)
+            line = ""
+            start = 0
+            if entry is None or test_lines or data:  # the line is needed
+                start = text.rfind("\n", 0, offset) + 1
+                end = text.find("\n", offset)
+                line = text[start : end if end >= 0 else len(text)]
+                if test_lines:
+                    if start not in instruction:
+                        instruction[start] = looks_like_instruction(line)
+                    if instruction[start]:
+                        continue
+            if entry is None:
+                entry = seen[value] = {
+                    "kind": kind,
+                    "message_id": mid,
+                    "line": _around(line, offset - start, value),
+                    "found_in": [mid],
+                    "stated": False,
+                    "asked": False,
+                    "carried": False,
+                    "clear": False,
+                    "error": False,
+                }
+            elif mid not in entry["found_in"]:
+                entry["found_in"].append(mid)
+            if data:
+                if start not in noisy:
+                    noisy[start] = bool(_NOISE_LINE.search(line))
+                    errors[start] = not noisy[start] and bool(_ERROR_LINE.search(line))
+                if not noisy[start]:
+                    entry["clear"] = True
+                entry["error"] = entry["error"] or errors[start]
+            else:
+                entry["clear"] = True
+                entry["stated"] = entry["stated"] or role == "agent"
+                entry["asked"] = entry["asked"] or role == "user"
+                entry["carried"] = entry["carried"] or role == "carried"
+    return tuple(
+        _Seen(
+            value,
+            e["kind"],
+            e["message_id"],
+            e["line"],
+            tuple(e["found_in"]),
+            e["stated"],
+            e["asked"],
+            e["carried"],
+            e["clear"],
+            e["error"],
+        )
+        for value, e in seen.items()
+    )
+
+
+#: Messages whose facts are kept per worker process (issue 22: a compaction re-read every
+#: message's facts: the plan's shortened results, the guard, the check before the swap and
+#: the loss report each extracted the same messages again, and a message kept at one
+#: compaction is read again when the next one removes it).
+OBSERVED_CACHE_SIZE = 8_192
+
+
+class _Key:
+    """A message by what its facts depend on (type, id, summary marker, content, tool
+    calls), hashed; it holds the message only until its facts are computed."""
+
+    __slots__ = ("digest", "message")
+
+    def __init__(self, message: BaseMessage) -> None:
+        content = message.content
+        calls = getattr(message, "tool_calls", None) or ()
+        text = "\x00".join(
+            (
+                message.type,
+                str(message.id),
+                "s" if is_summary(message) else "",
+                content if isinstance(content, str) else repr(content),
+                repr(calls) if calls else "",
+            )
+        )
+        self.digest = hashlib.blake2b(
+            text.encode("utf-8", "surrogatepass"), digest_size=16
+        ).digest()
+        self.message: BaseMessage | None = message
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and other.digest == self.digest
+
+
+@functools.lru_cache(maxsize=OBSERVED_CACHE_SIZE)
+def _observed(key: _Key) -> tuple[_Seen, ...]:
+    message, key.message = key.message, None  # the cache keeps the digest, not the text
+    assert message is not None
+    return _observe(message)
+
+
+#: Results of :func:`extract` kept per process, by the digests of their messages in order.
+MERGED_CACHE_SIZE = 8
+_MERGED: OrderedDict[tuple[bytes, ...], tuple[Fact, ...]] = OrderedDict()
+_MERGED_LOCK = threading.Lock()
+
+
+def warm(messages: Iterable[BaseMessage]) -> None:
+    """Find the facts of each of ``messages`` and keep them (per process, as :func:`extract`
+    does) before anything needs them: shortening a tool result (its marker lists the facts
+    of the part not shown), the fact guard's pins and the loss report of a compaction then
+    find them ready. The middleware calls it for the messages each model call is the first
+    to see, on a background thread, while the model answers (issue 18: a run shortening
+    older results found the facts of about 280,000 chars of an SRE session in its model
+    calls' path)."""
+    for m in messages:
+        _observed(_Key(m))
+
+
+def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
+    """The facts of ``messages``, one per distinct value, with where each was first seen
+    (the line it is on) and how it was used (see :class:`Fact`).
+
+    Lines that read as instructions to an assistant (injected text) are skipped: their
+    contents are never pinned into a summary, which the model reads in the user's role.
+
+    Each message's facts are found once per process and merged here in order (issue 22:
+    a compaction pays only for the messages it has not read before); the result is the
+    same as reading the messages afresh. The last few results are kept too (the guard and
+    the loss report of one compaction extract the same removed messages): their facts are
+    shared between the calls, read them and never change them.
+    """
+    keys = [_Key(m) for m in messages]
+    digests = tuple(k.digest for k in keys)
+    with _MERGED_LOCK:
+        kept = _MERGED.get(digests)
+        if kept is not None:
+            _MERGED.move_to_end(digests)
+            return list(kept)
+    facts: dict[str, Fact] = {}
+    for key in keys:
+        for seen in _observed(key):
+            fact = facts.get(seen.value)
+            if fact is None:
+                fact = facts[seen.value] = Fact(
+                    seen.value, seen.kind, seen.message_id, seen.line, order=len(facts)
+                )
+                fact._seen.add(seen.message_id)
+            for mid in seen.found_in:
+                if mid not in fact._seen:
+                    fact._seen.add(mid)
+                    fact.messages += 1
+            if seen.clear:
+                fact.noise = False
+            fact.stated = fact.stated or seen.stated
+            fact.asked = fact.asked or seen.asked
+            fact.carried = fact.carried or seen.carried
+            fact.error = fact.error or seen.error
+    with _MERGED_LOCK:
+        _MERGED[digests] = tuple(facts.values())
+        while len(_MERGED) > MERGED_CACHE_SIZE:
+            _MERGED.popitem(last=False)
+    return list(facts.values())
+
+
+def rank(facts: Iterable[Fact]) -> list[Fact]:
+    """``facts`` most important first: by :attr:`Fact.score`, then first seen first."""
+    return sorted(facts, key=lambda f: (-f.score, f.order))
+
+
+def stated_facts(messages: Sequence[BaseMessage]) -> list[Fact]:
+    """The facts the agent stated itself, earlier summaries included (what the fidelity
+    benchmark marks in a transcript)."""
+    return [f for f in extract(messages) if f.stated or f.carried]

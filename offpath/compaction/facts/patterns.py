@@ -1,0 +1,284 @@
+"""The kinds of fact and how they are found in a text: each kind's regular expressions and
+weight, the noise and error lines of tool output, the cheap gates that skip a pattern's scan,
+and :func:`find`, which gives each char of a text to one fact at most."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+# Kinds, most specific first: a span taken by one kind is not matched again by a later one.
+# A kind may have several patterns (tried in turn). Each pattern opens with the char class
+# of its first char and checks the char before it by a look-behind *after* that char
+# (``\d(?<!\w\d)`` rather than ``\b\d``): the regex engine then skips, in C, every position
+# whose char cannot start a fact (issue 13: the guard's scan was most of a job's CPU).
+_UNITS = (
+    r"(?:ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|%|[KMGT]i?B?|"
+    r"[KMGT]iB|bytes?|cores?|nanocores|millicores|m?cpus?|m|req/s|rps|qps|ops/s|conns?|connections)"
+)
+_KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
+    ("url", re.compile(r"https?://[^\s'\"<>()\[\]{}`]+[^\s'\"<>()\[\]{}`.,;:!?]"), 3),
+    (
+        "timestamp",
+        re.compile(
+            r"\d(?<!\w\d)(?:\d{3}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?"
+            r"(?:Z|[+-]\d{2}:?\d{2})?)?"
+            r"|\d?:\d{2}:\d{2}(?:\.\d+)?Z?\b|\d?:\d{2}Z?(?= ?(?:UTC|GMT|Z)\b))"
+        ),
+        2,
+    ),
+    (
+        "path",  # absolute or relative to ~, . or ..: two segments at least
+        re.compile(
+            r"(?:~/(?<![\w/.~-]~/)|\.\./(?<![\w/.~-]\.\./)|\./(?<![\w/.~-]\./)|/(?<![\w/.~-]/))"
+            r"[\w.@+-]++(?:/[\w.@+-]++)+/?"
+        ),
+        3,
+    ),
+    ("path", re.compile(r"\w(?<!\w\w)[\w.-]*+(?:/[\w.@+-]+)+\.[A-Za-z]\w{0,5}\b"), 3),  # a/b.py
+    ("ticket", re.compile(r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]{1,9}-\d{1,7}(?![\w.-])"), 3),
+    (
+        "trace_id",
+        re.compile(
+            r"[TtSsRrCc](?<!\w[TtSsRrCc])(?i:(?<=t)race|(?<=s)pan|(?<=r)equest|(?<=c)orrelation)"
+            r"[_-]?(?i:id)[=: ]+([\w-]{6,})"
+        ),
+        3,
+    ),
+    (
+        "sha",  # 7-40 hex chars with a letter and a digit among them
+        re.compile(
+            r"[0-9a-f](?<![\w.-][0-9a-f])(?=[0-9a-f]{6})(?:(?<=[a-f])|(?=[0-9a-f]{0,38}[a-f]))"
+            r"(?:(?<=\d)|(?=[0-9a-f]{0,38}\d))[0-9a-f]{6,39}(?![\w.-])"
+        ),
+        3,
+    ),
+    (
+        "error_code",
+        re.compile(
+            r"[sce45A-Z](?<!\w.)(?:(?<=H)TTP[=: ]+\d{3}\b|(?<=s)tatus[=: ]+\d{3}\b"
+            r"|(?<=c)ode[=: ]+\d{3}\b|(?<=e)xit (?:code|status)[=: ]+\d{3}\b"
+            r"|(?<=[45])\d\ds?(?= (?:errors?|responses?|status|Bad|Service|Gateway|Internal|"
+            r"Not Found|Forbidden|Unauthorized|Too Many)\b)"
+            r"|(?<=[A-Z])[A-Za-z]*+(?:(?<=[A-Za-z]Error)|(?<=[A-Za-z]Exception)"
+            r"|(?<=[A-Za-z]BackOff)|(?<=[A-Za-z]Killed)|(?<=[A-Za-z]Failure)"
+            r"|(?<=[A-Za-z]Timeout))\b"
+            r"|(?<=E)(?:CONNREFUSED|CONNRESET|CONNABORTED|TIMEDOUT|HOSTUNREACH|NETUNREACH|"
+            r"ADDRINUSE|ACCES|PERM|PIPE|AGAIN|NOENT|NOSPC|MFILE|NOTFOUND|NOMEM|AI_AGAIN)\b"
+            r"|(?:(?<=E)(?:RR)?|(?<=O)RA|(?<=S)QLSTATE)[-_ ]?\d{3,5}\b)"
+        ),
+        3,
+    ),
+    (
+        "error_code",  # exit and status codes, in any letter case ("Exit Code:    137")
+        re.compile(
+            r"(?i:[ers](?<![\w.-][ers])(?:(?<=e)xit|(?<=r)eturn|(?<=s)tatus)[ _-]?"
+            r"(?:code|status)\s*[=:]?\s*\d{1,3})(?!\d)"
+        ),
+        3,
+    ),
+    (
+        "config",  # a setting and its value: "Restart Count:  6", "memory:  512Mi", "DB_TIMEOUT=5s"
+        re.compile(
+            r"(?m)^[ \t]*([A-Za-z][\w.-]*(?: [A-Za-z][\w.-]*){0,3}:[ \t]+\d[\w.%/]*)[ \t]*$"
+            r"|([A-Za-z](?<![\w.-][A-Za-z])[\w.-]*=\d[\w.%]*)(?![\w.])",
+            re.IGNORECASE,
+        ),
+        2,
+    ),
+    (
+        "version",  # 2.3.1, v2.4.2, v1.2 (an IP address reads as one too: both are facts)
+        re.compile(
+            r"[vV\d](?<![\w.][vV\d])(?:(?<=[vV])\d+\.\d+|(?<=\d)\d*\.\d+\.\d+)(?:\.\d+)*"
+            r"(?:-[0-9A-Za-z.]+)?(?![\w.])"
+        ),
+        3,
+    ),
+    ("env", re.compile(r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])"), 3),
+    (
+        "function",  # camelCase or snake_case names of code: validateEmailPattern(), get_user()
+        re.compile(
+            r"[a-z_](?<![\w.][a-z_])(?:[a-z][a-z0-9]*(?:[A-Z][a-z0-9]+)+(?:\(\))?|\w*_\w*\(\))"
+            r"(?![\w(])"
+        ),
+        2,
+    ),
+    ("identifier", re.compile(r"#(?<![\w#]#)[A-Za-z0-9]*\d[A-Za-z0-9]*(?![\w])"), 3),
+    (  # a code of capitals and digits, both: a reservation (OBUT9V), a flight (HAT078)
+        "identifier",
+        re.compile(
+            # a digit and a capital among all its chars, the first one's included: 4XGCCM
+            r"[A-Z0-9](?<![\w.#-][A-Z0-9])(?:(?<=\d)|(?=[A-Z0-9]*\d))(?:(?<=[A-Z])|(?=[A-Z0-9]*[A-Z]))"
+            r"[A-Z0-9]{4,11}(?![\w-])"
+        ),
+        2,
+    ),
+    (
+        "quantity",  # a number with a unit, or a ratio n/m
+        re.compile(
+            r"\d(?:(?<![\w.]\d)[\d,]*+(?:\.\d+)?\s?" + _UNITS + r"(?![\w/])"
+            r"|(?<![\w./]\d)\d*+/\d+(?![\w/.]))"
+        ),
+        2,
+    ),
+    (
+        "identifier",
+        re.compile(r"[A-Za-z](?<![\w./-][A-Za-z])\w*+(?:[-.:]\w+)+(?![\w/-])"),
+        2,
+    ),
+    # identifiers of any domain, by their shape (issue 19): snake_case with digits
+    # (credit_card_9513926, chen_johnson_4204), then bare numbers (item ids, zip codes),
+    # which count only by their use (see ``Fact.score``)
+    (
+        "identifier",
+        re.compile(r"[A-Za-z](?<![\w./#-][A-Za-z])[A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_\d\w*"),
+        2,
+    ),
+    ("number", re.compile(r"\d(?<![\w.:/#+-]\d)\d{4,}(?![\w.:/%-])"), 1),
+)
+_WEIGHT = {kind: weight for kind, _, weight in _KINDS} | {"argument": 3}
+#: An identifier without digits is a fact only with one of these parts (a service's usual
+#: names) or at least two separators; ``read-only`` and ``well-known`` are words, not names.
+_SERVICE_PARTS = frozenset(
+    "api service svc worker web app db database cache redis postgres mysql mongo kafka proxy "
+    "gateway server primary replica queue broker controller operator agent node cluster pod "
+    "deployment ingress frontend backend auth payments checkout ledger loki prometheus grafana "
+    "nginx envoy istio etcd coredns kube".split()
+)
+_WORDS = re.compile(r"[a-z]+")
+_DIGIT = re.compile(r"\d")
+
+
+#: Lines of tool output that are noise: a healthy row of a table (``1/1 Running 0``), a
+#: directory listing (``ls -l`` rows, bare paths from ``find``), ``kubectl describe`` object
+#: metadata. Their facts are pinned only if used elsewhere (issue 19: pinned facts were a
+#: dump of healthy pod rows and listings).
+_NOISE_LINE = re.compile(
+    r"\b(\d+)/\1\s+Running\s+0\b"
+    r"|^\s*[-dlcbps][rwxsStT-]{9}[.+@]?\s"
+    r"|^\s*[\w.@+~-]*(?:/[\w.@+-]+)+/?\s*$"
+    r"|^\s*(?:annotations|labels|selector|tolerations|node-selectors|mounts|volumes|image id|"
+    r"container id|controlled by|qos class|priority class name|service account|conditions|"
+    r"host port|ips?|node|start time|namespace|priority|controlled by)\s*:",
+    re.IGNORECASE,
+)
+#: The key of a ``key=value`` that is a setting (a log line's ``latency_ms=212`` is not).
+_CONFIG_KEY = re.compile(
+    r"restart|replica|retr|limit|timeout|max|min|size|count|port|pool|thread|worker|concurren",
+    re.IGNORECASE,
+)
+#: A line that reports an error or a failure: its facts are what an investigator needs.
+_ERROR_LINE = re.compile(
+    r"\b(?:error|err|fatal|panic|exception|traceback|fail(?:ed|ure|ing)?|refused|timed? ?out|"
+    r"exhausted|oomkilled|killed|denied|crash\w*|unavailable|unhealthy|evicted|throttl\w*|"
+    r"critical|backoff|5\d\d)\b",
+    re.IGNORECASE,
+)
+#: Values that are never facts, wherever they are.
+_NEVER = frozenset({"/dev/null", "/bin/sh", "/bin/bash", "/usr/bin/env", "/tmp", "/dev/stdout"})
+
+
+def normal(text: str) -> str:
+    """``text`` case-folded with runs of white space as one space: how a fact's presence in
+    a summary is tested (``Exit Code: 137`` is in "exit code:   137")."""
+    return " ".join(text.casefold().split())
+
+
+#: A shortened result's note pointing at its original: ``recall("f6d87949"``.
+_CITED = re.compile(r'recall\("([^"\s]{1,80})"')
+
+
+#: Cheap necessary conditions of some kinds' patterns (issue 22: the scans were most of the
+#: fact guard's CPU): a piece of text that every match of the pattern contains. A text in
+#: which a pattern's gate finds nothing holds no match, so :func:`find` skips that pattern's
+#: scan. Keyed by the pattern's source: a pattern that is changed loses its gate (it is then
+#: scanned, as before) until its gate is written again. Regex gates open with a literal
+#: char, which ``re`` finds at C speed.
+_REGEX_GATES: dict[str, re.Pattern[str]] = {
+    # path a/b.py: its last segment, ".", a letter
+    r"\w(?<!\w\w)[\w.-]*+(?:/[\w.@+-]+)+\.[A-Za-z]\w{0,5}\b": re.compile(r"/[\w.@+-]+\.[A-Za-z]"),
+    # version: "." then a digit
+    r"[vV\d](?<![\w.][vV\d])(?:(?<=[vV])\d+\.\d+|(?<=\d)\d*\.\d+\.\d+)(?:\.\d+)*"
+    r"(?:-[0-9A-Za-z.]+)?(?![\w.])": re.compile(r"\.\d"),
+    # env: "_" then a capital or a digit
+    r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])": re.compile(r"_[A-Z0-9]"),
+    # snake_case with digits: "_" then a digit
+    r"[A-Za-z](?<![\w./#-][A-Za-z])[A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_\d\w*": re.compile(r"_\d"),
+}
+#: The same for case-insensitive patterns, as words of which each group must have one in the
+#: lower-cased text; used on ASCII text only (``re``'s IGNORECASE matches ``ſ`` for ``s``,
+#: ``İ`` for ``i``, which ``str.lower`` does not give).
+_WORD_GATES: dict[str, tuple[tuple[str, ...], ...]] = {
+    r"[TtSsRrCc](?<!\w[TtSsRrCc])(?i:(?<=t)race|(?<=s)pan|(?<=r)equest|(?<=c)orrelation)"
+    r"[_-]?(?i:id)[=: ]+([\w-]{6,})": (("race", "pan", "equest", "orrelation"), ("id",)),
+    r"(?i:[ers](?<![\w.-][ers])(?:(?<=e)xit|(?<=r)eturn|(?<=s)tatus)[ _-]?"
+    r"(?:code|status)\s*[=:]?\s*\d{1,3})(?!\d)": (("xit", "eturn", "tatus"), ("code", "status")),
+}
+
+
+@functools.lru_cache(maxsize=8)
+def _gated_kinds(
+    kinds: tuple[tuple[str, re.Pattern[str], int], ...],
+) -> tuple[tuple[str, re.Pattern[str], Any, Any], ...]:
+    """``(kind, pattern, regex gate, word gate)`` for each of ``kinds`` (gates None: none)."""
+    return tuple(
+        (kind, pattern, _REGEX_GATES.get(pattern.pattern), _WORD_GATES.get(pattern.pattern))
+        for kind, pattern, _ in kinds
+    )
+
+
+@functools.lru_cache(maxsize=1_024)
+def _config_setting(key: str) -> bool:
+    """The key of a ``key=value`` names a setting (:data:`_CONFIG_KEY`); keys repeat on
+    every line of a log, so it is asked once per key."""
+    return _CONFIG_KEY.search(key) is not None
+
+
+def find(text: str) -> list[tuple[str, str, int]]:
+    """The facts in ``text`` as ``(value, kind, offset)``, in order of appearance. Each char
+    belongs to one fact at most: the first kind (most specific) to match it takes it."""
+    taken = bytearray(len(text))  # 1 where a fact already is: one C-level scan per check
+    out: list[tuple[str, str, int]] = []
+    for m in _CITED.finditer(text):  # offpath's own pointer to a message, not a fact of it:
+        # a random id (its prefix), pinned or not by chance (all digits: a number)
+        taken[m.start(1) : m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
+    low: str | None = None  # the lower-cased text, for the word gates (ASCII text only)
+    for kind, pattern, gate, words in _gated_kinds(_KINDS):
+        if gate is not None and gate.search(text) is None:
+            continue  # no match can be in this text
+        if words is not None and text.isascii():
+            if low is None:
+                low = text.lower()
+            if not all(any(w in low for w in group) for group in words):
+                continue
+        identifier, config, quantity = kind == "identifier", kind == "config", kind == "quantity"
+        for m in pattern.finditer(text):
+            group = m.lastindex or 0  # a kind with a group: the value is the group (the last
+            # matched, for a kind whose alternatives have a group each)
+            start, end = m.span(group)
+            if taken.find(1, start, end) != -1:
+                continue
+            value = m.group(group).rstrip(".,:;")
+            if "\n" in value or (identifier and not _is_name(value)):
+                continue
+            if value in _NEVER:
+                continue
+            if config and "=" in value and not _config_setting(value.split("=")[0]):
+                continue  # key=value in a log line: a setting only by its key's name
+            if "  " in value or "\t" in value:
+                value = " ".join(value.split())
+            if quantity and value.count("/") > 1:
+                continue
+            taken[start:end] = b"\x01" * (end - start)
+            out.append((value, kind, start))
+    out.sort(key=lambda f: f[2])
+    return out
+
+
+def _is_name(value: str) -> bool:
+    if _DIGIT.search(value):
+        return len(value) >= 4
+    if value.count("-") + value.count(".") + value.count(":") >= 2:
+        return not value.endswith((".py", ".md")) or "/" in value
+    return any(w in _SERVICE_PARTS for w in _WORDS.findall(value.lower()))

@@ -1,0 +1,138 @@
+"""How a message is read for facts: its blocks of text by role (the agent's words and tool
+calls, the user's request, tool output, an earlier summary whose pinned entries are read back
+as the lines and messages they cite), and the tool-call arguments that are facts by their use."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from offpath.compaction.facts.sections import (
+    _EARLIER,
+    _LISTED,
+    _QUOTED,
+    _VALUES,
+    PINNED_HEADING,
+    SINCE_HEADING,
+    SWAP_HEADING,
+)
+from offpath.compaction.summary import is_summary, summary_body
+
+#: How a summary points at a clipped request's message (:func:`frontier.into_summary`).
+_CITATION = re.compile(r' \(whole: recall\("[^"]*"\)\)')
+#: How offpath points at an archived message (a shortened result's marker, a summary):
+#: ``recall("48596bb7", offset=1200)``.
+_RECALL_CALL = re.compile(r'recall\("[^"\n]{1,80}"(?:, offset=\d+)?\)')
+
+
+def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
+    """``(text, role, message_id)`` for each block of a message worth reading for facts.
+    ``role``: ``agent`` (its text, the first line of each of its tool calls' arguments: its
+    conclusions and actions), ``user`` (a request), ``carried`` (an earlier summary: what
+    was concluded before; its pinned entries are read as the line they quote and the message
+    they name, so a fact pinned again keeps its source), ``data`` (tool output, the rest of a
+    multi-line argument)."""
+    from offpath.compaction.prompt import render_content
+
+    mid = str(message.id)
+    if is_summary(message):
+        text = summary_body(message)
+        cut = min(
+            (
+                i
+                for i in (
+                    text.find(PINNED_HEADING),
+                    text.find(SINCE_HEADING),
+                    text.find(SWAP_HEADING),
+                )
+                if i >= 0
+            ),
+            default=len(text),
+        )
+        body, pinned = text[:cut], text[cut:]
+        yield _CITATION.sub("", body), "carried", mid  # ids offpath cites are not facts
+        for line in pinned.splitlines()[1:]:
+            if quoted := _QUOTED.match(line.strip()):
+                yield quoted["line"], "carried", quoted["id"]
+                if args := _CALL_ARGS.findall(quoted["line"]):  # a quoted tool call: its
+                    # arguments were facts by their use, whatever their shape (SDZQKO)
+                    named = [a or b for a, b in args if _is_token(a or b)]
+                    if named:
+                        yield ", ".join(named), "stated values", quoted["id"]
+            elif listed := _LISTED.match(line.strip()):
+                yield listed["values"].replace("`", ""), "carried", listed["id"]
+            elif compact := _EARLIER.match(line.strip()):
+                yield compact["values"].replace("`", ""), "carried", mid
+            elif values := _VALUES.match(line.strip()):
+                yield values["values"], "stated values" if values["stated"] else "values", mid
+        return
+    role = {"ai": "agent", "human": "user"}.get(message.type, "data")
+    text = render_content(message.content)
+    if 'recall("' in text:  # a shortened result's pointer: ids offpath cites are not facts
+        text = _RECALL_CALL.sub("recall(...)", text)
+    yield text, role, mid
+    for call in getattr(message, "tool_calls", None) or []:
+        # the call with the first line of each argument is the agent's action (stated); the
+        # rest of a multi-line argument (a heredoc, a file's new content) is data it wrote
+        args = call.get("args") or {}
+        heads = {k: v.split("\n", 1)[0] if isinstance(v, str) else v for k, v in args.items()}
+        yield (
+            f"{call.get('name')}({json.dumps(heads, ensure_ascii=False, default=str)})",
+            "agent",
+            mid,
+        )
+        for value in args.values():
+            if isinstance(value, str) and "\n" in value:
+                yield value.split("\n", 1)[1], "data", mid
+
+
+def _split_values(text: str) -> list[str]:
+    """The values of a line :func:`pin` lists by value: separated by ``, ``, one that holds
+    the separator quoted as code."""
+    out: list[str] = []
+    for m in re.finditer(r"`([^`]*)`|([^,`]+(?:,(?! )[^,`]*)*)", text):
+        value = (m.group(1) if m.group(1) is not None else m.group(2) or "").strip()
+        if value:
+            out.append(value)
+    return out
+
+
+#: A tool argument's value that is an identifier by its use: one token, no spaces.
+_TOKEN_VALUE = re.compile(r"^[#\w][\w.:/@#+-]{2,79}$")
+
+
+#: The scalar arguments of a quoted tool call's line: ``get_booking({"booking": "SDZQKO"})``.
+_CALL_ARGS = re.compile(r'"[\w.-]{1,40}": (?:"([#\w][\w.:/@#+-]{2,79})"|(\d{4,20}))(?=[,}\]])')
+
+
+def _is_token(text: str) -> bool:
+    """``text`` (a tool argument's scalar value) names something: a token with a digit or a
+    separator, or in capitals (``XEHQWM``); not a word, not a count under 4 digits."""
+    if text.isdigit() and len(text) < 4:  # a count, a limit: not a name
+        return False
+    return bool(_TOKEN_VALUE.match(text) and not text.isalpha()) or (
+        text.isupper() and 4 <= len(text) <= 12
+    )
+
+
+def _arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
+    """``(value, line)`` for each scalar argument of the message's tool calls that is one
+    token (an id, a name, a number: ``{"reservation_id": "XEHQWM"}``), with the call's line:
+    what the agent passed to a tool is a fact whatever its shape (issue 19)."""
+    for call in getattr(message, "tool_calls", None) or []:
+        args = call.get("args") or {}
+        line = f"{call.get('name')}({json.dumps(args, ensure_ascii=False, default=str)[:200]})"
+        stack: list[Any] = [args]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item[:50])
+            elif isinstance(item, str | int) and not isinstance(item, bool):
+                if _is_token(str(item)):
+                    yield str(item), line

@@ -1,0 +1,132 @@
+"""Where to cut: plan one compaction of a thread's messages, or say why not.
+
+Pure: no network, broker or database. :func:`plan_compaction` takes the
+thread's messages and the settings and returns a :class:`CompactionPlan` or a
+:class:`Skip` with a named :class:`SkipReason`; it never raises on a valid
+message list.
+
+The cut rule
+------------
+The *cut point* ``c`` is the index where the kept tail starts. Messages before
+it (but system messages) are replaced by one summary; earlier summaries
+anywhere are folded into it, so a thread never holds two.
+
+1. Walk back from the end until the kept tail holds ``SUMMARIZATION_KEEP_CHARS``
+   (the seed); ``w`` is that index.
+2. A cut is *valid* when no tool-call pair straddles it (an AI message and all
+   of its results, parallel calls included, stay on one side; DESIGN.md
+   invariant 3). A result answers the nearest earlier unanswered call with its
+   id (:mod:`compaction.pairing`), not the first call with that id (ids repeat
+   across turns on some servers) and not the message right before it (a human
+   message may come in between). A call still waiting for its result (pending,
+   or left open by a later turn: a long-running call's result may come turns
+   later) is never summarized away: its AI message and the results it already has
+   stay where they are, and the compaction removes the messages around them
+   (DESIGN.md invariant 14; issue 18, item 6). Orphan results (answering no
+   call) and earlier summaries are removed wherever they stand.
+3. The seed's rule first: the last valid cut at or before ``w`` that starts a
+   turn (a human message that is not a summary). It is taken when it is
+   *worth it* (below) and brings the thread under the threshold.
+4. Otherwise (one request followed by a long run of tool calls, as in the
+   ``single-turn`` case and the mini-swe-agent transcripts) the last valid cut
+   at or before ``w`` between complete tool-call groups, if worth it. The
+   request of the turn it cuts into is then quoted word for word in the
+   summary message (``CompactionPlan.request``), or, when it is longer than a
+   quarter of the summary's budget, kept as its own message right after the
+   summary (``CompactionPlan.request_copy``; issue 18, item 2). A request kept that way
+   (a copy, or in place when it is not the first message) holds at most
+   :func:`request_cap_chars`: a longer one is shortened like a kept tool result (head,
+   tail, the facts of the middle, and where ``recall`` reads it whole; the original is
+   archived). A 5,663-char task prompt kept whole at 20,000 / 6,000 left no compaction
+   able to land under the prepare floor, and the run was masked on a third of its calls
+   (benchmark 17, mini-swe django).
+5. Else the turn-start cut if it is worth it, else a :class:`Skip`.
+
+The keep window holds no more than its budget
+---------------------------------------------
+The seed's walk keeps *at least* ``SUMMARIZATION_KEEP_CHARS``, so one huge tool result in
+the tail was kept whole, whatever its size. Kept tool results are now shortened
+(:mod:`compaction.shorten`: head, tail, facts, how to read the rest; the original is
+archived) until the kept part holds at most the keep window plus one tool result's
+allowance (``TOOL_RESULT_MAX_CHARS``), and at most what leaves the thread under its
+prepare floor with room for more steps once the summary is in (DESIGN.md invariant 13):
+a cut is always possible.
+
+Worth it, and the no-progress rule
+----------------------------------
+A cut is *worth it* when it removes at least :data:`MIN_MESSAGES_REMOVED`
+messages (the seed: fewer than 4 is too little; fewer do when they hold at least the keep
+window, as one pasted request of 19k chars or three steps of a model writing files do: a
+SWE-agent task at a 20,000-char threshold waited for four messages while every call was over
+it) and its *gain*, the chars it
+removes (and saves by shortening) minus the size of the summary that replaces them, is at least
+``(SUMMARIZATION_THRESHOLD_CHARS - SUMMARIZATION_KEEP_CHARS) // 4``
+(:func:`min_gain_chars`; 10,000 chars at the defaults).
+
+A cut is worth it only if the thread lands under its prepare floor with it
+(DESIGN.md invariant 13), the summary counted at its most: kept tool results are
+shortened to get there, and when what the keep window holds cannot be (a model's long
+messages, a pasted log), the shallowest valid cut inside it that lands; a thread that still
+cannot land (a system prompt over the floor) is a :attr:`SkipReason.NO_PROGRESS` skip, never
+a compaction that leaves the thread over its threshold (issue 18, item 2). "Compact now"
+(``force``) applies whatever removes more than its summary adds.
+
+The gain floor is what stops a requeue loop: after a compaction, later turns
+only re-plan the same small cut (the summary plus a few messages), whose gain
+is under the floor, so the post-turn hook skips with
+:attr:`SkipReason.NO_PROGRESS` instead of queueing a job per turn. The next job
+comes once new messages make a cut with a real gain.
+
+The parts: :mod:`.plans` (the plan and the skip), :mod:`.budgets` (the gain, landing and
+summary sizes), :mod:`.scan` (the pass over the messages and a cut's candidate) and
+:mod:`.cut` (the cut rule: :func:`plan_compaction`, :func:`extension`).
+"""
+
+from __future__ import annotations
+
+from offpath.compaction.planner.budgets import (
+    EARLY_KEEP_SHARE,
+    HEADROOM_STEPS,
+    MIN_SUMMARY_CHARS,
+    SMALL_SUMMARY_CHARS,
+    early_keep_chars,
+    estimate_summary_chars,
+    landing_bound,
+    landing_chars,
+    min_gain_chars,
+    request_cap_chars,
+    step_chars,
+    summary_budget_chars,
+)
+
+# the landing bound's least part, which compaction.patch reads too
+from offpath.compaction.planner.budgets import _least_landing as _least_landing
+from offpath.compaction.planner.cut import (
+    MIN_MESSAGES_REMOVED,
+    REQUEST_QUOTE_SHARE,
+    extension,
+    plan_compaction,
+)
+from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
+
+__all__ = [
+    "CompactionPlan",
+    "EARLY_KEEP_SHARE",
+    "HEADROOM_STEPS",
+    "MIN_MESSAGES_REMOVED",
+    "MIN_SUMMARY_CHARS",
+    "REQUEST_QUOTE_SHARE",
+    "SMALL_SUMMARY_CHARS",
+    "Skip",
+    "SkipReason",
+    "early_keep_chars",
+    "estimate_summary_chars",
+    "extension",
+    "landing_bound",
+    "landing_chars",
+    "min_gain_chars",
+    "plan_compaction",
+    "request_cap_chars",
+    "step_chars",
+    "summary_budget_chars",
+]

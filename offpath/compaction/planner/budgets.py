@@ -1,0 +1,154 @@
+"""The sizes a compaction is planned with: the least gain worth a summary, where a compaction
+lands the thread (its prepare floor, with headroom), the thread's growth per step, the keep
+window of a plan made early, and the budgets of the summary and of a request kept as its own
+message."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_core.messages import BaseMessage
+
+from offpath.compaction.accounting import message_chars
+from offpath.compaction.settings import MIN_SHORTENED_CHARS, Settings
+from offpath.compaction.summary import is_summary, overhead_chars
+
+#: The smallest budget a summary message gets, whatever the threshold or the chars it
+#: replaces: its prefix and recall lines, and the template's four headings with a few words.
+MIN_SUMMARY_CHARS = 300
+#: The least budget of a summary message where the keep window leaves room for it
+#: (:func:`summary_budget_chars`): the template, the agent's place, the recall line and a few
+#: hundred chars of pinned facts.
+SMALL_SUMMARY_CHARS = 1_400
+#: Model steps of headroom a compaction aims to leave under the prepare floor
+#: (:func:`landing_chars`; issue 18: "room for at least several more steps").
+HEADROOM_STEPS = 3
+#: The least share of the keep window a plan made under the threshold keeps
+#: (:func:`early_keep_chars`): a plan made well before the crossing (an adaptive prepare
+#: point) still keeps the last steps the summary would otherwise have to carry.
+EARLY_KEEP_SHARE = 0.5
+
+
+def min_gain_chars(settings: Settings) -> int:
+    """The least net reduction (chars) a compaction must bring; see the module doc."""
+    return max(1, (settings.summarization_threshold_chars - settings.summarization_keep_chars) // 4)
+
+
+def landing_bound(settings: Settings, fixed: int = 0) -> int:
+    """The most chars a thread may hold once a compaction is applied (DESIGN.md invariant
+    13): its prepare floor. When what no compaction removes (``fixed``: the system prompt, a
+    long request kept as a message) and the keep window leave no room for a summary under
+    it (a small threshold; the seed's 500 / 200 try-out, where its own example kept 384
+    chars and wrote a 312-char summary), no compaction could meet that: those, and twice the
+    smallest summary, so that such a setting still compacts as the seed shows. A compaction
+    that cannot get under :func:`landing_chars` is still applied under this bound."""
+    return max(settings.prepare_floor_chars, _least_landing(settings, fixed))
+
+
+def _least_landing(settings: Settings, fixed: int) -> int:
+    keep = settings.summarization_keep_chars
+    if fixed:  # and room for the keep window's last group and a whole summary
+        keep += settings.tool_result_limit_chars // 2 + summary_budget_chars(settings)
+    return fixed + keep + 2 * MIN_SUMMARY_CHARS
+
+
+def landing_chars(settings: Settings, fixed: int = 0, step: int = 0) -> int:
+    """Where a compaction aims to land the thread (chars): under its prepare floor with
+    headroom, ``floor - max(gain, HEADROOM_STEPS x step)``, but not below the keep window
+    and a whole summary (``keep + summary budget``: lower would cut into the keep window
+    itself), nor below what ``fixed`` needs (:func:`landing_bound`). ``step``: the run's growth
+    per model step in chars (:func:`step_chars`; 0: unknown).
+
+    Why: landing just under the floor (benchmark 17 saw 22-24k against a 24k floor at 30,000
+    / 10,000) starts the next job at once, on a thread with nothing worth compacting; it ends
+    ``no_progress`` or ``too_few_messages`` and its skip holds the thread until it grew a
+    compaction's gain more, and a fast run then crosses the threshold while that summary is
+    written (issue 18: "room for at least several more steps"). Landing ``gain``
+    (:func:`min_gain_chars`) under the floor is where the planner's own keep budget puts a
+    fresh plan; a run whose steps are large (mini-swe: ~2k chars a call; SRE dumps) gets
+    :data:`HEADROOM_STEPS` of them. Kept tool results are shortened (recall-able) and the
+    messages that came since a prepared plan are removed to get there; a thread whose kept
+    part cannot get there lands under :func:`landing_bound` instead."""
+    headroom = max(min_gain_chars(settings), HEADROOM_STEPS * max(0, step))
+    aim = max(
+        settings.prepare_floor_chars - headroom,
+        settings.summarization_keep_chars + summary_budget_chars(settings),
+        _least_landing(settings, fixed),
+    )
+    return min(landing_bound(settings, fixed), aim)
+
+
+def step_chars(messages: Sequence[BaseMessage], steps: int = 8) -> int:
+    """The thread's growth per model step (chars), from its tail: the chars of the messages
+    from its ``steps``-th last AI message on, over the AI messages among them (0 when it holds
+    fewer than two). Pure, O(tail)."""
+    chars = count = 0
+    for m in reversed(messages):
+        if m.type == "system" or is_summary(m):
+            break
+        chars += message_chars(m)
+        if m.type == "ai":
+            count += 1
+            if count >= steps:
+                break
+    return chars // count if count >= 2 else 0
+
+
+def early_keep_chars(settings: Settings, total: int) -> int:
+    """The keep window (chars) of a plan made at ``total`` chars, before the thread is over
+    its threshold: the window less the chars still to come before it can be applied
+    (``threshold - total``), at least :data:`EARLY_KEEP_SHARE` of it.
+
+    Why it still keeps the seed's promise: a compaction planned early is applied only once
+    the thread is over its threshold (the middleware's first call over it, the post-turn
+    hook on a crossing; an operator's "compact now" plans with ``force`` and keeps the whole
+    window, though it applies one already prepared as it is), so by then at least
+    ``threshold - total`` chars came after its kept part, and the kept tail holds the whole
+    window *after compaction*. Kept whole at the plan, a fast
+    run's early plans removed 9k of a 23k thread that grew 20k more while the summary was
+    written: the thread was over its threshold again at the apply (benchmark 17, django at
+    30,000 / 10,000, 1.74x)."""
+    keep = settings.summarization_keep_chars
+    ahead = max(0, settings.summarization_threshold_chars - total)
+    return max(int(keep * EARLY_KEEP_SHARE), keep - ahead)
+
+
+def request_cap_chars(settings: Settings) -> int:
+    """Most chars of a request a compaction keeps as its own message (:func:`summary_budget_chars`:
+    the task gets as much room as the summary of everything else). Issue 18 asked for a long
+    request kept as its own message, not quoted in the summary; kept whole, a task prompt of a
+    quarter of the threshold or more (mini-swe: 5.6-6.5k chars; SWE-agent: 19k) plus the keep
+    window and the summary is at the prepare floor already, so every later compaction ends
+    ``no_progress`` and the run is masked instead. Shortened, nothing is lost: the original is
+    archived and the kept part says how to read the rest. At least
+    :data:`~offpath.compaction.settings.MIN_SHORTENED_CHARS`, as a shortened result."""
+    return max(MIN_SHORTENED_CHARS, summary_budget_chars(settings))
+
+
+def summary_budget_chars(settings: Settings) -> int:
+    """Most chars a summary message may hold, whole: ``SUMMARY_MAX_SHARE`` x the threshold
+    (issue 18, item 2: summaries of 8.6-12.6k chars whatever the threshold), and at least
+    :data:`SMALL_SUMMARY_CHARS` where the prepare floor leaves room for it beside the keep
+    window (and half a compaction's least gain): at a 4,000-char threshold 15% is 600 chars,
+    which the template, the agent's place and the recall line fill, and tau-bench's
+    ground-truth ids were in view after 54% of compactions (96% at 1,400; benchmark 14,
+    issue 19). The seed's 500 / 200 try-out keeps :data:`MIN_SUMMARY_CHARS`."""
+    room = (
+        settings.prepare_floor_chars
+        - settings.summarization_keep_chars
+        - min_gain_chars(settings) // 2
+    )
+    return max(MIN_SUMMARY_CHARS, settings.summary_budget_chars, min(SMALL_SUMMARY_CHARS, room))
+
+
+def estimate_summary_chars(budget: int, removed_chars: int, request: str | None) -> tuple[int, int]:
+    """``(most chars the summary message will hold, chars left for its text and pinned
+    facts)``. The summary is bounded by ``budget`` and by half the chars it replaces (at
+    least :data:`MIN_SUMMARY_CHARS`), and its summarizer keeps to that, so the planner counts
+    a safe upper bound, not a guess (a 6,670-char removal got a 4,777-char summary and left
+    its thread over the threshold: gemini-cli#15225, issue 18). A quoted ``request`` and the
+    fixed lines (prefix, recall line) take their share of it."""
+    size = min(budget, max(MIN_SUMMARY_CHARS, removed_chars // 2))
+    if request:
+        size = max(size, overhead_chars(request) + MIN_SUMMARY_CHARS // 2)
+    return size, max(100, size - overhead_chars(request))

@@ -1,0 +1,240 @@
+"""The cut rule (see the package doc): :func:`plan_compaction` chooses where to cut a thread,
+or says why not, and :func:`extension` finds what a compaction applied late may remove
+as well."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from langchain_core.messages import BaseMessage
+
+from offpath.compaction.planner.budgets import (
+    early_keep_chars,
+    landing_bound,
+    landing_chars,
+    min_gain_chars,
+    request_cap_chars,
+    step_chars,
+    summary_budget_chars,
+)
+from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
+from offpath.compaction.planner.scan import _Candidate, _Scan
+from offpath.compaction.settings import Settings
+
+#: The seed: fewer messages than this is "too little to compact".
+MIN_MESSAGES_REMOVED = 4
+#: A request longer than this share of the summary budget is kept as its own message.
+REQUEST_QUOTE_SHARE = 0.25
+
+
+def plan_compaction(
+    messages: Sequence[BaseMessage],
+    settings: Settings,
+    *,
+    early: bool = False,
+    force: bool = False,
+    floor_chars: int | None = None,
+    outside_chars: int = 0,
+) -> CompactionPlan | Skip:
+    """Plan a compaction of ``messages`` (a thread's ``messages`` channel) under ``settings``.
+
+    Returns a :class:`CompactionPlan`, or a :class:`Skip` when compaction is
+    disabled, the thread is under the threshold, no valid cut exists, or no
+    cut is worth it. ``early``: plan from ``SUMMARIZATION_PREPARE_AT`` x the
+    threshold already, or from ``floor_chars`` when given (a compaction prepared ahead,
+    applied once the thread is over the threshold; DESIGN.md "Compaction during a run").
+    ``force``: plan whatever the
+    thread's size, and any cut that removes more than its summary adds is worth it (an
+    operator asked: ``POST /sessions/{id}/compact``); the keep window, the tool-call pairs
+    and the fewest messages removed still hold. A plan needs every message to carry an id (LangGraph's
+    ``add_messages`` gives them one): :attr:`SkipReason.MISSING_IDS` otherwise. One forward
+    pass and one backward walk: linear in the number of messages; only the
+    chosen cut builds lists.
+
+    ``outside_chars``: what every model call sends besides the thread (a system prompt given
+    as ``create_agent(system_prompt=...)``, which no checkpoint holds), counted against the
+    threshold, the floors and the landing as a system message of the thread would be (issue
+    18 measured what a call sends: SWE-agent's 4.9k-char prompt put a run 1.13x over its
+    threshold while the thread itself was under it).
+    """
+    if not settings.active:
+        return Skip(SkipReason.DISABLED, "summarization is disabled")
+    scan = _Scan(messages)
+    outside = max(0, outside_chars)
+    sizes, total = scan.sizes, scan.total + outside
+    threshold = settings.summarization_threshold_chars
+    if force:
+        floor = 0
+    elif early:
+        floor = settings.prepare_floor_chars if floor_chars is None else floor_chars
+    else:
+        floor = threshold
+    if total <= floor:
+        return Skip(SkipReason.UNDER_THRESHOLD, f"{total} chars <= {floor}", total)
+    if None in scan.ids or "" in scan.ids:
+        at = scan.ids.index(None) if None in scan.ids else scan.ids.index("")
+        return Skip(
+            SkipReason.MISSING_IDS,
+            f"message {at} ({messages[at].type}) has no id: no compaction can remove it",
+            total,
+        )
+    scan.index_pairs()
+    n, head, blocked = len(messages), scan.head, scan.blocked
+    if head < n and head in scan.kept_anywhere:
+        return Skip(
+            SkipReason.NO_CUT_POINT,
+            "the first message is a tool call still waiting for its result: the summary could "
+            "not go before it",
+            total,
+        )
+
+    # Walk back until the kept tail holds the keep window (as it will be at the apply).
+    keep = settings.summarization_keep_chars
+    if early and not force:
+        keep = early_keep_chars(settings, total)
+    w, acc = n, 0
+    while w > head and acc < keep:
+        w -= 1
+        acc += sizes[w]
+    if acc < keep:
+        return Skip(
+            SkipReason.NO_CUT_POINT,
+            "everything after the system prompt fits the keep window",
+            total,
+        )
+
+    turn_cut = group_cut = None
+    for c in range(w, head, -1):
+        if blocked[c]:
+            continue
+        if group_cut is None:
+            group_cut = c
+        if scan.turn_start[c]:
+            turn_cut = c
+            break
+    budget = summary_budget_chars(settings)
+    limit = settings.tool_result_limit_chars
+    room = min_gain_chars(settings)
+    kept_budget = min(keep + limit, max(keep, settings.prepare_floor_chars - room - budget))
+    quote_max = int(budget * REQUEST_QUOTE_SHARE)
+    request_cap = request_cap_chars(settings)
+    min_gain = 1 if force else min_gain_chars(settings)
+
+    # DESIGN.md invariant 13: an applied compaction leaves the thread under its prepare floor
+    # (an operator's "compact now" excepted); one that cannot is not worth a summary, unless
+    # what no cut can remove or shorten is over the floor already and it halves the thread
+    target = None if force else landing_chars(settings, step=step_chars(messages))
+    systems = sum(sizes[i] for i in range(len(sizes)) if scan.system[i]) + outside
+
+    def evaluate(cut: int | None, boundary: Literal["turn", "tool_group"]) -> _Candidate | None:
+        if cut is None:
+            return None
+        return scan.evaluate(
+            cut, boundary, total, budget, kept_budget, quote_max, request_cap, target
+        )
+
+    turn = evaluate(turn_cut, "turn")
+    group = evaluate(group_cut, "tool_group") if group_cut != turn_cut else None
+
+    def lands(c: _Candidate) -> bool:
+        if target is None:
+            return True
+        copied = c.request_kept
+        # the kept part is shortened toward the target (the headroom); one whose messages
+        # cannot all get there still lands under the floor
+        if c.after <= max(target, landing_bound(settings, systems + copied)):
+            return True
+        # what no cut can remove or shorten is over the floor already (a huge system prompt
+        # or request): the deepest compaction there is, if it at least halves the thread
+        return c.after <= c.least and c.after <= total // 2
+
+    def worth(c: _Candidate | None) -> bool:
+        if c is None or c.count == 0 or total - c.after < min_gain:
+            return False
+        if c.count < MIN_MESSAGES_REMOVED and c.chars < keep:
+            return False
+        return lands(c)
+
+    for choice in (turn if worth(turn) and turn.after <= threshold else None, group, turn):
+        if worth(choice):
+            assert choice is not None
+            return scan.build(choice, total, threshold)
+    shallow = group or turn
+    window = scan.total - scan.chars_before[w]  # what the walk back kept: over its budget?
+    if target is not None and window > kept_budget and not worth(shallow):
+        # the keep window holds more than its budget in what cannot be shortened (a model's
+        # own long messages: a file written through a tool call's arguments, 5-7k chars in
+        # the mini-swe runs; a pasted request larger than the window): the shallowest valid
+        # cut inside it that lands (issue 18: "the keep window itself never holds more than
+        # its budget ... a cut is always possible"). The deepest one first: when even it does
+        # not land (a system prompt over the floor), no shallower one does, and the post-turn
+        # hook, which plans on every turn over the floor, evaluates one cut, not the window's
+        cuts = [c for c in range(w + 1, n) if not blocked[c]]
+
+        def at(c: int) -> _Candidate | None:
+            return evaluate(c, "turn" if scan.turn_start[c] else "tool_group")
+
+        if cuts and worth(at(cuts[-1])):
+            for c in cuts:
+                if worth(deep := at(c)):
+                    assert deep is not None
+                    return scan.build(deep, total, threshold)
+    if shallow is None:
+        return Skip(SkipReason.NO_CUT_POINT, "no cut leaves tool-call pairs whole", total)
+    best = shallow
+    if best.count < MIN_MESSAGES_REMOVED and best.chars < keep:
+        return Skip(
+            SkipReason.TOO_FEW_MESSAGES,
+            f"the best cut removes {best.count} messages (< {MIN_MESSAGES_REMOVED})",
+            total,
+        )
+    if not lands(best) and total - best.after >= min_gain:
+        return Skip(
+            SkipReason.NO_PROGRESS,
+            f"the best cut would leave ~{best.after} chars, over the prepare floor ({target}): "
+            "the kept part cannot be shortened enough; waiting for more messages",
+            total,
+        )
+    return Skip(
+        SkipReason.NO_PROGRESS,
+        f"the best cut saves ~{total - best.after} chars (< {min_gain}); waiting for more messages",
+        total,
+    )
+
+
+def extension(
+    messages: Sequence[BaseMessage], start: int, settings: Settings, *, newest_only: bool = False
+) -> tuple[int, ...]:
+    """Indexes of the messages from ``start`` on that a compaction applied late may remove as
+    well (issue 18: a fast run outgrew the summary while it was written): those before the
+    last valid cut that still leaves the keep window whole, but system messages, human
+    messages (a request stays in view) and calls still waiting for their results (with the
+    results they have). Empty when no such cut lies after ``start``. Linear.
+
+    ``newest_only``: the keep window is the newest model step only (its AI message and
+    what came after it), for a keep window that holds more than its budget in what cannot be
+    shortened, as the planner cuts into it (a model's long messages: benchmark 17's django
+    run went stale at every swap and ran to 2.3x its threshold)."""
+    scan = _Scan(messages)
+    scan.index_pairs()
+    sizes, n = scan.sizes, len(messages)
+    keep = settings.summarization_keep_chars
+    if newest_only:
+        last_ai = next((i for i in range(n - 1, start - 1, -1) if messages[i].type == "ai"), None)
+        if last_ai is None:
+            return ()
+        keep = min(keep, sum(sizes[last_ai:]))
+    w, acc = n, 0
+    while w > start and acc < keep:
+        w -= 1
+        acc += sizes[w]
+    cut = next((c for c in range(w, start, -1) if not scan.blocked[c]), None)
+    if cut is None or acc < keep:
+        return ()
+    stay = scan.kept_anywhere
+    return tuple(
+        i
+        for i in range(start, cut)
+        if not scan.system[i] and not scan.turn_start[i] and i not in stay
+    )
