@@ -66,7 +66,7 @@ def pin(
     unchanged when nothing is missing."""
     if max_chars <= 0:
         return summary_text, Pinned((), 0)
-    from offpath.compaction.prompt import render_content
+    from offpath.compaction.accounting import render_content
 
     present = normal(summary_text + "\n" + "\n".join(render_content(m.content) for m in kept))
     if header is None:

@@ -36,7 +36,7 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
     was concluded before; its pinned entries are read as the line they quote and the message
     they name, so a fact pinned again keeps its source), ``data`` (tool output, the rest of a
     multi-line argument)."""
-    from offpath.compaction.prompt import render_content
+    from offpath.compaction.accounting import render_content
 
     mid = str(message.id)
     if is_summary(message):

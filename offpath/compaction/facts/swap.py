@@ -43,7 +43,7 @@ def swap_check(
     messages), quoted with their line and message under :data:`SWAP_HEADING`, in at most
     ``max_chars`` chars. Returns the section ("" when none is needed) and how many such
     identifiers did not fit (the caller re-prepares the compaction then)."""
-    from offpath.compaction.prompt import render_content
+    from offpath.compaction.accounting import render_content
 
     visible = normal(summary_text + "\n" + "\n".join(render_content(m.content) for m in kept))
     refs: dict[str, str] = {}
