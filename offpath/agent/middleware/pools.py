@@ -1,0 +1,158 @@
+"""The middleware's background pools (:data:`POOLS`): claim and latency reads, facts read
+ahead, archive writes, and on the writer threads a job's publishing, masking counters and
+telling the app's ``on_compaction`` callback."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from offpath.agent.middleware.helpers import _graph_ns, _outside, log
+from offpath.compaction.facts import warm as warm_facts
+from offpath.coordination.compactions import JobOptions, head_mark
+from offpath.coordination.logs import tag
+from offpath.events import CompactionUpdate
+from offpath.stores.db import record_masking
+
+#: The middleware's background threads, by name: how many each pool has, and what runs
+#: there. Each kind of work has its own, so that none waits behind another (issue 18,
+#: item 4: claim reads starved behind publishes and counters).
+POOLS = {
+    "read": 1,  # claim and latency reads
+    "write": 2,  # publishes, counters, loss reports
+    "archive": 2,  # archive writes a model call's update waits for
+    "facts": 1,  # facts of new messages, read ahead
+}
+
+
+class PoolsMixin:
+    """:class:`~offpath.agent.middleware.OffPathCompaction`'s background work: its pools and
+    what runs there (reads, archive writes, a job's publishing, masking counters, the app's
+    callback). Its methods use the attributes set in ``OffPathCompaction.__init__``."""
+
+    def _pool(self, name: str) -> ThreadPoolExecutor:
+        """The background pool ``name`` (:data:`POOLS`), started on first use."""
+        with self._guard:
+            pool = self._pools.get(name)
+            if pool is None:
+                pool = self._pools[name] = ThreadPoolExecutor(
+                    POOLS[name], thread_name_prefix=f"offpath-{name}"
+                )
+        return pool
+
+    def _read(self, fn: Any, *args: Any) -> Future[Any]:
+        """Run ``fn`` on the reader thread: claim and latency reads only, so that they are
+        never starved by publishes and counters (issue 18, item 4)."""
+        return self._pool("read").submit(fn, *args)
+
+    def _read_ahead(self, messages: list[BaseMessage]) -> None:
+        """Find the facts of ``messages`` (those a model call is the first to see) on the facts
+        thread, while the model answers (:func:`offpath.compaction.facts.warm`): a later
+        shortening of them, and a compaction applied in the run, then find them ready instead
+        of reading them in a model call's path."""
+
+        def read() -> None:
+            try:
+                warm_facts(messages)
+            except Exception as exc:  # found again when needed, in the path
+                log.debug("offpath: facts not read ahead: %s", exc)
+
+        try:
+            self._pool("facts").submit(read)
+        except RuntimeError:  # the interpreter is shutting down: found when needed
+            pass
+
+    def _archive(self, fn: Any, *args: Any) -> Future[Any]:
+        """Run ``fn`` (an archive write a model call's update waits for) on the archive
+        threads: never queued behind publishes and counters."""
+        return self._pool("archive").submit(fn, *args)
+
+    def _write(self, fn: Any, *args: Any) -> None:
+        self._pool("write").submit(fn, *args)
+
+    def _publish_soon(
+        self,
+        session_id: str,
+        chars: int,
+        messages: Sequence[BaseMessage],
+        private: dict[str, Any],
+        planned: int | None = None,
+    ) -> None:
+        """Queue a job for the thread in a background thread (the model call does not wait).
+        The job names the run's newest message (``seen``: the worker waits for the checkpoint
+        to hold it, as LangGraph writes it in the background), the run's checkpoint namespace
+        (a subgraph's), and the size it may plan from (the prepare point, or ``planned``)."""
+        with self._guard:
+            if session_id in self._publishing:
+                return
+            self._publishing.add(session_id)
+        options = replace(
+            self.options,
+            seen=messages[-1].id if messages else None,
+            head=head_mark(messages),
+            checkpoint_ns=_graph_ns() or None,
+            floor=min(chars if planned is None else planned, self._prepare_point(private)),
+            outside=_outside(private),
+        )
+        self._write(self._publish, session_id, chars, options)
+
+    def _publish(self, session_id: str, chars: int, options: JobOptions) -> None:
+        from offpath.coordination.hook import queue_job
+
+        try:
+            client = self.client
+            result = queue_job(
+                client.leases,
+                client.engine,
+                client.publish,
+                session_id,
+                chars,
+                options=options,
+                min_gain=self._min_gain,
+                threshold=self._threshold,
+            )
+            if result.action == "queued":
+                with self._guard:
+                    self._published[session_id] = (result.job_id, time.monotonic())
+                if result.job_id:
+                    self._tell(session_id, result.job_id, "in_progress", chars)
+        except Exception as exc:
+            log.warning("[%s] compaction not queued: %s", tag(session_id), exc)
+        finally:
+            self._read_claim(session_id)  # the claim it took (or found), before the next try
+            with self._guard:
+                self._publishing.discard(session_id)
+
+    def _count_masking(self, session_id: str, results: int, chars: int) -> None:
+        try:
+            record_masking(self.client.engine, session_id, results, chars)
+        except Exception as exc:
+            log.warning("[%s] could not count a masking: %s", tag(session_id), exc)
+
+    def _tell(
+        self,
+        session_id: str,
+        job_id: str,
+        status: Any,
+        chars_before: int | None = None,
+        chars_after: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Call ``on_compaction`` with the update, if the app gave one; never raise."""
+        if self.on_compaction is None:
+            return
+        update = CompactionUpdate(session_id, job_id, status, chars_before, chars_after, reason)
+        try:
+            self.on_compaction(update)
+        except Exception:
+            log.exception("[%s] on_compaction raised (ignored)", tag(session_id))
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message)

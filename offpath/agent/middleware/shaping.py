@@ -1,0 +1,217 @@
+"""Shaping a model call: older and new tool results shortened (originals archived), what the
+model is sent (orphans dropped, masking over the hard limit), its answer and the
+chars-per-token calibration, and the prepare point (the run's growth rate and the
+summarizer's latency) with the crossing that frees a thread."""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+from langchain.agents.middleware.types import (
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
+from langchain_core.messages import BaseMessage
+from langgraph.types import Command
+
+from offpath.agent.middleware.helpers import _outside, earliest_worth, log, outside_chars
+from offpath.agent.middleware.state import _Call, _Write
+from offpath.compaction.accounting import message_chars
+from offpath.compaction.shorten import shorten_each
+from offpath.compaction.tracking import ThreadSize, mask_observations
+from offpath.coordination.logs import tag
+from offpath.stores import archive
+from offpath.stores.leases import Claim
+from offpath.stores.usage import summarizer_latency_p90_s
+
+#: How often (s) the summarizer's latency p90 is read again, and what it is assumed to be
+#: before any compaction of the deployment measured it.
+LATENCY_REFRESH_S = 60.0
+DEFAULT_LATENCY_S = 5.0
+#: Seconds a job takes beyond its summarizer: publish, a worker taking it, the checkpoint
+#: catching up with the run (LangGraph writes it in the background), storing the result.
+JOB_OVERHEAD_S = 1.5
+#: Weight of the newest sample in the run's growth rate (exponential moving average).
+RATE_WEIGHT = 0.5
+
+
+class ShapingMixin:
+    """:class:`~offpath.agent.middleware.OffPathCompaction`'s shaping of a model call
+    (shortening, masking, the answer and its calibration) and its prepare point. Its methods
+    use the attributes set in ``OffPathCompaction.__init__``."""
+
+    def _crossing_frees(self, holder: Claim | None, reached: int, private: dict[str, Any]) -> bool:
+        """A skip decided under the threshold frees a thread that crossed it (``reached``:
+        its size before this call shortened older results), once until the next compaction
+        is applied: the thread's counted size is held near the prepare floor by that
+        shortening, so the skip's gain rule alone would hold it while every call goes over
+        the threshold (benchmark 17, sre-75k-dump at 20,000 / 6,000: one job in 34 calls; a
+        pure replay held it from call 4 to call 13). A job queued so, which then finds
+        nothing worth compacting, leaves a skip decided under the threshold again: the
+        ``crossed`` flag stops a job per call."""
+        if holder is None or private.get("crossed"):
+            return False
+        if not holder.frees_for(reached, self._min_gain, self._threshold):
+            return False
+        private["crossed"] = True
+        return True
+
+    def _answer(self, call: _Call, response: Any) -> Any:
+        self._calibrate(call.chars, response)
+        if isinstance(response, ModelResponse):
+            return ExtendedModelResponse(
+                model_response=response, command=Command(update=call.update)
+            )
+        return ExtendedModelResponse(
+            model_response=ModelResponse(result=[response]), command=Command(update=call.update)
+        )
+
+    def _calibrate(self, chars: int, response: Any) -> None:
+        """Add the call to :attr:`calibration` (arithmetic only: the provider counted the
+        tokens); once calibrated, say once if CHARS_PER_TOKEN is over 10% off the ratio."""
+        result = response.result if isinstance(response, ModelResponse) else [response]
+        answer = next((m for m in result if getattr(m, "usage_metadata", None)), None)
+        if answer is None or not self.calibration.observe(chars, answer):
+            return
+        c = self.calibration
+        if c.calibrated and abs(c.chars_per_token / self.settings.chars_per_token - 1) > 0.1:
+            self._warn_once(
+                "chars_per_token",
+                f"the model's provider reports {c.chars_per_token:.2f} chars per input token "
+                f"over {c.calls} calls; CHARS_PER_TOKEN is {self.settings.chars_per_token:g}"
+                + (
+                    f": SUMMARIZATION_THRESHOLD_TOKENS={self.settings.summarization_threshold_tokens} "
+                    f"triggers at {self.settings.summarization_threshold_chars:,} chars, "
+                    f"{c.to_chars(self.settings.summarization_threshold_tokens):,} at the measured "
+                    "ratio (set CHARS_PER_TOKEN to it)"
+                    if self.settings.summarization_threshold_tokens
+                    else ""
+                ),
+            )
+
+    def _shape(
+        self,
+        request: ModelRequest,
+        messages: list[BaseMessage],
+        size: ThreadSize,
+        session_id: str | None,
+    ) -> ModelRequest:
+        """What the model is sent: ``messages`` without orphan tool results, the oldest tool
+        results masked if it would still be over the hard limit, then the oldest AI messages'
+        text and call arguments if that is not enough (the system prompt counted: DESIGN.md
+        invariant 13, every call; :func:`~offpath.compaction.tracking.mask_observations`)."""
+        sent = messages
+        if size.orphans:
+            orphans = set(size.orphans)
+            sent = [m for m in messages if m.id not in orphans]
+        limit = self.settings.hard_limit_chars
+        system_chars = outside_chars(request)
+        if self.settings.active and size.chars + system_chars > limit:
+            sent, masking = mask_observations(sent, limit - system_chars)
+            hid = masking.results + masking.messages
+            if hid:
+                sid = session_id or "?"
+                log.warning(
+                    "[%s] context over its hard limit (%d > %d chars) with no summary ready: "
+                    "masked %d old tool results and %d old AI messages (%d chars) for this call",
+                    tag(sid),
+                    size.chars + system_chars,
+                    limit,
+                    masking.results,
+                    masking.messages,
+                    masking.chars,
+                )
+                if session_id is not None:
+                    self._write(self._count_masking, session_id, hid, masking.chars)
+        if sent is request.messages:
+            return request
+        return request.override(messages=sent)
+
+    def _shorten(
+        self,
+        session_id: str,
+        messages: list[BaseMessage],
+        caps: dict[str, int],
+        why: str,
+        floor: int | None = None,
+        writes: list[_Write] | None = None,
+    ) -> list[BaseMessage]:
+        """``messages`` with the messages named in ``caps`` shortened to their cap (not below
+        ``floor``), their originals archived (:func:`archive.store_shortened`): first, or,
+        given ``writes``, while the model answers (the write is added to ``writes``;
+        :meth:`_settle` waits for it before the update is returned). Nothing shortened if the
+        archive cannot be written first."""
+        try:
+            out, originals = shorten_each(messages, caps, recall=self.recall, floor=floor)
+            if originals:
+                write = partial(archive.store_shortened, self.client.engine, session_id, originals)
+                if writes is None:
+                    write()
+                else:
+                    writes.append((None, write))
+        except Exception as exc:  # unarchived, nothing is shortened: the hard limit still holds
+            log.warning("[%s] could not archive results to shorten: %s", tag(session_id), exc)
+            return messages
+        if out is not messages:
+            saved = sum(message_chars(m) for m in messages) - sum(message_chars(m) for m in out)
+            log.info(
+                "[%s] shortened %d message(s) %s: -%d chars (originals archived)",
+                tag(session_id),
+                sum(a is not b for a, b in zip(messages, out, strict=True)),
+                why,
+                saved,
+            )
+        return out
+
+    def _track_rate(self, private: dict[str, Any], chars: int) -> None:
+        """Keep the run's growth in chars per second (a moving average over its model calls)
+        in the private key."""
+        now = time.time()
+        rate = dict(private.get("rate") or {})
+        last_t, last_chars = rate.get("t"), rate.get("chars")
+        if isinstance(last_t, float | int) and isinstance(last_chars, int):
+            dt = now - float(last_t)
+            if 0 < dt < 600 and chars > last_chars:
+                sample = (chars - last_chars) / dt
+                g = rate.get("g")
+                rate["g"] = sample if not g else RATE_WEIGHT * sample + (1 - RATE_WEIGHT) * g
+        rate["t"], rate["chars"] = now, chars
+        private["rate"] = rate
+
+    def _prepare_point(self, private: dict[str, Any]) -> int:
+        """The size (chars) from which a job is queued: early enough that its summary is ready
+        when the thread crosses its threshold (the run's growth rate x the summarizer's p90
+        latency and a job's overhead), never later than the prepare floor
+        (``SUMMARIZATION_PREPARE_AT``), and not before a compaction could be worth it (the
+        keep window, a summary's budget and the no-progress gain, plus the system prompt given
+        to the agent, which no compaction removes). Sizes as a call sends them."""
+        s = self.settings
+        floor = s.prepare_floor_chars
+        growth = float((private.get("rate") or {}).get("g") or 0.0)
+        if growth <= 0:
+            return floor
+        lead = growth * (self._latency_p90() + JOB_OVERHEAD_S) * 1.25
+        ahead = int(s.summarization_threshold_chars - lead)
+        # sizes as a call sends them: a system prompt given to the agent is in every one
+        return min(floor, max(earliest_worth(s) + _outside(private), ahead))
+
+    def _latency_p90(self) -> float:
+        """The summarizer's p90 latency in seconds over the deployment's recent compactions,
+        read in the background at most every :data:`LATENCY_REFRESH_S`."""
+        p90, at = self._latency
+        if time.monotonic() - at >= LATENCY_REFRESH_S:
+            self._latency = (p90, time.monotonic())
+
+            def read() -> None:
+                try:
+                    value = summarizer_latency_p90_s(self.client.engine)
+                except Exception:  # the usage database is away: keep the last figure
+                    return
+                if value is not None:
+                    self._latency = (value, time.monotonic())
+
+            self._read(read)
+        return p90
