@@ -220,7 +220,8 @@ def test_a_call_waiting_for_its_result_is_never_removed_and_the_summary_still_go
 
 
 def test_the_prepare_point_follows_the_run_and_the_summarizer():
-    from offpath.agent.middleware import OffPathCompaction, earliest_worth
+    from offpath.agent.middleware import OffPathCompaction
+    from offpath.compaction.planner import earliest_worth
 
     settings = load_settings(summarization_threshold_chars=60_000, summarization_keep_chars=20_000)
     mw = OffPathCompaction(settings, recall=False)

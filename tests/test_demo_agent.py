@@ -373,8 +373,8 @@ def test_the_demo_prepares_from_one_fixed_point():
     the size a compaction is worth it from, with the run's growth per second (the machine's
     speed); the demo sets SUMMARIZATION_PREPARE_AT so that the floor is under the latter and
     the point is the floor at every run."""
-    from offpath.agent.middleware import earliest_worth
     from offpath.cli.demo import fixed_prepare_at
+    from offpath.compaction.planner import earliest_worth
     from offpath.compaction.settings import Settings
 
     defaults = Settings(_env_file=None)

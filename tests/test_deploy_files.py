@@ -327,10 +327,15 @@ def test_the_wheel_installs_one_top_level_package_with_its_migrations(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"offpath"}, tops
+    # every module of the checkout is in the wheel (a package missing from pyproject's list
+    # installs without its modules: issue 23 split modules into packages)
+    mapped = {"api": "offpath/api", "worker": "offpath/worker", "offpath": "offpath"}
+    for top, inside in mapped.items():
+        for module in (ROOT / top).rglob("*.py"):
+            path = f"{inside}/{module.relative_to(ROOT / top).as_posix()}"
+            assert path in names, path
     for path in (
-        "offpath/api/app.py",
-        "offpath/worker/tasks.py",
-        "offpath/agent/middleware.py",
+        "offpath/agent/middleware/__init__.py",
         "offpath/stores/migrations/env.py",
         "offpath/stores/migrations/script.py.mako",
         "offpath/stores/migrations/versions/0001_usage_tables.py",

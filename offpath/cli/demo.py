@@ -248,10 +248,10 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
 def fixed_prepare_at(settings: Settings) -> float | None:
     """The ``SUMMARIZATION_PREPARE_AT`` the demo runs with, or None to keep the configured one:
     at most the share of the threshold from which a compaction is worth it
-    (:func:`offpath.agent.middleware.earliest_worth`), so that the middleware's prepare point,
+    (:func:`offpath.compaction.planner.earliest_worth`), so that the middleware's prepare point,
     which moves between the two with the run's growth rate per second, is that one figure
     at every run (0.6 at the defaults: 36,000 of 60,000 chars)."""
-    from offpath.agent.middleware import earliest_worth
+    from offpath.compaction.planner import earliest_worth
 
     threshold = settings.summarization_threshold_chars
     if not threshold:

@@ -76,7 +76,7 @@ from offpath.agent.middleware.claims import (
     PICKUP_WARN_S,
     STORE_RETRY_S,
 )
-from offpath.agent.middleware.helpers import earliest_worth, outside_chars
+from offpath.agent.middleware.helpers import outside_chars
 from offpath.agent.middleware.hooks import END_READ_WAIT_S, OffPathCompaction
 from offpath.agent.middleware.pools import POOLS
 from offpath.agent.middleware.shaping import (
@@ -106,6 +106,5 @@ __all__ = [
     "STORE_RETRY_S",
     "OffPathCompaction",
     "OffPathState",
-    "earliest_worth",
     "outside_chars",
 ]

@@ -1,6 +1,5 @@
 """The middleware's logger and its module-level functions on a thread and its run: what a
-model call sends besides the thread (:func:`outside_chars`), the smallest thread a compaction
-is worth it on (:func:`earliest_worth`), the state update a call returns (:func:`_diff`), the
+model call sends besides the thread (:func:`outside_chars`), the state update a call returns (:func:`_diff`), the
 checkpoint namespace of the graph it runs in and a subgraph's update to its parent."""
 
 from __future__ import annotations
@@ -16,8 +15,6 @@ from langgraph.config import get_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.planner import EARLY_KEEP_SHARE, min_gain_chars, summary_budget_chars
-from offpath.compaction.settings import Settings
 from offpath.compaction.tracking import KEY
 
 log = logging.getLogger("offpath.middleware")
@@ -35,27 +32,6 @@ def _outside(private: dict[str, Any]) -> int:
     """The chars the run's last model call sent besides the thread (:func:`outside_chars`,
     kept in the private key for the hooks that have no request: the run's end, the job)."""
     return int(private.get("outside") or 0)
-
-
-def earliest_worth(settings: Settings) -> int:
-    """The smallest thread (chars) a compaction is likely worth it on: what the planner's gain
-    rule needs removed, ``max(budget + gain, 2 x gain)`` (a summary is at most the budget and
-    at most half of what it replaces), and half a tool result's allowance for the group the
-    cut ends in, past the keep window *of a plan made that early*
-    (:func:`~offpath.compaction.planner.early_keep_chars`: the window less what must still
-    come before the apply, at least :data:`~offpath.compaction.planner.EARLY_KEEP_SHARE` of
-    it). A job queued before this ends ``no_progress`` and holds its thread back until it grew
-    by a compaction's worth: worse than a late one. With the whole keep window counted here
-    (benchmark 17, django at 30,000 / 10,000: 23,750 of a 24,000-char floor), a run landing
-    at 21k after an apply and growing 8k a step queued its next job only at the crossing."""
-    gain = min_gain_chars(settings)
-    need = settings.tool_result_limit_chars // 2 + max(
-        summary_budget_chars(settings) + gain, 2 * gain
-    )
-    keep = settings.summarization_keep_chars
-    if settings.summarization_threshold_chars - keep >= need:  # an early plan keeps less
-        return int(keep * EARLY_KEEP_SHARE) + need
-    return keep + need
 
 
 def _diff(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> list[BaseMessage]:

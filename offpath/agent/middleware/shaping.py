@@ -17,9 +17,10 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import BaseMessage
 from langgraph.types import Command
 
-from offpath.agent.middleware.helpers import _outside, earliest_worth, log, outside_chars
+from offpath.agent.middleware.helpers import _outside, log, outside_chars
 from offpath.agent.middleware.state import _Call, _Write
 from offpath.compaction.accounting import message_chars
+from offpath.compaction.planner import earliest_worth
 from offpath.compaction.shorten import shorten_each
 from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.coordination.logs import tag

@@ -89,6 +89,7 @@ from offpath.compaction.planner.budgets import (
     HEADROOM_STEPS,
     MIN_SUMMARY_CHARS,
     SMALL_SUMMARY_CHARS,
+    earliest_worth,
     early_keep_chars,
     estimate_summary_chars,
     landing_bound,
@@ -110,6 +111,7 @@ from offpath.compaction.planner.cut import (
 from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
 
 __all__ = [
+    "earliest_worth",
     "CompactionPlan",
     "EARLY_KEEP_SHARE",
     "HEADROOM_STEPS",

@@ -152,3 +152,24 @@ def estimate_summary_chars(budget: int, removed_chars: int, request: str | None)
     if request:
         size = max(size, overhead_chars(request) + MIN_SUMMARY_CHARS // 2)
     return size, max(100, size - overhead_chars(request))
+
+
+def earliest_worth(settings: Settings) -> int:
+    """The smallest thread (chars) a compaction is likely worth it on: what the planner's gain
+    rule needs removed, ``max(budget + gain, 2 x gain)`` (a summary is at most the budget and
+    at most half of what it replaces), and half a tool result's allowance for the group the
+    cut ends in, past the keep window *of a plan made that early*
+    (:func:`early_keep_chars`: the window less what must still
+    come before the apply, at least :data:`EARLY_KEEP_SHARE` of
+    it). A job queued before this ends ``no_progress`` and holds its thread back until it grew
+    by a compaction's worth: worse than a late one. With the whole keep window counted here
+    (benchmark 17, django at 30,000 / 10,000: 23,750 of a 24,000-char floor), a run landing
+    at 21k after an apply and growing 8k a step queued its next job only at the crossing."""
+    gain = min_gain_chars(settings)
+    need = settings.tool_result_limit_chars // 2 + max(
+        summary_budget_chars(settings) + gain, 2 * gain
+    )
+    keep = settings.summarization_keep_chars
+    if settings.summarization_threshold_chars - keep >= need:  # an early plan keeps less
+        return int(keep * EARLY_KEEP_SHARE) + need
+    return keep + need
