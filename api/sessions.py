@@ -3,47 +3,34 @@
 Routes are thin: a write route checks the caller owns the session, takes the
 thread's lock, runs or appends the turn through the shared LangGraph graph and
 answers; the post-turn hook and the checkpoint pruning run after the response
-(FastAPI background tasks).
+(FastAPI background tasks). Beside the routes: :mod:`api.session_turns` (around a turn's
+write) and :mod:`api.session_jobs` (the jobs as ``/compactions`` and ``/events`` show them).
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import logging
-import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from datetime import timedelta
 from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
-from langchain_core.messages import (
-    BaseMessage,
-    HumanMessage,
-    RemoveMessage,
-    ToolMessage,
-    messages_to_dict,
-)
+from langchain_core.messages import HumanMessage, messages_to_dict
 from starlette.concurrency import run_in_threadpool
 
-from offpath.compaction.accounting import message_chars, total_chars
+from offpath.compaction.accounting import total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
-from offpath.compaction.summary import is_summary
 from offpath.compaction.tracking import KEY as PRIVATE_KEY
 from offpath.compaction.tracking import ThreadSize
 from offpath.compaction.turns import TurnError, check_messages, validate_turn
 from offpath.coordination.admin import read_session
 from offpath.coordination.compactions import read_thread
 from offpath.coordination.logs import tag
-from offpath.coordination.runtime import Runtime
-from offpath.stores import archive, db
+from offpath.stores import db
 from offpath.stores.checkpoints import thread_config
-from offpath.stores.leases import failure_backoff_s
 from offpath.stores.tenants import note_size
-from offpath.stores.updates import Changed, job_updates
+from offpath.stores.updates import job_updates
 from offpath.stores.usage import has_rows
 
 from .deps import (
@@ -68,6 +55,13 @@ from .schemas import (
     TurnOut,
     errors,
 )
+from .session_jobs import EVENTS_KEEPALIVE_S as EVENTS_KEEPALIVE_S
+from .session_jobs import EVENTS_MAX_S as EVENTS_MAX_S
+from .session_jobs import EVENTS_POLL_S as EVENTS_POLL_S
+from .session_jobs import EVENTS_RETRY_MS as EVENTS_RETRY_MS
+from .session_jobs import _event_stream, backoff_json, job_json, lease_json
+from .session_turns import _summary_text, _undo, after_write, offload, state_of
+from .session_turns import prune as prune
 
 log = logging.getLogger("offpath.api")
 
@@ -79,34 +73,6 @@ NO_LLM = (
     "OpenAI-compatible endpoint) in .env and restart the API; POST /sessions/{id}/turns "
     "appends turns produced elsewhere without an LLM"
 )
-
-
-def state_of(rt: Runtime, session_id: str) -> dict[str, Any]:
-    return rt.graph.get_state(thread_config(session_id)).values
-
-
-def after_write(
-    request: Request,
-    tasks: BackgroundTasks,
-    session_id: str,
-    messages: Sequence[BaseMessage],
-    chars: int | None = None,
-) -> None:
-    """After the response: the post-turn hook (``messages``: an imported turn's thread,
-    ``chars``: its size, if known) and the pruning of old checkpoints."""
-    rt = rt_of(request)
-    if messages:
-        tasks.add_task(request.app.state.hook, session_id, messages, chars)
-    if chars is not None:  # the session list's size (GET /sessions)
-        tasks.add_task(note_size, rt.engine, session_id, len(messages), chars)
-    tasks.add_task(prune, rt, session_id)
-
-
-def prune(rt: Runtime, session_id: str) -> None:
-    try:
-        rt.checkpoints.prune(session_id, rt.settings.checkpoint_history)
-    except Exception as exc:  # best effort: the next write prunes
-        log.warning("[%s] could not prune old checkpoints: %s", tag(session_id), exc)
 
 
 @router.post(
@@ -248,30 +214,6 @@ def append_turn(
     }
 
 
-def offload(
-    rt: Runtime, session_id: str, new: list[BaseMessage], position: int
-) -> list[BaseMessage]:
-    """The turn's messages (``position``: where the first lands in the thread) with each tool
-    result over ``TOOL_RESULT_MAX_CHARS`` shortened in place (head, tail, the facts of the
-    part cut out, how to read it with ``recall``), its original archived first: as it
-    arrives, in the turn's own write (issue 18, item 1). If the archive cannot be written
-    the results are kept whole (never shortened unarchived); a compaction shortens them
-    later."""
-    limit = rt.settings.tool_result_limit_chars
-    if not rt.settings.active:
-        return new
-    caps = {
-        str(m.id): limit for m in new if isinstance(m, ToolMessage) and message_chars(m) > limit
-    }
-    if not caps:
-        return new
-    try:
-        return archive.shorten_archived(rt.engine, session_id, new, caps, offset=position)
-    except Exception as exc:
-        log.warning("[%s] tool results kept whole, not archived: %s", tag(session_id), exc)
-        return new
-
-
 @router.get(
     "/{session_id}/messages",
     response_model=SessionOut,
@@ -335,85 +277,7 @@ def read_compactions(session_id: SessionId, request: Request, caller: Caller) ->
     }
 
 
-def job_json(r: dict[str, Any]) -> dict[str, Any]:
-    """One ``compaction_jobs`` row as ``/compactions`` shows it."""
-    result = {
-        **((r["result"] or {}).get("usage") or {}),
-        **((r["result"] or {}).get("record") or {}),
-    }
-    applied = r["status"] in (db.JobStatus.APPLIED, db.JobStatus.REVERTED)
-    return {
-        "job_id": r["job_id"],
-        "status": r["status"],
-        "reason": r["reason"],
-        "reason_code": r["reason_code"],
-        "attempts": r["attempts"],
-        "published": r["published"],
-        "chars_when_queued": r["chars_before"],
-        "chars_at_apply": r.get("chars_at_apply") if applied else None,
-        "messages_removed": result.get("messages_removed") if applied else None,
-        "chars_removed": result.get("chars_removed") if applied else None,
-        "chars_saved": db.chars_saved(result) if applied and "chars_removed" in result else None,
-        "summarizer": result.get("summarizer"),
-        "latency_ms": result.get("latency_ms"),
-        "loss": result.get("loss") if applied else None,
-        "created_at": r["created_at"].isoformat(),
-        "updated_at": r["updated_at"].isoformat(),
-    }
-
-
-def lease_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
-    """Who holds the thread's claim now (None: free, or the lock store is unreachable)."""
-    try:
-        holder = rt.leases.holder(session_id)
-    except Exception:
-        return None
-    if holder is None:
-        return None
-    return {"job_id": holder.job_id, "state": holder.state.name.lower()}
-
-
-def backoff_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
-    """The failure backoff after jobs failed in a row (issue 8, item 5), while it runs."""
-    failures, last = db.failures_in_a_row(rt.engine, session_id)
-    s = rt.settings
-    seconds = failure_backoff_s(failures, s.failure_backoff_s, s.failure_backoff_max_s)
-    if not seconds or last is None:
-        return None
-    until = last + timedelta(seconds=seconds)
-    if until <= db.now_utc():
-        return None
-    return {"failures_in_a_row": failures, "seconds": seconds, "until": until.isoformat()}
-
-
-def _summary_text(messages: Sequence[BaseMessage]) -> str:
-    return next((str(m.content) for m in messages if is_summary(m)), "")
-
-
-def _undo(rt: Runtime, session_id: str, before: set[Any]) -> None:
-    """Take back what a failed run added, so the thread is as it was (a summary the run's
-    middleware applied stays: it replaced messages that are gone)."""
-    added: list[Any] = []
-    try:
-        messages = state_of(rt, session_id).get("messages", [])
-        added = [m.id for m in messages if m.id not in before and not is_summary(m)]
-        if added:
-            rt.patch(session_id, {"messages": [RemoveMessage(id=str(i)) for i in added]})
-    except Exception as exc:
-        log.error("[%s] could not take back the failed turn (%s): %s", tag(session_id), added, exc)
-
-
 # --- GET /sessions/{id}/events ---------------------------------------------------------------
-
-#: How often (s) the event stream reads the thread's job rows (one indexed query).
-EVENTS_POLL_S = 0.5
-#: A comment line after this long (s) without an event, so that proxies keep the stream open.
-EVENTS_KEEPALIVE_S = 15.0
-#: A stream ends after this long (s); the client reconnects (``retry``) and is told where the
-#: thread stands: no connection outlives a deploy by more than this.
-EVENTS_MAX_S = 300.0
-#: How long (ms) a client waits before it reconnects (the stream's ``retry`` field).
-EVENTS_RETRY_MS = 2000
 
 
 @router.get(
@@ -443,48 +307,3 @@ async def events(session_id: SessionId, request: Request, caller: Caller) -> Str
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
-
-
-async def _event_stream(rt: Runtime, session_id: str, first: list[Changed]) -> AsyncIterator[str]:
-    seen = {c.update.compaction_id: c.update.status for c in first}
-    since = max((c.at for c in first), default=None)
-    n = 0
-    yield f"retry: {EVENTS_RETRY_MS}\n\n"
-    if first:
-        n += 1
-        yield _sse(n, first[-1])
-    started = last = time.monotonic()
-    while time.monotonic() - started < EVENTS_MAX_S:
-        await asyncio.sleep(EVENTS_POLL_S)
-        changed = await run_in_threadpool(job_updates, rt.engine, session_id, since)
-        for c in changed:
-            since = c.at if since is None else max(since, c.at)
-            if seen.get(c.update.compaction_id) == c.update.status:
-                continue
-            if c.update.compaction_id not in seen and c.update.status != "in_progress":
-                # a job queued and ended between two reads: the watcher still hears it start
-                # (ACP: in_progress, then its end), not an end out of nowhere
-                n += 1
-                yield _sse(n, _started(c))
-            seen[c.update.compaction_id] = c.update.status
-            n += 1
-            last = time.monotonic()
-            yield _sse(n, c)
-        if time.monotonic() - last >= EVENTS_KEEPALIVE_S:
-            last = time.monotonic()
-            yield ": keep-alive\n\n"
-
-
-def _started(changed: Changed) -> Changed:
-    """``changed``'s job as it stood when it started: in progress, no result yet."""
-    update = dataclasses.replace(
-        changed.update, status="in_progress", chars_after=None, reason=None
-    )
-    return Changed(update, changed.at)
-
-
-def _sse(n: int, changed: Changed) -> str:
-    update = changed.update
-    body = {"sessionId": update.session_id, "update": update.to_acp(), "at": changed.at.isoformat()}
-    data = orjson.dumps(body).decode()
-    return f"id: {n}\ndata: {data}\n\n"

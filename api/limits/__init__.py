@@ -1,0 +1,65 @@
+"""Every byte a client sends counts (DESIGN.md invariant 8; issue 10, item 2; issue 20).
+
+* :class:`BodyLimit`, an ASGI middleware, sees every request before the app does:
+
+  - a request with a body and no valid API key is refused (401) before one byte of the
+    body is read (issue 20, item 1: the body of an unauthenticated request was parsed
+    first), except the web UI's login form (a few KiB at most);
+  - a query string with a NUL character is refused (422 naming the parameter: PostgreSQL
+    stores no NUL, issue 20, item 4);
+  - the body is checked in one streaming pass as it arrives (:class:`JsonScan`): over
+    ``MAX_REQUEST_BYTES`` 413, nested deeper than ``MAX_JSON_DEPTH``, more values than
+    ``MAX_JSON_VALUES`` or more ``messages`` than ``MAX_TURN_MESSAGES`` 422, each before
+    anything is parsed; memory is the body itself plus a few bytes per nesting level, and
+    the pass gives the event loop back every :data:`SLICE_BYTES`.
+
+* :class:`OffLoopBody`, the routes' class: a JSON body is parsed (by orjson, from the
+  bytes, when its numbers are plain) and validated (a turn one message at a time) in a
+  worker thread, in calls short enough that the event loop goes on serving (``/healthz``
+  answers meanwhile; ``offpath_api_event_loop_lag_seconds`` shows how late it wakes).
+* :func:`unstorable`: values a JSON parser returns but no store keeps (NUL, a lone surrogate
+  from the escape ``"\\ud800"``, an integer beyond 64 bits, NaN): refused with 422 naming
+  the field.
+* :func:`short`: what an error may quote of the input (422 answers never echo it).
+* :class:`HostCheck`: Starlette's ``Host`` check (``ALLOWED_HOSTS``), whose 400 is JSON
+  like every other error answer.
+
+Its modules: :mod:`.checks` (the plain checks: media type, unstorable values, NUL in a query,
+:func:`short`), :mod:`.scan` (:class:`JsonScan`), :mod:`.middleware` (:class:`BodyLimit`,
+:class:`HostCheck`, :func:`refuse`), :mod:`.offloop` (:class:`OffLoopBody`).
+"""
+
+from .checks import INT_MAX, INT_MIN, is_json_media, nul_parameter, short, unstorable
+from .middleware import (
+    FORM_BYTES,
+    PLAIN_NUMBERS,
+    PUBLIC_BODIES,
+    SLICE_BYTES,
+    BodyLimit,
+    Gate,
+    HostCheck,
+    refuse,
+)
+from .offloop import OffLoopBody
+from .scan import KEY_BYTES, JsonScan, TooMuch
+
+__all__ = [
+    "INT_MAX",
+    "INT_MIN",
+    "is_json_media",
+    "nul_parameter",
+    "short",
+    "unstorable",
+    "BodyLimit",
+    "FORM_BYTES",
+    "Gate",
+    "HostCheck",
+    "PLAIN_NUMBERS",
+    "PUBLIC_BODIES",
+    "SLICE_BYTES",
+    "refuse",
+    "OffLoopBody",
+    "JsonScan",
+    "KEY_BYTES",
+    "TooMuch",
+]

@@ -1,0 +1,190 @@
+"""The ASGI middleware that sees every request before the app does: :class:`BodyLimit` (no
+body without a key, no NUL in a query string, every body within its limits, checked as it
+arrives by :class:`~.scan.JsonScan`) and :class:`HostCheck` (``ALLOWED_HOSTS``, its 400 in
+JSON); :func:`refuse` answers for both without reading the body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+from .checks import is_json_media, nul_parameter
+from .scan import JsonScan, TooMuch
+
+#: How much of a body the streaming check reads before it gives the event loop back.
+SLICE_BYTES = 16 * 1024
+#: Largest body of a request that needs no key (the web UI's login and logout forms).
+FORM_BYTES = 16 * 1024
+#: Paths whose body is read without a key (the login form carries the key).
+PUBLIC_BODIES = frozenset({"/ui/login", "/ui/logout"})
+#: Scope key: the body holds no run of 19 digits, so orjson reads every number exactly.
+PLAIN_NUMBERS = "offpath.plain_numbers"
+
+#: Answers why a request may not send a body (None: it may): the API's key check.
+Gate = Callable[[dict[str, Any]], Awaitable[str | None]]
+
+
+class BodyLimit:
+    """ASGI middleware: no body without a key, no NUL in a query string, and every body
+    within its limits (see the module doc); a body that passes is handed on unchanged."""
+
+    def __init__(
+        self,
+        app: Any,
+        max_bytes: int,
+        max_depth: int,
+        max_values: int = 200_000,
+        max_messages: int = 10_000,
+        gate: Gate | None = None,
+    ) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.max_depth = max_depth
+        self.max_values = max_values
+        self.max_messages = max_messages
+        self.gate = gate
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)  # the first of a repeated header, as Starlette reads it
+        declared = headers.get("content-length")
+        has_body = (declared is not None and declared.strip() not in ("", "0")) or (
+            "transfer-encoding" in headers
+        )
+        public = scope["path"] in PUBLIC_BODIES
+        if has_body and not public and self.gate is not None:
+            if (refused := await self.gate(scope)) is not None:
+                await refuse(send, 401, refused, {b"www-authenticate": b"Bearer"})
+                return
+        if (name := nul_parameter(scope.get("query_string") or b"")) is not None:
+            problem = "NUL characters are not accepted (PostgreSQL stores none)"
+            await refuse(
+                send,
+                422,
+                f"{name}: {problem}",
+                errors=[{"loc": ["query", name], "msg": problem, "type": "value_error"}],
+            )
+            return
+        if not has_body:
+            await self.app(scope, receive, send)
+            return
+        limit = FORM_BYTES if public else self.max_bytes
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            await refuse(send, 413, self._too_big(limit))
+            return
+        scan = (
+            JsonScan(self.max_depth, self.max_values, self.max_messages)
+            if not public and is_json_media(headers.get("content-type"))
+            else None
+        )
+        # one buffer, filled as the body arrives (a list of chunks joined at the end held the
+        # body twice, and left a heap of freed chunks behind: 4x a 30 MB body, issue 20)
+        body: bytearray | None = bytearray()
+        size = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise TooMuch(413, self._too_big(limit))
+                if scan is not None:
+                    for at in range(0, len(chunk), SLICE_BYTES):
+                        scan.feed(chunk[at : at + SLICE_BYTES])
+                        await asyncio.sleep(0)  # the event loop serves others meanwhile
+                body += chunk
+                if not message.get("more_body"):
+                    break
+        except TooMuch as exc:
+            await refuse(send, exc.status, exc.detail)
+            return
+        if scan is not None and not scan.long_digits:
+            scope[PLAIN_NUMBERS] = True  # orjson reads this body exactly (OffLoopBody)
+
+        async def replay() -> dict[str, Any]:
+            nonlocal body
+            if body is None:
+                return await receive()
+            # the buffer itself (no copy; Starlette and OffLoopBody take bytes-like bodies)
+            message = {"type": "http.request", "body": body, "more_body": False}
+            body = None  # the app holds it now: not kept twice
+            return message
+
+        await self.app(scope, replay, send)
+
+    def _too_big(self, limit: int) -> str:
+        if limit == FORM_BYTES:
+            return f"request body over {limit} bytes (a login form)"
+        return f"request body over {limit} bytes (MAX_REQUEST_BYTES)"
+
+
+async def refuse(
+    send: Any,
+    status: int,
+    detail: str,
+    headers: dict[bytes, bytes] | None = None,
+    errors: list[dict[str, Any]] | None = None,
+) -> None:
+    """Answer ``{"detail": ...}`` (with ``errors`` for a 422) without reading the body."""
+    content: dict[str, Any] = {"detail": detail}
+    if errors is not None:
+        content["errors"] = errors
+    payload = json.dumps(content).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *(headers or {}).items(),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+class HostCheck:
+    """ASGI middleware: requests whose ``Host`` is not one of ``allowed_hosts`` (``*``: any;
+    ``*.example.com``: its subdomains) get 400 ``{"detail": ...}`` (against DNS rebinding).
+    The check is Starlette's :class:`TrustedHostMiddleware`; only its plain-text answer is
+    replaced."""
+
+    DETAIL = "Host header not allowed (ALLOWED_HOSTS)"
+
+    def __init__(self, app: Any, allowed_hosts: list[str]) -> None:
+        self.app = app
+        self.check = TrustedHostMiddleware(self._allowed, allowed_hosts=allowed_hosts)
+
+    async def _allowed(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        scope["offpath.host_allowed"] = True
+        await self.app(scope, receive, send)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.check(scope, receive, send)
+            return
+
+        replaced = False
+
+        async def answer(message: dict[str, Any]) -> None:
+            nonlocal replaced
+            if scope.get("offpath.host_allowed"):
+                await send(message)  # the app's own answer
+            elif message["type"] == "http.response.start" and message["status"] == 400:
+                replaced = True  # the refusal: ours instead of its plain text
+                await refuse(send, 400, self.DETAIL)
+            elif not replaced:
+                await send(message)  # a www. redirect
+
+        await self.check(scope, receive, answer)

@@ -1,0 +1,95 @@
+"""What the session routes (:mod:`api.sessions`) do around a turn's write: the thread's state
+(:func:`state_of`), the work after the response (:func:`after_write`: the post-turn hook, the
+session list's size, :func:`prune` of old checkpoints), tool results shortened as they arrive
+(:func:`offload`), and a failed chat turn taken back (:func:`_undo`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import BackgroundTasks, Request
+from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
+
+from offpath.compaction.accounting import message_chars
+from offpath.compaction.summary import is_summary
+from offpath.coordination.logs import tag
+from offpath.coordination.runtime import Runtime
+from offpath.stores import archive
+from offpath.stores.checkpoints import thread_config
+from offpath.stores.tenants import note_size
+
+from .deps import rt_of
+
+log = logging.getLogger("offpath.api")
+
+
+def state_of(rt: Runtime, session_id: str) -> dict[str, Any]:
+    return rt.graph.get_state(thread_config(session_id)).values
+
+
+def after_write(
+    request: Request,
+    tasks: BackgroundTasks,
+    session_id: str,
+    messages: Sequence[BaseMessage],
+    chars: int | None = None,
+) -> None:
+    """After the response: the post-turn hook (``messages``: an imported turn's thread,
+    ``chars``: its size, if known) and the pruning of old checkpoints."""
+    rt = rt_of(request)
+    if messages:
+        tasks.add_task(request.app.state.hook, session_id, messages, chars)
+    if chars is not None:  # the session list's size (GET /sessions)
+        tasks.add_task(note_size, rt.engine, session_id, len(messages), chars)
+    tasks.add_task(prune, rt, session_id)
+
+
+def prune(rt: Runtime, session_id: str) -> None:
+    try:
+        rt.checkpoints.prune(session_id, rt.settings.checkpoint_history)
+    except Exception as exc:  # best effort: the next write prunes
+        log.warning("[%s] could not prune old checkpoints: %s", tag(session_id), exc)
+
+
+def offload(
+    rt: Runtime, session_id: str, new: list[BaseMessage], position: int
+) -> list[BaseMessage]:
+    """The turn's messages (``position``: where the first lands in the thread) with each tool
+    result over ``TOOL_RESULT_MAX_CHARS`` shortened in place (head, tail, the facts of the
+    part cut out, how to read it with ``recall``), its original archived first: as it
+    arrives, in the turn's own write (issue 18, item 1). If the archive cannot be written
+    the results are kept whole (never shortened unarchived); a compaction shortens them
+    later."""
+    limit = rt.settings.tool_result_limit_chars
+    if not rt.settings.active:
+        return new
+    caps = {
+        str(m.id): limit for m in new if isinstance(m, ToolMessage) and message_chars(m) > limit
+    }
+    if not caps:
+        return new
+    try:
+        return archive.shorten_archived(rt.engine, session_id, new, caps, offset=position)
+    except Exception as exc:
+        log.warning("[%s] tool results kept whole, not archived: %s", tag(session_id), exc)
+        return new
+
+
+def _summary_text(messages: Sequence[BaseMessage]) -> str:
+    return next((str(m.content) for m in messages if is_summary(m)), "")
+
+
+def _undo(rt: Runtime, session_id: str, before: set[Any]) -> None:
+    """Take back what a failed run added, so the thread is as it was (a summary the run's
+    middleware applied stays: it replaced messages that are gone)."""
+    added: list[Any] = []
+    try:
+        messages = state_of(rt, session_id).get("messages", [])
+        added = [m.id for m in messages if m.id not in before and not is_summary(m)]
+        if added:
+            rt.patch(session_id, {"messages": [RemoveMessage(id=str(i)) for i in added]})
+    except Exception as exc:
+        log.error("[%s] could not take back the failed turn (%s): %s", tag(session_id), added, exc)

@@ -1,0 +1,201 @@
+"""One session's page: its thread as the model sees it (:func:`thread_items`, only offpath's own
+summaries shown as summaries: :func:`own_summaries`), the archived originals each summary
+replaced (:func:`originals_by_summary`), its jobs (:func:`job_timeline`) and the fingerprint
+its polling compares (:func:`session_version`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from langchain_core.messages import BaseMessage, messages_from_dict
+
+from offpath.compaction.accounting import content_text, message_chars
+from offpath.compaction.summary import fingerprint, is_summary, summary_meta
+from offpath.coordination.runtime import Runtime
+from offpath.stores import archive, db
+from offpath.stores.tenants import SESSIONS
+
+from .listing import _iso, _utc
+
+#: Most archived originals a session page shows (the rest: ``GET /sessions/{id}/archive``).
+MAX_ORIGINALS = 2000
+
+
+def session_version(rt: Runtime, session_id: str) -> str:
+    """A short fingerprint of what a session page shows, from two indexed reads and no
+    checkpoint: its ``sessions`` row (last activity, messages and chars, which every write
+    offpath makes to the thread updates, a compaction's patch included) and its job rows
+    (id, status, last change; archived originals come with an applied job). The page's
+    polling re-renders the thread only when it changed."""
+    with rt.engine.connect() as conn:
+        owner = conn.execute(
+            sa.select(SESSIONS.c.last_activity, SESSIONS.c.messages, SESSIONS.c.chars).where(
+                SESSIONS.c.session_id == session_id
+            )
+        ).first()
+        jobs = conn.execute(
+            sa.select(db.JOBS.c.job_id, db.JOBS.c.status, db.JOBS.c.updated_at)
+            .where(db.JOBS.c.session_id == session_id)
+            .order_by(db.JOBS.c.created_at)
+        ).all()
+    seen = repr((tuple(owner) if owner else None, [tuple(j) for j in jobs]))
+    return hashlib.sha256(seen.encode()).hexdigest()[:16]
+
+
+def own_summaries(rt: Runtime, session_id: str) -> set[tuple[str, str]]:
+    """``(message id, fingerprint)`` of every summary offpath's jobs patched into the
+    session (their own records, DESIGN.md invariant 10): only these show as summaries."""
+    out = set()
+    for row in db.jobs_of(rt.engine, session_id):
+        record = (row.get("result") or {}).get("record") or {}
+        if record.get("summary_id") and record.get("summary_sha"):
+            out.add((str(record["summary_id"]), str(record["summary_sha"])))
+    return out
+
+
+def thread_items(
+    messages: Sequence[BaseMessage], own: set[tuple[str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """``messages`` as the session page shows them: one item per message but tool results,
+    which are folded into the call they answer (an orphan result stays an item).
+
+    An item: ``{"id", "type", "text", "chars", "name", "summary": bool, "meta"
+    (a summary's metadata), "calls": [{"id", "name", "args" (JSON text), "result"
+    (text or None), "result_chars", "status"}]}``. With ``own`` (:func:`own_summaries`),
+    only offpath's own summaries are ``summary``: a message a client marked as one shows
+    as the message it is, its metadata never as offpath's (issue 20, item 8).
+    """
+    results: dict[str, BaseMessage] = {}
+    for m in messages:
+        if m.type == "tool":
+            results.setdefault(str(getattr(m, "tool_call_id", "")), m)
+    folded: set[int] = set()
+    items = []
+    for m in messages:
+        if m.type == "tool" and id(m) in folded:
+            continue
+        calls = []
+        for call in getattr(m, "tool_calls", None) or []:
+            result = results.get(str(call.get("id")))
+            if result is not None:
+                folded.add(id(result))
+            calls.append(
+                {
+                    "id": call.get("id"),
+                    "name": call.get("name"),
+                    "args": json.dumps(call.get("args"), indent=1, ensure_ascii=False, default=str),
+                    "result": None if result is None else content_text(result.content),
+                    "result_chars": None if result is None else message_chars(result),
+                    "status": None if result is None else getattr(result, "status", None),
+                }
+            )
+        items.append(
+            {
+                "id": m.id,
+                "type": m.type,
+                "text": content_text(m.content),
+                "chars": message_chars(m),
+                "name": m.name,
+                "summary": (mine := _own(m, own)),
+                "meta": dict(summary_meta(m)) if mine else {},
+                "calls": calls,
+            }
+        )
+    return items
+
+
+def _own(message: BaseMessage, own: set[tuple[str, str]] | None) -> bool:
+    if not is_summary(message):
+        return False
+    return own is None or (str(message.id), fingerprint(message)) in own
+
+
+def originals_by_summary(
+    rt: Runtime,
+    session_id: str,
+    summary_ids: Iterable[str],
+    own: set[tuple[str, str]] | None = None,
+    kept: Iterable[str] = (),
+) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """The archived originals of ``session_id``, grouped by the summary in the thread that
+    replaced them, then by compaction (oldest first): ``{summary_id: [{"job_id",
+    "archived_at", "items" (:func:`thread_items` of its originals), "count", "replaced_ids",
+    "shortened_ids"}]}``, and how many originals the archive holds in all (at most
+    :data:`MAX_ORIGINALS` are read). Results shortened as they arrived are archived under
+    no job (``job_id`` "").
+
+    A compaction archives the messages it replaced, the kept tool results it shortened
+    (their ids, ``kept``: the thread's messages but its summaries, are still in the thread)
+    and the summary it folded in (neither: offpath's own text): ``replaced_ids`` and
+    ``shortened_ids`` list the first two (:func:`originals_totals` adds them up).
+
+    A later compaction folds the earlier summary in and keeps its id, so each summary
+    usually owns every compaction; rows whose summary is no longer in the thread go to
+    the first summary."""
+    rows, total = archive.read(rt.engine, session_id, limit=MAX_ORIGINALS)
+    ids = list(summary_ids)
+    still = set(kept)
+    per_job: dict[str, list[dict[str, Any]]] = {}
+    owner: dict[str, str] = {}
+    for r in rows:
+        per_job.setdefault(r["job_id"], []).append(r)
+        owner.setdefault(r["job_id"], r["summary_id"] if r["summary_id"] in ids else "")
+    out: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
+    if not ids:
+        return out, total
+    for job_id, job_rows in per_job.items():
+        target = owner[job_id] or ids[0]
+        messages = messages_from_dict([r["message"] for r in job_rows])
+        mine = [str(m.id) for m in messages if not is_summary(m)]
+        out[target].append(
+            {
+                "job_id": job_id,
+                "archived_at": _iso(job_rows[0]["created_at"]),
+                "items": thread_items(messages, own),
+                "count": len(messages),
+                "replaced_ids": [i for i in mine if i not in still],
+                "shortened_ids": [i for i in mine if i in still],
+            }
+        )
+    return out, total
+
+
+def originals_totals(groups: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """What a summary's archived originals (its groups from :func:`originals_by_summary`)
+    add up to: ``replaced`` (distinct messages no longer in the thread), ``shortened``
+    (distinct kept tool results whose originals are archived) and ``compactions`` (the
+    groups of a job; results shortened as they arrived are archived under no job)."""
+    replaced = {i for g in groups for i in g["replaced_ids"]}
+    shortened = {i for g in groups for i in g["shortened_ids"]} - replaced
+    compactions = sum(1 for g in groups if g["job_id"])
+    return {"replaced": len(replaced), "shortened": len(shortened), "compactions": compactions}
+
+
+def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
+    """The session's jobs, oldest first, as ``GET /sessions/{id}/compactions`` shows them,
+    plus ``took_s``: seconds from queued to its last change (to applied, for an applied job),
+    ``forced``: an operator asked for it (compact now), and ``revertible``: the latest
+    applied compaction of one of offpath's own threads (the page's Revert button; issue 19)."""
+    from ..sessions import job_json
+
+    out = []
+    for row in db.jobs_of(rt.engine, session_id):
+        job = job_json(row)
+        took = (_utc(row["updated_at"]) - _utc(row["created_at"])).total_seconds()
+        job["took_s"] = round(took, 2)
+        job["forced"] = bool((row.get("options") or {}).get("force"))
+        job["revertible"] = False
+        out.append((job, row))
+    # the Revert button: the latest applied compaction, of one of offpath's own threads
+    applied = [(job, row) for job, row in out if job["status"] == db.JobStatus.APPLIED]
+    if applied:
+        job, row = applied[-1]
+        options = row.get("options") or {}
+        own = options.get("patch", True) and not options.get("checkpoints")
+        job["revertible"] = bool(own and not options.get("checkpoint_ns"))
+    return [job for job, _ in out]
