@@ -186,7 +186,7 @@ def test_migration_0010_fills_the_size_at_apply_and_the_real_savings_of_older_ro
             sqlite = url.startswith("sqlite")
             settings = load_settings(data_dir=str(tmp_path), database_url="" if sqlite else url)
             cfg = Config()
-            folder = Path(db.__file__).resolve().parent / "migrations"
+            folder = Path(db.__file__).resolve().parent.parent / "migrations"
             cfg.set_main_option("script_location", str(folder))
             cfg.set_main_option("sqlalchemy.url", db.sqlalchemy_url(settings).replace("%", "%%"))
             command.upgrade(cfg, "0008")

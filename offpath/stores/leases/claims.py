@@ -1,35 +1,8 @@
-"""Job leases: at most one compaction job per thread in flight, and recovery in seconds.
-
-Each thread has one *claim* key (in Redis, or in the usage database for the
-embedded demo). Its value says who holds the thread:
-
-========================  =================================================  ==========================
-value                     meaning                                            expires after
-========================  =================================================  ==========================
-``q:<job>``               a job is queued (or waiting for a retry)           ``CELERY_VISIBILITY_TIMEOUT_S``
-``r:<job>:<token>``       one delivery of a job is running                   ``JOB_LEASE_S``, renewed
-``p:<job>``               the job's compaction is prepared, to be applied    a day
-                          once the thread is over its threshold
-``d:<job>``               the job applied a compaction; the thread is free   10 minutes
-``s:<job>:<chars>``       the job found nothing worth compacting at <chars>  a day
-``b:<job>``               the job failed; no new job until the backoff ends  the backoff
-(absent)                  free                                               -
-========================  =================================================  ==========================
-
-A running job's lease is renewed by :class:`LeaseKeeper` (a heartbeat every
-third of ``JOB_LEASE_S``), so it is never taken over while its worker lives, and
-lapses within ``JOB_LEASE_S`` when the worker dies (DESIGN.md invariant 11;
-issue 8, items 1-2). The next turn or the reconciler then queues the thread
-again. ``d:<job>`` tells the post-turn hook whose compaction it may not have
-seen yet (issue 8, item 7: a turn that read the thread before a patch landed
-must not queue a job after it). ``s:<job>:<chars>`` lets a caller that cannot
-afford to plan (the middleware, at every model call) wait until the thread has
-grown by a compaction's worth before it asks again: the no-progress rule,
-kept in one key.
-
-Every change is one atomic compare-and-swap on the key (:class:`KeyStore`): a
-Lua script on Redis, a conditional ``UPDATE``/``INSERT`` in SQL.
-"""
+"""The claim protocol on a :class:`~offpath.stores.leases.key_stores.KeyStore` (the values
+and what they mean: :mod:`offpath.stores.leases`): a claim (:class:`State`,
+:class:`Claim`), :class:`Leases` (claim, start, renew, hand on a thread), the
+:class:`LeaseKeeper` that renews this process's running leases, and the failure backoff
+(:func:`failure_backoff_s`)."""
 
 from __future__ import annotations
 
@@ -39,10 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
 
-import redis
-import sqlalchemy as sa
+from offpath.stores.leases.key_stores import KeyStore
 
 log = logging.getLogger("offpath.leases")
 
@@ -51,93 +22,6 @@ DONE_TTL_S = 600.0
 #: How long a prepared compaction waits for its thread to cross the threshold, and how long
 #: ``s:<job>:<chars>`` remembers a skip.
 PREPARED_TTL_S = SKIPPED_TTL_S = 86_400.0
-
-
-class KeyStore(Protocol):
-    """One atomic operation on string keys that expire."""
-
-    def get(self, key: str) -> str | None:
-        """The key's value, or None if it is absent or expired."""
-        ...
-
-    def swap(self, key: str, expected: str | None, new: str | None, ttl_s: float) -> bool:
-        """If the key holds ``expected`` (None: absent), set it to ``new`` expiring after
-        ``ttl_s`` (None: delete it) and return True; else change nothing, return False."""
-        ...
-
-
-_SWAP = """
-local cur = redis.call('GET', KEYS[1])
-if (ARGV[1] == '' and not cur) or cur == ARGV[1] then
-  if ARGV[2] == '' then redis.call('DEL', KEYS[1])
-  else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
-  return 1
-end
-return 0
-"""
-
-
-class RedisKeyStore:
-    """Claims in Redis: ``swap`` is one Lua script (redis-py's ``register_script``)."""
-
-    def __init__(self, client: redis.Redis) -> None:
-        self.redis = client
-        self._swap = client.register_script(_SWAP)
-
-    def get(self, key: str) -> str | None:
-        value = self.redis.get(key)
-        return value.decode() if value is not None else None
-
-    def swap(self, key: str, expected: str | None, new: str | None, ttl_s: float) -> bool:
-        ttl_ms = max(1, int(ttl_s * 1000))
-        return bool(self._swap(keys=[key], args=[expected or "", new or "", ttl_ms]))
-
-
-class SqlKeyStore:
-    """Claims in the usage database's ``thread_locks`` table (``LOCK_BACKEND=database``)."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-
-    def get(self, key: str) -> str | None:
-        with self.engine.connect() as conn:
-            return conn.execute(
-                sa.text("SELECT token FROM thread_locks WHERE name = :n AND expires_at >= :now"),
-                {"n": key, "now": time.time()},
-            ).scalar()
-
-    def swap(self, key: str, expected: str | None, new: str | None, ttl_s: float) -> bool:
-        now = time.time()
-        args = {"n": key, "t": expected, "v": new, "e": now + ttl_s, "now": now}
-        with self.engine.begin() as conn:
-            conn.execute(
-                sa.text("DELETE FROM thread_locks WHERE name = :n AND expires_at < :now"), args
-            )
-            if expected is None:
-                if new is None:
-                    return (
-                        conn.execute(
-                            sa.text("SELECT 1 FROM thread_locks WHERE name = :n"), args
-                        ).first()
-                        is None
-                    )
-                try:
-                    with conn.begin_nested():
-                        conn.execute(
-                            sa.text(
-                                "INSERT INTO thread_locks (name, token, expires_at) "
-                                "VALUES (:n, :v, :e)"
-                            ),
-                            args,
-                        )
-                except sa.exc.IntegrityError:
-                    return False
-                return True
-            if new is None:
-                sql = "DELETE FROM thread_locks WHERE name = :n AND token = :t"
-            else:
-                sql = "UPDATE thread_locks SET token = :v, expires_at = :e WHERE name = :n AND token = :t"
-            return bool(conn.execute(sa.text(sql), args).rowcount)
 
 
 class State(StrEnum):

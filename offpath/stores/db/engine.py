@@ -1,0 +1,111 @@
+"""The usage database's engine and schema: its URL from the settings, an engine (SQLite
+with WAL, PostgreSQL pinged when idle), Alembic's :func:`migrate` and :func:`ping`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlmodel import create_engine
+
+from offpath.compaction.settings import Settings
+
+
+def sqlalchemy_url(settings: Settings) -> str:
+    """SQLAlchemy URL: ``DATABASE_URL`` (``postgresql://`` gets the psycopg 3 driver) or
+    ``sqlite:///DATA_DIR/usage.db``."""
+    url = settings.database_url.strip()
+    if not url:
+        path = Path(settings.data_dir) / "usage.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{path}"
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def make_engine(settings: Settings, *, ping_every_checkout: bool = False) -> Engine:
+    """An engine for the usage tables; SQLite gets WAL and a busy timeout. PostgreSQL
+    connections are pinged at checkout when idle over :data:`IDLE_PING_S` (the worker's
+    jobs), or at every checkout with ``ping_every_checkout`` (SQLAlchemy's
+    ``pool_pre_ping``: the API, whose reads must not answer 500 once after a database
+    restart or a dropped connection)."""
+    url = sqlalchemy_url(settings)
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(conn: Any, _record: Any) -> None:
+            cur = conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    engine = create_engine(url, pool_size=5, max_overflow=10, pool_pre_ping=ping_every_checkout)
+    if not ping_every_checkout:
+        _ping_when_idle(engine)
+    return engine
+
+
+#: A pooled connection idle longer than this (s) is pinged before it is handed out.
+IDLE_PING_S = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection at checkout only if it sat idle over :data:`IDLE_PING_S`
+    (a database restart shows there): ``pool_pre_ping`` pings at every checkout, a round
+    trip per statement group of a job. A connection that breaks while in use invalidates
+    the pool (SQLAlchemy's disconnect handling), and the job retries."""
+
+    @event.listens_for(engine, "checkin")
+    def _stamp(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < IDLE_PING_S:
+            return
+        try:
+            cur = dbapi_conn.cursor()
+            cur.execute("SELECT 1")
+            cur.close()
+        except Exception as exc:
+            raise sa.exc.DisconnectionError(str(exc)) from exc
+
+
+def migrate(settings: Settings) -> str:
+    """Bring the schema to the latest Alembic revision (safe to call from every process,
+    also at once: ``stores/migrations/env.py`` runs one migrator at a time).
+
+    Returns a line saying what it did. Raises the driver's error if the database
+    cannot be reached.
+    """
+    from alembic import command
+    from alembic.config import Config
+
+    url = sqlalchemy_url(settings)
+    cfg = Config()
+    cfg.set_main_option(
+        "script_location", str(Path(__file__).resolve().parent.parent / "migrations")
+    )
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    command.upgrade(cfg, "head")
+    # read under the migration lock by env.py: a migrator that waited sees the tables made
+    before = cfg.attributes.get("revision_before")
+    after = cfg.attributes.get("revision_after")
+    if before == after:
+        return f"usage tables are up to date (revision {after})"
+    return f"usage tables {'created' if before is None else 'upgraded from ' + before} at revision {after}"
+
+
+def ping(engine: Engine) -> None:
+    """Raise if the database does not answer."""
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT 1"))

@@ -1,0 +1,142 @@
+"""The usage tables (SQLModel): ``usage_events``, ``compaction_jobs`` and
+``fallback_maskings``, the job's statuses (:class:`JobStatus`), and the time helpers
+their rows use.
+
+Each table class is defined here once (``SQLModel.metadata``, what Alembic's autogenerate
+compares against); :data:`JOBS`, :data:`EVENTS` and :data:`MASKINGS` are their
+SQLAlchemy tables, for the queries.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import JSON, Column
+from sqlmodel import Field, SQLModel
+
+
+class JobStatus(enum.StrEnum):
+    """A job's life: ``queued`` -> ``running`` -> ``applied``, ``skipped`` or ``failed``;
+    or ``running`` -> ``prepared`` (its compaction waits for the thread to be free and over
+    its threshold) -> ``applied``, or ``skipped`` (stale). An applied compaction may be
+    undone (``POST /sessions/{id}/compactions/{job}/revert``): ``applied`` -> ``reverted``
+    (issue 19)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    PREPARED = "prepared"
+    APPLIED = "applied"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    REVERTED = "reverted"
+
+
+FINAL = (JobStatus.APPLIED, JobStatus.SKIPPED, JobStatus.FAILED, JobStatus.REVERTED)
+FINAL_VALUES = frozenset(f.value for f in FINAL)
+#: A delivery of a job in these states runs it; in any other, it has nothing to do.
+RUNNABLE_VALUES = frozenset({JobStatus.QUEUED.value, JobStatus.RUNNING.value})
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class UsageEvent(SQLModel, table=True):
+    """One LLM usage; for a compaction ``metadata["summarization"]`` is true."""
+
+    __tablename__ = "usage_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str | None = Field(default=None, unique=True, max_length=64)
+    session_id: str = Field(index=True, max_length=128)
+    model: str = Field(max_length=200)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_ms: int = 0
+    tool_call_count: int = 0
+    metadata_: dict[str, Any] = Field(
+        default_factory=dict, sa_column=Column("metadata", JSON, nullable=False)
+    )
+    created_at: datetime = Field(
+        default_factory=_now, index=True, sa_type=sa.DateTime(timezone=True)
+    )
+
+
+#: Most chars of a job's stored ``reason``.
+MAX_REASON_CHARS = 300
+
+
+def _reason(reason: str | None) -> str | None:
+    """A reason as stored: one line, at most :data:`MAX_REASON_CHARS` chars."""
+    if not reason:
+        return None
+    line = " ".join(reason.split())
+    return line if len(line) <= MAX_REASON_CHARS else line[: MAX_REASON_CHARS - 3] + "..."
+
+
+class CompactionJob(SQLModel, table=True):
+    """One queued compaction request and how it ended.
+
+    ``reason_code`` names why a job was skipped or failed (low cardinality, for
+    metrics); ``reason`` says it in offpath's words, at most :data:`MAX_REASON_CHARS`
+    (never an exception's text: it is shown by ``/stats`` and the UI; the log has the
+    detail, issue 20, item 9). ``published`` is false while the broker
+    has not taken the job (the reconciler publishes it). ``options`` say how it may
+    apply its compaction (:class:`~offpath.coordination.compactions.JobOptions`).
+    ``result`` holds ``prepared`` (the summary and its plan, kept until applied:
+    :class:`~offpath.compaction.patch.Prepared`), ``usage`` (what the summarizer
+    cost) and ``record``, offpath's own record of the summary about to be patched in
+    (written before the patch): the only source of what a compaction removed
+    (DESIGN.md invariant 10).
+    """
+
+    __tablename__ = "compaction_jobs"
+
+    job_id: str = Field(primary_key=True, max_length=64)
+    session_id: str = Field(index=True, max_length=128)
+    status: str = Field(default=JobStatus.QUEUED, index=True, max_length=16)
+    reason: str | None = Field(default=None, max_length=2000)
+    reason_code: str | None = Field(default=None, max_length=32)
+    attempts: int = 0
+    chars_before: int | None = None
+    published: bool = True
+    result: dict[str, Any] | None = Field(default=None, sa_column=Column("result", JSON))
+    options: dict[str, Any] | None = Field(default=None, sa_column=Column("options", JSON))
+    created_at: datetime = Field(default_factory=_now, sa_type=sa.DateTime(timezone=True))
+    updated_at: datetime = Field(default_factory=_now, sa_type=sa.DateTime(timezone=True))
+    #: When the thread was first seen over its threshold with this job open (None: never
+    #: seen; the lag of an applied job then runs from ``created_at``). Migration 0007.
+    crossed_at: datetime | None = Field(default=None, sa_type=sa.DateTime(timezone=True))
+    #: The thread's size (chars) just before this job's compaction was applied: its peak
+    #: since the previous one (the dashboard's size chart draws it). Migration 0010.
+    chars_at_apply: int | None = None
+
+
+class FallbackMasking(SQLModel, table=True):
+    """One model call whose oldest tool results were masked because it would have gone over
+    ``CONTEXT_HARD_LIMIT_CHARS`` with no summary ready (DESIGN.md invariant 9)."""
+
+    __tablename__ = "fallback_maskings"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(index=True, max_length=128)
+    results: int
+    chars: int
+    created_at: datetime = Field(default_factory=_now, sa_type=sa.DateTime(timezone=True))
+
+
+JOBS = CompactionJob.__table__  # type: ignore[attr-defined]
+EVENTS = UsageEvent.__table__  # type: ignore[attr-defined]
+MASKINGS = FallbackMasking.__table__  # type: ignore[attr-defined]
+
+
+def now_utc() -> datetime:
+    return _now()
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes: they are UTC."""
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value

@@ -1,0 +1,326 @@
+"""The job's state machine on its ``compaction_jobs`` row: queued (:func:`create_job`,
+:func:`set_published`), running (:func:`start_job`), ended (:func:`set_job`,
+:func:`end_others`), prepared (:func:`store_result`), applied with its usage event
+(:func:`finalize`) and reverted (:func:`mark_reverted`). Each status change is counted
+in :mod:`offpath.metrics`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from offpath import metrics
+from offpath.stores.db.tables import (
+    EVENTS,
+    FINAL_VALUES,
+    JOBS,
+    RUNNABLE_VALUES,
+    JobStatus,
+    _now,
+    _reason,
+    _utc,
+)
+from offpath.stores.db.usage_events import chars_saved
+
+
+def _insert(engine: Engine, table: sa.Table) -> Any:
+    """``INSERT`` that can skip a row whose key exists (PostgreSQL and SQLite)."""
+    if engine.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table)
+
+
+def _async_commit(conn: Any, engine: Engine) -> None:
+    """On PostgreSQL, let this transaction's commit skip the WAL flush: for rows whose loss to
+    a database crash costs nothing (a queued or running mark the job rewrites anyway)."""
+    if engine.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+
+
+def _ensure_job(
+    conn: Any,
+    engine: Engine,
+    job_id: str,
+    session_id: str,
+    status: str,
+    now: datetime,
+    **values: Any,
+) -> None:
+    """Insert the job's row when the publisher could not write it (a row that exists wins)."""
+    conn.execute(
+        _insert(engine, JOBS)
+        .values(
+            job_id=job_id,
+            session_id=session_id,
+            status=status,
+            attempts=1,
+            created_at=now,
+            updated_at=now,
+            **values,
+        )
+        .on_conflict_do_nothing()
+    )
+
+
+def create_job(
+    engine: Engine,
+    job_id: str,
+    session_id: str,
+    chars_before: int | None,
+    *,
+    published: bool = True,
+    reason: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> None:
+    """Insert a ``queued`` row for a job about to be published (one statement; no WAL flush
+    on PostgreSQL: a lost queued row costs nothing, the job writes its own row).
+
+    ``published=False`` records a job the broker could not take: the reconciler
+    publishes it once the broker is back (issue 8, item 3).
+    """
+    now = _now()
+    with engine.begin() as conn:
+        _async_commit(conn, engine)
+        conn.execute(
+            sa.insert(JOBS).values(
+                job_id=job_id,
+                session_id=session_id,
+                status=JobStatus.QUEUED.value,
+                reason=_reason(reason),
+                reason_code="not_published" if not published else None,
+                attempts=0,
+                chars_before=chars_before,
+                published=published,
+                options=options,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    metrics.job_reached(JobStatus.QUEUED, "not_published" if not published else None)
+
+
+def set_published(engine: Engine, job_id: str, published: bool, reason: str | None = None) -> None:
+    """Record whether the broker took a queued job (and why not)."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id)
+            .values(
+                published=published,
+                reason=None if published else _reason(reason),
+                reason_code=None if published else "not_published",
+                updated_at=_now(),
+            )
+        )
+
+
+def start_job(
+    engine: Engine, job_id: str, session_id: str
+) -> tuple[JobStatus | None, dict[str, Any] | None]:
+    """Mark the job ``running`` and count the attempt, unless it has finished already.
+
+    Returns ``(status, None)`` for a job that is past running (finished, or prepared:
+    a redelivery has nothing to do), else ``(None, stored result)``: the result a
+    previous delivery recorded before it died, if any. Creates the row if the
+    publisher could not.
+    """
+    with engine.begin() as conn:
+        _async_commit(conn, engine)
+        row = conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id, JOBS.c.status.in_(list(RUNNABLE_VALUES)))
+            .values(
+                status=JobStatus.RUNNING.value,
+                attempts=JOBS.c.attempts + 1,
+                published=True,
+                updated_at=_now(),
+            )
+            .returning(JOBS.c.result)
+        ).first()
+        if row is not None:
+            return None, row.result
+        status = conn.execute(sa.select(JOBS.c.status).where(JOBS.c.job_id == job_id)).scalar()
+        if status is not None:
+            return JobStatus(status), None
+        _ensure_job(conn, engine, job_id, session_id, JobStatus.RUNNING.value, _now())
+        return None, None
+
+
+def set_job(
+    engine: Engine,
+    job_id: str,
+    session_id: str,
+    status: JobStatus,
+    reason: str | None = None,
+    code: str | None = None,
+    *,
+    only_if_open: bool = False,
+) -> bool:
+    """Set a job's status, reason and reason code (creating the row if the publisher could
+    not). ``only_if_open``: change a job that has not ended yet, else nothing (returns
+    whether a row changed)."""
+    now = _now()
+    values = {"status": status.value, "reason": _reason(reason)}
+    values.update(reason_code=code, updated_at=now)
+    with engine.begin() as conn:
+        q = sa.update(JOBS).where(JOBS.c.job_id == job_id)
+        if only_if_open:
+            q = q.where(JOBS.c.status.not_in(list(FINAL_VALUES)))
+        if conn.execute(q.values(**values)).rowcount:
+            metrics.job_reached(status, code)
+            return True
+        if only_if_open:
+            return False
+        _ensure_job(
+            conn,
+            engine,
+            job_id,
+            session_id,
+            status.value,
+            now,
+            reason=values["reason"],
+            reason_code=code,
+        )
+        metrics.job_reached(status, code)
+        return True
+
+
+def end_others(engine: Engine, session_id: str, job_id: str) -> int:
+    """End the thread's other open jobs: called by a job that holds the thread's running lease,
+    so they are dead (their lease lapsed), were never published, or hold a prepared
+    compaction whose claim expired. Returns how many."""
+    now = _now()
+    why = f"job {job_id} took the thread over"
+    runnable = JOBS.c.status.in_(list(RUNNABLE_VALUES))
+    lapsed = runnable & JOBS.c.published.is_(True)
+    code = sa.case((lapsed, "lease_lapsed"), else_="superseded")
+    reason = sa.case(
+        (lapsed, f"lease_lapsed: its worker was lost; {why}"),
+        (runnable, f"superseded: never published; {why}"),
+        else_=f"superseded: never applied; {why}",
+    )
+    # one statement: this runs at the start of every job
+    q = (
+        sa.update(JOBS)
+        .where(
+            JOBS.c.session_id == session_id,
+            JOBS.c.job_id != job_id,
+            runnable | (JOBS.c.status == JobStatus.PREPARED.value),
+        )
+        .values(
+            status=sa.case((lapsed, JobStatus.FAILED.value), else_=JobStatus.SKIPPED.value),
+            reason=reason,
+            reason_code=code,
+            updated_at=now,
+        )
+    )
+    with engine.begin() as conn:
+        ended = conn.execute(q.returning(JOBS.c.status, JOBS.c.reason_code)).all()
+    for row in ended:
+        metrics.job_reached(row.status, row.reason_code)
+    return len(ended)
+
+
+def store_result(
+    engine: Engine, job_id: str, result: dict[str, Any], status: JobStatus | None = None
+) -> None:
+    """Write a job's ``result`` (see :class:`CompactionJob`): its prepared compaction, or its
+    record of the summary it is about to patch in, before the patch; ``status`` with it."""
+    values: dict[str, Any] = {"result": result, "updated_at": _now()}
+    if status is not None:
+        values["status"] = status.value
+    with engine.begin() as conn:
+        conn.execute(sa.update(JOBS).where(JOBS.c.job_id == job_id).values(**values))
+    if status is not None:
+        metrics.job_reached(status)
+
+
+def finalize(
+    engine: Engine, job_id: str, session_id: str, stored: dict[str, Any] | None = None
+) -> bool:
+    """Record the compaction of ``job_id`` (its usage event, from the job's stored result, never
+    from the summary message) and mark the job ``applied``, in one transaction. ``stored``:
+    the result the caller wrote to the job's row in this job (saves reading it back).
+
+    Returns False (and changes nothing) when it was recorded already (the unique key on
+    ``usage_events.job_id`` decides, also between two concurrent deliveries). Raises
+    ``LookupError`` when the job has no stored result.
+    """
+    with engine.begin() as conn:
+        if stored is None:
+            stored = conn.execute(sa.select(JOBS.c.result).where(JOBS.c.job_id == job_id)).scalar()
+        if not stored or not stored.get("record"):
+            raise LookupError(f"job {job_id} has no stored record of its summary")
+        result = {**(stored.get("usage") or {}), **stored["record"]}
+        values = {
+            "job_id": job_id,
+            "session_id": session_id,
+            "model": str(result.get("model") or "unknown")[:200],
+            "input_tokens": int(result.get("input_tokens") or 0),
+            "output_tokens": int(result.get("output_tokens") or 0),
+            "latency_ms": int(result.get("latency_ms") or 0),
+            "tool_call_count": 0,
+            "metadata": {
+                "summarization": True,
+                "messages_removed": int(result["messages_removed"]),
+                "chars_removed": int(result["chars_removed"]),
+                "chars_saved": chars_saved(result),
+                "tool_calls_removed": int(result.get("tool_calls_removed") or 0),
+                "summarizer": result.get("summarizer"),
+            },
+            "created_at": _now(),
+        }
+        inserted = conn.execute(
+            _insert(engine, EVENTS).values(**values).on_conflict_do_nothing()
+        ).rowcount
+        if not inserted:
+            return False
+        applied_at = _now()
+        times = conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id)
+            .values(
+                status=JobStatus.APPLIED.value,
+                reason=None,
+                reason_code=None,
+                updated_at=applied_at,
+                chars_at_apply=result.get("chars_before"),
+            )
+            .returning(JOBS.c.created_at, JOBS.c.crossed_at)
+        ).first()
+    since = _utc(times.crossed_at or times.created_at) if times is not None else None
+    metrics.job_reached(JobStatus.APPLIED)
+    lag_s = (applied_at - since).total_seconds() if since is not None else None
+    metrics.compaction_applied(lag_s)
+    return True
+
+
+#: The reason code of a reverted job.
+REVERTED_CODE = "reverted"
+
+
+def mark_reverted(engine: Engine, job_id: str, reason: str) -> bool:
+    """``applied`` -> ``reverted`` for job ``job_id`` (its originals are back in the thread),
+    with ``reason``; False (nothing changed) if the job was not ``applied``. Its usage event
+    stays: the summarizer ran and what it cost counts; ``/stats`` counts its chars as saved
+    no longer (:func:`offpath.stores.usage.stats`)."""
+    with engine.begin() as conn:
+        changed = conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id, JOBS.c.status == JobStatus.APPLIED.value)
+            .values(
+                status=JobStatus.REVERTED.value,
+                reason=reason[:2000],
+                reason_code=REVERTED_CODE,
+                updated_at=_now(),
+            )
+        ).rowcount
+    if changed:
+        metrics.job_reached(JobStatus.REVERTED, REVERTED_CODE)
+    return bool(changed)

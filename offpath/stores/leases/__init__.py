@@ -1,0 +1,69 @@
+"""Job leases: at most one compaction job per thread in flight, and recovery in seconds.
+
+Each thread has one *claim* key (in Redis, or in the usage database for the
+embedded demo). Its value says who holds the thread:
+
+========================  =================================================  ==========================
+value                     meaning                                            expires after
+========================  =================================================  ==========================
+``q:<job>``               a job is queued (or waiting for a retry)           ``CELERY_VISIBILITY_TIMEOUT_S``
+``r:<job>:<token>``       one delivery of a job is running                   ``JOB_LEASE_S``, renewed
+``p:<job>``               the job's compaction is prepared, to be applied    a day
+                          once the thread is over its threshold
+``d:<job>``               the job applied a compaction; the thread is free   10 minutes
+``s:<job>:<chars>``       the job found nothing worth compacting at <chars>  a day
+``b:<job>``               the job failed; no new job until the backoff ends  the backoff
+(absent)                  free                                               -
+========================  =================================================  ==========================
+
+A running job's lease is renewed by :class:`LeaseKeeper` (a heartbeat every
+third of ``JOB_LEASE_S``), so it is never taken over while its worker lives, and
+lapses within ``JOB_LEASE_S`` when the worker dies (DESIGN.md invariant 11;
+issue 8, items 1-2). The next turn or the reconciler then queues the thread
+again. ``d:<job>`` tells the post-turn hook whose compaction it may not have
+seen yet (issue 8, item 7: a turn that read the thread before a patch landed
+must not queue a job after it). ``s:<job>:<chars>`` lets a caller that cannot
+afford to plan (the middleware, at every model call) wait until the thread has
+grown by a compaction's worth before it asks again: the no-progress rule,
+kept in one key.
+
+Every change is one atomic compare-and-swap on the key (:class:`KeyStore`): a
+Lua script on Redis, a conditional ``UPDATE``/``INSERT`` in SQL.
+
+The package: :mod:`.key_stores` (:class:`KeyStore` in Redis or SQL) and :mod:`.claims`
+(the claim protocol, :class:`LeaseKeeper`, the failure backoff).
+"""
+
+from __future__ import annotations
+
+from offpath.stores.leases.claims import (
+    DONE_TTL_S,
+    PREPARED_TTL_S,
+    SKIPPED_TTL_S,
+    Claim,
+    Held,
+    LeaseKeeper,
+    Leases,
+    Start,
+    State,
+    failure_backoff_s,
+)
+from offpath.stores.leases.claims import _ttl as _ttl
+from offpath.stores.leases.key_stores import _SWAP as _SWAP
+from offpath.stores.leases.key_stores import KeyStore, RedisKeyStore, SqlKeyStore
+
+__all__ = [
+    "DONE_TTL_S",
+    "PREPARED_TTL_S",
+    "SKIPPED_TTL_S",
+    "Claim",
+    "Held",
+    "KeyStore",
+    "LeaseKeeper",
+    "Leases",
+    "RedisKeyStore",
+    "SqlKeyStore",
+    "Start",
+    "State",
+    "failure_backoff_s",
+]

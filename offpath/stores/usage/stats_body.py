@@ -1,0 +1,182 @@
+"""The ``/stats`` body (:func:`stats`): compactions, savings, jobs by status and reason, lags,
+the summarizer's latency and tokens, recent failures and maskings, for a tenant, a time
+window or one session, computed in SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from offpath.compaction.accounting import approx_tokens
+from offpath.stores.db import EVENTS, JOBS, MASKINGS, JobStatus, _utc
+from offpath.stores.usage.totals import percentiles, saved_chars_expr
+
+#: At most this many recent values enter a percentile (lag, latency) of ``/stats``.
+PERCENTILE_SAMPLE = 10_000
+#: How many recent failed jobs ``/stats`` lists.
+RECENT_FAILURES = 10
+
+
+def _spread(values: Sequence[float]) -> dict[str, Any]:
+    p50, p99 = percentiles(values, 50, 99)
+    return {"count": len(values), "p50": p50, "p99": p99}
+
+
+def stats(
+    engine: Engine,
+    tenant: str | None = None,
+    since: datetime | None = None,
+    session_id: str | None = None,
+) -> dict[str, Any]:
+    """The ``/stats`` body: the seed's fields and ours, computed in SQL.
+
+    ``tenant``: only the sessions it owns (None: all). ``since``: only what happened from
+    then on (usage events and maskings by their time, jobs by when they were queued, lags by
+    when the compaction was applied). ``session_id``: one session's figures.
+
+    ``summary`` holds ``total_summarizations``, ``total_chars_compacted`` (the real
+    reduction: each compaction's thread size before less its size after, so a summary
+    folded into the next one is not counted as saved again; issue 21, item 6),
+    ``sessions_compacted``, ``approx_tokens_saved`` (chars / 4), ``jobs`` (count by status),
+    (a reverted compaction counts in ``total_summarizations``, in the summarizer's latency
+    and tokens, and in ``jobs.reverted``, but not in the chars, tokens saved or sessions
+    compacted: what it removed is back; issue 19)
+    ``fallback_maskings``, and: ``jobs_by_reason`` (skipped and failed jobs by reason code),
+    ``lag_ms`` and ``summarizer_latency_ms`` (``count``, ``p50``, ``p99`` in ms, over the
+    latest :data:`PERCENTILE_SAMPLE`), ``llm_tokens`` (``input``, ``output``: what the
+    summarizer's LLM reported, over ``events`` compactions that reported any; the prompt
+    holds the removed messages, so ``input`` is the real-token counterpart of the chars
+    estimate), ``recent_failures`` (the latest failed jobs) and ``since`` (ISO, or None).
+    """
+    from offpath.stores.tenants import SessionOwner
+
+    def scoped(query: Any, column: Any, at: Any) -> Any:
+        if tenant is not None:
+            mine = sa.select(SessionOwner.session_id).where(SessionOwner.tenant == tenant)
+            query = query.where(column.in_(mine))
+        if session_id is not None:
+            query = query.where(column == session_id)
+        if since is not None:
+            query = query.where(at >= since)
+        return query
+
+    summ = EVENTS.c.metadata["summarization"].as_boolean()
+    chars = saved_chars_expr()
+    # a reverted compaction ran (its usage event stays) but removes nothing now (issue 19)
+    reverted = sa.select(JOBS.c.job_id).where(JOBS.c.status == JobStatus.REVERTED.value)
+    in_effect = sa.or_(EVENTS.c.job_id.is_(None), EVENTS.c.job_id.not_in(reverted))
+    events = lambda q: scoped(q, EVENTS.c.session_id, EVENTS.c.created_at)  # noqa: E731
+    jobs = lambda q: scoped(q, JOBS.c.session_id, JOBS.c.created_at)  # noqa: E731
+    with engine.connect() as conn:
+        count, total, sessions, tokens_in, tokens_out, reported = conn.execute(
+            events(
+                sa.select(
+                    sa.func.count(EVENTS.c.id),
+                    sa.func.coalesce(sa.func.sum(sa.case((in_effect, chars), else_=0)), 0),
+                    sa.func.count(sa.distinct(sa.case((in_effect, EVENTS.c.session_id)))),
+                    sa.func.coalesce(sa.func.sum(EVENTS.c.input_tokens), 0),
+                    sa.func.coalesce(sa.func.sum(EVENTS.c.output_tokens), 0),
+                    sa.func.count(EVENTS.c.id).filter(
+                        (EVENTS.c.input_tokens > 0) | (EVENTS.c.output_tokens > 0)
+                    ),
+                ).where(summ.is_(True))
+            )
+        ).one()
+        latencies = [
+            float(v)
+            for (v,) in conn.execute(
+                events(
+                    sa.select(EVENTS.c.latency_ms)
+                    .where(summ.is_(True))
+                    .order_by(EVENTS.c.id.desc())
+                    .limit(PERCENTILE_SAMPLE)
+                )
+            )
+        ]
+        by_status: dict[str, int] = {}
+        by_reason: dict[str, dict[str, int]] = {"skipped": {}, "failed": {}}
+        for status, code, n in conn.execute(
+            jobs(
+                sa.select(JOBS.c.status, JOBS.c.reason_code, sa.func.count()).group_by(
+                    JOBS.c.status, JOBS.c.reason_code
+                )
+            )
+        ):
+            by_status[status] = by_status.get(status, 0) + int(n)
+            if status in by_reason:
+                key = code or "unknown"
+                by_reason[status][key] = by_reason[status].get(key, 0) + int(n)
+        lags = [
+            max(0.0, (_utc(done) - _utc(crossed or created)).total_seconds() * 1000)  # type: ignore[operator]
+            for created, crossed, done in conn.execute(
+                scoped(
+                    sa.select(JOBS.c.created_at, JOBS.c.crossed_at, JOBS.c.updated_at)
+                    .where(JOBS.c.status == JobStatus.APPLIED.value)
+                    .order_by(JOBS.c.updated_at.desc())
+                    .limit(PERCENTILE_SAMPLE),
+                    JOBS.c.session_id,
+                    JOBS.c.updated_at,
+                )
+            )
+        ]
+        failures = [
+            {
+                "session_id": r.session_id,
+                "job_id": r.job_id,
+                "reason_code": r.reason_code,
+                "reason": r.reason,
+                "at": _iso(r.updated_at),
+            }
+            for r in conn.execute(
+                scoped(
+                    sa.select(
+                        JOBS.c.session_id,
+                        JOBS.c.job_id,
+                        JOBS.c.reason_code,
+                        JOBS.c.reason,
+                        JOBS.c.updated_at,
+                    )
+                    .where(JOBS.c.status == JobStatus.FAILED.value)
+                    .order_by(JOBS.c.updated_at.desc())
+                    .limit(RECENT_FAILURES),
+                    JOBS.c.session_id,
+                    JOBS.c.updated_at,
+                )
+            )
+        ]
+        maskings = conn.execute(
+            scoped(
+                sa.select(sa.func.count(MASKINGS.c.id)),
+                MASKINGS.c.session_id,
+                MASKINGS.c.created_at,
+            )
+        ).scalar()
+    return {
+        "summary": {
+            "total_summarizations": int(count),
+            "total_chars_compacted": int(total),
+            "sessions_compacted": int(sessions),
+            "approx_tokens_saved": approx_tokens(int(total)),
+            "jobs": {s.value: int(by_status.get(s.value, 0)) for s in JobStatus},
+            "fallback_maskings": int(maskings or 0),
+            "jobs_by_reason": by_reason,
+            "lag_ms": _spread(lags),
+            "summarizer_latency_ms": _spread(latencies),
+            "llm_tokens": {
+                "input": int(tokens_in),
+                "output": int(tokens_out),
+                "events": int(reported),
+            },
+            "recent_failures": failures,
+            "since": since.isoformat() if since is not None else None,
+        }
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    value = _utc(value)
+    return value.isoformat() if value is not None else None

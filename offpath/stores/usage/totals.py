@@ -1,0 +1,81 @@
+"""The deployment's figures outside ``/stats``: open jobs by status and what every process
+recorded (the API's ``/metrics``), the summarizer's latency p90 (how early the middleware
+starts a job), and the SQL and percentile helpers ``/stats`` shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from offpath.stores.db import EVENTS, FINAL_VALUES, JOBS, MASKINGS
+
+
+def open_job_counts(engine: Engine, *, published_only: bool = False) -> dict[str, int]:
+    """Job rows not ended, by status (``published_only``: only jobs the broker took)."""
+    q = (
+        sa.select(JOBS.c.status, sa.func.count())
+        .where(JOBS.c.status.not_in(list(FINAL_VALUES)))
+        .group_by(JOBS.c.status)
+    )
+    if published_only:
+        q = q.where(JOBS.c.published.is_(True))
+    with engine.connect() as conn:
+        return {str(status): int(n) for status, n in conn.execute(q)}
+
+
+def saved_chars_expr() -> Any:
+    """The SQL of one usage event's chars saved: its ``chars_saved`` (the real reduction,
+    :func:`offpath.stores.db.chars_saved`), else (a row no record could fill, migration
+    0010) its ``chars_removed``."""
+    return sa.func.coalesce(
+        EVENTS.c.metadata["chars_saved"].as_integer(),
+        EVENTS.c.metadata["chars_removed"].as_integer(),
+        0,
+    )
+
+
+def recorded_totals(engine: Engine) -> dict[str, int]:
+    """What every process recorded, all time, for the API's ``/metrics`` (counters):
+    ``compactions`` (usage events of compactions, reverted ones too: they happened),
+    ``chars_saved`` (their real reduction) and ``fallback_maskings``."""
+    summ = EVENTS.c.metadata["summarization"].as_boolean()
+    with engine.connect() as conn:
+        compactions, saved = conn.execute(
+            sa.select(
+                sa.func.count(EVENTS.c.id), sa.func.coalesce(sa.func.sum(saved_chars_expr()), 0)
+            ).where(summ.is_(True))
+        ).one()
+        maskings = conn.execute(sa.select(sa.func.count(MASKINGS.c.id))).scalar()
+    return {
+        "compactions": int(compactions),
+        "chars_saved": int(saved),
+        "fallback_maskings": int(maskings or 0),
+    }
+
+
+def percentiles(values: Sequence[float], *qs: float) -> list[float | None]:
+    """Nearest-rank percentiles (``qs`` in 0..100) of ``values``; None for none."""
+    ordered = sorted(values)
+    if not ordered:
+        return [None for _ in qs]
+    n = len(ordered)
+    return [ordered[min(n - 1, max(0, int(-(-q * n // 100)) - 1))] for q in qs]
+
+
+def summarizer_latency_p90_s(engine: Engine, sample: int = 200) -> float | None:
+    """The p90 of the summarizer's latency over the deployment's latest ``sample``
+    compactions, in seconds (None: none yet): how early the middleware starts a job so that
+    its summary is ready when the thread crosses its threshold (issue 18, item 4)."""
+    with engine.connect() as conn:
+        values = [
+            float(v)
+            for (v,) in conn.execute(
+                sa.select(EVENTS.c.latency_ms).order_by(EVENTS.c.id.desc()).limit(sample)
+            )
+            if v is not None
+        ]
+    (p90,) = percentiles(values, 90)
+    return None if p90 is None else p90 / 1000
