@@ -125,6 +125,7 @@ def test_pruning_never_deletes_a_checkpoint_another_process_wrote_meanwhile(tmp_
     import threading
 
     from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.base.id import uuid6
 
     settings = load_settings(data_dir=str(tmp_path))
     session = "prune-race"
@@ -139,7 +140,7 @@ def test_pruning_never_deletes_a_checkpoint_another_process_wrote_meanwhile(tmp_
         # holding the write lock until the prune is about to delete
         worker = sqlite3.connect(tmp_path / "checkpoints.db", timeout=30, isolation_level=None)
         worker.execute("BEGIN IMMEDIATE")
-        newest = before[:-1] + ("f" if before[-1] != "f" else "e")
+        newest = str(uuid6(clock_seq=99))  # a later id, as a worker's patch would write
         assert newest > before
         worker.execute(
             "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
