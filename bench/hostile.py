@@ -18,7 +18,7 @@ cost it, on a real API process (PostgreSQL, the stub LLM).
   ``BENCH_FUZZ_SECONDS`` (default 1800; ``--quick``: 30); target: 0 x 5xx, 0 answers off
   the document.
 
-The streaming parser measured against ours (``api/limits.py``): ijson 3.6 (yajl2_c) fed a 30
+The streaming parser measured against ours (``api/limits/``): ijson 3.6 (yajl2_c) fed a 30
 MB string in 16 KiB chunks took 18 s and 15 M escapes 194 s (it re-scans its buffer at each
 chunk); our scan takes ~10 ms and ~200 ms (2026-12-01, this host).
 """

@@ -1,4 +1,4 @@
-"""The streaming body check (``api/limits.py``, issue 20, items 1-4), without a server: the
+"""The streaming body check (``api/limits/``, issue 20, items 1-4), without a server: the
 scan's counts against a parser's, whatever the chunking; what it refuses and how it names
 the field."""
 
