@@ -1,0 +1,39 @@
+"""The ``offpath demo`` command. Its run (:func:`offpath.cli.demo.run_demo`) is imported
+only when the demo runs: the other commands do not load what it needs (Redis, the broker
+helpers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from offpath.cli.common import (
+    CliError,
+    app,
+    fail,
+    settings_or_exit,
+)
+
+
+@app.command()
+def demo(
+    file: Annotated[
+        Path | None, typer.Option(help="Conversation to replay (default: the example)")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the compaction jobs")] = 90,
+    serve: Annotated[
+        bool, typer.Option(help="Keep the API (and its dashboard at /ui) up until Ctrl-C")
+    ] = False,
+) -> None:
+    """Run the whole loop on embedded defaults: worker, API, a replayed investigation, /stats,
+    and the dashboard's URL."""
+    from offpath.cli.demo import run_demo
+
+    settings = settings_or_exit()
+    try:
+        code = run_demo(settings, file, timeout, serve)
+    except CliError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
