@@ -1,7 +1,7 @@
 """What the session routes (:mod:`api.sessions`) do around a turn's write: the thread's state
-(:func:`state_of`), the work after the response (:func:`after_write`: the post-turn hook, the
-session list's size, :func:`prune` of old checkpoints), tool results shortened as they arrive
-(:func:`offload`), and a failed chat turn taken back (:func:`_undo`).
+(:func:`state_of`), the pruning of old checkpoints after the response (:func:`prune`), tool
+results shortened as they arrive (:func:`offload`), and a failed chat turn taken back
+(:func:`_undo`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from fastapi import BackgroundTasks, Request
 from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
 
 from offpath.compaction.accounting import message_chars
@@ -19,32 +18,12 @@ from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive
 from offpath.stores.checkpoints import thread_config
-from offpath.stores.tenants import note_size
-
-from .deps import rt_of
 
 log = logging.getLogger("offpath.api")
 
 
 def state_of(rt: Runtime, session_id: str) -> dict[str, Any]:
     return rt.graph.get_state(thread_config(session_id)).values
-
-
-def after_write(
-    request: Request,
-    tasks: BackgroundTasks,
-    session_id: str,
-    messages: Sequence[BaseMessage],
-    chars: int | None = None,
-) -> None:
-    """After the response: the post-turn hook (``messages``: an imported turn's thread,
-    ``chars``: its size, if known) and the pruning of old checkpoints."""
-    rt = rt_of(request)
-    if messages:
-        tasks.add_task(request.app.state.hook, session_id, messages, chars)
-    if chars is not None:  # the session list's size (GET /sessions)
-        tasks.add_task(note_size, rt.engine, session_id, len(messages), chars)
-    tasks.add_task(prune, rt, session_id)
 
 
 def prune(rt: Runtime, session_id: str) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
-from langchain_core.messages import HumanMessage, messages_to_dict
+from langchain_core.messages import BaseMessage, HumanMessage, messages_to_dict
 from starlette.concurrency import run_in_threadpool
 
 from offpath.compaction.accounting import total_chars
@@ -60,7 +61,7 @@ from .session_jobs import EVENTS_MAX_S as EVENTS_MAX_S
 from .session_jobs import EVENTS_POLL_S as EVENTS_POLL_S
 from .session_jobs import EVENTS_RETRY_MS as EVENTS_RETRY_MS
 from .session_jobs import _event_stream, backoff_json, job_json, lease_json
-from .session_turns import _summary_text, _undo, after_write, offload, state_of
+from .session_turns import _summary_text, _undo, offload, state_of
 from .session_turns import prune as prune
 
 log = logging.getLogger("offpath.api")
@@ -73,6 +74,23 @@ NO_LLM = (
     "OpenAI-compatible endpoint) in .env and restart the API; POST /sessions/{id}/turns "
     "appends turns produced elsewhere without an LLM"
 )
+
+
+def after_write(
+    request: Request,
+    tasks: BackgroundTasks,
+    session_id: str,
+    messages: Sequence[BaseMessage],
+    chars: int | None = None,
+) -> None:
+    """After the response: the post-turn hook (``messages``: an imported turn's thread,
+    ``chars``: its size, if known) and the pruning of old checkpoints."""
+    rt = rt_of(request)
+    if messages:
+        tasks.add_task(request.app.state.hook, session_id, messages, chars)
+    if chars is not None:  # the session list's size (GET /sessions)
+        tasks.add_task(note_size, rt.engine, session_id, len(messages), chars)
+    tasks.add_task(prune, rt, session_id)
 
 
 @router.post(
