@@ -113,14 +113,29 @@ def celery_app() -> Celery:
 
 
 def publish(session_id: str, job_id: str, options: dict | None = None) -> None:
-    """Send one job to the broker (the hook's publisher): one quick retry, for a pooled
-    connection that went stale when Redis restarted; each attempt is bounded by the
-    transport's socket timeouts (``PUBLISH_TIMEOUT_S``)."""
-    celery_app().send_task(
+    """Send one job to the broker (the hook's publisher) through this process's app
+    (:func:`send_job`)."""
+    send_job(celery_app(), session_id, job_id, options)
+
+
+def send_job(app: Celery, session_id: str, job_id: str, options: dict | None = None) -> None:
+    """Send job ``job_id`` (``compact_session`` of thread ``session_id``; ``options``:
+    :class:`~offpath.coordination.compactions.JobOptions` as JSON) through ``app``: one
+    quick retry, for a pooled connection that went stale when Redis restarted; each attempt
+    is bounded by the transport's socket timeouts (``PUBLISH_TIMEOUT_S``).
+
+    Sent by name, with what the task object's ``apply_async`` would add from the app's
+    configuration (its time limits, results ignored), so the message is the one the worker's
+    registered task would have sent."""
+    conf = app.conf
+    app.send_task(
         COMPACT_TASK,
         (session_id,),
         {"options": options} if options else None,
         task_id=job_id,
+        time_limit=conf.task_time_limit,
+        soft_time_limit=conf.task_soft_time_limit,
+        ignore_result=conf.task_ignore_result,
         retry=True,
         retry_policy={
             "max_retries": 1,
