@@ -133,14 +133,18 @@ def test_every_module_belongs_to_a_layer():
     assert [m for m in modules() if layer_of(m) < 0] == []
 
 
-def test_imports_point_only_to_the_same_or_an_earlier_layer():
-    wrong = [
+def wrong_layers(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of ``graph`` that point to a later layer."""
+    return [
         f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
-        for module, targets in sorted(import_graph().items())
+        for module, targets in sorted(graph.items())
         for target in sorted(targets)
         if layer_of(target) > layer_of(module)
     ]
-    assert wrong == []
+
+
+def test_imports_point_only_to_the_same_or_an_earlier_layer():
+    assert wrong_layers(import_graph()) == []
 
 
 def test_the_pure_core_imports_nothing_else_of_offpath():
@@ -150,22 +154,20 @@ def test_the_pure_core_imports_nothing_else_of_offpath():
             assert {t for t in targets if not t.startswith("offpath.compaction")} == set(), module
 
 
-def test_no_import_cycle():
-    """No module reaches itself through its imports (Tarjan's strongly connected
-    components over the module graph; a package's ``__init__`` importing its own
-    submodules is not a cycle unless one of them imports the package back)."""
-    graph = import_graph()
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph``: its strongly connected components of more than one
+    module (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    cycles: list[list[str]] = []
+    found: list[list[str]] = []
 
     def visit(node: str) -> None:
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for nxt in graph.get(node, ()):
+        for nxt in sorted(graph.get(node, ())):
             if nxt not in index:
                 visit(nxt)
                 low[node] = min(low[node], low[nxt])
@@ -180,20 +182,30 @@ def test_no_import_cycle():
                 if top == node:
                     break
             if len(component) > 1:
-                cycles.append(sorted(component))
+                found.append(sorted(component))
 
-    for node in sorted(modules()):
+    for node in sorted(set(graph) | {t for ts in graph.values() for t in ts}):
         if node not in index:
             visit(node)
-    assert cycles == []
+    return found
+
+
+def test_no_import_cycle():
+    """No module reaches itself through its imports (a package's ``__init__`` importing its
+    own submodules is not a cycle unless one of them imports the package back)."""
+    assert cycles(import_graph()) == []
 
 
 def test_the_checks_see_a_wrong_import():
     """The layer and cycle checks are not vacuous: a store importing the agent side is a
-    wrong layer, and two modules importing each other are a cycle."""
-    assert layer_of("offpath.stores.db") < layer_of("offpath.agent.middleware")
-    assert layer_of("offpath.api.app") > layer_of("offpath.worker.tasks")
-    assert layer_of("offpath.demo.sre_tools") > layer_of("offpath.agent")
+    wrong layer, and modules importing each other in a ring are a cycle."""
+    wrong = {"offpath.stores.db": {"offpath.agent.middleware", "offpath.compaction.settings"}}
+    assert wrong_layers(wrong) == [
+        "offpath.stores.db (offpath.stores) imports offpath.agent.middleware (offpath.agent)"
+    ]
+    ring = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}}
+    assert cycles(ring) == [["a.x", "a.y", "a.z"]]
+    assert cycles({"a.x": {"a.y"}, "a.y": set()}) == []
     graph = import_graph()
     assert "offpath.stores.db" in graph["offpath.stores.archive"]  # imports are read
     assert "offpath.coordination.queue" in graph["offpath.coordination.runtime"]  # lazy too
@@ -206,3 +218,15 @@ def test_no_product_module_is_over_400_lines():
         if (n := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_an_agent_tools_setting_written_before_the_move_still_loads():
+    """``AGENT_TOOLS=offpath.demo.sre_tools:SRE_TOOLS`` (the default before the toolset moved
+    to the agent side) loads the same tools as today's default."""
+    from offpath.agent.graph import load_tools
+    from offpath.compaction.settings import Settings
+
+    default = Settings(_env_file=None).agent_tools
+    assert default == "offpath.agent.sre_tools:SRE_TOOLS"
+    before = load_tools("offpath.demo.sre_tools:SRE_TOOLS")
+    assert before == load_tools(default) and len(before) == 4
