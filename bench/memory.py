@@ -22,8 +22,8 @@ def run(ctx: Context) -> Result:
     from bench.workloads import thread
     from offpath.agent.graph import open_runtime
     from offpath.compaction.settings import get_settings
+    from offpath.coordination.queue import publish
     from offpath.stores.db import create_job
-    from offpath.worker.tasks import publish
 
     settings = get_settings()
     conc = settings.worker_concurrency

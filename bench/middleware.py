@@ -204,8 +204,8 @@ def measure(
     from langchain_core.messages import HumanMessage
 
     from offpath.compaction.settings import load_settings
+    from offpath.coordination.queue import publish
     from offpath.coordination.runtime import Client
-    from offpath.worker.tasks import publish
 
     settings = load_settings(**CONFIGS[config])
     client = Client.open(settings, publish=publish)

@@ -293,11 +293,11 @@ def run(ctx: Context) -> Result:
     from shared import load, messages_of
 
     from offpath.compaction.settings import get_settings
+    from offpath.coordination.queue import publish
     from offpath.coordination.runtime import Client
     from offpath.stores.checkpoints import open_checkpoints_url
     from offpath.stores.db import migrate
     from offpath.stores.usage import stats
-    from offpath.worker.tasks import publish
 
     settings = get_settings()
     threshold = settings.summarization_threshold_chars

@@ -376,7 +376,7 @@ def start_worker(env: dict[str, str], name: str, out: Any) -> subprocess.Popen[b
 
 
 def publisher(queue: str) -> Any:
-    """The hook's publisher (``offpath.worker.tasks.publish``) to ``queue``."""
+    """The hook's publisher (``offpath.coordination.queue.publish``) to ``queue``."""
     from offpath.worker.tasks import compact_session
 
     def publish(session_id: str, job_id: str, options: dict | None = None) -> None:

@@ -456,10 +456,10 @@ def attribute(requests: list[dict[str, Any]], docs: list[Doc]) -> dict[str, list
 
 
 def run_pass(ctx: Context, shape: str, docs: list[Doc]) -> tuple[list[Run], float, dict]:
+    from offpath.coordination.queue import publish
     from offpath.coordination.runtime import Client
     from offpath.stores.checkpoints import open_checkpoints_url
     from offpath.stores.db import migrate
-    from offpath.worker.tasks import publish
 
     llm_delay = QUICK_LLM_DELAY_S if ctx.quick else LLM_DELAY_S
     assert ctx.stub is not None

@@ -75,8 +75,8 @@ def one_run(
 ) -> tuple[float, float]:
     """``jobs`` compactions through the workers ``start`` starts: (steady rate, peak RSS MiB)."""
     from bench.workloads import thread
+    from offpath.coordination.queue import publish
     from offpath.stores.db import create_job
-    from offpath.worker.tasks import publish
 
     log = open(Path(tempfile.gettempdir()) / f"bench-tp-{RUN_ID}-{label}.log", "ab")  # noqa: SIM115
     sids = []

@@ -53,7 +53,7 @@ def create_pg_database(prefix: str = "offpath_test") -> str:
 
 def forget_broker_queue(env: dict[str, str], worker_names: Iterable[str] = ()) -> None:
     """Remove the queue ``env`` names, and kombu's bindings naming it or the workers, from
-    the broker (:func:`service.broker.forget_queue`); a broker that is gone (a private
+    the broker (:func:`offpath.coordination.broker.forget_queue`); a broker that is gone (a private
     redis-server stopped) took them with it."""
     import redis
     from kombu.exceptions import KombuError
