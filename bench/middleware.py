@@ -27,7 +27,6 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from bench.common import RUN_ID, Context, Result, create_pg_database, drop_pg_database, pct, wait
@@ -169,13 +168,24 @@ def script(prefix: str, calls: int) -> tuple[list[Any], list[Any]]:
 def tight_loop(middleware: Any, calls: int, cfg: dict[str, Any]) -> list[float]:
     """ms per model call of the same hooks called back to back on the last state LangGraph
     passed them, inside a runnable with the run's config (their own code, warm caches)."""
+    from langchain.agents.middleware.types import ModelRequest
     from langchain_core.messages import AIMessage
     from langchain_core.runnables import RunnableLambda
 
-    from offpath.agent.middleware import KEY
+    from offpath.compaction.tracking import KEY
 
     state = dict(middleware.last_state)
-    request = SimpleNamespace(state=state, messages=state["messages"])
+    # a model request as create_agent builds it (no system prompt: the bench's agent has none)
+    request = ModelRequest(
+        model=None,
+        messages=state["messages"],
+        system_message=None,
+        tool_choice=None,
+        tools=[],
+        response_format=None,
+        state=state,
+        runtime=None,
+    )
 
     def handler(req: Any) -> AIMessage:
         return AIMessage(content="")

@@ -20,12 +20,11 @@ from langchain_core.messages import messages_to_dict as to_dicts
 from stack import REDIS_URL, ROOT, create_pg_database, drop_pg_database
 
 from offpath.agent.graph import open_runtime
-from offpath.agent.middleware import KEY
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.patch import Prepared
 from offpath.compaction.planner import Skip, plan_compaction
 from offpath.compaction.settings import load_settings
-from offpath.compaction.tracking import ThreadSize
+from offpath.compaction.tracking import KEY, ThreadSize
 from offpath.coordination.compactions import JobOptions, apply_prepared, read_thread
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.locks import ThreadBusy
