@@ -19,6 +19,7 @@ imports a later one only when called still depends on it.
 from __future__ import annotations
 
 import ast
+import graphlib
 import importlib.util
 import tomllib
 from collections import defaultdict
@@ -43,8 +44,14 @@ LAYERS: list[tuple[str, ...]] = [
 MAX_LINES = 400
 
 
+@cache
+def setuptools_config() -> dict:
+    """pyproject.toml's ``[tool.setuptools]``: the packages and their folders."""
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
 def declared_packages() -> list[str]:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    return setuptools_config()["packages"]
 
 
 def package_folder(package: str) -> Path:
@@ -53,8 +60,7 @@ def package_folder(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
-    mapped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    folder = ROOT / mapped["package-dir"][package]
+    folder = ROOT / setuptools_config()["package-dir"][package]
     assert not list(folder.glob("*.py")), f"{package} has modules but is not installed"
     return folder
 
@@ -155,39 +161,13 @@ def test_the_pure_core_imports_nothing_else_of_offpath():
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The import cycles of ``graph``: its strongly connected components of more than one
-    module (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in sorted(graph.get(node, ())):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                top = stack.pop()
-                on_stack.discard(top)
-                component.append(top)
-                if top == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in sorted(set(graph) | {t for ts in graph.values() for t in ts}):
-        if node not in index:
-            visit(node)
-    return found
+    """An import cycle of ``graph`` if it has one (the modules on it, sorted), found by the
+    standard library's topological sort (:class:`graphlib.TopologicalSorter`)."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return [sorted(set(exc.args[1]))]
+    return []
 
 
 def test_no_import_cycle():

@@ -48,8 +48,6 @@ from offpath.stores.leases.claims import (
     State,
     failure_backoff_s,
 )
-from offpath.stores.leases.claims import _ttl as _ttl
-from offpath.stores.leases.key_stores import _SWAP as _SWAP
 from offpath.stores.leases.key_stores import KeyStore, RedisKeyStore, SqlKeyStore
 
 __all__ = [

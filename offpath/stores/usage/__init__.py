@@ -23,8 +23,6 @@ The package: :mod:`.crossings` (when a thread crossed its threshold), :mod:`.tot
 
 from __future__ import annotations
 
-from offpath.stores.usage.crossings import _crossed as _crossed
-from offpath.stores.usage.crossings import _crossed_guard as _crossed_guard
 from offpath.stores.usage.crossings import crossing_unseen, mark_crossed, note_crossing
 from offpath.stores.usage.sessions import (
     IN_FLIGHT,
@@ -39,7 +37,6 @@ from offpath.stores.usage.sessions import _decode_cursor as _decode_cursor
 from offpath.stores.usage.sessions import _encode_cursor as _encode_cursor
 from offpath.stores.usage.stats_body import PERCENTILE_SAMPLE, RECENT_FAILURES, stats
 from offpath.stores.usage.stats_body import _iso as _iso
-from offpath.stores.usage.stats_body import _spread as _spread
 from offpath.stores.usage.totals import (
     open_job_counts,
     percentiles,
