@@ -80,6 +80,55 @@ def pending_calls(messages: Sequence[BaseMessage]) -> set[str]:
     return {f"call:{mid}:{cid}" for mid, cid in waiting}
 
 
+def turn_problems(messages: Sequence[BaseMessage], *, quoted_ok: bool = True) -> set[str]:
+    """DESIGN.md invariant 17, read off a thread: ``unanswered:<request id>`` for a request
+    (a human message that is not a summary) of a finished turn (a later request follows it)
+    that has no AI message after it in its turn; ``headless:<message id>`` for an AI or tool
+    message of a finished turn whose request is not in the thread. A summary that quotes the
+    request of the turn it cut into (under its "Request of the turn in progress" heading) stands
+    for that request when ``quoted_ok``: the turn was in progress at that compaction, and later
+    turns came after it (checking a thread long after its compactions); checking one compaction
+    against the thread it was applied to, the turn it cuts into must be that thread's last.
+    Calls still waiting for their results and the results they have stay wherever their turn
+    went (invariant 14): not counted."""
+    requests = [i for i, m in enumerate(messages) if m.type == "human" and not marked_summary(m)]
+    if not requests:  # one turn, in progress
+        return set()
+    last = requests[-1]
+    # open calls (no result anywhere after them) and the results of their AI messages
+    waiting: list[tuple[str, str]] = []
+    owner: dict[str, str] = {}
+    for m in messages:
+        if m.type == "tool":
+            for k in range(len(waiting) - 1, -1, -1):
+                if waiting[k][1] == m.tool_call_id:
+                    owner[str(m.id)] = waiting.pop(k)[0]
+                    break
+        waiting += [(str(m.id), c["id"]) for c in getattr(m, "tool_calls", None) or []]
+    open_ai = {mid for mid, _ in waiting}
+    problems: set[str] = set()
+    request, answered, quoted = None, True, False
+    for i, m in enumerate(messages):
+        if marked_summary(m):
+            quoted = quoted_ok and "**Request of the turn in progress (verbatim):**" in str(
+                m.content
+            )
+            continue
+        if m.type == "human":
+            if request is not None and not answered:
+                problems.add(f"unanswered:{request}")
+            request, answered = m.id, False
+            continue
+        if m.type == "ai":
+            answered = True
+        if m.type not in ("ai", "tool") or i >= last or request is not None or quoted:
+            continue
+        if str(m.id) in open_ai or owner.get(str(m.id)) in open_ai:
+            continue
+        problems.add(f"headless:{m.id}")
+    return problems
+
+
 def shortened_from(new: BaseMessage, old: BaseMessage) -> bool:
     """``new`` is ``old`` (a tool result, a long request kept in place, or a model's own long
     message while no summary was ready) shortened by offpath, as issue 18 allows in a kept
@@ -198,6 +247,9 @@ def check_compacted(before: Sequence[BaseMessage], after: Sequence[BaseMessage])
     # never mid tool-call pair: no new unpaired call or result
     new = pairing_problems(after) - pairing_problems(before)
     assert not new, f"orphaned tool calls/results: {sorted(new)}"
+    # whole turns: no request kept without its answer, nor an answer without its request
+    broken = turn_problems(after, quoted_ok=False) - turn_problems(before, quoted_ok=False)
+    assert not broken, f"turns cut apart: {sorted(broken)}"
     # pending calls stay
     assert pending_calls(before) <= pending_calls(after) | set(), "a pending call was removed"
     return summary

@@ -151,8 +151,9 @@ def prepared_on(msgs) -> Prepared:
 def test_a_compaction_applied_late_also_removes_what_came_after_its_plan():
     """Issue 18, item 4: a run outgrew its summary while it was written (a fast loop). The
     compaction still lands the thread under its prepare floor: the messages after its plan
-    go too, up to the keep window, their facts listed in the summary; a request that came
-    meanwhile and a call still waiting for its result stay."""
+    go too, by whole turns, up to the keep window, their facts listed in the summary; a turn
+    that came meanwhile and finished goes whole, its request listed in the summary with its
+    status (DESIGN.md invariant 17), and a call still waiting for its result stays."""
     early = thread(12)
     prepared = prepared_on(early)
     grown = early + [
@@ -172,8 +173,12 @@ def test_a_compaction_applied_late_also_removes_what_came_after_its_plan():
     summary = str(after[1].content)
     assert SINCE_HEADING in summary and "pod-13-x7" in summary  # a removed later message's fact
     ids = [m.id for m in after]
-    assert "h-new" in ids and "a-wait" in ids  # the request and the open call stayed
+    assert "h-new" not in ids and "a-wait" in ids  # its turn went whole; the open call stayed
+    assert 'Request (not answered yet): "and the database?" (recall("h-new"))' in summary
+    assert '- Request (answered): "check service 12" (recall("h12"))' in summary
     assert not pairing_problems(after) - {"call:a-wait:c-wait"}
+    kept_requests = [m.id for m in after if m.type == "human" and m.id != fitted.summary.id]
+    assert kept_requests and all(f"f{r[1:]}" in ids for r in kept_requests[:-1])
 
 
 def test_a_long_request_stays_a_message_of_its_own_right_after_the_summary():
@@ -901,3 +906,45 @@ def test_results_shortened_twice_in_one_call_keep_their_originals_in_the_archive
             assert stored["data"]["content"] == logs(int(m.tool_call_id[1:]))
     finally:
         engine.dispose()
+
+
+def test_a_plan_cut_into_a_turn_that_has_ended_since_moves_to_whole_turns():
+    """DESIGN.md invariant 17: a plan made while one long turn was in progress cuts between its
+    tool groups (the request quoted in the summary). Applied after that turn ended and the
+    next began, keeping the rest of the finished turn would show answers whose request is gone
+    and a summary calling it in progress: the cut moves to the next turn's start (the finished
+    turn goes whole), as a plan made now would, even when the next turn alone fills the keep
+    window."""
+    msgs = [SystemMessage(id="sys", content="sys"), HumanMessage(id="req", content="find the leak")]
+    for i in range(30):
+        msgs += [
+            AIMessage(
+                id=f"a{i}", content="", tool_calls=[{"id": f"c{i}", "name": "logs", "args": {}}]
+            ),
+            ToolMessage(
+                id=f"t{i}", content=f"heap at step {i}: " + "z" * 1_500, tool_call_id=f"c{i}"
+            ),
+        ]
+    plan = plan_compaction(msgs, S)
+    assert isinstance(plan, CompactionPlan) and plan.boundary == "tool_group" and plan.request
+    prepared = compact(msgs, S, OfflineSummarizer()).prepared
+    ended = [*msgs, AIMessage(id="answer", content="the leak is the LRU cache in the parser")]
+    for size in (900, 12_000):
+        grown = [
+            *ended,
+            HumanMessage(id="next", content="now check the database"),
+            AIMessage(
+                id="a-db", content="", tool_calls=[{"id": "c-db", "name": "sql", "args": {}}]
+            ),
+            ToolMessage(id="t-db", content="d" * size, tool_call_id="c-db"),
+        ]
+        fitted = fit(prepared, grown, target=landing_chars(S), settings=S)
+        assert not isinstance(fitted, Stale), fitted
+        after = add_messages(grown, fitted.patch)
+        check_compacted(grown, after)
+        ids = [m.id for m in after]
+        assert ids[:3] == ["sys", fitted.summary.id, "next"] and "answer" not in ids
+        summary = str(after[1].content)
+        assert "- The turn in progress above ended: " in summary  # the quoted request's status
+        assert '"the leak is the LRU cache in the parser" (recall("answer"))' in summary
+        assert "a29" not in ids  # the finished turn's tail went with it

@@ -10,8 +10,9 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.graph.message import add_messages
 from shared import check_compacted, pairing_problems
 
-from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner import Skip
+from offpath.compaction.patch import Stale, fit
+from offpath.compaction.pipeline import Compaction, compact, summarize_plan
+from offpath.compaction.planner import Skip, landing_chars, plan_compaction
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.compaction.summary import SUMMARY_PREFIX
@@ -120,3 +121,45 @@ def test_summarization_property_invariants(messages, settings):
     again = compact(after, settings, OfflineSummarizer())
     if isinstance(again, Compaction):
         check_compacted(after, add_messages(after, again.patch))
+
+
+@st.composite
+def later_turns(draw, start: int):
+    """Whole turns (a request, calls with their results, an answer) that arrive after a plan,
+    with ids of their own, and maybe a last turn still in progress (no answer yet)."""
+    out = []
+    for t in range(draw(st.integers(1, 5))):
+        out.append(HumanMessage(id=f"late-h{start}-{t}", content=draw(TEXT) or "next?"))
+        for k in range(draw(st.integers(0, 3))):
+            cid = f"late-c{start}-{t}-{k}"
+            out += [
+                AIMessage(
+                    id=f"late-a{start}-{t}-{k}",
+                    content="",
+                    tool_calls=[{"id": cid, "name": "tool", "args": {}, "type": "tool_call"}],
+                ),
+                ToolMessage(id=f"late-t{start}-{t}-{k}", content=draw(TEXT), tool_call_id=cid),
+            ]
+        out.append(AIMessage(id=f"late-f{start}-{t}", content=draw(TEXT) or "done"))
+    if draw(st.booleans()):
+        out.pop()  # the last turn is still in progress
+    return out
+
+
+@hyp_settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations(), compaction_settings(), st.data())
+def test_a_late_apply_keeps_every_turn_whole(messages, settings, data):
+    """DESIGN.md invariant 17 on the apply: a compaction prepared on a thread and applied
+    after whole turns came (a slow summarizer, turns arriving meanwhile) removes whole turns or
+    none of them, whether it goes deeper to land under its target or not; or it is stale."""
+    plan = plan_compaction(messages, settings, early=True)
+    if isinstance(plan, Skip):
+        return
+    outcome = summarize_plan(plan, messages, settings, OfflineSummarizer())
+    grown = [*messages, *data.draw(later_turns(len(messages)))]
+    for target in (None, landing_chars(settings)):
+        fitted = fit(outcome.prepared, grown, target=target, settings=settings)
+        event(f"target {'set' if target else 'none'}: {type(fitted).__name__}")
+        if isinstance(fitted, Stale):
+            continue
+        check_compacted(grown, add_messages(grown, fitted.patch))

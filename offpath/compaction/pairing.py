@@ -15,6 +15,12 @@ framework's bad trim, or a second answer to one call). A call with no result is
 
 :class:`CallPairer` works one message at a time, so the planner can pair in the
 same pass that sizes the messages; :func:`pair_messages` runs it over a list.
+
+Requests and their answers pair the same way, by turn (DESIGN.md invariant 17): a
+*turn* is a request (a human message that is not a summary) and the model's messages
+and tool results after it, up to the next request. :func:`broken_turns` names a
+finished turn kept in part: its request without any answer, or answers whose request
+is gone.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from offpath.compaction.summary import is_summary
 
 
 def call_ids(message: AIMessage) -> list[str]:
@@ -123,3 +131,44 @@ def without_orphans(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     if not orphans:
         return list(messages)
     return [m for i, m in enumerate(messages) if i not in orphans]
+
+
+def is_request(message: BaseMessage) -> bool:
+    """``message`` starts a turn: a human message that is not a summary (a request's copy
+    kept after a summary is one)."""
+    return isinstance(message, HumanMessage) and not is_summary(message)
+
+
+def broken_turns(messages: Sequence[BaseMessage]) -> set[str]:
+    """Finished turns of ``messages`` kept in part (DESIGN.md invariant 17):
+    ``unanswered:<request id>`` for a request followed by the next request with no model
+    message in between, and ``headless:<message id>`` for a model message or tool result
+    before the thread's first request, when a later request follows (its own request is
+    gone). The last turn is in progress and is not judged; a call still waiting for its
+    result, and the results its message has, stay wherever their turn went (invariant 14)
+    and are not counted. A patch must add none: :func:`new_broken_turns`."""
+    last = next((i for i in range(len(messages) - 1, -1, -1) if is_request(messages[i])), None)
+    if last is None:
+        return set()
+    pairing = pair_messages(messages)
+    open_ai = {i for i, _ in pairing.open_calls}
+    staying = open_ai | {t for a, t in pairing.pairs if a in open_ai}
+    problems: set[str] = set()
+    request: int | None = None
+    answered = True
+    for i, m in enumerate(messages[: last + 1]):
+        if is_request(m):
+            if request is not None and not answered:
+                problems.add(f"unanswered:{messages[request].id}")
+            request, answered = i, False
+        elif isinstance(m, AIMessage):
+            answered = True
+        if request is None and isinstance(m, (AIMessage, ToolMessage)) and i not in staying:
+            problems.add(f"headless:{m.id}")
+    return problems
+
+
+def new_broken_turns(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> set[str]:
+    """What :func:`broken_turns` names in ``after`` and not in ``before``: a patch must leave
+    this empty (DESIGN.md invariant 17), as it leaves :func:`new_unpaired` empty."""
+    return broken_turns(after) - broken_turns(before)

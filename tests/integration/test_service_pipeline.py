@@ -24,6 +24,7 @@ from shared import (
     marked_summary,
     messages_of,
     shortened_from,
+    turn_problems,
 )
 from stack import Stack, split_turns, wait_for
 
@@ -381,10 +382,11 @@ def test_turns_posted_while_a_job_summarized_leave_no_thread_over_the_threshold(
 ):
     """Turns posted while a job summarized found it in flight and queued nothing, and no
     further turn may come: the job still leaves the thread under the threshold. The user's
-    pastes are requests, which a late apply never removes (issue 18), so the summary as
-    written would leave the thread over its prepare floor (DESIGN.md invariant 13): the job
-    re-plans over the whole thread in the same run (a job that still lands over the
-    threshold queues the next one itself: ``follow_up``, unit-tested)."""
+    pastes came in whole turns while the summary was written; the late apply removes them
+    with their answers, by whole turns (DESIGN.md invariant 17), each paste listed in the
+    summary with its status, and lands under the prepare floor (invariant 13) with no second
+    summary (a job that still lands over the threshold queues the next one itself:
+    ``follow_up``, unit-tested)."""
     stack = stacks.get(backend, **CASE_SETTINGS)
     doc = load(next(p for p in CASES if p.stem == "summary-first"))
     session = f"follow-{uuid.uuid4().hex[:8]}"
@@ -410,4 +412,7 @@ def test_turns_posted_while_a_job_summarized_leave_no_thread_over_the_threshold(
     )
     assert jobs[-1]["status"] == "applied", jobs
     assert stack.session(session)["chars"] <= int(CASE_SETTINGS["SUMMARIZATION_THRESHOLD_CHARS"])
-    assert "plan is stale" in stack.worker_log.read_text()
+    thread = from_api(stack.messages(session))
+    assert not turn_problems(thread, quoted_ok=False), turn_problems(thread, quoted_ok=False)
+    summary = str(thread[0 if thread[0].type != "system" else 1].content)
+    assert '- Request (answered): "the logs of shard' in summary

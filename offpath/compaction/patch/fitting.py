@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
+from langgraph.graph.message import add_messages
 
-from offpath.compaction.accounting import message_chars
+from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.digest import digest
 from offpath.compaction.facts import SINCE_HEADING, pin, swap_check
-from offpath.compaction.patch.assembly import _assemble
+from offpath.compaction.pairing import is_request, new_broken_turns
+from offpath.compaction.patch.assembly import _assemble, _Attempt
 from offpath.compaction.patch.prepared import Fitted, Prepared, Stale
 from offpath.compaction.planner import (
     _least_landing,
@@ -24,7 +26,7 @@ from offpath.compaction.planner import (
     summary_budget_chars,
 )
 from offpath.compaction.settings import Settings
-from offpath.compaction.summary import fingerprint, summary_meta
+from offpath.compaction.summary import cite, fingerprint, summary_meta
 
 
 def fit(
@@ -91,34 +93,52 @@ def fit(
     since = ""
     extra: list[str] = []
 
-    def deeper(newest_only: bool = False) -> tuple[list[str], str]:
+    def deeper(newest_only: bool = False, shallowest: bool = False) -> tuple[list[str], str]:
         """The messages after the plan's removed part that may go too (up to the keep
-        window, or with ``newest_only`` up to the newest model step; human messages and open
-        calls stay, and so every call/result pair stays whole:
-        :func:`~compaction.planner.extension`), and the since-section of their facts."""
+        window, or with ``newest_only`` up to the newest model step; by whole turns, and
+        open calls stay, so every call/result pair and every finished turn stays whole:
+        :func:`~compaction.planner.extension`), and the since-section: the requests of the
+        turns that go with their status, then their facts."""
         if settings is None:
             return [], ""
         last = max(i for i, m in enumerate(messages) if m.id in removed)
-        grown = extension(messages, last + 1, settings, newest_only=newest_only)
+        grown = extension(
+            messages, last + 1, settings, newest_only=newest_only, shallowest=shallowest
+        )
         if not grown:
             return [], ""
         ids = [str(messages[i].id) for i in grown]
         moved = [messages[i] for i in grown]
         stay = [m for m in messages if m.id not in removed and m.id not in set(ids)]
         room = max(400, summary_budget_chars(settings) // 3)
+        asked = _requests_of(moved, room // 2)
         header = (
             f"{SINCE_HEADING} ({len(moved)} later messages, not summarized yet; their "
             "facts, by message; `recall` reads them):"
         )
-        text, _ = pin("", moved, room, stay, header=header)
-        return ids, text.strip() or f"{SINCE_HEADING} ({len(moved)} later messages archived)."
+        text, _ = pin("", moved, room - len(asked), stay, header=header)
+        text = text.strip() or f"{SINCE_HEADING} ({len(moved)} later messages archived)."
+        if asked:
+            heading, _, facts = text.partition("\n")
+            text = "\n".join(x for x in (heading, asked, facts) if x)
+        return ids, text
+
+    def breaks_turns(attempt: _Attempt) -> bool:
+        """The patch keeps a finished turn in part (DESIGN.md invariant 17): the plan cut
+        into a turn that was in progress then and has ended since."""
+        return bool(new_broken_turns(messages, add_messages(list(messages), attempt.patch)))
 
     # first as planned; over the target, first the messages that came after the plan go too
     # (the thread grew while the summary was written), then kept results are shortened
     attempt = _assemble(prepared, messages, by_id, present, since, recall, None, sizes)
+    if settings is not None and breaks_turns(attempt):
+        # the plan cut into the turn then in progress, which has ended: the rest of it goes
+        extra, since = deeper(shallowest=True)
+        attempt = _assemble(prepared, messages, by_id, present + extra, since, recall, None, sizes)
     if target is not None and attempt.after > target and settings is not None:
-        extra, since = deeper()
-        if extra:
+        more, more_since = deeper()
+        if len(more) > len(extra):
+            extra, since = more, more_since
             attempt = _assemble(
                 prepared, messages, by_id, present + extra, since, recall, None, sizes
             )
@@ -196,6 +216,10 @@ def fit(
                 f"over {bound} (its prepare floor): prepare it again"
             )
     gone = present + extra
+    if broken := new_broken_turns(messages, add_messages(list(messages), attempt.patch)):
+        return Stale(
+            f"it would keep turns in part ({', '.join(sorted(broken)[:3])}); prepare it again"
+        )
     record = {
         "summary_id": attempt.summary.id,
         "summary_sha": fingerprint(attempt.summary),
@@ -231,3 +255,60 @@ def landed(messages: Sequence[BaseMessage], job_id: str, record: Mapping[str, An
                 and fingerprint(m) == record.get("summary_sha")
             )
     return False
+
+
+def _requests_of(moved: Sequence[BaseMessage], room: int) -> str:
+    """Lines for the turns among ``moved`` (the messages a late apply removes beyond its
+    plan), in at most ``room`` chars: the rest of a turn begun before them (the one the plan
+    cut into) and each request, with its status (answered: a model message follows it among
+    them) and where ``recall`` reads it whole. A request leaves the model's view only with its
+    answer, and the summary says so (DESIGN.md invariant 17). Quotes shrink (the answers' first,
+    then the requests') until every turn fits; past that, the newest turns are listed and the
+    older ones counted."""
+    starts = [i for i, m in enumerate(moved) if is_request(m)]
+    spans = [(None, 0, starts[0] if starts else len(moved))] if not starts or starts[0] else []
+    ends = [*starts[1:], len(moved)]
+    spans += [(i, i + 1, ends[k]) for k, i in enumerate(starts)]
+
+    def answer_of(begin: int, end: int) -> BaseMessage | None:
+        return next(
+            (
+                m
+                for m in reversed(moved[begin:end])
+                if isinstance(m, AIMessage) and not m.tool_calls and content_text(m.content).strip()
+            ),
+            None,
+        )
+
+    def line(request: int | None, begin: int, end: int, quote: int, answer: int) -> str | None:
+        found = answer_of(begin, end)
+        if request is None:
+            return f"- The turn in progress above ended: {_quoted(found, quote)}" if found else None
+        answered = any(isinstance(x, AIMessage) for x in moved[begin:end])
+        text = f"- Request ({'answered' if answered else 'not answered yet'}): "
+        text += _quoted(moved[request], quote)
+        if found is not None and answer:
+            text += f"; answer: {_quoted(found, answer)}"
+        return text
+
+    for quote, answer in ((120, 80), (120, 0), (60, 0), (30, 0)):
+        lines = [x for span in spans if (x := line(*span, quote, answer)) is not None]
+        if sum(len(x) + 1 for x in lines) <= room:
+            return "\n".join(lines)
+    kept: list[str] = []
+    left = room - 60  # the count of the turns left out
+    for x in reversed(lines):
+        if len(x) + 1 > left:
+            break
+        kept.insert(0, x)
+        left -= len(x) + 1
+    if len(kept) < len(lines):
+        kept.insert(0, f"- {len(lines) - len(kept)} earlier turn(s) went too (`recall` finds them)")
+    return "\n".join(kept)
+
+
+def _quoted(message: BaseMessage, limit: int = 120) -> str:
+    """``"<the message's text, clipped>" (recall("<its id>"))``."""
+    text = " ".join(content_text(message.content).split())
+    quote = text if len(text) <= limit else text[: limit - 3].rsplit(" ", 1)[0] + "..."
+    return f'"{quote}" (recall("{cite(str(message.id))}"))'

@@ -80,7 +80,7 @@ def plan_compaction(
             total,
         )
     scan.index_pairs()
-    n, head, blocked = len(messages), scan.head, scan.blocked
+    n, head = len(messages), scan.head
     if head < n and head in scan.kept_anywhere:
         return Skip(
             SkipReason.NO_CUT_POINT,
@@ -104,9 +104,11 @@ def plan_compaction(
             total,
         )
 
+    # the last cut at or before w that keeps turns whole: a turn's start, or (the group cut)
+    # a boundary between tool groups of the turn in progress (DESIGN.md invariant 17)
     turn_cut = group_cut = None
     for c in range(w, head, -1):
-        if blocked[c]:
+        if not scan.whole_turns(c):
             continue
         if group_cut is None:
             group_cut = c
@@ -162,15 +164,17 @@ def plan_compaction(
             return scan.build(choice, total, threshold)
     shallow = group or turn
     window = scan.total - scan.chars_before[w]  # what the walk back kept: over its budget?
-    if target is not None and window > kept_budget and not worth(shallow):
-        # the keep window holds more than its budget in what cannot be shortened (a model's
-        # own long messages: a file written through a tool call's arguments, 5-7k chars in
-        # the mini-swe runs; a pasted request larger than the window): the shallowest valid
-        # cut inside it that lands (issue 18: "the keep window itself never holds more than
-        # its budget ... a cut is always possible"). The deepest one first: when even it does
-        # not land (a system prompt over the floor), no shallower one does, and the post-turn
-        # hook, which plans on every turn over the floor, evaluates one cut, not the window's
-        cuts = [c for c in range(w + 1, n) if not blocked[c]]
+    if (shallow is None or (target is not None and window > kept_budget)) and not worth(shallow):
+        # no cut keeps turns whole outside the keep window (it falls inside a finished turn
+        # that began at the head), or the keep window holds more than its budget in what
+        # cannot be shortened (a model's own long messages: a file written through a tool
+        # call's arguments, 5-7k chars in the mini-swe runs; a pasted request larger than the
+        # window): the shallowest cut inside it that keeps turns whole and lands ("the keep
+        # window itself never holds more than its budget ... a cut is always possible"). The
+        # deepest one first: when even it does not land (a system prompt over the floor), no
+        # shallower one does, and the post-turn hook, which plans on every turn over the
+        # floor, evaluates one cut, not the window's
+        cuts = [c for c in range(w + 1, n) if scan.whole_turns(c)]
 
         def at(c: int) -> _Candidate | None:
             return evaluate(c, "turn" if scan.turn_start[c] else "tool_group")
@@ -204,21 +208,34 @@ def plan_compaction(
 
 
 def extension(
-    messages: Sequence[BaseMessage], start: int, settings: Settings, *, newest_only: bool = False
+    messages: Sequence[BaseMessage],
+    start: int,
+    settings: Settings,
+    *,
+    newest_only: bool = False,
+    shallowest: bool = False,
 ) -> tuple[int, ...]:
     """Indexes of the messages from ``start`` on that a compaction applied late may remove as
-    well (issue 18: a fast run outgrew the summary while it was written): those before the
-    last valid cut that still leaves the keep window whole, but system messages, human
-    messages (a request stays in view) and calls still waiting for their results (with the
-    results they have). Empty when no such cut lies after ``start``. Linear.
+    well (a fast run outgrew the summary while it was written): those before the last cut
+    that keeps turns whole (DESIGN.md invariant 17: a turn's start, or a boundary between the
+    tool groups of the turn in progress) and still leaves the keep window after it, but
+    system messages, calls still waiting for their results (with the results they have), and
+    the request of the turn in progress when the cut falls inside it. A finished turn goes
+    whole, its request with its answer. Empty when no such cut lies after ``start``. Linear.
 
     ``newest_only``: the keep window is the newest model step only (its AI message and
     what came after it), for a keep window that holds more than its budget in what cannot be
-    shortened, as the planner cuts into it (a model's long messages: benchmark 17's django
-    run went stale at every swap and ran to 2.3x its threshold)."""
+    shortened, as the planner cuts into it (a model's long messages). ``shallowest``: the first
+    cut from ``start`` on that keeps turns whole, whatever the keep window: a plan that cut into
+    a turn then in progress, applied after that turn ended, takes the rest of it (as the
+    planner itself cuts at the next turn's start when the keep window falls inside a finished
+    turn)."""
     scan = _Scan(messages)
     scan.index_pairs()
     sizes, n = scan.sizes, len(messages)
+    if shallowest:
+        cut = next((c for c in range(start, n + 1) if scan.whole_turns(c)), start)
+        return _removable(scan, start, cut)
     keep = settings.summarization_keep_chars
     if newest_only:
         last_ai = next((i for i in range(n - 1, start - 1, -1) if messages[i].type == "ai"), None)
@@ -229,12 +246,17 @@ def extension(
     while w > start and acc < keep:
         w -= 1
         acc += sizes[w]
-    cut = next((c for c in range(w, start, -1) if not scan.blocked[c]), None)
+    cut = next((c for c in range(w, start, -1) if scan.whole_turns(c)), None)
     if cut is None or acc < keep:
         return ()
-    stay = scan.kept_anywhere
-    return tuple(
-        i
-        for i in range(start, cut)
-        if not scan.system[i] and not scan.turn_start[i] and i not in stay
-    )
+    return _removable(scan, start, cut)
+
+
+def _removable(scan: _Scan, start: int, cut: int) -> tuple[int, ...]:
+    """Indexes from ``start`` to ``cut`` a compaction removes: not system messages, calls
+    still waiting (with their results), nor the request of the turn in progress when ``cut``
+    falls inside it."""
+    stay = set(scan.kept_anywhere)
+    if scan.last_turn is not None and start <= scan.last_turn < cut:
+        stay.add(scan.last_turn)
+    return tuple(i for i in range(start, cut) if not scan.system[i] and i not in stay)

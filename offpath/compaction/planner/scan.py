@@ -39,7 +39,7 @@ class _Scan:
     """What the planner needs to know of each message, from one forward pass.
 
     ``blocked[c]`` for each cut index ``0..n``: 0 if the cut is valid, 1 if a
-    tool-call pair straddles it. ``kept_anywhere`` are the indexes of messages no
+    tool-call pair straddles it; :meth:`whole_turns` says which valid cuts keep turns whole. ``kept_anywhere`` are the indexes of messages no
     compaction removes: AI messages with a call still waiting for its result, and
     the results those messages already have. Prefix sums give the size of any removed
     part in O(1).
@@ -95,6 +95,11 @@ class _Scan:
             diff[t + 1] -= 1
         self.kept_anywhere = kept
         self.blocked = [1 if v else 0 for v in accumulate(diff[: n + 1])]
+        # the turn in progress starts at the last request (None: no request after the head,
+        # the whole thread is one turn in progress)
+        self.last_turn = next(
+            (i for i in range(n - 1, self.head - 1, -1) if self.turn_start[i]), None
+        )
         # prefix sums of sizes; system messages (rarely past the head) are subtracted
         self.chars_before = [0, *accumulate(self.sizes)]
         self.summaries = [i for i in range(n) if self.summary[i]]
@@ -108,6 +113,14 @@ class _Scan:
         self.mid_systems = (
             [i for i in range(self.head, n) if system[i]] if any(system[self.head :]) else []
         )
+
+    def whole_turns(self, cut: int) -> bool:
+        """Cutting at ``cut`` keeps turns whole (DESIGN.md invariant 17): no tool-call pair
+        straddles it, and it starts a turn or falls inside the turn in progress (whose
+        request is then quoted or kept)."""
+        if self.blocked[cut]:
+            return False
+        return self.turn_start[cut] or self.last_turn is None or cut > self.last_turn
 
     def evaluate(
         self,
