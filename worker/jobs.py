@@ -214,14 +214,14 @@ def _compact(
     settings = rt.settings
     checkpoints = rt.checkpoints_for(options.checkpoints)
     saver = checkpoints.saver
-    ns = options.checkpoint_ns
+    ns, thread_id = options.checkpoint_ns, options.thread_of(session_id)
     for attempt in range(2):  # a stale compaction is re-planned once
         if attempt == 0:
             thread = read_caught_up(
-                saver, session_id, options.seen, CHECKPOINT_LAG_S, ns, options.head
+                saver, thread_id, options.seen, CHECKPOINT_LAG_S, ns, options.head
             )
         else:
-            thread = read_thread(saver, session_id, ns)
+            thread = read_thread(saver, thread_id, ns)
         messages = thread.messages
         if record_landed(rt, session_id, job_id, messages, stored):
             return Outcome(JobStatus.APPLIED, Leases.after(job_id, State.DONE))

@@ -96,11 +96,15 @@ def answer(engine: Engine, thread_id: str, query: str, offset: int = 0) -> str:
     return "\n\n".join(f"[{h['message_id']}] ({h['type']}) {h['excerpt']}" for h in hits)
 
 
-def recall_tool(engine_of: Callable[[], Engine]) -> BaseTool:
-    """The ``recall`` tool over the archive in ``engine_of()`` (opened on first use)."""
+def recall_tool(
+    engine_of: Callable[[], Engine], session_of: Callable[[], str | None] = thread_of_run
+) -> BaseTool:
+    """The ``recall`` tool over the archive in ``engine_of()`` (opened on first use), of the
+    session ``session_of()`` names for the run calling it (default: its ``thread_id``; an
+    agent run as a callee inside another run has a session of its own)."""
 
     def recall(query: str, offset: int = 0) -> str:
-        thread_id = thread_of_run()
+        thread_id = session_of()
         if thread_id is None:
             return "recall: this call is not part of a conversation (no thread_id)."
         try:

@@ -83,6 +83,14 @@ class JobOptions:
     #: ``create_agent(system_prompt=...)``, which no checkpoint holds): the planner counts
     #: them against the threshold (issue 18: the bound is on what a call sends).
     outside: int = 0
+    #: LangGraph's ``thread_id`` of the checkpoints that hold the messages, when the session
+    #: is not named by it (an agent run as a callee inside another run: its session is
+    #: ``<thread_id>|<namespace>``); None: the session id is the ``thread_id``.
+    thread_id: str | None = None
+
+    def thread_of(self, session_id: str) -> str:
+        """The ``thread_id`` the checkpoints of ``session_id``'s messages are kept under."""
+        return self.thread_id or session_id
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"patch": self.patch, "checkpoints": self.checkpoints}
@@ -98,6 +106,8 @@ class JobOptions:
             data["head"] = self.head
         if self.outside:
             data["outside"] = self.outside
+        if self.thread_id:
+            data["thread_id"] = self.thread_id
         return data
 
     @classmethod
@@ -113,6 +123,7 @@ class JobOptions:
             floor=int(data["floor"]) if isinstance(data.get("floor"), int) else None,
             head=data["head"] if isinstance(data.get("head"), str) else None,
             outside=max(0, data["outside"]) if isinstance(data.get("outside"), int) else 0,
+            thread_id=data["thread_id"] if isinstance(data.get("thread_id"), str) else None,
         )
 
 

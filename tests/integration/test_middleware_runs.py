@@ -238,3 +238,69 @@ def test_no_more_graph_steps_than_summarization_middleware(stacks, tmp_path):
     steps("offpath", limit=theirs)
     with pytest.raises(GraphRecursionError):
         steps("offpath", limit=plain - 1)
+
+
+def test_a_subagent_run_from_a_tool_compacts_its_own_messages_and_never_its_callers(
+    stacks, tmp_path
+):
+    """DESIGN.md invariant 18, the shape of deepagents' ``task`` tool: a parent agent with a
+    checkpointer and OffPathCompaction has a tool that runs a second agent with
+    OffPathCompaction and no checkpointer of its own (LangGraph gives it the parent's
+    checkpointer and thread id, under the namespace ``tools:<task id>``). The subagent runs
+    a long single-request transcript and compacts in its run under a session of its own; the
+    parent's thread keeps every message of its own (its requests, its ``task`` calls and
+    their results), and no job of the subagent is the parent's."""
+    stack = stacks.get("sqlite", **ENV)
+    path = next(p for p in SINGLE_REQUEST if "pvlib" in p.stem)
+    inner = messages_of(load(path))
+    script_replies = [m for m in inner if isinstance(m, AIMessage)]
+    if script_replies[-1].tool_calls:
+        script_replies.append(AIMessage(id="sub-end", content="Submitted."))
+    sub_model = TranscriptModel(replies=script_replies, delay_s=0.05)
+    store = f"sqlite:///{tmp_path / 'agent-checkpoints.db'}"
+    middleware = lambda: OffPathCompaction(  # noqa: E731
+        stack.settings(), checkpointer_url=store, client=stack.client()
+    )
+    sub = create_agent(sub_model, scripted_tools(inner), middleware=[middleware()])
+    request = next(m for m in inner if isinstance(m, HumanMessage))
+
+    def task(description: str) -> str:
+        """Run the subagent on a task and return its last answer."""
+        result = sub.invoke({"messages": [HumanMessage(content=description)]})
+        return str(result["messages"][-1].content)
+
+    call = {"id": "task-0", "name": "task", "args": {"description": str(request.content)}}
+    parent_model = TranscriptModel(
+        replies=[
+            AIMessage(id="p-call-0", content="", tool_calls=[call]),
+            AIMessage(id="p-done-0", content="first task done"),
+        ]
+    )
+    with open_checkpoints_url(store, stack.settings()) as checkpoints:
+        parent = create_agent(
+            parent_model, [task], middleware=[middleware()], checkpointer=checkpoints.saver
+        )
+        session = f"parent-{uuid.uuid4().hex[:6]}"
+        config = {"configurable": {"thread_id": session}, "recursion_limit": 10_000}
+        parent.invoke({"messages": [HumanMessage(id="p-req-0", content="investigate")]}, config)
+        final = parent.get_state(config).values["messages"]
+    ids = [m.id for m in final]
+    assert ids[0] == "p-req-0" and "p-call-0" in ids and ids[-1] == "p-done-0", ids
+    results = [m for m in final if m.type == "tool"]
+    assert [m.tool_call_id for m in results] == ["task-0"]
+    assert not any(marked_summary(m) for m in final), "the subagent's summary reached its caller"
+    assert not pairing_problems(final)
+    # the subagent did compact, in sessions of its own
+    covered = [m for sent in sub_model.calls for m in sent if marked_summary(m)]
+    assert covered, "the subagent never compacted"
+    engine = sa.create_engine(stack.db_url())
+    try:
+        with engine.connect() as conn:
+            sessions = {
+                r[0]
+                for r in conn.execute(sa.text("SELECT DISTINCT session_id FROM compaction_jobs"))
+            }
+    finally:
+        engine.dispose()
+    mine = {s for s in sessions if s.startswith(session)}
+    assert mine and all(s.startswith(f"{session}|tools:") for s in mine), mine

@@ -11,7 +11,6 @@ from typing import Any, get_type_hints
 from langchain.agents.middleware import AgentState
 from langchain.agents.middleware.types import ModelRequest, OmitFromSchema
 from langchain_core.messages import BaseMessage, RemoveMessage
-from langgraph.config import get_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from offpath.compaction.accounting import message_chars
@@ -46,17 +45,6 @@ def _diff(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> list[B
         elif new is not m and new != m:
             update.append(new)
     return update
-
-
-def _graph_ns() -> str:
-    """The checkpoint namespace of the graph the middleware runs in: "" for a root graph, a
-    subgraph's (``agent:<task id>``) when the agent runs as a node of a parent graph. A node's
-    own config names its task last (``...|model:<task id>``): that part is not a graph's."""
-    try:
-        ns = str(get_config().get("configurable", {}).get("checkpoint_ns") or "")
-    except RuntimeError:  # not inside a run
-        return ""
-    return ns.rsplit("|", 1)[0] if "|" in ns else ""
 
 
 def _parent_update(state: dict[str, Any]) -> dict[str, Any]:

@@ -23,16 +23,16 @@ from offpath.agent.middleware.applying import ApplyingMixin
 from offpath.agent.middleware.claims import ClaimsMixin
 from offpath.agent.middleware.helpers import (
     _diff,
-    _graph_ns,
     _outside,
     _parent_update,
     log,
     outside_chars,
 )
+from offpath.agent.middleware.place import Places
 from offpath.agent.middleware.pools import PoolsMixin
 from offpath.agent.middleware.shaping import DEFAULT_LATENCY_S, ShapingMixin
 from offpath.agent.middleware.state import OffPathState, _Call, _Seen, _Write
-from offpath.agent.recall import recall_tool, thread_of_run
+from offpath.agent.recall import recall_tool
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.planner import min_gain_chars, request_cap_chars
 from offpath.compaction.settings import Settings, get_settings
@@ -87,8 +87,12 @@ class OffPathCompaction(
     ) -> None:
         super().__init__()
         self.on_compaction = on_compaction
-        #: ``recall`` (issue 11): the agent reads its thread's archived originals.
-        self.tools = [recall_tool(lambda: self.client.engine)] if recall else []
+        #: where each run stands among the graphs around it, and so its session
+        self.places = Places()
+        #: ``recall``: the agent reads its thread's archived originals.
+        self.tools = (
+            [recall_tool(lambda: self.client.engine, self.places.session_of_run)] if recall else []
+        )
         self.recall = recall
         self.settings = settings or get_settings()
         self.options = JobOptions(patch=patch, checkpoints=checkpointer_url)
@@ -140,10 +144,11 @@ class OffPathCompaction(
         run starts compacted; the reconciler records it, as no step of this run is left);
         queue a job if the thread is over its prepare point; and in a subgraph that removed
         messages hand the parent the thread whole."""
-        session_id = thread_of_run()
-        if session_id is None:
-            return None
         messages: list[BaseMessage] = state["messages"]
+        place = self.places.of_run(messages)
+        if place is None or not place.compacts:
+            return None
+        session_id = place.session_id
         private = dict(state.get(KEY) or {})
         if pending := private.get("pending"):
             self._record(session_id, pending, messages)
@@ -168,7 +173,7 @@ class OffPathCompaction(
                     messages = add_messages(messages, fitted.patch)
                     size = ThreadSize().advance(messages)
                     private["removed"] = True
-        if s.active and not self.options.patch:
+        if s.active and not self.options.patch and place.listed:
             self._note_soon(session_id, len(messages), size.chars, every=0.0)
         if s.active and size.chars + out >= self._prepare_point(private):
             known, holder = self._claim_of(session_id)
@@ -176,8 +181,8 @@ class OffPathCompaction(
                 holder is None
                 or holder.frees_for(size.chars + out, self._min_gain, self._threshold)
             ):
-                self._publish_soon(session_id, size.chars + out, messages, private)
-        if private.get("removed") and _graph_ns():
+                self._publish_soon(session_id, size.chars + out, messages, private, place)
+        if private.get("removed") and place.hands_up:
             return Command(
                 graph=Command.PARENT, update=_parent_update({**state, "messages": messages})
             )
@@ -228,9 +233,19 @@ class OffPathCompaction(
         unchanged = bool(old.n) and old.n <= len(original) and original[old.n - 1].id == old.last
         new_from = old.n if unchanged else 0
         messages = original
-        session_id = thread_of_run()
+        place = self.places.of_run(original)
+        session_id = place.session_id if place is not None and place.compacts else None
+        if place is not None and not place.compacts:
+            self._warn_once(
+                "refused",
+                f"offpath: the agent runs in graph namespace {place.ns!r} with some of its "
+                "caller's messages (not all of them): a compaction there would replace or "
+                "remove the caller's messages, so it does not compact this run. Give it the "
+                "caller's whole `messages` list (a node that shares them) or messages of its "
+                "own (a subagent run from a tool, or a Send with a list of its own).",
+            )
         writes: list[_Write] = []  # archive writes, made while the model answers
-        if session_id is not None and settings.active:
+        if place is not None and session_id is not None and settings.active:
             if pending := private.get("pending"):
                 self._record(session_id, pending, messages)
                 private["pending"] = None
@@ -297,7 +312,7 @@ class OffPathCompaction(
                             session_id, holder, messages, private, chars, out, writes
                         )
             size = ThreadSize().advance(messages) if messages is not original else size
-            if not self.options.patch:
+            if not self.options.patch and place.listed:
                 self._note_soon(session_id, len(messages), size.chars)
             # 3. from the prepare point on: the claim, and a job when the thread is free
             self._track_rate(private, size.chars)
@@ -307,12 +322,12 @@ class OffPathCompaction(
                 known, holder = self._claim_of(session_id)
                 self._check_pickup(session_id, holder)
                 if known and (holder is None or holder.frees_for(now, self._min_gain)):
-                    self._publish_soon(session_id, now, messages, private)
+                    self._publish_soon(session_id, now, messages, private, place)
                 elif known and self._crossing_frees(holder, reached, private):
                     # planned from the size the thread is now (its older results shortened
                     # to keep it under the threshold), not from the prepare point over it
                     planned = min(now, point) - 1
-                    self._publish_soon(session_id, reached, messages, private, planned)
+                    self._publish_soon(session_id, reached, messages, private, place, planned)
         private["size"] = size.to_state()
         if session_id is not None and settings.active and new_from < len(original):
             fresh = {m.id for m in original[new_from:]}

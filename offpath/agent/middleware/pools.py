@@ -12,7 +12,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from offpath.agent.middleware.helpers import _graph_ns, _outside, log
+from offpath.agent.middleware.helpers import _outside, log
+from offpath.agent.middleware.place import Place
 from offpath.compaction.facts import warm as warm_facts
 from offpath.coordination.compactions import JobOptions, head_mark
 from offpath.coordination.logs import tag
@@ -81,12 +82,14 @@ class PoolsMixin:
         chars: int,
         messages: Sequence[BaseMessage],
         private: dict[str, Any],
+        place: Place,
         planned: int | None = None,
     ) -> None:
         """Queue a job for the thread in a background thread (the model call does not wait).
         The job names the run's newest message (``seen``: the worker waits for the checkpoint
-        to hold it, as LangGraph writes it in the background), the run's checkpoint namespace
-        (a subgraph's), and the size it may plan from (the prepare point, or ``planned``)."""
+        to hold it, as LangGraph writes it in the background), where the run's messages are
+        (its ``thread_id`` and checkpoint namespace: a subgraph's, a callee's), and the size it
+        may plan from (the prepare point, or ``planned``)."""
         with self._guard:
             if session_id in self._publishing:
                 return
@@ -95,7 +98,8 @@ class PoolsMixin:
             self.options,
             seen=messages[-1].id if messages else None,
             head=head_mark(messages),
-            checkpoint_ns=_graph_ns() or None,
+            checkpoint_ns=place.ns or None,
+            thread_id=place.thread_id if place.thread_id != session_id else None,
             floor=min(chars if planned is None else planned, self._prepare_point(private)),
             outside=_outside(private),
         )
