@@ -236,4 +236,16 @@ def our_422(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-app = create_app()
+_app: FastAPI | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``app``: the app of the environment's settings (``uvicorn offpath.api.app:app``), made
+    on first use, so that importing :func:`create_app` to give it settings reads nothing
+    from the environment (DESIGN.md invariant 19)."""
+    global _app
+    if name == "app":
+        if _app is None:
+            _app = create_app()
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

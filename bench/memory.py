@@ -22,7 +22,6 @@ def run(ctx: Context) -> Result:
     from bench.workloads import thread
     from offpath.agent.graph import open_runtime
     from offpath.compaction.settings import get_settings
-    from offpath.coordination.queue import publish
     from offpath.stores.db import create_job
 
     settings = get_settings()
@@ -47,7 +46,7 @@ def run(ctx: Context) -> Result:
                 seed(rt, sid, thread(120, 90_000, seed=k % 40, prefix=sid))
                 job_id = uuid.uuid4().hex
                 create_job(rt.engine, job_id, sid, 90_000)
-                publish(sid, job_id)
+                rt.publish(sid, job_id)
                 sids.append(sid)
 
             def drained(s: list[str] = sids) -> bool:

@@ -214,11 +214,10 @@ def measure(
     from langchain_core.messages import HumanMessage
 
     from offpath.compaction.settings import load_settings
-    from offpath.coordination.queue import publish
     from offpath.coordination.runtime import Client
 
     settings = load_settings(**CONFIGS[config])
-    client = Client.open(settings, publish=publish)
+    client = Client.open(settings)
     out = Measure(config, size)
     session = f"mw-{RUN_ID}-{'over' if 'over' in config else 'under'}-{size}"
     replies, tools = script(session, calls)

@@ -293,7 +293,6 @@ def run(ctx: Context) -> Result:
     from shared import load, messages_of
 
     from offpath.compaction.settings import get_settings
-    from offpath.coordination.queue import publish
     from offpath.coordination.runtime import Client
     from offpath.stores.checkpoints import open_checkpoints_url
     from offpath.stores.db import migrate
@@ -316,7 +315,7 @@ def run(ctx: Context) -> Result:
     mw_log.setLevel(logging.INFO)
     with open(log_path, "ab") as out:
         worker = start_worker(env, f"bench-peak-{RUN_ID}@%h", out, loglevel="info")
-    client = Client.open(settings, publish=publish)
+    client = Client.open(settings)
     runs: list[Run] = []
     try:
         wait_for_log(log_path, "ready.", worker, 60)

@@ -375,23 +375,6 @@ def start_worker(env: dict[str, str], name: str, out: Any) -> subprocess.Popen[b
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def publisher(queue: str) -> Any:
-    """The hook's publisher (``offpath.coordination.queue.publish``) to ``queue``."""
-    from offpath.worker.tasks import compact_session
-
-    def publish(session_id: str, job_id: str, options: dict | None = None) -> None:
-        compact_session.apply_async(
-            (session_id,),
-            {"options": options} if options else None,
-            task_id=job_id,
-            queue=queue,
-            retry=True,
-            retry_policy={"max_retries": 1, "interval_start": 0, "interval_max": 0.1},
-        )
-
-    return publish
-
-
 def run(ctx: Context) -> Result:
     from offpath.compaction.settings import Settings, get_settings
     from offpath.coordination.runtime import Client
@@ -449,7 +432,7 @@ def run(ctx: Context) -> Result:
                 celery_queue=queue,
             )
             clients[(threshold, keep, summarizer)] = Client(
-                settings, shared_client.engine, shared_client.leases, publisher(queue)
+                settings, shared_client.engine, shared_client.leases
             )
         for proc, log_path in workers:
             wait_for_log(log_path, "ready.", proc, 600)

@@ -456,7 +456,6 @@ def attribute(requests: list[dict[str, Any]], docs: list[Doc]) -> dict[str, list
 
 
 def run_pass(ctx: Context, shape: str, docs: list[Doc]) -> tuple[list[Run], float, dict]:
-    from offpath.coordination.queue import publish
     from offpath.coordination.runtime import Client
     from offpath.stores.checkpoints import open_checkpoints_url
     from offpath.stores.db import migrate
@@ -491,7 +490,7 @@ def run_pass(ctx: Context, shape: str, docs: list[Doc]) -> tuple[list[Run], floa
             summarization_threshold_chars=THRESHOLD, summarization_keep_chars=KEEP
         )
         migrate(settings)
-        client = Client.open(settings, publish=publish)
+        client = Client.open(settings)
         try:
             wait_for_log(log_path, "ready.", worker, 60)
             with open_checkpoints_url(agent_url, settings) as checkpoints:

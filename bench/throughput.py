@@ -75,7 +75,6 @@ def one_run(
 ) -> tuple[float, float]:
     """``jobs`` compactions through the workers ``start`` starts: (steady rate, peak RSS MiB)."""
     from bench.workloads import thread
-    from offpath.coordination.queue import publish
     from offpath.stores.db import create_job
 
     log = open(Path(tempfile.gettempdir()) / f"bench-tp-{RUN_ID}-{label}.log", "ab")  # noqa: SIM115
@@ -91,7 +90,7 @@ def one_run(
         for sid in sids:
             job_id = uuid.uuid4().hex
             create_job(rt.engine, job_id, sid, 70_000)
-            publish(sid, job_id)
+            rt.publish(sid, job_id)
 
         def done() -> bool:
             nonlocal peak

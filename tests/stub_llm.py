@@ -15,6 +15,12 @@ at run time with ``POST /_control`` (``{"mode": ..., "delay_s": ..., "times": n}
 * ``hold``: ``true`` makes every request wait (up to 60 s) until ``hold`` is set
   back to ``false``, so a test can act while a summary is being written without
   guessing how long it takes;
+* ``context_openai`` / ``context_anthropic`` / ``context_llamacpp``: a context-length refusal
+  (HTTP 400) in OpenAI's shape (``context_length_exceeded``, "This model's maximum context
+  length is ..."), Anthropic's ("prompt is too long: N tokens > M maximum") or llama.cpp's
+  server's (``exceed_context_size_error``, which ``langchain_openai`` does not convert), the
+  model's window said to be 70% of the request's tokens (its chars / 4); with ``times`` once,
+  without it always;
 * ``summary_chars``: summaries are padded to about this many chars with findings that name
   nothing specific (an LLM-shaped summary of 3-5k chars, as a real model writes them;
   0: the short stub summary).
@@ -38,6 +44,37 @@ SUMMARY = (
     "**Investigating:** {first}\n**Key findings:**\n- {n} messages summarized by the stub LLM\n"
     "**Ruled out:** nothing ruled out yet\n**Current state:** stub summary"
 )
+
+
+#: The bodies of a context-length refusal, by mode: (tokens sent, the window) -> body.
+REFUSALS = {
+    "context_openai": lambda sent, limit: {
+        "error": {
+            "message": f"This model's maximum context length is {limit} tokens. However, "
+            f"your messages resulted in {sent} tokens. Please reduce the length of the messages.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    },
+    "context_anthropic": lambda sent, limit: {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": f"prompt is too long: {sent} tokens > {limit} maximum",
+        },
+    },
+    "context_llamacpp": lambda sent, limit: {
+        "error": {
+            "code": 400,
+            "message": f"request ({sent} tokens) exceeds the available context size "
+            f"({limit} tokens), try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": sent,
+            "n_ctx": limit,
+        }
+    },
+}
 
 
 class StubState:
@@ -144,6 +181,10 @@ class Handler(BaseHTTPRequestHandler):
                 b'{"error": {"message": "stub: rate limited", "type": "rate_limit"}}',
                 {"Retry-After": "1"},
             )
+            return
+        if mode in REFUSALS:
+            sent = len(json.dumps(messages)) // 4
+            self._send(400, json.dumps(REFUSALS[mode](sent, sent * 7 // 10)).encode())
             return
         if mode == "malformed":
             self._send(200, b"this is not json")

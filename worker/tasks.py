@@ -23,7 +23,7 @@ from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.exporter import serve_worker_metrics
 from offpath.coordination.hook import queue_job
 from offpath.coordination.logs import tag
-from offpath.coordination.queue import COMPACT_TASK, publish
+from offpath.coordination.queue import COMPACT_TASK
 from offpath.coordination.runtime import Runtime
 from offpath.stores.db import JobStatus, failures_in_a_row, migrate, start_job
 from offpath.stores.leases import LeaseKeeper, Leases, Start, State, failure_backoff_s
@@ -202,7 +202,7 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
     assert outcome is not None
     if outcome.follow_up_chars is not None:
         log.info("[%s] summarizer: still over the threshold; queueing the next job", sid)
-        queue_job(rt.leases, rt.engine, publish, session_id, outcome.follow_up_chars)
+        queue_job(rt.leases, rt.engine, rt.publish, session_id, outcome.follow_up_chars)
     status = outcome.status
     if status is JobStatus.FAILED:
         raise JobFailed(
@@ -233,4 +233,4 @@ def reconcile() -> dict[str, int]:
     from offpath.worker.reconciler import reconcile_once
 
     rt, _, _ = runtime()
-    return reconcile_once(rt, publish)
+    return reconcile_once(rt, rt.publish)

@@ -116,11 +116,15 @@ def chat_model(
         return None
     from langchain_openai import ChatOpenAI
 
+    from offpath.compaction.summarizers.llm import OPENAI_DEFAULT_BASE_URL
+
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
     return ChatOpenAI(
         model=settings.chat_model,
         api_key=key or "not-needed",
-        base_url=settings.openai_base_url or None,
+        base_url=settings.openai_base_url or OPENAI_DEFAULT_BASE_URL,
+        # as the client does for OpenAI's own endpoint (many others do not stream usage)
+        stream_usage=True if not settings.openai_base_url else None,
         timeout=settings.summarization_timeout_s,
         max_retries=1,
     )

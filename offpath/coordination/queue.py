@@ -24,6 +24,8 @@ waits in one process; prefork would need one process per concurrent LLM call.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from celery import Celery
@@ -98,24 +100,35 @@ def _transport_options(broker: str, settings: Settings) -> dict[str, object]:
 #: process that only queues jobs (the API, a team's own agent) never imports the worker.
 COMPACT_TASK = "compact_session"
 
-_app: Celery | None = None
+_apps: dict[str, Celery] = {}
 _app_guard = threading.Lock()
 
 
-def celery_app() -> Celery:
-    """This process's Celery app, made once from :func:`get_settings`: the one the worker
-    runs (:mod:`offpath.worker.celery_app`) and the one :func:`publish` sends through."""
-    global _app
+def app_for(settings: Settings) -> Celery:
+    """The Celery app made from ``settings`` (:func:`make_celery`): one per distinct settings
+    in this process, so that every part given the same settings shares one app and its
+    connection pool, and parts given other settings (another broker, queue or time limits)
+    publish through an app of their own."""
+    key = settings.model_dump_json()
     with _app_guard:
-        if _app is None:
-            _app = make_celery(get_settings())
-        return _app
+        app = _apps.get(key)
+        if app is None:
+            app = _apps[key] = make_celery(settings)
+        return app
 
 
-def publish(session_id: str, job_id: str, options: dict | None = None) -> None:
-    """Send one job to the broker (the hook's publisher) through this process's app
-    (:func:`send_job`)."""
-    send_job(celery_app(), session_id, job_id, options)
+def celery_app() -> Celery:
+    """The worker process's app (:mod:`offpath.worker.celery_app`): made from the
+    environment's settings (:func:`get_settings`), which is what a worker process is given.
+    Code given a :class:`Settings` publishes with :func:`publisher` instead."""
+    return app_for(get_settings())
+
+
+def publisher(settings: Settings) -> Callable[[str, str, dict | None], None]:
+    """``publish(session_id, job_id, options)``: :func:`send_job` through the app of
+    ``settings`` (:func:`app_for`): its broker, its queue (``CELERY_QUEUE``), its time limits.
+    Makes no connection until a job is sent."""
+    return partial(send_job, app_for(settings))
 
 
 def send_job(app: Celery, session_id: str, job_id: str, options: dict | None = None) -> None:

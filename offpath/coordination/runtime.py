@@ -62,12 +62,12 @@ def redis_client(url: str, settings: Settings) -> redis.Redis:
     return redis.Redis.from_pool(pool)  # closing the client closes its pool
 
 
-def celery_publisher() -> Publisher:
-    """The publisher that sends ``compact_session`` to the Celery broker (imported on first
-    use: a team's agent that never queues a job never loads Celery)."""
-    from offpath.coordination.queue import publish
+def celery_publisher(settings: Settings) -> Publisher:
+    """The publisher that sends ``compact_session`` to the broker and queue of ``settings``
+    (imported on first use: a team's agent that never queues a job never loads Celery)."""
+    from offpath.coordination.queue import publisher
 
-    return publish
+    return publisher(settings)
 
 
 #: Builds the agent graph a :class:`Runtime` patches threads through, from the runtime
@@ -82,7 +82,9 @@ class NoAgentGraph(RuntimeError):
 
 
 class Client:
-    """The usage database (``engine``), the job leases and a publisher."""
+    """The usage database (``engine``), the job leases and a publisher, all from one
+    :class:`Settings` (DESIGN.md invariant 19): the publisher, unless one is given, sends to
+    that settings' broker and queue."""
 
     def __init__(
         self,
@@ -108,7 +110,7 @@ class Client:
     @property
     def publish(self) -> Publisher:
         if self._publish is None:
-            self._publish = celery_publisher()
+            self._publish = celery_publisher(self.settings)
         return self._publish
 
     def ping_broker(self) -> None:

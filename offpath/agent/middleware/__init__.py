@@ -32,6 +32,11 @@ LangChain's own ``SummarizationMiddleware`` (issue 21, item 5). Before the model
    and call arguments (never the request nor the latest step; logged and counted,
    ``/stats`` ``fallback_maskings``).
 
+If the provider refuses the call as over its context length, the call is made smaller (the
+prepared compaction applied, else older messages shortened and the rest masked, under the
+prepare floor and what was refused) and retried once; a second refusal ends the run with
+:class:`~offpath.agent.middleware.refusals.ContextRefused`.
+
 What changed in the thread (shortened results, the compaction) is returned with the model's
 answer as the model node's own state update; the compaction is recorded (job ``applied``,
 its usage row) once it is in the state, at the next call or at the end of the run
@@ -62,7 +67,8 @@ The package, by concern (each module's constants live where they are read: patch
 :mod:`.hooks` (the class, its hooks and ``_before_call``), :mod:`.claims` (a thread's claim,
 read in the background), :mod:`.shaping` (shortening, what the model is sent, calibration, the
 prepare point), :mod:`.applying` (a prepared compaction applied in the run, stored, recorded),
-:mod:`.pools` (the background pools), :mod:`.state` and :mod:`.helpers` (at the bottom).
+:mod:`.pools` (the background pools), :mod:`.refusals` (a context-length refusal retried once,
+smaller), :mod:`.state` and :mod:`.helpers` (at the bottom).
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ from offpath.agent.middleware.claims import (
 from offpath.agent.middleware.helpers import outside_chars
 from offpath.agent.middleware.hooks import END_READ_WAIT_S, OffPathCompaction
 from offpath.agent.middleware.pools import POOLS
+from offpath.agent.middleware.refusals import ContextRefused, context_refusal
 from offpath.agent.middleware.shaping import (
     DEFAULT_LATENCY_S,
     JOB_OVERHEAD_S,
@@ -104,7 +111,9 @@ __all__ = [
     "POOLS",
     "RATE_WEIGHT",
     "STORE_RETRY_S",
+    "ContextRefused",
     "OffPathCompaction",
     "OffPathState",
+    "context_refusal",
     "outside_chars",
 ]

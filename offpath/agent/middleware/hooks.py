@@ -30,6 +30,7 @@ from offpath.agent.middleware.helpers import (
 )
 from offpath.agent.middleware.place import Places
 from offpath.agent.middleware.pools import PoolsMixin
+from offpath.agent.middleware.refusals import RefusalsMixin
 from offpath.agent.middleware.shaping import DEFAULT_LATENCY_S, ShapingMixin
 from offpath.agent.middleware.state import OffPathState, _Call, _Seen, _Write
 from offpath.agent.recall import recall_tool
@@ -54,7 +55,12 @@ END_READ_WAIT_S = 1.0
 
 
 class OffPathCompaction(
-    AgentMiddleware[OffPathState], ClaimsMixin, ShapingMixin, ApplyingMixin, PoolsMixin
+    AgentMiddleware[OffPathState],
+    ClaimsMixin,
+    ShapingMixin,
+    ApplyingMixin,
+    PoolsMixin,
+    RefusalsMixin,
 ):
     """Off-path compaction for a LangChain ``create_agent`` agent (see the module doc).
 
@@ -127,13 +133,19 @@ class OffPathCompaction(
 
     def wrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
         call = self._before_call(request)
-        response = handler(call.request)
+        try:
+            response = handler(call.request)
+        except Exception as exc:  # a context-length refusal: retried once, smaller
+            call, response = self._retry_refused(request, call, handler, exc)
         self._settle(call)
         return self._answer(call, response)
 
     async def awrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
         call = await asyncio.to_thread(self._before_call, request)  # it reads the job row
-        response = await handler(call.request)
+        try:
+            response = await handler(call.request)
+        except Exception as exc:  # a context-length refusal: retried once, smaller
+            call, response = await self._aretry_refused(request, call, handler, exc)
         if call.stored is not None:
             await asyncio.to_thread(self._settle, call)
         return self._answer(call, response)

@@ -43,6 +43,10 @@ log = logging.getLogger("offpath.summarizer")
 MAX_SUMMARY_CHARS = 10_000
 #: Most model calls one summary takes when what it removes does not fit one prompt.
 MAX_CALLS = 4
+#: The endpoint when ``OPENAI_BASE_URL`` is unset. Given to the client explicitly: left out,
+#: the client would read ``OPENAI_BASE_URL`` / ``OPENAI_API_BASE`` from the process's
+#: environment, not from the settings it was made from (DESIGN.md invariant 19).
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
 class LLMSummarizer:
@@ -65,7 +69,7 @@ class LLMSummarizer:
         model = ChatOpenAI(
             model=settings.summarization_model,
             api_key=key or "not-needed",  # local OpenAI-compatible servers take any key
-            base_url=settings.openai_base_url or None,
+            base_url=settings.openai_base_url or OPENAI_DEFAULT_BASE_URL,
             timeout=settings.summarization_timeout_s,
             max_retries=settings.summarization_max_retries,
             max_completion_tokens=settings.summarization_max_output_tokens,
