@@ -255,6 +255,7 @@ def read_messages(
     source, thread = read_session(rt, session_id)
     if source.own_agent:
         values = thread.base.checkpoint.get("channel_values", {}) if thread.base else {}
+        values = {**values, "messages": thread.messages} if thread.base else values
     else:
         values = state_of(rt, session_id)
     if not values:

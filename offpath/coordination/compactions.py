@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import content_text, total_chars
@@ -160,13 +162,39 @@ class Thread:
 
 
 def read_thread(saver: BaseCheckpointSaver, session_id: str, ns: str | None = None) -> Thread:
-    """The thread's latest checkpoint and its messages (one read, no graph); ``ns``: the
-    checkpoint namespace of a subgraph's thread (None: the root's)."""
+    """The thread's latest checkpoint and its messages (one read, no graph; a ``messages``
+    channel kept as a ``DeltaChannel``, deepagents' default, is rebuilt from its history);
+    ``ns``: the checkpoint namespace of a subgraph's thread (None: the root's)."""
     config = {"configurable": {"thread_id": session_id, "checkpoint_ns": ns or ""}}
     tup = saver.get_tuple(config)  # type: ignore[arg-type]
     if tup is None:
         return Thread([])
-    return Thread(list(tup.checkpoint.get("channel_values", {}).get("messages") or []), tup)
+    return Thread(checkpoint_messages(saver, tup), tup)
+
+
+def checkpoint_messages(saver: BaseCheckpointSaver, tup: CheckpointTuple) -> list[BaseMessage]:
+    """The ``messages`` channel's value at checkpoint ``tup``. A ``DeltaChannel`` (deepagents
+    keeps its messages in one) stores nothing at most checkpoints, or a snapshot now and then:
+    its value is its nearest snapshot with the writes since replayed through ``add_messages``,
+    as LangGraph itself rebuilds it (``get_delta_channel_history``)."""
+    checkpoint = tup.checkpoint
+    stored = checkpoint.get("channel_values", {}).get("messages")
+    if isinstance(stored, _DeltaSnapshot):
+        stored = stored.value
+    if stored is not None or "messages" not in checkpoint.get("channel_versions", {}):
+        return list(stored or [])
+    history = saver.get_delta_channel_history(config=tup.config, channels=["messages"])
+    found = history.get("messages") or {"writes": []}
+    channel = DeltaChannel(_add_each, list).from_checkpoint(found.get("seed"))
+    channel.replay_writes(found["writes"])
+    return list(channel.get())
+
+
+def _add_each(state: list[BaseMessage], writes: Sequence[Any]) -> list[BaseMessage]:
+    """A ``DeltaChannel`` reducer: ``add_messages`` over each write in turn."""
+    for write in writes:
+        state = add_messages(state, write)
+    return state
 
 
 def read_messages(saver: BaseCheckpointSaver, session_id: str) -> list[BaseMessage]:
