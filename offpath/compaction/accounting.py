@@ -114,7 +114,8 @@ def content_text(content: str | Iterable[Any] | None, placeholders: bool = False
     """The text of a message's content: the string, or its text parts joined by newlines.
 
     With ``placeholders``, every other part (but tool-call parts) shows as
-    ``[image: 6400 chars not shown]``, never as its payload (for prompts).
+    ``[image: 6400 chars not shown]``, never as its payload, or, when its payload lives
+    elsewhere, where: ``[image_url: at https://...]`` (for prompts).
     """
     if content is None:
         return ""
@@ -129,8 +130,35 @@ def content_text(content: str | Iterable[Any] | None, placeholders: bool = False
             if kind == "text":
                 parts.append(str(block.get("text", "")))
             elif placeholders and kind not in _CALL_TYPES:
-                parts.append(f"[{kind or 'part'}: {block_chars(block)} chars not shown]")
+                where = _reference(block)
+                shown = f"at {where}" if where else f"{block_chars(block)} chars not shown"
+                parts.append(f"[{kind or 'part'}: {shown}]")
     return "\n".join(parts)
+
+
+#: Longest reference (URL, file id) a placeholder shows, in chars.
+MAX_REFERENCE_CHARS = 300
+
+
+def _reference(block: Mapping[str, Any]) -> str | None:
+    """Where a media part's payload lives when it is not inline: its ``http(s)`` URL
+    (OpenAI's ``image_url``, a LangChain ``url``, Anthropic's ``source.url``) or its file id;
+    None for inline data (base64, ``data:`` URLs)."""
+    candidates = [block.get("url"), block.get("file_id")]
+    for key in ("image_url", "source", "file", "input_audio"):
+        inner = block.get(key)
+        if isinstance(inner, Mapping):
+            candidates += [inner.get("url"), inner.get("file_id")]
+        else:
+            candidates.append(inner)
+    for value in candidates:
+        if not isinstance(value, str) or not value:
+            continue
+        if value.startswith(("http://", "https://")) or value.startswith("file-"):
+            return (
+                value if len(value) <= MAX_REFERENCE_CHARS else value[:MAX_REFERENCE_CHARS] + "..."
+            )
+    return None
 
 
 def tool_calls_chars(message: BaseMessage) -> int:

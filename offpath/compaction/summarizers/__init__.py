@@ -10,6 +10,7 @@ from offpath.compaction.summarizers.base import (
     SummarizerError,
     SummaryResult,
     TransientSummarizerError,
+    TruncatedSummaryError,
 )
 from offpath.compaction.summarizers.guarded import GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
@@ -23,6 +24,7 @@ __all__ = [
     "SummarizerError",
     "SummaryResult",
     "TransientSummarizerError",
+    "TruncatedSummaryError",
     "make_summarizer",
 ]
 

@@ -44,10 +44,17 @@ class EmptySummaryError(SummarizerError):
 
 
 class MalformedSummaryError(SummarizerError):
-    """The model's answer is not the seed's template (its four headings, in order): it never
-    becomes a summary (issue 10, item 4: any non-empty answer used to)."""
+    """The model's answer is not the seed's template (its four headings, in order), or is a
+    refusal written inside it: it never becomes a summary."""
 
     code = "malformed_summary"
+
+
+class TruncatedSummaryError(SummarizerError):
+    """The model's answer was cut at its output limit (``finish_reason: length``): a summary
+    missing its end never becomes one."""
+
+    code = "truncated_summary"
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ Configured by ``SUMMARIZATION_MODEL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``,
 retries, with its backoff) and ``SUMMARIZATION_MAX_OUTPUT_TOKENS``. Errors are
 mapped to :class:`TransientSummarizerError` (timeouts, 429, 5xx, connection) or
 :class:`SummarizerError`; an empty answer raises :class:`EmptySummaryError`, an answer
-that is not the template :class:`MalformedSummaryError`. Lines of the answer that read as
+that is not the template, or a refusal written inside it, :class:`MalformedSummaryError`,
+and one cut at the output limit (``finish_reason: length``) is summarized again from inputs
+half the size, then raises :class:`TruncatedSummaryError`: none is ever applied. Lines of the answer that read as
 instructions to an assistant (injected text the model copied) are dropped.
 """
 
@@ -27,11 +29,13 @@ from offpath.compaction.summarizers.base import (
     SummarizerError,
     SummaryResult,
     TransientSummarizerError,
+    TruncatedSummaryError,
 )
 from offpath.compaction.summary import (
     SUMMARY_PREFIX,
     SUMMARY_SOURCE,
     fit_text,
+    refusal_problem,
     strip_instructions,
     template_problem,
     text_cap,
@@ -83,7 +87,20 @@ class LLMSummarizer:
         at most :data:`MAX_CALLS`), each chunk's summary folded into the next prompt as the
         earlier summary, so the model reads everything it removes (issue 19). Raises on error
         or an empty or malformed answer; tokens are summed over the calls."""
-        max_chars = self.max_prompt_chars
+        try:
+            return self._summarize(plan, prompt, self.max_prompt_chars)
+        except TruncatedSummaryError as exc:
+            # cut at its output limit: never applied; once more on inputs half the size (more
+            # calls, each writing less), else the job fails saying so
+            smaller = max(MIN_PROMPT_CHARS, self.max_prompt_chars // 2)
+            if smaller >= self.max_prompt_chars:
+                raise
+            log.warning("%s; summarizing again in smaller parts", exc)
+            return self._summarize(plan, build_prompt(plan, smaller), smaller)
+
+    def _summarize(
+        self, plan: CompactionPlan, prompt: SummaryPrompt, max_chars: int
+    ) -> SummaryResult:
         parts = chunks(plan, max_chars, MAX_CALLS)
         if len(parts) == 1:
             return self._call(plan, prompt)
@@ -132,9 +149,15 @@ class LLMSummarizer:
         except Exception as exc:  # a malformed answer, a client bug: never a summary
             raise SummarizerError(_logged(f"LLM call failed ({type(exc).__name__})", exc)) from exc
         text = str(answer.text).strip()
+        finish = (getattr(answer, "response_metadata", None) or {}).get("finish_reason")
+        if finish == "length":
+            raise TruncatedSummaryError(
+                "the LLM's summary was cut at its output limit (finish_reason: length; "
+                "SUMMARIZATION_MAX_OUTPUT_TOKENS)"
+            )
         if not text:
             raise EmptySummaryError("the LLM answered with an empty summary")
-        if problem := template_problem(text):
+        if problem := template_problem(text) or refusal_problem(text):
             raise MalformedSummaryError(f"malformed summary: {problem}")
         text, dropped = strip_instructions(text)
         if dropped:

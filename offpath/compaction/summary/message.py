@@ -69,6 +69,35 @@ def template_problem(text: str) -> str | None:
     return None
 
 
+#: A model declining the task in its own voice ("I'm sorry, but I can't help with that"),
+#: written inside the template's headings or instead of them.
+_REFUSAL = re.compile(
+    r"\b(?:I(?:'m| am) sorry|I apologi[sz]e|Unfortunately)\b[^.\n]{0,80}?\b(?:can(?:no|')t|"
+    r"unable|not able|won'?t)\b"
+    r"|\bI (?:can(?:no|')t|am unable to|'m unable to|won'?t|will not|am not able to) "
+    r"(?:help|assist|comply|provide|summari[sz]e|do that|fulfil|complete|continue)\b"
+    r"|\bAs an AI(?: language model)?\b",
+    re.IGNORECASE,
+)
+
+
+def refusal_problem(text: str) -> str | None:
+    """A summary whose body is a model's refusal (its own words declining the task, with
+    little else): what to say of it, or None. A finding that quotes a tool's "cannot connect"
+    is not one: the refusal is in the first person, and most of the body says nothing else."""
+    body = text
+    for heading in HEADINGS:
+        body = body.replace(heading, "")
+    found = _REFUSAL.search(body)
+    if found is None:
+        return None
+    rest = _REFUSAL.sub("", body)
+    words = len(re.findall(r"[A-Za-z0-9]{3,}", rest))
+    if words > 60:  # a real summary that happens to quote such words
+        return None
+    return f"the model declined the task ({found.group(0)!r})"
+
+
 def text_cap(summary_chars: int) -> int | None:
     """Most chars a summarizer's text may use when the summary's text and pinned facts share
     ``summary_chars`` (``CompactionPlan.summary_chars``; 0: no bound): two thirds, the rest
