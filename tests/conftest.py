@@ -149,6 +149,7 @@ SLOW_FIRST = (  # seconds each took in one run (--junitxml), 2,290 s in all
     "integration/test_service_pipeline.py",  # 225
     "integration/test_service_edges.py",  # 186
     "integration/test_middleware_runs.py",  # 110
+    "conformance/test_conformance.py",  # ~100: 17 agent shapes, one real run each
     "integration/test_bounded_runs.py",  # 98
     "integration/test_ui.py",  # 91
     "integration/test_startup.py",  # 90
