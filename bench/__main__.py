@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import (
+    conformance,
     faults,
     fidelity,
     frontier,
@@ -80,9 +81,19 @@ BENCHMARKS: dict[str, Callable[[Any], Result]] = {
     groundtruth.NAME: groundtruth.run,
     frontier.NAME: frontier.run,
     swapcheck.NAME: swapcheck.run,
+    conformance.NAME: conformance.run,
 }
-#: Those that need neither the stub LLM nor a database (frontier runs its own stub LLM).
-PURE = {planner.NAME, growth.NAME, fidelity.NAME, groundtruth.NAME, frontier.NAME, swapcheck.NAME}
+#: Those that need neither the stub LLM nor a database (frontier runs its own stub LLM, the
+#: conformance suite its own stacks).
+PURE = {
+    planner.NAME,
+    growth.NAME,
+    fidelity.NAME,
+    groundtruth.NAME,
+    frontier.NAME,
+    swapcheck.NAME,
+    conformance.NAME,
+}
 NAMES = [*BENCHMARKS, faults.NAME]
 
 
