@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, RemoveMessage, convert_to_messages
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
-from langgraph.graph.message import add_messages
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
 from offpath.compaction.accounting import content_text, total_chars
 from offpath.compaction.digest import digest
@@ -191,9 +191,25 @@ def checkpoint_messages(saver: BaseCheckpointSaver, tup: CheckpointTuple) -> lis
 
 
 def _add_each(state: list[BaseMessage], writes: Sequence[Any]) -> list[BaseMessage]:
-    """A ``DeltaChannel`` reducer: ``add_messages`` over each write in turn."""
+    """A ``DeltaChannel`` reducer: ``add_messages`` over each write in turn, except that a
+    ``RemoveMessage`` of an id not there (any more) is skipped, as the reducers a
+    ``DeltaChannel`` of messages is used with skip it (deepagents', LangGraph's
+    ``_messages_delta_reducer``); ``add_messages`` would raise, and the thread the graph
+    reads fine could not be read here."""
     for write in writes:
-        state = add_messages(state, write)
+        present = {m.id for m in state}
+        batch = []
+        for m in convert_to_messages(write if isinstance(write, list) else [write]):
+            if isinstance(m, RemoveMessage):
+                if m.id == REMOVE_ALL_MESSAGES:
+                    present = set()
+                elif m.id not in present:
+                    continue
+                present.discard(m.id)
+            else:
+                present.add(m.id)
+            batch.append(m)
+        state = add_messages(state, batch)
     return state
 
 
