@@ -56,6 +56,7 @@ from offpath.compaction.shorten import is_shortened
 from offpath.compaction.summarizers import Summarizer, SummarizerError
 from offpath.compaction.summary import is_summary, summary_meta
 from offpath.coordination.compactions import (
+    UNSTORABLE,
     JobEnded,
     JobOptions,
     apply_locked,
@@ -77,6 +78,7 @@ from offpath.stores.db import (
     store_result,
 )
 from offpath.stores.leases import Held, Leases, State
+from offpath.stores.values import Unstorable
 
 log = logging.getLogger("offpath.summarizer")
 
@@ -150,6 +152,9 @@ def run_job(
         return end(rt, session_id, job_id, JobEnded(JobStatus.FAILED, exc.code, str(exc)))
     except JobEnded as exc:
         return end(rt, session_id, job_id, exc)
+    except Unstorable as exc:  # the summary quoted a value the database refused: named
+        ended = JobEnded(JobStatus.FAILED, UNSTORABLE, f"not stored: {exc}")
+        return end(rt, session_id, job_id, ended)
     except TRANSIENT_STORE_ERRORS as exc:
         # the row says what failed; the error's text (SQL, hosts) goes to the log only
         log.warning("[%s] summarizer: store error: %s", tag(session_id), exc)

@@ -20,18 +20,25 @@
 * :func:`unstorable`: values a JSON parser returns but no store keeps (NUL, a lone surrogate
   from the escape ``"\\ud800"``, an integer beyond 64 bits, NaN): refused with 422 naming
   the field.
+* :func:`check_message`: JSON carried inside a message's strings (an OpenAI tool call's
+  ``arguments``...) read once with the body's rules, within the turn's
+  :class:`JsonBudget` (the values the body's scan left), before anything measures or stores
+  it.
 * :func:`short`: what an error may quote of the input (422 answers never echo it).
 * :class:`HostCheck`: Starlette's ``Host`` check (``ALLOWED_HOSTS``), whose 400 is JSON
   like every other error answer.
 
 Its modules: :mod:`.checks` (the plain checks: media type, unstorable values, NUL in a query,
-:func:`short`), :mod:`.scan` (:class:`JsonScan`), :mod:`.middleware` (:class:`BodyLimit`,
-:class:`HostCheck`, :func:`refuse`), :mod:`.offloop` (:class:`OffLoopBody`).
+:func:`short`), :mod:`.scan` (:class:`JsonScan`), :mod:`.inner` (JSON inside strings),
+:mod:`.middleware` (:class:`BodyLimit`, :class:`HostCheck`, :func:`refuse`), :mod:`.offloop`
+(:class:`OffLoopBody`).
 """
 
 from .checks import INT_MAX, INT_MIN, is_json_media, nul_parameter, short, unstorable
+from .inner import JsonBudget, check_message
 from .middleware import (
     FORM_BYTES,
+    JSON_BUDGET,
     PLAIN_NUMBERS,
     PUBLIC_BODIES,
     SLICE_BYTES,
@@ -59,6 +66,9 @@ __all__ = [
     "SLICE_BYTES",
     "refuse",
     "OffLoopBody",
+    "JsonBudget",
+    "JSON_BUDGET",
+    "check_message",
     "JsonScan",
     "KEY_BYTES",
     "TooMuch",

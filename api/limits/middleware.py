@@ -15,6 +15,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from .checks import is_json_media, nul_parameter
+from .inner import JsonBudget
 from .scan import JsonScan, TooMuch
 
 #: How much of a body the streaming check reads before it gives the event loop back.
@@ -25,6 +26,8 @@ FORM_BYTES = 16 * 1024
 PUBLIC_BODIES = frozenset({"/ui/login", "/ui/logout"})
 #: Scope key: the body holds no run of 19 digits, so orjson reads every number exactly.
 PLAIN_NUMBERS = "offpath.plain_numbers"
+#: Scope key: the :class:`~.inner.JsonBudget` of JSON inside the body's strings.
+JSON_BUDGET = "offpath.json_budget"
 
 #: Answers why a request may not send a body (None: it may): the API's key check.
 Gate = Callable[[dict[str, Any]], Awaitable[str | None]]
@@ -108,8 +111,13 @@ class BodyLimit:
         except TooMuch as exc:
             await refuse(send, exc.status, exc.detail)
             return
-        if scan is not None and not scan.long_digits:
-            scope[PLAIN_NUMBERS] = True  # orjson reads this body exactly (OffLoopBody)
+        if scan is not None:
+            if not scan.long_digits:
+                scope[PLAIN_NUMBERS] = True  # orjson reads this body exactly (OffLoopBody)
+            # what JSON inside the body's strings may still hold (api.limits.inner)
+            scope[JSON_BUDGET] = JsonBudget(
+                self.max_depth, self.max_values, self.max_values - scan.values
+            )
 
         async def replay() -> dict[str, Any]:
             nonlocal body

@@ -18,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .checks import is_json_media
-from .middleware import PLAIN_NUMBERS
+from .inner import JsonBudget
+from .middleware import JSON_BUDGET, PLAIN_NUMBERS
 
 
 class _Parsed(Request):
@@ -51,11 +52,14 @@ def _parse(body: bytes, plain_numbers: bool) -> Any:
     return json.loads(body)
 
 
-def _parse_and_validate(route: APIRoute, body: bytes, plain_numbers: bool) -> Any:
+def _parse_and_validate(
+    route: APIRoute, body: bytes, plain_numbers: bool, budget: JsonBudget | None = None
+) -> Any:
     """``body`` parsed and validated against the route's body model, in a worker thread;
     raises what FastAPI would. A model with ``validate_in_steps`` (a list of many items) is
     validated item by item: one validation of a 10,000-message turn held the GIL, and so
-    the event loop, for ~200 ms."""
+    the event loop, for ~200 ms; ``budget``: what JSON inside the body's strings may still
+    hold (:mod:`.inner`; None: the body was not scanned, nothing more may)."""
     try:
         parsed = _parse(body, plain_numbers)
     except json.JSONDecodeError as exc:
@@ -75,7 +79,7 @@ def _parse_and_validate(route: APIRoute, body: bytes, plain_numbers: bool) -> An
     assert route.body_field is not None
     model = route.body_field.field_info.annotation
     if hasattr(model, "validate_in_steps"):
-        value, errors = model.validate_in_steps(parsed)
+        value, errors = model.validate_in_steps(parsed, budget or JsonBudget(0, 0, 0))
     else:
         value, errors = route.body_field.validate(parsed, {}, loc=("body",))
     if errors:
@@ -112,8 +116,11 @@ class OffLoopBody(APIRoute):
                 del chunks
                 if body:
                     plain = bool(request.scope.get(PLAIN_NUMBERS))
+                    budget = request.scope.get(JSON_BUDGET)
                     try:
-                        value = await run_in_threadpool(_parse_and_validate, self, body, plain)
+                        value = await run_in_threadpool(
+                            _parse_and_validate, self, body, plain, budget
+                        )
                     except RequestValidationError:
                         await _caller_first(request)
                         raise

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
-from ..limits import unstorable
+from ..limits import JsonBudget, check_message, unstorable
 from .messages import Message
 
 
@@ -47,12 +47,17 @@ class TurnIn(_Checked):
         return [m.model_dump(exclude_unset=True) for m in self.messages]
 
     @classmethod
-    def validate_in_steps(cls, data: Any) -> tuple[TurnIn | None, list[dict[str, Any]]]:
+    def validate_in_steps(
+        cls, data: Any, budget: JsonBudget
+    ) -> tuple[TurnIn | None, list[dict[str, Any]]]:
         """``(turn, [])`` or ``(None, errors)`` as FastAPI's validation gives them (``loc``
         from ``body``), the same turn and errors, but one message at a time: one validation
         of a 10,000-message turn is one call into pydantic-core that holds the GIL, and so
         the API's event loop, for ~200 ms (issue 20, item 1; :class:`api.limits.OffLoopBody`
-        runs this in a worker thread)."""
+        runs this in a worker thread). Before a message is validated, the JSON inside its
+        strings (an OpenAI tool call's ``arguments``...) is read once with the body's rules,
+        within ``budget`` (:func:`api.limits.inner.check_message`): a problem there is one
+        ``value_error`` on the body, as for a value of the body itself."""
         messages = data.get("messages") if isinstance(data, Mapping) else None
         if not isinstance(messages, list) or not messages:
             try:  # not a turn's shape: pydantic says how, at once
@@ -61,17 +66,12 @@ class TurnIn(_Checked):
                 return None, _located(exc, ("body",))
         kept = {k: v for k, v in data.items() if k in cls.model_fields}
         if (problem := unstorable(kept)) is not None:
-            return None, [
-                {
-                    "type": "value_error",
-                    "loc": ("body",),
-                    "msg": f"Value error, {problem}",
-                    "input": {},
-                    "ctx": {"error": ValueError(problem)},
-                }
-            ]
+            return None, [_refused(problem)]
         items, errors = [], []
         for i, item in enumerate(messages):
+            item, problem = check_message(item, f"messages[{i}]", budget)
+            if problem is not None:
+                return None, [_refused(problem)]
             try:
                 items.append(_MESSAGE.validate_python(item))
             except ValidationError as exc:
@@ -86,6 +86,18 @@ class TurnIn(_Checked):
             return None, errors
         fields = {"messages": items, **({"state": state} if "state" in data else {})}
         return cls.model_construct(_fields_set=set(fields), **fields), []
+
+
+def _refused(problem: str) -> dict[str, Any]:
+    """The error of a value no store keeps, or of JSON inside a string over a limit: one
+    ``value_error`` on the whole body (the field is named in its message)."""
+    return {
+        "type": "value_error",
+        "loc": ("body",),
+        "msg": f"Value error, {problem}",
+        "input": {},
+        "ctx": {"error": ValueError(problem)},
+    }
 
 
 def _located(exc: ValidationError, where: tuple[Any, ...]) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ from offpath.stores import archive
 from offpath.stores.db import JobStatus, finalize, job_row, set_job
 from offpath.stores.leases import Leases, State
 from offpath.stores.tenants import note_size
+from offpath.stores.values import Unstorable
 
 if TYPE_CHECKING:
     from offpath.coordination.runtime import Runtime
@@ -134,6 +135,10 @@ def head_mark(messages: Sequence[BaseMessage]) -> str | None:
     as :attr:`JobOptions.head` names it."""
     first = next((m for m in messages if m.type != "system"), None)
     return None if first is None else f"{first.id}:{digest(first)}"
+
+
+#: The reason code of a job that failed on a value of its thread the database refused.
+UNSTORABLE = "unstorable_value"
 
 
 class JobEnded(Exception):
@@ -275,7 +280,8 @@ def apply_locked(
 
     Returns the fitted compaction (applied and recorded), None if it had landed already
     (now recorded), or :class:`Stale`. Raises :class:`JobEnded` if the patch would
-    orphan a tool call.
+    orphan a tool call, or if the database refuses a value of the thread the archive would
+    keep (its reason names the message and the field).
     """
     if landed(current, job_id, result.get("record")):
         finalize(rt.engine, job_id, session_id)
@@ -296,7 +302,10 @@ def apply_locked(
         session_id, job_id, str(fitted.summary.id), current, fitted.removed, fitted.shortened
     )
     record = with_loss(fitted, current)
-    archive.store_record(rt.engine, job_id, {**result, "record": record}, rows)
+    try:
+        archive.store_record(rt.engine, job_id, {**result, "record": record}, rows)
+    except Unstorable as exc:  # a value the thread holds that the database refused: named
+        raise JobEnded(JobStatus.FAILED, UNSTORABLE, f"not archived: {exc}") from exc
     failpoint("after_archive")
     rt.patch(session_id, {"messages": fitted.patch}, base)
     failpoint("after_patch")

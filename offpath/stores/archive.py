@@ -18,8 +18,10 @@ identifiers and error codes are kept as they are).
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,6 +32,7 @@ from sqlmodel import JSON, Column, Field, SQLModel
 
 from offpath.compaction.accounting import content_text
 from offpath.stores.db import JOBS, JobStatus
+from offpath.stores.values import REFUSED_ERRORS, refused_value
 
 #: Archive kinds: a message a compaction removed, the original of a result shortened in place.
 REMOVED, SHORTENED = "removed", "shortened"
@@ -136,7 +139,31 @@ def store_shortened(
             if str(m.id) not in have
         ]
         if rows:
-            conn.execute(sa.insert(ARCHIVE), rows)
+            with refusing(rows):
+                conn.execute(sa.insert(ARCHIVE), rows)
+
+
+@contextmanager
+def refusing(rows: Sequence[dict[str, Any]], result: Any = None) -> Iterator[None]:
+    """Raise :class:`~offpath.stores.values.Unstorable` naming the value when the database
+    refuses a write of ``rows`` (archive rows) or ``result`` (a job's stored result) because
+    one holds a value no store keeps (a NUL character on PostgreSQL); any other error as it
+    is."""
+    try:
+        yield
+    except REFUSED_ERRORS as exc:
+        named = [(f"message {_quoted(r['message_id'])}", r["message"]) for r in rows]
+        named += [(f"archived text of message {_quoted(r['message_id'])}", r["text"]) for r in rows]
+        found = refused_value([*named, ("the job's stored result", result)])
+        if found is None:
+            raise
+        raise found from exc
+
+
+def _quoted(message_id: Any) -> str:
+    """A message id as a job's reason names it: quoted, escaped, at most 60 chars."""
+    text = json.dumps(str(message_id))
+    return text if len(text) <= 60 else text[:57] + '..."'
 
 
 def shorten_archived(
@@ -164,8 +191,9 @@ def store_record(
     engine: Engine, job_id: str, result: dict[str, Any], rows: list[dict[str, Any]]
 ) -> None:
     """Write a job's record of the summary it is about to patch in, and the originals it
-    removes, in one transaction (before the patch)."""
-    with engine.begin() as conn:
+    removes, in one transaction (before the patch). Raises
+    :class:`~offpath.stores.values.Unstorable` naming a value the database refused."""
+    with refusing(rows, result), engine.begin() as conn:
         conn.execute(
             sa.update(JOBS)
             .where(JOBS.c.job_id == job_id)

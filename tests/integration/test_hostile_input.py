@@ -603,3 +603,227 @@ def test_an_evicting_redis_is_warned_about_and_refused_when_asked(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+# --- issue 34, item 1: JSON inside a string is checked like the body ------------------------------
+
+
+def openai_call(arguments: str) -> dict:
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+        ],
+    }
+
+
+#: Every place of a message whose string langchain_core parses as JSON, with the text put
+#: there, and the field a 422 names.
+JSON_STRINGS = {
+    "OpenAI arguments": (openai_call, "messages[0].tool_calls[0].function.arguments"),
+    "legacy function_call": (
+        lambda a: {
+            "role": "assistant",
+            "content": None,
+            "function_call": {"name": "f", "arguments": a},
+        },
+        "messages[0].function_call.arguments",
+    ),
+    "additional_kwargs tool call": (
+        lambda a: {
+            "type": "ai",
+            "content": "",
+            "additional_kwargs": {
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": a}}
+                ]
+            },
+        },
+        "messages[0].additional_kwargs.tool_calls[0].function.arguments",
+    ),
+    "serialized additional_kwargs": (
+        lambda a: {
+            "type": "ai",
+            "data": {
+                "content": "",
+                "additional_kwargs": {
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": a}}
+                    ]
+                },
+            },
+        },
+        "messages[0].data.additional_kwargs.tool_calls[0].function.arguments",
+    ),
+    "serialized tool call chunk": (
+        lambda a: {
+            "type": "AIMessageChunk",
+            "data": {
+                "content": "",
+                "tool_call_chunks": [{"id": "c1", "name": "f", "args": a, "index": 0}],
+            },
+        },
+        "messages[0].data.tool_call_chunks[0].args",
+    ),
+    "server tool call block": (
+        lambda a: {
+            "type": "AIMessageChunk",
+            "data": {
+                "content": [{"type": "server_tool_call", "id": "s1", "name": "f", "args": a}],
+                "chunk_position": "last",
+                "response_metadata": {"output_version": "v1"},
+            },
+        },
+        "messages[0].data.content[0].args",
+    ),
+}
+#: What the issue found inside an OpenAI tool call's arguments (500, or stored), and what the
+#: 422 says of it.
+HOSTILE_TEXTS = {
+    "300 deep": ('{"a": ' + "[" * 300 + "]" * 300 + "}", "MAX_JSON_DEPTH"),
+    "5,000 deep": ('{"a": ' + "[" * 5000 + "]" * 5000 + "}", "MAX_JSON_DEPTH"),
+    "lone surrogate": ('{"q": "\\ud800"}', "lone UTF-16 surrogate"),
+    "30-digit integer": ('{"n": 123456789012345678901234567890}', "beyond 64 bits"),
+    "NUL": ('{"q": "a\\u0000b"}', "NUL characters"),
+    "NaN": ('{"x": NaN}', "NaN and Infinity"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_TEXTS, ids=str)
+def test_json_inside_a_string_is_checked_like_the_body(stack, case):
+    """Issue 34, item 1: an OpenAI tool call's ``arguments`` is JSON inside the JSON body,
+    parsed after the body's checks: 300 or 5,000 deep, a lone surrogate or a 30-digit integer
+    gave 500 (on both backends), a NUL was stored (and on PostgreSQL every compaction of the
+    session then failed). Every string langchain_core parses as JSON is read with the body's
+    rules first: a 422 naming the field, nothing stored, nothing claimed."""
+    text, problem = HOSTILE_TEXTS[case]
+    for shape, (make, where) in JSON_STRINGS.items():
+        session = sid("inner")
+        r = stack.post_turn(session, [make(text)])
+        assert r.status_code == 422, (shape, r.status_code, r.text[:300])
+        detail = r.json()["detail"]
+        assert f"Value error, {where}" in detail and problem in detail, (shape, detail)
+        assert stack.http.get(f"/sessions/{session}/messages").status_code == 404, shape
+
+
+def test_json_inside_a_string_is_parsed_once_within_the_bodys_limits(stack):
+    """At the limit it is accepted: the nesting counts from where the arguments land (an
+    object there could be 32 - 6 levels deep in the body), and an OpenAI call's arguments
+    are stored as the object they hold."""
+    session = sid("inner-ok")
+    at_limit = '{"a": ' + "[" * 25 + "]" * 25 + "}"  # 6 levels of the body + 26
+    r = stack.post_turn(session, [openai_call(at_limit), tool_result("c1", "ok")])
+    assert r.status_code == 200, r.text[:300]
+    call = stack.messages(session)[0]["tool_calls"][0]
+    assert call["args"] == json.loads(at_limit)
+    r = stack.post_turn(session, [openai_call('{"a": ' + "[" * 26 + "]" * 26 + "}")])
+    assert r.status_code == 422 and "MAX_JSON_DEPTH" in r.json()["detail"]
+
+
+def tool_result(call_id: str, content: str, message_id: str | None = None) -> dict:
+    message = {"role": "tool", "tool_call_id": call_id, "content": content}
+    return {**message, "id": message_id} if message_id else message
+
+
+def test_the_values_of_a_turn_count_inside_its_strings_too(stack):
+    """Issue 34, item 1: 14.4 M values in one turn were accepted (17 s, ``/healthz`` up to
+    3.2 s), all inside one ``arguments`` string. The values inside strings count with the
+    body's against ``MAX_JSON_VALUES`` (200,000)."""
+    session = sid("inner-values")
+    many = "[" + ",".join(["0"] * 150_000) + "]"
+    turn = [openai_call('{"a": ' + many + "}"), tool_result("c1", "ok")]
+    body = {"messages": turn, "state": {"b": [0] * 60_000}}
+    r = stack.http.post(f"/sessions/{session}/turns", json=body)
+    assert r.status_code == 422, r.text[:300]
+    assert "messages[0].tool_calls[0].function.arguments: " in r.json()["detail"]
+    assert "MAX_JSON_VALUES" in r.json()["detail"]
+    assert stack.http.get(f"/sessions/{session}/messages").status_code == 404
+    r = stack.http.post(f"/sessions/{session}/turns", json={"messages": turn})
+    assert r.status_code == 200, r.text[:300]
+
+
+def padded_turns(n: int, chars: int) -> list[dict]:
+    """``n`` turns of a request, a tool call and its result of ``chars`` chars."""
+    out: list[dict] = []
+    for i in range(n):
+        out += [
+            {"type": "human", "content": f"step {i}: read the logs", "id": f"h{i}"},
+            {
+                "type": "ai",
+                "content": "",
+                "id": f"a{i}",
+                "tool_calls": [{"id": f"t{i}", "name": "get_logs", "args": {"n": i}}],
+            },
+            {
+                "type": "tool",
+                "tool_call_id": f"t{i}",
+                "content": f"line {i} " * (chars // 8),
+                "id": f"r{i}",
+            },
+        ]
+    return out
+
+
+def test_a_tool_result_carrying_json_is_text_and_compacts(stack):
+    """A tool result whose text is JSON (escaped NUL, deep nesting) is never parsed: it is
+    stored as sent and archived by a compaction, on PostgreSQL too."""
+    session = sid("json-result")
+    text = '{"q": "a\\u0000b", "deep": ' + "[" * 300 + "]" * 300 + "}"
+    first = [
+        {"type": "human", "content": "fetch it", "id": "h"},
+        {
+            "type": "ai",
+            "content": "",
+            "id": "a",
+            "tool_calls": [{"id": "t", "name": "f", "args": {}}],
+        },
+        {"type": "tool", "tool_call_id": "t", "content": text, "id": "json-result"},
+    ]
+    assert stack.post_turn(session, first + padded_turns(12, 4_000)).status_code == 200
+    assert stack.messages(session)[2]["content"] == text
+    job = compact_now(stack, session)
+    archived = stack.http.get(f"/sessions/{session}/archive").json()["messages"]
+    assert [m["content"] for m in archived if m["message_id"] == "json-result"] == [text], job
+
+
+def test_a_job_failing_on_a_stored_value_names_it(stack):
+    """A value the database refuses that reached a thread without the API (a team's own
+    agent's checkpointer, a thread written before the API checked): on PostgreSQL the
+    archive insert fails (``UntranslatableCharacter`` was a bare ``DataError``); the job's
+    reason names the message and the field, never the value. SQLite keeps it: applied."""
+    from langchain_core.messages import AIMessage, ToolMessage, convert_to_messages
+
+    from offpath.agent.graph import open_runtime
+
+    session = sid("stored-nul")
+    hostile = [
+        AIMessage(
+            "",
+            id="nul-call",
+            tool_calls=[{"id": "tn", "name": "f", "args": {"note": "before\x00after"}}],
+        ),
+        ToolMessage("ok", tool_call_id="tn", id="nul-result"),
+    ]
+    assert (
+        stack.post_turn(session, [{"type": "human", "content": "start", "id": "h-1"}]).status_code
+        == 200
+    )
+    rt = open_runtime(stack.settings(), run_migrations=False)
+    try:
+        rt.patch(session, {"messages": [*hostile, *convert_to_messages(padded_turns(12, 4_000))]})
+    finally:
+        rt.close()
+    r = stack.http.post(f"/sessions/{session}/compact")
+    assert r.status_code == 202, r.text
+    jobs = stack.settle(session, expect_new_job=False, known=1, final=r.json()["job_id"])
+    (job,) = [j for j in jobs if j["job_id"] == r.json()["job_id"]]
+    if stack.backend == "sqlite":
+        assert job["status"] == "applied", job
+        return
+    assert job["status"] == "failed" and job["reason_code"] == "unstorable_value", job
+    assert job["reason"] == (
+        'not archived: message "nul-call".data.tool_calls[0].args.note: NUL characters are not '
+        "accepted (PostgreSQL stores none; send the text without them)"
+    ), job
+    assert "\x00" not in json.dumps(stack.http.get("/stats").json())

@@ -25,6 +25,7 @@ from offpath.stores.db.tables import (
     _utc,
 )
 from offpath.stores.db.usage_events import chars_saved
+from offpath.stores.values import REFUSED_ERRORS, refused_value
 
 
 def _insert(engine: Engine, table: sa.Table) -> Any:
@@ -231,12 +232,19 @@ def store_result(
     engine: Engine, job_id: str, result: dict[str, Any], status: JobStatus | None = None
 ) -> None:
     """Write a job's ``result`` (see :class:`CompactionJob`): its prepared compaction, or its
-    record of the summary it is about to patch in, before the patch; ``status`` with it."""
+    record of the summary it is about to patch in, before the patch; ``status`` with it.
+    Raises :class:`~offpath.stores.values.Unstorable` naming a value the database refused
+    (a NUL character the summary quoted from the thread, on PostgreSQL)."""
     values: dict[str, Any] = {"result": result, "updated_at": _now()}
     if status is not None:
         values["status"] = status.value
-    with engine.begin() as conn:
-        conn.execute(sa.update(JOBS).where(JOBS.c.job_id == job_id).values(**values))
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.update(JOBS).where(JOBS.c.job_id == job_id).values(**values))
+    except REFUSED_ERRORS as exc:
+        if (found := refused_value([("the prepared compaction", result)])) is None:
+            raise
+        raise found from exc
     if status is not None:
         metrics.job_reached(status)
 
@@ -307,7 +315,7 @@ REVERTED_CODE = "reverted"
 
 def mark_reverted(engine: Engine, job_id: str, reason: str) -> bool:
     """``applied`` -> ``reverted`` for job ``job_id`` (its originals are back in the thread),
-    with ``reason``; False (nothing changed) if the job was not ``applied``. Its usage event
+    with ``reason`` (stored as every status change's: one line, capped); False (nothing changed) if the job was not ``applied``. Its usage event
     stays: the summarizer ran and what it cost counts; ``/stats`` counts its chars as saved
     no longer (:func:`offpath.stores.usage.stats`)."""
     with engine.begin() as conn:
@@ -316,7 +324,7 @@ def mark_reverted(engine: Engine, job_id: str, reason: str) -> bool:
             .where(JOBS.c.job_id == job_id, JOBS.c.status == JobStatus.APPLIED.value)
             .values(
                 status=JobStatus.REVERTED.value,
-                reason=reason[:2000],
+                reason=_reason(reason),
                 reason_code=REVERTED_CODE,
                 updated_at=_now(),
             )
