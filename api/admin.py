@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from langchain_core.messages import messages_from_dict
+from redis.exceptions import RedisError
 
 from offpath.compaction.formats import message_json
 from offpath.coordination.admin import (
@@ -24,7 +25,7 @@ from offpath.coordination.admin import (
     delete_session,
 )
 from offpath.coordination.compactions import read_messages
-from offpath.coordination.locks import ThreadBusy
+from offpath.coordination.locks import LockUnavailable, RunInProgress, ThreadBusy
 from offpath.coordination.revert import NoSuchJob, RevertRefused, revert
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive
@@ -43,6 +44,14 @@ from .schemas import (
 )
 
 router = APIRouter(prefix="/sessions", tags=["admin"])
+
+#: The 409 of compact now while a chat run holds the thread (its prepared compaction waits).
+RUN_HOLDS_IT = (
+    "a chat run holds the session: its compaction prepared ahead is applied by the run's "
+    "middleware at its next model call over the threshold, or here once the run ends; try again"
+)
+#: The 503 of compact now when the thread's lock cannot be asked for.
+LOCK_STORE_DOWN = "the lock store is unreachable: try again once it is back"
 
 UNREACHABLE = {
     503: {"model": Problem, "description": "The broker or the lock store is unreachable"}
@@ -117,8 +126,8 @@ def compact(session_id: SessionId, request: Request, caller: Caller) -> dict[str
     """Compact the session now, under its threshold too: a job is queued (follow it at
     ``GET /sessions/{id}/compactions``) if the planner finds a cut (the keep window, whole
     tool-call pairs, at least 4 messages removed, more chars removed than the summary adds);
-    else 422 saying why. 409 while a job is queued or running, or during the failure
-    backoff. A compaction already prepared is applied at once (``status: applied``). A team's
+    else 422 saying why. 409 while a job is queued or running, during the failure backoff, or
+    while a chat run holds the thread and a compaction prepared ahead waits for it. A compaction already prepared is applied at once (``status: applied``). A team's
     own agent's thread (``kind: own agent``): the worker prepares the compaction and the
     agent's middleware applies it at the thread's next model call (``detail`` says so;
     ``status: prepared`` when one was prepared already)."""
@@ -130,6 +139,12 @@ def compact(session_id: SessionId, request: Request, caller: Caller) -> dict[str
         raise no_session(session_id) from None
     except JobInFlight as exc:
         raise HTTPException(status_code=409, detail=str(exc)) from None
+    except RunInProgress:  # a compaction prepared ahead, and a chat run holds the thread
+        raise HTTPException(status_code=409, detail=RUN_HOLDS_IT) from None
+    except LockUnavailable as exc:
+        if isinstance(exc.__cause__, RedisError):
+            raise HTTPException(status_code=503, detail=LOCK_STORE_DOWN) from None
+        raise HTTPException(status_code=409, detail=f"the session is busy: {exc}") from None
     except NothingToCompact as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from None
     except NotQueued as exc:

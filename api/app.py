@@ -31,7 +31,7 @@ from offpath.compaction.settings import Settings, get_settings
 from offpath.coordination.compactions import apply_prepared
 from offpath.coordination.eviction import check_eviction
 from offpath.coordination.hook import PostTurnHook
-from offpath.coordination.locks import ThreadBusy
+from offpath.coordination.locks import RunInProgress, ThreadBusy
 from offpath.coordination.runtime import Publisher, Runtime
 
 from . import admin, metrics, sessions, stats, ui
@@ -187,7 +187,10 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         return await http_exception_handler(request, exc)
 
     @app.exception_handler(ThreadBusy)
-    async def _busy(_: Request, exc: ThreadBusy) -> JSONResponse:
+    @app.exception_handler(RunInProgress)
+    async def _busy(_: Request, exc: Exception) -> JSONResponse:
+        """Another turn, or an agent run, holds the thread: 409 on every route that takes
+        its lock (each declares it)."""
         return JSONResponse(status_code=409, content={"detail": str(exc)})
 
     return app

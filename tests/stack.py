@@ -13,9 +13,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -456,3 +458,44 @@ def wait_for(predicate: Any, timeout: float = 30, interval: float = 0.05) -> Any
 
 def ids(messages: Iterable[dict[str, Any]]) -> list[str]:
     return [m["id"] for m in messages]
+
+
+@contextmanager
+def chat_run_in_flight(stack: Stack, stub: Any, session: str) -> Iterator[None]:
+    """While the block runs, a chat run of the API's own agent holds ``session``'s thread
+    (its lock's token ``run:...``): the stub LLM (``stub``, a :class:`stub_llm.StubServer`)
+    holds that session's model calls (mode ``held``, by a needle only its runs send) and
+    answers every other request at once; a run that ends (the chat model's timeout) is
+    followed by the next. Returns once the first run holds the thread."""
+    import redis
+
+    needle = f"hold the thread {uuid.uuid4().hex}"
+    state = stub.state
+    with state.lock:
+        state.mode, state.needle, state.times = "held", needle, 1_000_000
+    state.release.clear()
+    stop = threading.Event()
+
+    def runs() -> None:
+        headers = {"Authorization": f"Bearer {stack.key}"}
+        with httpx.Client(base_url=stack.url, timeout=120, headers=headers) as http:
+            while not stop.is_set():
+                try:
+                    http.post(f"/sessions/{session}/messages", json={"content": needle})
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+
+    thread = threading.Thread(target=runs, name=f"chat run on {session}", daemon=True)
+    thread.start()
+    client = redis.Redis.from_url(stack.env["REDIS_URL"])
+    key = f"{stack.env['REDIS_KEY_PREFIX']}:lock:thread:{session}"
+    try:
+        wait_for(lambda: (client.get(key) or b"").startswith(b"run:"), timeout=60)
+        yield
+    finally:
+        stop.set()
+        with state.lock:
+            state.mode, state.needle, state.times = "ok", None, None
+        state.release.set()
+        thread.join(timeout=60)
+        client.close()

@@ -21,6 +21,9 @@ at run time with ``POST /_control`` (``{"mode": ..., "delay_s": ..., "times": n}
   server's (``exceed_context_size_error``, which ``langchain_openai`` does not convert), the
   model's window said to be 70% of the request's tokens (its chars / 4); with ``times`` once,
   without it always;
+* ``held``: the requests the mode applies to (those holding ``needle``) wait (up to 60 s)
+  until ``state.release`` is set, the others are answered at once: one session's chat run
+  stays in flight while the rest of the stack is served;
 * ``summary_chars``: summaries are padded to about this many chars with findings that name
   nothing specific (an LLM-shaped summary of 3-5k chars, as a real model writes them;
   0: the short stub summary).
@@ -90,6 +93,8 @@ class StubState:
         self.calls = 0
         self.gate = threading.Event()  # set: answer; clear: hold every request
         self.gate.set()
+        self.release = threading.Event()  # set: the requests of mode "held" are answered
+        self.release.set()
         self.summary_chars = 0
 
     def next_mode(self, text: str = "") -> str:
@@ -170,6 +175,8 @@ class Handler(BaseHTTPRequestHandler):
             delay = state.delay_s
         mode = state.next_mode(json.dumps(messages))
         state.gate.wait(timeout=60)
+        if mode == "held":
+            state.release.wait(timeout=60)
         if mode == "500":
             self._send(
                 500, b'{"error": {"message": "stub: internal error", "type": "server_error"}}'

@@ -13,7 +13,9 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 import jsonschema_rs
 import pytest
-from stack import BIN
+from stack import BIN, Stack, chat_run_in_flight, wait_for
 
 pytestmark = pytest.mark.usefixtures("stub")
 
@@ -206,16 +208,32 @@ class FuzzRun:
         return sum((e.status or 0) >= 500 for e in self.exchanges)
 
 
-def fuzz(url: str, key: str, seconds: int, seed: int, folder: Path) -> FuzzRun:
+def fuzz(
+    url: str, key: str, seconds: int, seed: int, folder: Path, sessions: Sequence[str] = ()
+) -> FuzzRun:
     """Run schemathesis (``--checks all``, with ``key``) against the API at ``url`` for
     ``seconds`` and judge what it found (see the test below); its NDJSON report and cache
-    are written under ``folder``. Shared with ``bench/hostile.py`` (longer runs)."""
+    are written under ``folder``. ``sessions``: ids that half of the generated
+    ``session_id`` path parameters take (sessions set up in a state worth fuzzing).
+    Shared with ``bench/hostile.py`` (longer runs)."""
     document = httpx.get(f"{url}/openapi.json", headers={"Authorization": f"Bearer {key}"}).json()
     report = folder / "fuzz.ndjson"
+    config = folder / "schemathesis.toml"
+    lines = []
+    if sessions:
+        lines = [
+            "[dictionaries.sessions]",
+            f"values = {json.dumps(list(sessions))}",
+            "[parameters]",
+            '"path.session_id" = { dictionary = "sessions", probability = 0.5 }',
+        ]
+    config.write_text("\n".join(lines) + "\n")
     started = time.monotonic()
     run = subprocess.run(
         [
             str(BIN / "schemathesis"),
+            "--config-file",
+            str(config),
             "run",
             f"{url}/openapi.json",
             "--header",
@@ -308,3 +326,82 @@ def test_schemathesis_finds_no_server_error_and_no_answer_off_the_document(stack
         assert run.statuses[(operation, 200)] > 0, (
             f"the fuzzer never got past validation: {operation}"
         )
+
+
+def prepared_session(stack: Stack) -> tuple[str, str]:
+    """A session whose thread is over its prepare point and under its threshold, with its
+    compaction prepared ahead by the worker: ``(session id, job id)``."""
+    session = f"held-{uuid.uuid4().hex[:8]}"
+    settings = stack.settings()
+    target = (1 + settings.summarization_prepare_at) / 2 * settings.summarization_threshold_chars
+    chars, i = 0, 0
+    while chars < target:
+        lines = "\n".join(
+            f"10:{j % 60:02d} checkout-api p99={400 + j}ms req={i}" for j in range(100)
+        )
+        turn = [
+            {"type": "human", "id": f"h{i}", "content": f"question {i}: why is checkout slow?"},
+            {
+                "type": "ai",
+                "id": f"a{i}",
+                "content": "",
+                "tool_calls": [{"id": f"c{i}", "name": "get_logs", "args": {"turn": i}}],
+            },
+            {"type": "tool", "id": f"t{i}", "tool_call_id": f"c{i}", "content": lines},
+        ]
+        r = stack.post_turn(session, turn)
+        assert r.status_code == 200, r.text
+        chars, i = r.json()["chars"], i + 1
+    (job,) = wait_for(
+        lambda: [j for j in stack.jobs(session) if j["status"] == "prepared"], timeout=60
+    )
+    return session, job["job_id"]
+
+
+def test_a_chat_run_on_a_prepared_session_gets_409_on_every_write_route(stacks, stub, backend):
+    """Issue 34, item 2: ``POST /sessions/{id}/compact`` answered 500 while a chat run held
+    the thread and a compaction was prepared (the compaction's apply met ``RunInProgress``;
+    6 of 6 trials per backend). Every route that takes the thread answers 409 then, as its
+    document declares, and the prepared compaction waits."""
+    stack = stacks.get(backend)
+    session, job_id = prepared_session(stack)
+    document = stack.http.get("/openapi.json").json()
+    with chat_run_in_flight(stack, stub, session):
+        answers = {
+            ("post", "/sessions/{session_id}/compact"): stack.http.post(
+                f"/sessions/{session}/compact"
+            ),
+            ("delete", "/sessions/{session_id}"): stack.http.delete(f"/sessions/{session}"),
+            ("post", "/sessions/{session_id}/turns"): stack.post_turn(
+                session, [{"type": "human", "content": "one more"}]
+            ),
+            ("post", "/sessions/{session_id}/messages"): stack.http.post(
+                f"/sessions/{session}/messages", json={"content": "one more"}
+            ),
+        }
+    for (method, path), r in answers.items():
+        assert r.status_code == 409, (method, path, r.status_code, r.text)
+        assert "409" in document["paths"][path][method]["responses"], (method, path)
+    assert (
+        "a chat run holds the session"
+        in answers[("post", "/sessions/{session_id}/compact")].json()["detail"]
+    )
+    (job,) = [j for j in stack.jobs(session) if j["job_id"] == job_id]
+    assert job["status"] == "prepared", job
+
+
+def test_schemathesis_with_a_chat_run_on_a_prepared_session(stacks, stub, tmp_path):
+    """Issue 34, item 2: the state in which the fuzzer found the 500 (82 times): a prepared
+    compaction and a chat run in flight on one session, which half of the generated session
+    ids name. On PostgreSQL (the test above fuzzes SQLite), with a real admin key: no 5xx,
+    nothing off the document."""
+    stack = stacks.get("postgres")
+    session, _ = prepared_session(stack)
+    with chat_run_in_flight(stack, stub, session):
+        run = fuzz(stack.url, stack.key, SECONDS, SEED, tmp_path, sessions=[session])
+    held = [e for e in run.exchanges if f"/sessions/{session}" in e.uri]
+    print(f"\nschemathesis: {len(run.exchanges)} requests, {len(held)} on the held session")
+    for (operation, status), n in sorted(run.statuses.items(), key=str):
+        print(f"  {n:5d}  {status}  {operation}")
+    assert not run.problems, "\n".join(run.problems[:20])
+    assert len(held) >= 10, "the fuzzer hardly reached the held session"
