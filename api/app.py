@@ -35,8 +35,8 @@ from offpath.coordination.locks import RunInProgress, ThreadBusy
 from offpath.coordination.runtime import Publisher, Runtime
 
 from . import admin, metrics, sessions, stats, ui
-from .deps import body_gate, principal
-from .limits import BodyLimit, HostCheck, short
+from .deps import body_gate, principal, sender
+from .limits import BodyLimit, HostCheck, InFlight, short
 from .schemas import Invalid
 
 log = logging.getLogger("offpath.api")
@@ -136,6 +136,8 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         max_values=settings.max_json_values,
         max_messages=settings.max_turn_messages,
         gate=body_gate,
+        in_flight=InFlight(settings.max_bytes_in_flight, settings.max_bytes_in_flight_per_key),
+        who=sender,
     )
     app.include_router(sessions.router)
     app.include_router(stats.router)

@@ -10,10 +10,12 @@ embedded demo).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
@@ -70,6 +72,21 @@ def presented_key(
 ) -> str | None:
     """The key a request sends: its bearer token, else the UI's cookie."""
     return credentials.credentials if credentials else request.cookies.get(KEY_COOKIE)
+
+
+def key_digest(request: HTTPConnection) -> str:
+    """Who sends a request, for the bounds per key (bytes in flight, event streams): the
+    first 16 hex chars of the SHA-256 of the key it presents (its bearer token, else the UI's
+    cookie), "" for none. Whether the key is valid is checked elsewhere."""
+    scheme, token = get_authorization_scheme_param(request.headers.get("authorization"))
+    key = token if scheme.lower() == "bearer" and token else request.cookies.get(KEY_COOKIE)
+    return hashlib.sha256(key.encode()).hexdigest()[:16] if key else ""
+
+
+def sender(scope: dict[str, Any]) -> str:
+    """:func:`key_digest` of the request of ``scope`` (:class:`api.limits.BodyLimit`'s
+    ``who``)."""
+    return key_digest(HTTPConnection(scope))
 
 
 async def body_gate(scope: dict[str, Any]) -> str | None:

@@ -632,3 +632,109 @@ def test_the_api_and_worker_import_from_any_directory():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "ok"
+
+
+# --- deploy/nginx.conf: the proxy in front of the API (issue 34, item 4) --------------------------
+
+#: nginx's size and time suffixes.
+_SIZES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+_TIMES = {"": 1, "s": 1, "m": 60, "h": 3600}
+
+
+def nginx_blocks(text: str) -> list:
+    """``text`` (an nginx config) as nested lists: a directive is ``[name, *args]``, a block
+    ``[name, *args, [children]]``. Raises ``ValueError`` on what nginx would refuse to read
+    (a directive without its ``;``, an unbalanced brace)."""
+    tokens = re.findall(r'"[^"]*"|\'[^\']*\'|[{};]|[^\s{};]+', re.sub(r"#[^\n]*", "", text))
+    stack: list[list] = [[]]
+    words: list[str] = []
+    for token in tokens:
+        if token == ";":
+            if not words:
+                raise ValueError("an empty directive")
+            stack[-1].append(words)
+            words = []
+        elif token == "{":
+            block = [*words, []]
+            stack[-1].append(block)
+            stack.append(block[-1])
+            words = []
+        elif token == "}":
+            if words or len(stack) == 1:
+                raise ValueError(f"unbalanced '}}' after {words}")
+            stack.pop()
+        else:
+            words.append(token.strip("\"'"))
+    if words or len(stack) != 1:
+        raise ValueError("the config ends inside a directive or a block")
+    return stack[0]
+
+
+def directives(block: list, name: str) -> list[list]:
+    return [d for d in block if d[0] == name]
+
+
+def one(block: list, name: str) -> list:
+    (found,) = directives(block, name)
+    return found
+
+
+def size_of(value: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([kmg]?)", value.lower()).groups()
+    return int(number) * _SIZES[unit]
+
+
+def seconds_of(value: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([smh]?)", value.lower()).groups()
+    return int(number) * _TIMES[unit]
+
+
+def test_the_example_proxy_config_bounds_slow_clients_as_the_readme_says():
+    """uvicorn never closes slow or silent connections: the README's production section
+    names the proxy settings that do, and deploy/nginx.conf is that config. It parses, its
+    body size is the API's MAX_REQUEST_BYTES, every client timeout is set and short, bodies
+    are read whole before the API sees them, and the event streams pass unbuffered and
+    outlive their keep-alive and their end."""
+    from offpath.api.session_jobs import EVENTS_KEEPALIVE_S, EVENTS_MAX_S
+
+    config = nginx_blocks((ROOT / "deploy" / "nginx.conf").read_text())
+    http = one(config, "http")[-1]
+    (server,) = [b[-1] for b in directives(http, "server")]
+    defaults = Settings.model_fields
+    assert size_of(one(server, "client_max_body_size")[1]) == defaults["max_request_bytes"].default
+    for timeout in ("client_header_timeout", "client_body_timeout", "send_timeout"):
+        assert 0 < seconds_of(one(server, timeout)[1]) <= 30, timeout
+    assert 0 < seconds_of(one(server, "keepalive_timeout")[1]) <= 60
+    assert one(server, "proxy_request_buffering")[1] == "on"
+    assert one(server, "limit_conn")[1] in {
+        z[1].split("=")[1].split(":")[0] for z in directives(http, "limit_conn_zone")
+    }
+    assert ["proxy_set_header", "Host", "$host"] in server
+    upstream = one(http, "upstream")
+    locations = {tuple(b[1:-1]): b[-1] for b in directives(server, "location")}
+    assert {one(b, "proxy_pass")[1] for b in locations.values()} == {f"http://{upstream[1]}"}
+    ((pattern, events),) = [(w[1], b) for w, b in locations.items() if w[0] == "~"]
+    assert re.search(pattern, "/sessions/s-1/events")
+    assert not re.search(pattern, "/sessions/s-1/messages")
+    assert one(events, "proxy_buffering")[1] == "off"
+    assert seconds_of(one(events, "proxy_read_timeout")[1]) > max(EVENTS_KEEPALIVE_S, EVENTS_MAX_S)
+    readme = (ROOT / "README.md").read_text()
+    assert "deploy/nginx.conf" in readme
+    for name in (
+        "client_header_timeout",
+        "client_body_timeout",
+        "send_timeout",
+        "client_max_body_size",
+        "proxy_request_buffering",
+    ):
+        assert f"`{name}`" in readme, name
+
+
+def test_the_nginx_reader_refuses_what_nginx_would():
+    assert nginx_blocks("a 1; b { c 2; }") == [["a", "1"], ["b", [["c", "2"]]]]
+    for broken in ("a 1", "b { c 2;", "a 1; }", "b { c }"):
+        try:
+            nginx_blocks(broken)
+        except ValueError:
+            continue
+        raise AssertionError(f"read {broken!r}")

@@ -7,11 +7,15 @@
     first), except the web UI's login form (a few KiB at most);
   - a query string with a NUL character is refused (422 naming the parameter: PostgreSQL
     stores no NUL, issue 20, item 4);
+  - the bytes of bodies in flight (being received or handled) are bounded per process and
+    per key (:class:`InFlight`: ``MAX_BYTES_IN_FLIGHT`` 503, ``MAX_BYTES_IN_FLIGHT_PER_KEY``
+    429, with ``Retry-After``), the declared size held before a byte is read;
   - the body is checked in one streaming pass as it arrives (:class:`JsonScan`): over
     ``MAX_REQUEST_BYTES`` 413, nested deeper than ``MAX_JSON_DEPTH``, more values than
-    ``MAX_JSON_VALUES`` or more ``messages`` than ``MAX_TURN_MESSAGES`` 422, each before
-    anything is parsed; memory is the body itself plus a few bytes per nesting level, and
-    the pass gives the event loop back every :data:`SLICE_BYTES`.
+    ``MAX_JSON_VALUES`` (or more tokens than they hold) or more ``messages`` than
+    ``MAX_TURN_MESSAGES`` 422, each before anything is parsed; memory is the body itself
+    plus a few bytes per nesting level, and the pass gives the event loop back every
+    :data:`SLICE_BYTES`.
 
 * :class:`OffLoopBody`, the routes' class: a JSON body is parsed (by orjson, from the
   bytes, when its numbers are plain) and validated (a turn one message at a time) in a
@@ -41,10 +45,13 @@ from .middleware import (
     JSON_BUDGET,
     PLAIN_NUMBERS,
     PUBLIC_BODIES,
+    RETRY_AFTER_S,
     SLICE_BYTES,
     BodyLimit,
+    Busy,
     Gate,
     HostCheck,
+    InFlight,
     refuse,
 )
 from .offloop import OffLoopBody
@@ -58,6 +65,9 @@ __all__ = [
     "short",
     "unstorable",
     "BodyLimit",
+    "Busy",
+    "InFlight",
+    "RETRY_AFTER_S",
     "FORM_BYTES",
     "Gate",
     "HostCheck",

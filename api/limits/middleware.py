@@ -1,7 +1,8 @@
 """The ASGI middleware that sees every request before the app does: :class:`BodyLimit` (no
-body without a key, no NUL in a query string, every body within its limits, checked as it
-arrives by :class:`~.scan.JsonScan`) and :class:`HostCheck` (``ALLOWED_HOSTS``, its 400 in
-JSON); :func:`refuse` answers for both without reading the body.
+body without a key, no NUL in a query string, the bytes in flight bounded (:class:`InFlight`),
+every body within its limits, checked as it arrives by :class:`~.scan.JsonScan`) and
+:class:`HostCheck` (``ALLOWED_HOSTS``, its 400 in JSON); :func:`refuse` answers for both
+without reading the body.
 """
 
 from __future__ import annotations
@@ -31,11 +32,82 @@ JSON_BUDGET = "offpath.json_budget"
 
 #: Answers why a request may not send a body (None: it may): the API's key check.
 Gate = Callable[[dict[str, Any]], Awaitable[str | None]]
+#: Names who sends a request (its API key's digest; "" for none): the per-key bounds.
+Who = Callable[[dict[str, Any]], str]
+#: ``Retry-After`` (s) of a body refused because too many bytes are in flight.
+RETRY_AFTER_S = 1
+RETRY_AFTER = {b"retry-after": str(RETRY_AFTER_S).encode()}
+
+
+class Busy(TooMuch):
+    """Too many bytes of bodies are in flight: 503 (this process) or 429 (this key), with
+    ``Retry-After``."""
+
+
+class InFlight:
+    """The bytes of request bodies this process holds (being received or handled), in all
+    and per key, within ``max_bytes`` and ``max_per_key``. Used on the event loop only."""
+
+    def __init__(self, max_bytes: int, max_per_key: int) -> None:
+        self.max_bytes = max_bytes
+        self.max_per_key = max_per_key
+        self.total = 0
+        self.by_key: dict[str, int] = {}
+
+    def take(self, who: str, n: int) -> None:
+        """Hold ``n`` more bytes for ``who``; raises :class:`Busy` (nothing held) past a bound."""
+        if n <= 0:
+            return
+        mine = self.by_key.get(who, 0)
+        if mine + n > self.max_per_key:
+            raise Busy(
+                429,
+                f"this API key has {mine} bytes of request bodies in flight; at most "
+                f"{self.max_per_key} (MAX_BYTES_IN_FLIGHT_PER_KEY): retry in {RETRY_AFTER_S} s",
+            )
+        if self.total + n > self.max_bytes:
+            raise Busy(
+                503,
+                f"the API holds {self.total} bytes of request bodies; at most {self.max_bytes} "
+                f"(MAX_BYTES_IN_FLIGHT): retry in {RETRY_AFTER_S} s",
+            )
+        self.by_key[who] = mine + n
+        self.total += n
+
+    def give(self, who: str, n: int) -> None:
+        """Let go of ``n`` bytes ``who`` held."""
+        if n <= 0:
+            return
+        self.total -= n
+        left = self.by_key.get(who, 0) - n
+        if left > 0:
+            self.by_key[who] = left
+        else:
+            self.by_key.pop(who, None)
+
+
+class _Hold:
+    """The bytes one request holds in :class:`InFlight`, for ``who``."""
+
+    __slots__ = ("who", "bytes")
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self.bytes = 0
+
+    def grow(self, in_flight: InFlight, size: int) -> None:
+        """Hold ``size`` bytes in all (the body so far, or its declared size); raises
+        :class:`Busy`."""
+        if size > self.bytes:
+            in_flight.take(self.who, size - self.bytes)
+            self.bytes = size
 
 
 class BodyLimit:
-    """ASGI middleware: no body without a key, no NUL in a query string, and every body
-    within its limits (see the module doc); a body that passes is handed on unchanged."""
+    """ASGI middleware: no body without a key, no NUL in a query string, the bytes in flight
+    within ``in_flight`` (per process, and per ``who``: the sender's key), and every body
+    within its limits (see the module doc); a body that passes is handed on unchanged, and
+    its bytes count in flight until the app has answered."""
 
     def __init__(
         self,
@@ -45,6 +117,8 @@ class BodyLimit:
         max_values: int = 200_000,
         max_messages: int = 10_000,
         gate: Gate | None = None,
+        in_flight: InFlight | None = None,
+        who: Who | None = None,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
@@ -52,6 +126,8 @@ class BodyLimit:
         self.max_values = max_values
         self.max_messages = max_messages
         self.gate = gate
+        self.in_flight = in_flight or InFlight(8 * max_bytes, 4 * max_bytes)
+        self.who = who
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -80,9 +156,33 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = FORM_BYTES if public else self.max_bytes
-        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        size = int(declared) if declared is not None and declared.strip().isdigit() else 0
+        if size > limit:
             await refuse(send, 413, self._too_big(limit))
             return
+        hold = _Hold(self.who(scope) if self.who is not None else "")
+        try:  # the declared size is held before one byte is read; a chunked body as it comes
+            hold.grow(self.in_flight, size)
+        except Busy as exc:
+            await refuse(send, exc.status, exc.detail, RETRY_AFTER)
+            return
+        try:
+            await self._checked(scope, receive, send, limit, headers, public, hold)
+        finally:  # the app has answered: the body is gone
+            self.in_flight.give(hold.who, hold.bytes)
+
+    async def _checked(
+        self,
+        scope: dict[str, Any],
+        receive: Any,
+        send: Any,
+        limit: int,
+        headers: Headers,
+        public: bool,
+        hold: _Hold,
+    ) -> None:
+        """Read the body (held in ``hold`` as it grows past what was declared), check it,
+        hand it on."""
         scan = (
             JsonScan(self.max_depth, self.max_values, self.max_messages)
             if not public and is_json_media(headers.get("content-type"))
@@ -101,6 +201,7 @@ class BodyLimit:
                 size += len(chunk)
                 if size > limit:
                     raise TooMuch(413, self._too_big(limit))
+                hold.grow(self.in_flight, size)
                 if scan is not None:
                     for at in range(0, len(chunk), SLICE_BYTES):
                         scan.feed(chunk[at : at + SLICE_BYTES])
@@ -109,7 +210,9 @@ class BodyLimit:
                 if not message.get("more_body"):
                     break
         except TooMuch as exc:
-            await refuse(send, exc.status, exc.detail)
+            await refuse(
+                send, exc.status, exc.detail, RETRY_AFTER if isinstance(exc, Busy) else None
+            )
             return
         if scan is not None:
             if not scan.long_digits:

@@ -19,6 +19,9 @@ KEY_BYTES = 128
 _TOKEN = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(")?|[\[\]{},:]', re.DOTALL)
 #: An integer orjson would read as a float (beyond 64 bits): the standard parser reads it.
 _LONG_DIGITS = re.compile(rb"\d{19}")
+#: Tokens (strings, keys, ``:``, ``,``, brackets) a body may hold per value it may hold: a
+#: member ``"k": {},`` is five tokens for one counted value, the most any valid JSON spends.
+TOKENS_PER_VALUE = 6
 #: The rest of a string that began in an earlier chunk, up to its closing quote.
 _STRING_REST = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+', re.DOTALL)
 
@@ -56,7 +59,11 @@ class JsonScan:
     * more than ``max_values`` values in all (array items and object members, at any
       depth): each costs a Python object, a validation and an error line (issue 20, item 2:
       a 2 MB list of a million items cost 1.6 GB and 43 s);
-    * more than ``max_messages`` items in the top-level ``messages`` array (``/turns``).
+    * more than ``max_messages`` items in the top-level ``messages`` array (``/turns``);
+    * more tokens than ``max_values`` values can hold (:data:`TOKENS_PER_VALUE` each): every
+      token is a step of the scan, also those that count no value (``:``, keys, a run of
+      commas or strings), so a body of them costs no more than one of values;
+    * a ``]`` or ``}`` that closes nothing (no JSON text holds one).
 
     It reads structure only (brackets, commas, where strings start and end, keys), with one
     regular expression that skips strings, numbers and spaces in C: the JSON is not
@@ -71,6 +78,9 @@ class JsonScan:
         self.max_messages = max_messages
         self.stack: list[_Open] = []
         self.values = 0
+        self.tokens = 0
+        self.read = 0  # bytes fed before this chunk
+        self.max_tokens = TOKENS_PER_VALUE * max_values + 2 * max_depth + 2
         self.in_string = False
         self.escaped = False  # a chunk ended inside a string's escape (a backslash)
         self.key: bytearray | None = None  # the key being read (its first KEY_BYTES)
@@ -90,6 +100,12 @@ class JsonScan:
         stack = self.stack
         top = stack[-1] if stack else None
         for m in _TOKEN.finditer(data, pos):
+            self.tokens += 1
+            if self.tokens > self.max_tokens:
+                raise TooMuch(
+                    422,
+                    f"body: more tokens than {self.max_values} JSON values hold (MAX_JSON_VALUES)",
+                )
             at, end = m.span()
             c = data[at]
             if top is not None and not top.seen:
@@ -119,12 +135,16 @@ class JsonScan:
                 if top is not None:
                     top.want_key = False
             elif c == 0x5D or c == 0x7D:  # ] }
-                if top is not None:
-                    if not top.items and top.seen:  # a single item
-                        top.items = 1
-                        self._count(top, 1)
-                    stack.pop()
-                    top = stack[-1] if stack else None
+                if top is None:
+                    where = self.read + at
+                    raise TooMuch(
+                        422, f"body: not JSON (the {chr(c)} at byte {where} closes nothing)"
+                    )
+                if not top.items and top.seen:  # a single item
+                    top.items = 1
+                    self._count(top, 1)
+                stack.pop()
+                top = stack[-1] if stack else None
             else:  # [ {
                 if len(stack) >= self.max_depth:
                     raise TooMuch(
@@ -136,6 +156,7 @@ class JsonScan:
                 stack.append(top)
         if top is not None and not top.seen and not self.in_string:
             top.seen = bool(data[pos:].strip())
+        self.read += len(data)
 
     def _string(self, data: bytes) -> int:
         """Skip the rest of a string that began in an earlier chunk; returns where the scan

@@ -41,8 +41,15 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     409: _problem("Another turn (or a compaction job) is in progress on the session"),
     413: _problem("Request body over MAX_REQUEST_BYTES"),
     422: {"model": Invalid, "description": "The request is not valid; nothing was written"},
+    429: _problem(
+        "Too many bytes of request bodies in flight for this API key "
+        "(MAX_BYTES_IN_FLIGHT_PER_KEY); retry after Retry-After seconds"
+    ),
     502: _problem("The chat model failed; the turn was taken back"),
-    503: _problem("No LLM is configured"),
+    503: _problem(
+        "No LLM is configured, or too many bytes of request bodies are in flight in this API "
+        "process (MAX_BYTES_IN_FLIGHT; retry after Retry-After seconds)"
+    ),
 }
 
 
@@ -55,5 +62,6 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 ANY_ROUTE = errors(400, 401)
 #: A read of one session.
 READ = errors(400, 401, 404, 422)
-#: A write to one session (a body: 413; its lock: 409).
-WRITE = errors(400, 401, 404, 409, 413, 422)
+#: A write to one session (a body: 413, and 429 or 503 past the bytes in flight; its lock:
+#: 409).
+WRITE = errors(400, 401, 404, 409, 413, 422, 429, 503)

@@ -20,6 +20,7 @@ import hashlib
 import logging
 import secrets
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -226,6 +227,19 @@ def session_of(engine: Engine, session_id: str) -> SessionInfo | None:
             )
         ).first()
     return None if row is None else SessionInfo(row.tenant, row.kind or API, row.checkpoints)
+
+
+def identities(engine: Engine, session_ids: Collection[str]) -> dict[str, tuple[str, datetime]]:
+    """``{session_id: (tenant, created_at)}`` of the sessions that have an owner row, in one
+    query: who owns each now, and which claim of the id it is (a session deleted and its id
+    claimed again has another ``created_at``)."""
+    if not session_ids:
+        return {}
+    q = sa.select(SESSIONS.c.session_id, SESSIONS.c.tenant, SESSIONS.c.created_at).where(
+        SESSIONS.c.session_id.in_(list(session_ids))
+    )
+    with engine.connect() as conn:
+        return {r.session_id: (r.tenant, r.created_at) for r in conn.execute(q)}
 
 
 def note_own_thread(

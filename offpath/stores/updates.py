@@ -21,6 +21,7 @@ job status                         update status   sizes, reason
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -53,9 +54,20 @@ def job_updates(engine: Engine, session_id: str, since: datetime | None = None) 
     """The updates of ``session_id``'s jobs whose row changed at or after ``since`` (None:
     all), in the order they changed. One indexed query; reads of the stored result only the
     record's two sizes."""
+    return updates_of(engine, [session_id], since).get(session_id, [])
+
+
+def updates_of(
+    engine: Engine, session_ids: Collection[str], since: datetime | None = None
+) -> dict[str, list[Changed]]:
+    """:func:`job_updates` of several threads in one query (the API's one poller for every
+    open event stream): ``{session_id: [Changed, ...]}``, threads with none left out."""
+    if not session_ids:
+        return {}
     record = JOBS.c.result
     q = (
         sa.select(
+            JOBS.c.session_id,
             JOBS.c.job_id,
             JOBS.c.status,
             JOBS.c.chars_before,
@@ -64,12 +76,12 @@ def job_updates(engine: Engine, session_id: str, since: datetime | None = None) 
             record[("record", "chars_before")].as_integer().label("record_before"),
             record[("record", "chars_after")].as_integer().label("record_after"),
         )
-        .where(JOBS.c.session_id == session_id)
+        .where(JOBS.c.session_id.in_(list(session_ids)))
         .order_by(JOBS.c.updated_at, JOBS.c.created_at)
     )
     if since is not None:
         q = q.where(JOBS.c.updated_at >= since)
-    out = []
+    out: dict[str, list[Changed]] = {}
     with engine.connect() as conn:
         for r in conn.execute(q):
             status = STATUS.get(r.status)
@@ -77,12 +89,13 @@ def job_updates(engine: Engine, session_id: str, since: datetime | None = None) 
                 continue
             done = status == "completed"
             update = CompactionUpdate(
-                session_id,
+                r.session_id,
                 r.job_id,
                 status,
                 chars_before=r.record_before if done and r.record_before else r.chars_before,
                 chars_after=r.record_after if done else None,
                 reason=r.reason if status in ("failed", "cancelled") else None,
             )
-            out.append(Changed(update, _utc(r.updated_at)))  # type: ignore[arg-type]
+            changed = Changed(update, _utc(r.updated_at))  # type: ignore[arg-type]
+            out.setdefault(r.session_id, []).append(changed)
     return out

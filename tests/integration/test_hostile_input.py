@@ -827,3 +827,73 @@ def test_a_job_failing_on_a_stored_value_names_it(stack):
         "accepted (PostgreSQL stores none; send the text without them)"
     ), job
     assert "\x00" not in json.dumps(stack.http.get("/stats").json())
+
+
+# --- issue 34, item 4: bytes in flight are bounded; the scan counts every token -----------------
+
+#: Small bounds, so that a few slow bodies reach them: bodies of at most 1 MiB, 2 MiB in flight
+#: per key, 3 MiB in all.
+IN_FLIGHT = {
+    "MAX_REQUEST_BYTES": str(2**20),
+    "MAX_BYTES_IN_FLIGHT_PER_KEY": str(2 * 2**20),
+    "MAX_BYTES_IN_FLIGHT": str(3 * 2**20),
+}
+
+
+def slow_body(stack, key: str, session: str) -> socket.socket:
+    """A request that declares a 1 MiB body and sends 64 KiB of it, then nothing: held open."""
+    sock = socket.create_connection(("127.0.0.1", stack.port), timeout=60)
+    head = (
+        f"POST /sessions/{session}/turns HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {2**20}\r\n"
+        f"Authorization: Bearer {key}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + b'{"messages": [{"type": "human", "content": "' + b"x" * 65_536)
+    return sock
+
+
+def test_bytes_in_flight_are_bounded_per_key_and_per_process(stacks):
+    """Issue 34, item 4: 16 authenticated 33 MB bodies at once cost +909 MB, 32 +1,533 MB
+    (``/healthz`` up to 9.4 s): nothing bounded the bytes in flight. A body's declared size
+    is held before one byte of it is read: past ``MAX_BYTES_IN_FLIGHT_PER_KEY`` 429, past
+    ``MAX_BYTES_IN_FLIGHT`` 503, both with ``Retry-After``; held bytes are let go when the
+    request ends, a client that went away included."""
+    stack = stacks.get("sqlite", **IN_FLIGHT)
+    alice, bob = stack.create_key("alice"), stack.create_key("bob")
+    held = [slow_body(stack, alice, sid("slow")) for _ in range(2)]
+    try:
+
+        def refused(key: str) -> httpx.Response:
+            body = {"messages": [{"type": "human", "content": "small"}]}
+            with as_key(stack, key) as client:
+                return client.post(f"/sessions/{sid('next')}/turns", json=body)
+
+        r = wait_for(lambda: (r := refused(alice)).status_code == 429 and r, timeout=30)
+        assert r.headers["retry-after"] == "1", r.headers
+        assert "MAX_BYTES_IN_FLIGHT_PER_KEY" in r.json()["detail"]
+        held.append(slow_body(stack, bob, sid("slow")))  # 3 MiB in all now
+        r = wait_for(lambda: (r := refused(bob)).status_code == 503 and r, timeout=30)
+        assert r.headers["retry-after"] == "1" and "MAX_BYTES_IN_FLIGHT" in r.json()["detail"]
+        assert stack.http.get("/healthz").status_code == 200  # no body: never held
+    finally:
+        for sock in held:
+            sock.close()
+    assert wait_for(lambda: refused(alice).status_code == 200, timeout=30)
+    assert refused(bob).status_code == 200
+
+
+def test_the_scan_counts_every_token(stack):
+    """Issue 34, item 4: tokens the scan did not count (``:``, keys, stray closers) cost ~8 s
+    of API CPU per 33 MB body. Every token counts against what ``MAX_JSON_VALUES`` values
+    hold; a closer that closes nothing is not JSON."""
+    session = sid("tokens")
+    for body in (b"{" + b":" * 4_000_000 + b"}", b"{" + b'"k":' * 1_500_000 + b"1}"):
+        r = post_json(stack, f"/sessions/{session}/turns", body)
+        assert r.status_code == 422, r.text[:300]
+        assert (
+            r.json()["detail"] == "body: more tokens than 200000 JSON values hold (MAX_JSON_VALUES)"
+        )
+    r = post_json(stack, f"/sessions/{session}/turns", b'{"messages": []}]' + b"]" * 1000)
+    assert r.status_code == 422
+    assert r.json()["detail"] == "body: not JSON (the ] at byte 16 closes nothing)"
+    assert stack.http.get(f"/sessions/{session}/messages").status_code == 404
