@@ -38,6 +38,7 @@ from . import admin, metrics, sessions, stats, ui
 from .deps import body_gate, principal, sender
 from .limits import BodyLimit, HostCheck, InFlight, short
 from .schemas import Invalid
+from .streams import StreamHub
 
 log = logging.getLogger("offpath.api")
 
@@ -112,12 +113,16 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
             )
         app.state.rt = rt
         app.state.hook = PostTurnHook(rt, apply=lambda s, j: apply_prepared(rt, s, j))
+        app.state.streams = StreamHub(
+            rt, settings.events_streams_per_key, settings.events_streams_max
+        )
         log.info("api ready: checkpoints %s", type(rt.checkpoints.saver).__name__)
         watch = asyncio.create_task(watch_loop_lag())
         try:
             yield
         finally:
             watch.cancel()
+            await app.state.streams.stop()
             rt.close()
 
     app = FastAPI(

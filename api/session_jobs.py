@@ -1,25 +1,17 @@
 """What the session routes (:mod:`api.sessions`) show of a thread's compaction jobs: each job
 as ``GET /sessions/{id}/compactions`` shows it (:func:`job_json`), who holds the thread
-(:func:`lease_json`), the failure backoff (:func:`backoff_json`), and the server-sent events
-of ``GET /sessions/{id}/events`` (:func:`_event_stream`).
+(:func:`lease_json`), the failure backoff (:func:`backoff_json`), and the pace of the
+server-sent events of ``GET /sessions/{id}/events`` (:mod:`api.streams` serves them).
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
-
-import orjson
-from starlette.concurrency import run_in_threadpool
 
 from offpath.coordination.runtime import Runtime
 from offpath.stores import db
 from offpath.stores.leases import failure_backoff_s
-from offpath.stores.updates import Changed, job_updates
 
 
 def job_json(r: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +65,7 @@ def backoff_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
     return {"failures_in_a_row": failures, "seconds": seconds, "until": until.isoformat()}
 
 
-#: How often (s) the event stream reads the thread's job rows (one indexed query).
+#: How often (s) the event streams' poller reads the watched threads' job rows (one query).
 EVENTS_POLL_S = 0.5
 #: A comment line after this long (s) without an event, so that proxies keep the stream open.
 EVENTS_KEEPALIVE_S = 15.0
@@ -82,48 +74,3 @@ EVENTS_KEEPALIVE_S = 15.0
 EVENTS_MAX_S = 300.0
 #: How long (ms) a client waits before it reconnects (the stream's ``retry`` field).
 EVENTS_RETRY_MS = 2000
-
-
-async def _event_stream(rt: Runtime, session_id: str, first: list[Changed]) -> AsyncIterator[str]:
-    seen = {c.update.compaction_id: c.update.status for c in first}
-    since = max((c.at for c in first), default=None)
-    n = 0
-    yield f"retry: {EVENTS_RETRY_MS}\n\n"
-    if first:
-        n += 1
-        yield _sse(n, first[-1])
-    started = last = time.monotonic()
-    while time.monotonic() - started < EVENTS_MAX_S:
-        await asyncio.sleep(EVENTS_POLL_S)
-        changed = await run_in_threadpool(job_updates, rt.engine, session_id, since)
-        for c in changed:
-            since = c.at if since is None else max(since, c.at)
-            if seen.get(c.update.compaction_id) == c.update.status:
-                continue
-            if c.update.compaction_id not in seen and c.update.status != "in_progress":
-                # a job queued and ended between two reads: the watcher still hears it start
-                # (ACP: in_progress, then its end), not an end out of nowhere
-                n += 1
-                yield _sse(n, _started(c))
-            seen[c.update.compaction_id] = c.update.status
-            n += 1
-            last = time.monotonic()
-            yield _sse(n, c)
-        if time.monotonic() - last >= EVENTS_KEEPALIVE_S:
-            last = time.monotonic()
-            yield ": keep-alive\n\n"
-
-
-def _started(changed: Changed) -> Changed:
-    """``changed``'s job as it stood when it started: in progress, no result yet."""
-    update = dataclasses.replace(
-        changed.update, status="in_progress", chars_after=None, reason=None
-    )
-    return Changed(update, changed.at)
-
-
-def _sse(n: int, changed: Changed) -> str:
-    update = changed.update
-    body = {"sessionId": update.session_id, "update": update.to_acp(), "at": changed.at.isoformat()}
-    data = orjson.dumps(body).decode()
-    return f"id: {n}\ndata: {data}\n\n"

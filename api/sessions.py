@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request
+from fastapi import APIRouter, BackgroundTasks, Depends, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials
 from langchain_core.messages import BaseMessage, HumanMessage, messages_to_dict
 from starlette.concurrency import run_in_threadpool
 
@@ -37,10 +38,13 @@ from offpath.stores.usage import has_rows
 from .deps import (
     Caller,
     SessionId,
+    bearer,
     check_readable,
     check_writable,
     give_back,
+    key_digest,
     no_session,
+    presented_key,
     rt_of,
     take_writable,
 )
@@ -60,9 +64,17 @@ from .session_jobs import EVENTS_KEEPALIVE_S as EVENTS_KEEPALIVE_S
 from .session_jobs import EVENTS_MAX_S as EVENTS_MAX_S
 from .session_jobs import EVENTS_POLL_S as EVENTS_POLL_S
 from .session_jobs import EVENTS_RETRY_MS as EVENTS_RETRY_MS
-from .session_jobs import _event_stream, backoff_json, job_json, lease_json
+from .session_jobs import backoff_json, job_json, lease_json
 from .session_turns import _summary_text, _undo, offload, state_of
 from .session_turns import prune as prune
+from .streams import (
+    RETRY_AFTER_S,
+    Stream,
+    StreamHub,
+    TooManyStreams,
+    event_stream,
+    identity_of,
+)
 
 log = logging.getLogger("offpath.api")
 
@@ -306,23 +318,41 @@ def read_compactions(session_id: SessionId, request: Request, caller: Caller) ->
     include_in_schema=False,
     response_class=StreamingResponse,
 )
-async def events(session_id: SessionId, request: Request, caller: Caller) -> StreamingResponse:
+async def events(
+    session_id: SessionId,
+    request: Request,
+    caller: Caller,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)] = None,
+) -> StreamingResponse:
     """Server-sent events (``text/event-stream``): the thread's compaction progress, live
     (issue 21, item 4). Each event's ``data`` is the params of an Agent Client Protocol
     ``session/update`` notification, ``{"sessionId": ..., "update": {"sessionUpdate":
     "compaction_update", "compactionId", "status" (in_progress, completed, failed,
     cancelled), "charsBefore", "charsAfter", "reason"}}`` (:mod:`offpath.stores.updates`
-    says how a job's status maps), and ``at``: when the job's row changed (ISO 8601). The first event is the thread's latest job as it stands
-    (none: no job yet); then one per change, whoever made it (the API, the worker, a team's
-    own agent's middleware). Per tenant like every session route (404 for another's);
-    the stream ends after :data:`EVENTS_MAX_S` and the browser's ``EventSource`` reconnects."""
+    says how a job's status maps), and ``at``: when the job's row changed (ISO 8601). The
+    first event is the thread's latest job as it stands (none: no job yet); then one per
+    change, whoever made it (the API, the worker, a team's own agent's middleware), read by
+    the process's one poller (:mod:`api.streams`). Per tenant like every session route (404
+    for another's); at most ``EVENTS_STREAMS_PER_KEY`` per key and ``EVENTS_STREAMS_MAX``
+    per process (429 with ``Retry-After``); it ends when the key is revoked or the session
+    deleted, and after :data:`EVENTS_MAX_S` (the browser's ``EventSource`` reconnects)."""
     rt = rt_of(request)
+    hub: StreamHub = request.app.state.streams
     await run_in_threadpool(check_readable, rt, caller, session_id)
     first = await run_in_threadpool(job_updates, rt.engine, session_id)
+    identity = await run_in_threadpool(identity_of, rt, session_id)
     if not first and not await run_in_threadpool(has_rows, rt.engine, session_id):
         raise no_session(session_id)
+    key = presented_key(request, credentials)
+    stream = Stream(session_id, caller, key, key_digest(request), identity)
+    try:
+        hub.open(stream)
+    except TooManyStreams as exc:
+        raise HTTPException(
+            status_code=429, detail=exc.detail, headers={"Retry-After": str(RETRY_AFTER_S)}
+        ) from None
     return StreamingResponse(
-        _event_stream(rt, session_id, first),
+        event_stream(hub, stream, first),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

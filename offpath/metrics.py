@@ -39,6 +39,9 @@ metric                                    type       labels, unit
 ``offpath_api_event_loop_lag_seconds``    histogram  the API's event loop waking late (sampled
                                                      every 50 ms): how long no request could be
                                                      served
+``offpath_api_event_streams``             gauge      open ``GET /sessions/{id}/events`` streams
+``offpath_api_event_stream_polls_total``  counter    the streams' one poller's reads of the
+                                                     job rows (one a tick, for every stream)
 ``offpath_queue_depth``                   gauge      ``queue``: messages waiting in the broker
 ``offpath_jobs_open``                     gauge      ``status`` (queued, running, prepared):
                                                      job rows not ended, from the database
@@ -62,6 +65,7 @@ import logging
 
 from prometheus_client import (
     Counter,
+    Gauge,
     Histogram,
 )
 
@@ -89,6 +93,15 @@ LOOP_LAG = Histogram(
     "offpath_api_event_loop_lag_seconds",
     "How late the API's event loop woke from a 50 ms sleep (no request is served meanwhile)",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+#: Open ``GET /sessions/{id}/events`` streams of the API process, and its poller's reads of
+#: the job rows (one per tick for every stream open).
+EVENT_STREAMS = Gauge(
+    "offpath_api_event_streams", "Open GET /sessions/{id}/events streams of the API process"
+)
+EVENT_STREAM_POLLS = Counter(
+    "offpath_api_event_stream_polls_total",
+    "Reads of the job rows by the API's one event-stream poller (one a tick, for every stream)",
 )
 SUMMARIZER_LATENCY = Histogram(
     "offpath_summarizer_latency_seconds",
