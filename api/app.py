@@ -29,14 +29,14 @@ from starlette.routing import Match
 from offpath.agent.graph import open_runtime
 from offpath.compaction.settings import Settings, get_settings
 from offpath.coordination.compactions import apply_prepared
-from offpath.coordination.eviction import check_eviction
+from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.locks import RunInProgress, ThreadBusy
 from offpath.coordination.runtime import Publisher, Runtime
 
 from . import admin, metrics, sessions, stats, ui
 from .deps import body_gate, principal, sender
-from .limits import BodyLimit, HostCheck, InFlight, short
+from .limits import BodyLimit, HostCheck, short
 from .schemas import Invalid
 from .streams import StreamHub
 
@@ -103,6 +103,10 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         warn_if_redis_down(rt)
         try:
             check_eviction(settings, "the API")  # an evicted lease runs a job twice
+        except EvictingRedis as exc:
+            rt.close()
+            app.state.refused = f"{exc}; the API not started"  # one line (RefusedStart)
+            raise
         except Exception:
             rt.close()
             raise
@@ -113,9 +117,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
             )
         app.state.rt = rt
         app.state.hook = PostTurnHook(rt, apply=lambda s, j: apply_prepared(rt, s, j))
-        app.state.streams = StreamHub(
-            rt, settings.events_streams_per_key, settings.events_streams_max
-        )
+        app.state.streams = StreamHub(rt)
         log.info("api ready: checkpoints %s", type(rt.checkpoints.saver).__name__)
         watch = asyncio.create_task(watch_loop_lag())
         try:
@@ -132,6 +134,8 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         docs_url=None,  # served below, behind the key like every route but the probes
         openapi_url=None,
     )
+    app.state.refused = None
+    app.add_middleware(RefusedStart)
     hosts = [h.strip() for h in settings.allowed_hosts.split(",") if h.strip()]
     app.add_middleware(HostCheck, allowed_hosts=hosts)
     app.add_middleware(
@@ -141,7 +145,6 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         max_values=settings.max_json_values,
         max_messages=settings.max_turn_messages,
         gate=body_gate,
-        in_flight=InFlight(settings.max_bytes_in_flight, settings.max_bytes_in_flight_per_key),
         who=sender,
     )
     app.include_router(sessions.router)
@@ -201,6 +204,29 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         return JSONResponse(status_code=409, content={"detail": str(exc)})
 
     return app
+
+
+class RefusedStart:
+    """ASGI middleware: a start-up the API refuses for a reason it names in one line (an
+    evicting Redis under ``REDIS_EVICTION_CHECK=refuse``; ``app.state.refused``) is reported
+    in that line, as the worker reports it, instead of Starlette's traceback; the server
+    still exits non-zero."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def said(message: dict[str, Any]) -> None:
+            refused = getattr(scope["app"].state, "refused", None)
+            if message["type"] == "lifespan.startup.failed" and refused:
+                message = {**message, "message": refused}
+            await send(message)
+
+        await self.app(scope, receive, said)
 
 
 #: The methods a 405's ``Allow`` may list.

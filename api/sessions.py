@@ -333,8 +333,8 @@ async def events(
     first event is the thread's latest job as it stands (none: no job yet); then one per
     change, whoever made it (the API, the worker, a team's own agent's middleware), read by
     the process's one poller (:mod:`api.streams`). Per tenant like every session route (404
-    for another's); at most ``EVENTS_STREAMS_PER_KEY`` per key and ``EVENTS_STREAMS_MAX``
-    per process (429 with ``Retry-After``); it ends when the key is revoked or the session
+    for another's); at most :data:`~api.streams.STREAMS_PER_KEY` per key and
+    :data:`~api.streams.STREAMS_MAX` per process (429 with ``Retry-After``); it ends when the key is revoked or the session
     deleted, and after :data:`EVENTS_MAX_S` (the browser's ``EventSource`` reconnects)."""
     rt = rt_of(request)
     hub: StreamHub = request.app.state.streams

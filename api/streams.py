@@ -2,8 +2,8 @@
 how many each key and the process may hold, one poller that reads the job rows of every
 watched session for all of them, and the caller's rights, re-checked at each event.
 
-* Caps: ``EVENTS_STREAMS_PER_KEY`` streams per API key and ``EVENTS_STREAMS_MAX`` per
-  process; past either, :class:`TooManyStreams` (the route's 429 with ``Retry-After``).
+* Caps: :data:`STREAMS_PER_KEY` streams per API key and :data:`STREAMS_MAX` per process;
+  past either, :class:`TooManyStreams` (the route's 429 with ``Retry-After``).
 * One poller: every :data:`~api.session_jobs.EVENTS_POLL_S` one query reads the job rows
   that changed for every session a stream watches (:func:`offpath.stores.updates.updates_of`)
   and hands each stream its session's changes; an idle stream costs no query and no thread.
@@ -38,7 +38,10 @@ from .session_jobs import EVENTS_KEEPALIVE_S, EVENTS_MAX_S, EVENTS_POLL_S, EVENT
 
 log = logging.getLogger("offpath.api")
 
-#: How far back (s) of the newest change seen each poll reads the job rows again.
+#: Open streams one API key may hold (an ``EventSource`` per browser tab), and one process.
+STREAMS_PER_KEY = 8
+STREAMS_MAX = 256
+#: How far back (s) of the previous poll each poll reads the job rows again.
 LOOKBACK_S = 5.0
 #: How often (s) every stream's key and session are checked, events or not.
 RIGHTS_S = 2.0
@@ -78,7 +81,9 @@ class Stream:
 class StreamHub:
     """The open streams of one API process and their one poller (see the module doc)."""
 
-    def __init__(self, rt: Runtime, per_key: int, max_streams: int) -> None:
+    def __init__(
+        self, rt: Runtime, per_key: int = STREAMS_PER_KEY, max_streams: int = STREAMS_MAX
+    ) -> None:
         self.rt = rt
         self.per_key = per_key
         self.max_streams = max_streams
@@ -96,13 +101,13 @@ class StreamHub:
         mine = self.by_sender.get(stream.sender, 0)
         if mine >= self.per_key:
             raise TooManyStreams(
-                f"this API key has {mine} event streams open; at most {self.per_key} "
-                "(EVENTS_STREAMS_PER_KEY)"
+                f"this API key has {mine} event streams open, the most one key may: close "
+                "one, or retry later"
             )
         if len(self.streams) >= self.max_streams:
             raise TooManyStreams(
-                f"this API process has {len(self.streams)} event streams open; at most "
-                f"{self.max_streams} (EVENTS_STREAMS_MAX)"
+                f"this API process has {len(self.streams)} event streams open, the most it "
+                "serves: retry later"
             )
         self.streams.add(stream)
         self.by_sender[stream.sender] = mine + 1

@@ -57,6 +57,17 @@ def test_recall_finds_words_and_ids_of_applied_compactions_only(tmp_path):
     assert "give some words" in recall.answer(engine, "inc-1", "   ")
 
 
+def test_recall_calls_a_query_no_store_holds_bad_input(tmp_path):
+    """Issue 34, item 6: a NUL or a lone surrogate in the query was answered "the archive could
+    not be read ... try later" (PostgreSQL refused the query): it is bad input, said so before
+    the archive is asked (so on both backends alike)."""
+    _, engine = archived(tmp_path)
+    for query, held in (("ERR\x005012", "a NUL character"), ("ERR \ud800", "a lone UTF-16")):
+        answer = recall.answer(engine, "inc-1", query)
+        assert answer.startswith(f"recall: bad input: the query holds {held}"), answer
+        assert "try later" not in answer
+
+
 def test_recall_reads_a_message_by_the_id_a_summary_cites(tmp_path):
     # issue 19: a summary cites a UUID by its first 8 hex chars; recall resolves them within
     # the thread, and only when one archived message has them (a prefix two ids share, or

@@ -21,6 +21,10 @@ an interval:
   holds the thread, the thread is in its failure backoff, or it was delivered more
   than ``JOB_MAX_RETRIES + 1`` times; else claim the thread for it and re-publish it.
 
+An applied job whose loss report is still pending (``LOSS_PENDING``: applied in a run whose
+process ended just after the swap, before it made the report) gets its report made from its
+archived originals, its summary and the thread as it is now (:func:`_report_loss`).
+
 Then every thread whose latest job failed (or was skipped as stale) and whose
 claim is free, the failure backoff being over, gets a new job. At most once every
 :data:`PURGE_EVERY_S`, archived originals older than ``ARCHIVE_RETENTION_DAYS`` are
@@ -38,8 +42,13 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from langchain_core.messages import BaseMessage, messages_from_dict
+
+from offpath.agent.middleware import LOSS_PENDING
+from offpath.compaction.accounting import content_text
+from offpath.compaction.loss import loss_report
 from offpath.compaction.patch import landed
-from offpath.coordination.compactions import JobOptions, read_messages
+from offpath.coordination.compactions import JobOptions, read_messages, read_thread
 from offpath.coordination.hook import queue_job
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Publisher, Runtime
@@ -50,6 +59,7 @@ from offpath.stores.db import (
     finalize,
     now_utc,
     open_jobs,
+    pending_losses,
     set_job,
     set_published,
     threads_to_requeue,
@@ -74,6 +84,9 @@ def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
         now = now_utc()
         for row in open_jobs(rt.engine, now - timedelta(seconds=s.reconcile_interval_s)):
             done[_one(rt, publish, row)] += 1
+        quiet = now - timedelta(seconds=s.reconcile_interval_s)
+        for row in pending_losses(rt.engine, LOSS_PENDING["error"], quiet):
+            done[_report_loss(rt, row)] += 1
         ended_since = now - timedelta(seconds=2 * s.failure_backoff_max_s + s.reconcile_interval_s)
         for session_id, options in threads_to_requeue(rt.engine, ended_since):
             # queued only if its claim is free: no job in flight, the failure backoff over
@@ -204,6 +217,50 @@ def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
         job_id,
     )
     return "republished"
+
+
+#: The loss report of an in-run apply that the reconciler cannot make: its summary is no
+#: longer in the thread (a later compaction folded it in, or it was reverted).
+LOSS_NOT_MADE = {
+    "error": "not made: the agent's process ended before it made it, and its summary is no "
+    "longer in the thread"
+}
+
+
+def _report_loss(rt: Runtime, row: dict[str, Any]) -> str:
+    """Make the loss report of an applied job whose in-run apply stored it pending (the
+    agent's process ended just after the swap; ``LOSS_PENDING``): from its archived
+    originals (the messages it removed, the results it shortened), its summary and the
+    thread as it is now (what the model still sees). Stored unless another report got there
+    first; a summary no longer in the thread gets :data:`LOSS_NOT_MADE`."""
+    session_id, job_id = row["session_id"], row["job_id"]
+    record = (row["result"] or {}).get("record") or {}
+    options = JobOptions.from_json(row["options"])
+    saver = rt.checkpoints_for(options.checkpoints).saver
+    thread = read_thread(saver, session_id, options.checkpoint_ns).messages
+    loss: dict[str, Any] = LOSS_NOT_MADE
+    if landed(thread, job_id, record):
+        archived = archive.job_rows(rt.engine, session_id, job_id)
+        removed = [m for r in archived if r["kind"] == archive.REMOVED for m in _messages(r)]
+        originals = {
+            r["message_id"]: _messages(r)[0] for r in archived if r["kind"] == archive.SHORTENED
+        }
+        summary = next(m for m in thread if m.id == record["summary_id"])
+        report = loss_report(
+            removed,
+            content_text(summary.content),
+            [m for m in thread if m.id != summary.id],
+            shortened=[(originals[str(m.id)], m) for m in thread if str(m.id) in originals],
+        )
+        loss = report.to_json()
+    if not archive.store_loss(rt.engine, job_id, str(record.get("summary_id")), loss):
+        return "alive"
+    log.info("[%s] reconciler: made the loss report of job %s", tag(session_id), job_id)
+    return "loss_reported"
+
+
+def _messages(row: dict[str, Any]) -> list[BaseMessage]:
+    return messages_from_dict([row["message"]])
 
 
 def _end(rt: Runtime, row: dict[str, Any], code: str, why: str) -> str:

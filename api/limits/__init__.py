@@ -8,8 +8,9 @@
   - a query string with a NUL character is refused (422 naming the parameter: PostgreSQL
     stores no NUL, issue 20, item 4);
   - the bytes of bodies in flight (being received or handled) are bounded per process and
-    per key (:class:`InFlight`: ``MAX_BYTES_IN_FLIGHT`` 503, ``MAX_BYTES_IN_FLIGHT_PER_KEY``
-    429, with ``Retry-After``), the declared size held before a byte is read;
+    per key (:class:`InFlight`: :data:`IN_FLIGHT_BODIES` and :data:`IN_FLIGHT_BODIES_PER_KEY`
+    bodies of ``MAX_REQUEST_BYTES``; 503 and 429 beyond, with ``Retry-After``), the declared
+    size held before a byte is read;
   - the body is checked in one streaming pass as it arrives (:class:`JsonScan`): over
     ``MAX_REQUEST_BYTES`` 413, nested deeper than ``MAX_JSON_DEPTH``, more values than
     ``MAX_JSON_VALUES`` (or more tokens than they hold) or more ``messages`` than
@@ -42,6 +43,8 @@ from .checks import INT_MAX, INT_MIN, is_json_media, nul_parameter, short, unsto
 from .inner import JsonBudget, check_message
 from .middleware import (
     FORM_BYTES,
+    IN_FLIGHT_BODIES,
+    IN_FLIGHT_BODIES_PER_KEY,
     JSON_BUDGET,
     PLAIN_NUMBERS,
     PUBLIC_BODIES,
@@ -65,6 +68,8 @@ __all__ = [
     "short",
     "unstorable",
     "BodyLimit",
+    "IN_FLIGHT_BODIES",
+    "IN_FLIGHT_BODIES_PER_KEY",
     "Busy",
     "InFlight",
     "RETRY_AFTER_S",

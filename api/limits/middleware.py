@@ -34,6 +34,10 @@ JSON_BUDGET = "offpath.json_budget"
 Gate = Callable[[dict[str, Any]], Awaitable[str | None]]
 #: Names who sends a request (its API key's digest; "" for none): the per-key bounds.
 Who = Callable[[dict[str, Any]], str]
+#: The bytes of bodies one API process holds at once (being received or handled), in bodies
+#: of ``MAX_REQUEST_BYTES``: past it 503; and one API key: past it 429.
+IN_FLIGHT_BODIES = 4
+IN_FLIGHT_BODIES_PER_KEY = 2
 #: ``Retry-After`` (s) of a body refused because too many bytes are in flight.
 RETRY_AFTER_S = 1
 RETRY_AFTER = {b"retry-after": str(RETRY_AFTER_S).encode()}
@@ -63,13 +67,14 @@ class InFlight:
             raise Busy(
                 429,
                 f"this API key has {mine} bytes of request bodies in flight; at most "
-                f"{self.max_per_key} (MAX_BYTES_IN_FLIGHT_PER_KEY): retry in {RETRY_AFTER_S} s",
+                f"{self.max_per_key} ({IN_FLIGHT_BODIES_PER_KEY} x MAX_REQUEST_BYTES): retry in "
+                f"{RETRY_AFTER_S} s",
             )
         if self.total + n > self.max_bytes:
             raise Busy(
                 503,
                 f"the API holds {self.total} bytes of request bodies; at most {self.max_bytes} "
-                f"(MAX_BYTES_IN_FLIGHT): retry in {RETRY_AFTER_S} s",
+                f"({IN_FLIGHT_BODIES} x MAX_REQUEST_BYTES): retry in {RETRY_AFTER_S} s",
             )
         self.by_key[who] = mine + n
         self.total += n
@@ -126,7 +131,9 @@ class BodyLimit:
         self.max_values = max_values
         self.max_messages = max_messages
         self.gate = gate
-        self.in_flight = in_flight or InFlight(8 * max_bytes, 4 * max_bytes)
+        self.in_flight = in_flight or InFlight(
+            IN_FLIGHT_BODIES * max_bytes, IN_FLIGHT_BODIES_PER_KEY * max_bytes
+        )
         self.who = who
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:

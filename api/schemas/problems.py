@@ -43,12 +43,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": Invalid, "description": "The request is not valid; nothing was written"},
     429: _problem(
         "Too many bytes of request bodies in flight for this API key "
-        "(MAX_BYTES_IN_FLIGHT_PER_KEY); retry after Retry-After seconds"
+        "(twice MAX_REQUEST_BYTES); retry after Retry-After seconds"
     ),
     502: _problem("The chat model failed; the turn was taken back"),
     503: _problem(
         "No LLM is configured, or too many bytes of request bodies are in flight in this API "
-        "process (MAX_BYTES_IN_FLIGHT; retry after Retry-After seconds)"
+        "process (four times MAX_REQUEST_BYTES; retry after Retry-After seconds)"
     ),
 }
 

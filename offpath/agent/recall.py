@@ -17,7 +17,8 @@ searched):
   in all.
 
 Errors (no thread, the database down) come back as the tool's text, so a run never
-fails on a lookup.
+fails on a lookup; a query no store can hold (a NUL character, a lone UTF-16 surrogate) is
+answered as the bad input it is, before the archive is asked.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from sqlalchemy.engine import Engine
 from offpath.compaction.accounting import content_text
 from offpath.compaction.summary import CITED_UUID_CHARS
 from offpath.stores import archive
+from offpath.stores.values import unstorable
 
 log = logging.getLogger("offpath.recall")
 
@@ -68,6 +70,9 @@ def answer(engine: Engine, thread_id: str, query: str, offset: int = 0) -> str:
     query = query.strip()
     if not query:
         return "recall: give some words to search for, or a message id."
+    if (problem := unstorable(query, "query")) is not None:  # bad input, not the archive's fault
+        held = "a NUL character" if "NUL" in problem else "a lone UTF-16 surrogate (not text)"
+        return f"recall: bad input: the query holds {held}; search again without it."
     limit = archive.RECALL_MAX_CHARS
     stored = archive.original(engine, thread_id, query)
     if stored is None and _CITED.fullmatch(query):

@@ -58,7 +58,11 @@ def worker(
         typer.Option(help="Worker processes (default: WORKER_PROCESSES; 0: one per core)"),
     ] = None,
     name: Annotated[
-        str | None, typer.Option(help="Worker node name (default: celery@host)")
+        str | None,
+        typer.Option(
+            help="Worker node name (default: <CELERY_QUEUE>@host, unique per queue: workers "
+            "of two deployments sharing one broker answer /readyz apart)"
+        ),
     ] = None,
     restart: Annotated[bool, typer.Option(help="Restart the worker if it dies")] = True,
 ) -> None:
@@ -94,12 +98,14 @@ def worker(
             "--without-mingle",
             "--without-gossip",  # start-up sync and chatter offpath does not use
         ]
-        node = name or "celery@%h"
+        # Celery's default, celery@host, is the same for every deployment on a host: two
+        # sharing a broker then share one remote-control mailbox, and /readyz heard the
+        # other's worker
+        node = name or f"{settings.celery_queue}@%h"
         if n > 1:  # one node name per process
             left, at, right = node.partition("@")
             node = f"{left}{i + 1}{at}{right}"
-        if n > 1 or name:
-            cmd.append(f"--hostname={node}")
+        cmd.append(f"--hostname={node}")
         env = None
         if n > 1 and settings.worker_metrics_port:  # one metrics port per process
             env = {**os.environ, "WORKER_METRICS_PORT": str(settings.worker_metrics_port + i)}

@@ -169,15 +169,6 @@ class Settings(BaseSettings):
     #: Most JSON values (array items and object members, at any depth) in a request body:
     #: 422 beyond, counted as the body streams in, before it is parsed (issue 20, item 2).
     max_json_values: int = Field(default=200_000, ge=1_000, le=10_000_000)
-    #: Bytes of request bodies one API process holds at once (being received or handled):
-    #: past it a body gets 503 with ``Retry-After`` before it is read (issue 34, item 4).
-    max_bytes_in_flight: int = Field(default=128 * 2**20, gt=0)
-    #: The same, per API key: past it 429 with ``Retry-After``.
-    max_bytes_in_flight_per_key: int = Field(default=64 * 2**20, gt=0)
-    #: Open ``GET /sessions/{id}/events`` streams per API key, and per API process: past
-    #: either, 429 with ``Retry-After`` (issue 34, item 3).
-    events_streams_per_key: int = Field(default=8, ge=1, le=10_000)
-    events_streams_max: int = Field(default=256, ge=1, le=100_000)
     #: Checkpoints kept per thread: once a thread has more, the older ones are pruned
     #: (the originals a compaction removes are in the archive, not in old checkpoints).
     #: 0: never prune.
@@ -287,12 +278,6 @@ class Settings(BaseSettings):
                 f"the threshold) or at least {MIN_SHORTENED_CHARS}: a shortened result keeps its head, "
                 "tail and facts"
             )
-        for name in ("max_bytes_in_flight", "max_bytes_in_flight_per_key"):
-            if getattr(self, name) < self.max_request_bytes:
-                raise ValueError(
-                    f"{name.upper()} ({getattr(self, name)}) must be at least MAX_REQUEST_BYTES "
-                    f"({self.max_request_bytes}): a body of the largest size would never pass"
-                )
         if self.failure_backoff_s > self.failure_backoff_max_s:
             raise ValueError(
                 f"FAILURE_BACKOFF_S ({self.failure_backoff_s}) must not exceed "

@@ -181,3 +181,60 @@ def test_a_long_request_copied_after_the_summary_comes_back_byte_for_byte(stacks
     assert r.status_code == 200, r.text
     now = lossless(stack, session)
     assert now[: len(before)] == before and len(now) == len(before) + len(later)
+
+
+def test_a_loss_report_left_pending_is_made_by_the_reconciler(stacks, backend):
+    """Issue 34, item 6: an in-run apply makes its loss report just after the swap; if the
+    agent's process died in that moment the report stayed ``LOSS_PENDING`` for good. The
+    reconciler (the stack's beat) makes it, from the archived originals, the summary and the
+    thread: with nothing added since, the very report the swap made."""
+    import sqlalchemy as sa
+
+    from offpath.agent.middleware import LOSS_PENDING
+    from offpath.stores import db
+
+    stack = stacks.get(backend, **SMALL)
+    session, _ = started(stack)
+    job_id = compact_now(stack, session)
+    made = applied(stack, session, job_id)["loss"]
+    assert made["facts"] > 0
+    engine = db.make_engine(stack.settings())
+    try:  # the state the crash leaves: the record stored with the placeholder, the job applied
+        with engine.begin() as conn:
+            jobs = db.JOBS
+            result = conn.execute(sa.select(jobs.c.result).where(jobs.c.job_id == job_id)).scalar()
+            result = {**result, "record": {**result["record"], "loss": LOSS_PENDING}}
+            quiet = db.now_utc().replace(year=2000)  # quiet for longer than a pass's interval
+            conn.execute(
+                sa.update(jobs)
+                .where(jobs.c.job_id == job_id)
+                .values(result=result, updated_at=quiet)
+            )
+    finally:
+        engine.dispose()
+
+    def loss() -> dict:
+        return next(j for j in stack.jobs(session) if j["job_id"] == job_id)["loss"]
+
+    assert wait_for(lambda: loss() != LOSS_PENDING, timeout=90)
+    assert loss() == made
+    assert "made the loss report of job" in stack.logs()
+
+
+def test_a_reverted_jobs_reason_is_stored_as_every_other(stacks, backend):
+    """Issue 34, item 6: ``mark_reverted`` stored its reason uncapped and unflattened, unlike
+    every other status change: one line, at most 300 chars."""
+    from offpath.stores import db
+
+    stack = stacks.get(backend, **SMALL)
+    session, _ = started(stack)
+    job_id = compact_now(stack, session)
+    applied(stack, session, job_id)
+    engine = db.make_engine(stack.settings())
+    try:
+        assert db.mark_reverted(engine, job_id, "reverted:\n" + "a long\treason " * 400)
+    finally:
+        engine.dispose()
+    reason = next(j for j in stack.jobs(session) if j["job_id"] == job_id)["reason"]
+    assert "\n" not in reason and "\t" not in reason and len(reason) == db.MAX_REASON_CHARS
+    assert reason.startswith("reverted: a long reason a long reason")

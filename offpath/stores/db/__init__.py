@@ -30,6 +30,7 @@ from offpath.stores.db.job_queries import (
     job_row,
     jobs_of,
     open_jobs,
+    pending_losses,
     threads_to_requeue,
 )
 from offpath.stores.db.tables import EVENTS as EVENTS
@@ -81,6 +82,7 @@ __all__ = [
     "mark_reverted",
     "now_utc",
     "open_jobs",
+    "pending_losses",
     "set_published",
     "start_job",
     "store_result",

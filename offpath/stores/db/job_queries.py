@@ -53,6 +53,24 @@ def open_jobs(engine: Engine, quiet_since: datetime) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in conn.execute(q)]
 
 
+def pending_losses(engine: Engine, pending: str, quiet_since: datetime) -> list[dict[str, Any]]:
+    """Applied jobs whose loss report is still the placeholder an in-run apply stores before
+    it makes the report (its ``error`` is ``pending``), and whose row has not changed since
+    ``quiet_since``: the process that applied them ended before it made the report."""
+    loss = JOBS.c.result[("record", "loss", "error")].as_string()
+    q = (
+        sa.select(JOBS)
+        .where(
+            JOBS.c.status == JobStatus.APPLIED.value,
+            loss == pending,
+            JOBS.c.updated_at < quiet_since,
+        )
+        .order_by(JOBS.c.updated_at)
+    )
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(q)]
+
+
 #: Reason codes of ended jobs whose thread is still over its threshold with no job.
 REQUEUE_CODES = ("stale",)
 
