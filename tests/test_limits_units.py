@@ -182,3 +182,58 @@ def test_a_run_of_19_digits_is_seen_wherever_the_chunks_split_it():
     for chunk in range(1, len(body) + 1):
         assert scan(body, chunk).long_digits, chunk
     assert not scan(b'{"a": [123456789012345678, "x"]}', 3).long_digits
+
+
+@settings(max_examples=400, deadline=None)
+@given(doc=JSON, chunk=st.integers(1, 40), indent=st.sampled_from([None, 1]))
+def test_no_valid_body_within_the_value_limit_is_refused_for_its_tokens(doc, chunk, indent):
+    """Issue 34, item 4: every token counts (``:``, keys, brackets), against what the value
+    limit allows; a body the value limit accepts is never refused for its tokens."""
+    body = json.dumps(doc, indent=indent).encode()
+    s = scan(body, chunk, depth=max(1, depth_of(doc)), values=max(1, values_in(doc)))
+    assert s.tokens <= s.max_tokens
+
+
+def test_tokens_that_count_no_value_are_bounded_and_a_stray_closer_is_refused():
+    for body in (b"{" + b":" * 100_000 + b"}", b"[" + b'"k"' * 100_000 + b"]"):
+        with pytest.raises(TooMuch, match="more tokens than 1000 JSON values hold"):
+            scan(body, 4096, values=1_000)
+    with pytest.raises(TooMuch, match=r"the \] at byte 8 closes nothing"):
+        scan(b'{"a": 1}]', 3)
+
+
+def test_json_inside_a_message_s_strings_is_read_with_the_body_s_rules():
+    """Issue 34, item 1: each string langchain_core parses as JSON is scanned from where it
+    lands (its depth counted from the body), its values counted with the body's, its parsed
+    values held to the stores' rule; an OpenAI call's arguments become the object it holds."""
+    from offpath.api.limits import JsonBudget, check_message
+
+    def call(arguments: str) -> dict:
+        function = {"name": "f", "arguments": arguments}
+        return {"role": "assistant", "tool_calls": [{"id": "c", "function": function}]}
+
+    sent = call('{"q": [1, 2]}')
+    checked, problem = check_message(sent, "messages[0]", JsonBudget(32, 100, 100))
+    assert problem is None and checked["tool_calls"][0]["function"]["arguments"] == {"q": [1, 2]}
+    assert sent["tool_calls"][0]["function"]["arguments"] == '{"q": [1, 2]}'  # a copy changed
+    deep = '{"a": ' + "[" * 26 + "]" * 26 + "}"  # 6 levels of the body + 27
+    _, problem = check_message(call(deep), "messages[0]", JsonBudget(32, 100, 100))
+    assert problem.startswith("messages[0].tool_calls[0].function.arguments: JSON nested deeper")
+    budget = JsonBudget(32, 100, 5)  # the body's scan left 5 values
+    assert check_message(call('{"q": [1, 2]}'), "messages[0]", budget)[1] is None
+    assert budget.values_left == 2
+    _, problem = check_message(call('{"q": [1, 2]}'), "messages[1]", budget)
+    assert "more than 100 values (MAX_JSON_VALUES)" in problem
+    chunk = {
+        "type": "AIMessageChunk",
+        "data": {
+            "content": "",
+            "tool_call_chunks": [{"id": "c", "name": "f", "args": '{"q": "a\\u0000', "index": 0}],
+        },
+    }
+    _, problem = check_message(chunk, "messages[2]", JsonBudget(32, 100, 100))
+    assert problem.startswith("messages[2].data.tool_call_chunks[0].args.q: NUL characters")
+    assert check_message(call("not JSON"), "m", JsonBudget(32, 100, 100)) == (
+        call("not JSON"),
+        None,
+    )

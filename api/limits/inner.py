@@ -90,6 +90,8 @@ def _read(text: str, slot: _Slot, budget: JsonBudget) -> tuple[Any, str | None]:
     try:
         scan.feed(text.encode("utf-8", "surrogatepass"))
     except TooMuch as exc:
+        if "closes nothing" in exc.detail:
+            return None, None  # not JSON: as the parser would find
         if "MAX_JSON_DEPTH" in exc.detail:
             return None, (
                 f"{slot.path}: JSON nested deeper than {budget.max_depth} levels, counted "
