@@ -469,3 +469,36 @@ def test_a_small_threshold_still_gives_the_summary_room_for_its_facts():
     assert budget(60_000, 20_000) == 9_000  # 15%
     assert budget(500, 200) == 300  # the seed's try-out: no room beside its keep window
     assert budget(3_000, 1_500) == 713  # floor 2,400 - keep 1,500 - 187: what room there is
+
+
+def test_a_finished_turn_across_the_keep_windows_edge_goes_whole():
+    """DESIGN.md invariant 17 with the seed's keep window: the window's edge falls inside a
+    long finished turn that began right after an earlier summary. Keeping that turn whole
+    leaves nothing worth removing (the summary alone), and cutting inside it would keep its
+    answer without its request: it goes whole, and the later turns are kept (less than the
+    window, every turn whole)."""
+    from offpath.compaction.summary import SUMMARY_PREFIX
+
+    summary = HumanMessage(
+        id="s0",
+        content=f"{SUMMARY_PREFIX}\n\n**Investigating:** x\n**Key findings:**\n- y",
+        additional_kwargs={"lc_source": "summarization"},
+    )
+    long_turn = turn(0, chars=1_500, calls=1)
+    for k in range(6):
+        long_turn[-1:-1] = [
+            AIMessage(
+                id=f"more-a{k}",
+                content="",
+                tool_calls=[{"id": f"m{k}", "name": "logs", "args": {}}],
+            ),
+            ToolMessage(id=f"more-t{k}", content="y" * 1_400, tool_call_id=f"m{k}"),
+        ]
+    msgs = [summary, *long_turn, *turn(1, chars=600), *turn(2, chars=600)]
+    for force in (False, True):
+        plan = plan_compaction(msgs, S, force=force)
+        assert isinstance(plan, CompactionPlan), plan
+        assert plan.kept[0].id == "h1" and {m.id for m in long_turn} <= {m.id for m in plan.removed}
+        outcome = compact(msgs, S, OfflineSummarizer()) if not force else None
+        if outcome is not None:
+            check_compacted(msgs, add_messages(msgs, outcome.patch))

@@ -80,7 +80,7 @@ def plan_compaction(
             total,
         )
     scan.index_pairs()
-    n, head = len(messages), scan.head
+    n, head, blocked = len(messages), scan.head, scan.blocked
     if head < n and head in scan.kept_anywhere:
         return Skip(
             SkipReason.NO_CUT_POINT,
@@ -164,16 +164,25 @@ def plan_compaction(
             return scan.build(choice, total, threshold)
     shallow = group or turn
     window = scan.total - scan.chars_before[w]  # what the walk back kept: over its budget?
-    if (shallow is None or (target is not None and window > kept_budget)) and not worth(shallow):
-        # no cut keeps turns whole outside the keep window (it falls inside a finished turn
-        # that began at the head), or the keep window holds more than its budget in what
-        # cannot be shortened (a model's own long messages: a file written through a tool
-        # call's arguments, 5-7k chars in the mini-swe runs; a pasted request larger than the
-        # window): the shallowest cut inside it that keeps turns whole and lands ("the keep
-        # window itself never holds more than its budget ... a cut is always possible"). The
-        # deepest one first: when even it does not land (a system prompt over the floor), no
-        # shallower one does, and the post-turn hook, which plans on every turn over the
-        # floor, evaluates one cut, not the window's
+    # the keep window's edge falls inside a finished turn, and no cut that keeps turns whole
+    # at or before it is worth it (the turn began right after the summary, or at the head)
+    # where a cut inside that turn would be: the turn goes whole (DESIGN.md invariant 17)
+    # rather than the thread staying over its threshold
+    inside = next((c for c in range(w, head, -1) if not blocked[c]), None)
+    blocked_by_turns = (
+        not worth(shallow) and inside is not None and worth(evaluate(inside, "tool_group"))
+    )
+    overfull = target is not None and window > kept_budget
+    if (blocked_by_turns or overfull) and not worth(shallow):
+        # no cut keeps turns whole outside the keep window (a finished turn holds its edge),
+        # or the keep window holds more than its budget in what cannot be shortened (a
+        # model's own long messages: a file written through a tool call's arguments, 5-7k
+        # chars in the mini-swe runs; a pasted request larger than the window): the
+        # shallowest cut inside it that keeps turns whole and lands ("the keep window itself
+        # never holds more than its budget ... a cut is always possible"). The deepest one
+        # first: when even it does not land (a system prompt over the floor), no shallower
+        # one does, and the post-turn hook, which plans on every turn over the floor,
+        # evaluates one cut, not the window's
         cuts = [c for c in range(w + 1, n) if scan.whole_turns(c)]
 
         def at(c: int) -> _Candidate | None:
