@@ -298,6 +298,7 @@ def session_context(request: Request, caller: Principal, session_id: str) -> dic
         "chars": total_chars(messages),
         "threshold": rt.settings.summarization_threshold_chars,
         "jobs": jobs,
+        "waiting": ui_data.waiting_job(rt, jobs),
         "caller": caller,
     }
 

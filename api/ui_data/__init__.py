@@ -59,6 +59,7 @@ from .thread import (
     own_summaries,
     session_version,
     thread_items,
+    waiting_job,
 )
 
 __all__ = [
@@ -106,4 +107,5 @@ __all__ = [
     "own_summaries",
     "session_version",
     "thread_items",
+    "waiting_job",
 ]

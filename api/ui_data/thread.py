@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,11 +40,15 @@ def session_version(rt: Runtime, session_id: str) -> str:
             )
         ).first()
         jobs = conn.execute(
-            sa.select(db.JOBS.c.job_id, db.JOBS.c.status, db.JOBS.c.updated_at)
+            sa.select(
+                db.JOBS.c.job_id, db.JOBS.c.status, db.JOBS.c.updated_at, db.JOBS.c.created_at
+            )
             .where(db.JOBS.c.session_id == session_id)
             .order_by(db.JOBS.c.created_at)
         ).all()
-    seen = repr((tuple(owner) if owner else None, [tuple(j) for j in jobs]))
+    # a queued job turns into the page's "no worker took it" warning as time passes
+    waits = [_waited_s(j.created_at) >= _pickup_warn_s() for j in jobs if j.status == "queued"]
+    seen = repr((tuple(owner) if owner else None, [tuple(j[:3]) for j in jobs], waits))
     return hashlib.sha256(seen.encode()).hexdigest()[:16]
 
 
@@ -199,3 +204,38 @@ def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
         own = options.get("patch", True) and not options.get("checkpoints")
         job["revertible"] = bool(own and not options.get("checkpoint_ns"))
     return [job for job, _ in out]
+
+
+def waiting_job(rt: Runtime, jobs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The session's job that is still ``queued`` after
+    :data:`~offpath.agent.middleware.PICKUP_WARN_S` (no worker took it), for the page's
+    warning: ``job_id``, ``waited_s``, the ``queue`` and ``broker`` (without its password)
+    it waits on, and ``published`` (False: the broker has not taken it yet); None if none
+    waits so."""
+    from kombu.utils.url import sanitize_url
+
+    for job in reversed(jobs):
+        if job["status"] != db.JobStatus.QUEUED or not job.get("created_at"):
+            continue
+        waited = _waited_s(datetime.fromisoformat(job["created_at"]))
+        if waited >= _pickup_warn_s():
+            s = rt.settings
+            return {
+                "job_id": job["job_id"],
+                "waited_s": round(waited),
+                "queue": s.celery_queue,
+                "broker": sanitize_url(s.broker_url),
+                "published": job.get("published", True),
+            }
+    return None
+
+
+def _waited_s(created_at: datetime) -> float:
+    return (datetime.now(UTC) - _utc(created_at)).total_seconds()  # type: ignore[operator]
+
+
+def _pickup_warn_s() -> float:
+    """How long a queued job waits before it counts as not taken (the middleware's)."""
+    from offpath.agent.middleware import claims
+
+    return claims.PICKUP_WARN_S

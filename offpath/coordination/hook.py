@@ -36,9 +36,11 @@ from sqlalchemy.engine import Engine
 
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.planner import Skip, SkipReason, min_gain_chars, plan_compaction
+from offpath.compaction.settings import Settings
 from offpath.compaction.summary import is_summary, summary_meta
 from offpath.coordination.compactions import JobOptions
 from offpath.coordination.logs import tag
+from offpath.coordination.outages import BROKER, LEASE_STORE, OUTAGES, USAGE_DB, is_outage, where
 from offpath.coordination.runtime import Client, Publisher
 from offpath.stores.db import create_job, has_unpublished_job, set_published
 from offpath.stores.leases import Claim, Leases, State
@@ -127,6 +129,7 @@ class PostTurnHook:
             plan.total_chars,
             superseded=lambda c: not saw_compaction(messages, c.job_id),
             min_gain=min_gain_chars(settings),
+            settings=settings,
             threshold=settings.summarization_threshold_chars,
         )
 
@@ -149,13 +152,23 @@ def queue_job(
     options: JobOptions = OWN_THREAD,
     min_gain: int = 0,
     threshold: int = 0,
+    settings: Settings | None = None,
 ) -> HookResult:
     """Claim the thread for a new job, write its ``queued`` row and publish it (the hook's, the
     middleware's and the reconciler's one way to queue a job). ``chars`` is the thread's
     size, if known; a thread a job found nothing worth compacting in is queued again only
     once it has grown by ``min_gain`` chars, or crossed its ``threshold`` (chars; 0: not
-    known) since a skip decided under it (:meth:`Claim.frees_for`)."""
+    known) since a skip decided under it (:meth:`Claim.frees_for`). ``settings``: say a
+    store that cannot be reached once, naming it, then count its failures
+    (:mod:`offpath.coordination.outages`); without, each failure is logged."""
     sid = tag(session_id)
+
+    def failed(store: str, exc: Exception, what: str) -> None:
+        if settings is not None and is_outage(exc):
+            OUTAGES.failed(store, where(store, settings), exc, what)
+        else:
+            log.warning("[%s] %s (%s)", sid, what, exc)
+
     job_id = uuid.uuid4().hex
     opts = options.to_json()
     try:
@@ -163,7 +176,7 @@ def queue_job(
             session_id, job_id, superseded, chars=chars, min_gain=min_gain, threshold=threshold
         )
     except Exception as exc:  # Redis (or the lock database) unreachable
-        log.warning("[%s] compaction not queued: broker unreachable (%s)", sid, exc)
+        failed(LEASE_STORE, exc, "compaction not queued: broker unreachable")
         _record_unpublished(
             engine,
             session_id,
@@ -178,14 +191,14 @@ def queue_job(
     try:
         create_job(engine, job_id, session_id, chars, options=opts)
     except Exception as exc:
-        log.warning("[%s] compaction not queued: usage database error (%s)", sid, exc)
+        failed(USAGE_DB, exc, "compaction not queued: usage database error")
         leases.release_queued(session_id, job_id)
         return HookResult("error", f"database error: {exc}")
     try:
         publish(session_id, job_id, opts)
     except Exception as exc:
         # the claim stays, so later turns do not pile up jobs; the reconciler publishes it
-        log.warning("[%s] compaction not queued: publish failed (%s)", sid, exc)
+        failed(BROKER, exc, "compaction not queued: publish failed")
         try:
             set_published(engine, job_id, False, f"publish failed ({type(exc).__name__})")
         except Exception:  # already logged above; the job row stays queued

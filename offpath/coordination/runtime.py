@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import redis
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.graph.state import CompiledStateGraph
+from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.settings import Settings
 from offpath.coordination.locks import DatabaseLocks, Locks, ThreadLocks
+from offpath.coordination.outages import TablesUnavailable, cause
 from offpath.stores.checkpoints import (
     Checkpoints,
     Preloaded,
@@ -81,10 +84,21 @@ class NoAgentGraph(RuntimeError):
     """A :class:`Runtime` opened without a :data:`GraphFactory` was asked for its graph."""
 
 
+#: After offpath's tables could not be made (the usage database away), how long (s)
+#: :meth:`Client.ensure_tables` answers with that failure before it tries again.
+TABLES_RETRY_S = 5.0
+
+
 class Client:
     """The usage database (``engine``), the job leases and a publisher, all from one
     :class:`Settings` (DESIGN.md invariant 19): the publisher, unless one is given, sends to
-    that settings' broker and queue."""
+    that settings' broker and queue.
+
+    ``tables_ready``: offpath's tables are known to be up to date (the API and the worker
+    migrate as they start). A client opened without (a team's own agent, :meth:`open`)
+    brings them up to date before the engine's first connection is used
+    (:meth:`ensure_tables`), so an agent started before ``offpath migrate`` or any worker
+    works at once instead of failing every write."""
 
     def __init__(
         self,
@@ -93,19 +107,53 @@ class Client:
         leases: Leases,
         publish: Publisher | None = None,
         redis_conn: redis.Redis | None = None,
+        *,
+        tables_ready: bool = True,
     ) -> None:
         self.settings = settings
         self.engine = engine
         self.leases = leases
         self._publish = publish
         self._redis = redis_conn
+        self._tables_ready = tables_ready
+        self._tables_guard = threading.Lock()
+        self._tables_failed: tuple[float, str] | None = None  # (monotonic, why)
+        if not tables_ready:
+            # SQLAlchemy's pool event: each new connection waits for the tables first
+            sa_event.listen(engine, "connect", lambda *_: self.ensure_tables())
 
     @classmethod
     def open(cls, settings: Settings, publish: Publisher | None = None) -> Client:
-        """A client for ``settings`` (no connection is made until one is used)."""
+        """A client for ``settings`` (no connection is made until one is used); offpath's
+        tables are made or brought up to date before its first connection is used."""
         engine = make_engine(settings)
         leases, conn = _leases(settings, engine)
-        return cls(settings, engine, leases, publish, conn)
+        return cls(settings, engine, leases, publish, conn, tables_ready=False)
+
+    def ensure_tables(self) -> None:
+        """Make offpath's tables, or bring them to the latest revision, once per client:
+        :func:`offpath.stores.db.migrate`, the Alembic migration ``offpath migrate`` and
+        the worker run, one migrator at a time across processes (an advisory lock on
+        PostgreSQL, a file lock beside a SQLite file), on a connection of its own. Raises
+        :class:`~offpath.coordination.outages.TablesUnavailable` naming the cause when the
+        database cannot be reached or changed, and again without trying for
+        :data:`TABLES_RETRY_S` after that."""
+        if self._tables_ready:
+            return
+        with self._tables_guard:
+            if self._tables_ready:
+                return
+            failed = self._tables_failed
+            if failed is not None and time.monotonic() - failed[0] < TABLES_RETRY_S:
+                raise TablesUnavailable(failed[1])
+            try:
+                done = migrate(self.settings)
+            except Exception as exc:
+                why = f"offpath's tables could not be made or checked ({cause(exc)})"
+                self._tables_failed = (time.monotonic(), why)
+                raise TablesUnavailable(why) from exc
+            self._tables_ready, self._tables_failed = True, None
+        log.info("offpath: %s", done)
 
     @property
     def publish(self) -> Publisher:

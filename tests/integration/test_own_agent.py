@@ -11,9 +11,11 @@ queues a job the middleware applies at the thread's next model call, and
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -21,7 +23,14 @@ import httpx
 import psycopg
 import pytest
 from shared import marked_summary, pairing_problems
-from stack import ROOT, create_pg_database, drop_pg_database, wait_for
+from stack import (
+    REDIS_URL,
+    ROOT,
+    Stack,
+    create_pg_database,
+    drop_pg_database,
+    wait_for,
+)
 
 from offpath.agent.scripted import DEMO_REQUESTS
 from offpath.coordination.compactions import read_messages
@@ -205,3 +214,94 @@ def figures_reach_the_api(stack, thread: str, jobs: list[dict]) -> None:
         assert f"{thread}: {peak:,} chars job {job['job_id'][:8]} applied: before" in (
             dashboard.text
         )
+
+
+def test_own_agent_before_migrate_and_any_worker_says_what_is_missing_then_recovers(
+    stacks, tmp_path
+):
+    """Issue 35, items 1 and 2: a team's agent started on a fresh clone's order (before
+    `offpath migrate`, before any worker) makes offpath's tables itself and prints no SQL;
+    once its job has waited PICKUP_WARN_S, a run says in one line that no worker takes it,
+    naming the queue and the broker; a wrong DATABASE_URL and an unreachable Redis are one
+    line each, naming them. Once a worker runs, the job is prepared and the next run applies
+    it, with nothing restarted."""
+    from offpath.agent.middleware import PICKUP_WARN_S
+
+    usage_db = create_pg_database("offpath_test_fresh")  # never migrated
+    agent_db = create_pg_database("offpath_test_own")
+    queue = f"test-fresh-{uuid.uuid4().hex[:8]}"
+    thread = f"fresh-{uuid.uuid4().hex[:6]}"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SUMMARIZATION_", "OPENAI_"))}
+    env = {
+        **base,
+        "DATABASE_URL": usage_db,
+        "REDIS_URL": REDIS_URL,
+        "CELERY_QUEUE": queue,
+        "REDIS_KEY_PREFIX": queue,
+        "DATA_DIR": str(tmp_path),
+        "OPENAI_API_KEY": "",
+        "OPENAI_BASE_URL": "",
+    }
+
+    def run(*questions: str, **more: str) -> list[str]:
+        """The run's log lines (stderr; the answers go to stdout)."""
+        result = subprocess.run(
+            [sys.executable, "examples/own_agent.py", "--db", agent_db, "--thread", thread]
+            + list(questions),
+            cwd=ROOT,
+            env={**env, **more},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stderr.splitlines()
+
+    def jobs() -> list[tuple[str, str, Any]]:
+        with psycopg.connect(usage_db) as conn:
+            return conn.execute(
+                "SELECT job_id, status, created_at FROM compaction_jobs WHERE session_id = %s",
+                (thread,),
+            ).fetchall()
+
+    stack = None
+    try:
+        lines = run(*DEMO_REQUESTS)
+        assert not [line for line in lines if "SQL" in line or "does not exist" in line], lines
+        assert len(lines) <= 2, lines  # at most the calibration's note: no error
+        ((job_id, status, created),) = jobs()  # made the tables, recorded and queued its job
+        assert status == "queued"
+        time.sleep(max(0.0, created.timestamp() + PICKUP_WARN_S - time.time()))
+        lines = run("Summarize where we are.")
+        said = [line for line in lines if "no worker has taken it" in line]
+        assert len(said) == 1 and len(lines) <= 3, lines
+        assert job_id in said[0] and f"queue {queue!r}" in said[0], said
+        assert f"broker at {REDIS_URL}" in said[0] and "offpath worker" in said[0], said
+
+        missing = usage_db.rsplit("/", 1)[0] + "/offpath_test_never_created"
+        lines = run("What next?", DATABASE_URL=missing)
+        named = [line for line in lines if "cannot be reached" in line]
+        assert len(named) == 1 and len(lines) <= 3, lines
+        assert f"usage database at {missing}" in named[0] and "does not exist" in named[0]
+        lines = run("What next?", REDIS_URL="redis://127.0.0.1:1/0")
+        named = [line for line in lines if "cannot be reached" in line]
+        assert len(named) == 1 and len(lines) <= 3, lines
+        assert "lease store at redis://127.0.0.1:1/0" in named[0], named
+
+        # a worker (and the API) on the same database and queue: the job waiting is taken
+        same = {"DATABASE_URL": usage_db, "CELERY_QUEUE": queue, "REDIS_KEY_PREFIX": queue}
+        stack = Stack("sqlite", tmp_path, same, beat=False)
+        wait_for(lambda: [s for _, s, _ in jobs()] == ["prepared"], timeout=120)
+        # as in the test above: a run applies it, or finds it stale and a fresh one is
+        # prepared for the next run
+        for question in ("Anything else?", "And now?", "Last question."):
+            run(question)
+            if "applied" in [s for _, s, _ in jobs()]:
+                break
+            wait_for(lambda: "prepared" in [s for _, s, _ in jobs()], timeout=60)
+        assert "applied" in [s for _, s, _ in jobs()], jobs()
+    finally:
+        if stack is not None:
+            stack.stop()
+        drop_pg_database(agent_db)
+        drop_pg_database(usage_db)

@@ -19,6 +19,7 @@ from offpath.compaction.planner import landing_chars
 from offpath.compaction.tracking import KEY
 from offpath.coordination.compactions import end_stale, with_loss
 from offpath.coordination.logs import tag
+from offpath.coordination.outages import USAGE_DB
 from offpath.stores import archive
 from offpath.stores.db import JobStatus, finalize, job_row, set_job
 from offpath.stores.leases import Claim, Leases, State
@@ -100,11 +101,12 @@ class ApplyingMixin:
             failed = exc
         private = call.update[KEY]
         pending = private.get("pending")
-        log.warning(
-            "[%s] could not archive what this call shortened or removed: %s; the thread keeps "
-            "its messages as they were",
-            tag(call.session_id),
-            failed or "timed out",
+        self._trouble(
+            USAGE_DB,
+            failed,
+            f"[{tag(call.session_id)}] could not archive what this call shortened or removed: "
+            f"{failed or 'timed out'}; the thread keeps its messages as they were",
+            "what model calls shorten or remove is not archived, so threads keep it whole",
         )
         call.update.pop("messages", None)
         private.update(size=call.size_before, pending=None, removed=False)
@@ -164,7 +166,7 @@ class ApplyingMixin:
             else:
                 writes.append((job_id, write))
         except Exception as exc:  # the run goes on uncompacted; the reconciler tidies up
-            log.warning("[%s] could not apply job %s: %s", tag(session_id), job_id, exc)
+            self._trouble(USAGE_DB, exc, f"[{tag(session_id)}] could not apply job {job_id}: {exc}")
             self._tell(session_id, job_id, "failed", reason=f"not applied: {exc}")
             return None
         log.info(
@@ -203,9 +205,8 @@ class ApplyingMixin:
         try:
             archive.store_loss(self.client.engine, job_id, str(fitted.summary.id), loss)
         except Exception as exc:  # the record keeps LOSS_PENDING, which says so
-            log.warning(
-                "[%s] could not store the loss report of job %s: %s", tag(session_id), job_id, exc
-            )
+            line = f"[{tag(session_id)}] could not store the loss report of job {job_id}: {exc}"
+            self._trouble(USAGE_DB, exc, line)
 
     def _record(
         self, session_id: str, pending: dict[str, Any], messages: list[BaseMessage]
@@ -223,7 +224,9 @@ class ApplyingMixin:
             finalize(client.engine, job_id, session_id)
             client.leases.settle(session_id, job_id, Leases.after(job_id, State.DONE))
         except Exception as exc:  # a later job or the reconciler records it
-            log.warning("[%s] could not record job %s: %s", tag(session_id), job_id, exc)
+            self._trouble(
+                USAGE_DB, exc, f"[{tag(session_id)}] could not record job {job_id}: {exc}"
+            )
         self._tell(
             session_id,
             job_id,

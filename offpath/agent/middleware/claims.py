@@ -4,13 +4,16 @@ operator, recording the thread as a session, and a queued job no worker takes.""
 
 from __future__ import annotations
 
+import threading
 import time
+from datetime import UTC, datetime
 
 from offpath.agent.middleware.helpers import log
 from offpath.agent.middleware.state import _Seen
 from offpath.compaction.tracking import KEY
 from offpath.coordination.logs import tag
-from offpath.stores.db import job_options
+from offpath.coordination.outages import LEASE_STORE, USAGE_DB
+from offpath.stores.db import job_options, job_row
 from offpath.stores.leases import Claim, State
 from offpath.stores.tenants import note_own_thread
 
@@ -32,8 +35,10 @@ NOTE_EVERY_S = 5.0
 #: How long (s) whether a prepared job was forced (compact now) is remembered before the job
 #: row is read again.
 FORCED_REFRESH_S = 2.0
-#: A queued job no worker has taken after this long (s) is reported once (issue 21, item 3).
+#: A queued job no worker has taken after this long (s) is reported once (issue 21, item 3;
+#: issue 35, item 2); at most this many queued jobs' ages are remembered.
 PICKUP_WARN_S = 10.0
+MAX_WATCHED = 10_000
 
 
 class ClaimsMixin:
@@ -73,6 +78,19 @@ class ClaimsMixin:
             self.client.leases.holder(f"{KEY}-warm-up")
         except Exception as exc:  # said once when a run needs the store
             log.debug("offpath: lease store not reachable yet: %s", exc)
+        if not self.options.patch:
+            self._write(self._warm_tables)
+
+    def _warm_tables(self) -> None:
+        """Make offpath's tables in the usage database, or bring them up to date, if this
+        process is the first to use them (an agent started before ``offpath migrate`` or
+        any worker: :meth:`~offpath.coordination.runtime.Client.ensure_tables`), on the
+        writer thread as the agent is built."""
+        try:
+            self.client.ensure_tables()
+        except Exception as exc:
+            effect = "no compaction is queued or recorded until it can be"
+            self._trouble(USAGE_DB, exc, f"offpath: {exc}", effect)
 
     def _await_claim(self, session_id: str, timeout_s: float) -> tuple[bool, Claim | None]:
         """``(known, claim)`` once a read of the thread's claim (started by
@@ -88,8 +106,13 @@ class ClaimsMixin:
         try:
             claim, failed = self.client.leases.holder(session_id), False
         except Exception as exc:  # Redis away: the run goes on, no compaction for now
-            self._warn_once("store", f"offpath: lease store unreachable ({exc}); not compacting")
+            effect = "model calls go on, bounded, with no compaction until it answers"
+            self._trouble(LEASE_STORE, exc, f"offpath: lease store unreachable ({exc})", effect)
             claim, failed = None, True
+        else:
+            self._answered(LEASE_STORE)
+            if claim is not None and claim.state is State.QUEUED:
+                self._age_of_queued(session_id, claim)
         with self._guard:
             seen = self._claims.setdefault(session_id, _Seen())
             same = seen.claim is not None and claim is not None and seen.claim.raw == claim.raw
@@ -145,8 +168,10 @@ class ClaimsMixin:
                 chars,
             )
         except Exception as exc:
-            log.warning("[%s] could not record the thread as a session: %s", tag(session_id), exc)
+            line = f"[{tag(session_id)}] could not record the thread as a session: {exc}"
+            self._trouble(USAGE_DB, exc, line)
             return
+        self._answered(USAGE_DB)
         if not mine:
             self._warn_once(
                 f"taken:{session_id}",
@@ -161,21 +186,78 @@ class ClaimsMixin:
             self._claims.pop(session_id, None)
 
     def _check_pickup(self, session_id: str, holder: Claim | None) -> None:
-        """Say once when a job this process queued has waited :data:`PICKUP_WARN_S` with no
-        worker taking it, naming the queue and the broker (issue 21, item 3)."""
+        """Say once when the thread's queued job has waited :data:`PICKUP_WARN_S` with no
+        worker taking it (:meth:`_say_not_taken`). Its age is known from this process's
+        publish, or from the job's row (read once by :meth:`_read_claim`, for a job an earlier
+        process queued)."""
         if holder is None or holder.state is not State.QUEUED:
             return
         with self._guard:
-            job, since = self._published.get(session_id, (None, 0.0))
-        if job != holder.job_id or time.monotonic() - since < PICKUP_WARN_S:
+            since = self._queued_since.get(holder.job_id)
+        if since is not None and time.time() - since >= PICKUP_WARN_S:
+            self._say_not_taken(holder.job_id, since)
+
+    def _watch_pickup(self, session_id: str, job_id: str, delay_s: float = PICKUP_WARN_S) -> None:
+        """In ``delay_s``, read the thread's claim and say so if job ``job_id`` is still queued
+        (on a timer thread: a run that ends, or makes no further model call, is told too)."""
+        timer = threading.Timer(delay_s, self._pickup_due, (session_id, job_id))
+        timer.daemon = True
+        timer.start()
+
+    def _pickup_due(self, session_id: str, job_id: str) -> None:
+        try:
+            holder = self.client.leases.holder(session_id)
+        except Exception:  # the lease store is away: said by the claim reads
             return
+        if holder is not None and holder.state is State.QUEUED and holder.job_id == job_id:
+            with self._guard:
+                since = self._queued_since.get(job_id, time.time() - PICKUP_WARN_S)
+            self._say_not_taken(job_id, since)
+        else:  # taken: a later job that waits is said again
+            self._warned.discard("pickup")
+
+    def _note_queued(self, job_id: str, since: float | None = None) -> None:
+        """Remember when job ``job_id`` was queued (``time.time()``; None: now); at most
+        :data:`MAX_WATCHED` jobs are remembered."""
+        with self._guard:
+            if len(self._queued_since) >= MAX_WATCHED:
+                self._queued_since.clear()
+            self._queued_since[job_id] = time.time() if since is None else since
+
+    def _age_of_queued(self, session_id: str, claim: Claim) -> None:
+        """For a queued job this process did not publish, when it was queued (its row's
+        ``created_at``), read once; a watch on it if it is younger than
+        :data:`PICKUP_WARN_S`."""
+        with self._guard:
+            if claim.job_id in self._queued_since:
+                return
+        try:
+            row = job_row(self.client.engine, claim.job_id)
+        except Exception:  # the usage database is away: said where it is written
+            return
+        created = (row or {}).get("created_at")
+        if isinstance(created, datetime):  # SQLite gives it back naive: it is UTC
+            since = (created if created.tzinfo else created.replace(tzinfo=UTC)).timestamp()
+        else:
+            since = time.time()
+        self._note_queued(claim.job_id, since)
+        left = since + PICKUP_WARN_S - time.time()
+        if left > 0:
+            self._watch_pickup(session_id, claim.job_id, left)
+        else:
+            self._check_pickup(session_id, claim)
+
+    def _say_not_taken(self, job_id: str, since: float) -> None:
+        """One warning (per process, until a job is taken again) naming the queue and the
+        broker where job ``job_id`` waits (issue 35, item 2)."""
         from kombu.utils.url import sanitize_url
 
         s = self.settings
         self._warn_once(
             "pickup",
-            f"offpath: compaction job {holder.job_id} has waited over {PICKUP_WARN_S:g} s in "
-            f"queue {s.celery_queue!r} on broker {sanitize_url(s.broker_url)} and no worker "
-            "has taken it: is an offpath worker (`offpath worker`) running against that broker "
-            "and queue? Until one is, model calls over the hard limit are masked.",
+            f"offpath: compaction job {job_id} has waited {time.time() - since:.0f} s in queue "
+            f"{s.celery_queue!r} on the broker at {sanitize_url(s.broker_url)} and no worker "
+            "has taken it: start `offpath worker` with the same CELERY_QUEUE and broker "
+            "(CELERY_BROKER_URL, else REDIS_URL). Until one runs nothing is compacted, and "
+            "model calls over the hard limit are masked.",
         )

@@ -112,6 +112,8 @@ class OffPathCompaction(
         self._pools: dict[str, ThreadPoolExecutor] = {}  # by name, see POOLS
         self._storing: set[str] = set()  # jobs whose archive write is in flight
         self._warned: set[str] = set()
+        self._stores_at: dict[str, str] = {}  # store -> where it is (outage lines)
+        self._queued_since: dict[str, float] = {}  # queued job -> when (time.time())
         self._latency: tuple[float, float] = (DEFAULT_LATENCY_S, 0.0)  # (p90 s, read at)
         #: chars sent per input token the provider reported (``usage_metadata``), over this
         #: agent's calls: the CHARS_PER_TOKEN to set for SUMMARIZATION_THRESHOLD_TOKENS

@@ -17,6 +17,7 @@ from offpath.agent.middleware.place import Place
 from offpath.compaction.facts import warm as warm_facts
 from offpath.coordination.compactions import JobOptions, head_mark
 from offpath.coordination.logs import tag
+from offpath.coordination.outages import OUTAGES, USAGE_DB, is_outage, where
 from offpath.events import CompactionUpdate
 from offpath.stores.db import record_masking
 
@@ -119,14 +120,20 @@ class PoolsMixin:
                 options=options,
                 min_gain=self._min_gain,
                 threshold=self._threshold,
+                settings=self.settings,
             )
+            if result.action != "error":
+                self._answered(USAGE_DB)
             if result.action == "queued":
                 with self._guard:
                     self._published[session_id] = (result.job_id, time.monotonic())
                 if result.job_id:
+                    self._note_queued(result.job_id)
+                    self._watch_pickup(session_id, result.job_id)
                     self._tell(session_id, result.job_id, "in_progress", chars)
         except Exception as exc:
-            log.warning("[%s] compaction not queued: %s", tag(session_id), exc)
+            line = f"[{tag(session_id)}] compaction not queued: {exc}"
+            self._trouble(USAGE_DB, exc, line, "compaction not queued")
         finally:
             self._read_claim(session_id)  # the claim it took (or found), before the next try
             with self._guard:
@@ -136,7 +143,29 @@ class PoolsMixin:
         try:
             record_masking(self.client.engine, session_id, results, chars)
         except Exception as exc:
-            log.warning("[%s] could not count a masking: %s", tag(session_id), exc)
+            self._trouble(USAGE_DB, exc, f"[{tag(session_id)}] could not count a masking: {exc}")
+            return
+        self._answered(USAGE_DB)
+
+    def _trouble(self, store: str, exc: BaseException, line: str, effect: str = "") -> None:
+        """Something the middleware did with ``store`` failed: a store's own error (away,
+        refusing, no tables) is one line the first time, then counted
+        (:data:`~offpath.coordination.outages.OUTAGES`); any other error logs ``line``."""
+        if is_outage(exc):
+            OUTAGES.failed(store, self._where(store), exc, effect)
+        else:
+            log.warning(line)
+
+    def _answered(self, store: str) -> None:
+        """``store`` answered: an outage of it, if one was said, ends with its count."""
+        OUTAGES.recovered(store, self._where(store))
+
+    def _where(self, store: str) -> str:
+        """Where ``store`` is (a URL without its password, or a file), worked out once."""
+        found = self._stores_at.get(store)
+        if found is None:
+            found = self._stores_at[store] = where(store, self.settings)
+        return found
 
     def _tell(
         self,

@@ -5,6 +5,7 @@ summarizer's latency) with the crossing that frees a thread."""
 
 from __future__ import annotations
 
+import logging
 import time
 from functools import partial
 from typing import Any
@@ -24,6 +25,7 @@ from offpath.compaction.planner import earliest_worth
 from offpath.compaction.shorten import shorten_each
 from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.coordination.logs import tag
+from offpath.coordination.outages import USAGE_DB
 from offpath.stores import archive
 from offpath.stores.leases import Claim
 from offpath.stores.usage import summarizer_latency_p90_s
@@ -115,7 +117,13 @@ class ShapingMixin:
             hid = masking.results + masking.messages
             if hid:
                 sid = session_id or "?"
-                log.warning(
+                # a warning at a thread's first masking in the process, then INFO lines (each
+                # one is counted in /stats' fallback_maskings)
+                first = f"masked:{sid}" not in self._warned
+                if first and len(self._warned) < 10_000:
+                    self._warned.add(f"masked:{sid}")
+                log.log(
+                    logging.WARNING if first else logging.INFO,
                     "[%s] context over its hard limit (%d > %d chars) with no summary ready: "
                     "masked %d old tool results and %d old AI messages (%d chars) for this call",
                     tag(sid),
@@ -154,7 +162,8 @@ class ShapingMixin:
                 else:
                     writes.append((None, write))
         except Exception as exc:  # unarchived, nothing is shortened: the hard limit still holds
-            log.warning("[%s] could not archive results to shorten: %s", tag(session_id), exc)
+            line = f"[{tag(session_id)}] could not archive results to shorten: {exc}"
+            self._trouble(USAGE_DB, exc, line)
             return messages
         if out is not messages:
             saved = sum(message_chars(m) for m in messages) - sum(message_chars(m) for m in out)

@@ -3,6 +3,7 @@ with WAL, PostgreSQL pinged when idle), Alembic's :func:`migrate` and :func:`pin
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,11 @@ def _ping_when_idle(engine: Engine) -> None:
             raise sa.exc.DisconnectionError(str(exc)) from exc
 
 
+#: Held while this process runs a migration (threads of one process: a team's agent makes
+#: offpath's tables from a background thread, which may meet another migration).
+_MIGRATING = threading.Lock()
+
+
 def migrate(settings: Settings) -> str:
     """Bring the schema to the latest Alembic revision (safe to call from every process,
     also at once: ``stores/migrations/env.py`` runs one migrator at a time).
@@ -96,7 +102,8 @@ def migrate(settings: Settings) -> str:
         "script_location", str(Path(__file__).resolve().parent.parent / "migrations")
     )
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    command.upgrade(cfg, "head")
+    with _MIGRATING:  # Alembic's ``context`` is one per process: one migration at a time
+        command.upgrade(cfg, "head")
     # read under the migration lock by env.py: a migrator that waited sees the tables made
     before = cfg.attributes.get("revision_before")
     after = cfg.attributes.get("revision_after")

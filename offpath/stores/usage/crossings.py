@@ -39,6 +39,8 @@ def mark_crossed(engine: Engine, job_id: str) -> bool:
 #: Jobs this process has marked crossed already (so a thread over its threshold costs one
 #: UPDATE per job, not one per turn or model call).
 _crossed: set[str] = set()
+#: A failure to mark a crossing was logged as a warning already (later ones: DEBUG).
+_failed_once = False
 _crossed_guard = threading.Lock()
 
 
@@ -59,8 +61,11 @@ def note_crossing(engine: Engine, claim: Claim | None) -> None:
     assert claim is not None
     try:
         mark_crossed(engine, claim.job_id)
-    except Exception as exc:
-        log.warning("could not mark job %s crossed: %s", claim.job_id, exc)
+    except Exception as exc:  # the database is away: said once (its first line), then quiet
+        global _failed_once
+        level, _failed_once = (logging.DEBUG if _failed_once else logging.WARNING), True
+        first = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [""])[0]
+        log.log(level, "could not mark job %s crossed: %s", claim.job_id, first)
         return
     with _crossed_guard:
         if len(_crossed) > 10_000:

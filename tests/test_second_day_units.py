@@ -1,0 +1,128 @@
+"""An operator's second day (issue 35), the rules as units: a store that cannot be reached is
+one line, then a count (item 1); a team's agent makes offpath's tables on first use, in a
+real SQLite file and on a real PostgreSQL database (item 1)."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from stack import create_pg_database, drop_pg_database
+
+from offpath.compaction.settings import load_settings
+from offpath.coordination.outages import (
+    Outages,
+    TablesUnavailable,
+    cause,
+    is_outage,
+    missing_tables,
+    where,
+)
+from offpath.coordination.runtime import Client
+
+
+def _db_error(url: str) -> sa.exc.OperationalError:
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.OperationalError as exc:
+        return exc
+    finally:
+        engine.dispose()
+    raise AssertionError("the database answered")
+
+
+def test_an_outage_is_one_line_then_a_count_then_one_line_when_it_ends(caplog):
+    outages = Outages(repeat_s=3600)
+    exc = ConnectionError("Connection refused")
+    with caplog.at_level(logging.INFO, logger="offpath.outages"):
+        for _ in range(50):
+            outages.failed("lease store", "redis://127.0.0.1:1/0", exc, "no compaction")
+        assert outages.down("lease store", "redis://127.0.0.1:1/0") == 50
+        outages.recovered("lease store", "redis://127.0.0.1:1/0")
+        outages.recovered("lease store", "redis://127.0.0.1:1/0")  # nothing open: silent
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "lease store at redis://127.0.0.1:1/0 cannot be reached" in lines[0]
+    assert "ConnectionError: Connection refused" in lines[0] and "no compaction" in lines[0]
+    assert "answers again (50 failure(s)" in lines[1]
+    assert outages.down("lease store", "redis://127.0.0.1:1/0") == 0
+
+
+def test_a_long_outage_says_its_count_again_at_most_every_repeat_period(caplog):
+    outages = Outages(repeat_s=0.0)  # every failure is past the period
+    with caplog.at_level(logging.WARNING, logger="offpath.outages"):
+        for _ in range(3):
+            outages.failed("broker", "amqp://h//", TimeoutError("timed out"))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3 and "cannot be reached (TimeoutError: timed out)" in lines[0]
+    assert "still cannot be reached: 2 failures since" in lines[1]
+    assert "still cannot be reached: 3 failures since" in lines[2]
+
+
+def test_the_cause_is_the_drivers_first_line_without_the_statement():
+    exc = _db_error("postgresql://postgres@127.0.0.1:5432/offpath_test_no_such_database")
+    text = cause(exc)
+    assert text.startswith("OperationalError: ") and "does not exist" in text
+    assert "\n" not in text and "sqlalche.me" not in text
+    assert is_outage(exc) and not is_outage(ValueError("a bug"))
+    assert not missing_tables(exc)
+
+
+def test_a_missing_table_says_run_offpath_migrate(caplog, tmp_path):
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'empty.db'}")
+    with pytest.raises(sa.exc.OperationalError) as info, engine.connect() as conn:
+        conn.execute(sa.text("SELECT * FROM compaction_jobs"))
+    engine.dispose()
+    assert missing_tables(info.value)
+    with caplog.at_level(logging.WARNING, logger="offpath.outages"):
+        Outages().failed("usage database", "x.db", info.value)
+    assert "run `offpath migrate`" in caplog.text
+
+
+def test_where_names_each_store_without_its_password(tmp_path):
+    s = load_settings(
+        database_url="postgresql://u:secret@db:5432/offpath",
+        redis_url="redis://:pw@cache:6379/0",
+        celery_broker_url="amqp://guest:hidden@mq:5672//",
+    )
+    assert where("usage database", s) == "postgresql://u:**@db:5432/offpath"
+    assert where("lease store", s) == "redis://:**@cache:6379/0"
+    assert where("broker", s) == "amqp://guest:**@mq:5672//"
+    embedded = load_settings(data_dir=str(tmp_path), lock_backend="database")
+    assert where("lease store", embedded) == str(tmp_path / "usage.db")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_clients_first_use_of_the_usage_database_makes_the_tables(backend, tmp_path):
+    url = create_pg_database("offpath_test_fresh") if backend == "postgres" else ""
+    client = Client.open(
+        load_settings(database_url=url, data_dir=str(tmp_path), lock_backend="database")
+    )
+    try:
+        with client.engine.connect() as conn:  # made before its first connection is used
+            tables = set(sa.inspect(conn).get_table_names())
+        assert {"compaction_jobs", "usage_events", "archive", "sessions"} <= tables
+    finally:
+        client.close()
+        if url:
+            drop_pg_database(url)
+
+
+def test_tables_that_cannot_be_made_raise_a_named_error_and_are_not_retried_at_once(tmp_path):
+    url = "postgresql://postgres@127.0.0.1:5432/offpath_test_never_created"
+    client = Client.open(load_settings(database_url=url, lock_backend="database"))
+    with pytest.raises(TablesUnavailable) as first:
+        client.ensure_tables()
+    assert "does not exist" in str(first.value) and is_outage(first.value)
+    with pytest.raises(TablesUnavailable) as again:  # within TABLES_RETRY_S: not tried again
+        client.ensure_tables()
+    assert str(again.value) == str(first.value) and again.value.__cause__ is None
+    client.close()
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres") as conn:
+        assert not conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = 'offpath_test_never_created'"
+        ).fetchone()
