@@ -15,6 +15,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -362,7 +363,7 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
     assert stack.post_turn(over, [{"type": "human", "content": pasted}]).status_code == 200
     threshold = int(ENV["SUMMARIZATION_THRESHOLD_CHARS"])
     assert stack.session(over)["chars"] > threshold
-    phone = browser.new_context(viewport={"width": 420, "height": 900})
+    phone = browser.new_context(viewport={"width": 390, "height": 900})
     phone.add_cookies([{"name": "offpath_key", "value": stack.key, "url": stack.url}])
     small = phone.new_page()
     for name, path in (
@@ -385,7 +386,7 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
             " header: Math.max(...Array.from(document.querySelectorAll('header.top > *'),"
             " e => e.getBoundingClientRect().right))})"
         )
-        assert widths["page"] <= 420 and widths["header"] <= 420, (name, widths)
+        assert widths["page"] <= 390 and widths["header"] <= 390, (name, widths)
         small.screenshot(path=str(shots / f"phone-{name}.png"), full_page=True)
     small.goto(f"{stack.url}/ui/sessions/{over}")
     assert small.locator("[data-region=header] [data-over]").count() == 1
@@ -563,3 +564,124 @@ def test_revert_button_puts_the_latest_compaction_back(browser, ui_stack):
     after = stack.http.get(f"/sessions/{session}/messages", params={"format": "langchain"})
     assert after.json()["messages"] == before.json()["messages"]
     page.context.close()
+
+
+#: What the width test reports about a page: its scroll width, and each element wider than
+#: the screen that is not inside a box that scrolls (and fits) with a visible hint beside it.
+OVERFLOW_JS = """w => {
+  const name = e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '')
+    + (typeof e.className === 'string' && e.className ? '.' + e.className.split(' ').join('.') : '');
+  const bad = new Set(), scrolled = new Set();
+  for (const e of document.querySelectorAll('body *')) {
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 || r.right <= w + 0.5) continue;
+    let box = e.parentElement;
+    while (box && !['auto', 'scroll'].includes(getComputedStyle(box).overflowX)) box = box.parentElement;
+    if (!box || box.getBoundingClientRect().right > w + 0.5) { bad.add(name(e)); continue; }
+    const hint = box.parentElement.querySelector('[data-scroll-hint]');
+    if (!hint || hint.offsetParent === null) bad.add('no visible hint beside ' + name(box));
+    else scrolled.add(name(box));
+  }
+  return {page: document.documentElement.scrollWidth, bad: [...bad].slice(0, 10),
+          scrolled: [...scrolled]};
+}"""
+
+
+def test_every_page_fits_a_phone_at_390_px_and_a_desktop_at_1280(browser, ui_stack, shots):
+    """Issue 35, items 2 and 5: at 390 px (a phone) no page is wider than the screen: the
+    sessions list and the recent failures become one card per row, every cell labelled and
+    on screen; the size chart scrolls inside its own box with a visible hint. At 1280 px the
+    tables are tables and no hint shows. A queued job no worker took is said on its
+    session's page, naming the queue and the broker."""
+    from offpath.agent.middleware import PICKUP_WARN_S
+    from offpath.stores import db
+
+    stack = ui_stack
+    session = f"ui-width-{uuid.uuid4().hex[:6]}-a-long-incident-session-id-from-a-pager"
+    replay(stack, session, split_turns(json.loads(INCIDENT.read_text())["messages"]))
+    over = f"ui-width-over-{uuid.uuid4().hex[:6]}"
+    pasted = "\n".join(
+        f"14:{k % 60:02d}:07Z checkout-api GET /cart 200 {k} ms" for k in range(1500)
+    )
+    assert stack.post_turn(over, [{"type": "human", "content": pasted}]).status_code == 200
+    # a failed job (the recent failures) and a job queued a minute ago that no worker took
+    waiting, failed = f"ui-waiting-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    engine = db.make_engine(stack.settings())
+    try:
+        db.create_job(engine, failed, over, 70_000)
+        db.set_job(engine, failed, over, db.JobStatus.FAILED, "summarizer timed out", "timeout")
+        db.create_job(engine, waiting, waiting, 70_000)
+        with engine.begin() as conn:
+            conn.execute(
+                db.JOBS.update()
+                .where(db.JOBS.c.job_id == waiting)
+                .values(created_at=db.now_utc() - timedelta(seconds=PICKUP_WARN_S + 50))
+            )
+    finally:
+        engine.dispose()
+    pages = {
+        "dashboard": "/ui",
+        "sessions": "/ui/sessions",
+        "session": f"/ui/sessions/{session}",
+        "over": f"/ui/sessions/{over}",
+        "waiting": f"/ui/sessions/{waiting}",
+        "not-found": "/ui/sessions/no-such-session",
+    }
+    for width in (390, 1280):
+        context = browser.new_context(viewport={"width": width, "height": 900})
+        anonymous = context.new_page()
+        anonymous.goto(f"{stack.url}/ui/login")
+        assert anonymous.evaluate(OVERFLOW_JS, width) == {"page": width, "bad": [], "scrolled": []}
+        anonymous.screenshot(path=str(shots / f"{width}-login.png"), full_page=True)
+        context.add_cookies([{"name": "offpath_key", "value": stack.key, "url": stack.url}])
+        page = context.new_page()
+        for name, path in pages.items():
+            page.goto(stack.url + path)
+            # folded tool calls, their results and the originals a summary replaced: open
+            page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true })")
+            found = page.evaluate(OVERFLOW_JS, width)
+            assert found["page"] <= width and not found["bad"], (width, name, found)
+            hints = page.locator("[data-scroll-hint]")
+            shown = [hints.nth(i).is_visible() for i in range(hints.count())]
+            if width == 390:  # the chart is the one box that scrolls, its hint beside it
+                assert found["scrolled"] == (["div.chart-wrap"] if name == "dashboard" else [])
+                assert shown == ([True] if name == "dashboard" else [])
+            else:
+                assert not found["scrolled"] and not any(shown), (name, found)
+            page.screenshot(path=str(shots / f"{width}-{name}.png"), full_page=True)
+            if name == "sessions":
+                cells = page.locator(f'tr[data-session="{session}"] td')
+                boxes = cells.evaluate_all(
+                    "els => els.map(e => e.getBoundingClientRect().toJSON())"
+                )
+                assert len(boxes) == 7 and all(b["right"] <= width for b in boxes), boxes
+                lefts = {round(b["left"]) for b in boxes}
+                # a card stacks its cells (one left edge); a table row lines them up
+                assert (len(lefts) == 1) == (width == 390), boxes
+                if width == 390:
+                    labels = cells.evaluate_all(
+                        "els => els.map(e => getComputedStyle(e, '::before').content)"
+                    )
+                    assert labels[1:] == [
+                        f'"{label}"'
+                        for label in (
+                            "tenant",
+                            "messages",
+                            "size (chars)",
+                            "compactions",
+                            "jobs in flight",
+                            "last activity",
+                        )
+                    ], labels
+                    assert page.locator("thead a[data-sort=chars]").is_visible()
+            if name == "dashboard":
+                assert page.locator(f'tr.failure[data-job-id="{failed}"]').is_visible()
+            if name == "waiting":
+                said = page.locator(f'[data-waiting="{waiting}"]').inner_text()
+                settings = stack.settings()
+                assert f"in queue {settings.celery_queue}" in said, said
+                assert f"broker at {settings.broker_url}" in said, said
+                assert "offpath worker" in said
+            else:
+                assert page.locator("[data-waiting]").count() == 0
+        context.close()
