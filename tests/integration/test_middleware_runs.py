@@ -304,3 +304,49 @@ def test_a_subagent_run_from_a_tool_compacts_its_own_messages_and_never_its_call
         engine.dispose()
     mine = {s for s in sessions if s.startswith(session)}
     assert mine and all(s.startswith(f"{session}|tools:") for s in mine), mine
+
+
+def test_a_stream_in_messages_mode_shows_each_compaction(stacks, tmp_path):
+    """Issue 35, item 4: a UI that renders an agent's stream in ``messages`` mode sees the
+    history change. With ``stream_mode=["messages", "custom"]`` each compaction applied in the
+    run comes as a custom event beside the model's messages, in the ACP shape (``completed``,
+    its sizes, the job's id), in the order it happened: after the messages the thread held
+    before it, before the run ends."""
+    stack = stacks.get("sqlite", **ENV)
+    path = min(SINGLE_REQUEST, key=lambda p: len(load(p)["messages"]))
+    messages = messages_of(load(path))
+    system = messages[0] if isinstance(messages[0], SystemMessage) else None
+    request = next(m for m in messages if isinstance(m, HumanMessage))
+    replies = [m for m in messages if isinstance(m, AIMessage)]
+    if replies[-1].tool_calls:
+        replies.append(AIMessage(id=f"{path.stem}-end", content="Submitted."))
+    store = f"sqlite:///{tmp_path / 'streamed.db'}"
+    thread = f"streamed-{uuid.uuid4().hex[:6]}"
+    chunks: list[tuple[str, object]] = []
+    with open_checkpoints_url(store, stack.settings()) as checkpoints:
+        agent = create_agent(
+            TranscriptModel(replies=replies, delay_s=0.05),
+            scripted_tools(messages),
+            system_prompt=system,
+            middleware=[
+                OffPathCompaction(stack.settings(), checkpointer_url=store, client=stack.client())
+            ],
+            checkpointer=checkpoints.saver,
+        )
+        config = {"configurable": {"thread_id": thread}, "recursion_limit": 10_000}
+        for mode, chunk in agent.stream(
+            {"messages": [request]}, config, stream_mode=["messages", "custom"]
+        ):
+            chunks.append((mode, chunk))
+    updates = [chunk for mode, chunk in chunks if mode == "custom"]
+    applied = {j["job_id"]: j for j in stack.jobs(thread) if j["status"] == "applied"}
+    assert applied, "no compaction was applied during the run"
+    done = [u for u in updates if u["status"] == "completed"]
+    assert {u["compactionId"] for u in done} == set(applied), (updates, applied)
+    for u in done:
+        assert u["sessionUpdate"] == "compaction_update" and u["sessionId"] == thread
+        assert u["charsAfter"] < u["charsBefore"], u
+    # in the stream's order: some of the model's messages came before the first compaction
+    first = next(i for i, (mode, c) in enumerate(chunks) if mode == "custom")
+    assert any(mode == "messages" for mode, _ in chunks[:first])
+    assert any(mode == "messages" for mode, _ in chunks[first:])

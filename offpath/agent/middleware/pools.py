@@ -176,10 +176,12 @@ class PoolsMixin:
         chars_after: int | None = None,
         reason: str | None = None,
     ) -> None:
-        """Call ``on_compaction`` with the update, if the app gave one; never raise."""
+        """Call ``on_compaction`` with the update, if the app gave one, and, told on the run's
+        own thread, write it to the run's stream (:func:`stream_update`); never raise."""
+        update = CompactionUpdate(session_id, job_id, status, chars_before, chars_after, reason)
+        stream_update(update)
         if self.on_compaction is None:
             return
-        update = CompactionUpdate(session_id, job_id, status, chars_before, chars_after, reason)
         try:
             self.on_compaction(update)
         except Exception:
@@ -189,3 +191,25 @@ class PoolsMixin:
         if key not in self._warned:
             self._warned.add(key)
             log.warning(message)
+
+
+def stream_update(update: CompactionUpdate) -> bool:
+    """Write ``update`` to the stream of the run it happens in, as a LangGraph custom stream
+    event (``langgraph.config.get_stream_writer``): ``update.to_acp()`` with its
+    ``sessionId``. A UI that streams the agent with ``stream_mode=["messages", "custom"]``
+    (or ``"custom"``) gets it as ``("custom", {"sessionUpdate": "compaction_update", ...})``
+    beside the model's tokens. False when it is told outside a run (the middleware's
+    background threads: ``in_progress``), where no stream is at hand; a stream that is not in
+    ``custom`` mode drops it."""
+    from langgraph.config import get_stream_writer
+
+    try:
+        writer = get_stream_writer()
+    except RuntimeError:  # not inside a run
+        return False
+    try:
+        writer({**update.to_acp(), "sessionId": update.session_id})
+    except Exception as exc:  # the app's stream is gone: the run's state has it anyway
+        log.debug("[%s] compaction update not streamed: %s", tag(update.session_id), exc)
+        return False
+    return True
