@@ -126,3 +126,60 @@ def test_tables_that_cannot_be_made_raise_a_named_error_and_are_not_retried_at_o
         assert not conn.execute(
             "SELECT 1 FROM pg_database WHERE datname = 'offpath_test_never_created'"
         ).fetchone()
+
+
+def test_a_run_that_raises_still_leaves_its_threads_latest_size_in_the_sessions_list(
+    tmp_path, monkeypatch
+):
+    """Issue 35, item 6: a team's agent whose run raised (a tool's error) was listed at its
+    first call's size ("1 message, 85 chars") as no run's end noted it; the size a later call
+    saw is written once the note period ends."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from stack import wait_for
+
+    from offpath.agent.middleware import OffPathCompaction, claims
+    from offpath.stores.tenants import SESSIONS
+
+    monkeypatch.setattr(claims, "NOTE_EVERY_S", 0.5)
+
+    class Model(GenericFakeChatModel):
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+    def logs(service: str) -> str:
+        """Read a service's logs."""
+        return "14:02:11 checkout-api GET /cart 200 35 ms\n" * 100
+
+    def restart(service: str) -> str:
+        """Restart a service."""
+        raise RuntimeError("not allowed")
+
+    call = lambda i, name: AIMessage(  # noqa: E731
+        content="", tool_calls=[{"id": f"c{i}", "name": name, "args": {"service": "checkout"}}]
+    )
+    settings = load_settings(data_dir=str(tmp_path), lock_backend="database")
+    middleware = OffPathCompaction(settings)
+    agent = create_agent(
+        Model(messages=iter([call(1, "logs"), call(2, "restart")])),
+        [logs, restart],
+        middleware=[middleware],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "raised"}}
+    with pytest.raises(RuntimeError, match="not allowed"):
+        agent.invoke({"messages": [{"role": "user", "content": "why is checkout slow?"}]}, config)
+
+    def listed() -> tuple[int, int] | None:
+        with middleware.client.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(SESSIONS.c.messages, SESSIONS.c.chars).where(
+                    SESSIONS.c.session_id == "raised"
+                )
+            ).first()
+        return tuple(row) if row and row[0] == 3 else None
+
+    messages, chars = wait_for(listed, timeout=10)  # the second call's: request, call, result
+    assert chars > len(logs("checkout"))

@@ -144,18 +144,44 @@ class ClaimsMixin:
             seen = self._claims.get(session_id)
             return bool(seen and seen.forced)
 
-    def _note_soon(self, session_id: str, messages: int, chars: int, every: float = NOTE_EVERY_S):
+    def _note_soon(self, session_id: str, messages: int, chars: int, every: float | None = None):
         """Record the thread as a session of kind ``own agent`` (its size, last activity) in
-        the background, at most every ``every`` seconds."""
+        the background, at most every ``every`` seconds (:data:`NOTE_EVERY_S`); a size held
+        back by that is written when the period ends."""
+        every = NOTE_EVERY_S if every is None else every
         now = time.monotonic()
         with self._guard:
             last = self._noted.get(session_id)
             if last is not None and now - last < every:
+                # the latest size is written once the period ends: a run that raises (a
+                # tool's error, the recursion limit) reaches no run's end to note it at
+                waiting = session_id in self._note_later
+                self._note_later[session_id] = (messages, chars)
+                if waiting:
+                    return
+                delay = every - (now - last)
+            else:
+                delay = None
+                self._note_later.pop(session_id, None)
+                if len(self._noted) > 10_000:
+                    self._noted.clear()
+                self._noted[session_id] = now
+        if delay is None:
+            self._write(self._note, session_id, messages, chars)
+            return
+        timer = threading.Timer(delay, self._note_latest, (session_id,))
+        timer.daemon = True
+        timer.start()
+
+    def _note_latest(self, session_id: str) -> None:
+        """Write the thread's latest size held back by :meth:`_note_soon`'s period, if no
+        note has written it since."""
+        with self._guard:
+            later = self._note_later.pop(session_id, None)
+            if later is None:
                 return
-            if len(self._noted) > 10_000:
-                self._noted.clear()
-            self._noted[session_id] = now
-        self._write(self._note, session_id, messages, chars)
+            self._noted[session_id] = time.monotonic()
+        self._write(self._note, session_id, *later)
 
     def _note(self, session_id: str, messages: int, chars: int) -> None:
         try:

@@ -104,6 +104,7 @@ class OffPathCompaction(
         self.options = JobOptions(patch=patch, checkpoints=checkpointer_url)
         self.tenant = tenant or self.settings.own_agent_tenant
         self._noted: dict[str, float] = {}  # thread -> when its session row was last written
+        self._note_later: dict[str, tuple[int, int]] = {}  # thread -> size held back
         self._client = client
         self._guard = threading.Lock()
         self._publishing: set[str] = set()
