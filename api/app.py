@@ -171,9 +171,11 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         return get_swagger_ui_html(openapi_url="/openapi.json", title="offpath API")
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         """One readable line in ``detail`` (the field and what is wrong), the list in
-        ``errors``; the input is never echoed (10 MB in used to be 10 MB out)."""
+        ``errors``; the input is never echoed (10 MB in used to be 10 MB out). A body sent
+        without a JSON ``Content-Type`` (``curl -d`` sends a form's) is not read as JSON:
+        ``detail`` says so first."""
         errors = []
         for e in exc.errors()[:MAX_ERRORS]:
             loc = [str(p) for p in e.get("loc", ())]
@@ -181,6 +183,16 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         detail = "; ".join(
             f"{'.'.join(p for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in errors
         )
+        sent = request.headers.get("content-type", "")
+        media = sent.split(";")[0].strip().lower()
+        if any(e["loc"] == ["body"] for e in errors) and not (
+            media == "application/json" or media.endswith("+json")
+        ):
+            detail = (
+                f"the body was not read as JSON: send it with Content-Type: application/json "
+                f"(got {short(sent, 100) or 'none'!r}; curl: -H 'Content-Type: application/json'); "
+                + detail
+            )
         return JSONResponse(
             status_code=422, content={"detail": short(detail, 1000), "errors": errors}
         )

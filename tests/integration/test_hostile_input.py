@@ -897,3 +897,21 @@ def test_the_scan_counts_every_token(stack):
     assert r.status_code == 422
     assert r.json()["detail"] == "body: not JSON (the ] at byte 16 closes nothing)"
     assert stack.http.get(f"/sessions/{session}/messages").status_code == 404
+
+
+def test_a_json_body_without_a_json_content_type_gets_a_422_that_says_so(stack):
+    """Issue 35, item 6: ``curl -d '{...}'`` sends the body as a form
+    (``application/x-www-form-urlencoded``); the 422 says the body was not read as JSON and
+    which header to send, and the same body with it is taken."""
+    body = json.dumps({"messages": [{"type": "human", "content": "hi"}]}).encode()
+    session = sid("ctype")
+    for sent in ("application/x-www-form-urlencoded", "text/plain"):
+        r = post_json(stack, f"/sessions/{session}/turns", body, content_type=sent)
+        assert r.status_code == 422, r.text
+        detail = r.json()["detail"]
+        assert detail.startswith("the body was not read as JSON"), detail
+        assert "Content-Type: application/json" in detail and repr(sent) in detail, detail
+    r = post_json(stack, f"/sessions/{session}/turns", body)
+    assert r.status_code == 200, r.text
+    bad = post_json(stack, f"/sessions/{session}/turns", b'{"messages": 3}')
+    assert bad.status_code == 422 and "not read as JSON" not in bad.json()["detail"]
