@@ -196,9 +196,13 @@ def api_client(
 def check_answer(r: httpx.Response, what: str) -> None:
     """One line and exit 1 for an answer that is not 2xx (401 says how to get a key)."""
     if r.status_code == 401:
+        make = "create one with `offpath keys create --tenant NAME`"
+        if "authorization" not in {k.lower() for k in r.request.headers}:
+            fail(f"{what}: no API key was sent: pass --api-key or set OFFPATH_API_KEY ({make})")
+        detail = _detail(r)
         fail(
-            f"{what}: the API refused the key ({_detail(r)}); pass --api-key or set "
-            "OFFPATH_API_KEY (create one with `offpath keys create --tenant NAME`)"
+            f"{what}: the API refused the key ({detail}); pass --api-key or set OFFPATH_API_KEY"
+            + ("" if "keys create" in detail else f" ({make})")
         )
     if r.status_code >= 400:
         fail(f"{what}: the API answered {r.status_code}: {_detail(r)}")

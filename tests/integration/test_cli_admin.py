@@ -60,6 +60,13 @@ def test_sessions_compact_and_show_against_a_running_api(stacks, stub):
         assert r.returncode == 1 and expected in err and len(err.splitlines()) == 1, (args, err)
     wrong_key = run(["sessions"], env={**env, "OFFPATH_API_KEY": "op_wrong"})
     assert wrong_key.returncode == 1 and "refused the key" in wrong_key.stderr
+    # issue 35, item 6: the hint how to make a key, once (the API's 401 says it as well)
+    for key in ("", "op_wrong"):
+        r = run(["stats"], env={**env, "OFFPATH_API_KEY": key})
+        err = r.stderr.strip()
+        assert r.returncode == 1 and len(err.splitlines()) == 1, err
+        assert err.count("keys create") == 1 and "OFFPATH_API_KEY" in err, err
+        assert ("no API key was sent" in err) == (not key), err
 
 
 def test_sessions_keeps_ids_whole_and_counts_in_words(stacks, stub):
