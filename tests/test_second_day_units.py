@@ -183,3 +183,41 @@ def test_a_run_that_raises_still_leaves_its_threads_latest_size_in_the_sessions_
 
     messages, chars = wait_for(listed, timeout=10)  # the second call's: request, call, result
     assert chars > len(logs("checkout"))
+
+
+def test_beat_check_reads_one_key_and_imports_no_agent_worker_or_graph(tmp_path):
+    """Issue 35, item 6: ``offpath beat --check`` (the Compose health check of ``beat``, 5 s)
+    opened a whole runtime (the agent graph, LangGraph, the checkpointer) to read one key;
+    it now reads the reconciler's key alone. Checked by what the process imports (its time
+    is a benchmark's business) and by its answers."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    import redis
+    from stack import REDIS_URL
+
+    from offpath.stores.leases.key_stores import reconciler_key
+
+    prefix = f"test-beat-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "REDIS_URL": REDIS_URL, "REDIS_KEY_PREFIX": prefix}
+    cmd = [sys.executable, "-X", "importtime", "-m", "offpath.cli.main", "beat", "--check"]
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+    never = check()
+    assert never.returncode == 1 and "has not run lately" in never.stdout + never.stderr
+    imported = {line.split("|")[-1].strip() for line in never.stderr.splitlines() if "|" in line}
+    heavy = {m for m in imported if m.startswith(("langgraph", "offpath.agent", "offpath.worker"))}
+    assert not heavy, sorted(heavy)[:10]
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.set(reconciler_key(prefix), f"{time.time():.3f}", ex=60)
+        ran = check()
+        assert ran.returncode == 0 and "reconciler: last pass" in ran.stdout, ran.stdout
+    finally:
+        client.delete(reconciler_key(prefix))
+        client.close()

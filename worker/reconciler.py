@@ -65,6 +65,7 @@ from offpath.stores.db import (
     threads_to_requeue,
 )
 from offpath.stores.leases import Leases, State
+from offpath.stores.leases.key_stores import reconciler_key
 
 log = logging.getLogger("offpath.reconciler")
 
@@ -99,7 +100,7 @@ def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
         ):
             if purged := archive.purge(rt.engine, s.archive_retention_days):
                 done["archive_purged"] += purged
-        last = f"{s.redis_key_prefix}:reconciler:last"
+        last = reconciler_key(s.redis_key_prefix)
         rt.leases.store.swap(last, rt.leases.store.get(last), f"{time.time():.3f}", 86_400)
     finally:
         rt.leases.store.swap(key, token, None, 0)
@@ -130,7 +131,7 @@ def expiry_reason(ttl_s: float) -> str:
 
 def seconds_since_last_pass(rt: Runtime) -> float | None:
     """How long ago the reconciler finished a pass (None: never, or over a day ago)."""
-    value = rt.leases.store.get(f"{rt.settings.redis_key_prefix}:reconciler:last")
+    value = rt.leases.store.get(reconciler_key(rt.settings.redis_key_prefix))
     return time.time() - float(value) if value else None
 
 

@@ -47,20 +47,35 @@ from offpath.cli.demo_stack import (
     _forget_redis_keys,
     _free_port,
     _wait_healthy,
+    port_free,
     redis_answers,
 )
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.settings import Settings
 
+#: The demo's last lines: where to go from here (README sections).
+NEXT_STEPS = (
+    "next: use it in your own agent: `from offpath import OffPathCompaction`, one line in "
+    "create_agent's middleware (README: Use it in your own agent; examples/own_agent.py)\n"
+    "      run it for real: `offpath migrate`, `offpath worker`, `offpath beat`, "
+    "`offpath api` on PostgreSQL and Redis, or `docker compose up` (README: Running it for real)"
+)
 
-def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool = False) -> int:
+
+def run_demo(
+    settings: Settings, file: Path | None, timeout: float, serve: bool = False, port: int = 0
+) -> int:
     """Run the demo (see the module doc); ``serve``: keep the worker and the API up after the
-    report until Ctrl-C or SIGTERM. Returns the exit code (0; 130 when interrupted before
-    the report)."""
+    report until Ctrl-C or SIGTERM; ``port``: the API's (0: a free one). Returns the exit code
+    (0; 130 when interrupted before the report). Raises :class:`CliError` for a port in use."""
+    if not 0 <= port <= 65_535:
+        raise CliError(f"--port {port}: a port is 1 to 65535 (0: a free one)")
+    if port and not port_free(port):
+        raise CliError(f"port {port} is in use: choose another with --port (0: a free one)")
     data = ROOT / "data" / "demo"
     shutil.rmtree(data, ignore_errors=True)
     (data / "logs").mkdir(parents=True)
-    port = _free_port()
+    port = port or _free_port()
     run_id = uuid.uuid4().hex[:6]
     env = {
         **os.environ,
@@ -168,11 +183,11 @@ def run_demo(settings: Settings, file: Path | None, timeout: float, serve: bool 
         if not serve:
             console.print(
                 "the web UI was up while the demo ran; `offpath demo --serve` keeps it up "
-                f"until Ctrl-C\ndashboard: {dashboard}"
+                f"until Ctrl-C\ndashboard: {dashboard}\n{NEXT_STEPS}"
             )
             return 0
         console.print(
-            f"dashboard: {dashboard}  (session: {dashboard}/sessions/{session})\n"
+            f"dashboard: {dashboard}  (session: {dashboard}/sessions/{session})\n{NEXT_STEPS}\n"
             "the worker and the API stay up; press Ctrl-C to stop them"
         )
         try:

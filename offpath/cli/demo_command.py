@@ -24,8 +24,12 @@ def demo(
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the compaction jobs")] = 90,
     serve: Annotated[
-        bool, typer.Option(help="Keep the API (and its dashboard at /ui) up until Ctrl-C")
+        bool,
+        typer.Option(help="Keep the API (and its dashboard at /ui) up until Ctrl-C", metavar=""),
     ] = False,
+    port: Annotated[
+        int, typer.Option(help="The API's port on 127.0.0.1 (0: a free one)", metavar="<port>")
+    ] = 0,
 ) -> None:
     """Run the whole loop on embedded defaults: worker, API, a replayed investigation, /stats,
     and the dashboard's URL."""
@@ -33,7 +37,7 @@ def demo(
 
     settings = settings_or_exit()
     try:
-        code = run_demo(settings, file, timeout, serve)
+        code = run_demo(settings, file, timeout, serve, port)
     except CliError as exc:
         fail(str(exc))
     raise typer.Exit(code)

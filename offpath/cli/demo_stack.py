@@ -28,6 +28,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_free(port: int) -> bool:
+    """Nothing listens on ``port`` of 127.0.0.1 (the demo's API may bind it)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def redis_answers(url: str) -> bool:
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)

@@ -79,8 +79,12 @@ def test_demo_runs_to_the_end_and_leaves_no_process(broker):
     assert "] summarizer: " in out  # the worker's log lines
     # issue 21, item 10: the same figures at every run, the ones the README states
     assert closing_figures(out) == closing_figures((ROOT / "README.md").read_text()), out
-    # it ends by printing the web UI's dashboard URL (issue 12)
-    assert re.fullmatch(r"dashboard: http://127\.0\.0\.1:\d+/ui", out.strip().splitlines()[-1]), out
+    # it prints the web UI's dashboard URL (issue 12), then ends pointing at what to do next
+    # (issue 35, item 6): using it in one's own agent, and running it for real
+    last = out.strip().splitlines()[-3:]
+    assert re.fullmatch(r"dashboard: http://127\.0\.0\.1:\d+/ui", last[0]), out
+    assert last[1].startswith("next: use it in your own agent: ") and "OffPathCompaction" in last[1]
+    assert "run it for real: " in last[2] and "offpath worker" in last[2], last
     assert not children_of_demo(), "the demo left processes behind"
 
 
@@ -91,8 +95,9 @@ def test_demo_serve_keeps_the_dashboard_up_until_interrupted():
 
     env = {**os.environ, "COLUMNS": "200", "REDIS_URL": REDIS_URL, **DEMO_MARK}
     env.update({"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""})
+    port = free_port()  # issue 35, item 6: the API's port may be chosen
     proc = subprocess.Popen(
-        OFFPATH + ["demo", "--serve"],
+        OFFPATH + ["demo", "--serve", "--port", str(port)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -106,7 +111,7 @@ def test_demo_serve_keeps_the_dashboard_up_until_interrupted():
             lines.append(line)
             if line.startswith("dashboard: "):
                 break
-        found = re.match(r"dashboard: (http://127\.0\.0\.1:\d+/ui)", lines[-1])
+        found = re.match(rf"dashboard: (http://127\.0\.0\.1:{port}/ui)", lines[-1])
         assert found, "".join(lines)
         time.sleep(2)  # still up after the report
         page = httpx.get(found.group(1), timeout=10)  # AUTH_DISABLED: no login

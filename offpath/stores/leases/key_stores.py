@@ -96,3 +96,10 @@ class SqlKeyStore:
             else:
                 sql = "UPDATE thread_locks SET token = :v, expires_at = :e WHERE name = :n AND token = :t"
             return bool(conn.execute(sa.text(sql), args).rowcount)
+
+
+def reconciler_key(prefix: str) -> str:
+    """The key that holds when the reconciler last finished a pass (``time.time()`` as text;
+    it lasts a day): written by :func:`offpath.worker.reconciler.reconcile`, read by
+    ``offpath beat --check``."""
+    return f"{prefix}:reconciler:last"
