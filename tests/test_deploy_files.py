@@ -742,3 +742,24 @@ def test_the_nginx_reader_refuses_what_nginx_would():
         except ValueError:
             continue
         raise AssertionError(f"read {broken!r}")
+
+
+def test_the_readmes_pins_export_is_quiet_and_writes_the_locked_versions(tmp_path):
+    """Issue 35, item 6: the README's `uv export ... -o pins.txt` printed the whole 317-line
+    file on the terminal as well. Run as the README writes it (in a copy of the lock), it
+    prints nothing and the file pins the lock's versions."""
+    import shutil
+    import subprocess
+    import sys
+
+    (command,) = re.findall(r"`(uv export [^`]*-o pins\.txt)`", (ROOT / "README.md").read_text())
+    for name in ("pyproject.toml", "uv.lock"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    uv = Path(sys.executable).parent / "uv"
+    done = subprocess.run(
+        [str(uv), *command.split()[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and done.stderr == "", (done.stdout[:300], done.stderr[:300])
+    pins = (tmp_path / "pins.txt").read_text()
+    assert f"langgraph=={importlib.metadata.version('langgraph')}" in pins
