@@ -221,3 +221,31 @@ def test_beat_check_reads_one_key_and_imports_no_agent_worker_or_graph(tmp_path)
     finally:
         client.delete(reconciler_key(prefix))
         client.close()
+
+
+def test_flowers_no_worker_warnings_become_one_info_line_and_other_warnings_stay():
+    """Issue 35, item 6: Flower started before any worker warned once per inspect method;
+    ``offpath flower`` says it once, at INFO. Flower's own logger, its own message."""
+    from offpath.cli.flower_run import NO_ANSWER, NoWorkerYet
+
+    logger = logging.getLogger("flower.inspector")
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    handler, quiet = Keep(), NoWorkerYet()
+    logger.addHandler(handler)
+    logger.addFilter(quiet)
+    try:
+        for method in ("active_queues", "conf", "registered", "stats"):
+            logger.warning(NO_ANSWER, method)
+        logger.warning("Inspect method %s failed: %s", "stats", "connection refused")
+    finally:
+        logger.removeFilter(quiet)
+        logger.removeHandler(handler)
+    assert [(r.levelname, r.getMessage()[:26]) for r in seen] == [
+        ("INFO", "no worker answered Flower'"),
+        ("WARNING", "Inspect method stats faile"),
+    ]

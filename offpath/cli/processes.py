@@ -241,8 +241,12 @@ def flower(
         )
     # Flower reads FLOWER_BASIC_AUTH itself: the password stays out of the process list
     os.environ["FLOWER_BASIC_AUTH"] = settings.flower_basic_auth
+    # Celery's flower command, with its no-worker-yet warnings said once (flower_run)
     cmd = [
-        *CELERY,
+        sys.executable,
+        "-m",
+        "offpath.cli.flower_run",
+        *CELERY[3:],
         "flower",
         f"--port={port or settings.flower_port}",
         f"--address={address}",
