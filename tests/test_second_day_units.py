@@ -249,3 +249,33 @@ def test_flowers_no_worker_warnings_become_one_info_line_and_other_warnings_stay
         ("INFO", "no worker answered Flower'"),
         ("WARNING", "Inspect method stats faile"),
     ]
+
+
+def test_a_quoted_request_is_not_called_the_turn_in_progress_and_old_summaries_still_read():
+    """Issue 35, item 6: a summary prepared while turn 6 ran and applied after it quoted turn
+    5's request (the cut fell inside turn 5) as "the turn in progress", beside a frontier
+    that says turn 5 is done and turn 6 under way. The quote's heading says what it is; a
+    summary written with the old heading still gives its request and body back."""
+    from langchain_core.messages import HumanMessage
+
+    from offpath.compaction.summary import build_summary_message, summary_body, summary_request
+
+    built = build_summary_message(
+        message_id="m1",
+        summary_text="**Investigating:** What should we do now?",
+        replaced_ids=["m1"],
+        replaced_chars=10,
+        summarizer="offline",
+        compactions=1,
+        request="Compare the replicas.",
+    )
+    assert "in progress" not in built.content
+    assert "**Request of the turn the kept messages start in (verbatim):**" in built.content
+    assert summary_request(built) == "Compare the replicas."
+    assert summary_body(built).endswith("What should we do now?")
+    old = HumanMessage(
+        built.content.replace("the turn the kept messages start in", "the turn in progress"),
+        additional_kwargs=built.additional_kwargs,
+    )
+    assert summary_request(old) == "Compare the replicas."
+    assert summary_body(old) == summary_body(built)

@@ -77,6 +77,8 @@ def test_demo_runs_to_the_end_and_leaves_no_process(broker):
         and "[Context from earlier in this session, summarized]" in out
     )
     assert "] summarizer: " in out  # the worker's log lines
+    # issue 35, item 6: the closing summary names no finished turn as the one in progress
+    assert "turn in progress" not in out
     # issue 21, item 10: the same figures at every run, the ones the README states
     assert closing_figures(out) == closing_figures((ROOT / "README.md").read_text()), out
     # it prints the web UI's dashboard URL (issue 12), then ends pointing at what to do next

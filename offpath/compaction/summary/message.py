@@ -19,8 +19,12 @@ from offpath.compaction.accounting import content_text
 SUMMARY_PREFIX = "[Context from earlier in this session, summarized]"
 #: ``additional_kwargs["lc_source"]`` of a summary message.
 SUMMARY_SOURCE = "summarization"
-#: Heading of the quoted request of a turn that was cut in the middle.
-REQUEST_HEADING = "**Request of the turn in progress (verbatim):**"
+#: Heading of the quoted request of a turn that was cut in the middle: the turn the kept
+#: messages start in, which may be answered by now (the frontier's lines say whether it is
+#: done; "of the turn in progress" named a finished turn when the thread had gone on).
+REQUEST_HEADING = "**Request of the turn the kept messages start in (verbatim):**"
+#: The heading earlier summaries used for it, still read back (:func:`summary_request`).
+OLD_REQUEST_HEADINGS = ("**Request of the turn in progress (verbatim):**",)
 #: The summary's last line (issue 11, item 4: the summary tells the model the tool exists).
 RECALL_NOTE = "_The originals are archived: `recall` reads them (words or a message id)._"
 
@@ -180,8 +184,11 @@ def summary_request(message: BaseMessage) -> str | None:
     the model saw, in the user's role), never from its metadata, which a client may forge
     (issue 20, item 8: ``additional_kwargs`` never reach a summary)."""
     content = content_text(message.content)
-    _, sep, request = content.partition(f"\n\n{REQUEST_HEADING}\n")
-    return (request.strip() or None) if sep else None
+    for heading in (REQUEST_HEADING, *OLD_REQUEST_HEADINGS):
+        _, sep, request = content.partition(f"\n\n{heading}\n")
+        if sep:
+            return request.strip() or None
+    return None
 
 
 def fingerprint(message: BaseMessage) -> str:
@@ -194,8 +201,11 @@ def summary_body(message: BaseMessage) -> str:
     """The summary text of a summary message, without the prefix line and quoted request."""
     content = content_text(message.content)
     body = content.removeprefix(SUMMARY_PREFIX).strip()
-    head, sep, _ = body.partition(REQUEST_HEADING)
-    return head.strip() if sep else body
+    for heading in (REQUEST_HEADING, *OLD_REQUEST_HEADINGS):
+        head, sep, _ = body.partition(heading)
+        if sep:
+            return head.strip()
+    return body
 
 
 def build_summary_message(
