@@ -11,6 +11,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
 from offpath.compaction.accounting import total_chars
+from offpath.compaction.tokens import TokenCounter
 from offpath.coordination.compactions import read_messages
 from offpath.coordination.runtime import Runtime
 from offpath.stores import db, usage
@@ -75,7 +76,7 @@ def read_session_stats(
     session_id: SessionId, request: Request, caller: Caller, since: Since = None
 ) -> dict[str, Any]:
     """One session's ``/stats`` figures (``since``: a time window), and its thread now
-    (messages and chars, read from its checkpoint)."""
+    (messages, chars and tokens in ``o200k_base``, read from its checkpoint)."""
     start = parse_since(since)
     rt = rt_of(request)
     check_readable(rt, caller, session_id)
@@ -87,6 +88,7 @@ def read_session_stats(
         "session_id": session_id,
         "messages": len(messages),
         "chars": total_chars(messages),
+        "tokens": TokenCounter(max_cached=0).count(messages),
         **body,
     }
 

@@ -296,6 +296,7 @@ def session_context(request: Request, caller: Principal, session_id: str) -> dic
         "archived": archived,
         "messages": len(messages),
         "chars": total_chars(messages),
+        "tokens": ui_data.tokens_of(messages),
         "threshold": rt.settings.summarization_threshold_chars,
         "jobs": jobs,
         "waiting": ui_data.waiting_job(rt, jobs),

@@ -1,13 +1,11 @@
 """Exact token counts for the reports (issue 22, "Counting tokens"), offline.
 
 ``tiktoken`` downloads its encodings at first use (it fails here: no network). quicktok
-(PyPI ``quicktok-v1``, the ``bench`` extra) ships ``cl100k_base`` and ``o200k_base`` in its
-wheel and gives the same ids as tiktoken (checked on every string of the shared transcripts
-against tiktoken with OpenAI's ``cl100k_base.tiktoken``, its published sha256: 3,891 of
-3,891 identical). Without it, counts fall back to chars / 4 and say so (:data:`EXACT`).
-
-Reports only: nothing on offpath's hot path calls this (its trigger is in chars,
-:mod:`offpath.compaction.tokens` converts a token threshold once at start-up).
+(PyPI ``quicktok-v1``, one of offpath's dependencies, loaded by
+:mod:`offpath.compaction.tokens`) ships ``cl100k_base`` and ``o200k_base`` in its wheel and
+gives the same ids as tiktoken (checked on every string of the shared transcripts against
+tiktoken with OpenAI's ``cl100k_base.tiktoken``, its published sha256: 3,891 of 3,891
+identical). Without it, counts fall back to chars / 4 and say so (:data:`EXACT`).
 
 What a message counts: the text :func:`offpath.compaction.accounting.message_chars` counts
 (content text, each tool call's compact JSON args), so chars / tokens compare like for like;
@@ -17,26 +15,20 @@ per-message framing tokens of a chat API (3-4 each) are left out of both.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import lru_cache
 from typing import Any
 
-import orjson
+from offpath.compaction.tokens import encoder, message_text
 
 #: The encoding of current OpenAI models (gpt-4o, gpt-4.1, o-series); cl100k_base: gpt-4/3.5.
 ENCODING = "o200k_base"
 
 
-@lru_cache(maxsize=4)
 def _encoder(name: str) -> Any:
-    try:
-        import quicktok
-    except ImportError:
-        return None
-    return quicktok.get_encoding(name)
+    return encoder(name)
 
 
 def exact_available(name: str = ENCODING) -> bool:
-    """quicktok (the bench extra) is installed: counts are exact."""
+    """quicktok is installed: counts are exact."""
     return _encoder(name) is not None
 
 
@@ -47,27 +39,6 @@ def count_text(text: str, name: str = ENCODING) -> int:
     if enc is None:
         return -(-len(text) // 4)
     return len(enc.encode_ordinary(text))
-
-
-def message_text(message: Any) -> str:
-    """The text of ``message`` that :func:`~offpath.compaction.accounting.message_chars`
-    counts: string content, or the text parts of list content; each tool call's args as
-    compact JSON."""
-    content = getattr(message, "content", "")
-    if isinstance(content, str):
-        parts = [content]
-    else:
-        parts = []
-        for block in content or []:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, dict):
-                value = block.get("text") or block.get("reasoning") or block.get("thinking")
-                if isinstance(value, str):
-                    parts.append(value)
-    for call in getattr(message, "tool_calls", None) or []:
-        parts.append(orjson.dumps(call.get("args") or {}, default=str).decode())
-    return "\n".join(parts)
 
 
 class Counter:

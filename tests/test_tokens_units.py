@@ -100,3 +100,109 @@ def test_middleware_calibrates_from_the_models_usage_and_says_the_ratio(caplog):
     assert (mw.calibration.calls, mw.calibration.chars, mw.calibration.tokens) == (1, 3_000, 1_000)
     assert mw.calibration.chars_per_token == 3.0
     assert any("3.00 chars per input token" in r.getMessage() for r in caplog.records)
+
+
+# --- issue 35, item 3: tokens as each thread's model counts them -------------------------------
+
+ZH = "结账服务请求等待数据库连接两千毫秒后失败，连接池已满。" * 40
+EN = "checkout request failed after waiting 2000 ms for a db connection, pool full. " * 40
+
+
+def test_openai_models_name_their_encoding_and_others_none():
+    from offpath.compaction.tokens import encoding_for
+
+    assert encoding_for("gpt-4o-mini") == encoding_for("gpt-4.1") == "o200k_base"
+    assert encoding_for("o3-mini") == encoding_for("ft:gpt-4o-2024-08-06:acme::x") == "o200k_base"
+    assert encoding_for("gpt-4") == encoding_for("gpt-3.5-turbo") == "cl100k_base"
+    assert encoding_for("openai/gpt-4o") == "o200k_base"  # a router's name for it
+    for other in ("llama3.1:8b", "claude-3-5-sonnet", "qwen2.5", "gpt4all", None, ""):
+        assert encoding_for(other) is None, other
+
+
+def test_the_counter_counts_offline_and_each_message_once():
+    from offpath.compaction.tokens import TokenCounter, encoder
+
+    counter = TokenCounter("o200k_base")
+    assert counter.exact
+    zh, en = HumanMessage(ZH, id="zh"), HumanMessage(EN, id="en")
+    n_zh, n_en = counter.count([zh]), counter.count([en])
+    assert len(ZH) / n_zh < 2 < 3.5 < len(EN) / n_en  # CJK runs under 2 chars per token
+    assert n_zh == len(encoder("o200k_base").encode_ordinary(ZH))
+    assert counter.count([zh, en]) == n_zh + n_en and len(counter._cache) == 2
+
+
+def test_a_thread_at_another_ratio_gets_its_own_sizes_and_a_chars_threshold_is_untouched():
+    from offpath.compaction.tokens import for_thread
+
+    s = load_settings(summarization_threshold_tokens=5_000, summarization_keep_chars=6_000)
+    assert s.summarization_threshold_chars == 20_000  # CHARS_PER_TOKEN 4
+    cjk = for_thread(s, 1.4)
+    assert cjk.summarization_threshold_chars == 7_000  # 5,000 tokens at 1.4 chars each
+    assert cjk.summarization_keep_chars == 2_100  # 6,000 x 1.4 / 4
+    assert cjk.hard_limit_chars == 21_000 and cjk.prepare_floor_chars == int(7_000 * 0.8)
+    assert for_thread(s, None) is s and for_thread(s, 4.0).summarization_threshold_chars == 20_000
+    chars = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
+    assert for_thread(chars, 1.4) is chars  # the threshold in chars: the seed's behaviour
+
+
+def test_each_thread_has_its_own_ratio_exact_for_openai_measured_for_others():
+    """Never one global guess: two threads of one agent at different ratios at once; an
+    OpenAI model's counted exactly, another's estimated (o200k_base) until its provider
+    has reported three calls, then measured from those reports."""
+    from offpath.agent.middleware.counting import ThreadTokens
+
+    tokens = ThreadTokens(default=4.0)
+    zh, en = [HumanMessage(ZH, id="zh")], [HumanMessage(EN, id="en")]
+    exact_zh = tokens.measure("t-zh", "gpt-4o-mini", zh)
+    exact_en = tokens.measure("t-en", "gpt-4o-mini", en)
+    assert exact_zh.how == exact_en.how == "exact (o200k_base)"
+    assert exact_zh.chars_per_token < 2 < 3.5 < exact_en.chars_per_token
+    assert tokens.last("t-zh") == exact_zh and tokens.last("t-en") == exact_en
+    first = tokens.measure("t-llama", "llama3.1:8b", zh)
+    assert first.how == "estimated (o200k_base)"
+    for _ in range(3):  # its provider reports 1,000 tokens for 1,300 chars sent
+        tokens.observe("t-llama", 1_300, _ai(1_000))
+    measured = tokens.measure("t-llama", "llama3.1:8b", zh)
+    assert measured == type(measured)(1.3, "measured")
+    assert tokens.measure("t-zh", "gpt-4o-mini", zh) == exact_zh  # reports never mix threads
+
+
+def test_without_a_tokenizer_the_ratio_falls_back_to_chars_per_token(monkeypatch):
+    import sys
+
+    from offpath.agent.middleware.counting import ThreadTokens
+    from offpath.compaction.tokens import TokenCounter, encoder
+
+    encoder.cache_clear()
+    monkeypatch.setitem(sys.modules, "quicktok", None)  # `import quicktok` fails
+    try:
+        assert TokenCounter().count([HumanMessage(ZH)]) is None
+        ratio = ThreadTokens(default=3.5).measure("t", "gpt-4o", [HumanMessage(ZH, id="z")])
+        assert (ratio.chars_per_token, ratio.how) == (3.5, "CHARS_PER_TOKEN")
+    finally:
+        encoder.cache_clear()
+
+
+def test_stats_counts_each_compactions_tokens_at_its_threads_ratio(tmp_path):
+    """``/stats`` shows tokens beside chars: a compaction's tokens saved are its chars saved
+    over its thread's ratio (a CJK thread's 14,000 chars are 10,000 tokens, an English
+    thread's 14,000 chars 3,500); a compaction whose job measured none counts chars / 4."""
+    from offpath.stores import db
+    from offpath.stores.usage import stats
+
+    settings = load_settings(data_dir=str(tmp_path))
+    db.migrate(settings)
+    engine = db.make_engine(settings)
+    for job, ratio in (("zh", 1.4), ("en", 4.0), ("old", None)):
+        db.create_job(engine, job, f"t-{job}", 20_000)
+        record = {"messages_removed": 3, "chars_removed": 15_000, "chars_before": 20_000}
+        usage = {"latency_ms": 5, "chars_per_token": ratio}
+        result = {"record": {**record, "chars_after": 6_000}, "usage": usage}
+        db.store_result(engine, job, result, db.JobStatus.PREPARED)
+        assert db.finalize(engine, job, f"t-{job}")
+    summary = stats(engine)["summary"]
+    engine.dispose()
+    assert summary["total_chars_compacted"] == 3 * 14_000  # unchanged, the seed's field
+    assert summary["approx_tokens_saved"] == 3 * 14_000 // 4
+    assert summary["total_tokens_compacted"] == 10_000 + 3_500 + 3_500
+    assert summary["tokens_counted_compactions"] == 2

@@ -55,6 +55,7 @@ from offpath.compaction.prompt import build_prompt
 from offpath.compaction.shorten import is_shortened
 from offpath.compaction.summarizers import Summarizer, SummarizerError
 from offpath.compaction.summary import is_summary, summary_meta
+from offpath.compaction.tokens import for_thread, measured_ratio
 from offpath.coordination.compactions import (
     UNSTORABLE,
     JobEnded,
@@ -228,6 +229,10 @@ def _compact(
         else:
             thread = read_thread(saver, thread_id, ns)
         messages = thread.messages
+        # the thread's chars per token, as the agent's middleware measured it or counted here
+        # (o200k_base); with the threshold in tokens its sizes scale by it (compaction.tokens)
+        ratio = options.chars_per_token or measured_ratio(messages)
+        settings = for_thread(rt.settings, ratio)
         if record_landed(rt, session_id, job_id, messages, stored):
             return Outcome(JobStatus.APPLIED, Leases.after(job_id, State.DONE))
         if attempt == 0 and (n := end_others(rt.engine, session_id, job_id)):
@@ -274,6 +279,7 @@ def _compact(
             "input_tokens": result.input_tokens,
             "output_tokens": result.output_tokens,
             "latency_ms": latency_ms,
+            "chars_per_token": round(ratio, 4) if ratio else None,
         }
         stored = {"prepared": prepared.to_json(), "usage": usage}
         store_result(rt.engine, job_id, stored)

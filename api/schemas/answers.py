@@ -208,6 +208,14 @@ class StatsSummary(_Open):
     )
     sessions_compacted: int
     approx_tokens_saved: int = Field(description="total_chars_compacted / 4")
+    total_tokens_compacted: int = Field(
+        description="The same reduction in tokens as each thread's model counts them: a "
+        "compaction's chars saved over its thread's chars per token (counted offline for an "
+        "OpenAI model, reported by the provider for another), chars / 4 where none was measured"
+    )
+    tokens_counted_compactions: int = Field(
+        description="Compactions in total_tokens_compacted counted so (the others: chars / 4)"
+    )
     jobs: JobCounts = Field(description="Jobs by status (queued since `since`)")
     fallback_maskings: int
     jobs_by_reason: ReasonCounts
@@ -228,4 +236,9 @@ class SessionStatsOut(BaseModel):
     session_id: str
     messages: int = Field(description="Messages in the thread now")
     chars: int = Field(description="The thread's size now, in chars")
+    tokens: int | None = Field(
+        default=None,
+        description="The thread's size now in tokens (o200k_base, counted offline; null: no "
+        "tokenizer installed)",
+    )
     summary: StatsSummary

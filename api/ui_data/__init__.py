@@ -59,6 +59,7 @@ from .thread import (
     own_summaries,
     session_version,
     thread_items,
+    tokens_of,
     waiting_job,
 )
 
@@ -107,5 +108,6 @@ __all__ = [
     "own_summaries",
     "session_version",
     "thread_items",
+    "tokens_of",
     "waiting_job",
 ]

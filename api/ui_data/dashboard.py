@@ -20,8 +20,13 @@ from offpath.stores.tenants import Principal
 #: (:func:`fmt_ms`), its unit in its text.
 WIDGETS: tuple[tuple[str, str, str], ...] = (
     ("summary.sessions_compacted", "sessions compacted", ""),
-    ("summary.approx_tokens_saved", "~tokens saved", "chars / 4"),
     ("summary.total_chars_compacted", "chars compacted", "chars"),
+    (
+        "summary.total_tokens_compacted",
+        "tokens compacted",
+        "counted per thread over {summary.tokens_counted_compactions}",
+    ),
+    ("summary.approx_tokens_saved", "~tokens saved", "chars / 4"),
     ("summary.total_summarizations", "compactions", ""),
     *((f"summary.jobs.{s.value}", f"jobs {s.value}", "") for s in db.JobStatus),
     ("summary.lag_ms.p50", "compaction lag p50", "over {summary.lag_ms.count}"),
@@ -46,6 +51,7 @@ FOLDED = {
     "summary.lag_ms.count",
     "summary.summarizer_latency_ms.count",
     "summary.llm_tokens.events",
+    "summary.tokens_counted_compactions",
 }
 #: The widgets whose value is drawn in a colour when it is not 0: (path suffix, tone).
 TONES = ((".failed", "bad"), (".applied", "ok"))
@@ -175,7 +181,7 @@ def widgets(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 #: The figures a session's page shows from ``GET /sessions/{id}/stats``: (path, label, unit).
 SESSION_WIDGETS: tuple[tuple[str, str, str], ...] = (
     ("summary.total_chars_compacted", "chars compacted", "chars"),
-    ("summary.approx_tokens_saved", "~tokens saved", "chars / 4"),
+    ("summary.total_tokens_compacted", "tokens compacted", "its model's count"),
     ("summary.lag_ms.p50", "compaction lag p50", ""),
     ("summary.summarizer_latency_ms.p50", "summarizer latency p50", ""),
     ("summary.jobs.failed", "jobs failed", ""),

@@ -239,3 +239,11 @@ def _pickup_warn_s() -> float:
     from offpath.agent.middleware import claims
 
     return claims.PICKUP_WARN_S
+
+
+def tokens_of(messages: Sequence[BaseMessage]) -> int | None:
+    """The thread's size in tokens, counted offline in ``o200k_base`` (the page shows it
+    beside its chars; :mod:`offpath.compaction.tokens`); None without a tokenizer."""
+    from offpath.compaction.tokens import TokenCounter
+
+    return TokenCounter(max_cached=0).count(messages)

@@ -1,22 +1,40 @@
-"""Tokens against chars: the calibrated ratio behind ``SUMMARIZATION_THRESHOLD_TOKENS``.
+"""Tokens against chars: the ratio behind ``SUMMARIZATION_THRESHOLD_TOKENS``, counted as the
+model counts them.
 
-Thresholds are counted in chars (the seed's names, and what the middleware and the worker
-compare); users think in tokens. ``SUMMARIZATION_THRESHOLD_TOKENS`` is converted to chars at
-start-up by ``CHARS_PER_TOKEN`` (:class:`~offpath.compaction.settings.Settings`), so no model
-call ever waits for a tokenizer. The ratio to set is measured, not guessed: a
-:class:`Calibration` adds up, over model calls, the chars the middleware sent and the input
-tokens the provider reported for them (LangChain's ``AIMessage.usage_metadata``:
-``{"input_tokens": int, "output_tokens": int, "total_tokens": int}``), per thread or per
-deployment. Only arithmetic on the hot path: no tokenizer is loaded here.
+Sizes are kept in chars (the seed's names, and what the planner and the patch compare); users
+think in tokens, and a token is not a fixed number of chars: about 4 in English, 2.6 in logs,
+1.3-1.5 in Chinese, Japanese or Korean. With the threshold in tokens, each thread's sizes are
+scaled by *its own* chars per token (:func:`for_thread`): its threshold in chars is
+``round(tokens x ratio)``, and the keep window, the hard limit and the other sizes follow by
+``ratio / CHARS_PER_TOKEN``. A thread of CJK tool output is then compacted at the same count
+of tokens as an English one, in one deployment. The ratio comes, in this order:
 
-Exact offline counts (for reports, never for the trigger) are :mod:`bench.tokens`'.
+1. **exact**, for an OpenAI model (:func:`encoding_for` knows its encoding): the thread's
+   tokens counted offline with quicktok (its wheel ships ``cl100k_base`` and ``o200k_base``;
+   the same ids as tiktoken), each message once (:class:`TokenCounter`);
+2. **measured**, for any other model, once the provider has reported ``usage_metadata``
+   (``input_tokens``) for the thread's calls: chars sent / tokens reported, over that
+   thread's calls (a :class:`Calibration` per thread); tool schemas and chat framing, which
+   the provider counts and the chars do not, make it err on the early side;
+3. **estimated** with ``o200k_base`` until then (for a model with another vocabulary a
+   first guess, corrected as soon as it reports);
+4. ``CHARS_PER_TOKEN`` only where quicktok is not installed and no usage was reported.
+
+Only arithmetic and a cached count of each new message on the hot path (quicktok counts
+100,000 chars in about 3 ms; an encoding loads once per process).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
+
+import orjson
+
+from offpath.compaction.accounting import message_chars
 
 #: The usual rule of thumb for English text and code (OpenAI's "about 4 characters").
 DEFAULT_CHARS_PER_TOKEN = 4.0
@@ -80,3 +98,145 @@ class Calibration:
 def threshold_chars(tokens: int, chars_per_token: float) -> int:
     """``SUMMARIZATION_THRESHOLD_TOKENS`` in chars: ``round(tokens x chars_per_token)``."""
     return round(tokens * chars_per_token)
+
+
+#: The encoding of an unknown model's first estimate (current OpenAI models').
+DEFAULT_ENCODING = "o200k_base"
+#: OpenAI model names by prefix, and their encodings (tiktoken's model table).
+OPENAI_ENCODINGS = (
+    ("gpt-4o", "o200k_base"),
+    ("chatgpt-4o", "o200k_base"),
+    ("gpt-4.1", "o200k_base"),
+    ("gpt-4.5", "o200k_base"),
+    ("gpt-5", "o200k_base"),
+    ("o1", "o200k_base"),
+    ("o3", "o200k_base"),
+    ("o4", "o200k_base"),
+    ("gpt-4", "cl100k_base"),
+    ("gpt-3.5", "cl100k_base"),
+)
+
+
+def encoding_for(model: str | None) -> str | None:
+    """The encoding an OpenAI model counts in (``gpt-4o-mini``: ``o200k_base``; ``gpt-4``:
+    ``cl100k_base``; a fine-tuned ``ft:gpt-4o-...`` too); None for a model that is not
+    OpenAI's (its count is measured from what its provider reports)."""
+    name = (model or "").strip().lower().removeprefix("ft:").rsplit("/", 1)[-1]
+    for prefix, encoding in OPENAI_ENCODINGS:
+        if name == prefix or name.startswith((f"{prefix}-", f"{prefix}.", f"{prefix}:")):
+            return encoding
+    return None
+
+
+@lru_cache(maxsize=4)
+def encoder(name: str = DEFAULT_ENCODING) -> Any | None:
+    """quicktok's encoding ``name`` (its vocabulary is in its wheel: nothing is downloaded),
+    loaded once per process; None when quicktok is not installed."""
+    try:
+        import quicktok
+    except ImportError:
+        return None
+    return quicktok.get_encoding(name)
+
+
+def message_text(message: Any) -> str:
+    """The text of ``message`` that :func:`~offpath.compaction.accounting.message_chars`
+    counts: string content, or the text parts of list content; each tool call's args as
+    compact JSON (so that chars and tokens compare like for like; a chat API's framing
+    tokens, 3-4 per message, are left out of both)."""
+    content = getattr(message, "content", "")
+    if isinstance(content, str):
+        parts = [content]
+    else:
+        parts = []
+        for block in content or []:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict):
+                value = block.get("text") or block.get("reasoning") or block.get("thinking")
+                if isinstance(value, str):
+                    parts.append(value)
+    for call in getattr(message, "tool_calls", None) or []:
+        parts.append(orjson.dumps(call.get("args") or {}, default=str).decode())
+    return "\n".join(parts)
+
+
+class TokenCounter:
+    """Counts messages in one encoding, each message once: a run sends the same messages call
+    after call (cached by id and a hash of its text; at most ``max_cached`` messages).
+    Thread-safe. ``exact``: quicktok is installed (else :meth:`count` gives None)."""
+
+    def __init__(self, encoding: str = DEFAULT_ENCODING, max_cached: int = 100_000) -> None:
+        self.encoding = encoding
+        self.max_cached = max_cached
+        self._cache: dict[tuple[str, int], int] = {}
+        self._guard = threading.Lock()
+
+    @property
+    def exact(self) -> bool:
+        return encoder(self.encoding) is not None
+
+    def text(self, text: str) -> int | None:
+        """Tokens of ``text`` (special tokens as plain text); None without quicktok."""
+        enc = encoder(self.encoding)
+        return None if enc is None else len(enc.encode_ordinary(text))
+
+    def count(self, messages: Iterable[Any]) -> int | None:
+        """Tokens of ``messages`` (:func:`message_text` of each); None without quicktok."""
+        enc = encoder(self.encoding)
+        if enc is None:
+            return None
+        total = 0
+        for m in messages:
+            # a message with an id is known by it and its size (no text is built to look it
+            # up: a run's calls send the same messages again); one without, by its text
+            mid = getattr(m, "id", None)
+            text = None if mid else message_text(m)
+            key = (str(mid), message_chars(m)) if mid else ("", hash(text))
+            with self._guard:
+                n = self._cache.get(key)
+            if n is None:
+                n = len(enc.encode_ordinary(message_text(m) if text is None else text))
+                with self._guard:
+                    if len(self._cache) >= self.max_cached:
+                        self._cache.clear()
+                    self._cache[key] = n
+            total += n
+        return total
+
+
+def for_thread(settings: Any, chars_per_token: float | None) -> Any:
+    """``settings`` (a :class:`~offpath.compaction.settings.Settings`, which imports this
+    module) for a thread whose text runs ``chars_per_token`` chars per token, when the
+    threshold is in tokens (``SUMMARIZATION_THRESHOLD_TOKENS``): the threshold in chars is
+    ``round(tokens x chars_per_token)``, and the keep window, ``CONTEXT_HARD_LIMIT_CHARS``,
+    ``TOOL_RESULT_MAX_CHARS`` and the pinned facts' budget are scaled by
+    ``chars_per_token / CHARS_PER_TOKEN`` (those left at 0 follow the threshold as before).
+    ``settings`` itself when the threshold is in chars or the ratio is not known."""
+    tokens = settings.summarization_threshold_tokens
+    if not tokens or not chars_per_token or chars_per_token <= 0:
+        return settings
+    ratio = round(min(max(chars_per_token, 0.5), 20.0), 2)
+    factor = ratio / settings.chars_per_token
+
+    def scaled(value: int) -> int:
+        return round(value * factor) if value else 0
+
+    return settings.model_copy(
+        update={
+            "summarization_threshold_chars": threshold_chars(tokens, ratio),
+            "summarization_keep_chars": scaled(settings.summarization_keep_chars),
+            "context_hard_limit_chars": scaled(settings.context_hard_limit_chars),
+            "tool_result_max_chars": scaled(settings.tool_result_max_chars),
+            "summary_pinned_max_chars": scaled(settings.summary_pinned_max_chars),
+        }
+    )
+
+
+def measured_ratio(messages: Iterable[Any], encoding: str = DEFAULT_ENCODING) -> float | None:
+    """Chars per token of ``messages`` counted in ``encoding`` (None: no quicktok, or no
+    text). For a thread read whole (the worker's, the API's session page)."""
+    items = list(messages)
+    chars = sum(message_chars(m) for m in items)
+    tokens = TokenCounter(encoding, max_cached=0).count(items)
+    return chars / tokens if tokens and chars else None

@@ -350,3 +350,75 @@ def test_a_stream_in_messages_mode_shows_each_compaction(stacks, tmp_path):
     first = next(i for i, (mode, c) in enumerate(chunks) if mode == "custom")
     assert any(mode == "messages" for mode, _ in chunks[:first])
     assert any(mode == "messages" for mode, _ in chunks[first:])
+
+
+def _log_page(language: str, page: int, lines: int = 30) -> str:
+    """One page of tool output: service log lines in ``language`` (``zh``, ``ja``, ``en``)."""
+    text = {
+        "zh": "结账服务 {k} 号请求等待数据库连接 {ms} 毫秒后失败，连接池已满，队列长度 {q}。",
+        "ja": "チェックアウト {k} 番のリクエストは接続待ち {ms} ミリ秒で失敗、プールは満杯、待機 {q} 件。",
+        "en": "checkout request {k} failed after waiting {ms} ms for a db connection, pool full, "
+        "queue {q}.",
+    }[language]
+    return "\n".join(
+        f"14:{(page + k) % 60:02d}:07 " + text.format(k=page * 100 + k, ms=1900 + k, q=k % 17)
+        for k in range(lines)
+    )
+
+
+@pytest.mark.parametrize("language", ["zh", "ja", "en"])
+def test_a_token_threshold_holds_for_cjk_tool_output(stacks, tmp_path, language):
+    """Issue 35, item 3: with SUMMARIZATION_THRESHOLD_TOKENS=5000 the threshold became a
+    20,000-char trigger (chars / 4); tool output in Chinese or Japanese runs 1.3-1.5 chars per
+    token, and 35 of 37 model calls went over 5,000 tokens, up to 14,712. Each thread's sizes
+    now scale by its own ratio (counted exactly for an OpenAI model): no call of a 37-call run
+    sends more than the threshold in tokens, counted here in o200k_base, in any of the three
+    languages, and the compactions land."""
+    from offpath.compaction.tokens import TokenCounter
+
+    stack = stacks.get(
+        "sqlite", SUMMARIZATION_THRESHOLD_TOKENS="5000", SUMMARIZATION_KEEP_CHARS="6000", **ENV
+    )
+    settings = stack.settings()
+    assert settings.summarization_threshold_tokens == 5000
+
+    class OpenAIModel(TranscriptModel):
+        model_name: str = "gpt-4o-mini"
+
+    calls = 36
+    replies = [
+        AIMessage(
+            id=f"cjk-{language}-{i}",
+            content="",
+            tool_calls=[{"id": f"c{i}", "name": "read_logs", "args": {"page": i}}],
+        )
+        for i in range(calls)
+    ] + [AIMessage(id=f"cjk-{language}-end", content="The pool is exhausted.")]
+
+    def read_logs(page: int) -> str:
+        """Read a page of checkout-api's logs."""
+        return _log_page(language, page)
+
+    model = OpenAIModel(replies=replies, delay_s=0.05)
+    store = f"sqlite:///{tmp_path / f'cjk-{language}.db'}"
+    thread = f"cjk-{language}-{uuid.uuid4().hex[:6]}"
+    with open_checkpoints_url(store, settings) as checkpoints:
+        agent = create_agent(
+            model,
+            [read_logs],
+            system_prompt="You are an SRE assistant.",
+            middleware=[OffPathCompaction(settings, checkpointer_url=store, client=stack.client())],
+            checkpointer=checkpoints.saver,
+        )
+        agent.invoke(
+            {"messages": [HumanMessage("Why does checkout fail?")]},
+            {"configurable": {"thread_id": thread}, "recursion_limit": 1_000},
+        )
+    counter = TokenCounter("o200k_base")
+    sent = [counter.count(call) for call in model.calls]
+    assert len(sent) == calls + 1
+    page = counter.text(_log_page(language, 1))
+    assert page and 500 < page < 1_700, page  # a page is a tenth to a third of the threshold
+    assert max(sent) <= 5_000, (language, sent)
+    assert sum(sent) > 4 * 5_000  # the run produced several thresholds' worth
+    assert [j for j in stack.jobs(thread) if j["status"] == "applied"], stack.jobs(thread)

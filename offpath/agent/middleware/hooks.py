@@ -21,6 +21,7 @@ from langgraph.types import Command
 
 from offpath.agent.middleware.applying import ApplyingMixin
 from offpath.agent.middleware.claims import ClaimsMixin
+from offpath.agent.middleware.counting import CountingMixin, ThreadTokens, per_thread
 from offpath.agent.middleware.helpers import (
     _diff,
     _outside,
@@ -56,6 +57,7 @@ END_READ_WAIT_S = 1.0
 
 class OffPathCompaction(
     AgentMiddleware[OffPathState],
+    CountingMixin,
     ClaimsMixin,
     ShapingMixin,
     ApplyingMixin,
@@ -119,6 +121,8 @@ class OffPathCompaction(
         #: chars sent per input token the provider reported (``usage_metadata``), over this
         #: agent's calls: the CHARS_PER_TOKEN to set for SUMMARIZATION_THRESHOLD_TOKENS
         self.calibration = Calibration(default=self.settings.chars_per_token)
+        #: each thread's chars per token (SUMMARIZATION_THRESHOLD_TOKENS: its sizes scale)
+        self.tokens = ThreadTokens(default=self.settings.chars_per_token)
         if self.settings.active:
             if self._client is None:  # its imports and pools now, as the agent is built
                 with contextlib.suppress(Exception):  # else on first use, which says why
@@ -135,24 +139,27 @@ class OffPathCompaction(
     # --- hooks --------------------------------------------------------------------------
 
     def wrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
-        call = self._before_call(request)
-        try:
-            response = handler(call.request)
-        except Exception as exc:  # a context-length refusal: retried once, smaller
-            call, response = self._retry_refused(request, call, handler, exc)
-        self._settle(call)
-        return self._answer(call, response)
+        with self._thread_settings(request):  # the thread's sizes (tokens threshold)
+            call = self._before_call(request)
+            try:
+                response = handler(call.request)
+            except Exception as exc:  # a context-length refusal: retried once, smaller
+                call, response = self._retry_refused(request, call, handler, exc)
+            self._settle(call)
+            return self._answer(call, response)
 
     async def awrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
-        call = await asyncio.to_thread(self._before_call, request)  # it reads the job row
-        try:
-            response = await handler(call.request)
-        except Exception as exc:  # a context-length refusal: retried once, smaller
-            call, response = await self._aretry_refused(request, call, handler, exc)
-        if call.stored is not None:
-            await asyncio.to_thread(self._settle, call)
-        return self._answer(call, response)
+        with self._thread_settings(request):  # copied into the threads below
+            call = await asyncio.to_thread(self._before_call, request)  # it reads the job row
+            try:
+                response = await handler(call.request)
+            except Exception as exc:  # a context-length refusal: retried once, smaller
+                call, response = await self._aretry_refused(request, call, handler, exc)
+            if call.stored is not None:
+                await asyncio.to_thread(self._settle, call)
+            return self._answer(call, response)
 
+    @per_thread
     def after_agent(self, state: OffPathState, runtime: Any) -> dict[str, Any] | Command | None:
         """The end of the run: record a compaction applied at its last model call; apply a
         prepared one if the run's last messages took the thread over its threshold (the next

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextvars import copy_context
 from dataclasses import replace
 from typing import Any
 
@@ -38,7 +39,8 @@ class PoolsMixin:
     callback). Its methods use the attributes set in ``OffPathCompaction.__init__``."""
 
     def _pool(self, name: str) -> ThreadPoolExecutor:
-        """The background pool ``name`` (:data:`POOLS`), started on first use."""
+        """The background pool ``name`` (:data:`POOLS`), started on first use. Work goes there
+        with the caller's context (the thread's settings in force: :mod:`.counting`)."""
         with self._guard:
             pool = self._pools.get(name)
             if pool is None:
@@ -50,7 +52,7 @@ class PoolsMixin:
     def _read(self, fn: Any, *args: Any) -> Future[Any]:
         """Run ``fn`` on the reader thread: claim and latency reads only, so that they are
         never starved by publishes and counters (issue 18, item 4)."""
-        return self._pool("read").submit(fn, *args)
+        return self._pool("read").submit(copy_context().run, fn, *args)
 
     def _read_ahead(self, messages: list[BaseMessage]) -> None:
         """Find the facts of ``messages`` (those a model call is the first to see) on the facts
@@ -65,17 +67,17 @@ class PoolsMixin:
                 log.debug("offpath: facts not read ahead: %s", exc)
 
         try:
-            self._pool("facts").submit(read)
+            self._pool("facts").submit(copy_context().run, read)
         except RuntimeError:  # the interpreter is shutting down: found when needed
             pass
 
     def _archive(self, fn: Any, *args: Any) -> Future[Any]:
         """Run ``fn`` (an archive write a model call's update waits for) on the archive
         threads: never queued behind publishes and counters."""
-        return self._pool("archive").submit(fn, *args)
+        return self._pool("archive").submit(copy_context().run, fn, *args)
 
     def _write(self, fn: Any, *args: Any) -> None:
-        self._pool("write").submit(fn, *args)
+        self._pool("write").submit(copy_context().run, fn, *args)
 
     def _publish_soon(
         self,
@@ -103,6 +105,7 @@ class PoolsMixin:
             thread_id=place.thread_id if place.thread_id != session_id else None,
             floor=min(chars if planned is None else planned, self._prepare_point(private)),
             outside=_outside(private),
+            chars_per_token=self._thread_ratio(session_id),
         )
         self._write(self._publish, session_id, chars, options)
 

@@ -63,7 +63,7 @@ class ShapingMixin:
         return True
 
     def _answer(self, call: _Call, response: Any) -> Any:
-        self._calibrate(call.chars, response)
+        self._calibrate(call.chars, response, call.session_id)
         if isinstance(response, ModelResponse):
             return ExtendedModelResponse(
                 model_response=response, command=Command(update=call.update)
@@ -72,14 +72,18 @@ class ShapingMixin:
             model_response=ModelResponse(result=[response]), command=Command(update=call.update)
         )
 
-    def _calibrate(self, chars: int, response: Any) -> None:
+    def _calibrate(self, chars: int, response: Any, session_id: str | None = None) -> None:
         """Add the call to :attr:`calibration` (arithmetic only: the provider counted the
         tokens); once calibrated, say once if CHARS_PER_TOKEN is over 10% off the ratio."""
         result = response.result if isinstance(response, ModelResponse) else [response]
         answer = next((m for m in result if getattr(m, "usage_metadata", None)), None)
         if answer is None or not self.calibration.observe(chars, answer):
             return
+        if session_id is not None:
+            self.tokens.observe(session_id, chars, answer)
         c = self.calibration
+        if self.settings.summarization_threshold_tokens:
+            return  # each thread's own ratio scales its sizes (.counting): nothing to set
         if c.calibrated and abs(c.chars_per_token / self.settings.chars_per_token - 1) > 0.1:
             self._warn_once(
                 "chars_per_token",

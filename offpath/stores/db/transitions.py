@@ -279,6 +279,7 @@ def finalize(
                 "messages_removed": int(result["messages_removed"]),
                 "chars_removed": int(result["chars_removed"]),
                 "chars_saved": chars_saved(result),
+                **tokens_saved(result),
                 "tool_calls_removed": int(result.get("tool_calls_removed") or 0),
                 "summarizer": result.get("summarizer"),
             },
@@ -307,6 +308,17 @@ def finalize(
     lag_s = (applied_at - since).total_seconds() if since is not None else None
     metrics.compaction_applied(lag_s)
     return True
+
+
+def tokens_saved(result: dict[str, Any]) -> dict[str, Any]:
+    """A compaction's tokens saved, for its usage event: its chars saved over its thread's
+    chars per token as the job measured them (``chars_per_token``: counted with the thread's
+    model's tokenizer, or reported by its provider; :mod:`offpath.compaction.tokens`), with
+    that ratio; nothing when the job measured none (``/stats`` then counts chars / 4)."""
+    ratio = result.get("chars_per_token")
+    if not isinstance(ratio, int | float) or isinstance(ratio, bool) or not 0.5 <= ratio <= 20:
+        return {}
+    return {"tokens_saved": round(chars_saved(result) / ratio), "chars_per_token": ratio}
 
 
 #: The reason code of a reverted job.

@@ -41,7 +41,10 @@ def stats(
     ``summary`` holds ``total_summarizations``, ``total_chars_compacted`` (the real
     reduction: each compaction's thread size before less its size after, so a summary
     folded into the next one is not counted as saved again; issue 21, item 6),
-    ``sessions_compacted``, ``approx_tokens_saved`` (chars / 4), ``jobs`` (count by status),
+    ``sessions_compacted``, ``approx_tokens_saved`` (chars / 4), ``total_tokens_compacted``
+    (the same reduction in tokens as each thread's model counts them: its chars saved over
+    that thread's chars per token, chars / 4 for a compaction whose thread had no measure)
+    and ``tokens_counted_compactions`` (how many were counted so), ``jobs`` (count by status),
     (a reverted compaction counts in ``total_summarizations``, in the summarizer's latency
     and tokens, and in ``jobs.reverted``, but not in the chars, tokens saved or sessions
     compacted: what it removed is back; issue 19)
@@ -72,7 +75,9 @@ def stats(
     events = lambda q: scoped(q, EVENTS.c.session_id, EVENTS.c.created_at)  # noqa: E731
     jobs = lambda q: scoped(q, JOBS.c.session_id, JOBS.c.created_at)  # noqa: E731
     with engine.connect() as conn:
-        count, total, sessions, tokens_in, tokens_out, reported = conn.execute(
+        counted = EVENTS.c.metadata["tokens_saved"].as_integer()
+        tokens = sa.func.coalesce(counted, chars // 4)  # not counted: chars / 4, as approx_tokens
+        count, total, sessions, tokens_in, tokens_out, reported, saved_tokens, exact = conn.execute(
             events(
                 sa.select(
                     sa.func.count(EVENTS.c.id),
@@ -83,6 +88,8 @@ def stats(
                     sa.func.count(EVENTS.c.id).filter(
                         (EVENTS.c.input_tokens > 0) | (EVENTS.c.output_tokens > 0)
                     ),
+                    sa.func.coalesce(sa.func.sum(sa.case((in_effect, tokens), else_=0)), 0),
+                    sa.func.count(EVENTS.c.id).filter(in_effect & counted.is_not(None)),
                 ).where(summ.is_(True))
             )
         ).one()
@@ -161,6 +168,8 @@ def stats(
             "total_chars_compacted": int(total),
             "sessions_compacted": int(sessions),
             "approx_tokens_saved": approx_tokens(int(total)),
+            "total_tokens_compacted": int(saved_tokens),
+            "tokens_counted_compactions": int(exact),
             "jobs": {s.value: int(by_status.get(s.value, 0)) for s in JobStatus},
             "fallback_maskings": int(maskings or 0),
             "jobs_by_reason": by_reason,
