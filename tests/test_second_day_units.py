@@ -279,3 +279,29 @@ def test_a_quoted_request_is_not_called_the_turn_in_progress_and_old_summaries_s
     )
     assert summary_request(old) == "Compare the replicas."
     assert summary_body(old) == summary_body(built)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres@127.0.0.1:5432/offpath_test_never_created",
+        "sqlite:////nonexistent-dir/agent-checkpoints.db",
+    ],
+)
+def test_a_checkpointer_url_the_worker_cannot_read_is_said_once_as_the_agent_is_built(
+    url, tmp_path, caplog
+):
+    """Issue 35, item 1: the checkpointer a team's agent names for the worker
+    (``checkpointer_url``) is checked as the agent is built: one line naming it."""
+    from stack import wait_for
+
+    from offpath.agent.middleware import OffPathCompaction
+    from offpath.coordination.outages import OUTAGES
+
+    settings = load_settings(data_dir=str(tmp_path), lock_backend="database")
+    with caplog.at_level(logging.WARNING, logger="offpath.outages"):
+        OffPathCompaction(settings, checkpointer_url=url)
+        wait_for(lambda: "checkpointer at" in caplog.text, timeout=30)
+    (line,) = [r.getMessage() for r in caplog.records if "checkpointer at" in r.getMessage()]
+    assert f"checkpointer at {url} cannot be reached" in line and "worker" in line
+    OUTAGES.recovered("checkpointer", url)

@@ -29,6 +29,7 @@ REPEAT_S = 300.0
 USAGE_DB = "usage database"
 LEASE_STORE = "lease store"
 BROKER = "broker"
+CHECKPOINTER = "checkpointer"
 
 
 def cause(exc: BaseException) -> str:
@@ -56,12 +57,14 @@ def missing_tables(exc: BaseException) -> bool:
 def is_outage(exc: BaseException) -> bool:
     """``exc`` comes from a store (a database, Redis or broker error, or a connection that
     failed), not from offpath's own code."""
+    import psycopg
     import redis
     import sqlalchemy.exc
     from kombu.exceptions import KombuError
 
     store_errors = (
         sqlalchemy.exc.SQLAlchemyError,
+        psycopg.Error,
         redis.RedisError,
         KombuError,
         ConnectionError,
@@ -174,3 +177,26 @@ def where(store: str, settings: Settings) -> str:
     if settings.database_url.strip():
         return sanitize_url(settings.database_url.strip())
     return sqlalchemy_url(settings).removeprefix("sqlite:///")
+
+
+def check_checkpointer(url: str, timeout_s: float) -> None:
+    """Raise if the checkpointer at ``url`` (a team's agent's, which the worker reads its
+    threads from: ``postgresql://...`` or ``sqlite:///path``) cannot be reached: a
+    PostgreSQL connection within ``timeout_s``, or a SQLite file that exists. ``ValueError``
+    for another URL."""
+    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        import psycopg
+
+        psycopg.connect(
+            "postgresql://" + url.partition("://")[2], connect_timeout=max(1, round(timeout_s))
+        ).close()
+    elif url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
+        import os
+
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no SQLite file at {path}")
+    else:
+        raise ValueError(
+            f"checkpointer URL must be postgresql://... or sqlite:///path: {url[:40]!r}"
+        )

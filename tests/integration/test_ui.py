@@ -676,6 +676,9 @@ def test_every_page_fits_a_phone_at_390_px_and_a_desktop_at_1280(browser, ui_sta
                     assert page.locator("thead a[data-sort=chars]").is_visible()
             if name == "dashboard":
                 assert page.locator(f'tr.failure[data-job-id="{failed}"]').is_visible()
+            if name == "session":  # issue 35, item 3: tokens beside chars
+                tokens = page.locator("[data-fact=tokens]").inner_text()
+                assert tokens.endswith(" tokens") and int(tokens.split()[0].replace(",", ""))
             if name == "waiting":
                 said = page.locator(f'[data-waiting="{waiting}"]').inner_text()
                 settings = stack.settings()

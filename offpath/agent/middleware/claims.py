@@ -12,7 +12,7 @@ from offpath.agent.middleware.helpers import log
 from offpath.agent.middleware.state import _Seen
 from offpath.compaction.tracking import KEY
 from offpath.coordination.logs import tag
-from offpath.coordination.outages import LEASE_STORE, USAGE_DB
+from offpath.coordination.outages import CHECKPOINTER, LEASE_STORE, USAGE_DB
 from offpath.stores.db import job_options, job_row
 from offpath.stores.leases import Claim, State
 from offpath.stores.tenants import note_own_thread
@@ -80,6 +80,21 @@ class ClaimsMixin:
             log.debug("offpath: lease store not reachable yet: %s", exc)
         if not self.options.patch:
             self._write(self._warm_tables)
+            if self.options.checkpoints:
+                self._write(self._check_checkpointer, self.options.checkpoints)
+
+    def _check_checkpointer(self, url: str) -> None:
+        """Say once, as the agent is built, when the checkpointer the worker is to read this
+        agent's threads from (``checkpointer_url``) cannot be reached from here."""
+        from kombu.utils.url import sanitize_url
+
+        from offpath.coordination.outages import OUTAGES, check_checkpointer
+
+        try:
+            check_checkpointer(url, self.settings.publish_timeout_s * 5)
+        except Exception as exc:
+            effect = "the worker reads this agent's threads there: no compaction until it can"
+            OUTAGES.failed(CHECKPOINTER, sanitize_url(url), exc, effect)
 
     def _warm_tables(self) -> None:
         """Make offpath's tables in the usage database, or bring them up to date, if this
