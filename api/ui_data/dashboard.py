@@ -24,7 +24,7 @@ WIDGETS: tuple[tuple[str, str, str], ...] = (
     (
         "summary.total_tokens_compacted",
         "tokens compacted",
-        "counted per thread over {summary.tokens_counted_compactions}",
+        "by each thread's model, over {summary.tokens_counted_compactions}",
     ),
     ("summary.approx_tokens_saved", "~tokens saved", "chars / 4"),
     ("summary.total_summarizations", "compactions", ""),

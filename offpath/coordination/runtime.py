@@ -32,6 +32,7 @@ from offpath.stores.checkpoints import (
     thread_config,
 )
 from offpath.stores.db import make_engine, migrate
+from offpath.stores.db.engine import head_revision, revision_of
 from offpath.stores.leases import Leases, RedisKeyStore, SqlKeyStore
 
 log = logging.getLogger("offpath.runtime")
@@ -120,7 +121,7 @@ class Client:
         self._tables_failed: tuple[float, str] | None = None  # (monotonic, why)
         if not tables_ready:
             # SQLAlchemy's pool event: each new connection waits for the tables first
-            sa_event.listen(engine, "connect", lambda *_: self.ensure_tables())
+            sa_event.listen(engine, "connect", lambda conn, _record: self.ensure_tables(conn))
 
     @classmethod
     def open(cls, settings: Settings, publish: Publisher | None = None) -> Client:
@@ -130,11 +131,15 @@ class Client:
         leases, conn = _leases(settings, engine)
         return cls(settings, engine, leases, publish, conn, tables_ready=False)
 
-    def ensure_tables(self) -> None:
+    def ensure_tables(self, dbapi_conn: Any = None) -> None:
         """Make offpath's tables, or bring them to the latest revision, once per client:
-        :func:`offpath.stores.db.migrate`, the Alembic migration ``offpath migrate`` and
-        the worker run, one migrator at a time across processes (an advisory lock on
-        PostgreSQL, a file lock beside a SQLite file), on a connection of its own. Raises
+        :func:`offpath.stores.db.migrate`, the Alembic migration ``offpath migrate`` and the
+        worker run, one migrator at a time across processes (an advisory lock on PostgreSQL,
+        a file lock beside a SQLite file), on a connection of its own. Given a new driver
+        connection of the engine (``dbapi_conn``) to a database that has the tables at some
+        revision (one read on it), nothing waits: whether that is the latest is checked, and
+        the tables brought there, on a thread of its own (loading Alembic takes a second on a
+        loaded host, longer than a short run's first model calls). Raises
         :class:`~offpath.coordination.outages.TablesUnavailable` naming the cause when the
         database cannot be reached or changed, and again without trying for
         :data:`TABLES_RETRY_S` after that."""
@@ -142,6 +147,13 @@ class Client:
             return
         with self._tables_guard:
             if self._tables_ready:
+                return
+            at = revision_of(dbapi_conn) if dbapi_conn is not None else None
+            if at is not None:
+                self._tables_ready = True
+                threading.Thread(
+                    target=self._upgrade_from, args=(at,), name="offpath-tables", daemon=True
+                ).start()
                 return
             failed = self._tables_failed
             if failed is not None and time.monotonic() - failed[0] < TABLES_RETRY_S:
@@ -154,6 +166,14 @@ class Client:
                 raise TablesUnavailable(why) from exc
             self._tables_ready, self._tables_failed = True, None
         log.info("offpath: %s", done)
+
+    def _upgrade_from(self, revision: str) -> None:
+        """Bring tables found at ``revision`` to the latest one, if they are behind."""
+        try:
+            if revision != head_revision():
+                log.info("offpath: %s", migrate(self.settings))
+        except Exception as exc:  # the writes that need the new revision say so
+            log.warning("offpath: tables at revision %s could not be upgraded: %s", revision, exc)
 
     @property
     def publish(self) -> Publisher:

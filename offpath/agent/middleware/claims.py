@@ -101,8 +101,8 @@ class ClaimsMixin:
         process is the first to use them (an agent started before ``offpath migrate`` or
         any worker: :meth:`~offpath.coordination.runtime.Client.ensure_tables`), on the
         writer thread as the agent is built."""
-        try:
-            self.client.ensure_tables()
+        try:  # a new connection checks them first (Client.ensure_tables)
+            self.client.engine.connect().close()
         except Exception as exc:
             effect = "no compaction is queued or recorded until it can be"
             self._trouble(USAGE_DB, exc, f"offpath: {exc}", effect)

@@ -3,6 +3,7 @@ with WAL, PostgreSQL pinged when idle), Alembic's :func:`migrate` and :func:`pin
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from pathlib import Path
@@ -98,9 +99,7 @@ def migrate(settings: Settings) -> str:
 
     url = sqlalchemy_url(settings)
     cfg = Config()
-    cfg.set_main_option(
-        "script_location", str(Path(__file__).resolve().parent.parent / "migrations")
-    )
+    cfg.set_main_option("script_location", _script_location())
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     with _MIGRATING:  # Alembic's ``context`` is one per process: one migration at a time
         command.upgrade(cfg, "head")
@@ -110,6 +109,37 @@ def migrate(settings: Settings) -> str:
     if before == after:
         return f"usage tables are up to date (revision {after})"
     return f"usage tables {'created' if before is None else 'upgraded from ' + before} at revision {after}"
+
+
+def _script_location() -> str:
+    return str(Path(__file__).resolve().parent.parent / "migrations")
+
+
+@functools.lru_cache(maxsize=1)
+def head_revision() -> str | None:
+    """The latest Alembic revision of offpath's migrations (read once per process)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", _script_location())
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def revision_of(dbapi_conn: Any) -> str | None:
+    """The Alembic revision a database is at, read on one of its driver's connections (a
+    pool's new connection, before SQLAlchemy uses it; its transaction is rolled back); None
+    when it has no ``alembic_version`` table (or it cannot be read)."""
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute("SELECT version_num FROM alembic_version")
+        row = cur.fetchone()
+        return str(row[0]) if row else None
+    except Exception:
+        return None
+    finally:
+        cur.close()
+        dbapi_conn.rollback()
 
 
 def ping(engine: Engine) -> None:
