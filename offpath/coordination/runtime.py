@@ -124,12 +124,15 @@ class Client:
             sa_event.listen(engine, "connect", lambda conn, _record: self.ensure_tables(conn))
 
     @classmethod
-    def open(cls, settings: Settings, publish: Publisher | None = None) -> Client:
+    def open(
+        cls, settings: Settings, publish: Publisher | None = None, *, make_tables: bool = True
+    ) -> Client:
         """A client for ``settings`` (no connection is made until one is used); offpath's
-        tables are made or brought up to date before its first connection is used."""
+        tables are made or brought up to date before its first connection is used, unless
+        ``make_tables`` is False (a reader that must find the database as it is)."""
         engine = make_engine(settings)
         leases, conn = _leases(settings, engine)
-        return cls(settings, engine, leases, publish, conn, tables_ready=False)
+        return cls(settings, engine, leases, publish, conn, tables_ready=not make_tables)
 
     def ensure_tables(self, dbapi_conn: Any = None) -> None:
         """Make offpath's tables, or bring them to the latest revision, once per client:

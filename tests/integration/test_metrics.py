@@ -178,7 +178,7 @@ def test_queue_depth_is_read_from_the_broker_at_scrape(tmp_path):
 
     queue = f"test-depth-{uuid.uuid4().hex[:8]}"
     settings = load_settings(redis_url=REDIS_URL, celery_queue=queue, data_dir=str(tmp_path))
-    client = Client.open(settings)
+    client = Client.open(settings, make_tables=False)  # a database as it is: no tables
     app = Celery(broker=REDIS_URL)
     try:
         for i in range(3):
