@@ -53,12 +53,12 @@ from offpath.cli.demo_stack import (
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.settings import Settings
 
-#: The demo's last lines: where to go from here (README sections).
+#: The demo's last lines: where to go from here (README sections), each under 80 columns.
 NEXT_STEPS = (
-    "next: use it in your own agent: `from offpath import OffPathCompaction`, one line in "
-    "create_agent's middleware (README: Use it in your own agent; examples/own_agent.py)\n"
-    "      run it for real: `offpath migrate`, `offpath worker`, `offpath beat`, "
-    "`offpath api` on PostgreSQL and Redis, or `docker compose up` (README: Running it for real)"
+    "next: use it in your own agent (README: Use it in your own agent;\n"
+    "      examples/own_agent.py adds OffPathCompaction in one line)\n"
+    "      run it for real (README: Running it for real: PostgreSQL, Redis,\n"
+    "      offpath migrate, worker, beat, api; or docker compose up)"
 )
 
 
