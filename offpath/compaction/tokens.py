@@ -240,3 +240,11 @@ def measured_ratio(messages: Iterable[Any], encoding: str = DEFAULT_ENCODING) ->
     chars = sum(message_chars(m) for m in items)
     tokens = TokenCounter(encoding, max_cached=0).count(items)
     return chars / tokens if tokens and chars else None
+
+
+def stored_ratio(value: Any) -> float | None:
+    """A chars per token read back from a job's row (data, not trusted): the number if it is
+    one from 0.5 to 20, else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0.5 <= value <= 20:
+        return float(value)
+    return None

@@ -36,6 +36,7 @@ from offpath.compaction.loss import loss_report
 from offpath.compaction.pairing import new_unpaired
 from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
 from offpath.compaction.planner import landing_chars
+from offpath.compaction.tokens import stored_ratio
 from offpath.coordination.faults import failpoint
 from offpath.coordination.logs import tag
 from offpath.stores import archive
@@ -90,10 +91,8 @@ class JobOptions:
     #: is not named by it (an agent run as a callee inside another run: its session is
     #: ``<thread_id>|<namespace>``); None: the session id is the ``thread_id``.
     thread_id: str | None = None
-    #: The thread's chars per token as its model counts them (the middleware's measure;
-    #: :mod:`offpath.compaction.tokens`): with SUMMARIZATION_THRESHOLD_TOKENS the worker plans
-    #: with the thread's sizes scaled by it, and the compaction's tokens saved are its chars
-    #: saved over it. None: not known (the worker counts the thread it reads).
+    #: The thread's chars per token as its model counts them (:mod:`offpath.compaction.tokens`;
+    #: None: not known, the worker counts the thread it reads)
     chars_per_token: float | None = None
 
     def thread_of(self, session_id: str) -> str:
@@ -134,15 +133,8 @@ class JobOptions:
             head=data["head"] if isinstance(data.get("head"), str) else None,
             outside=max(0, data["outside"]) if isinstance(data.get("outside"), int) else 0,
             thread_id=data["thread_id"] if isinstance(data.get("thread_id"), str) else None,
-            chars_per_token=_ratio(data.get("chars_per_token")),
+            chars_per_token=stored_ratio(data.get("chars_per_token")),
         )
-
-
-def _ratio(value: Any) -> float | None:
-    """A stored chars per token, if it is one (0.5 to 20; a job row is data)."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0.5 <= value <= 20:
-        return float(value)
-    return None
 
 
 def head_mark(messages: Sequence[BaseMessage]) -> str | None:

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from offpath import metrics
+from offpath.compaction.tokens import stored_ratio
 from offpath.stores.db.tables import (
     EVENTS,
     FINAL_VALUES,
@@ -315,8 +316,8 @@ def tokens_saved(result: dict[str, Any]) -> dict[str, Any]:
     chars per token as the job measured them (``chars_per_token``: counted with the thread's
     model's tokenizer, or reported by its provider; :mod:`offpath.compaction.tokens`), with
     that ratio; nothing when the job measured none (``/stats`` then counts chars / 4)."""
-    ratio = result.get("chars_per_token")
-    if not isinstance(ratio, int | float) or isinstance(ratio, bool) or not 0.5 <= ratio <= 20:
+    ratio = stored_ratio(result.get("chars_per_token"))
+    if ratio is None:
         return {}
     return {"tokens_saved": round(chars_saved(result) / ratio), "chars_per_token": ratio}
 
