@@ -85,7 +85,7 @@ def turn_problems(messages: Sequence[BaseMessage], *, quoted_ok: bool = True) ->
     (a human message that is not a summary) of a finished turn (a later request follows it)
     that has no AI message after it in its turn; ``headless:<message id>`` for an AI or tool
     message of a finished turn whose request is not in the thread. A summary that quotes the
-    request of the turn it cut into (under its "Request of the turn in progress" heading) stands
+    request of the turn it cut into (under its "Request of the turn ..." heading) stands
     for that request when ``quoted_ok``: the turn was in progress at that compaction, and later
     turns came after it (checking a thread long after its compactions); checking one compaction
     against the thread it was applied to, the turn it cuts into must be that thread's last.
@@ -110,9 +110,7 @@ def turn_problems(messages: Sequence[BaseMessage], *, quoted_ok: bool = True) ->
     request, answered, quoted = None, True, False
     for i, m in enumerate(messages):
         if marked_summary(m):
-            quoted = quoted_ok and "**Request of the turn in progress (verbatim):**" in str(
-                m.content
-            )
+            quoted = quoted_ok and "\n**Request of the turn " in str(m.content)
             continue
         if m.type == "human":
             if request is not None and not answered:

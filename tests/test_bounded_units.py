@@ -945,6 +945,6 @@ def test_a_plan_cut_into_a_turn_that_has_ended_since_moves_to_whole_turns():
         ids = [m.id for m in after]
         assert ids[:3] == ["sys", fitted.summary.id, "next"] and "answer" not in ids
         summary = str(after[1].content)
-        assert "- The turn in progress above ended: " in summary  # the quoted request's status
+        assert "- The turn quoted above ended: " in summary  # the quoted request's status
         assert '"the leak is the LRU cache in the parser" (recall("answer"))' in summary
         assert "a29" not in ids  # the finished turn's tail went with it

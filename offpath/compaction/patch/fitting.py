@@ -260,7 +260,7 @@ def landed(messages: Sequence[BaseMessage], job_id: str, record: Mapping[str, An
 def _requests_of(moved: Sequence[BaseMessage], room: int) -> str:
     """Lines for the turns among ``moved`` (the messages a late apply removes beyond its
     plan), in at most ``room`` chars: the rest of a turn begun before them (the one the plan
-    cut into) and each request, with its status (answered: a model message follows it among
+    cut into, its request quoted above) and each request, with its status (answered: a model message follows it among
     them) and where ``recall`` reads it whole. A request leaves the model's view only with its
     answer, and the summary says so (DESIGN.md invariant 17). Quotes shrink (the answers' first,
     then the requests') until every turn fits; past that, the newest turns are listed and the
@@ -283,7 +283,7 @@ def _requests_of(moved: Sequence[BaseMessage], room: int) -> str:
     def line(request: int | None, begin: int, end: int, quote: int, answer: int) -> str | None:
         found = answer_of(begin, end)
         if request is None:
-            return f"- The turn in progress above ended: {_quoted(found, quote)}" if found else None
+            return f"- The turn quoted above ended: {_quoted(found, quote)}" if found else None
         answered = any(isinstance(x, AIMessage) for x in moved[begin:end])
         text = f"- Request ({'answered' if answered else 'not answered yet'}): "
         text += _quoted(moved[request], quote)
