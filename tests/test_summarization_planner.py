@@ -162,27 +162,40 @@ def test_summarization_system_message_is_never_removed_or_moved():
 
 
 def test_summarization_no_progress_rule_stops_a_requeue_loop():
-    """An uncuttable part over the prepare floor (a 12,000-char system prompt, which no
-    compaction touches, at a 10,000-char threshold): no compaction gains the least worth a
-    summary (:func:`min_gain_chars`), so none is made, and 30 more turns queue no job."""
+    """A fixed part over the threshold (a 12,000-char system prompt, which no compaction
+    touches, at a 10,000-char threshold): the thread is held at that part, its newest turn and
+    a summary (issue 30); later turns are compacted again only once they bring the thread's
+    least gain, never one job per turn: 30 short turns make at most their chars over that gain
+    compactions, and every skip says from which size a compaction is worth it."""
     settings = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=2_000)
-    msgs = [SystemMessage(id="sys", content="You are an SRE agent.\n" + "r" * 12_000)]
-    msgs += [m for i in range(4) for m in turn(i, 1_000)]
-    plan = plan_compaction(msgs, settings)
-    assert isinstance(plan, Skip) and plan.reason is SkipReason.NO_PROGRESS, plan
-    assert "waiting for more messages" in plan.detail
-    thread = msgs
+    system = SystemMessage(id="sys", content="You are an SRE agent.\n" + "r" * 12_000)
+    msgs = [system, *[m for i in range(4) for m in turn(i, 1_000)]]
+    outcome = compact(msgs, settings, OfflineSummarizer())
+    assert isinstance(outcome, Compaction), outcome
+    thread = add_messages(msgs, outcome.patch)
+    check_compacted(msgs, thread)
+    fixed = total_chars([system])
+    gain = min_gain_chars(settings, fixed)
+    # held at the fixed part, the newest turn and a summary of its budget
+    newest = total_chars(msgs[msgs.index(next(m for m in msgs if m.id == "h3")) :])
+    assert total_chars(thread) - fixed <= newest + summary_budget_chars(settings, fixed)
+    grown, compactions = 0, 0
     for i in range(30):
-        thread = add_messages(
-            thread, [HumanMessage(id=f"x{i}", content="and?"), AIMessage(id=f"y{i}", content="ok")]
-        )
+        new = [HumanMessage(id=f"x{i}", content="and?"), AIMessage(id=f"y{i}", content="ok")]
+        grown += total_chars(new)
+        thread = add_messages(thread, new)
         plan = plan_compaction(thread, settings)
-        assert isinstance(plan, Skip), f"turn {i} planned a compaction"
-        assert plan.reason in (
-            SkipReason.NO_PROGRESS,
-            SkipReason.TOO_FEW_MESSAGES,
-            SkipReason.NO_CUT_POINT,
-        )
+        if isinstance(plan, CompactionPlan):
+            compactions += 1
+            done = compact(thread, settings, OfflineSummarizer())
+            assert isinstance(done, Compaction)
+            after = add_messages(thread, done.patch)
+            check_compacted(thread, after)
+            thread = after
+            continue
+        assert plan.reason in (SkipReason.NO_PROGRESS, SkipReason.TOO_FEW_MESSAGES), plan
+        assert plan.worth_at > plan.total_chars
+    assert compactions <= grown // gain + 1, (compactions, grown, gain)
 
 
 def test_summarization_a_pasted_log_in_the_keep_window_is_kept_shortened():

@@ -164,7 +164,8 @@ def run_job(
 
 def end(rt: Runtime, session_id: str, job_id: str, ended: JobEnded) -> Outcome:
     """Record how the job ended (the thread was not touched); a planner skip leaves
-    ``s:<job>:<chars>`` on the thread, so that it is not asked again before it grew."""
+    ``s:<job>:<chars>:<at>`` on the thread, so that it is not asked again before it reached
+    the size from which a compaction is worth it."""
     if ended.status is JobStatus.FAILED:
         log.warning(
             "[%s] summarizer failed: %s; session continues unchanged", tag(session_id), ended.reason
@@ -172,7 +173,11 @@ def end(rt: Runtime, session_id: str, job_id: str, ended: JobEnded) -> Outcome:
     else:
         log.info("[%s] summarizer skipped: %s", tag(session_id), ended.reason)
     set_job(rt.engine, job_id, session_id, ended.status, ended.reason, ended.code)
-    then = Leases.after(job_id, State.SKIPPED, chars=ended.chars) if ended.chars else None
+    then = (
+        Leases.after(job_id, State.SKIPPED, chars=ended.chars, worth_at=ended.worth_at)
+        if ended.chars
+        else None
+    )
     return Outcome(ended.status, then)
 
 
@@ -251,6 +256,7 @@ def _compact(
                 plan.reason.value,
                 f"{plan.reason}: {plan.detail}",
                 plan.total_chars,
+                plan.worth_at,
             )
         log.info(
             "[%s] summarizer: session=%d chars, removing %d msgs (%d chars), keeping %d msgs",
@@ -322,7 +328,9 @@ def _compact(
         )
         after = add_messages(current, fitted.patch)
         return Outcome(
-            JobStatus.APPLIED, Leases.after(job_id, State.DONE), follow_up(after, settings)
+            JobStatus.APPLIED,
+            Leases.after(job_id, State.DONE),
+            follow_up(after, settings, options.outside),
         )
     raise JobEnded(JobStatus.SKIPPED, "stale", "stale: the thread changed under the plan twice")
 
@@ -360,11 +368,12 @@ def _prepared(
     return Outcome(JobStatus.PREPARED, then)
 
 
-def follow_up(messages: Sequence[BaseMessage], settings: Any) -> int | None:
-    """The size of ``messages`` (a thread just compacted) if it is still over its threshold
-    and a next compaction is worth it: turns that came while this job ran found it in flight
-    and queued nothing, and no turn may come now."""
-    if total_chars(messages) <= settings.summarization_threshold_chars:
+def follow_up(messages: Sequence[BaseMessage], settings: Any, outside: int = 0) -> int | None:
+    """The size of ``messages`` (a thread just compacted; ``outside``: what each model call
+    sends besides it, chars) if it is still over its threshold and a next compaction is worth
+    it: turns that came while this job ran found it in flight and queued nothing, and no turn
+    may come now."""
+    if total_chars(messages) + outside <= settings.summarization_threshold_chars:
         return None
-    plan = plan_compaction(messages, settings)
+    plan = plan_compaction(messages, settings, outside_chars=outside)
     return None if isinstance(plan, Skip) else plan.total_chars

@@ -150,14 +150,18 @@ UNSTORABLE = "unstorable_value"
 
 class JobEnded(Exception):
     """The job ended ``failed`` or ``skipped`` with ``code`` and ``reason`` (recorded by the
-    caller); ``chars``: the thread's size when a planner skip was decided."""
+    caller); ``chars``: the thread's size when a planner skip was decided, ``worth_at``: the
+    size from which its planner found a compaction worth it (0: not known)."""
 
-    def __init__(self, status: JobStatus, code: str, reason: str, chars: int = 0) -> None:
+    def __init__(
+        self, status: JobStatus, code: str, reason: str, chars: int = 0, worth_at: int = 0
+    ) -> None:
         super().__init__(reason)
         self.status = status
         self.code = code
         self.reason = reason
         self.chars = chars
+        self.worth_at = worth_at
 
 
 @dataclass(frozen=True, slots=True)

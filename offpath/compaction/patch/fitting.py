@@ -18,10 +18,10 @@ from offpath.compaction.pairing import is_request, new_broken_turns
 from offpath.compaction.patch.assembly import _assemble, _Attempt
 from offpath.compaction.patch.prepared import Fitted, Prepared, Stale
 from offpath.compaction.planner import (
-    _least_landing,
     extension,
     landing_bound,
     landing_chars,
+    least_aim,
     step_chars,
     summary_budget_chars,
 )
@@ -78,16 +78,18 @@ def fit(
     sizes = {m.id: message_chars(m) for m in messages}
     before = sum(sizes.values())
     bound = target
+    # the thread's fixed part (its system prompts, in the thread and given to the agent): its
+    # keep window, summary budget and least gain are the thread's (planner.thread_budget)
+    outside = max(0, outside_chars)
+    fixed = sum(sizes[m.id] for m in messages if m.type == "system") + outside
     if target is not None and settings is not None:  # what no compaction can remove
-        fixed = sum(sizes[m.id] for m in messages if m.type == "system")
+        copied = 0
         if copy_of is not None:
-            fixed += min(sizes[copy_of], prepared.shorten.get(copy_of, sizes[copy_of]))
+            copied = min(sizes[copy_of], prepared.shorten.get(copy_of, sizes[copy_of]))
         # aims for the headroom (the run's step size counted), lands under the floor at most
-        outside = max(0, outside_chars)
-        fixed += outside
-        bound = max(target, landing_bound(settings, fixed))
-        aim = landing_chars(settings, fixed, step_chars(messages))
-        target = max(min(target, aim), _least_landing(settings, fixed))
+        bound = max(target, landing_bound(settings, fixed, copied))
+        aim = landing_chars(settings, fixed, step_chars(messages), copied)
+        target = max(min(target, aim), least_aim(settings, fixed, copied))
         # the attempts below count the thread alone
         bound, target = bound - outside, target - outside
     since = ""
@@ -103,14 +105,19 @@ def fit(
             return [], ""
         last = max(i for i, m in enumerate(messages) if m.id in removed)
         grown = extension(
-            messages, last + 1, settings, newest_only=newest_only, shallowest=shallowest
+            messages,
+            last + 1,
+            settings,
+            newest_only=newest_only,
+            shallowest=shallowest,
+            fixed=fixed,
         )
         if not grown:
             return [], ""
         ids = [str(messages[i].id) for i in grown]
         moved = [messages[i] for i in grown]
         stay = [m for m in messages if m.id not in removed and m.id not in set(ids)]
-        room = max(400, summary_budget_chars(settings) // 3)
+        room = max(400, summary_budget_chars(settings, fixed) // 3)
         asked = _requests_of(moved, room // 2)
         header = (
             f"{SINCE_HEADING} ({len(moved)} later messages, not summarized yet; their "
@@ -176,10 +183,10 @@ def fit(
         gone_set = set(gone)
         later_ids = {m.id for m in later}
         kept = [m for m in messages if m.id not in gone_set and m.id not in later_ids]
-        room = max(400, summary_budget_chars(settings) // 4) if settings else 1_000
+        room = max(400, summary_budget_chars(settings, fixed) // 4) if settings else 1_000
         if bound is not None and settings is not None:
             free = bound - attempt.after - 2  # the section's blank line
-            room = max(room, min(summary_budget_chars(settings), free))
+            room = max(room, min(summary_budget_chars(settings, fixed), free))
         removed_part = [by_id[i] for i in gone if i not in later_ids]
         section, unpinned = swap_check(later, removed_part, kept, prepared.summary_text, room)
         problem = None

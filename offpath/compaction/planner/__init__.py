@@ -89,19 +89,20 @@ from offpath.compaction.planner.budgets import (
     HEADROOM_STEPS,
     MIN_SUMMARY_CHARS,
     SMALL_SUMMARY_CHARS,
+    ThreadBudget,
     earliest_worth,
     early_keep_chars,
     estimate_summary_chars,
     landing_bound,
     landing_chars,
+    least_aim,
     min_gain_chars,
+    prepare_from_chars,
     request_cap_chars,
     step_chars,
     summary_budget_chars,
+    thread_budget,
 )
-
-# the landing bound's least part, which compaction.patch reads too
-from offpath.compaction.planner.budgets import _least_landing as _least_landing
 from offpath.compaction.planner.cut import (
     MIN_MESSAGES_REMOVED,
     REQUEST_QUOTE_SHARE,
@@ -121,14 +122,18 @@ __all__ = [
     "SMALL_SUMMARY_CHARS",
     "Skip",
     "SkipReason",
+    "ThreadBudget",
     "early_keep_chars",
     "estimate_summary_chars",
     "extension",
     "landing_bound",
     "landing_chars",
+    "least_aim",
     "min_gain_chars",
     "plan_compaction",
+    "prepare_from_chars",
     "request_cap_chars",
     "step_chars",
     "summary_budget_chars",
+    "thread_budget",
 ]

@@ -11,12 +11,12 @@ from langchain_core.messages import BaseMessage
 
 from offpath.compaction.planner.budgets import (
     early_keep_chars,
+    estimate_summary_chars,
     landing_bound,
     landing_chars,
-    min_gain_chars,
     request_cap_chars,
     step_chars,
-    summary_budget_chars,
+    thread_budget,
 )
 from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
 from offpath.compaction.planner.scan import _Candidate, _Scan
@@ -56,7 +56,13 @@ def plan_compaction(
     as ``create_agent(system_prompt=...)``, which no checkpoint holds), counted against the
     threshold, the floors and the landing as a system message of the thread would be (issue
     18 measured what a call sends: SWE-agent's 4.9k-char prompt put a run 1.13x over its
-    threshold while the thread itself was under it).
+    threshold while the thread itself was under it). Those and the thread's system messages are
+    its fixed part: the keep window, the summary budget and the least gain are the thread's
+    (:func:`~offpath.compaction.planner.budgets.thread_budget`), and the keep window holds at
+    least the newest step.
+
+    A :class:`Skip` says from which size (``worth_at``) a compaction could be worth it, where
+    it can tell: the thread is not asked again before then.
     """
     if not settings.active:
         return Skip(SkipReason.DISABLED, "summarization is disabled")
@@ -71,7 +77,7 @@ def plan_compaction(
     else:
         floor = threshold
     if total <= floor:
-        return Skip(SkipReason.UNDER_THRESHOLD, f"{total} chars <= {floor}", total)
+        return Skip(SkipReason.UNDER_THRESHOLD, f"{total} chars <= {floor}", total, floor + 1)
     if None in scan.ids or "" in scan.ids:
         at = scan.ids.index(None) if None in scan.ids else scan.ids.index("")
         return Skip(
@@ -89,19 +95,31 @@ def plan_compaction(
             total,
         )
 
-    # Walk back until the kept tail holds the keep window (as it will be at the apply).
-    keep = settings.summarization_keep_chars
+    # what no compaction removes: the system prompts, in the thread and given to the agent
+    systems = sum(sizes[i] for i in range(n) if scan.system[i]) + outside
+    budget_of = thread_budget(settings, systems)
+    # Walk back until the kept tail holds the keep window (as it will be at the apply), and at
+    # least the newest step (its AI message and what came after it, or the newest request)
+    keep = budget_of.keep
     if early and not force:
-        keep = early_keep_chars(settings, total)
+        keep = early_keep_chars(settings, total, systems)
+    newest = max(
+        (i for i in range(n - 1, head - 1, -1) if messages[i].type in ("ai", "human")),
+        default=n,
+    )
+    reach = max(keep, scan.total - scan.chars_before[newest])
+    min_gain = 1 if force else budget_of.min_gain
+    step = step_chars(messages)
     w, acc = n, 0
-    while w > head and acc < keep:
+    while w > head and acc < reach:
         w -= 1
         acc += sizes[w]
-    if acc < keep:
+    if acc < reach:
         return Skip(
             SkipReason.NO_CUT_POINT,
             "everything after the system prompt fits the keep window",
             total,
+            total + reach - acc + min_gain,
         )
 
     # the last cut at or before w that keeps turns whole: a turn's start, or (the group cut)
@@ -115,25 +133,26 @@ def plan_compaction(
         if scan.turn_start[c]:
             turn_cut = c
             break
-    budget = summary_budget_chars(settings)
+    budget = budget_of.summary
     limit = settings.tool_result_limit_chars
-    room = min_gain_chars(settings)
-    kept_budget = min(keep + limit, max(keep, settings.prepare_floor_chars - room - budget))
+    room = budget_of.min_gain
+    # the kept part's budget beside the fixed part (the thread's own keep window and summary)
+    kept_budget = min(
+        keep + limit, max(keep, settings.prepare_floor_chars - systems - room - budget)
+    )
     quote_max = int(budget * REQUEST_QUOTE_SHARE)
-    request_cap = request_cap_chars(settings)
-    min_gain = 1 if force else min_gain_chars(settings)
+    request_cap = request_cap_chars(settings, systems)
 
     # DESIGN.md invariant 13: an applied compaction leaves the thread under its prepare floor
     # (an operator's "compact now" excepted); one that cannot is not worth a summary, unless
     # what no cut can remove or shorten is over the floor already and it halves the thread
-    target = None if force else landing_chars(settings, step=step_chars(messages))
-    systems = sum(sizes[i] for i in range(len(sizes)) if scan.system[i]) + outside
+    target = None if force else landing_chars(settings, systems, step)
 
     def evaluate(cut: int | None, boundary: Literal["turn", "tool_group"]) -> _Candidate | None:
         if cut is None:
             return None
         return scan.evaluate(
-            cut, boundary, total, budget, kept_budget, quote_max, request_cap, target
+            cut, boundary, total, budget, systems + kept_budget, quote_max, request_cap, target
         )
 
     turn = evaluate(turn_cut, "turn")
@@ -145,7 +164,7 @@ def plan_compaction(
         copied = c.request_kept
         # the kept part is shortened toward the target (the headroom); one whose messages
         # cannot all get there still lands under the floor
-        if c.after <= max(target, landing_bound(settings, systems + copied)):
+        if c.after <= max(target, landing_bound(settings, systems, copied)):
             return True
         # what no cut can remove or shorten is over the floor already (a huge system prompt
         # or request): the deepest compaction there is, if it at least halves the thread
@@ -194,25 +213,37 @@ def plan_compaction(
                     assert deep is not None
                     return scan.build(deep, total, threshold)
     if shallow is None:
-        return Skip(SkipReason.NO_CUT_POINT, "no cut leaves tool-call pairs whole", total)
+        return Skip(
+            SkipReason.NO_CUT_POINT, "no cut leaves tool-call pairs whole", total, total + min_gain
+        )
     best = shallow
+    # from which size a compaction is worth it: one more step (more messages), or the gain it
+    # lacks (as the thread grows past the keep window, what the cut leaves stays and what it
+    # removes grows; the summary grows by half of that, up to its budget)
     if best.count < MIN_MESSAGES_REMOVED and best.chars < keep:
         return Skip(
             SkipReason.TOO_FEW_MESSAGES,
             f"the best cut removes {best.count} messages (< {MIN_MESSAGES_REMOVED})",
             total,
+            total + min(min_gain, step or min_gain),
         )
+    short = min_gain - (total - best.after)
+    grows = max(0, budget - estimate_summary_chars(budget, best.chars, best.request)[0])
+    worth_at = total + max(1, short + min(short, grows))
     if not lands(best) and total - best.after >= min_gain:
         return Skip(
             SkipReason.NO_PROGRESS,
             f"the best cut would leave ~{best.after} chars, over the prepare floor ({target}): "
             "the kept part cannot be shortened enough; waiting for more messages",
             total,
+            total + min_gain,
         )
     return Skip(
         SkipReason.NO_PROGRESS,
-        f"the best cut saves ~{total - best.after} chars (< {min_gain}); waiting for more messages",
+        f"the best cut saves ~{total - best.after} chars (< {min_gain}); waiting for more "
+        f"messages (worth it from ~{worth_at} chars)",
         total,
+        worth_at,
     )
 
 
@@ -223,6 +254,7 @@ def extension(
     *,
     newest_only: bool = False,
     shallowest: bool = False,
+    fixed: int = 0,
 ) -> tuple[int, ...]:
     """Indexes of the messages from ``start`` on that a compaction applied late may remove as
     well (a fast run outgrew the summary while it was written): those before the last cut
@@ -238,19 +270,28 @@ def extension(
     cut from ``start`` on that keeps turns whole, whatever the keep window: a plan that cut into
     a turn then in progress, applied after that turn ended, takes the rest of it (as the
     planner itself cuts at the next turn's start when the keep window falls inside a finished
-    turn)."""
+    turn).
+
+    ``fixed``: the thread's fixed part (chars: its system prompts, in the thread and given to
+    the agent), whose keep window is the thread's
+    (:func:`~offpath.compaction.planner.budgets.thread_budget`); the newest step (or the newest
+    request) always stays, as in :func:`plan_compaction`."""
     scan = _Scan(messages)
     scan.index_pairs()
     sizes, n = scan.sizes, len(messages)
     if shallowest:
         cut = next((c for c in range(start, n + 1) if scan.whole_turns(c)), start)
         return _removable(scan, start, cut)
-    keep = settings.summarization_keep_chars
+    keep = thread_budget(settings, fixed).keep
     if newest_only:
         last_ai = next((i for i in range(n - 1, start - 1, -1) if messages[i].type == "ai"), None)
         if last_ai is None:
             return ()
         keep = min(keep, sum(sizes[last_ai:]))
+    newest = next(
+        (i for i in range(n - 1, start - 1, -1) if messages[i].type in ("ai", "human")), n
+    )
+    keep = max(keep, sum(sizes[newest:]))
     w, acc = n, 0
     while w > start and acc < keep:
         w -= 1

@@ -28,11 +28,14 @@ class SkipReason(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Skip:
-    """No compaction: ``reason`` names why, ``detail`` says it for a log line."""
+    """No compaction: ``reason`` names why, ``detail`` says it for a log line.
+    ``total_chars``: the thread's size as planned (its fixed part counted); ``worth_at``: the
+    size from which a compaction could be worth it (0: not known)."""
 
     reason: SkipReason
     detail: str
     total_chars: int = 0
+    worth_at: int = 0
 
 
 @dataclass(frozen=True, slots=True)

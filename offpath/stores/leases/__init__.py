@@ -11,7 +11,8 @@ value                     meaning                                            exp
 ``p:<job>``               the job's compaction is prepared, to be applied    a day
                           once the thread is over its threshold
 ``d:<job>``               the job applied a compaction; the thread is free   10 minutes
-``s:<job>:<chars>``       the job found nothing worth compacting at <chars>  a day
+``s:<job>:<chars>[:<at>]``  the job found nothing worth compacting at          a day
+                          <chars>; worth it from <at> chars, if known
 ``b:<job>``               the job failed; no new job until the backoff ends  the backoff
 (absent)                  free                                               -
 ========================  =================================================  ==========================
@@ -22,10 +23,11 @@ lapses within ``JOB_LEASE_S`` when the worker dies (DESIGN.md invariant 11;
 issue 8, items 1-2). The next turn or the reconciler then queues the thread
 again. ``d:<job>`` tells the post-turn hook whose compaction it may not have
 seen yet (issue 8, item 7: a turn that read the thread before a patch landed
-must not queue a job after it). ``s:<job>:<chars>`` lets a caller that cannot
+must not queue a job after it). ``s:<job>:<chars>:<at>`` lets a caller that cannot
 afford to plan (the middleware, at every model call) wait until the thread has
-grown by a compaction's worth before it asks again: the no-progress rule,
-kept in one key.
+grown to the size from which the planner said a compaction is worth it (``<at>``;
+without it, by a compaction's least gain) before it asks again: the no-progress
+rule, kept in one key.
 
 Every change is one atomic compare-and-swap on the key (:class:`KeyStore`): a
 Lua script on Redis, a conditional ``UPDATE``/``INSERT`` in SQL.

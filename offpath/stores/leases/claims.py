@@ -20,7 +20,7 @@ log = logging.getLogger("offpath.leases")
 #: How long ``d:<job>`` stays after a compaction (the post-turn hook's view may lag by this).
 DONE_TTL_S = 600.0
 #: How long a prepared compaction waits for its thread to cross the threshold, and how long
-#: ``s:<job>:<chars>`` remembers a skip.
+#: ``s:<job>:<chars>:<at>`` remembers a skip.
 PREPARED_TTL_S = SKIPPED_TTL_S = 86_400.0
 
 
@@ -58,12 +58,29 @@ class Claim:
     @property
     def chars(self) -> int:
         """The size a skip was decided at (``s:<job>:<chars>``; 0 for other states)."""
-        return int(self.token) if self.state is State.SKIPPED and self.token else 0
+        return self._skip_size(0)
+
+    @property
+    def worth_at(self) -> int:
+        """The size from which the skip's planner found a compaction worth it
+        (``s:<job>:<chars>:<at>``; 0: not known, or another state)."""
+        return self._skip_size(1)
+
+    def _skip_size(self, k: int) -> int:
+        if self.state is not State.SKIPPED or not self.token:
+            return 0
+        parts = self.token.split(":")
+        return int(parts[k]) if len(parts) > k and parts[k].isdigit() else 0
 
     def frees_for(self, chars: int | None, min_gain: int, threshold: int = 0) -> bool:
         """A new job may take the thread from this claim: the last job is done, or it skipped
-        and the thread (``chars``, if known) has grown by ``min_gain`` since, or has crossed
-        its ``threshold`` (chars; 0: not known) since a skip decided under it.
+        and the thread (``chars``, if known) has reached the size from which its planner found
+        a compaction worth it (:attr:`worth_at`; when not known, grown by ``min_gain`` since),
+        or has crossed its ``threshold`` (chars; 0: not known) since a skip decided under it.
+
+        Why the skip's own size: a fixed growth after a skip (the least gain, 3.5k chars at
+        20,000 / 6,000) held a coding run while a compaction could already land, and one
+        too short held a thread whose fixed part left little room (issue 30).
 
         The crossing frees it because a skip decided under the threshold (a job queued from
         the prepare point right after a compaction landed, ending ``no_progress`` or
@@ -76,7 +93,7 @@ class Claim:
         if self.state is not State.SKIPPED or chars is None:
             return self.state is State.SKIPPED
         crossed = 0 < threshold < chars and self.chars <= threshold
-        return crossed or chars >= self.chars + min_gain
+        return crossed or chars >= (self.worth_at or self.chars + min_gain)
 
 
 class Start(StrEnum):
@@ -175,15 +192,17 @@ class Leases:
         return self.store.swap(self.key(session_id), f"p:{prepared_job}", new, ttl)
 
     @staticmethod
-    def after(job_id: str, state: State, *, chars: int = 0, backoff_s: float = 0) -> Claim | None:
+    def after(
+        job_id: str, state: State, *, chars: int = 0, backoff_s: float = 0, worth_at: int = 0
+    ) -> Claim | None:
         """The claim a job leaves: ``d`` (applied), ``p`` (prepared), ``s`` (nothing worth
-        compacting at ``chars``), ``b`` (failed, for ``backoff_s``), or None (free)."""
+        compacting at ``chars``; worth it from ``worth_at`` chars, 0: not known), ``b``
+        (failed, for ``backoff_s``), or None (free)."""
         if state is State.BACKOFF and backoff_s <= 0:
             return None
+        skip = f"{chars}:{worth_at}" if worth_at > 0 else str(chars)
         token = (
-            str(chars)
-            if state is State.SKIPPED
-            else (f"{backoff_s:g}" if state is State.BACKOFF else "")
+            skip if state is State.SKIPPED else (f"{backoff_s:g}" if state is State.BACKOFF else "")
         )
         return Claim.parse(f"{state.value}:{job_id}" + (f":{token}" if token else ""))
 
