@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -18,6 +19,8 @@ from offpath.stores import db, usage
 
 from .deps import Caller, SessionId, check_readable, no_session, rt_of
 from .schemas import READ, HealthOut, ReadyOut, SessionStatsOut, StatsOut, errors
+
+log = logging.getLogger("offpath.api")
 
 router = APIRouter(tags=["stats"])
 
@@ -144,7 +147,31 @@ def readyz(request: Request) -> JSONResponse:
     ready, queues, message = readiness(found, [settings.celery_queue], settings.broker_url)
     body = {"ok": ok and ready, **status, "workers": message, "queues": queues}
     body["checked_s_ago"] = round(time.time() - found.at, 1) if found.at else None
+    body["warnings"] = fixed_part_warnings(rt) if status["database"] == "ok" else []
     return JSONResponse(status_code=200 if body["ok"] else 503, content=body)
+
+
+def fixed_part_warnings(rt: Runtime) -> list[str]:
+    """One line when sessions have a fixed part (system prompt) over their threshold: every
+    model call of theirs is over it, whatever a compaction removes; the sizes, and the
+    setting to change. Empty when there is none or it cannot be read."""
+    from offpath.stores.tenants import fixed_over
+
+    try:
+        n, rows = fixed_over(rt.engine)
+    except Exception as exc:  # reported by the database check, not here
+        log.debug("fixed parts not read: %s", exc)
+        return []
+    if not n:
+        return []
+    each = ", ".join(f"{sid!r} ({fixed:,} > {threshold:,})" for sid, fixed, threshold in rows)
+    most = max(fixed for _, fixed, _ in rows)
+    return [
+        f"{n} session(s) have a fixed part (system prompt and what no compaction removes) over "
+        f"their threshold, so every model call of theirs is over it: {each}"
+        f"{', ...' if n > len(rows) else ''}. Raise SUMMARIZATION_THRESHOLD_CHARS above "
+        f"{most:,} chars and the keep window, or shorten the system prompt"
+    ]
 
 
 def reachability(rt: Runtime) -> dict[str, str]:

@@ -226,7 +226,7 @@ def test_a_call_waiting_for_its_result_is_never_removed_and_the_summary_still_go
 
 def test_the_prepare_point_follows_the_run_and_the_summarizer():
     from offpath.agent.middleware import OffPathCompaction
-    from offpath.compaction.planner import earliest_worth
+    from offpath.compaction.planner import earliest_worth, prepare_from_chars
 
     settings = load_settings(summarization_threshold_chars=60_000, summarization_keep_chars=20_000)
     mw = OffPathCompaction(settings, recall=False)
@@ -237,9 +237,13 @@ def test_the_prepare_point_follows_the_run_and_the_summarizer():
     fast = mw._prepare_point({"rate": {"g": 4_000.0}})  # 4,000 chars/s: 14,000 chars of lead
     assert earliest_worth(settings) <= fast < floor
     assert mw._prepare_point({"rate": {"g": 1e6}}) == earliest_worth(settings)  # not before
-    # a system prompt given to the agent is in every call and no compaction removes it
+    # a system prompt given to the agent is in every call and no compaction removes it: the
+    # earliest point is the thread's, its fixed part counted (planner.thread_budget)
     fastest = mw._prepare_point({"rate": {"g": 1e6}, "outside": 3_000})
-    assert fastest == earliest_worth(settings) + 3_000
+    assert fastest == earliest_worth(settings, 3_000) > earliest_worth(settings)
+    # a fixed part over the prepare floor: no job before a compaction could land and gain
+    assert mw._prepare_point({"fixed": 50_000}) == prepare_from_chars(settings, 50_000) > floor
+    assert prepare_from_chars(settings, 3_000) == floor
 
 
 @pytest.mark.parametrize("threshold,keep", [(60_000, 20_000), (30_000, 10_000), (20_000, 6_000)])

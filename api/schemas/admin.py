@@ -101,3 +101,9 @@ class ReadyOut(HealthOut):
     checked_s_ago: float | None = Field(
         description="Age of the workers' answer (cached a few seconds), in seconds"
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What works but needs the operator (they leave `ok` as it is): sessions "
+        "whose fixed part (system prompt) alone is over their threshold, with the sizes and "
+        "the setting to change",
+    )

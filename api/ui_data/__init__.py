@@ -12,7 +12,8 @@ A non-admin caller sees only the sessions its tenant owns, as in the JSON API.
 * :mod:`.listing`: :func:`session_page`, a page of the sessions list (``GET /sessions``'s
   :func:`offpath.stores.usage.list_sessions`);
 * :mod:`.thread`: :func:`thread_items` / :func:`originals_by_summary`, one session's thread
-  as the model sees it, and the archived originals each summary replaced.
+  as the model sees it, and the archived originals each summary replaced; its fixed part
+  (:func:`fixed_part_of`).
 """
 
 from .chart import (
@@ -53,6 +54,7 @@ from .dashboard import (
 from .listing import PAGE_SIZE, SORTS, activity_of, session_counts, session_page, thread_of
 from .thread import (
     MAX_ORIGINALS,
+    fixed_part_of,
     job_timeline,
     originals_by_summary,
     originals_totals,
@@ -102,6 +104,7 @@ __all__ = [
     "session_page",
     "thread_of",
     "MAX_ORIGINALS",
+    "fixed_part_of",
     "job_timeline",
     "originals_by_summary",
     "originals_totals",

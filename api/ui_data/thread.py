@@ -1,7 +1,7 @@
 """One session's page: its thread as the model sees it (:func:`thread_items`, only offpath's own
 summaries shown as summaries: :func:`own_summaries`), the archived originals each summary
-replaced (:func:`originals_by_summary`), its jobs (:func:`job_timeline`) and the fingerprint
-its polling compares (:func:`session_version`).
+replaced (:func:`originals_by_summary`), its jobs (:func:`job_timeline`), its fixed part
+(:func:`fixed_part_of`) and the fingerprint its polling compares (:func:`session_version`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import sqlalchemy as sa
 from langchain_core.messages import BaseMessage, messages_from_dict
 
 from offpath.compaction.accounting import content_text, message_chars
+from offpath.compaction.planner import thread_budget
 from offpath.compaction.summary import fingerprint, is_summary, summary_meta
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive, db
-from offpath.stores.tenants import SESSIONS
+from offpath.stores.tenants import SESSIONS, fixed_part
 
 from .listing import _iso, _utc
 
@@ -179,6 +180,28 @@ def originals_totals(groups: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     shortened = {i for g in groups for i in g["shortened_ids"]} - replaced
     compactions = sum(1 for g in groups if g["job_id"])
     return {"replaced": len(replaced), "shortened": len(shortened), "compactions": compactions}
+
+
+def fixed_part_of(
+    rt: Runtime, session_id: str, messages: Sequence[BaseMessage]
+) -> tuple[int, str | None]:
+    """``(chars, warning)``: the session's fixed part (what no compaction removes from its
+    model calls) as the middleware recorded it (a system prompt given to the agent is in no
+    checkpoint), else the system messages at the head of ``messages``; and, when it alone is
+    over the threshold it is compacted under, the warning that names the sizes and the
+    setting to change (None: it is not)."""
+    threshold = rt.settings.summarization_threshold_chars
+    head = 0
+    for m in messages:
+        if m.type != "system":
+            break
+        head += message_chars(m)
+    fixed, under = fixed_part(rt.engine, session_id) or (head, threshold)
+    settings = rt.settings  # the middleware's threshold, when it compacts under another
+    if under != threshold:
+        settings = settings.model_copy(update={"summarization_threshold_chars": under})
+    budget = thread_budget(settings, fixed)
+    return fixed, budget.warning() if budget.over else None
 
 
 def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:

@@ -71,6 +71,12 @@ class SessionOwner(SQLModel, table=True):
     #: whose checkpointer is at ``checkpoints``; None: offpath's). Migration 0009.
     kind: str = Field(default="api", max_length=16)
     checkpoints: str | None = Field(default=None, sa_type=sa.Text)
+    #: What no compaction removes from the thread's model calls (its system prompt, given to
+    #: the agent or in the thread), in chars, and the threshold it is compacted under, as the
+    #: middleware last saw them (None: not seen since migration 0011). Over the threshold:
+    #: every call is, and ``/readyz`` and the session's page say so.
+    fixed_chars: int | None = None
+    threshold_chars: int | None = None
 
 
 #: The kinds of session (``sessions.kind``).
@@ -249,18 +255,24 @@ def note_own_thread(
     checkpoints: str | None,
     messages: int,
     chars: int,
+    *,
+    fixed: int | None = None,
+    threshold: int | None = None,
 ) -> bool:
     """Register (or refresh) a thread of a team's own agent as a session of ``tenant``, kind
     :data:`OWN_AGENT`, with its size and last activity now (the middleware, in the
-    background). One statement: an existing row is updated only if it is this tenant's own
-    agent thread; returns False when the id is another tenant's or an API session's (the
-    thread is then not listed as the agent's). Raises the driver's error."""
+    background), and its ``fixed`` part and ``threshold`` (chars) when given. One statement:
+    an existing row is updated only if it is this tenant's own agent thread; returns False
+    when the id is another tenant's or an API session's (the thread is then not listed as the
+    agent's). Raises the driver's error."""
     now = _now()
     if engine.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:
         from sqlalchemy.dialects.sqlite import insert
-    size = {"last_activity": now, "messages": messages, "chars": chars}
+    size: dict[str, Any] = {"last_activity": now, "messages": messages, "chars": chars}
+    if fixed is not None:
+        size |= {"fixed_chars": fixed, "threshold_chars": threshold}
     with engine.begin() as conn:
         done = conn.execute(
             insert(SESSIONS)
@@ -284,6 +296,50 @@ def note_own_thread(
 def forget_session(engine: Engine, session_id: str) -> None:
     with engine.begin() as conn:
         conn.execute(sa.delete(SESSIONS).where(SESSIONS.c.session_id == session_id))
+
+
+def note_fixed(engine: Engine, session_id: str, fixed: int, threshold: int) -> None:
+    """Record the thread's fixed part (what no compaction removes from its model calls) and
+    the threshold it is compacted under, in chars, on its session row (an own agent's is
+    noted with its size: :func:`note_own_thread`). Best effort, as :func:`note_size`."""
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.update(SESSIONS)
+                .where(SESSIONS.c.session_id == session_id)
+                .values(fixed_chars=fixed, threshold_chars=threshold)
+            )
+    except Exception as exc:
+        log.warning("could not record the fixed part of session %r: %s", session_id[:40], exc)
+
+
+def fixed_part(engine: Engine, session_id: str) -> tuple[int, int] | None:
+    """``(fixed chars, threshold chars)`` as last recorded for the session (None: not
+    recorded)."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(SESSIONS.c.fixed_chars, SESSIONS.c.threshold_chars).where(
+                SESSIONS.c.session_id == session_id
+            )
+        ).first()
+    if row is None or row.fixed_chars is None or row.threshold_chars is None:
+        return None
+    return int(row.fixed_chars), int(row.threshold_chars)
+
+
+def fixed_over(engine: Engine, limit: int = 3) -> tuple[int, list[tuple[str, int, int]]]:
+    """Sessions whose fixed part is over their threshold: how many, and the ``limit`` most
+    recently active as ``(session id, fixed chars, threshold chars)``."""
+    over = SESSIONS.c.fixed_chars > SESSIONS.c.threshold_chars
+    with engine.connect() as conn:
+        n = conn.execute(sa.select(sa.func.count()).select_from(SESSIONS).where(over)).scalar()
+        rows = conn.execute(
+            sa.select(SESSIONS.c.session_id, SESSIONS.c.fixed_chars, SESSIONS.c.threshold_chars)
+            .where(over)
+            .order_by(SESSIONS.c.last_activity.desc())
+            .limit(limit)
+        ).all()
+    return int(n or 0), [(r[0], int(r[1]), int(r[2])) for r in rows]
 
 
 def note_size(engine: Engine, session_id: str, messages: int, chars: int) -> None:

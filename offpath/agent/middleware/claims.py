@@ -159,10 +159,18 @@ class ClaimsMixin:
             seen = self._claims.get(session_id)
             return bool(seen and seen.forced)
 
-    def _note_soon(self, session_id: str, messages: int, chars: int, every: float | None = None):
-        """Record the thread as a session of kind ``own agent`` (its size, last activity) in
-        the background, at most every ``every`` seconds (:data:`NOTE_EVERY_S`); a size held
-        back by that is written when the period ends."""
+    def _note_soon(
+        self,
+        session_id: str,
+        messages: int,
+        chars: int,
+        every: float | None = None,
+        fixed: int | None = None,
+    ):
+        """Record the thread as a session of kind ``own agent`` (its size, last activity, its
+        ``fixed`` part if known, with the threshold) in the background, at most every
+        ``every`` seconds (:data:`NOTE_EVERY_S`); a size held back by that is written when the
+        period ends."""
         every = NOTE_EVERY_S if every is None else every
         now = time.monotonic()
         with self._guard:
@@ -171,7 +179,7 @@ class ClaimsMixin:
                 # the latest size is written once the period ends: a run that raises (a
                 # tool's error, the recursion limit) reaches no run's end to note it at
                 waiting = session_id in self._note_later
-                self._note_later[session_id] = (messages, chars)
+                self._note_later[session_id] = (messages, chars, fixed)
                 if waiting:
                     return
                 delay = every - (now - last)
@@ -182,7 +190,7 @@ class ClaimsMixin:
                     self._noted.clear()
                 self._noted[session_id] = now
         if delay is None:
-            self._write(self._note, session_id, messages, chars)
+            self._write(self._note, session_id, messages, chars, fixed)
             return
         timer = threading.Timer(delay, self._note_latest, (session_id,))
         timer.daemon = True
@@ -198,7 +206,7 @@ class ClaimsMixin:
             self._noted[session_id] = time.monotonic()
         self._write(self._note, session_id, *later)
 
-    def _note(self, session_id: str, messages: int, chars: int) -> None:
+    def _note(self, session_id: str, messages: int, chars: int, fixed: int | None = None) -> None:
         try:
             mine = note_own_thread(
                 self.client.engine,
@@ -207,6 +215,8 @@ class ClaimsMixin:
                 self.options.checkpoints,
                 messages,
                 chars,
+                fixed=fixed,
+                threshold=self.settings.summarization_threshold_chars,
             )
         except Exception as exc:
             line = f"[{tag(session_id)}] could not record the thread as a session: {exc}"

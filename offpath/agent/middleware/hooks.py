@@ -106,7 +106,7 @@ class OffPathCompaction(
         self.options = JobOptions(patch=patch, checkpoints=checkpointer_url)
         self.tenant = tenant or self.settings.own_agent_tenant
         self._noted: dict[str, float] = {}  # thread -> when its session row was last written
-        self._note_later: dict[str, tuple[int, int]] = {}  # thread -> size held back
+        self._note_later: dict[str, tuple[int, int, int | None]] = {}  # thread -> size held back
         self._client = client
         self._guard = threading.Lock()
         self._publishing: set[str] = set()
@@ -196,7 +196,9 @@ class OffPathCompaction(
                     size = ThreadSize().advance(messages)
                     private["removed"] = True
         if s.active and not self.options.patch and place.listed:
-            self._note_soon(session_id, len(messages), size.chars, every=0.0)
+            self._note_soon(
+                session_id, len(messages), size.chars, every=0.0, fixed=private.get("fixed")
+            )
         if s.active and size.chars + out >= self._prepare_point(private):
             known, holder = self._claim_of(session_id)
             if known and (
@@ -271,19 +273,17 @@ class OffPathCompaction(
             if pending := private.get("pending"):
                 self._record(session_id, pending, messages)
                 private["pending"] = None
-            # 1. new results over TOOL_RESULT_MAX_CHARS (a batch of parallel ones sharing the
-            #    keep window), before any model call sees them
-            big = arrival_caps(
-                messages[new_from:],
-                settings.tool_result_limit_chars,
-                settings.summarization_keep_chars,
-            )
-            if big:
-                messages = self._shorten(session_id, messages, big, "as it arrived", writes=writes)
-            threshold = settings.summarization_threshold_chars
             # sizes count the thread; ``out`` is what the call sends besides it (a system
             # prompt given to create_agent), counted against the threshold and floors
             out = private["outside"] = outside_chars(request)
+            budget = self._budget(session_id, messages, out, private)  # its fixed part counted
+            # 1. new results over TOOL_RESULT_MAX_CHARS (a batch of parallel ones sharing the
+            #    thread's keep window), before any model call sees them
+            limit = settings.tool_result_limit_chars
+            big = arrival_caps(messages[new_from:], limit, max(budget.keep, limit // 2))
+            if big:
+                messages = self._shorten(session_id, messages, big, "as it arrived", writes=writes)
+            threshold = settings.summarization_threshold_chars
             chars = sum(message_chars(m) for m in messages) if big else size.chars
             reached = chars
             # 2. over the threshold: the prepared compaction, else older results shortened
@@ -308,12 +308,14 @@ class OffPathCompaction(
                 reached = chars
                 if chars + out > threshold:
                     need = chars + out - settings.prepare_floor_chars
-                    keep = settings.summarization_keep_chars
+                    keep = budget.keep
                     first_new = original[new_from].id if new_from < len(original) else None
                     at = next(
                         (i for i, m in enumerate(messages) if m.id == first_new), len(messages)
                     )
-                    caps = older_caps(messages, keep, need, at, request_cap_chars(settings))
+                    caps = older_caps(
+                        messages, keep, need, at, request_cap_chars(settings, budget.fixed)
+                    )
                     if caps:
                         messages = self._shorten(
                             session_id,
@@ -335,7 +337,7 @@ class OffPathCompaction(
                         )
             size = ThreadSize().advance(messages) if messages is not original else size
             if not self.options.patch and place.listed:
-                self._note_soon(session_id, len(messages), size.chars)
+                self._note_soon(session_id, len(messages), size.chars, fixed=budget.fixed)
             # 3. from the prepare point on: the claim, and a job when the thread is free
             self._track_rate(private, size.chars)
             point = self._prepare_point(private)

@@ -21,13 +21,19 @@ from langgraph.types import Command
 from offpath.agent.middleware.helpers import _outside, log, outside_chars
 from offpath.agent.middleware.state import _Call, _Write
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.planner import earliest_worth
+from offpath.compaction.planner import (
+    ThreadBudget,
+    earliest_worth,
+    prepare_from_chars,
+    thread_budget,
+)
 from offpath.compaction.shorten import shorten_each
 from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
 from offpath.stores import archive
 from offpath.stores.leases import Claim
+from offpath.stores.tenants import note_fixed
 from offpath.stores.usage import summarizer_latency_p90_s
 
 #: How often (s) the summarizer's latency p90 is read again, and what it is assumed to be
@@ -61,6 +67,31 @@ class ShapingMixin:
             return False
         private["crossed"] = True
         return True
+
+    def _budget(
+        self, session_id: str, messages: list[BaseMessage], out: int, private: dict[str, Any]
+    ) -> ThreadBudget:
+        """The thread's keep window, summary budget and least gain from its fixed part (``out``,
+        what the call sends besides the thread, and the system messages at its head), as the
+        planner derives them (:func:`~offpath.compaction.planner.thread_budget`); kept in the
+        private key for the prepare point and the session's row (an own agent's:
+        :meth:`_note`). A fixed part over the threshold is said once per thread, in the log and
+        in the session's row of offpath's own agent (``/readyz``, the session's page)."""
+        fixed = out
+        for m in messages:
+            if m.type != "system":
+                break
+            fixed += message_chars(m)
+        budget = thread_budget(self.settings, fixed)
+        private["fixed"] = budget.fixed
+        if budget.over and f"fixed:{session_id}" not in self._warned:
+            self._warn_once(
+                f"fixed:{session_id}", f"[{tag(session_id)}] offpath: {budget.warning()}"
+            )
+            if self.options.patch:  # an own agent's thread is noted with it (_note)
+                engine = self.client.engine
+                self._write(note_fixed, engine, session_id, budget.fixed, budget.threshold)
+        return budget
 
     def _answer(self, call: _Call, response: Any) -> Any:
         self._calibrate(call.chars, response, call.session_id)
@@ -199,18 +230,22 @@ class ShapingMixin:
         """The size (chars) from which a job is queued: early enough that its summary is ready
         when the thread crosses its threshold (the run's growth rate x the summarizer's p90
         latency and a job's overhead), never later than the prepare floor
-        (``SUMMARIZATION_PREPARE_AT``), and not before a compaction could be worth it (the
-        keep window, a summary's budget and the no-progress gain, plus the system prompt given
-        to the agent, which no compaction removes). Sizes as a call sends them."""
+        (``SUMMARIZATION_PREPARE_AT``; for a thread whose fixed part is over it, where a
+        compaction lands it and a least gain: :func:`~offpath.compaction.planner.
+        prepare_from_chars`), and not before a compaction could be worth it (the keep window, a
+        summary's budget and the no-progress gain of the thread, whose fixed part no compaction
+        removes: :func:`~offpath.compaction.planner.earliest_worth`). Sizes as a call sends
+        them."""
         s = self.settings
-        floor = s.prepare_floor_chars
+        fixed = int(private.get("fixed") or _outside(private))
+        floor = prepare_from_chars(s, fixed)  # the prepare floor, unless the fixed part is over
         growth = float((private.get("rate") or {}).get("g") or 0.0)
         if growth <= 0:
             return floor
         lead = growth * (self._latency_p90() + JOB_OVERHEAD_S) * 1.25
         ahead = int(s.summarization_threshold_chars - lead)
         # sizes as a call sends them: a system prompt given to the agent is in every one
-        return min(floor, max(earliest_worth(s) + _outside(private), ahead))
+        return min(floor, max(earliest_worth(s, fixed), ahead))
 
     def _latency_p90(self) -> float:
         """The summarizer's p90 latency in seconds over the deployment's recent compactions,
