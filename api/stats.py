@@ -155,6 +155,7 @@ def fixed_part_warnings(rt: Runtime) -> list[str]:
     """One line when sessions have a fixed part (system prompt) over their threshold: every
     model call of theirs is over it, whatever a compaction removes; the sizes, and the
     setting to change. Empty when there is none or it cannot be read."""
+    from offpath.compaction.planner import thread_budget
     from offpath.stores.tenants import fixed_over
 
     try:
@@ -165,12 +166,13 @@ def fixed_part_warnings(rt: Runtime) -> list[str]:
     if not n:
         return []
     each = ", ".join(f"{sid!r} ({fixed:,} > {threshold:,})" for sid, fixed, threshold in rows)
-    most = max(fixed for _, fixed, _ in rows)
+    advised = thread_budget(rt.settings, max(fixed for _, fixed, _ in rows)).advised
     return [
         f"{n} session(s) have a fixed part (system prompt and what no compaction removes) over "
         f"their threshold, so every model call of theirs is over it: {each}"
-        f"{', ...' if n > len(rows) else ''}. Raise SUMMARIZATION_THRESHOLD_CHARS above "
-        f"{most:,} chars and the keep window, or shorten the system prompt"
+        f"{', ...' if n > len(rows) else ''}. Set SUMMARIZATION_THRESHOLD_CHARS to at least "
+        f"{advised:,} (the largest fixed part, the keep window and a summary under the prepare "
+        "floor), or shorten the system prompt"
     ]
 
 

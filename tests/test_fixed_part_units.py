@@ -136,6 +136,10 @@ def test_the_fixed_part_counts_once_and_the_keep_window_shrinks_only_when_it_lea
     assert over.over and over.keep == 0 and over.summary > 0 and over.min_gain > 0
     text = over.warning()
     assert "70,000" in text and "60,000" in text and "SUMMARIZATION_THRESHOLD_CHARS" in text
+    assert f"{over.advised:,}" in text
+    # the threshold it advises leaves the keep window whole; a thousand chars less does not
+    assert not thread_budget(settings_of(over.advised, 20_000), 70_000).shrunk
+    assert thread_budget(settings_of(over.advised - 1_000, 20_000), 70_000).shrunk
 
 
 @pytest.mark.parametrize(("threshold", "keep", "fixed"), LARGE)

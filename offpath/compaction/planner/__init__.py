@@ -63,22 +63,34 @@ removes (and saves by shortening) minus the size of the summary that replaces th
 ``(SUMMARIZATION_THRESHOLD_CHARS - SUMMARIZATION_KEEP_CHARS) // 4``
 (:func:`min_gain_chars`; 10,000 chars at the defaults).
 
+The thread's fixed part
+-----------------------
+What no compaction removes (the system prompts, in the thread or given to the agent:
+``outside_chars``) counts once against the threshold: the keep window, the summary budget and
+the gain floor above are the thread's (:func:`thread_budget`). The gain floor is measured
+against the room the fixed part leaves; when the fixed part, the keep window and a whole
+summary do not fit under the prepare floor, the keep window and the summary budget shrink for
+that thread, down to its newest turn (for a long turn in progress, its newest step). A fixed
+part over the threshold leaves every call over it: the thread is held at that part, its newest
+turn and a summary (:attr:`ThreadBudget.over`, whose warning names the setting to change).
+
 A cut is worth it only if the thread lands under its prepare floor with it
 (DESIGN.md invariant 13), the summary counted at its most: kept tool results are
 shortened to get there, and when what the keep window holds cannot be (a model's long
 messages, a pasted log), the shallowest valid cut inside it that lands; a thread that still
-cannot land (a system prompt over the floor) is a :attr:`SkipReason.NO_PROGRESS` skip, never
-a compaction that leaves the thread over its threshold (issue 18, item 2). "Compact now"
+cannot land (a fixed part over the floor) lands under :func:`landing_bound`, never as a
+compaction that removes less than it costs (issue 18, item 2). "Compact now"
 (``force``) applies whatever removes more than its summary adds.
 
 The gain floor is what stops a requeue loop: after a compaction, later turns
 only re-plan the same small cut (the summary plus a few messages), whose gain
 is under the floor, so the post-turn hook skips with
-:attr:`SkipReason.NO_PROGRESS` instead of queueing a job per turn. The next job
-comes once new messages make a cut with a real gain.
+:attr:`SkipReason.NO_PROGRESS` instead of queueing a job per turn. A skip names the size
+from which a compaction could be worth it (:attr:`Skip.worth_at`), which its claim keeps:
+the next job comes then, not after a fixed growth.
 
-The parts: :mod:`.plans` (the plan and the skip), :mod:`.budgets` (the gain, landing and
-summary sizes), :mod:`.scan` (the pass over the messages and a cut's candidate) and
+The parts: :mod:`.plans` (the plan and the skip), :mod:`.budgets` (the thread's budget, the
+gain, landing and summary sizes), :mod:`.scan` (the pass over the messages and a cut's candidate) and
 :mod:`.cut` (the cut rule: :func:`plan_compaction`, :func:`extension`).
 """
 

@@ -46,6 +46,9 @@ class ThreadBudget:
     min_gain: int
     #: the settings' own keep window, before the fixed part was counted
     keep_setting: int
+    #: the least threshold at which the fixed part, that keep window and a whole summary fit
+    #: under the prepare floor (rounded up to a thousand chars; 0: unknown)
+    advised: int = 0
 
     @property
     def shrunk(self) -> bool:
@@ -64,8 +67,9 @@ class ThreadBudget:
             f"the fixed part of this thread (system prompt and what no compaction removes) "
             f"is {self.fixed:,} chars, over the {self.threshold:,}-char threshold: every model "
             "call is over it; the thread is held at that part, its newest turn and a summary. "
-            f"Raise SUMMARIZATION_THRESHOLD_CHARS above {self.fixed + self.keep_setting:,} (the "
-            "fixed part and the keep window) or shorten the system prompt"
+            f"Set SUMMARIZATION_THRESHOLD_CHARS to at least {self.advised:,} (the fixed part, "
+            f"the {self.keep_setting:,}-char keep window and a summary under the prepare "
+            "floor) or shorten the system prompt"
         )
 
 
@@ -92,13 +96,15 @@ def thread_budget(settings: Settings, fixed: int = 0) -> ThreadBudget:
     keep = settings.summarization_keep_chars
     summary, gain = _summary_setting(settings), max(1, (threshold - keep) // 4)
     fixed = max(0, fixed)
+    share = settings.summarization_prepare_at - settings.summary_max_share
+    advised = -(-int((fixed + keep) / share) // 1_000) * 1_000 if share > 0 else 0
     if not fixed:
-        return ThreadBudget(threshold, floor, 0, keep, summary, gain, keep)
+        return ThreadBudget(threshold, floor, 0, keep, summary, gain, keep, advised)
     room = max(0, threshold - fixed)
     gain = max(1, gain // 4, gain * room // max(1, threshold))
     overshoot = fixed - max(0, floor - keep - summary)
     if overshoot <= 0:
-        return ThreadBudget(threshold, floor, fixed, keep, summary, gain, keep)
+        return ThreadBudget(threshold, floor, fixed, keep, summary, gain, keep, advised)
     both = keep + summary
     left = max(0, both - overshoot - min(gain, overshoot))
     return ThreadBudget(
@@ -109,6 +115,7 @@ def thread_budget(settings: Settings, fixed: int = 0) -> ThreadBudget:
         max(min(summary, SMALL_SUMMARY_CHARS), summary * left // both),
         gain,
         keep,
+        advised,
     )
 
 
