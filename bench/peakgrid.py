@@ -12,7 +12,10 @@ SRE sessions and of every shared transcript over the threshold, side by side in 
   over HTTP, ``SummarizationMiddleware`` a model answering the same padded summary).
 
 The sample (:func:`cells`): the whole grid on the SRE workloads (:func:`sre_workloads`), every
-transcript at the middle setting (:data:`MIDDLE`) with both summarizers. Worker settings are
+transcript at the middle setting (:data:`MIDDLE`) with both summarizers, and the SRE workloads
+with a system prompt of 30-55% of the threshold (:data:`PROMPT_ROWS`, issue 30: the fixed part
+counts once) with both summarizers, on time and ``late`` (:data:`LATE_SUMMARY_S`: turns arrive
+while the summary is written). Worker settings are
 per process, so there is one worker per (threshold, summarizer), each on its own queue; the
 middleware publishes to its configuration's queue. Runs of one model delay go at once, each
 in its own thread of this process (they mostly sleep), on one PostgreSQL database (offpath's
@@ -22,8 +25,10 @@ runs first, then the ``SummarizationMiddleware`` runs, whose wall time then comp
 phases).
 
 Per row, the targets of issue 18: peak <= :data:`PEAK_TARGET` x threshold (bar
-:data:`PEAK_BAR`), calls over the threshold <= :data:`OVER_SHARE`, none over the hard limit,
-maskings <= :data:`MASK_SHARE` of calls, wall time <= :data:`WALL_RATIO` x no compaction.
+:data:`PEAK_BAR`; where the system prompt is under half the threshold), calls over the
+threshold <= :data:`OVER_SHARE`, none over the hard limit, maskings <= :data:`MASK_SHARE` of
+calls, wall time <= :data:`WALL_RATIO` x no compaction; and issue 30's: no request kept without
+its answer in any call (the whole-turn check of ``tests/shared.py`` ``turn_problems``).
 """
 
 from __future__ import annotations
@@ -65,6 +70,11 @@ SUMMARY_S, LLM_SUMMARY_CHARS = 2.0, 4_000
 #: Where the transcripts run: the middle threshold and delay.
 MIDDLE = ((30_000, 10_000), 0.5)
 QUICK_SUMMARY_S = 0.3
+#: Rows whose system prompt is 30-55% of the threshold (issue 30): (threshold, keep, prompt
+#: chars); the SRE agent issue 30 measured has a 32,547-char prompt.
+PROMPT_ROWS = ((60_000, 20_000, 32_547), (30_000, 10_000, 12_000))
+#: The ``late`` summarizer (s, whatever the run's summary latency): turns arrive meanwhile.
+LATE_SUMMARY_S = 6.0
 MODES = ("none", "sm-thread", "sm-system", "offpath")
 LABELS = {
     "none": "no compaction",
@@ -84,6 +94,7 @@ KINDS = {
     "over": "calls over the threshold",
     "maskings": "maskings",
     "wall": "wall time",
+    "requests": "requests kept without their answer",
 }
 
 
@@ -91,7 +102,9 @@ KINDS = {
 class Workload:
     name: str
     messages: list[Any]
-    kind: str  # "sre" | "transcript"
+    kind: str  # "sre" | "prompt" | "transcript"
+    #: chars of its system message (0: none)
+    prompt: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,10 +117,12 @@ class Cell:
     delay: float
     summarizer: str
     mode: str
+    #: the summarizer takes :data:`LATE_SUMMARY_S` (its own worker)
+    late: bool = False
 
     @property
-    def config(self) -> tuple[int, int, str]:
-        return (self.threshold, self.keep, self.summarizer)
+    def config(self) -> tuple[int, int, str, bool]:
+        return (self.threshold, self.keep, self.summarizer, self.late)
 
 
 @dataclass
@@ -126,6 +141,9 @@ class Run:
     jobs: Counter[str] = field(default_factory=Counter)
     maskings: int = 0
     reasons: dict[str, str] = field(default_factory=dict)
+    #: what the whole-turn check found in any call (``tests/shared.py`` ``turn_problems``:
+    #: ``unanswered:<request>``, ``headless:<message>``), the turn in progress aside
+    broken_turns: list[str] = field(default_factory=list)
 
     @property
     def peak(self) -> int:
@@ -152,6 +170,30 @@ def sre_workloads() -> list[Workload]:
     ]
 
 
+def long_prompt(chars: int) -> Any:
+    """A system prompt of ``chars`` chars: the SRE workloads' own, then a runbook's rules."""
+    from langchain_core.messages import SystemMessage
+    from sre_sessions import SYSTEM
+
+    text, k = SYSTEM + "\n", 0
+    while len(text) < chars:
+        k += 1
+        text += f"{k}. Before any change, read the runbook's section {k} and say what it allows.\n"
+    return SystemMessage(id=f"prompt-{chars}", content=text[:chars])
+
+
+def prompt_workloads(sre: Sequence[Workload]) -> list[tuple[Workload, int, int]]:
+    """Each SRE workload with its system prompt made :data:`PROMPT_ROWS`' size, with the
+    threshold and keep window it runs at."""
+    out = []
+    for threshold, keep, chars in PROMPT_ROWS:
+        for w in sre:
+            messages = [long_prompt(chars), *w.messages[1:]]
+            name = f"{w.name}-prompt{chars // 1000}k"
+            out.append((Workload(name, messages, "prompt", chars), threshold, keep))
+    return out
+
+
 def transcript_workloads(threshold: int) -> list[Workload]:
     """Every transcript of ../shared/transcripts whose messages exceed ``threshold`` chars."""
     from shared import TRANSCRIPTS, load, messages_of
@@ -166,12 +208,19 @@ def transcript_workloads(threshold: int) -> list[Workload]:
     return out
 
 
-def cells(quick: bool, sre: Sequence[Workload], transcripts: Sequence[Workload]) -> list[Cell]:
+def cells(
+    quick: bool,
+    sre: Sequence[Workload],
+    transcripts: Sequence[Workload],
+    prompts: Sequence[tuple[Workload, int, int]] = (),
+) -> list[Cell]:
     """The sample (the whole grid is ~160 runs, over 25 min on a loaded 2-core host): the whole
     grid on the first SRE workload; the second at :data:`MIDDLE` with both summarizers; every
     transcript at :data:`MIDDLE` with the LLM-shaped summarizer (the harder one: issue 18
-    measured 1.74x with it). Quick: the first SRE workload at the middle threshold, 0.1 s per
-    model call, both summarizers."""
+    measured 1.74x with it); each workload of ``prompts`` at its own setting and the middle
+    delay, both summarizers, on time and late. Quick: the first SRE workload at the middle
+    threshold, 0.1 s per model call, both summarizers; the first prompt workload of each
+    setting the same way, on time and late."""
     out: list[Cell] = []
 
     def add(
@@ -179,23 +228,30 @@ def cells(quick: bool, sre: Sequence[Workload], transcripts: Sequence[Workload])
         thresholds: Sequence[tuple[int, int]],
         delays: Sequence[float],
         summarizers: Sequence[str] = SUMMARIZERS,
+        lates: Sequence[bool] = (False,),
     ) -> None:
         for delay in delays:
             # no compaction does not depend on the threshold nor on the summarizer
             out.append(Cell(w, *thresholds[0], delay, "", "none"))
             for threshold, keep in thresholds:
                 for s in summarizers:
-                    for mode in MODES[1:]:
-                        out.append(Cell(w, threshold, keep, delay, s, mode))
+                    for late in lates:
+                        for mode in MODES[1:]:
+                            out.append(Cell(w, threshold, keep, delay, s, mode, late))
 
     if quick:
         add(sre[0].name, [MIDDLE[0]], [0.1])
+        for w, threshold, keep in prompts:
+            if w.name.startswith(sre[0].name):
+                add(w.name, [(threshold, keep)], [0.1], lates=(False, True))
         return out
     add(sre[0].name, THRESHOLDS, DELAYS)
     for w in sre[1:]:
         add(w.name, [MIDDLE[0]], [MIDDLE[1]])
     for w in transcripts:
         add(w.name, [MIDDLE[0]], [MIDDLE[1]], ["llm"])
+    for w, threshold, keep in prompts:
+        add(w.name, [(threshold, keep)], [MIDDLE[1]], lates=(False, True))
     return out
 
 
@@ -276,7 +332,7 @@ class Grid:
         saver: Any,
         offpath_saver: Any,
         agent_url: str,
-        clients: dict[tuple[int, int, str], Any],
+        clients: dict[tuple[int, int, str, bool], Any],
         summary_s: float,
         workloads: dict[str, Workload],
     ) -> None:
@@ -300,9 +356,10 @@ class Grid:
                 OffPathCompaction(client.settings, checkpointer_url=self.agent_url, client=client)
             ]
         chars = LLM_SUMMARY_CHARS if cell.summarizer == "llm" else 0
+        delay = LATE_SUMMARY_S if cell.late else self.summary_s
         return [
             SummarizationMiddleware(
-                summary_model(chars, self.summary_s),
+                summary_model(chars, delay),
                 trigger=("tokens", cell.threshold // 4),
                 keep=("tokens", cell.keep // 4),
                 token_counter=chars_per_token,
@@ -314,14 +371,15 @@ class Grid:
         from agent_replay import TranscriptModel
         from langchain.agents import create_agent
         from langchain_core.messages import ToolMessage
-        from shared import marked_summary
+        from shared import marked_summary, turn_problems
 
         from offpath.compaction.accounting import message_chars, total_chars
 
         w = self.workloads[cell.workload]
         script = script_of(w.messages, f"{cell.workload}-end")  # each run its own objects
         tag = f"{cell.threshold // 1000}k-{cell.delay:g}-{cell.summarizer or 'x'}"
-        run = Run(cell, f"pg-{cell.mode}-{cell.workload[:20]}-{tag}-{RUN_ID}")
+        tag += "-late" if cell.late else ""
+        run = Run(cell, f"pg-{cell.mode}-{cell.workload[:28]}-{tag}-{RUN_ID}")
         run.expected = len(script.replies)
         model = TranscriptModel(replies=script.replies, delay_s=cell.delay)
         in_thread = cell.mode == "sm-thread" and script.system is not None
@@ -344,7 +402,11 @@ class Grid:
         run.calls = len(model.calls)
         run.sent = [total_chars(c) for c in model.calls]
         seen: dict[tuple[str, int], int] = {}
+        broken: set[str] = set()
         for k, sent in enumerate(model.calls, 1):
+            # the turn in progress aside (each call's last turn), a request kept without its
+            # answer or an answer without its request (DESIGN.md invariant 17)
+            broken |= turn_problems([m for m in sent if m.type != "system"])
             for m in sent:
                 if marked_summary(m):
                     if run.first_summary_call is None:
@@ -353,6 +415,7 @@ class Grid:
             if any(isinstance(m, ToolMessage) and str(m.content).startswith(MASKED) for m in sent):
                 run.masked_calls += 1
         run.summary_chars = list(seen.values())
+        run.broken_turns = sorted(broken)
         model.calls.clear()
         return run
 
@@ -385,8 +448,9 @@ def run(ctx: Context) -> Result:
     summary_s = QUICK_SUMMARY_S if ctx.quick else SUMMARY_S
     sre = sre_workloads()
     transcripts = [] if ctx.quick else transcript_workloads(MIDDLE[0][0])
-    workloads = {w.name: w for w in [*sre, *transcripts]}
-    grid = cells(ctx.quick, sre, transcripts)
+    prompts = prompt_workloads(sre)
+    workloads = {w.name: w for w in [*sre, *transcripts, *(w for w, _, _ in prompts)]}
+    grid = cells(ctx.quick, sre, transcripts, prompts)
     if only := os.environ.get("BENCH_PEAKGRID_ONLY"):  # e.g. "miniswe-django" (to look into a row)
         grid = [c for c in grid if any(w in c.workload for w in only.split(","))]
     configs = sorted({c.config for c in grid if c.mode == "offpath"}, reverse=True)
@@ -404,12 +468,13 @@ def run(ctx: Context) -> Result:
     load_before = os.getloadavg()
     workers: list[tuple[subprocess.Popen[bytes], Path]] = []
     shared_client = Client.open(base)
-    clients: dict[tuple[int, int, str], Any] = {}
+    clients: dict[tuple[int, int, str, bool], Any] = {}
     runs: list[Run] = []
     phases: list[tuple[float, int, float]] = []
     try:
-        for threshold, keep, summarizer in configs:
+        for threshold, keep, summarizer, late in configs:
             queue = f"{base.celery_queue}-g{threshold // 1000}-{summarizer}"
+            queue += "-late" if late else ""
             env = {
                 **os.environ,
                 "LOG_LEVEL": "INFO",
@@ -417,8 +482,10 @@ def run(ctx: Context) -> Result:
                 "SUMMARIZATION_THRESHOLD_CHARS": str(threshold),
                 "SUMMARIZATION_KEEP_CHARS": str(keep),
                 "WORKER_CONCURRENCY": "16",
-                "BENCH_SUMMARY_DELAY_S": str(summary_s),
+                "BENCH_SUMMARY_DELAY_S": str(LATE_SUMMARY_S if late else summary_s),
             }
+            if late and summarizer == "llm":  # the stub LLM answers in summary_s: the rest
+                env["BENCH_EXTRA_DELAY_S"] = str(max(0.0, LATE_SUMMARY_S - summary_s))
             if summarizer == "offline":
                 env.pop("OPENAI_BASE_URL", None)
                 env.pop("OPENAI_API_KEY", None)
@@ -431,7 +498,7 @@ def run(ctx: Context) -> Result:
                 summarization_keep_chars=keep,
                 celery_queue=queue,
             )
-            clients[(threshold, keep, summarizer)] = Client(
+            clients[(threshold, keep, summarizer, late)] = Client(
                 settings, shared_client.engine, shared_client.leases
             )
         for proc, log_path in workers:
@@ -517,8 +584,15 @@ def fmt_x(value: float) -> str:
     return f"{value:.2f}x"
 
 
-def row_misses(off: Run, none: Run, threshold: int, hard: int) -> list[str]:
-    """The targets ``off`` missed, each as a short phrase."""
+def peak_counts(threshold: int, prompt: int) -> bool:
+    """The peak targets hold for a row: its system prompt is under half the threshold (past
+    that the prompt, a summary and the newest turn alone may be over 1.25x; issue 30)."""
+    return 2 * prompt < threshold
+
+
+def row_misses(off: Run, none: Run, threshold: int, hard: int, prompt: int = 0) -> list[str]:
+    """The targets ``off`` missed, each as a short phrase (``prompt``: the chars of the
+    workload's system prompt)."""
     misses = []
     if not off.finished:
         misses.append(
@@ -526,10 +600,14 @@ def row_misses(off: Run, none: Run, threshold: int, hard: int) -> list[str]:
             + (f" ({off.error[:80]})" if off.error else "")
         )
     ratio = off.peak / threshold
-    if ratio > PEAK_BAR:
+    if not peak_counts(threshold, prompt):
+        pass
+    elif ratio > PEAK_BAR:
         misses.append(f"peak {fmt_x(ratio)} > bar {PEAK_BAR:g}x")
     elif ratio > PEAK_TARGET:
         misses.append(f"peak {fmt_x(ratio)} > {PEAK_TARGET:g}x (under the bar)")
+    if off.broken_turns:
+        misses.append(f"requests kept without their answer: {len(off.broken_turns)}")
     over = sum(c > threshold for c in off.sent)
     if over > OVER_SHARE * max(off.calls, 1):
         misses.append(f"over threshold {over / max(off.calls, 1):.0%}")
@@ -567,23 +645,32 @@ def report(
     mw_lines: list[str],
 ) -> Result:
     by = {
-        (r.cell.workload, r.cell.threshold, r.cell.delay, r.cell.summarizer, r.cell.mode): r
+        (
+            r.cell.workload,
+            r.cell.threshold,
+            r.cell.delay,
+            r.cell.summarizer,
+            r.cell.late,
+            r.cell.mode,
+        ): r
         for r in runs
     }
     nones = {(r.cell.workload, r.cell.delay): r for r in runs if r.cell.mode == "none"}
+    kinds = {"sre": 0, "prompt": 1, "transcript": 2}
     rows = sorted(
         {
-            (c.workload, c.threshold, c.keep, c.delay, c.summarizer)
+            (c.workload, c.threshold, c.keep, c.delay, c.summarizer, c.late)
             for c in (r.cell for r in runs)
             if c.mode == "offpath"
         },
-        key=lambda k: (workloads[k[0]].kind != "sre", k[0], -k[1], k[3], k[4]),
+        key=lambda k: (kinds[workloads[k[0]].kind], k[0], -k[1], k[3], k[4], k[5]),
     )
     table = [
-        "| workload | threshold / keep | model s | summarizer | no compaction | SM, system in thread "
-        "| SM, system_prompt= | offpath peak | calls over threshold | over hard limit | "
-        "maskings | wall vs none | wall vs SM (thread / system_prompt=) | targets |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | threshold / keep | prompt / threshold | model s | summarizer | summary s "
+        "| no compaction | SM, system in thread | SM, system_prompt= | offpath peak | calls over "
+        "threshold | over hard limit | requests kept without their answer | maskings "
+        "| wall vs none | wall vs SM (thread / system_prompt=) | targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def peak_cell(r: Run, threshold: int, hard: int) -> str:
@@ -598,31 +685,38 @@ def report(
 
     counts: Counter[str] = Counter()
     misses_by_kind: dict[str, list[str]] = {}
-    for w, threshold, keep, delay, s in rows:
+    for w, threshold, keep, delay, s, late in rows:
         hard = 3 * threshold
+        prompt = workloads[w].prompt
         none = nones[(w, delay)]
-        off = by[(w, threshold, delay, s, "offpath")]
-        smt = by[(w, threshold, delay, s, "sm-thread")]
-        sms = by[(w, threshold, delay, s, "sm-system")]
-        misses = row_misses(off, none, threshold, hard)
+        off = by[(w, threshold, delay, s, late, "offpath")]
+        smt = by[(w, threshold, delay, s, late, "sm-thread")]
+        sms = by[(w, threshold, delay, s, late, "sm-system")]
+        misses = row_misses(off, none, threshold, hard, prompt)
         counts["rows"] += 1
         counts["all"] += not misses
+        where = f"{w} {threshold // 1000}k {delay:g}s {s}{' late' if late else ''}"
         for m in misses:
             kind = KINDS.get(m.split(" ")[0], "calls over the hard limit")
-            misses_by_kind.setdefault(kind, []).append(f"{w} {threshold // 1000}k {delay:g}s {s}")
+            misses_by_kind.setdefault(kind, []).append(where)
         over = sum(c > threshold for c in off.sent)
         masked = max(off.maskings, off.masked_calls)
+        summary = LATE_SUMMARY_S if late else summary_s
         table.append(
-            f"| {w} | {threshold:,} / {keep:,} | {delay:g} | {s} | {peak_cell(none, threshold, hard)} "
+            f"| {w} | {threshold:,} / {keep:,} | {prompt / threshold:.0%} | {delay:g} | {s} "
+            f"| {summary:g}{' (late)' if late else ''} | {peak_cell(none, threshold, hard)} "
             f"| {peak_cell(smt, threshold, hard)} | {peak_cell(sms, threshold, hard)} "
             f"| {fmt_x(off.peak / threshold)} | {over} of {off.calls} | "
-            f"{sum(c > hard for c in off.sent)} | {masked} | "
+            f"{sum(c > hard for c in off.sent)} | {len(off.broken_turns)} | {masked} | "
             f"x{off.seconds / none.seconds:.3f} | x{off.seconds / smt.seconds:.3f} / "
             f"x{off.seconds / sms.seconds:.3f} | {'met' if not misses else '; '.join(misses)} |"
         )
         ratio = off.peak / threshold
-        counts["peak"] += off.finished and ratio <= PEAK_TARGET
-        counts["bar"] += off.finished and ratio <= PEAK_BAR
+        counts["turns"] += not off.broken_turns
+        counts["peak"] += off.finished and (
+            ratio <= PEAK_TARGET or not peak_counts(threshold, prompt)
+        )
+        counts["bar"] += off.finished and (ratio <= PEAK_BAR or not peak_counts(threshold, prompt))
         counts["over"] += over <= OVER_SHARE * max(off.calls, 1)
         counts["hard"] += not any(c > hard for c in off.sent)
         counts["mask"] += masked <= MASK_SHARE * max(off.calls, 1)
@@ -630,8 +724,10 @@ def report(
     n = counts["rows"]
     measured = (
         f"{n} rows, all targets met on {counts['all']}: peak <= {PEAK_TARGET:g}x on "
-        f"{counts['peak']} (<= {PEAK_BAR:g}x on {counts['bar']}), calls over the threshold "
+        f"{counts['peak']} (<= {PEAK_BAR:g}x on {counts['bar']}; rows whose prompt is half the "
+        f"threshold or more count as met), calls over the threshold "
         f"<= {OVER_SHARE:.0%} on {counts['over']}, none over the hard limit on {counts['hard']}, "
+        f"no request kept without its answer on {counts['turns']}, "
         f"maskings <= {MASK_SHARE:.0%} on {counts['mask']}, wall <= {WALL_RATIO:g}x no "
         f"compaction on {counts['wall']}"
     )
@@ -676,6 +772,16 @@ def report(
             else "what ran (--quick): the first SRE workload at 30,000 / 10,000, 0.1 s per "
             "model call"
         ),
+        "rows with a large system prompt (issue 30: it counts once against the threshold): "
+        + "; ".join(
+            f"{chars:,} chars at {t:,} / {k:,} ({chars / t:.0%} of the threshold)"
+            for t, k, chars in PROMPT_ROWS
+        )
+        + f", given as system_prompt= (SM, system in thread: its first message); each on time "
+        f"and late (the summarizer takes {LATE_SUMMARY_S:g} s: turns arrive while it writes); "
+        "the peak targets count where the prompt is under half the threshold; 'requests kept "
+        "without their answer' counts what tests/shared.py turn_problems finds in any call "
+        "(the turn in progress aside)",
         "workloads: "
         + "; ".join(
             f"{w.name} ({total_chars(w.messages):,} chars, {sum(m.type == 'human' for m in w.messages)} "
@@ -716,8 +822,8 @@ def report(
         f"{sum(' WARNING ' in x for x in mw_lines)} warnings",
     ]
     diagnosis = []
-    for w, threshold, _, delay, sname in rows:
-        off = by[(w, threshold, delay, sname, "offpath")]
+    for w, threshold, _, delay, sname, late in rows:
+        off = by[(w, threshold, delay, sname, late, "offpath")]
         over_calls = [k for k, c in enumerate(off.sent, 1) if c > threshold]
         if (
             len(over_calls) <= OVER_SHARE * max(off.calls, 1)
@@ -727,7 +833,8 @@ def report(
         crossed = over_calls[0] if over_calls else None
         behind = sorted(off.behind)
         diagnosis.append(
-            f"{w} {threshold // 1000}k {delay:g}s {sname}: over the threshold at calls "
+            f"{w} {threshold // 1000}k {delay:g}s {sname}{' late' if late else ''}: over the "
+            f"threshold at calls "
             f"{over_calls[:10]}{'...' if len(over_calls) > 10 else ''} of {off.calls} (first "
             f"crossing at call {crossed}, first summary sent at call {off.first_summary_call}); "
             f"jobs {dict(sorted(off.jobs.items()))}"
