@@ -286,7 +286,6 @@ def session_context(request: Request, caller: Principal, session_id: str) -> dic
     kept = [m.id for m in messages if m.id not in summaries]  # a summary takes a removed id
     originals, archived = ui_data.originals_by_summary(rt, session_id, summaries, own, kept)
     stats = usage.stats(rt.engine, session_id=session_id)  # GET /sessions/{id}/stats's
-    fixed, fixed_warning = ui_data.fixed_part_of(rt, session_id, messages)
     return {
         "stats": stats,
         "saved": ui_data.session_widgets(stats),
@@ -299,8 +298,7 @@ def session_context(request: Request, caller: Principal, session_id: str) -> dic
         "chars": total_chars(messages),
         "tokens": ui_data.tokens_of(messages),
         "threshold": rt.settings.summarization_threshold_chars,
-        "fixed": fixed,
-        "fixed_warning": fixed_warning,
+        **ui_data.fixed_part_of(rt, session_id, messages),  # fixed, fixed_warning
         "jobs": jobs,
         "waiting": ui_data.waiting_job(rt, jobs),
         "caller": caller,

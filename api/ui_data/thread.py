@@ -182,14 +182,12 @@ def originals_totals(groups: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return {"replaced": len(replaced), "shortened": len(shortened), "compactions": compactions}
 
 
-def fixed_part_of(
-    rt: Runtime, session_id: str, messages: Sequence[BaseMessage]
-) -> tuple[int, str | None]:
-    """``(chars, warning)``: the session's fixed part (what no compaction removes from its
-    model calls) as the middleware recorded it (a system prompt given to the agent is in no
-    checkpoint), else the system messages at the head of ``messages``; and, when it alone is
-    over the threshold it is compacted under, the warning that names the sizes and the
-    setting to change (None: it is not)."""
+def fixed_part_of(rt: Runtime, session_id: str, messages: Sequence[BaseMessage]) -> dict[str, Any]:
+    """``{"fixed": chars, "fixed_warning": text or None}``: the session's fixed part (what no
+    compaction removes from its model calls) as the middleware recorded it (a system prompt
+    given to the agent is in no checkpoint), else the system messages at the head of
+    ``messages``; and, when it alone is over the threshold it is compacted under, the warning
+    that names the sizes and the setting to change (None: it is not)."""
     threshold = rt.settings.summarization_threshold_chars
     head = 0
     for m in messages:
@@ -201,7 +199,7 @@ def fixed_part_of(
     if under != threshold:
         settings = settings.model_copy(update={"summarization_threshold_chars": under})
     budget = thread_budget(settings, fixed)
-    return fixed, budget.warning() if budget.over else None
+    return {"fixed": fixed, "fixed_warning": budget.warning() if budget.over else None}
 
 
 def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
