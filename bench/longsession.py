@@ -7,10 +7,10 @@ in view and answerable, and the summary against its budget; offpath beside LangC
 system prompt once) again and again, each loop after the first with its facts renamed
 (:class:`Renamer`: every occurrence, in every message of the loop, of a value the agent stated
 in the first loop, its letters and digits replaced by made-up ones of the same shape, file
-extensions and units kept), so a later loop states new facts in the same sentences. A fact of
+extensions and units kept, a figure's number unlike any other figure's), so a later loop states new facts in the same sentences. A fact of
 one loop found in another loop's text, or in the system prompt, is left out. A run stops at
 the end of the turn in which its :data:`TARGET` th compaction showed (or when the loops run
-out: :func:`loops_for` gives about three times what the target needs).
+out: :func:`loops_for` gives about four times what the target needs).
 
 **The agent's stated facts** (:func:`stated`), chosen from the transcript, not by offpath's
 extractor: in the text of the agent's own messages (fenced code blocks left out; tool calls
@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import json
 import keyword
 import logging
@@ -266,31 +267,48 @@ def _word(word: str, loop: int) -> str:
 
 
 def _digits(run: str, loop: int, least: int = 1) -> str:
-    """Made-up digits for ``run`` in ``loop``: as many (at least ``least``), no new
-    leading zero."""
+    """Made-up digits for ``run`` (digits, and after a ``/`` a salt) in ``loop``: as many
+    (at least ``least``), no new leading zero."""
     h = _digest("d", loop, run)
-    n = max(len(run), least)
+    digits = run.split("/")[0]
+    n = max(len(digits), least)
     out = [str(h[i % len(h)] % 10) for i in range(n)]
-    if n > 1 and (out[0] == "0") and not (len(run) == n and run[0] == "0"):
+    if n > 1 and (out[0] == "0") and not (len(digits) == n and digits[0] == "0"):
         out[0] = str(1 + h[0] % 9)
     return "".join(out)
 
 
 class Renamer:
     """Renames, in a text of loop ``k``, every occurrence of the facts of the first loop
-    (``facts``: value -> kind): a figure's digits, a name's or an identifier's words and
-    digits (its file extension and :data:`KEEP_PARTS` kept). Letters and digits are mapped
-    by a hash of (loop, run), so one run is renamed alike wherever it is (in a fact and in a
-    longer one holding it)."""
+    (``facts``: value -> kind): a figure's digits (at least 3, unlike any other figure's,
+    original or renamed), a name's or an identifier's words and digits (its file extension
+    and :data:`KEEP_PARTS` kept). A name's letters and digits are mapped by a hash of (loop,
+    run), so one run is renamed alike wherever it is (in a fact and in a longer one holding
+    it). Loops are renamed in order (a figure's digits depend on those taken before)."""
 
     def __init__(self, facts: dict[str, str]) -> None:
         self.kinds = dict(facts)
         alternation = "|".join(re.escape(v) for v in sorted(facts, key=len, reverse=True))
         self.pattern = re.compile(_LEFT + f"(?:{alternation})" + _RIGHT) if facts else None
+        # a figure's new digits differ from every other figure's, original or renamed
+        self.figures: dict[tuple[str, int], str] = {}
+        self.taken = {v for v, kind in facts.items() if kind == "figure"}
 
     def value(self, value: str, loop: int) -> str:
         if self.kinds.get(value) == "figure":
-            return re.sub(r"\d+", lambda m: _digits(m.group(0), loop, 2), value)
+            known = self.figures.get((value, loop))
+            if known is not None:
+                return known
+            for salt in itertools.count():  # a digit more every 100 tries: never stuck
+                least = 3 + salt // 100
+                new = re.sub(
+                    r"\d+", lambda m, s=salt, n=least: _digits(f"{m.group(0)}/{s}", loop, n), value
+                )
+                if new not in self.taken:
+                    break
+            self.figures[(value, loop)] = new
+            self.taken.add(new)
+            return new
         ext = ""
         stem, dot, tail = value.rpartition(".")
         if dot and stem and tail in EXTENSIONS:
@@ -322,6 +340,8 @@ class Renamer:
 
 @dataclass(frozen=True)
 class Fact:
+    """A fact the agent stated in loop ``loop`` (see the module doc)."""
+
     value: str
     kind: str
     loop: int
@@ -334,7 +354,6 @@ class Session:
     """A transcript looped ``loops`` times: the replay script and the facts, by reply."""
 
     name: str
-    kind: str  # "sre" | "coding"
     loops: int
     script: Any  # bench.peakgrid.Script
     input_loops: list[int]  # the loop of each group of human messages
@@ -402,8 +421,25 @@ def session(name: str, messages: Sequence[Any], loops: int) -> Session:
     for m in script.replies:  # a closing reply the script added is in its turn's loop
         _, tilde, k = str(m.id).rpartition("~")
         reply_loops.append(int(k) if tilde else (reply_loops[-1] if reply_loops else 0))
-    texts = ["\n".join(text_of(m) for m in ms) for ms in per_loop]
-    system_text = text_of(system) if system is not None else ""
+    # the system prompt, then each loop's text: where a value is found, by position
+    texts = [text_of(system) if system is not None else ""]
+    texts += ["\n".join(text_of(m) for m in ms) for ms in per_loop]
+    joined = "\n\n".join(texts)
+    starts = [0]
+    for t in texts[:-1]:
+        starts.append(starts[-1] + len(t) + 2)
+
+    def elsewhere(value: str, k: int) -> bool:
+        """``value`` is found outside loop ``k``'s text (the system prompt included)."""
+        lo, hi = starts[k + 1], starts[k + 1] + len(texts[k + 1])
+        pattern = finder(value)
+        at = joined.find(value)
+        while at != -1:
+            if not lo <= at < hi and pattern.match(joined, at):
+                return True
+            at = joined.find(value, hi if lo <= at < hi else at + 1)
+        return False
+
     facts: list[Fact] = []
     left_out = 0
     for k, ms in enumerate(per_loop):
@@ -415,23 +451,19 @@ def session(name: str, messages: Sequence[Any], loops: int) -> Session:
                 if value in seen:
                     continue
                 seen.add(value)
-                elsewhere = found(value, system_text) or any(
-                    found(value, t) for j, t in enumerate(texts) if j != k
-                )
-                if elsewhere or str(m.id) not in reply_at:
+                if elsewhere(value, k) or str(m.id) not in reply_at:
                     left_out += 1
                     continue
                 facts.append(
                     Fact(value, kind, k, reply_at[str(m.id)], context_words(m.content, value))
                 )
     facts.sort(key=lambda f: f.reply)
-    kind = "sre" if name.startswith("holmesgpt-") else "coding"
     chars = total_chars([m for m in messages if m.type != "system"])
-    return Session(name, kind, loops, script, input_loops, reply_loops, facts, left_out, chars)
+    return Session(name, loops, script, input_loops, reply_loops, facts, left_out, chars)
 
 
 def loops_for(messages: Sequence[Any], threshold: int, keep: int, target: int) -> int:
-    """About three times the loops ``target`` compactions need: each frees about the threshold less
+    """About four times the loops ``target`` compactions need: each frees about the threshold less
     the keep window and the summary budget; tool results count at most their cap."""
     from offpath.compaction.accounting import message_chars
     from offpath.compaction.settings import load_settings
@@ -444,7 +476,7 @@ def loops_for(messages: Sequence[Any], threshold: int, keep: int, target: int) -
         if m.type != "system"
     )
     freed = max(1, threshold - keep - s.summary_budget_chars)
-    return max(2, math.ceil(3 * target * freed / max(1, chars)) + 1)
+    return max(2, math.ceil(4 * target * freed / max(1, chars)) + 1)
 
 
 def transcripts(quick: bool) -> list[tuple[str, list[Any]]]:
@@ -477,8 +509,8 @@ class Point:
     answerable: int | None = None  # None: not asked at this point (or no archive)
     no_query: int = 0  # stated, not in view, and no context words to ask with
     summary_chars: int = 0
-    # per loop: [stated, in view] (and answerable, when asked)
-    by_loop: dict[int, list[int]] = field(default_factory=dict)
+    # by loop (its number) and by kind: [stated, in view, found by recall (when asked)]
+    by_loop: dict[str, list[int]] = field(default_factory=dict)
     by_kind: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -498,6 +530,7 @@ class Run:
     over: int = 0  # model calls over the threshold
     error: str = ""
     jobs: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)  # the first reason per skip code
     maskings: int = 0
     budget: int = 0
 
@@ -807,7 +840,7 @@ def run(ctx: Context) -> Result:
 
                 def settled(offpath_runs: list[Run] = offpath_runs) -> bool:
                     for r in offpath_runs:
-                        jobs, r.maskings, _, _ = job_counts(shared_client.engine, r.session)
+                        jobs, r.maskings, _, r.reasons = job_counts(shared_client.engine, r.session)
                         r.jobs = dict(jobs)
                     return all(
                         not (r.jobs.get("queued") or r.jobs.get("running")) for r in offpath_runs
@@ -841,6 +874,7 @@ def run(ctx: Context) -> Result:
         drop_pg_database(agent_url)
         ctx.stub.control(summary_chars=0, names_nothing=False)
         ctx.stub.set_delay(0.0)
+    print(f"bench: {NAME}: worker logs {tempfile.gettempdir()}/bench-longsession-{RUN_ID}-*.log")
     dump(runs)
     return report(runs, docs, phases, quick, (load_before, load_after), lines.lines)
 
@@ -944,7 +978,7 @@ def report(
         "",
         "| transcript | threshold | compactor | summarizer | loops | model calls | compactions "
         "| facts stated | in view | answerable | no context words | summary chars (max / budget, "
-        "over) | peak / threshold | maskings | in view by loop |",
+        "over) | peak / threshold (calls over) | maskings | in view by loop |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     short: list[str] = []
@@ -965,7 +999,7 @@ def report(
                 table.append(
                     f"| {r.doc} | {r.threshold:,} | {LABELS[r.compactor]} | {r.summarizer} | "
                     f"{r.loops_run} | {r.calls} | 0 | - | - | - | - | - | "
-                    f"{r.peak / r.threshold:.2f} | {r.maskings} | - |"
+                    f"{r.peak / r.threshold:.2f} ({r.over}) | {r.maskings} | - |"
                 )
                 continue
             sizes = r.summaries
@@ -982,7 +1016,7 @@ def report(
                 f"{r.loops_run} | {r.calls} | {len(r.points)} | {p.stated} | "
                 f"{_pct(p.in_view, p.stated)} | {_pct(p.answerable, p.stated)} | "
                 f"{p.no_query if p.answerable is not None else '-'} | {size_cell} | "
-                f"{r.peak / r.threshold:.2f} | {r.maskings} | {by_loop} |"
+                f"{r.peak / r.threshold:.2f} ({r.over}) | {r.maskings} | {by_loop} |"
             )
     # by kind, offpath, at the target
     kinds = ("figure", "name", "identifier")
@@ -1092,6 +1126,20 @@ def report(
         f"{sum(' WARNING ' in x or x.startswith('WARNING') for x in mw_lines)} warnings",
         "targets: " + ", ".join(f"{k} {'met' if v else 'missed'}" for k, v in checks.items()),
     ]
+    crossed = [
+        f"{r.doc} {r.threshold // 1000}k {r.summarizer}: {r.over} of {r.calls} calls; "
+        + "; ".join(
+            f"{code} {r.jobs.get(f'skipped ({code})', 0)}x, first: {why}"
+            for code, why in r.reasons.items()
+        )
+        for r in runs
+        if r.compactor == "offpath" and r.over > 0.05 * max(r.calls, 1)
+    ]
+    if crossed:
+        details.append(
+            "offpath runs over the threshold on more than 5% of model calls (benchmark 17's "
+            "target): " + " | ".join(crossed)
+        )
     if short:
         details.append(
             f"runs short of {target} compactions (figures at their last): " + "; ".join(short)
