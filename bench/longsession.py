@@ -53,7 +53,8 @@ the facts stated before that call:
   the first model call after the compaction (its archive rows are written and its job recorded
   by then), after the first, every :data:`ANSWER_EVERY` th and the :data:`TARGET` th
   compaction, and a run's last;
-* the summary's size against its budget, ``SUMMARY_MAX_SHARE`` x the threshold.
+* the summary's size against its budget, ``SUMMARY_MAX_SHARE`` x the threshold; where its
+  chars go (by bold heading) and how many of its lines repeat another.
 
 Targets (issue 32): after :data:`TARGET` compactions, >= 90% of the stated facts answerable
 and >= 60% in view with each summarizer; no summary over its budget.
@@ -509,6 +510,8 @@ class Point:
     answerable: int | None = None  # None: not asked at this point (or no archive)
     no_query: int = 0  # stated, not in view, and no context words to ask with
     summary_chars: int = 0
+    summary_parts: dict[str, int] = field(default_factory=dict)  # chars by heading
+    repeated: int = 0  # the summary's lines that repeat an earlier line of it
     # by loop (its number) and by kind: [stated, in view, found by recall (when asked)]
     by_loop: dict[str, list[int]] = field(default_factory=dict)
     by_kind: dict[str, list[int]] = field(default_factory=dict)
@@ -561,6 +564,24 @@ def observed_model() -> Any:
     return Observed
 
 
+_HEADING = re.compile(r"^\*\*([^*\n]{1,60}?):?\*\*", re.M)
+BEFORE_HEADINGS = "(before the first heading)"
+
+
+def summary_parts(text: str) -> tuple[dict[str, int], int]:
+    """Where a summary's chars go: by heading (a line opening with a bold ``**Heading**``,
+    up to the next one), and how many of its non-empty lines repeat an earlier one."""
+    marks = [(m.start(), m.group(1).strip()) for m in _HEADING.finditer(text)]
+    parts: dict[str, int] = {}
+    edges = [(0, BEFORE_HEADINGS), *marks]
+    ends = [at for at, _ in marks] + [len(text)]
+    for (start, name), end in zip(edges, ends, strict=True):
+        if end > start:
+            parts[name] = parts.get(name, 0) + end - start
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return parts, len(lines) - len(set(lines))
+
+
 class Tracker:
     """Watches a run's model calls: at each new summary, the facts in view; at the next call
     (when the compaction's archive rows and job record are in), those answerable, at every
@@ -608,6 +629,7 @@ class Tracker:
             len(shown),
             summary_chars=message_chars(summary),
         )
+        point.summary_parts, point.repeated = summary_parts(str(summary.content))
         for f in facts:
             for table, key2 in ((point.by_loop, str(f.loop)), (point.by_kind, f.kind)):
                 row = table.setdefault(key2, [0, 0, 0])
@@ -1048,6 +1070,43 @@ def report(
             for k in kinds
         ]
         table.append(f"| {g[0]:,} | {g[2]} | " + " | ".join(cells) + " |")
+    # where the chars of offpath's summaries go
+    configs = [g for g in groups if g[3] == "offpath"]
+    points = {g: [p for r in of(g) for p in r.points] for g in configs}
+    headings: list[str] = []
+    for g in configs:
+        for p in points[g]:
+            headings += [n for n in p.summary_parts if n not in headings]
+    table += [
+        "",
+        "**Where offpath's summaries' chars go** (mean chars per summary, by heading)",
+        "",
+        "| part | " + " | ".join(f"{g[0] // 1000}k {g[2]}" for g in configs) + " |",
+        "|---|" + "---|" * len(configs),
+    ]
+    for n in headings:
+        cells = [
+            f"{sum(p.summary_parts.get(n, 0) for p in points[g]) / max(1, len(points[g])):,.0f}"
+            for g in configs
+        ]
+        table.append(f"| {n} | " + " | ".join(cells) + " |")
+    table.append(
+        "| **whole summary** (over budget) | "
+        + " | ".join(
+            f"{sum(p.summary_chars for p in points[g]) / max(1, len(points[g])):,.0f} "
+            f"({sum(p.summary_chars > r.budget for r in of(g) for p in r.points)} of "
+            f"{len(points[g])})"
+            for g in configs
+        )
+        + " |"
+    )
+    table.append(
+        "| summaries with a repeated line | "
+        + " | ".join(
+            f"{sum(p.repeated > 0 for p in points[g])} of {len(points[g])}" for g in configs
+        )
+        + " |"
+    )
     # the targets
     summaries = [(c, r.budget) for r in runs if r.compactor == "offpath" for c in r.summaries]
     over_budget = [c for c, b in summaries if c > b]
