@@ -26,7 +26,9 @@ at run time with ``POST /_control`` (``{"mode": ..., "delay_s": ..., "times": n}
   stays in flight while the rest of the stack is served;
 * ``summary_chars``: summaries are padded to about this many chars with findings that name
   nothing specific (an LLM-shaped summary of 3-5k chars, as a real model writes them;
-  0: the short stub summary).
+  0: the short stub summary);
+* ``names_nothing``: ``true`` makes the summary's **Investigating** line generic too (by
+  default it quotes the first request of the prompt), so the summary names nothing at all.
 
 ``GET /_requests`` lists the requests' messages; ``DELETE /_requests`` clears them.
 Run alone: ``python tests/stub_llm.py --port 8999 --delay 1``.
@@ -96,6 +98,7 @@ class StubState:
         self.release = threading.Event()  # set: the requests of mode "held" are answered
         self.release.set()
         self.summary_chars = 0
+        self.names_nothing = False
 
     def next_mode(self, text: str = "") -> str:
         with self.lock:
@@ -163,6 +166,8 @@ class Handler(BaseHTTPRequestHandler):
                     (state.gate.clear if body["hold"] else state.gate.set)()
                 if "summary_chars" in body:
                     state.summary_chars = int(body["summary_chars"])
+                if "names_nothing" in body:
+                    state.names_nothing = bool(body["names_nothing"])
             self._send(200, b"{}")
             return
         if not self.path.endswith("/chat/completions"):
@@ -204,6 +209,8 @@ class Handler(BaseHTTPRequestHandler):
             user = messages[-1].get("content", "") if messages else ""
             human = re.search(r"\n\[[0-9a-f]{16} human\]\n(.*)", user)
             first = human.group(1)[:120] if human else "stub"
+            if state.names_nothing:
+                first = "the request the user made"
             text = SUMMARY.format(first=first, n=len(re.findall(r"\n\n\[[0-9a-f]{16} ", user)))
             text = pad_summary(text, state.summary_chars)
         else:
