@@ -135,8 +135,10 @@ def test_worker_killed_mid_job_recovers_within_a_lease(stacks, stub, fault_n, po
         )
         recovery.append(time.monotonic() - killed)
         assert [j["status"] for j in jobs] == ["applied"], jobs  # the killed job, re-published
-        # re-published and run again; after the patch, the reconciler may record it at once
-        assert jobs[0]["attempts"] == 2 or point == "after_patch", jobs
+        # re-published and run again (a host so loaded that a lease lapses while the job runs
+        # again may add a delivery: the claim protocol lets exactly one of them patch); after
+        # the patch, the reconciler may record it at once
+        assert jobs[0]["attempts"] >= 2 or point == "after_patch", jobs
         assert recovery[-1] < RECOVERY_BOUND_S, f"recovered after {recovery[-1]:.1f}s"
         assert assert_consistent(stack, session, posted)
         log = stack.worker_log.read_text()
