@@ -15,6 +15,9 @@ an interval:
   claim is freed, and its thread is left exactly as it is: the next run over the prepare
   point queues a fresh job (issue 21, item 2);
 * not published (the broker was down): claim the thread for it and publish it;
+* running, and requeued for a retry that has not started within ``JOB_RETRY_BACKOFF_MAX_S +
+  JOB_LEASE_S`` (:func:`retry_overdue`; the retry's delivery failed before it started, or
+  the worker holding it until its countdown died): re-publish it on the claim it holds;
 * its lease is alive (queued or running): nothing to do;
 * lapsed (its worker died, or the broker lost it): if its summary is in the thread,
   record it (the patch landed, the usage row did not); else end it when another job
@@ -48,6 +51,7 @@ from offpath.agent.middleware import LOSS_PENDING
 from offpath.compaction.accounting import content_text
 from offpath.compaction.loss import loss_report
 from offpath.compaction.patch import landed
+from offpath.compaction.settings import Settings
 from offpath.coordination.compactions import JobOptions, read_messages, read_thread
 from offpath.coordination.hook import queue_job
 from offpath.coordination.logs import tag
@@ -121,6 +125,16 @@ def prepared_expired(prepared_at: datetime, now: datetime, ttl_s: float) -> bool
     return (now - prepared_at).total_seconds() > ttl_s
 
 
+def retry_overdue(changed_at: datetime, now: datetime, settings: Settings) -> bool:
+    """A job requeued for a retry whose row last changed at ``changed_at`` (UTC) should have
+    started by ``now``: its countdown is at most ``JOB_RETRY_BACKOFF_MAX_S``, and a worker
+    takes a due message within ``JOB_LEASE_S``. Strict: at exactly that sum it still waits."""
+    if changed_at.tzinfo is None:  # SQLite hands back naive datetimes: they are UTC
+        changed_at = changed_at.replace(tzinfo=UTC)
+    bound = settings.job_retry_backoff_max_s + settings.job_lease_s
+    return (now - changed_at).total_seconds() > bound
+
+
 def expiry_reason(ttl_s: float) -> str:
     """What an expired prepared job's row says (its timeline shows it); ``expired: ...``."""
     return (
@@ -183,6 +197,23 @@ def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
         return _end(
             rt, row, "expired", "its prepared compaction was never applied; its claim is gone"
         )
+    if (
+        mine
+        and holder.state is State.QUEUED
+        and row["status"] == JobStatus.RUNNING
+        and retry_overdue(row["updated_at"], now_utc(), rt.settings)
+    ):
+        # a delivery requeued the job for a retry whose message never ran: its delivery
+        # failed before it started (the database down), or the worker holding it until its
+        # countdown died (the broker gives it back only after the visibility timeout)
+        publish(session_id, job_id, options.to_json())
+        set_published(rt.engine, job_id, True)  # the row changed: the next pass waits again
+        log.info(
+            "[%s] reconciler: re-published job %s (its retry is overdue: message lost)",
+            tag(session_id),
+            job_id,
+        )
+        return "republished"
     mine = mine and holder.in_flight
     if not row["published"]:
         if not mine and rt.leases.claim(session_id, job_id) is not None:
