@@ -16,6 +16,9 @@ Options:
   with ``--update`` it replaces those benchmarks' rows and sections in BENCHMARKS.md and
   says, under the header, which ran when (the others keep their run's figures).
   Only a full run writes the report.
+
+``SOAK_MINUTES`` sets how long the chaos soak (``soak``, :mod:`bench.soak`) runs (default 60;
+with ``--quick``, its short plan for 4); ``python -m bench.soak`` runs it alone.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from bench import (
     peers,
     planner,
     report,
+    soak,
     swapcheck,
     throughput,
     turns,
@@ -84,9 +88,10 @@ BENCHMARKS: dict[str, Callable[[Any], Result]] = {
     frontier.NAME: frontier.run,
     swapcheck.NAME: swapcheck.run,
     conformance.NAME: conformance.run,
+    soak.NAME: soak.run,
 }
 #: Those that need neither the stub LLM nor a database (frontier runs its own stub LLM, the
-#: conformance suite its own stacks).
+#: conformance suite its own stacks, the soak its own PostgreSQL, Redis and stub LLM).
 PURE = {
     planner.NAME,
     growth.NAME,
@@ -95,6 +100,7 @@ PURE = {
     frontier.NAME,
     swapcheck.NAME,
     conformance.NAME,
+    soak.NAME,
 }
 NAMES = [*BENCHMARKS, faults.NAME]
 

@@ -11,6 +11,7 @@ compactions come every few turns; leases and the reconcile interval at their def
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -149,7 +150,7 @@ def check_threads(
     settings: Any, clients: list[Client], engine: Any
 ) -> tuple[dict[str, list[str]], Counter[str]]:
     """Per session, what is wrong with its thread (empty: consistent): more than one summary,
-    a summary not first, a posted message neither in the thread nor archived by a compaction
+    a summary not first (after the system prompt), a posted message neither in the thread nor archived by a compaction
     (nor listed by a summary of the thread's history), usage rows not one per applied job. Also counts where the
     posted messages are (``kept``, ``replaced``, ``lost``)."""
     import sqlalchemy as sa
@@ -189,7 +190,9 @@ def check_threads(
             summaries = [m for m in final if is_summary(m)]
             if len(summaries) > 1:
                 wrong.append(f"{len(summaries)} summaries")
-            if summaries and not is_summary(final[0]):
+            # invariant 2: the system prompt (if any), then the summary
+            body = list(itertools.dropwhile(lambda m: m.type == "system", final))
+            if summaries and not is_summary(body[0]):
                 wrong.append("the summary is not first")
             # what compactions replaced: the archive holds each removed original (invariant
             # 12; the checkpoint history is pruned to CHECKPOINT_HISTORY), and the summaries
