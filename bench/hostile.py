@@ -30,6 +30,8 @@ import os
 import random
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -40,7 +42,18 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.common import ROOT, Context, Result, api_key, api_up, free_port, start_api, wait
+from bench.common import (
+    ROOT,
+    RUN_ID,
+    Context,
+    Result,
+    api_key,
+    api_up,
+    free_port,
+    start_api,
+    start_worker,
+    wait,
+)
 
 NAME = "hostile"
 MB = 2**20
@@ -314,8 +327,8 @@ def injection() -> tuple[list[str], bool, str]:
 
 
 def fuzzing(ctx: Context, env: dict[str, str], folder: Path) -> tuple[list[str], bool, str]:
-    """schemathesis on each backend for BENCH_FUZZ_SECONDS."""
-    import sys
+    """schemathesis on each backend for BENCH_FUZZ_SECONDS, against an API with a worker and
+    ``offpath beat`` beside it (as in production: ``/readyz`` says whether they run)."""
 
     sys.path.insert(0, str(ROOT / "tests"))
     from integration.test_fuzz import fuzz
@@ -334,10 +347,28 @@ def fuzzing(ctx: Context, env: dict[str, str], folder: Path) -> tuple[list[str],
         key = api.key
         run_dir = folder / f"fuzz-{backend}"
         run_dir.mkdir()
+        # /readyz answers 200 only with a worker on the queue and the reconciler's passes
+        # seen: the fuzzed API runs beside both, as in production
+        log = open(folder / f"worker-beat-{backend}.log", "wb")  # noqa: SIM115 - closed below
+        helpers = [
+            start_worker(benv, f"hostile-{backend}-{RUN_ID}@%h", log),
+            subprocess.Popen(
+                [sys.executable, "-m", "offpath.cli.main", "beat"],
+                cwd=ROOT,
+                env=benv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ),
+        ]
         try:
+            wait(lambda a=api: a.http.get("/readyz").status_code == 200, 180, 1.0)
             run = fuzz(api.url, key, seconds, seed, run_dir)
         finally:
             api.stop()
+            for proc in helpers:
+                proc.terminate()
+                proc.wait(timeout=60)
+            log.close()
         off = len(run.problems) - run.server_errors
         met = met and not run.problems
         twohundred = sum(n for (_, status), n in run.statuses.items() if status == 200)

@@ -88,6 +88,8 @@ class Plan:
     down_s: tuple[float, float] = (2.0, 10.0)
     spell_s: tuple[float, float] = (20.0, 60.0)
     llm_delay_s: float = 0.5
+    #: how long the own agent's scripted model takes per call
+    agent_delay_s: float = 0.2
     slow_llm_s: float = 15.0
     netem: str = "delay 150ms 50ms loss 5%"
     seed: int = 0
@@ -108,6 +110,7 @@ class Plan:
             down_s=(1.0, 4.0),
             spell_s=(6.0, 12.0),
             slow_llm_s=8.0,
+            agent_delay_s=0.05,
             seed=seed,
             rounds=1,
         )
@@ -265,15 +268,19 @@ class ProxyLink:
 
 
 class Postgres:
-    """A PostgreSQL cluster of the soak's own in ``folder`` (trust auth, ``fsync=off``; the
-    machine's default of 100 connections), run as ``postgres`` when this is root, behind
-    ``link``."""
+    """A PostgreSQL cluster of the soak's own (trust auth, ``fsync=off``; the machine's
+    default of 100 connections) in a temporary folder its own user can reach, run as
+    ``postgres`` when this is root, behind ``link``; :meth:`stop` removes it and leaves its
+    log in ``folder``."""
 
     def __init__(self, folder: Path, link: NetnsLink | ProxyLink) -> None:
         self.link = link
+        self.folder = folder
         bindir = Path(os.path.realpath(shutil.which("pg_ctl") or "/usr/bin/pg_ctl")).parent
         self.pg_ctl = str(bindir / "pg_ctl")
-        self.data = folder / "pg"
+        self.home = Path(tempfile.mkdtemp(prefix=f"soak-pg-{RUN_ID}-"))
+        self.home.chmod(0o755)
+        self.data = self.home / "data"
         self.data.mkdir()
         self.as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         if self.as_pg:
@@ -288,7 +295,7 @@ class Postgres:
             f"-p {self.port} -k {self.data} -c listen_addresses={listen} "
             "-c max_connections=100 -c fsync=off"
         )
-        self.log = folder / "postgres.log"
+        self.log = self.home / "postgres.log"
         if self.as_pg:
             self.log.touch()
             shutil.chown(self.log, "postgres", "postgres")
@@ -317,6 +324,9 @@ class Postgres:
             self._ctl("stop", "-m", "immediate")
         except (RuntimeError, subprocess.TimeoutExpired):
             pass
+        if self.log.exists():
+            shutil.copy(self.log, self.folder / "postgres.log")
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 # --- the service's processes -------------------------------------------------------------
@@ -614,7 +624,7 @@ class Load:
                     script = replay_script(
                         messages_of(load(paths[n % len(paths)])), f"{session}-end"
                     )
-                    model = TranscriptModel(replies=script.replies, delay_s=0.05)
+                    model = TranscriptModel(replies=script.replies, delay_s=self.plan.agent_delay_s)
                     middleware = OffPathCompaction(
                         self.settings, checkpointer_url=url, client=client
                     )
@@ -856,7 +866,7 @@ class Figures:
         lines = [
             f"{self.minutes:.1f} min of load and faults; {plan.sessions} sessions ({plan.sessions - plan.chat_sessions} "
             f"importing turns, {plan.chat_sessions} chatting with the API's agent), {plan.agent_runners} own-agent "
-            f"runner(s); think time {plan.think_s[0]:g}-{plan.think_s[1]:g} s; stub LLM {plan.llm_delay_s:g} s a call; "
+            f"runner(s) (model {plan.agent_delay_s:g} s a call); think time {plan.think_s[0]:g}-{plan.think_s[1]:g} s; stub LLM {plan.llm_delay_s:g} s a call; "
             "default settings; seed " + str(plan.seed),
             f"faults ({len(self.faults)}, {plan.gap_s[0]:g}-{plan.gap_s[1]:g} s apart): {counts(kinds)}; database link: {self.link}",
             f"imported turns: {sum(s.turns for s in turns):,} accepted, p50 {pct(lat, 50):.0f} ms, p99 {pct(lat, 99):.0f} ms"
@@ -987,7 +997,7 @@ def soak(plan: Plan, folder: Path | None = None) -> Figures:
     from offpath.compaction.settings import Settings, load_settings
 
     folder = folder or Path(tempfile.mkdtemp(prefix=f"soak-{RUN_ID}-"))
-    folder.chmod(0o755)  # PostgreSQL's own user reaches its folder inside
+    folder.mkdir(parents=True, exist_ok=True)
     print(f"soak: {plan.minutes:g} min, logs in {folder}", flush=True)
     link: NetnsLink | ProxyLink = NetnsLink() if netns_usable() else ProxyLink()
     pg = redis_ = stub = services = load = engine = None
@@ -1111,6 +1121,8 @@ def soak(plan: Plan, folder: Path | None = None) -> Figures:
             pg.stop()
         link.clear()
         link.close()
+        for db in folder.glob("agent-*.db*"):  # the own agent's checkpoints: a GB an hour
+            db.unlink()
 
 
 def result(figures: Figures, command: str) -> Result:

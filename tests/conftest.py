@@ -144,7 +144,7 @@ def no_broker_bindings_left_behind() -> Iterator[None]:
 #: around them at the end instead of leaving one worker on a long file while the others
 #: idle (longest first; the suite's wall time is what CI limits).
 SLOW_FIRST = (  # seconds each took in one run (--junitxml), 2,290 s in all
-    "faults/test_soak.py",  # ~420: a short chaos soak (three minutes of load, then checks)
+    "faults/test_soak.py",  # 311: a short chaos soak (three minutes of load, then checks)
     "integration/test_cli.py",  # 295: the demo, start to end, four times
     "faults/test_faults.py",  # 270
     "integration/test_service_pipeline.py",  # 225
