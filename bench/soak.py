@@ -73,6 +73,9 @@ KINDS = (
 TURN_CHARS = 3_000
 #: Seconds after the last fault at which threads over their threshold are counted.
 OVER_AFTER_S = 60.0
+#: The longest the API may go without answering ``/healthz`` (a SIGKILL and its restart, or
+#: a dependency down for the longest spell, included).
+SILENT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -256,11 +259,12 @@ class ProxyLink:
                 dst.sendall(data)
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.close()
+        for s in (src, dst):  # shut down first: the other direction's recv returns, and
+            try:  # the client sees its connection end (close alone leaves it open)
+                s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            s.close()
 
     def close(self) -> None:
         self.closed = True
@@ -502,6 +506,8 @@ class Load:
         self.runs: list[AgentRun] = []
         self.errors: list[str] = []
         self.threads: list[threading.Thread] = []
+        #: the longest the API went without answering ``/healthz`` (s), and when (s after start)
+        self.silent_s, self.silent_at = 0.0, 0.0
 
     def start(self) -> None:
         docs = replay_docs()
@@ -511,6 +517,7 @@ class Load:
             self.threads.append(threading.Thread(target=self._guard, args=(target, *args), daemon=True))  # fmt: skip
         for k in range(self.plan.agent_runners):
             self.threads.append(threading.Thread(target=self._guard, args=(self._agent, k), daemon=True))  # fmt: skip
+        self.threads.append(threading.Thread(target=self._guard, args=(self._probe,), daemon=True))  # fmt: skip
         for t in self.threads:
             t.start()
 
@@ -528,6 +535,21 @@ class Load:
 
             self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
             traceback.print_exc()
+
+    def _probe(self) -> None:
+        """``/healthz`` every 2 s (10 s to answer, 200 or 503): the longest silence."""
+        import httpx
+
+        began = time.monotonic()
+        answered = began
+        while not self.stopping.wait(2.0):
+            try:
+                if httpx.get(f"{self.services.url}/healthz", timeout=10).status_code in (200, 503):
+                    answered = time.monotonic()
+            except httpx.HTTPError:
+                pass
+            if (silent := time.monotonic() - answered) > self.silent_s:
+                self.silent_s, self.silent_at = silent, answered - began
 
     def _sleep(self, r: random.Random) -> None:
         self.stopping.wait(r.uniform(*self.plan.think_s))
@@ -800,6 +822,8 @@ class Figures:
     client_errors: list[str] = field(default_factory=list)
     log_errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    silent_s: float = 0.0
+    silent_at: float = 0.0
 
     @property
     def targets(self) -> list[tuple[str, str, str, bool]]:
@@ -839,6 +863,12 @@ class Figures:
                 not self.over,
             ),  # fmt: skip
             ("orphaned tool calls or results", str(len(self.orphans)), "0", not self.orphans),
+            (
+                "longest the API did not answer /healthz",
+                f"{self.silent_s:.0f} s",
+                f"<= {SILENT_S:.0f} s",
+                self.silent_s <= SILENT_S,
+            ),  # fmt: skip
         ]
 
     @property
@@ -907,6 +937,8 @@ class Figures:
             lines.append(f"threads over their threshold: {'; '.join(self.over[:5])}")
         if self.orphans:
             lines.append(f"orphans: {'; '.join(self.orphans[:5])}")
+        if self.silent_s > SILENT_S:
+            lines.append(f"the API answered no /healthz for {self.silent_s:.0f} s from {self.silent_at:.0f} s into the soak")  # fmt: skip
         if self.client_errors:
             lines.append(f"**the soak's clients failed**: {'; '.join(self.client_errors[:3])}")
         return lines + self.notes
@@ -1097,6 +1129,8 @@ def soak(plan: Plan, folder: Path | None = None) -> Figures:
             unexpected=services.unexpected,
             client_errors=load.errors,
             log_errors=log_errors([services.log(n) for n in ("api", "worker", "beat")]),
+            silent_s=load.silent_s,
+            silent_at=load.silent_at,
         )
         if other:
             figures.notes.append(f"other thread problems: {'; '.join(other[:5])}")

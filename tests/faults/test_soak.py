@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.soak import KINDS, Plan, soak
+from bench.soak import KINDS, SILENT_S, Plan, soak
 
 
 @pytest.mark.timeout(1_500)
@@ -20,4 +20,5 @@ def test_a_short_chaos_soak_keeps_every_message_and_leaves_nothing_stuck(tmp_pat
     assert figures.twice == 0 and not figures.usage_mismatch, report
     assert not figures.over, report
     assert not figures.orphans, report
+    assert figures.silent_s <= SILENT_S, report
     assert not figures.client_errors, report
