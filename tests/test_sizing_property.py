@@ -124,3 +124,27 @@ def test_a_thread_changed_unseen_is_sized_again() -> None:
     del thread[10]
     assert sizes.sync(thread, total_chars(thread)) == 49
     assert sizes.older_caps(2_000, 10_000) == older_caps(thread, 2_000, 10_000)
+
+
+def test_sized_threads_hold_at_most_their_messages() -> None:
+    """The sizes kept for a process's threads hold at most ``max_messages`` messages: the
+    threads used least recently are forgotten first; a thread's sizes go to one call at a
+    time."""
+    from offpath.compaction.sizing import SizedThreads
+
+    def sized(n: int) -> MessageSizes:
+        sizes = MessageSizes()
+        sizes.append(HumanMessage(id=f"h{i}", content="q") for i in range(n))
+        return sizes
+
+    kept = SizedThreads(max_messages=100)
+    kept.give("a", sized(40))
+    kept.give("b", sized(40))
+    assert kept.take("a").n == 40  # "a" is taken: a call of it meanwhile gets its own
+    assert kept.take("a").n == 0
+    kept.give("a", sized(40))
+    kept.give("c", sized(40))  # 120 messages: "b", the least recently used, is forgotten
+    assert kept.take("b").n == 0
+    assert kept.take("c").n == 40
+    kept.give("d", sized(101))  # over the bound alone: not kept
+    assert kept.take("d").n == 0

@@ -281,9 +281,9 @@ def _fill(
     )
 
 
-#: Most messages the sizes of :class:`SizedThreads` hold, all threads together (~70 bytes a
-#: message): the threads used least recently are forgotten first.
-MAX_SIZED_MESSAGES = 1_000_000
+#: Most messages the sizes of :class:`SizedThreads` hold, all threads together (60-130 bytes
+#: a message: at most ~26 MB): the threads used least recently are forgotten first.
+MAX_SIZED_MESSAGES = 200_000
 
 
 class SizedThreads:
