@@ -333,6 +333,10 @@ def report(results: list[Measure], sizes: tuple[int, int], per_size: dict[int, i
         "20,000, keep 5,000, hard limit 50,000,000, the thread's job queued and no worker",
         "offpath hooks: wrap_model_call less the model's own time, CPU of the calling thread; "
         "run end: after_agent, once per run",
+        "the settings run one after another, not interleaved: LangGraph's own work per call "
+        "(the no-middleware row) moves between runs on a shared host, so an added figure "
+        "smaller than that movement (negative ones included) is noise; offpath's own CPU "
+        "is its hooks column",
     ]
     if mixed:
         details.append(
