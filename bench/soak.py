@@ -1,4 +1,4 @@
-"""Benchmark 21, a chaos soak: the whole system under load for a long time while faults of
+"""Benchmark 22, a chaos soak: the whole system under load for a long time while faults of
 every kind come at random, then what it kept.
 
 Everything is the soak's own: a PostgreSQL cluster (``initdb`` + ``pg_ctl``, on a link the
@@ -1161,7 +1161,7 @@ def soak(plan: Plan, folder: Path | None = None) -> Figures:
 
 def result(figures: Figures, command: str) -> Result:
     return Result(
-        "21. Chaos soak",
+        "22. Chaos soak",
         "every posted message in its thread or archive; 0 job rows stuck, 0 usage events counted "
         "twice, 0 threads over their threshold 60 s after the last fault, 0 orphaned calls",
         f"{figures.minutes:.0f} min, {len(figures.faults)} faults: {figures.found:,}/{figures.posted:,} messages kept; "
