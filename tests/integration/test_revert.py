@@ -14,6 +14,7 @@ import pytest
 from stack import wait_for
 
 from .test_cli import run
+from .test_metrics import scrape, total
 from .test_openai_import import SMALL
 
 pytestmark = pytest.mark.usefixtures("stub")
@@ -87,10 +88,18 @@ def test_compact_then_revert_through_the_api(stacks, backend):
     page = stack.http.get(f"/ui/sessions/{session}").text
     assert f'data-job="{job_id}"' in page and "facts lost" in page
 
+    counters = scrape(f"{stack.url}/metrics", stack.key)
     r = revert(stack, session, job_id)
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["status"] == "reverted" and body["messages_restored"] == job["messages_removed"]
+    # the counters keep the compaction (it happened) and count its revert beside it
+    after = scrape(f"{stack.url}/metrics", stack.key)
+    for name, grew in (
+        ("offpath_compactions_reverted_total", 1),
+        ("offpath_chars_restored_total", job["chars_saved"]),
+    ):
+        assert total(after, name) - total(counters, name) == grew, name
     now = lossless(stack, session)
     assert now == before + grown[-len(later) :]  # the originals, then what came since
     assert body["messages"] == len(now)
