@@ -206,8 +206,8 @@ def _record(
 ) -> Reverted:
     """Mark the job ``reverted`` (the thread holds its originals again) and note the size."""
     reason = (
-        f"reverted: {removed} removed messages and {shortened} shortened results put back "
-        "from the archive"
+        f"reverted: {removed} removed message{'' if removed == 1 else 's'} and {shortened} "
+        f"shortened result{'' if shortened == 1 else 's'} put back from the archive"
     )
     db.mark_reverted(rt.engine, job_id, reason)
     _note_size(rt, session_id, thread, chars)

@@ -223,7 +223,8 @@ def plan_compaction(
     if best.count < MIN_MESSAGES_REMOVED and best.chars < keep:
         return Skip(
             SkipReason.TOO_FEW_MESSAGES,
-            f"the best cut removes {best.count} messages (< {MIN_MESSAGES_REMOVED})",
+            f"the best cut removes {best.count} message{'' if best.count == 1 else 's'} "
+            f"(< {MIN_MESSAGES_REMOVED})",
             total,
             total + min(min_gain, step or min_gain),
         )
