@@ -30,6 +30,7 @@ The parts: :mod:`.reading` (the frontier read from the messages) and :mod:`.form
 """
 
 from offpath.compaction.frontier.form import (
+    DECISIONS_HEADING,
     DONE_HEADING,
     MAX_ITEM_CHARS,
     ORIGINAL_HEADING,
@@ -39,6 +40,7 @@ from offpath.compaction.frontier.form import (
 from offpath.compaction.frontier.reading import FOLLOW_UP, REVISION, is_follow_up, read_frontier
 
 __all__ = [
+    "DECISIONS_HEADING",
     "DONE_HEADING",
     "FOLLOW_UP",
     "MAX_ITEM_CHARS",

@@ -133,6 +133,9 @@ def _item(text: str, limit: int = MAX_ITEM_CHARS) -> str:
 ORIGINAL_HEADING = "**Original request**"
 #: The line that lists what is done (after Current state's items).
 DONE_HEADING = "**Done:**"
+#: The heading of the values the user fixed (an approved wording, a chosen option, "do not
+#: touch X"), each quoted word for word on a line of its own, after the Investigating lines.
+DECISIONS_HEADING = "**Decisions** (fixed by the user, word for word):"
 
 
 #: A request an earlier summary clipped: its start and the id ``recall`` reads it whole by.

@@ -217,8 +217,10 @@ class _Scan:
                 return request, None
         return None, None
 
-    def build(self, c: _Candidate, total: int, threshold: int) -> CompactionPlan:
-        """The plan for candidate ``c``."""
+    def build(
+        self, c: _Candidate, total: int, threshold: int, summary_budget: int = 0
+    ) -> CompactionPlan:
+        """The plan for candidate ``c``; ``summary_budget``: the whole summary's (chars)."""
         messages = self.messages
         removed_set = set(c.removed)
         removed = [messages[i] for i in c.removed]
@@ -243,4 +245,5 @@ class _Scan:
             request_copy=str(self.ids[c.request_copy]) if c.request_copy is not None else None,
             shorten=c.shorten,
             summary_chars=c.summary_chars,
+            summary_budget=summary_budget,
         )
