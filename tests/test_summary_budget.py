@@ -131,5 +131,5 @@ def test_a_summary_keeps_its_budget_and_repeats_no_line(name, threshold, kind):
         assert not repeated(content), f"compaction {seen} repeats {repeated(content)}"
     if threshold <= 60_000:
         assert seen >= 2, "the looped session was compacted at least twice"
-    if threshold <= 30_000:
+    if name == "miniswe-django-11910" and threshold <= 30_000:  # its loops name old ids
         assert swapped, "the check before the swap pinned lines at some compaction"

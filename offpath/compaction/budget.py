@@ -30,24 +30,27 @@ LEFT_OUT = "(left out for space; `recall` finds it)"
 #:
 #: 1. ``since-facts``: the facts listed under the since-section (every one is archived, and
 #:    the section names its message), the last first;
-#: 2. ``pinned``: Pinned facts entries, the lowest ranked (the last) first;
-#: 3. ``findings``: Key findings bullets, the last first;
-#: 4. ``notes``: notes in italics other than the recall line (the offline note);
-#: 5. ``state-extra``: the Current state's Done line, then its Next, Instructions in force
+#: 2. ``findings-tail``: Key findings bullets past the first :data:`FIRST_FINDINGS`, the last
+#:    first (the summarizer's prose gives way to the facts: the guard's pins);
+#: 3. ``pinned``: Pinned facts entries, the lowest ranked (the last) first;
+#: 4. ``findings``: the first Key findings bullets, the last first;
+#: 5. ``notes``: notes in italics other than the recall line (the offline note);
+#: 6. ``state-extra``: the Current state's Done line, then its Next, Instructions in force
 #:    and standing-instructions lines;
-#: 6. ``prose``: the text of the Ruled out and Current state lines (their headings stay,
+#: 7. ``prose``: the text of the Ruled out and Current state lines (their headings stay,
 #:    saying the text was left out);
-#: 7. ``since-requests``: the since-section's turns, the oldest first (counted in one line);
-#: 8. ``index``: the archive's index, its two oldest spans merged into one line, again and
+#: 8. ``since-requests``: the since-section's turns, the oldest first (counted in one line);
+#: 9. ``index``: the archive's index, its two oldest spans merged into one line, again and
 #:    again (no span in the middle is dropped);
-#: 9. ``open``: the Current state's Open line;
-#: 10. ``decisions``: the Decisions entries, the oldest first;
-#: 11. ``swap``: the identifiers the check before the swap pinned, the last first (the
+#: 10. ``open``: the Current state's Open line;
+#: 11. ``decisions``: the Decisions entries, the oldest first;
+#: 12. ``swap``: the identifiers the check before the swap pinned, the last first (the
 #:     caller gives them room by :func:`least_chars` and checks none was dropped);
-#: 12. last, a line still too long is clipped at a word with ``...`` (the Investigating and
+#: 13. last, a line still too long is clipped at a word with ``...`` (the Investigating and
 #:     Original request lines, a quoted request: ``recall`` reads them whole).
 ORDER = (
     "since-facts",
+    "findings-tail",
     "pinned",
     "findings",
     "notes",
@@ -61,6 +64,9 @@ ORDER = (
 )
 #: The steps :func:`least_chars` takes: all but the swap entries'.
 _LEAST = ORDER[: ORDER.index("swap")]
+
+#: Key findings bullets kept while pinned facts give way (:data:`ORDER`).
+FIRST_FINDINGS = 3
 
 _SINCE_TURN = re.compile(
     r"^- (?:Request \((?:answered|not answered yet)\):|The turn quoted above ended:|"
@@ -130,14 +136,16 @@ class _Lines:
 
     def dedupe(self) -> None:
         """Drop every non-empty line that repeats an earlier one (whitespace normalized), but
-        within a quoted request, which stays word for word."""
+        within a quoted request, which stays word for word. A line the check before the swap
+        pinned is the one kept (the other parts give up lines before it)."""
+        swapped = {_norm(line) for section, line, h in self.rows if section == "swap" and not h}
         seen: set[str] = set()
         rows = []
         for row in self.rows:
             section, line, _ = row
             key = _norm(line)
             if key and section != "request":
-                if key in seen:
+                if key in seen or (section != "swap" and key in swapped):
                     continue
                 seen.add(key)
             rows.append(row)
@@ -185,7 +193,10 @@ def _step(lines: _Lines, name: str, cap: int) -> None:
     def over() -> bool:
         return lines.size() > cap
 
-    if name in ("since-facts", "pinned", "findings", "swap"):
+    if name == "findings-tail":
+        while over() and len(found := lines.entries("findings")) > FIRST_FINDINGS:
+            lines.drop(found[-1])
+    elif name in ("since-facts", "pinned", "findings", "swap"):
         section = {"since-facts": "since", "pinned": "pinned", "findings": "findings"}.get(
             name, name
         )

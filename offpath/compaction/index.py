@@ -33,6 +33,10 @@ MAX_TOOLS = 4
 MAX_TOPICS = 6
 #: Most chars of one topic named in a span line.
 MAX_TOPIC_CHARS = 40
+#: The index takes at most a ``1/INDEX_SHARE`` of the summary's budget (its oldest spans
+#: merged to fit), and at least :data:`INDEX_MIN_CHARS` (:func:`index_room`).
+INDEX_SHARE = 8
+INDEX_MIN_CHARS = 200
 #: ``additional_kwargs`` key of a request's copy kept after a summary (it continues a turn
 #: counted already): the patch's ``REQUEST_COPY``.
 _COPY_KEY = "offpath_request_of"
@@ -42,6 +46,12 @@ _LINE = re.compile(
     r"^- turns? (?P<first>\d+)(?:-(?P<last>\d+))?, (?P<count>\d+) messages from (?P<id>\S+?)"
     r"(?: \((?P<spans>\d+) spans\))?(?:: tools (?P<tools>[^;]*))?(?:; topics: (?P<topics>.*))?$"
 )
+
+
+def index_room(budget: int) -> int:
+    """Most chars the index of a summary with a ``budget`` (chars of the whole message; 0: no
+    bound) may take."""
+    return max(INDEX_MIN_CHARS, budget // INDEX_SHARE) if budget else 10**9
 
 
 def _tools(text: str) -> Counter[str]:

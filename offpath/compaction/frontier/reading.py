@@ -14,6 +14,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from offpath.compaction.accounting import content_text
 from offpath.compaction.frontier.form import Frontier, _item
+from offpath.compaction.standing import standing_blocks, without_standing
 from offpath.compaction.summary import is_summary, looks_like_instruction
 
 #: A human message that only says to go on: it continues the request before it.
@@ -59,17 +60,22 @@ def read_frontier(
     """Where the session stands at this compaction, from the messages it removes and keeps
     (in thread order) and the frontier the last summary carried (``earlier``)."""
     messages = [m for m in (*removed, *kept) if not is_summary(m)]
+    # the standing instructions every user message carries: never a request
+    standing = standing_blocks(messages, earlier.standing if earlier else ())
     # requests, follow-ups folded into the one before them
     requests: list[tuple[int, str, str]] = []  # (index, text, message id)
+    decisions: list[str] = list(earlier.decisions) if earlier else []
     for i, m in enumerate(messages):
         if m.type != "human":
             continue
-        text = content_text(m.content).strip()
+        text = without_standing(content_text(m.content), standing)
         if not text or is_follow_up(text) or looks_like_instruction(text):
             continue
         if requests and requests[-1][1] == text:  # a kept request's copy
             continue
         requests.append((i, text, str(m.id)))
+        if (fixed := decision_of(text)) and " ".join(fixed.split()) not in decisions:
+            decisions.append(" ".join(fixed.split()))
     task = earlier.task if earlier and earlier.task else None
     task_id = earlier.task_id if earlier and earlier.task else None
     if task is None and requests:
@@ -81,7 +87,7 @@ def read_frontier(
     # each request: done when the agent answered it before the next one came
     for k, (i, text, _) in enumerate(requests):
         end = requests[k + 1][0] if k + 1 < len(requests) else len(messages)
-        answered = any(_is_answer(m) for m in messages[i + 1 : end])
+        answered = any(_is_final_answer(m) for m in messages[i + 1 : end])
         last = k + 1 == len(requests)
         if REVISION.search(text):
             instructions.append(text)
@@ -126,11 +132,58 @@ def read_frontier(
         open=tuple(dict.fromkeys(open_)),
         next=next_step,
         instructions=tuple(dict.fromkeys(instructions))[-3:],
+        standing=standing or (earlier.standing if earlier else ()),
+        decisions=tuple(decisions),
     )
 
 
 def _is_answer(m: BaseMessage) -> bool:
     return isinstance(m, AIMessage) and not m.tool_calls and bool(content_text(m.content).strip())
+
+
+#: An agent's text that reports progress rather than an end: a question back, "so far".
+_INTERIM = re.compile(
+    r"\?\s*$|\b(?:so far|interim|not yet|still (?:working|checking|looking|investigating)|"
+    r"(?:shall|should) I (?:continue|go on|proceed|carry on)|I will carry on|to be continued)\b",
+    re.IGNORECASE,
+)
+
+
+def _is_final_answer(m: BaseMessage) -> bool:
+    """``m`` answers a request and shows it done: a text reply with no tool call that is not
+    an interim report (a question back, "so far", "shall I continue?")."""
+    return _is_answer(m) and not _INTERIM.search(content_text(m.content).strip())
+
+
+#: A user's message that fixes a value: an approval, a chosen option, a "do not touch X",
+#: a "use X, not Y", a wording or name given to use as it is.
+DECISION = re.compile(
+    r"\b(?:approved?|I approve|go(?:ing)? with|stick (?:with|to)|let'?s (?:use|go with|call it)|"
+    r"we(?:'ll| will) (?:use|go with)|I(?:'ll| will)? (?:choose|pick|prefer|take)|"
+    r"(?:do not|don'?t|never) (?:touch|change|modify|edit|rename|delete|remove|upgrade|use|"
+    r"restart|deploy|merge|push)|"
+    r"use [^.,;\n]{1,60}?,? (?:not|instead of|rather than)|"
+    r"(?:title|name|wording|subject|heading|label|branch name|commit message)\s*(?:should be|"
+    r"must be|will be|is to be|:)|call it|name it|option [A-Z0-9]\b|"
+    r"exact(?:ly)? (?:this|these|as written)|word for word|verbatim|keep (?:it|the \w+) as is)",
+    re.IGNORECASE,
+)
+#: Most chars of a message kept whole as a decision; in a longer one, its sentences that
+#: fix the value are kept.
+DECISION_MESSAGE_CHARS = 400
+
+
+def decision_of(text: str) -> str | None:
+    """The part of a user's request ``text`` that fixes a value (:data:`DECISION`), word for
+    word: the whole text up to :data:`DECISION_MESSAGE_CHARS`, else its sentences (or lines)
+    that match; None when it fixes none."""
+    if not DECISION.search(text) or looks_like_instruction(text):
+        return None
+    if len(text) <= DECISION_MESSAGE_CHARS:
+        return text
+    parts = [p for p in re.split(r"(?<=[.!?])\s+|\n", text) if p.strip()]
+    fixed = [p.strip() for p in parts if DECISION.search(p)]
+    return " ".join(fixed) or None
 
 
 def _calls(messages: Sequence[BaseMessage]) -> list[str]:

@@ -13,7 +13,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, To
 
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.budget import fit_summary
-from offpath.compaction.index import archive_index
+from offpath.compaction.index import archive_index, index_room
 from offpath.compaction.patch.prepared import Prepared
 from offpath.compaction.shorten import caps_for, shorten
 from offpath.compaction.summary import build_summary_message
@@ -21,10 +21,6 @@ from offpath.compaction.summary import build_summary_message
 #: ``additional_kwargs`` key of the copy of a long request kept as its own message: the id of
 #: the request message it copies (issue 18, item 2).
 REQUEST_COPY = "offpath_request_of"
-#: The archive's index takes at most a ``1/INDEX_SHARE`` of the summary's budget (its oldest
-#: spans merged to fit), and at least :data:`INDEX_MIN_CHARS`.
-INDEX_SHARE = 6
-INDEX_MIN_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +52,7 @@ def _assemble(
     bound) by :func:`~offpath.compaction.budget.fit_summary`."""
     removed_chars = sum(sizes[i] for i in gone)
     text = prepared.summary_text.rstrip()
-    index = archive_index(
-        [by_id[i] for i in gone], max(INDEX_MIN_CHARS, cap // INDEX_SHARE) if cap else 10**9
-    )
+    index = archive_index([by_id[i] for i in gone], index_room(cap))
     added = "\n\n".join(x for x in (since, index) if x)
     if added:  # before the summary's last line, the recall note, when it has one
         body, sep, last = text.rpartition("\n\n")
