@@ -14,6 +14,7 @@ from langgraph.graph.message import add_messages
 from offpath.compaction.budget import LEFT_OUT, fit_summary, least_chars
 from offpath.compaction.facts import PINNED_HEADING, SWAP_HEADING
 from offpath.compaction.frontier import DECISIONS_HEADING, ORIGINAL_HEADING
+from offpath.compaction.frontier.reading import decision_of
 from offpath.compaction.index import INDEX_HEADER, INDEX_HEADING, archive_index, merge_oldest
 from offpath.compaction.pipeline import Compaction, compact
 from offpath.compaction.settings import load_settings
@@ -226,3 +227,24 @@ def test_a_summary_over_its_budget_gives_up_whole_lines_in_order():
             assert len(pinned) == 7
         if len(findings) < 3:  # and the first three after every pinned fact
             assert not pinned
+
+
+@pytest.mark.parametrize(
+    "text, fixed",
+    [
+        ('Approved: "Q3 checkout latency"', 'Approved: "Q3 checkout latency"'),
+        ("Go with option B.", "Go with option B."),
+        ("Use postgres, not mysql.", "Use postgres, not mysql."),
+        ("Do not touch the billing config.", "Do not touch the billing config."),
+        ("Check the service payments-10 now.", None),
+        ("continue", None),
+        # a long brief: only its sentences that fix a value in so many words
+        ("Let's use find_file to see where it is. " * 12, None),
+        (
+            "Write the report. " * 30 + "The title must be: Q3 latency. " + "Add graphs. " * 5,
+            "The title must be: Q3 latency.",
+        ),
+    ],
+)
+def test_a_decision_is_what_the_user_fixes_word_for_word(text, fixed):
+    assert decision_of(text) == fixed

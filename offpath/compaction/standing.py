@@ -81,14 +81,15 @@ def is_standing(line: str, blocks: Sequence[str]) -> bool:
 
 
 def standing_line(blocks: Sequence[str]) -> str | None:
-    """The summary's line naming ``blocks``: each one's start, quoted."""
+    """The summary's line naming ``blocks``: the first one's start, quoted, and how many
+    more paragraphs there are."""
     if not blocks:
         return None
-    quotes = []
-    for b in blocks[:3]:
-        quote = b if len(b) <= QUOTE_CHARS else b[: QUOTE_CHARS - 3].rsplit(" ", 1)[0] + "..."
-        quotes.append('"' + quote.replace('"', "'") + '"')
-    return STANDING_LABEL + "; ".join(quotes)
+    first = blocks[0]
+    if len(first) > QUOTE_CHARS:
+        first = first[: QUOTE_CHARS - 3].rsplit(" ", 1)[0] + "..."
+    more = f" (+{len(blocks) - 1} more paragraphs)" if len(blocks) > 1 else ""
+    return STANDING_LABEL + '"' + first.replace('"', "'") + '"' + more
 
 
 def read_standing(text: str) -> tuple[str, ...]:

@@ -155,34 +155,38 @@ def _is_final_answer(m: BaseMessage) -> bool:
     return _is_answer(m) and not _INTERIM.search(content_text(m.content).strip())
 
 
-#: A user's message that fixes a value: an approval, a chosen option, a "do not touch X",
-#: a "use X, not Y", a wording or name given to use as it is.
-DECISION = re.compile(
-    r"\b(?:approved?|I approve|go(?:ing)? with|stick (?:with|to)|let'?s (?:use|go with|call it)|"
-    r"we(?:'ll| will) (?:use|go with)|I(?:'ll| will)? (?:choose|pick|prefer|take)|"
-    r"(?:do not|don'?t|never) (?:touch|change|modify|edit|rename|delete|remove|upgrade|use|"
-    r"restart|deploy|merge|push)|"
-    r"use [^.,;\n]{1,60}?,? (?:not|instead of|rather than)|"
-    r"(?:title|name|wording|subject|heading|label|branch name|commit message)\s*(?:should be|"
-    r"must be|will be|is to be|:)|call it|name it|option [A-Z0-9]\b|"
-    r"exact(?:ly)? (?:this|these|as written)|word for word|verbatim|keep (?:it|the \w+) as is)",
+#: A user's message that fixes a value: an approval, a wording or name given to use as it is,
+#: a "do not touch X" (:data:`DECISION` adds the weaker forms).
+DECISION_STRONG = re.compile(
+    r"\b(?:approved?|I approve|(?:do not|don'?t|never) (?:touch|change|modify|edit|rename|delete|"
+    r"remove|upgrade|restart|deploy|merge|push)|exact(?:ly)? (?:this|these|as written|the "
+    r"(?:title|wording|text|name))|use exactly|word for word|verbatim|keep (?:it|the \w+) as is|"
+    r"(?:title|wording|subject line|commit message|branch name) (?:should|must|will) be)\b",
     re.IGNORECASE,
 )
-#: Most chars of a message kept whole as a decision; in a longer one, its sentences that
-#: fix the value are kept.
+#: ... and a chosen option, a "use X, not Y", a name given.
+DECISION = re.compile(
+    DECISION_STRONG.pattern
+    + r"|\b(?:go(?:ing)? with|stick (?:with|to)|let'?s go with|we(?:'ll| will) go with|"
+    r"I(?:'ll| will)? (?:choose|pick|prefer)|use [^.,;\n]{1,60}?,? (?:not|instead of|rather "
+    r"than)|call it|name it|option [A-Z0-9])\b",
+    re.IGNORECASE,
+)
+#: Most chars of a message kept whole as a decision; in a longer one (a task brief, a pasted
+#: file), the sentences that fix a value in the strong forms (:data:`DECISION_STRONG`).
 DECISION_MESSAGE_CHARS = 400
 
 
 def decision_of(text: str) -> str | None:
-    """The part of a user's request ``text`` that fixes a value (:data:`DECISION`), word for
-    word: the whole text up to :data:`DECISION_MESSAGE_CHARS`, else its sentences (or lines)
-    that match; None when it fixes none."""
+    """The part of a user's request ``text`` that fixes a value, word for word: the whole
+    text up to :data:`DECISION_MESSAGE_CHARS` when :data:`DECISION` matches it, else its
+    sentences (or lines) that :data:`DECISION_STRONG` matches; None when it fixes none."""
     if not DECISION.search(text) or looks_like_instruction(text):
         return None
     if len(text) <= DECISION_MESSAGE_CHARS:
         return text
     parts = [p for p in re.split(r"(?<=[.!?])\s+|\n", text) if p.strip()]
-    fixed = [p.strip() for p in parts if DECISION.search(p)]
+    fixed = [p.strip() for p in parts if DECISION_STRONG.search(p)]
     return " ".join(fixed) or None
 
 

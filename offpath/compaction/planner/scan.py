@@ -16,6 +16,7 @@ from offpath.compaction.pairing import CallPairer, call_ids
 from offpath.compaction.planner.budgets import estimate_summary_chars
 from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.shorten import MIN_SAVING_CHARS, caps_for, saving
+from offpath.compaction.standing import read_standing, standing_blocks, without_standing
 from offpath.compaction.summary import is_summary, summary_request
 
 
@@ -214,7 +215,10 @@ class _Scan:
                 return content_text(self.messages[i].content), i
         for i in reversed(self.summaries):
             if i < cut and (request := summary_request(self.messages[i])):
-                return request, None
+                # a block sent with every user message is no part of the request
+                summary = content_text(self.messages[i].content)
+                blocks = standing_blocks(self.messages, read_standing(summary))
+                return without_standing(request, blocks) or request, None
         return None, None
 
     def build(
