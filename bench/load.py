@@ -377,7 +377,7 @@ def run(ctx: Context) -> Result:
     else:
         met = share <= TARGET_SHARE
     details = [
-        f"{sessions} client threads, one session each, posting turns back to back over HTTP for {seconds:.0f} s "
+        f"{sessions} client threads, one session each, posting turns back to back over HTTP for {ended - began:.0f} s (turns begun for {seconds:.0f} s) "
         f"(a question, a tool call with ~{TURN_CHARS:,} chars of log, an answer); threshold {THRESHOLD_CHARS:,} / "
         f"keep {KEEP_CHARS:,} chars; stub LLM answering in {LLM_DELAY_S:.0f} s; one API (uvicorn), one worker "
         "(threads pool, default concurrency), one `offpath beat`, on PostgreSQL and Redis; leases and reconcile "

@@ -40,11 +40,13 @@ def _assemble(
     recall: bool,
     target: int | None,
     sizes: Mapping[Any, int],
+    copy: bool = True,
     cap: int = 0,
 ) -> _Attempt:
     """The patch that removes ``gone`` (the summary in the first one's place, a kept request's
     copy in the second's) and shortens the plan's kept results, then more of them while the
-    thread would be over ``target``; and the thread's size after it.
+    thread would be over ``target``; and the thread's size after it. ``copy`` False: the
+    plan's request copy is left out (its turn went whole).
 
     The summary gets ``since`` (the sections added at the apply) and the archive's index
     (:func:`~offpath.compaction.index.archive_index`, over every message it replaces) before
@@ -75,7 +77,7 @@ def _assemble(
         summary = summary.model_copy(update={"content": content})
     patch: list[BaseMessage] = [summary]
     added = message_chars(summary)
-    copy_of = prepared.request_copy
+    copy_of = prepared.request_copy if copy else None
     if copy_of is not None:
         source = by_id[copy_of]
         if copy_of in prepared.shorten:  # a long request: its copy is shortened, and cites it
