@@ -32,7 +32,8 @@ LEFT_OUT = "(left out for space; `recall` finds it)"
 #:    the section names its message), the last first;
 #: 2. ``findings-tail``: Key findings bullets past the first :data:`FIRST_FINDINGS`, the last
 #:    first (the summarizer's prose gives way to the facts: the guard's pins);
-#: 3. ``pinned``: Pinned facts entries, the lowest ranked (the last) first;
+#: 3. ``pinned``: Pinned facts entries: the quoted lines first (a line of ~150 chars holds a
+#:    fact or two), the last first, then the lines of values (denser), the last first;
 #: 4. ``findings``: the first Key findings bullets, the last first;
 #: 5. ``notes``: notes in italics other than the recall line (the offline note);
 #: 6. ``state-extra``: the Current state's Done line, then its Next, Instructions in force
@@ -196,10 +197,12 @@ def _step(lines: _Lines, name: str, cap: int) -> None:
     if name == "findings-tail":
         while over() and len(found := lines.entries("findings")) > FIRST_FINDINGS:
             lines.drop(found[-1])
-    elif name in ("since-facts", "pinned", "findings", "swap"):
-        section = {"since-facts": "since", "pinned": "pinned", "findings": "findings"}.get(
-            name, name
-        )
+    elif name == "pinned":
+        for test in ((lambda ln: ln.startswith("- `")), None):
+            while over() and (found := lines.entries("pinned", test)):
+                lines.drop(found[-1])
+    elif name in ("since-facts", "findings", "swap"):
+        section = {"since-facts": "since"}.get(name, name)
         test = (lambda ln: not _SINCE_TURN.match(ln)) if name == "since-facts" else None
         while over() and (found := lines.entries(section, test)):
             lines.drop(found[-1])
