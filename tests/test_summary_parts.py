@@ -20,7 +20,7 @@ from offpath.compaction.pipeline import Compaction, compact
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summary import HEADINGS, summary_body, template_problem
+from offpath.compaction.summary import HEADINGS, REQUEST_HEADING, summary_body, template_problem
 
 S = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
 
@@ -248,3 +248,23 @@ def test_a_summary_over_its_budget_gives_up_whole_lines_in_order():
 )
 def test_a_decision_is_what_the_user_fixes_word_for_word(text, fixed):
     assert decision_of(text) == fixed
+
+
+def test_a_quoted_request_stays_word_for_word_when_the_summary_is_fitted():
+    request = "Fix this:\n\n\n```\n]\n]\n```\n\n**Key findings:** not a heading here"
+    content = "\n".join(
+        [
+            "[Context from earlier in this session, summarized]",
+            "",
+            f"{HEADINGS[0]} Fix the parser.",
+            HEADINGS[1],
+            *(f"- finding {k}" for k in range(20)),
+            f"{HEADINGS[2]} nothing",
+            f"{HEADINGS[3]} editing",
+            "",
+            f"{REQUEST_HEADING}\n{request}",
+        ]
+    )
+    for cap in (0, len(content) - 40):
+        fitted = fit_summary(content, cap)
+        assert fitted.endswith(f"{REQUEST_HEADING}\n{request}")

@@ -124,9 +124,9 @@ class _Lines:
 
     def text(self) -> str:
         out: list[str] = []
-        for _, line, _ in self.rows:
-            if not line.strip() and (not out or not out[-1].strip()):
-                continue  # one blank line between parts
+        for section, line, _ in self.rows:
+            if section != "request" and not line.strip() and (not out or not out[-1].strip()):
+                continue  # one blank line between parts (a quoted request stays as it is)
             out.append(line)
         while out and not out[-1].strip():
             out.pop()
@@ -306,18 +306,4 @@ def least_chars(content: str) -> int:
     return lines.size()
 
 
-def kept_lines(content: str, section_heading: str) -> int:
-    """How many entries (``- `` lines) the section opening with ``section_heading`` holds in
-    ``content``."""
-    _, sep, rest = content.partition(section_heading)
-    if not sep:
-        return 0
-    count = 0
-    for line in rest.split("\n")[1:]:
-        if not line.startswith("- "):
-            break
-        count += 1
-    return count
-
-
-__all__ = ["LEFT_OUT", "ORDER", "fit_summary", "kept_lines", "least_chars"]
+__all__ = ["LEFT_OUT", "ORDER", "fit_summary", "least_chars"]
