@@ -78,7 +78,8 @@ def test_compact_then_revert_through_the_api(stacks, backend):
     job = applied(stack, session, job_id)
     loss = job["loss"]
     assert loss["messages_removed"] == job["messages_removed"] > 0
-    assert loss["facts"] >= loss["facts_lost"] == len(loss["lost"]) > 0
+    # the summary (its pins, its archive index) may hold every fact of so small a session
+    assert loss["facts"] > 0 and loss["facts"] >= loss["facts_lost"] == len(loss["lost"])
     assert all({"value", "kind", "message_id"} == set(f) for f in loss["lost"])
     assert lossless(stack, session) != before
     later = turn(9, rows=2)
@@ -106,10 +107,13 @@ def test_compact_then_revert_through_the_api(stacks, backend):
     jobs = stack.http.get(f"/sessions/{session}/compactions").json()
     mine = next(j for j in jobs["jobs"] if j["job_id"] == job_id)
     assert (mine["status"], mine["reason_code"]) == ("reverted", "reverted")
-    assert mine["loss"] == loss
+    # its originals are back: nothing saved, nothing lost (issue 32, item 6)
+    assert (mine["chars_saved"], mine["chars_removed"], mine["messages_removed"]) == (0, 0, 0)
+    assert (mine["loss"]["facts"], mine["loss"]["facts_lost"], mine["loss"]["lost"]) == (0, 0, [])
     assert jobs["lease"] == {"job_id": job_id, "state": "skipped"}  # no new job at once
     page = stack.http.get(f"/ui/sessions/{session}").text
     assert f'data-job="{job_id}"' not in page and "reverted" in page
+    assert "nothing saved, nothing lost" in page and "facts lost" not in page
 
     r = revert(stack, session, job_id)
     assert r.status_code == 409 and "reverted already" in r.json()["detail"]
