@@ -65,3 +65,17 @@ def test_a_reverted_job_shows_nothing_saved_and_nothing_lost():
         0,
     )
     assert job["summarizer"] == "offline"  # what ran is still shown
+
+
+def test_the_session_page_shows_a_jobs_real_reduction_as_chars_saved():
+    from api.ui import templates
+
+    def page(status: str) -> str:
+        job = {**job_json(row(status)), "took_s": 1.0, "revertible": False, "forced": False}
+        job["chars_when_queued"] = None
+        return templates.env.get_template("_jobs.html").render(jobs=[job], session_id="s")
+
+    applied = page(db.JobStatus.APPLIED)
+    assert 'data-chars-saved="38000"' in applied  # before less after, not the 42,000 removed
+    assert "42,000 chars in 14 messages summarized" in applied
+    assert 'data-chars-saved="0"' in page(db.JobStatus.REVERTED)
