@@ -13,8 +13,9 @@ searched):
   chars of it from ``offset`` on (a long tool result is read page by page: the line that
   replaced the part of it a shortening cut out names the offset; issue 18);
 * otherwise: the best full-text matches (SQLite FTS5, or PostgreSQL full-text
-  search), each an excerpt with its message id, at most ``RECALL_MAX_CHARS`` chars
-  in all.
+  search), best first and the newest first among equal ones, each an excerpt taken where
+  the query's words are (:func:`~offpath.stores.archive.excerpt`) with its message id, at
+  most ``RECALL_MAX_CHARS`` chars in all.
 
 Errors (no thread, the database down) come back as the tool's text, so a run never
 fails on a lookup; a query no store can hold (a NUL character, a lone UTF-16 surrogate) is
