@@ -41,7 +41,7 @@ def reference_find(text):
             value = m.group(group).rstrip(".,:;")
             if "\n" in value or (kind == "identifier" and not facts._is_name(value)):
                 continue
-            if value in facts._NEVER:
+            if value in facts._NEVER or (kind == "name" and value.casefold() in facts._NOT_NAMES):
                 continue
             if (
                 kind == "config"
@@ -76,6 +76,8 @@ def reference_extract(messages):
             test_lines = facts.may_hold_instruction(text)
             data = role == "data"
             for value, kind, offset in reference_find(text):
+                if kind == "name" and role not in ("agent", "user", "carried", "carried said"):
+                    continue
                 fact = out.get(value)
                 line = ""
                 start = 0
@@ -105,9 +107,11 @@ def reference_extract(messages):
                     fact.error = fact.error or errors[start]
                 else:
                     fact.noise = False
-                    fact.stated = fact.stated or role == "agent"
+                    said = role in ("agent", "carried said")
+                    fact.stated = fact.stated or said or role == "action"
+                    fact.said = fact.said or said
                     fact.asked = fact.asked or role == "user"
-                    fact.carried = fact.carried or role == "carried"
+                    fact.carried = fact.carried or role in ("carried", "carried said")
     return list(out.values())
 
 

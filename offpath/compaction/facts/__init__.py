@@ -50,6 +50,7 @@ from offpath.compaction.facts.patterns import _ERROR_LINE as _ERROR_LINE
 from offpath.compaction.facts.patterns import _KINDS as _KINDS
 from offpath.compaction.facts.patterns import _NEVER as _NEVER
 from offpath.compaction.facts.patterns import _NOISE_LINE as _NOISE_LINE
+from offpath.compaction.facts.patterns import _NOT_NAMES as _NOT_NAMES
 from offpath.compaction.facts.patterns import _REGEX_GATES as _REGEX_GATES
 from offpath.compaction.facts.patterns import _WORD_GATES as _WORD_GATES
 from offpath.compaction.facts.patterns import _is_name as _is_name

@@ -24,9 +24,10 @@ from offpath.compaction.summary import is_summary, looks_like_instruction, may_h
 class Fact:
     """One fact: its ``value`` (as written, spaces collapsed), ``kind``, the id of the first
     message it was seen in and the line there, how many messages hold it, and how it was
-    used: ``stated`` by the agent (its text, its tool calls' arguments), ``asked`` by the
-    user (a request), ``carried`` from an earlier summary, ``noise``: seen only on noise
-    lines of tool output (healthy table rows, listings, object metadata)."""
+    used: ``stated`` by the agent (its text, its tool calls' arguments), ``said`` by it in its
+    own words (its text, not a tool call), ``asked`` by the user (a request), ``carried`` from
+    an earlier summary, ``noise``: seen only on noise lines of tool output (healthy table
+    rows, listings, object metadata)."""
 
     value: str
     kind: str
@@ -39,27 +40,54 @@ class Fact:
     carried: bool = False
     noise: bool = True
     error: bool = False  # seen on a line that reports an error or a failure
+    said: bool = False
     _seen: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def tool_only(self) -> bool:
+        """Only tool output holds it: neither the agent nor the user used it, and no earlier
+        summary carried it."""
+        return not (self.stated or self.asked or self.carried)
+
+    @property
+    def grouped(self) -> bool:
+        """An opaque value only tool output holds (a time of day, a request, trace or commit
+        id): never listed one by one; :func:`~offpath.compaction.facts.pin` writes such
+        values as one line per kind (a time range, a count and how to recall them)."""
+        if not self.tool_only:
+            return False
+        if self.kind == "timestamp":
+            return ":" in self.value
+        return self.kind in _OPAQUE
 
     @property
     def score(self) -> int:
         """Higher first: kind weight (-1 for a time of day without its date: a schedule's
-        times are rarely what a task turns on), +3 stated by the agent, +2 asked by the user, +5 carried
-        from an earlier summary, +2 on a line that reports an error, + up to 3 for
-        recurrence. 0 (never pinned): a bare number nobody used (not stated, asked, carried
-        nor recurring), a fact seen only on noise lines and never used."""
-        used = self.stated or self.asked or self.carried
-        if not used and (self.noise or (self.kind == "number" and self.messages < 2)):
+        times are rarely what a task turns on; -1 for a path or URL only tool output holds),
+        +3 stated by the agent and +3 more said in its own words, +4 asked by the user, +5
+        carried from an earlier summary, +2 on a line that reports an error, + up to 3 for
+        recurrence. 0 (never listed): a bare number nobody used (not stated, asked, carried
+        nor recurring), a fact seen only on noise lines and never used, a :attr:`grouped`
+        value."""
+        if self.tool_only and (
+            self.noise or (self.kind == "number" and self.messages < 2) or self.grouped
+        ):
             return 0
         return (
             _WEIGHT[self.kind]
             - (self.kind == "timestamp" and ":" in self.value and "-" not in self.value)
+            - (self.tool_only and self.kind in ("path", "url"))
             + 3 * self.stated
-            + 2 * self.asked
+            + 3 * self.said  # the agent's conclusions, figures and names in its own words
+            + 4 * self.asked
             + 5 * self.carried  # pinned or concluded before: kept ahead (no telephone game)
             + 2 * self.error
             + min(self.messages - 1, 3)
         )
+
+
+#: Kinds of opaque ids: only tool output holding them, they are :attr:`Fact.grouped`.
+_OPAQUE = frozenset({"sha", "trace_id", "uuid"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +107,7 @@ class _Seen:
     carried: bool
     clear: bool  # seen at least once off a noise line
     error: bool
+    said: bool
 
 
 def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
@@ -99,6 +128,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 "carried": False,
                 "clear": False,
                 "error": False,
+                "said": False,
             }
         entry["stated"] = entry["clear"] = True
     for text, role, mid in _blocks(m):
@@ -118,6 +148,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                         "carried": True,
                         "clear": True,
                         "error": False,
+                        "said": False,
                     }
             continue
         instruction: dict[int, bool] = {}  # line start -> the line reads as one
@@ -126,6 +157,8 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
         test_lines = may_hold_instruction(text)
         data = role == "data"
         for value, kind, offset in find(text):
+            if kind == "name" and role not in ("agent", "user", "carried", "carried said"):
+                continue  # code quoted in tool output or a call: not a name anyone chose
             entry = seen.get(value)
             line = ""
             start = 0
@@ -149,6 +182,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                     "carried": False,
                     "clear": False,
                     "error": False,
+                    "said": False,
                 }
             elif mid not in entry["found_in"]:
                 entry["found_in"].append(mid)
@@ -161,9 +195,11 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 entry["error"] = entry["error"] or errors[start]
             else:
                 entry["clear"] = True
-                entry["stated"] = entry["stated"] or role == "agent"
+                said = role in ("agent", "carried said")
+                entry["stated"] = entry["stated"] or said or role == "action"
+                entry["said"] = entry["said"] or said
                 entry["asked"] = entry["asked"] or role == "user"
-                entry["carried"] = entry["carried"] or role == "carried"
+                entry["carried"] = entry["carried"] or role in ("carried", "carried said")
     return tuple(
         _Seen(
             value,
@@ -176,6 +212,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
             e["carried"],
             e["clear"],
             e["error"],
+            e["said"],
         )
         for value, e in seen.items()
     )
@@ -282,6 +319,7 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
             fact.asked = fact.asked or seen.asked
             fact.carried = fact.carried or seen.carried
             fact.error = fact.error or seen.error
+            fact.said = fact.said or seen.said
     with _MERGED_LOCK:
         _MERGED[digests] = tuple(facts.values())
         while len(_MERGED) > MERGED_CACHE_SIZE:

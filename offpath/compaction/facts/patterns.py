@@ -47,10 +47,18 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         3,
     ),
     (
+        "uuid",  # a request's or an object's id: 8-4-4-4-12 hex chars
+        re.compile(
+            r"[0-9a-fA-F](?<![\w-][0-9a-fA-F])[0-9a-fA-F]{7}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+            r"(?![\w-])"
+        ),
+        3,
+    ),
+    (
         "sha",  # 7-40 hex chars with a letter and a digit among them
         re.compile(
             r"[0-9a-f](?<![\w.-][0-9a-f])(?=[0-9a-f]{6})(?:(?<=[a-f])|(?=[0-9a-f]{0,38}[a-f]))"
-            r"(?:(?<=\d)|(?=[0-9a-f]{0,38}\d))[0-9a-f]{6,39}(?![\w.-])"
+            r"(?:(?<=\d)|(?=[0-9a-f]{0,38}\d))[0-9a-f]{6,39}(?![\w-]|\.\w)"
         ),
         3,
     ),
@@ -79,6 +87,11 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         3,
     ),
     (
+        "address",  # an IPv4 address, its port if any: 10.0.3.17, 10.0.3.17:8080
+        re.compile(r"\d(?<![\w.:]\d)\d{0,2}(?:\.\d{1,3}){3}(?::\d{1,5})?(?![\w:]|\.\d)"),
+        3,
+    ),
+    (
         "config",  # a setting and its value: "Restart Count:  6", "memory:  512Mi", "DB_TIMEOUT=5s"
         re.compile(
             r"(?m)^[ \t]*([A-Za-z][\w.-]*(?: [A-Za-z][\w.-]*){0,3}:[ \t]+\d[\w.%/]*)[ \t]*$"
@@ -88,7 +101,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         2,
     ),
     (
-        "version",  # 2.3.1, v2.4.2, v1.2 (an IP address reads as one too: both are facts)
+        "version",  # 2.3.1, v2.4.2, v1.2 (an IP address is taken before, as an address)
         re.compile(
             r"[vV\d](?<![\w.][vV\d])(?:(?<=[vV])\d+\.\d+|(?<=\d)\d*\.\d+\.\d+)(?:\.\d+)*"
             r"(?:-[0-9A-Za-z.]+)?(?![\w.])"
@@ -115,9 +128,11 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         2,
     ),
     (
-        "quantity",  # a number with a unit, or a ratio n/m
+        "quantity",  # a number or a range with a unit (45-55%, 867-918m), or a ratio n/m
         re.compile(
-            r"\d(?:(?<![\w.]\d)[\d,]*+(?:\.\d+)?\s?" + _UNITS + r"(?![\w/])"
+            r"\d(?:(?<![\w.]\d)[\d,]*+(?:\.\d+)?(?:\s?[-\u2013]\s?\d[\d,]*+(?:\.\d+)?)?\s?"
+            + _UNITS
+            + r"(?![\w/])"
             r"|(?<![\w./]\d)\d*+/\d+(?![\w/.]))"
         ),
         2,
@@ -136,7 +151,12 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         2,
     ),
     ("number", re.compile(r"\d(?<![\w.:/#+-]\d)\d{4,}(?![\w.:/%-])"), 1),
+    # a name put in backticks (`build_index`, `minishop`): a fact in what the agent or the
+    # user writes only (:mod:`.extraction` leaves it out of tool output, which quotes code)
+    ("name", re.compile(r"`(?=[^`\s]*[A-Za-z])([\w.:/-]{3,80}(?:\(\))?)`"), 2),
 )
+#: Words a backticked name never is.
+_NOT_NAMES = frozenset({"true", "false", "none", "null", "self", "nil", "undefined", "todo"})
 _WEIGHT = {kind: weight for kind, _, weight in _KINDS} | {"argument": 3}
 #: An identifier without digits is a fact only with one of these parts (a service's usual
 #: names) or at least two separators; ``read-only`` and ``well-known`` are words, not names.
@@ -203,6 +223,8 @@ _REGEX_GATES: dict[str, re.Pattern[str]] = {
     r"(?:-[0-9A-Za-z.]+)?(?![\w.])": re.compile(r"\.\d"),
     # env: "_" then a capital or a digit
     r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])": re.compile(r"_[A-Z0-9]"),
+    # name: a backtick
+    r"`(?=[^`\s]*[A-Za-z])([\w.:/-]{3,80}(?:\(\))?)`": re.compile(r"`"),
     # snake_case with digits: "_" then a digit
     r"[A-Za-z](?<![\w./#-][A-Za-z])[A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_\d\w*": re.compile(r"_\d"),
 }
@@ -262,7 +284,7 @@ def find(text: str) -> list[tuple[str, str, int]]:
             value = m.group(group).rstrip(".,:;")
             if "\n" in value or (identifier and not _is_name(value)):
                 continue
-            if value in _NEVER:
+            if value in _NEVER or (kind == "name" and value.casefold() in _NOT_NAMES):
                 continue
             if config and "=" in value and not _config_setting(value.split("=")[0]):
                 continue  # key=value in a log line: a setting only by its key's name

@@ -17,6 +17,7 @@ from offpath.compaction.facts.sections import (
     _QUOTED,
     _VALUES,
     PINNED_HEADING,
+    SAID_MARK,
     SINCE_HEADING,
     SWAP_HEADING,
 )
@@ -31,10 +32,11 @@ _RECALL_CALL = re.compile(r'recall\("[^"\n]{1,80}"(?:, offset=\d+)?\)')
 
 def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
     """``(text, role, message_id)`` for each block of a message worth reading for facts.
-    ``role``: ``agent`` (its text, the first line of each of its tool calls' arguments: its
-    conclusions and actions), ``user`` (a request), ``carried`` (an earlier summary: what
+    ``role``: ``agent`` (its text: its conclusions in its own words), ``action`` (each of its
+    tool calls with the first line of each argument), ``user`` (a request), ``carried`` (an earlier summary: what
     was concluded before; its pinned entries are read as the line they quote and the message
-    they name, so a fact pinned again keeps its source), ``data`` (tool output, the rest of a
+    they name, so a fact pinned again keeps its source; ``carried said``: a quoted line of
+    the agent's own words), ``data`` (tool output, the rest of a
     multi-line argument)."""
     from offpath.compaction.accounting import render_content
 
@@ -57,7 +59,8 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
         yield _CITATION.sub("", body), "carried", mid  # ids offpath cites are not facts
         for line in pinned.splitlines()[1:]:
             if quoted := _QUOTED.match(line.strip()):
-                yield quoted["line"], "carried", quoted["id"]
+                said = SAID_MARK.lstrip("; ") in quoted["tail"].split("; ")
+                yield quoted["line"], "carried said" if said else "carried", quoted["id"]
                 if args := _CALL_ARGS.findall(quoted["line"]):  # a quoted tool call: its
                     # arguments were facts by their use, whatever their shape (SDZQKO)
                     named = [a or b for a, b in args if _is_token(a or b)]
@@ -82,7 +85,7 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
         heads = {k: v.split("\n", 1)[0] if isinstance(v, str) else v for k, v in args.items()}
         yield (
             f"{call.get('name')}({json.dumps(heads, ensure_ascii=False, default=str)})",
-            "agent",
+            "action",
             mid,
         )
         for value in args.values():
