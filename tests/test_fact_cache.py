@@ -41,7 +41,9 @@ def reference_find(text):
             value = m.group(group).rstrip(".,:;")
             if "\n" in value or (kind == "identifier" and not facts._is_name(value)):
                 continue
-            if value in facts._NEVER or (kind == "name" and value.casefold() in facts._NOT_NAMES):
+            if value in facts._NEVER or (
+                kind == "name" and value.casefold().strip("_") in facts._NOT_NAMES
+            ):
                 continue
             if (
                 kind == "config"
@@ -70,13 +72,19 @@ def reference_extract(messages):
                 fact._seen.add(str(m.id))
             fact.stated, fact.noise = True, False
         for text, role, mid in facts._blocks(m):
+            role, age = facts._role_age(role)
             instruction: dict[int, bool] = {}
             noisy: dict[int, bool] = {}
             errors: dict[int, bool] = {}
             test_lines = facts.may_hold_instruction(text)
             data = role == "data"
             for value, kind, offset in reference_find(text):
-                if kind == "name" and role not in ("agent", "user", "carried", "carried said"):
+                if kind in ("name", "line") and role not in (
+                    "agent",
+                    "user",
+                    "carried",
+                    "carried said",
+                ):
                     continue
                 fact = out.get(value)
                 line = ""
@@ -92,7 +100,12 @@ def reference_extract(messages):
                             continue
                 if fact is None:
                     fact = out[value] = facts.Fact(
-                        value, kind, mid, facts._around(line, offset - start, value), order=len(out)
+                        value,
+                        kind,
+                        mid,
+                        facts._around(line, offset - start, value),
+                        order=len(out),
+                        age=age,
                     )
                     fact._seen.add(mid)
                 elif mid not in fact._seen:

@@ -98,3 +98,53 @@ def test_an_id_the_agent_names_is_listed_though_a_tool_output_held_it_first():
     pinned = section(pin("s", removed, 600)[0])
     assert "00079c3e07d1aa" in pinned
     assert "29 request ids" in pinned
+
+
+def test_over_many_compactions_every_span_keeps_a_share_of_the_pins():
+    """Each compaction removes the last summary and a span of the agent's findings; the
+    pins, too small for all of them, keep some of every span: none in the middle vanishes."""
+    from offpath.compaction.summary import build_summary_message
+
+    summary = None
+    spans = 12
+    for k in range(spans):
+        said = AIMessage(
+            id=f"a{k}",
+            content="Found " + ", ".join(f"node-{k}x{j}" for j in range(6)) + " lagging.",
+        )
+        removed = [summary, said] if summary is not None else [said]
+        text, _ = pin("s", removed, 420)
+        assert len(text) - len("s") <= 420
+        summary = build_summary_message(
+            message_id=f"s{k}",
+            summary_text=text,
+            replaced_ids=[m.id for m in removed],
+            replaced_chars=1_000,
+            summarizer="generic",
+            compactions=k + 1,
+            request=None,
+        )
+    pinned = section(text)
+    kept = [k for k in range(spans) if f"node-{k}x" in pinned]
+    assert kept == list(range(spans)), pinned
+
+
+def test_names_and_line_numbers_the_agent_writes_bare_are_facts_it_said():
+    said = AIMessage(
+        id="a1",
+        content=(
+            "The bug is in ForeignKey's handling of old_name in models.py: see "
+            "pvsystem.PVSystem at line 222 and lines 341-343, e.g. the __init__ path."
+        ),
+    )
+    tool = ToolMessage(
+        id="t1",
+        content="class ConfigMaps:\n    new_name = helpers.py  # line 17 of base.Thing",
+        tool_call_id="c",
+    )
+    facts = {f.value: f for f in extract([tool, said])}
+    for value in ("ForeignKey", "old_name", "models.py", "pvsystem.PVSystem", "__init__"):
+        assert facts[value].said, value
+    assert facts["line 222"].said and facts["lines 341-343"].said
+    for value in ("ConfigMaps", "new_name", "helpers.py", "line 17", "base.Thing", "e.g"):
+        assert value not in facts, value  # tool output's code, and prose

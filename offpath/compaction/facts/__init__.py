@@ -63,6 +63,7 @@ from offpath.compaction.facts.pinning import (
 )
 from offpath.compaction.facts.reading import _arguments as _arguments
 from offpath.compaction.facts.reading import _blocks as _blocks
+from offpath.compaction.facts.reading import _role_age as _role_age
 from offpath.compaction.facts.sections import (
     LISTED_MIN_SCORE,
     MAX_LINE_CHARS,

@@ -15,7 +15,13 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.patterns import _ERROR_LINE, _NOISE_LINE, _WEIGHT, find
-from offpath.compaction.facts.reading import _arguments, _blocks, _split_values
+from offpath.compaction.facts.reading import (
+    _arguments,
+    _blocks,
+    _role_age,
+    _split_spans,
+    _split_values,
+)
 from offpath.compaction.facts.sections import _around
 from offpath.compaction.summary import is_summary, looks_like_instruction, may_hold_instruction
 
@@ -41,6 +47,7 @@ class Fact:
     noise: bool = True
     error: bool = False  # seen on a line that reports an error or a failure
     said: bool = False
+    age: int = 0  # carried: spans since it was first pinned, as its summary lists it (0: last)
     _seen: set[str] = field(default_factory=set, repr=False)
 
     @property
@@ -108,6 +115,7 @@ class _Seen:
     clear: bool  # seen at least once off a noise line
     error: bool
     said: bool
+    age: int  # a carried value: how many spans older than the last one it was listed in
 
 
 def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
@@ -129,12 +137,19 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 "clear": False,
                 "error": False,
                 "said": False,
+                "age": 0,
             }
         entry["stated"] = entry["clear"] = True
     for text, role, mid in _blocks(m):
+        role, quoted_age = _role_age(role)
         if role in ("values", "stated values"):  # a summary's values by kind: each one
             # carried as it is, stated still if it was
-            for value in _split_values(text):
+            spans = _split_spans(text)
+            for age, value in (
+                (len(spans) - 1 - k, v)
+                for k, group in enumerate(spans)
+                for v in _split_values(group)
+            ):
                 if value not in seen and not looks_like_instruction(value):
                     found = find(value)
                     whole = len(found) == 1 and found[0][0] == value
@@ -149,6 +164,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                         "clear": True,
                         "error": False,
                         "said": False,
+                        "age": age,
                     }
             continue
         instruction: dict[int, bool] = {}  # line start -> the line reads as one
@@ -156,9 +172,8 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
         errors: dict[int, bool] = {}  # line start -> it reports an error
         test_lines = may_hold_instruction(text)
         data = role == "data"
-        for value, kind, offset in find(text):
-            if kind == "name" and role not in ("agent", "user", "carried", "carried said"):
-                continue  # code quoted in tool output or a call: not a name anyone chose
+        said = role in ("agent", "user", "carried", "carried said")
+        for value, kind, offset in find(text, said):
             entry = seen.get(value)
             line = ""
             start = 0
@@ -183,6 +198,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                     "clear": False,
                     "error": False,
                     "said": False,
+                    "age": quoted_age,
                 }
             elif mid not in entry["found_in"]:
                 entry["found_in"].append(mid)
@@ -195,9 +211,9 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 entry["error"] = entry["error"] or errors[start]
             else:
                 entry["clear"] = True
-                said = role in ("agent", "carried said")
-                entry["stated"] = entry["stated"] or said or role == "action"
-                entry["said"] = entry["said"] or said
+                own = role in ("agent", "carried said")
+                entry["stated"] = entry["stated"] or own or role == "action"
+                entry["said"] = entry["said"] or own
                 entry["asked"] = entry["asked"] or role == "user"
                 entry["carried"] = entry["carried"] or role in ("carried", "carried said")
     return tuple(
@@ -213,6 +229,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
             e["clear"],
             e["error"],
             e["said"],
+            e["age"],
         )
         for value, e in seen.items()
     )
@@ -320,6 +337,7 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
             fact.carried = fact.carried or seen.carried
             fact.error = fact.error or seen.error
             fact.said = fact.said or seen.said
+            fact.age = max(fact.age, seen.age)
     with _MERGED_LOCK:
         _MERGED[digests] = tuple(facts.values())
         while len(_MERGED) > MERGED_CACHE_SIZE:

@@ -151,12 +151,45 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         2,
     ),
     ("number", re.compile(r"\d(?<![\w.:/#+-]\d)\d{4,}(?![\w.:/%-])"), 1),
-    # a name put in backticks (`build_index`, `minishop`): a fact in what the agent or the
-    # user writes only (:mod:`.extraction` leaves it out of tool output, which quotes code)
+    # names and line numbers, facts in what the agent or the user writes only (:data:`SAID_ONLY`:
+    # tool output, which quotes code, is not scanned for them): a name put in backticks
+    # (`build_index`, `minishop`), a line number or range ("line 222", "lines 341-343"), a
+    # name written bare: CamelCase (ForeignKey), snake_case (old_name, __init__), a file
+    # (models.py), a dotted name (pvsystem.PVSystem)
     ("name", re.compile(r"`(?=[^`\s]*[A-Za-z])([\w.:/-]{3,80}(?:\(\))?)`"), 2),
+    ("line", re.compile(r"[Ll](?<![\w.-][Ll])ines? \d+(?:\s?[-\u2013]\s?\d+)?(?![\w.]|\.\d)"), 2),
+    (
+        "name",
+        re.compile(
+            r"(?<![\w.@/-])(?:"
+            r"[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*[A-Z][A-Za-z0-9]*"  # CamelCase
+            r"|_*[A-Za-z][A-Za-z0-9]*(?:_+[A-Za-z0-9]+)+_*"  # snake_case
+            r"|__[a-z]+__"  # a dunder
+            r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"  # a dotted name, a file
+            r")(?:\(\))?(?![\w@/=-]|\.\w)"  # a key before its value (request_id=) is not one
+        ),
+        2,
+    ),
 )
+#: Kinds found only in what the agent or the user writes (:func:`find` with ``said``).
+SAID_ONLY = frozenset({"name", "line"})
 #: Words a backticked name never is.
-_NOT_NAMES = frozenset({"true", "false", "none", "null", "self", "nil", "undefined", "todo"})
+_NOT_NAMES = frozenset(
+    {
+        "true",
+        "false",
+        "none",
+        "null",
+        "self",
+        "nil",
+        "undefined",
+        "todo",
+        "e.g",
+        "i.e",
+        "etc",
+        "nan",
+    }
+)
 _WEIGHT = {kind: weight for kind, _, weight in _KINDS} | {"argument": 3}
 #: An identifier without digits is a fact only with one of these parts (a service's usual
 #: names) or at least two separators; ``read-only`` and ``well-known`` are words, not names.
@@ -257,9 +290,11 @@ def _config_setting(key: str) -> bool:
     return _CONFIG_KEY.search(key) is not None
 
 
-def find(text: str) -> list[tuple[str, str, int]]:
+def find(text: str, said: bool = True) -> list[tuple[str, str, int]]:
     """The facts in ``text`` as ``(value, kind, offset)``, in order of appearance. Each char
-    belongs to one fact at most: the first kind (most specific) to match it takes it."""
+    belongs to one fact at most: the first kind (most specific) to match it takes it.
+    ``said``: the text is what the agent or the user wrote (else the :data:`SAID_ONLY`
+    kinds are not looked for)."""
     taken = bytearray(len(text))  # 1 where a fact already is: one C-level scan per check
     out: list[tuple[str, str, int]] = []
     for m in _CITED.finditer(text):  # offpath's own pointer to a message, not a fact of it:
@@ -267,6 +302,8 @@ def find(text: str) -> list[tuple[str, str, int]]:
         taken[m.start(1) : m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
     low: str | None = None  # the lower-cased text, for the word gates (ASCII text only)
     for kind, pattern, gate, words in _gated_kinds(_KINDS):
+        if not said and kind in SAID_ONLY:
+            continue
         if gate is not None and gate.search(text) is None:
             continue  # no match can be in this text
         if words is not None and text.isascii():
@@ -284,7 +321,7 @@ def find(text: str) -> list[tuple[str, str, int]]:
             value = m.group(group).rstrip(".,:;")
             if "\n" in value or (identifier and not _is_name(value)):
                 continue
-            if value in _NEVER or (kind == "name" and value.casefold() in _NOT_NAMES):
+            if value in _NEVER or (kind == "name" and value.casefold().strip("_") in _NOT_NAMES):
                 continue
             if config and "=" in value and not _config_setting(value.split("=")[0]):
                 continue  # key=value in a log line: a setting only by its key's name

@@ -17,6 +17,7 @@ from offpath.compaction.facts.patterns import find, normal
 from offpath.compaction.facts.reading import _blocks
 from offpath.compaction.facts.sections import (
     _SIGNATURE,
+    AGE_MARK,
     MAX_LINE_CHARS,
     PINNED_HEADING,
     SAID_MARK,
@@ -156,21 +157,23 @@ def pin(
         used += took
         pinned += "\n" + fact.value
 
-    # 1. values: what the agent or the user stated (carried first, in up to 60% while new
-    #    ones wait; then new), then the rest (carried first); on a large budget a quarter
+    # 1. values: the carried ones first, in up to 60% while new ones wait, what the agent or
+    #    the user stated first and every span in turn (no span's values all dropped); then
+    #    the new ones, stated first; then the carried ones left. On a large budget a quarter
     #    waits for the quoted lines (filled with values after them when they leave it)
     values_room = budget - (budget // 4 if budget >= QUOTED_SHARE_MIN_BUDGET else 0)
     carried_room = values_room * 3 // 5 if any(not f.carried for f in ranked) else values_room
+    carried = _by_span([f for f in ranked if f.carried and _relied(f)]) + _by_span(
+        [f for f in ranked if f.carried and not _relied(f)]
+    )
+    for fact in carried:
+        add(fact, carried_room)
     for relied in (True, False):
-        for fact in ranked:
-            if fact.carried and _relied(fact) == relied:
-                add(fact, carried_room)
         for fact in ranked:
             if not fact.carried and _relied(fact) == relied:
                 add(fact, values_room)
-        for fact in ranked:
-            if fact.carried and _relied(fact) == relied:
-                add(fact, values_room)
+    for fact in carried:
+        add(fact, values_room)
 
     # 2. quoted lines, what the agent or the user stated first, then by rank, in what the
     #    values leave: a line takes the place of the values listed from it (its message's
@@ -192,7 +195,8 @@ def pin(
         # a line of the agent's message is marked so; lines keep their backticks: their names
         # are found again when the next summary reads them back
         said = fact.stated and getattr(by_id.get(fact.message_id), "type", "ai") == "ai"
-        entry = f"\n- `{line}` ({cite(fact.message_id)}{SAID_MARK if said else ''})"
+        marks = (SAID_MARK if said else "") + (f"{AGE_MARK}{fact.age + 1}" if fact.carried else "")
+        entry = f"\n- `{line}` ({cite(fact.message_id)}{marks})"
         on_line = {
             label: [f for f in values if f.message_id == fact.message_id and f.value in line]
             for label, values in listed.items()
@@ -236,7 +240,7 @@ def pin(
         entries.append(entry)
     for label, values in listed.items():
         if values:
-            entries.append(f"\n- {label}: " + ", ".join(_shown(f.value) for f in values))
+            entries.append(f"\n- {label}: " + _spans(values))
     entries += [e for e in grouped if e in pinned]
     if not entries:
         return summary_text, Pinned((), 0)
@@ -258,9 +262,29 @@ _LABELS = {
     "url": "urls",
     "address": "addresses",
     "name": "names",
+    "line": "lines",
     "function": "names",
     "env": "names",
 }
+
+
+def _by_span(facts: Sequence[Fact]) -> list[Fact]:
+    """``facts`` (carried, in rank order) taking turns by span: the first of each span
+    (:attr:`Fact.age`, oldest first), then the second of each, and so on."""
+    spans: dict[int, list[Fact]] = {}
+    for f in facts:
+        spans.setdefault(f.age, []).append(f)
+    order = [spans[age] for age in sorted(spans, reverse=True)]
+    return [f for turn in itertools.zip_longest(*order) for f in turn if f is not None]
+
+
+def _spans(facts: Sequence[Fact]) -> str:
+    """The values of one line, a group per span, oldest first, ``; `` between groups:
+    a carried value in its span's, the new ones last."""
+    groups: dict[int, list[str]] = {}
+    for f in facts:
+        groups.setdefault(f.age + 1 if f.carried else 0, []).append(_shown(f.value))
+    return "; ".join(", ".join(groups[k]) for k in sorted(groups, reverse=True))
 
 
 def _relied(fact: Fact) -> bool:
@@ -283,10 +307,10 @@ def _label(fact: Fact, stated_line: bool = True) -> str:
 
 
 def _shown(value: str) -> str:
-    """``value`` as a dense line lists it: bare, quoted as code only when it holds the
-    separator (``, ``); never a backtick of its own."""
+    """``value`` as a dense line lists it: bare, quoted as code only when it holds a
+    separator (``, `` or ``; ``); never a backtick of its own."""
     value = value.replace("`", "'")
-    return f"`{value}`" if ", " in value else value
+    return f"`{value}`" if ", " in value or "; " in value else value
 
 
 #: How a line of grouped values names its kind.

@@ -16,6 +16,7 @@ from offpath.compaction.facts.sections import (
     _LISTED,
     _QUOTED,
     _VALUES,
+    AGE_MARK,
     PINNED_HEADING,
     SAID_MARK,
     SINCE_HEADING,
@@ -36,7 +37,8 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
     tool calls with the first line of each argument), ``user`` (a request), ``carried`` (an earlier summary: what
     was concluded before; its pinned entries are read as the line they quote and the message
     they name, so a fact pinned again keeps its source; ``carried said``: a quoted line of
-    the agent's own words), ``data`` (tool output, the rest of a
+    the agent's own words; either followed by `` <n>`` for a line pinned ``n`` compactions
+    before, :func:`_role_age`), ``data`` (tool output, the rest of a
     multi-line argument)."""
     from offpath.compaction.accounting import render_content
 
@@ -59,8 +61,14 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
         yield _CITATION.sub("", body), "carried", mid  # ids offpath cites are not facts
         for line in pinned.splitlines()[1:]:
             if quoted := _QUOTED.match(line.strip()):
-                said = SAID_MARK.lstrip("; ") in quoted["tail"].split("; ")
-                yield quoted["line"], "carried said" if said else "carried", quoted["id"]
+                marks = quoted["tail"].split("; ")
+                role = "carried said" if SAID_MARK.lstrip("; ") in marks else "carried"
+                age = next((m[4:] for m in marks if AGE_MARK.lstrip("; ") in m), "0")
+                yield (
+                    quoted["line"],
+                    f"{role} {age}" if age.isdigit() and age != "0" else role,
+                    (quoted["id"]),
+                )
                 if args := _CALL_ARGS.findall(quoted["line"]):  # a quoted tool call: its
                     # arguments were facts by their use, whatever their shape (SDZQKO)
                     named = [a or b for a, b in args if _is_token(a or b)]
@@ -93,9 +101,28 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
                 yield value.split("\n", 1)[1], "data", mid
 
 
+#: Between the values of two spans on a line of values: ``- ids: a, b; c, d`` (``a, b``
+#: pinned by an earlier compaction than ``c, d``); not inside a value quoted as code.
+_SPAN_SEPARATOR = re.compile(r"; (?=(?:[^`]*`[^`]*`)*[^`]*$)")
+
+
+def _split_spans(text: str) -> list[str]:
+    """The groups of values of a line :func:`pin` lists by value, oldest span first."""
+    return _SPAN_SEPARATOR.split(text)
+
+
+def _role_age(role: str) -> tuple[str, int]:
+    """A block's role (see :func:`_blocks`) and the age of a carried quoted line (``carried
+    said 3``: pinned 3 compactions before the summary that holds it; 0: none given)."""
+    base, _, age = role.rpartition(" ")
+    if base.startswith("carried") and age.isdigit():
+        return base, int(age)
+    return role, 0
+
+
 def _split_values(text: str) -> list[str]:
-    """The values of a line :func:`pin` lists by value: separated by ``, ``, one that holds
-    the separator quoted as code."""
+    """The values of one span's group of a line :func:`pin` lists by value: separated by
+    ``, ``, one that holds a separator quoted as code."""
     out: list[str] = []
     for m in re.finditer(r"`([^`]*)`|([^,`]+(?:,(?! )[^,`]*)*)", text):
         value = (m.group(1) if m.group(1) is not None else m.group(2) or "").strip()

@@ -26,6 +26,9 @@ LISTED_MIN_SCORE = 5
 #: its facts back as stated by the agent.
 _QUOTED = re.compile(r"^- `(?P<line>.*)` \((?P<id>[^()\s;]+)(?P<tail>(?:; [^()]*)?)\)$")
 SAID_MARK = "; said"
+#: A quoted line carried from an earlier span is marked ``(<id>; age <n>)``: pinned ``n``
+#: compactions before this one (its values take turns with other spans').
+AGE_MARK = "; age "
 _LISTED = re.compile(r"^- also in (?P<id>\S+): (?P<values>.*)$")
 #: The compact line of carried facts that found no room with their message ids.
 _EARLIER_LINE = "\n- earlier, each found by `recall`: "
@@ -37,7 +40,7 @@ STATED_LABEL = " (stated)"
 #: so that a summary that carries them keeps them ranked as stated (a long run's tenth
 #: summary had dropped the names the agent stated for paths that a traceback printed).
 _VALUES = re.compile(
-    r"^- (?:ids|names|addresses|times|errors|settings|amounts|numbers|versions|paths|urls)"
+    r"^- (?:ids|names|lines|addresses|times|errors|settings|amounts|numbers|versions|paths|urls)"
     rf"(?P<stated>{re.escape(STATED_LABEL)})?: (?P<values>.+)$"
 )
 
