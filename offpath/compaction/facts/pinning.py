@@ -60,12 +60,19 @@ def pin(
     held two or three facts); on a budget of :data:`STATED_LINE_MIN_BUDGET` or more, those
     the agent or the user stated on a line of their own (``- ids (stated): ...``), which the
     next summary reads back as stated (issue 22). The facts an earlier summary carried come
-    first (no telephone game), in up to 60% of the budget while new facts wait, then the new
-    ones by rank (:func:`rank`), then the carried ones left. A fact inside a value listed already is not
-    listed again. What the values leave (and, on a budget of 1,000 chars or more, a quarter
+    first (no telephone game), in up to 60% of the budget while new facts wait, those the
+    agent or the user stated first and each span's in turn (a line of values keeps one group
+    per span, ``; `` between them, oldest first); then the new ones, stated first, by rank
+    (:func:`rank`); then the carried ones left. A fact inside a value listed already is not
+    listed again. Values only tool output holds are last: opaque ones (times of day,
+    request, trace and hex ids) and those that share one shape (4 or more
+    ``/api/cart/<n>/items``) as one line per kind or shape (a time range, a count and a
+    ``recall`` query), in what the rest leaves. What the values leave (and, on a budget of 1,000 chars or more, a quarter
     kept for them) quotes the lines the highest-ranked facts were found on (at most
-    :data:`MAX_LINE_CHARS` chars, in conversation order, citing their message; near-duplicate
-    lines once, "; +N similar"); a quoted line takes the place of the values it holds.
+    :data:`MAX_LINE_CHARS` chars, in conversation order, citing their message, marked
+    "; said" for the agent's own message and "; age N" when carried from N compactions
+    before; near-duplicate lines once, "; +N similar"); a quoted line takes the place of the
+    values it holds.
     ``recall`` finds each value in the archive. ``header``: the section's heading line
     (default: the Pinned facts one). Returns the text and what was pinned; the text is
     unchanged when nothing is missing."""
