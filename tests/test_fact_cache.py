@@ -42,7 +42,7 @@ def reference_find(text):
             if "\n" in value or (kind == "identifier" and not facts._is_name(value)):
                 continue
             if value in facts._NEVER or (
-                kind == "name" and value.casefold().strip("_") in facts._NOT_NAMES
+                kind in ("name", "term") and value.casefold().strip("_") in facts._NOT_NAMES
             ):
                 continue
             if (
@@ -79,12 +79,14 @@ def reference_extract(messages):
             test_lines = facts.may_hold_instruction(text)
             data = role == "data"
             for value, kind, offset in reference_find(text):
-                if kind in ("name", "line") and role not in (
+                if kind in ("name", "line", "term") and role not in (
                     "agent",
                     "user",
                     "carried",
                     "carried said",
                 ):
+                    continue
+                if kind == "term" and role == "user":
                     continue
                 fact = out.get(value)
                 line = ""

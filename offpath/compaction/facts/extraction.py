@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from offpath.compaction.facts.patterns import _ERROR_LINE, _NOISE_LINE, _WEIGHT, find
+from offpath.compaction.facts.patterns import _ERROR_LINE, _NOISE_LINE, _WEIGHT, SAID_ONLY, find
 from offpath.compaction.facts.reading import (
     _arguments,
     _blocks,
@@ -92,6 +92,14 @@ class Fact:
             + min(self.messages - 1, 3)
         )
 
+
+#: The kinds a block of each role is not read for (any other role: :data:`SAID_ONLY`).
+_SKIPPED: dict[str, frozenset[str]] = {
+    "agent": frozenset(),
+    "carried": frozenset(),
+    "carried said": frozenset(),
+    "user": frozenset({"term"}),
+}
 
 #: Kinds of opaque ids: only tool output holding them, they are :attr:`Fact.grouped`.
 _OPAQUE = frozenset({"sha", "trace_id", "uuid"})
@@ -172,8 +180,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
         errors: dict[int, bool] = {}  # line start -> it reports an error
         test_lines = may_hold_instruction(text)
         data = role == "data"
-        said = role in ("agent", "user", "carried", "carried said")
-        for value, kind, offset in find(text, said):
+        for value, kind, offset in find(text, _SKIPPED.get(role, SAID_ONLY)):
             entry = seen.get(value)
             line = ""
             start = 0

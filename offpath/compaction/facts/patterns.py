@@ -159,7 +159,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
     ("name", re.compile(r"`(?=[^`\s]*[A-Za-z])([\w.:/-]{3,80}(?:\(\))?)`"), 2),
     ("line", re.compile(r"[Ll](?<![\w.-][Ll])ines? \d+(?:\s?[-\u2013]\s?\d+)?(?![\w.]|\.\d)"), 2),
     (
-        "name",
+        "term",
         re.compile(
             r"(?<![\w.@/-])(?:"
             r"[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*[A-Z][A-Za-z0-9]*"  # CamelCase
@@ -171,8 +171,10 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         2,
     ),
 )
-#: Kinds found only in what the agent or the user writes (:func:`find` with ``said``).
-SAID_ONLY = frozenset({"name", "line"})
+#: Kinds found only in what the agent or the user writes (the user's text: not ``term``, a
+#: name written bare, which instructions an agent framework appends to each user message
+#: are full of); :func:`find` looks for them when told to.
+SAID_ONLY = frozenset({"name", "line", "term"})
 #: Words a backticked name never is.
 _NOT_NAMES = frozenset(
     {
@@ -290,11 +292,10 @@ def _config_setting(key: str) -> bool:
     return _CONFIG_KEY.search(key) is not None
 
 
-def find(text: str, said: bool = True) -> list[tuple[str, str, int]]:
+def find(text: str, skip: frozenset[str] = frozenset()) -> list[tuple[str, str, int]]:
     """The facts in ``text`` as ``(value, kind, offset)``, in order of appearance. Each char
     belongs to one fact at most: the first kind (most specific) to match it takes it.
-    ``said``: the text is what the agent or the user wrote (else the :data:`SAID_ONLY`
-    kinds are not looked for)."""
+    ``skip``: kinds not looked for (:data:`SAID_ONLY` in tool output)."""
     taken = bytearray(len(text))  # 1 where a fact already is: one C-level scan per check
     out: list[tuple[str, str, int]] = []
     for m in _CITED.finditer(text):  # offpath's own pointer to a message, not a fact of it:
@@ -302,7 +303,7 @@ def find(text: str, said: bool = True) -> list[tuple[str, str, int]]:
         taken[m.start(1) : m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
     low: str | None = None  # the lower-cased text, for the word gates (ASCII text only)
     for kind, pattern, gate, words in _gated_kinds(_KINDS):
-        if not said and kind in SAID_ONLY:
+        if kind in skip:
             continue
         if gate is not None and gate.search(text) is None:
             continue  # no match can be in this text
@@ -321,7 +322,9 @@ def find(text: str, said: bool = True) -> list[tuple[str, str, int]]:
             value = m.group(group).rstrip(".,:;")
             if "\n" in value or (identifier and not _is_name(value)):
                 continue
-            if value in _NEVER or (kind == "name" and value.casefold().strip("_") in _NOT_NAMES):
+            if value in _NEVER or (
+                kind in ("name", "term") and value.casefold().strip("_") in _NOT_NAMES
+            ):
                 continue
             if config and "=" in value and not _config_setting(value.split("=")[0]):
                 continue  # key=value in a log line: a setting only by its key's name

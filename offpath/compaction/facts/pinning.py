@@ -164,23 +164,21 @@ def pin(
         used += took
         pinned += "\n" + fact.value
 
-    # 1. values: the carried ones first, in up to 60% while new ones wait, what the agent or
-    #    the user stated first and every span in turn (no span's values all dropped); then
-    #    the new ones, stated first; then the carried ones left. On a large budget a quarter
+    # 1. values: what the agent or the user stated, then the rest; of each, the carried ones
+    #    first, in up to 60% while new ones wait, each span's in turn (no span's values all
+    #    dropped), then the new ones, then the carried ones left. On a large budget a quarter
     #    waits for the quoted lines (filled with values after them when they leave it)
     values_room = budget - (budget // 4 if budget >= QUOTED_SHARE_MIN_BUDGET else 0)
     carried_room = values_room * 3 // 5 if any(not f.carried for f in ranked) else values_room
-    carried = _by_span([f for f in ranked if f.carried and _relied(f)]) + _by_span(
-        [f for f in ranked if f.carried and not _relied(f)]
-    )
-    for fact in carried:
-        add(fact, carried_room)
     for relied in (True, False):
+        carried = _by_span([f for f in ranked if f.carried and _relied(f) == relied])
+        for fact in carried:
+            add(fact, carried_room)
         for fact in ranked:
             if not fact.carried and _relied(fact) == relied:
                 add(fact, values_room)
-    for fact in carried:
-        add(fact, values_room)
+        for fact in carried:
+            add(fact, values_room)
 
     # 2. quoted lines, what the agent or the user stated first, then by rank, in what the
     #    values leave: a line takes the place of the values listed from it (its message's
@@ -269,6 +267,7 @@ _LABELS = {
     "url": "urls",
     "address": "addresses",
     "name": "names",
+    "term": "names",
     "line": "lines",
     "function": "names",
     "env": "names",
