@@ -16,7 +16,7 @@ from offpath.agent import recall
 from offpath.agent.middleware import OffPathCompaction
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summary import cite
-from offpath.stores import archive
+from offpath.stores import archive, excerpts
 from offpath.stores.db import JOBS, create_job, make_engine, migrate
 
 
@@ -270,4 +270,4 @@ def test_recall_excerpt_of_a_long_message_holds_the_matched_words_around_the_fac
     assert "867-918m" in excerpt, answer
     for word in ("comparing", "rollouts", "canary", "checkout", "heap", "profile"):
         assert f"[{word}]" in excerpt, (word, answer)
-    assert len(excerpt) <= archive.EXCERPT_MAX_CHARS + 2 * 6 + 6
+    assert len(excerpt) <= excerpts.EXCERPT_MAX_CHARS + 2 * 6 + 6

@@ -14,7 +14,7 @@ searched):
   replaced the part of it a shortening cut out names the offset; issue 18);
 * otherwise: the best full-text matches (SQLite FTS5, or PostgreSQL full-text
   search), best first and the newest first among equal ones, each an excerpt taken where
-  the query's words are (:func:`~offpath.stores.archive.excerpt`) with its message id, at
+  the query's words are (:func:`~offpath.stores.excerpts.excerpt`) with its message id, at
   most ``RECALL_MAX_CHARS`` chars in all.
 
 Errors (no thread, the database down) come back as the tool's text, so a run never
