@@ -4,6 +4,8 @@ originals of compactions that applied."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import sqlalchemy as sa
 from langchain.agents import create_agent
@@ -251,7 +253,8 @@ def test_recall_answers_repeated_sentences_newest_first(store):
     ]
     archive_in_turn(store, "inc-l", *loops)
     answer = recall.answer(store, "inc-l", "memory worker settled fix")
-    assert ids_in_order(answer)[:3] == ["loop-4", "loop-3", "loop-2"], answer
+    named = re.findall(r"\[(loop-\d)\]", answer)  # the answer's, then the ones folded in
+    assert named == ["loop-4", "loop-3", "loop-2", "loop-1"], answer
 
 
 def test_recall_excerpt_of_a_long_message_holds_the_matched_words_around_the_fact(store):
@@ -271,3 +274,30 @@ def test_recall_excerpt_of_a_long_message_holds_the_matched_words_around_the_fac
     for word in ("comparing", "rollouts", "canary", "checkout", "heap", "profile"):
         assert f"[{word}]" in excerpt, (word, answer)
     assert len(excerpt) <= excerpts.EXCERPT_MAX_CHARS + 2 * 6 + 6
+
+
+def test_recall_folds_messages_alike_into_one_answer_that_names_each_ones_values(store):
+    """A session that repeats its steps archives the same sentence with other values: one
+    answer holds the newest in full and what each older one says differently, so the values
+    of every repetition are in reach, and another match still has its own answer."""
+    files = ["reproduce_bug.py", "pesfovoba_zap.py", "nosdifaju_boj.py", "bohhagumi_gav.py"]
+    loops = [
+        AIMessage(
+            id=f"loop-{k}",
+            content=(
+                f"Now paste the example code from the issue into the `{name}` file to "
+                f"replicate the bug; it raises at line {290 + k} of the handler."
+            ),
+        )
+        for k, name in enumerate(files)
+    ]
+    other = AIMessage(id="other", content="The handler raises no bug once the example is fixed.")
+    archive_in_turn(store, "inc-f", other, *loops)
+    answer = recall.answer(store, "inc-f", "paste example issue replicate handler")
+    first, *rest = answer.split("\n\n")
+    assert first.startswith("[loop-3] (ai)"), answer
+    for k, name in enumerate(files):
+        assert name in first and f"line {290 + k}" in first, (name, answer)
+    for k in range(3):
+        assert f"loop-{k}" in first
+    assert [block.split("]")[0] for block in rest] == ["[other"], answer

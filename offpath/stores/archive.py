@@ -32,7 +32,7 @@ from sqlmodel import JSON, Column, Field, SQLModel
 
 from offpath.compaction.accounting import content_text
 from offpath.stores.db import JOBS, JobStatus
-from offpath.stores.excerpts import excerpt
+from offpath.stores.excerpts import alike, difference, excerpt
 from offpath.stores.values import REFUSED_ERRORS, refused_value
 
 #: Archive kinds: a message a compaction removed, the original of a result shortened in place.
@@ -61,6 +61,8 @@ class ArchivedMessage(SQLModel, table=True):
 ARCHIVE = ArchivedMessage.__table__  # type: ignore[attr-defined]
 #: Most chars a recall answer holds.
 RECALL_MAX_CHARS = 4_000
+#: Rows a search reads per answer it gives: the rows alike an answer's are folded into it.
+FOLD_ROWS = 4
 
 
 def searchable(message: BaseMessage) -> str:
@@ -282,8 +284,11 @@ def search(
     FTS5's ``bm25``, PostgreSQL's ``ts_rank``), the newest first among equal ones (a session
     that repeats its steps answers with its latest). Each excerpt is
     :func:`~offpath.stores.excerpts.excerpt` of the message (at most
-    :data:`~offpath.stores.excerpts.EXCERPT_MAX_CHARS` chars, matched words in brackets), at
-    most ``max_chars`` chars of excerpts in all."""
+    :data:`~offpath.stores.excerpts.EXCERPT_MAX_CHARS` chars, matched words in brackets). A
+    row whose excerpt is :func:`~offpath.stores.excerpts.alike` an answer's (the same sentence
+    with other values) is folded into it, as a line ``alike in [<id>]: <what it says
+    differently>``; up to ``limit`` answers from the best ``limit`` x :data:`FOLD_ROWS` rows,
+    at most ``max_chars`` chars in all."""
     words = re.findall(r"[\w][\w.:/@-]*", query)[:20]
     if not words:
         return []
@@ -312,14 +317,34 @@ def search(
             "s": session_id,
             "n": limit,
         }
-    out, used = [], 0
+    params["n"] = limit * FOLD_ROWS
+    hits: list[dict[str, Any]] = []
     with engine.connect() as conn:
         for row in conn.execute(sql, params):
-            text = excerpt(str(row.text or ""), words)[: max(0, max_chars - used)]
-            if not text:
-                break
-            used += len(text)
-            out.append({"message_id": row.message_id, "type": row.type, "excerpt": text})
+            text = excerpt(str(row.text or ""), words)
+            head = next((h for h in hits if alike(h["excerpt"], text)), None)
+            if head is None:
+                if len(hits) < limit:
+                    hits.append(
+                        {
+                            "message_id": row.message_id,
+                            "type": row.type,
+                            "excerpt": text,
+                            "alike": [],
+                        }
+                    )
+                continue
+            head["alike"].append((row.message_id, difference(head["excerpt"], text)))
+    out, used = [], 0
+    for hit in hits:
+        text = hit["excerpt"] + "".join(
+            f"\n  alike in [{mid}]: {said}" for mid, said in hit.pop("alike", [])
+        )
+        text = text[: max(0, max_chars - used)]
+        if not text:
+            break
+        used += len(text)
+        out.append({**hit, "excerpt": text})
     return out
 
 

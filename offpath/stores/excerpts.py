@@ -3,6 +3,7 @@ where the query's words are (the same on every database)."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -57,3 +58,28 @@ def excerpt(text: str, words: Sequence[str], most: int = EXCERPT_MAX_CHARS) -> s
             end = cut if cut > 0 else end
     shown = pattern.sub(lambda m: f"[{m.group(0)}]", text[start:end])
     return ("..." if start > 0 else "") + shown + ("..." if end < len(text) else "")
+
+
+#: Two excerpts are alike when this share of their words match in order (difflib's ratio):
+#: the same sentence with other values, as a session that repeats its steps writes it.
+ALIKE_RATIO = 0.6
+#: Most chars of what one alike excerpt says differently.
+DIFFERENCE_MAX_CHARS = 240
+
+
+def alike(first: str, other: str) -> bool:
+    """``first`` and ``other`` (excerpts) say the same with other values (:data:`ALIKE_RATIO`)."""
+    a, b = first.split(), other.split()
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= ALIKE_RATIO
+
+
+def difference(first: str, other: str, most: int = DIFFERENCE_MAX_CHARS) -> str:
+    """What ``other`` says that ``first`` (an excerpt alike) does not: each run of its words
+    that differs, with one word either side, ``; `` between runs, at most ``most`` chars."""
+    a, b = first.split(), other.split()
+    runs = []
+    for op, _, _, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op in ("replace", "insert"):
+            runs.append(" ".join(b[max(0, j1 - 1) : j2 + 1]))
+    text = "; ".join(runs)
+    return text if len(text) <= most else text[: most - 3].rstrip() + "..."
