@@ -18,8 +18,9 @@ from offpath.agent import recall
 from offpath.agent.middleware import OffPathCompaction
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summary import cite
-from offpath.stores import archive, excerpts
+from offpath.stores import archive
 from offpath.stores.db import JOBS, create_job, make_engine, migrate
+from offpath.stores.search import EXCERPT_MAX_CHARS
 
 
 class ToolModel(GenericFakeChatModel):
@@ -273,7 +274,7 @@ def test_recall_excerpt_of_a_long_message_holds_the_matched_words_around_the_fac
     assert "867-918m" in excerpt, answer
     for word in ("comparing", "rollouts", "canary", "checkout", "heap", "profile"):
         assert f"[{word}]" in excerpt, (word, answer)
-    assert len(excerpt) <= excerpts.EXCERPT_MAX_CHARS + 2 * 6 + 6
+    assert len(excerpt) <= EXCERPT_MAX_CHARS + 2 * 6 + 6
 
 
 def test_recall_folds_messages_alike_into_one_answer_that_names_each_ones_values(store):

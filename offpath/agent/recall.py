@@ -14,7 +14,7 @@ searched):
   replaced the part of it a shortening cut out names the offset; issue 18);
 * otherwise: the best full-text matches (SQLite FTS5, or PostgreSQL full-text
   search), best first and the newest first among equal ones, each an excerpt taken where
-  the query's words are (:func:`~offpath.stores.excerpts.excerpt`) with its message id, at
+  the query's words are (:func:`~offpath.stores.search.excerpt`) with its message id, at
   most ``RECALL_MAX_CHARS`` chars in all.
 
 Errors (no thread, the database down) come back as the tool's text, so a run never
@@ -37,6 +37,7 @@ from sqlalchemy.engine import Engine
 from offpath.compaction.accounting import content_text
 from offpath.compaction.summary import CITED_UUID_CHARS
 from offpath.stores import archive
+from offpath.stores.search import search
 from offpath.stores.values import unstorable
 
 log = logging.getLogger("offpath.recall")
@@ -96,7 +97,7 @@ def answer(engine: Engine, thread_id: str, query: str, offset: int = 0) -> str:
             return f"[{query}] ({message.type})\n{page}"
         more = f'; recall("{query}", offset={end}) reads on' if end < len(text) else ""
         return f"[{query}] ({message.type}) chars {start:,}-{end:,} of {len(text):,}{more}\n{page}"
-    hits = archive.search(engine, thread_id, query, max_chars=limit)
+    hits = search(engine, thread_id, query, max_chars=limit)
     if not hits:
         return f"recall: nothing archived in this conversation matches {query!r}."
     return "\n\n".join(f"[{h['message_id']}] ({h['type']}) {h['excerpt']}" for h in hits)

@@ -11,15 +11,14 @@ not shown (its record may be replaced, or it ends ``stale``). DESIGN.md
 invariant 1, "nothing is lost", means: in the thread, or in the archive
 (invariant 12).
 
-Search (``recall``) uses the database's own full-text index: SQLite FTS5, or a
-PostgreSQL ``tsvector`` column with a GIN index (``simple`` configuration, so
-identifiers and error codes are kept as they are).
+Search (``recall``, :mod:`offpath.stores.search`) uses the database's own full-text index:
+SQLite FTS5, or a PostgreSQL ``tsvector`` column with a GIN index (``simple`` configuration,
+so identifiers and error codes are kept as they are).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -32,7 +31,6 @@ from sqlmodel import JSON, Column, Field, SQLModel
 
 from offpath.compaction.accounting import content_text
 from offpath.stores.db import JOBS, JobStatus
-from offpath.stores.excerpts import alike, difference, excerpt
 from offpath.stores.values import REFUSED_ERRORS, refused_value
 
 #: Archive kinds: a message a compaction removed, the original of a result shortened in place.
@@ -61,8 +59,6 @@ class ArchivedMessage(SQLModel, table=True):
 ARCHIVE = ArchivedMessage.__table__  # type: ignore[attr-defined]
 #: Most chars a recall answer holds.
 RECALL_MAX_CHARS = 4_000
-#: Rows a search reads per answer it gives: the rows alike an answer's are folded into it.
-FOLD_ROWS = 4
 
 
 def searchable(message: BaseMessage) -> str:
@@ -274,78 +270,6 @@ def read(
     with engine.connect() as conn:
         total = conn.execute(sa.select(sa.func.count()).where(*where)).scalar() or 0
         return [dict(r._mapping) for r in conn.execute(q)], int(total)
-
-
-def search(
-    engine: Engine, session_id: str, query: str, limit: int = 5, max_chars: int = RECALL_MAX_CHARS
-) -> list[dict[str, Any]]:
-    """The archived originals of a thread that best match ``query`` (any of its words), as
-    ``{"message_id", "type", "excerpt"}``, best first: by the database's relevance (SQLite
-    FTS5's ``bm25``, PostgreSQL's ``ts_rank``), the newest first among equal ones (a session
-    that repeats its steps answers with its latest). Each excerpt is
-    :func:`~offpath.stores.excerpts.excerpt` of the message (at most
-    :data:`~offpath.stores.excerpts.EXCERPT_MAX_CHARS` chars, matched words in brackets). A
-    row whose excerpt is :func:`~offpath.stores.excerpts.alike` an answer's (the same sentence
-    with other values) is folded into it, as a line ``alike in [<id>]: <what it says
-    differently>``; up to ``limit`` answers from the best ``limit`` x :data:`FOLD_ROWS` rows,
-    at most ``max_chars`` chars in all."""
-    words = re.findall(r"[\w][\w.:/@-]*", query)[:20]
-    if not words:
-        return []
-    shown = (
-        "(a.job_id = '' OR a.job_id IN (SELECT job_id FROM compaction_jobs WHERE status = "
-        "'applied') OR (a.kind = 'shortened' AND a.job_id IN (SELECT job_id FROM "
-        "compaction_jobs WHERE status = 'reverted')))"
-    )
-    if engine.dialect.name == "postgresql":
-        sql = sa.text(
-            "SELECT a.message_id, a.message->>'type' AS type, a.text "
-            "FROM archive a, websearch_to_tsquery('simple', :q) q "
-            f"WHERE a.session_id = :s AND a.tsv @@ q AND {shown} "
-            "ORDER BY ts_rank(a.tsv, q) DESC, a.id DESC LIMIT :n"
-        )
-        params = {"q": " or ".join(words), "s": session_id, "n": limit}
-    else:
-        sql = sa.text(
-            "SELECT a.message_id, json_extract(a.message, '$.type') AS type, a.text "
-            "FROM archive_fts JOIN archive a ON a.id = archive_fts.rowid "
-            f"WHERE archive_fts MATCH :q AND a.session_id = :s AND {shown} "
-            "ORDER BY bm25(archive_fts), a.id DESC LIMIT :n"
-        )
-        params = {
-            "q": " OR ".join('"' + w.replace('"', "") + '"' for w in words),
-            "s": session_id,
-            "n": limit,
-        }
-    params["n"] = limit * FOLD_ROWS
-    hits: list[dict[str, Any]] = []
-    with engine.connect() as conn:
-        for row in conn.execute(sql, params):
-            text = excerpt(str(row.text or ""), words)
-            head = next((h for h in hits if alike(h["excerpt"], text)), None)
-            if head is None:
-                if len(hits) < limit:
-                    hits.append(
-                        {
-                            "message_id": row.message_id,
-                            "type": row.type,
-                            "excerpt": text,
-                            "alike": [],
-                        }
-                    )
-                continue
-            head["alike"].append((row.message_id, difference(head["excerpt"], text)))
-    out, used = [], 0
-    for hit in hits:
-        text = hit["excerpt"] + "".join(
-            f"\n  alike in [{mid}]: {said}" for mid, said in hit.pop("alike", [])
-        )
-        text = text[: max(0, max_chars - used)]
-        if not text:
-            break
-        used += len(text)
-        out.append({**hit, "excerpt": text})
-    return out
 
 
 def job_rows(engine: Engine, session_id: str, job_id: str) -> list[dict[str, Any]]:
