@@ -19,11 +19,10 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from offpath.compaction.accounting import content_text
 from offpath.compaction.facts import extract, rank
+from offpath.compaction.facts.sections import INDEX_HEADING
 from offpath.compaction.pairing import is_request
 from offpath.compaction.summary import cite, is_summary, looks_like_instruction
 
-#: The index's heading line.
-INDEX_HEADING = "**Archive index**"
 #: The whole heading line, with how to use it.
 INDEX_HEADER = (
     f"{INDEX_HEADING} (what compactions removed; `recall` finds it by these words or an id):"

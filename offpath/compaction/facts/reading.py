@@ -17,6 +17,7 @@ from offpath.compaction.facts.sections import (
     _QUOTED,
     _VALUES,
     AGE_MARK,
+    INDEX_HEADING,
     PINNED_HEADING,
     SAID_MARK,
     SINCE_HEADING,
@@ -57,9 +58,19 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
             ),
             default=len(text),
         )
+        end = text.find(INDEX_HEADING)
+        if 0 <= end < cut:
+            cut = end  # no pinned entries after the index: it ends the part read back
         body, pinned = text[:cut], text[cut:]
         yield _CITATION.sub("", body), "carried", mid  # ids offpath cites are not facts
+        sections = (PINNED_HEADING, SINCE_HEADING, SWAP_HEADING)
+        within = True  # in a section of pinned entries (not the archive index, a quote after)
         for line in pinned.splitlines()[1:]:
+            if line.startswith("**"):
+                within = line.startswith(sections)
+                continue
+            if not within:
+                continue
             if quoted := _QUOTED.match(line.strip()):
                 marks = quoted["tail"].split("; ")
                 role = "carried said" if SAID_MARK.lstrip("; ") in marks else "carried"

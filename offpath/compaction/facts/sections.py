@@ -16,6 +16,9 @@ SINCE_HEADING = "**Since this summary was written**"
 #: The heading of the entries the check before the swap adds: identifiers that messages
 #: written while the summary was prepared name, which only the removed part held (issue 19).
 SWAP_HEADING = "**Named since this summary was written**"
+#: The heading of the archive index at a summary's end (:mod:`offpath.compaction.index`): the
+#: index is offpath's own table of contents, never read back as facts.
+INDEX_HEADING = "**Archive index**"
 #: Most chars of one pinned entry's quoted line.
 MAX_LINE_CHARS = 160
 #: Facts listed by value (after the quoted lines) need at least this score: stated by the
