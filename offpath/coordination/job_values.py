@@ -180,7 +180,7 @@ class Started:
     stored: dict[str, Any] | None = None
     start: Start | None = None
     before: Claim | None = None
-    holding: Held | State | None = None
+    lease: Held | None = None
 
 
 @dataclass(frozen=True, slots=True)
