@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import (
+    apimemory,
     conformance,
     faults,
     fidelity,
@@ -72,6 +73,7 @@ BENCHMARKS: dict[str, Callable[[Any], Result]] = {
     throughput.NAME: throughput.run,
     lag.NAME: lag.run,
     memory.NAME: memory.run,
+    apimemory.NAME: apimemory.run,
     load.NAME: load.run,
     middleware.NAME: middleware.run,
     peak.NAME: peak.run,

@@ -127,7 +127,7 @@ def settle(
     import sqlalchemy as sa
 
     q = sa.text(
-        "SELECT job_id, session_id, status, reason_code, attempts, created_at, updated_at "
+        "SELECT job_id, session_id, status, reason_code, reason, attempts, created_at, updated_at "
         "FROM compaction_jobs WHERE session_id = ANY(:s) ORDER BY created_at"
     )
     deadline = time.monotonic() + timeout
@@ -344,6 +344,20 @@ def run(ctx: Context) -> Result:
         or (r["status"] == "prepared" and sizes.get(r["session_id"], 0) > THRESHOLD_CHARS)
     ]
     jobs = len(rows)
+    # summaries paid for (the LLM called) and never applied: prepared and still waiting for
+    # their thread to cross the threshold when the load stopped, dropped as stale at the
+    # apply, or superseded after they were prepared
+    unused = Counter(
+        "prepared, at rest"
+        if r["status"] == "prepared"
+        else "stale"
+        if r["reason_code"] == "stale"
+        else "superseded after prepared"
+        for r in rows
+        if r["status"] == "prepared"
+        or r["reason_code"] == "stale"
+        or str(r["reason"] or "").startswith("superseded: never applied")
+    )
     under = skipped.get("under_threshold", 0)
     share = under / jobs if jobs else 0.0
     latencies = [x for c in clients for x in c.latencies_ms]
@@ -377,7 +391,7 @@ def run(ctx: Context) -> Result:
     else:
         met = share <= TARGET_SHARE
     details = [
-        f"{sessions} client threads, one session each, posting turns back to back over HTTP for {seconds:.0f} s "
+        f"{sessions} client threads, one session each, posting turns back to back over HTTP for {ended - began:.0f} s (turns begun for {seconds:.0f} s) "
         f"(a question, a tool call with ~{TURN_CHARS:,} chars of log, an answer); threshold {THRESHOLD_CHARS:,} / "
         f"keep {KEEP_CHARS:,} chars; stub LLM answering in {LLM_DELAY_S:.0f} s; one API (uvicorn), one worker "
         "(threads pool, default concurrency), one `offpath beat`, on PostgreSQL and Redis; leases and reconcile "
@@ -396,6 +410,8 @@ def run(ctx: Context) -> Result:
         f"job retries (worker log): {sum(retries.values())}"
         + (f" ({counts(retries)})" if retries else ""),
         f"under_threshold: {under} of {jobs} jobs ({share:.1%}; target <= {TARGET_SHARE:.0%})",
+        f"summaries paid for and never applied: {sum(unused.values())} of {jobs} jobs "
+        f"({sum(unused.values()) / max(1, jobs):.1%}; target <= 2%): {counts(unused)}",
         f"post-turn hook (API log): {hook_queued} jobs queued, {hook_superseded} turns not queued because a "
         "compaction landed after the state they saw (superseded)",
         (

@@ -36,7 +36,13 @@ def run(ctx: Context) -> Result:
     peak = 0.0
     try:
         proc = psutil.Process(worker.pid)
-        time.sleep(3.0)
+        rest = 0.0  # ready, no job taken yet: the RSS once it holds within 1% for a second
+        for _ in range(30):
+            time.sleep(1.0)
+            now = proc.memory_info().rss / 2**20
+            if rest and abs(now - rest) <= 0.01 * rest:
+                break
+            rest = now
         done = 0
         while done < jobs:
             sids = []
@@ -68,8 +74,9 @@ def run(ctx: Context) -> Result:
     return Result(
         "6. Worker memory",
         "at the default concurrency: resident memory growth < 10% after warm-up",
-        f"threads x{conc}: {samples[0][1]:.0f} MiB after {samples[0][0]:,} jobs, {warm:.0f} MiB after "
-        f"{warm_at[0]:,}, {last:.0f} MiB after {samples[-1][0]:,} ({growth * 100:+.1f}% after warm-up); "
+        f"threads x{conc}: {rest:.0f} MiB at rest, {samples[0][1]:.0f} MiB after {samples[0][0]:,} jobs, {warm:.0f} MiB after "
+        f"{warm_at[0]:,}, {last:.0f} MiB after {samples[-1][0]:,} ({growth * 100:+.1f}% after warm-up, "
+        f"{(last - rest) / rest * 100:+.0f}% from rest); "
         f"peak {peak:.0f} MiB, {peak / conc:.2f} MiB per slot",
         growth < 0.10,
         [

@@ -1,30 +1,40 @@
-"""Benchmark 9, middleware cost per model call (issue 9): the time ``OffPathCompaction``
-itself adds to each model call of a live ``create_agent`` run (``before_model`` +
-``after_model`` + its own part of ``wrap_model_call``), on a thread of 100 messages and
-on one of 100,000.
+"""Benchmark 9, middleware cost per model call: the CPU that ``OffPathCompaction`` adds to each
+model call of a live ``create_agent`` run, on threads of 10,000 and 100,000 messages, side by
+side with LangChain's ``SummarizationMiddleware`` and with no middleware at all, in one process.
 
 Each run starts from a checkpoint that already holds the thread: a first run takes the
-messages as input and ends at once (its middleware counts them, once), then the measured
-run makes :data:`CALLS` model calls (a scripted model, no delay; each call one tool call
-with a short result) on top of them. The hooks are timed where LangGraph calls them, by a
-subclass whose hooks wrap the real ones with ``time.perf_counter`` (the model's own time
-is taken out of ``wrap_model_call``). The middleware has a real Redis (leases) and usage
-database (PostgreSQL) behind it; the agent's checkpointer is a PostgreSQL database of
-its own, written at the end of each run (``durability="exit"``: saving a 100,000-message
-state at every step would measure LangGraph's checkpointer, not the middleware).
+messages as input and ends at once, then the measured run makes model calls (a scripted
+model, no delay; each call one tool call with a short result) on top of them. The scripted
+model stamps the CPU time of its thread (``time.thread_time``) and of the process
+(``time.process_time``) at each call: a step's CPU is the difference between two stamps (the
+model node, the tool node, LangGraph's own work on the state and every hook of the
+middleware). The added CPU per call is a setting's median step minus the median step with no
+middleware, measured on the same thread in the same process. CPU time, not wall time: the
+host is shared, and a loaded host stretches wall times, not CPU times.
 
-Two settings, the same threads:
+``OffPathCompaction``'s hooks are also timed on their own (``wrap_model_call`` less the
+model's time, in CPU of the calling thread): their p50 and p99.
 
-* under the prepare floor (threshold 50,000,000 chars): no compaction can interfere; the
-  step is the size bookkeeping only;
-* over the prepare floor (threshold 20,000 chars, hard limit 50,000,000 so nothing is
-  masked): the thread's job is queued and no worker takes it (the step's cost, not the
-  worker's), so every step reads the thread's claim from Redis as a compacting run does.
+The middleware has a real Redis (leases) and usage database (PostgreSQL) behind it; the
+agent's checkpointer is a PostgreSQL database of its own, written at the end of each run
+(``durability="exit"``: saving a 100,000-message state at every step would measure
+LangGraph's checkpointer, not the middleware).
+
+Settings, the same threads:
+
+* no middleware: the floor the others are measured against;
+* ``SummarizationMiddleware`` with a trigger the thread never reaches (its cost per call
+  is counting the thread's tokens; a summary is never written);
+* offpath under the prepare floor (threshold 50,000,000 chars): no compaction can interfere;
+* offpath over the threshold (threshold 20,000 chars, hard limit 50,000,000 so nothing is
+  masked): the thread's job is queued and no worker takes it, so every call reads the
+  thread's claim and finds the older results to shorten as a call over the threshold with
+  no summary ready does.
 """
 
 from __future__ import annotations
 
-import gc
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,44 +43,64 @@ from bench.common import RUN_ID, Context, Result, create_pg_database, drop_pg_da
 
 NAME = "middleware"
 
-SIZES = (100, 100_000)
-#: chars of the generated threads (~300 a message at 100 messages, ~45 at 100,000)
-CHARS = {100: 30_000, 100_000: 4_500_000}
-CALLS, QUICK_CALLS = 200, 60
-CONFIGS: dict[str, dict[str, Any]] = {
-    "under the prepare floor": {
+SIZES = (10_000, 100_000)
+QUICK_SIZES = (1_000, 10_000)
+#: chars of the generated threads: ~45 a message
+CHARS_PER_MESSAGE = 45
+#: measured model calls per run, by thread size
+CALLS = {1_000: 100, 10_000: 150, 100_000: 40}
+QUICK_CALLS = {1_000: 30, 10_000: 30, 100_000: 15}
+NONE, LANGCHAIN, UNDER, OVER = (
+    "no middleware",
+    "SummarizationMiddleware",
+    "offpath under the threshold",
+    "offpath over the threshold",
+)
+SETTINGS: list[str] = [NONE, LANGCHAIN, UNDER, OVER]
+OFFPATH: dict[str, dict[str, Any]] = {
+    UNDER: {
         "summarization_threshold_chars": 50_000_000,
         "summarization_keep_chars": 20_000,
     },
-    "over the prepare floor": {
+    OVER: {
         "summarization_threshold_chars": 20_000,
         "summarization_keep_chars": 5_000,
         "context_hard_limit_chars": 50_000_000,
     },
 }
-#: Targets (issue 9), per model call.
-P50_MS, P99_MS, RATIO = 1.0, 5.0, 1.2
+#: Targets (issue 33): hooks p99 at 10,000 messages (ms of CPU); offpath's added CPU per
+#: call at 100,000 messages no more than SummarizationMiddleware's.
+HOOKS_P99_MS = 5.0
 
 
-class GcClock:
-    """Total time spent in Python's garbage collector so far (gc.callbacks)."""
-
-    def __init__(self) -> None:
-        self.total = 0.0
-        self._start = 0.0
-
-    def __call__(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._start = time.perf_counter()
-        else:
-            self.total += time.perf_counter() - self._start
+@dataclass
+class Measure:
+    setting: str
+    size: int
+    step_cpu_ms: list[float] = field(default_factory=list)  # thread CPU between model calls
+    step_process_ms: list[float] = field(default_factory=list)  # process CPU, the same
+    hooks_ms: list[float] = field(default_factory=list)  # offpath's wrap_model_call, CPU
+    end_ms: float = 0.0  # offpath's after_agent, CPU, once per run
+    threads: int = 1  # threads the model was called from (1: the stamps are comparable)
+    run_s: float = 0.0
 
 
-GC = GcClock()
+def stamping_model(replies: list[Any]) -> Any:
+    """A scripted model (``TranscriptModel``) that stamps CPU times at each call."""
+    from agent_replay import TranscriptModel
+
+    class Stamping(TranscriptModel):
+        stamps: list[tuple[float, float, int]] = []
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
+            self.stamps.append((time.thread_time(), time.process_time(), threading.get_ident()))
+            return super()._generate(messages, stop, run_manager, **kw)
+
+    return Stamping(replies=replies, record=False, stamps=[])
 
 
-def timed_middleware(settings: Any, agent_url: str, client: Any) -> Any:
-    """An ``OffPathCompaction`` whose hooks time themselves."""
+def timed_offpath(settings: Any, agent_url: str, client: Any) -> Any:
+    """An ``OffPathCompaction`` whose hooks time their own CPU."""
     from offpath import OffPathCompaction
 
     class TimedOffPath(OffPathCompaction):
@@ -79,67 +109,41 @@ def timed_middleware(settings: Any, agent_url: str, client: Any) -> Any:
             self.reset()
 
         def reset(self) -> None:
-            self.before: list[float] = []
-            self.after: list[float] = []
             self.wrap: list[float] = []
-            self.gc: list[float] = []  # collector time inside the hooks, per hook call
-            self.last_state: Any = None
-
-        def _timed(self, into: list[float], fn: Any, *args: Any) -> Any:
-            self.last_state = args[0]
-            return self._clock(into, fn, *args)
-
-        def _clock(self, into: list[float], fn: Any, *args: Any) -> Any:
-            g, t = GC.total, time.perf_counter()
-            try:
-                return fn(*args)
-            finally:
-                into.append(time.perf_counter() - t)
-                self.gc.append(GC.total - g)
-
-        def before_model(self, state: Any, runtime: Any) -> Any:
-            return self._timed(self.before, super().before_model, state, runtime)
-
-        def after_model(self, state: Any, runtime: Any) -> Any:
-            return self._timed(self.after, super().after_model, state, runtime)
+            self.end: list[float] = []
 
         def wrap_model_call(self, request: Any, handler: Any) -> Any:
             inner = [0.0]
 
             def timed_handler(req: Any) -> Any:
-                t = time.perf_counter()
+                t = time.thread_time()
                 try:
                     return handler(req)
                 finally:
-                    inner[0] += time.perf_counter() - t
+                    inner[0] += time.thread_time() - t
 
-            g, t = GC.total, time.perf_counter()
+            t = time.thread_time()
             try:
                 return super().wrap_model_call(request, timed_handler)
             finally:
-                self.wrap.append(time.perf_counter() - t - inner[0])
-                self.gc.append(GC.total - g)
+                self.wrap.append(time.thread_time() - t - inner[0])
+
+        def after_agent(self, state: Any, runtime: Any) -> Any:
+            t = time.thread_time()
+            try:
+                return super().after_agent(state, runtime)
+            finally:
+                self.end.append(time.thread_time() - t)
 
     return TimedOffPath()
 
 
-@dataclass
-class Measure:
-    config: str
-    size: int
-    per_call_ms: list[float] = field(default_factory=list)
-    before_ms: list[float] = field(default_factory=list)
-    after_ms: list[float] = field(default_factory=list)
-    wrap_ms: list[float] = field(default_factory=list)
-    gc_hits: int = 0
-    gc_max_ms: float = 0.0
-    run_s: float = 0.0
-    setup_s: float = 0.0
-    redis_ms: list[float] = field(default_factory=list)  # claim reads inside the hooks
-    loop_ms: list[float] = field(default_factory=list)  # the hooks alone, in a tight loop
-
-    def p(self, q: float) -> float:
-        return pct(self.per_call_ms, q)
+def settle(middleware: Any) -> None:
+    """Wait for the work the first run left on the middleware's facts thread (the facts of
+    the whole thread, read ahead as it arrived), so that the measured run's process CPU is
+    its own."""
+    middleware._pool("facts").submit(lambda: None).result(timeout=600)
+    time.sleep(0.5)
 
 
 def script(prefix: str, calls: int) -> tuple[list[Any], list[Any]]:
@@ -165,92 +169,54 @@ def script(prefix: str, calls: int) -> tuple[list[Any], list[Any]]:
     return replies, [StructuredTool.from_function(probe, name="probe", description="probe")]
 
 
-def tight_loop(middleware: Any, calls: int, cfg: dict[str, Any]) -> list[float]:
-    """ms per model call of the same hooks called back to back on the last state LangGraph
-    passed them, inside a runnable with the run's config (their own code, warm caches)."""
-    from langchain.agents.middleware.types import ModelRequest
-    from langchain_core.messages import AIMessage
-    from langchain_core.runnables import RunnableLambda
+def middleware_for(setting: str, agent_url: str) -> tuple[list[Any], Any]:
+    """The agent's middleware for ``setting``, and offpath's client to close (or None)."""
+    if setting == NONE:
+        return [], None
+    if setting == LANGCHAIN:
+        from langchain.agents.middleware import SummarizationMiddleware
+        from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-    from offpath.compaction.tracking import KEY
-
-    state = dict(middleware.last_state)
-    # a model request as create_agent builds it (no system prompt: the bench's agent has none)
-    request = ModelRequest(
-        model=None,
-        messages=state["messages"],
-        system_message=None,
-        tool_choice=None,
-        tools=[],
-        response_format=None,
-        state=state,
-        runtime=None,
-    )
-
-    def handler(req: Any) -> AIMessage:
-        return AIMessage(content="")
-
-    def loop(_: Any) -> list[float]:
-        out = []
-        for _ in range(calls):
-            t = time.perf_counter()
-            update = middleware.before_model(state, None) or {}
-            middleware.wrap_model_call(request, handler)
-            update = middleware.after_model(state, None) or update
-            out.append((time.perf_counter() - t) * 1000)
-            if KEY in update:
-                state[KEY] = update[KEY]
-        return out
-
-    middleware.reset()
-    return RunnableLambda(loop).invoke(None, cfg)
-
-
-def measure(
-    config: str, size: int, history: list[Any], saver: Any, agent_url: str, calls: int
-) -> Measure:
-    from agent_replay import TranscriptModel
-    from langchain.agents import create_agent
-    from langchain_core.messages import HumanMessage
-
+        summarizer = FakeListChatModel(responses=["(never called)"])
+        return [SummarizationMiddleware(summarizer, trigger=("tokens", 10**9))], None
     from offpath.compaction.settings import load_settings
     from offpath.coordination.runtime import Client
 
-    settings = load_settings(**CONFIGS[config])
+    settings = load_settings(**OFFPATH[setting])
     client = Client.open(settings)
-    out = Measure(config, size)
-    session = f"mw-{RUN_ID}-{'over' if 'over' in config else 'under'}-{size}"
+    return [timed_offpath(settings, agent_url, client)], client
+
+
+def measure(
+    setting: str, size: int, history: list[Any], saver: Any, agent_url: str, calls: int
+) -> Measure:
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+
+    out = Measure(setting, size)
+    short = {NONE: "none", LANGCHAIN: "lc", UNDER: "under", OVER: "over"}[setting]
+    session = f"mw-{RUN_ID}-{short}-{size}"
     replies, tools = script(session, calls)
-    model = TranscriptModel(replies=replies, record=False)
-    middleware = timed_middleware(settings, agent_url, client)
+    model = stamping_model(replies)
+    middleware, client = middleware_for(setting, agent_url)
     agent = create_agent(
         model,
         tools,
         system_prompt="You are an SRE assistant.",
-        middleware=[middleware],
+        middleware=middleware,
         checkpointer=saver,
     )
     cfg = {"configurable": {"thread_id": session}, "recursion_limit": 10 * calls + 100}
     try:
-        started = time.perf_counter()
-        # the first run: the thread's messages as input; its middleware counts them once
+        # the first run: the thread's messages as input; it ends at its first call
         first = [*history, HumanMessage(id=f"{session}-h0", content="Look at the errors.")]
         agent.invoke({"messages": first}, cfg, durability="exit")
-        if "over" in config:  # the step queued the thread's job: wait for its claim
-            wait(lambda: client.leases.holder(session) is not None, 30)
-        out.setup_s = time.perf_counter() - started
-        middleware.reset()
-        reads: list[float] = []
-        real_holder = client.leases.holder
-
-        def timed_holder(session_id: str) -> Any:
-            t = time.perf_counter()
-            try:
-                return real_holder(session_id)
-            finally:
-                reads.append(time.perf_counter() - t)
-
-        client.leases.holder = timed_holder  # type: ignore[method-assign]
+        if setting == OVER:  # the first call queued the thread's job: wait for its claim
+            wait(lambda: client.leases.holder(session) is not None, 120)
+        if middleware and hasattr(middleware[0], "reset"):
+            settle(middleware[0])
+            middleware[0].reset()
+        model.stamps.clear()
         started = time.perf_counter()
         agent.invoke(
             {"messages": [HumanMessage(id=f"{session}-h1", content="Probe it again.")]},
@@ -258,20 +224,18 @@ def measure(
             durability="exit",
         )
         out.run_s = time.perf_counter() - started
-        n = min(len(middleware.before), len(middleware.after), len(middleware.wrap))
-        out.before_ms = [x * 1000 for x in middleware.before[:n]]
-        out.after_ms = [x * 1000 for x in middleware.after[:n]]
-        out.wrap_ms = [x * 1000 for x in middleware.wrap[:n]]
-        out.per_call_ms = [
-            b + a + w for b, a, w in zip(out.before_ms, out.after_ms, out.wrap_ms, strict=True)
+        stamps = model.stamps
+        out.threads = len({s[2] for s in stamps})
+        out.step_cpu_ms = [(b[0] - a[0]) * 1000 for a, b in zip(stamps, stamps[1:], strict=False)]
+        out.step_process_ms = [
+            (b[1] - a[1]) * 1000 for a, b in zip(stamps, stamps[1:], strict=False)
         ]
-        pauses = [x * 1000 for x in middleware.gc if x > 0]
-        out.gc_hits, out.gc_max_ms = len(pauses), max(pauses, default=0.0)
-        out.redis_ms = [x * 1000 for x in reads]
-        client.leases.holder = real_holder  # type: ignore[method-assign]
-        out.loop_ms = tight_loop(middleware, calls, cfg)
+        if middleware and hasattr(middleware[0], "wrap"):
+            out.hooks_ms = [x * 1000 for x in middleware[0].wrap]
+            out.end_ms = sum(middleware[0].end) * 1000
     finally:
-        client.close()
+        if client is not None:
+            client.close()
     return out
 
 
@@ -281,125 +245,116 @@ def run(ctx: Context) -> Result:
     from offpath.stores.checkpoints import open_checkpoints_url
     from offpath.stores.db import migrate
 
-    calls = QUICK_CALLS if ctx.quick else CALLS
-    migrate(get_settings())  # the job rows the over-floor steps write
+    sizes = QUICK_SIZES if ctx.quick else SIZES
+    per_size = QUICK_CALLS if ctx.quick else CALLS
+    migrate(get_settings())  # the job rows the over-threshold calls write
     agent_url = create_pg_database("offpath_bench_agent")
-    gc.callbacks.append(GC)
     results: list[Measure] = []
     try:
         with open_checkpoints_url(agent_url, get_settings()) as checkpoints:
-            for size in SIZES:
-                history = thread(size + 1, CHARS[size], seed=size, prefix=f"mw{size}")[1:]
-                for config in CONFIGS:
+            for size in sizes:
+                history = thread(size + 1, CHARS_PER_MESSAGE * size, seed=size, prefix=f"mw{size}")[
+                    1:
+                ]
+                for setting in SETTINGS:
                     results.append(
-                        measure(config, size, history, checkpoints.saver, agent_url, calls)
+                        measure(
+                            setting, size, history, checkpoints.saver, agent_url, per_size[size]
+                        )
                     )
                 del history
     finally:
-        gc.callbacks.remove(GC)
         drop_pg_database(agent_url)
-    return report(results, calls)
+    return report(results, sizes, per_size)
 
 
-def report(results: list[Measure], calls: int) -> Result:
-    by = {(m.config, m.size): m for m in results}
-    small, big = SIZES
+def med(values: list[float]) -> float:
+    return pct(values, 50) if values else float("nan")
+
+
+def report(results: list[Measure], sizes: tuple[int, int], per_size: dict[int, int]) -> Result:
+    by = {(m.setting, m.size): m for m in results}
     table = [
-        "| setting | messages | p50 ms | p99 ms | max ms | before_model / wrap_model_call / "
-        "after_model p50 ms | Redis claim reads in the hooks p50 / p99 ms | the same hooks in a "
-        "tight loop p50 / p99 ms | hook calls with a GC pause (max ms) | run s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| messages | setting | CPU per call p50 ms (thread) | added over no middleware ms "
+        "(thread) | CPU per call ms (process, mean) | added ms (process) | offpath hooks "
+        "CPU p50 / p99 / max ms | offpath run end ms | run s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for m in results:
-        reads = (
-            f"{pct(m.redis_ms, 50):.3f} / {pct(m.redis_ms, 99):.3f} ({len(m.redis_ms)})"
-            if m.redis_ms
-            else "none"
-        )
-        table.append(
-            f"| {m.config} | {m.size:,} | {m.p(50):.3f} | {m.p(99):.3f} | "
-            f"{max(m.per_call_ms):.3f} | {pct(m.before_ms, 50):.3f} / {pct(m.wrap_ms, 50):.3f} / "
-            f"{pct(m.after_ms, 50):.3f} | {reads} | {pct(m.loop_ms, 50):.3f} / "
-            f"{pct(m.loop_ms, 99):.3f} | {m.gc_hits} ({m.gc_max_ms:.1f}) | {m.run_s:.1f} |"
-        )
-    ok = True
-    measured, misses = [], []
-    for config in CONFIGS:
-        a, b = by[(config, small)], by[(config, big)]
-        r50, r99 = b.p(50) / a.p(50), b.p(99) / a.p(99)
-        measured.append(
-            f"{config}: {small}: p50 {a.p(50):.3f} / p99 {a.p(99):.3f} ms, {big:,}: p50 "
-            f"{b.p(50):.3f} / p99 {b.p(99):.3f} ms (x{r50:.2f} / x{r99:.2f})"
-        )
-        for m in (a, b):
-            if m.p(50) > P50_MS or m.p(99) > P99_MS:
-                ok = False
-                misses.append(f"{config}, {m.size:,} messages: {dominant(m)}")
-        if r50 > RATIO or r99 > RATIO:
-            ok = False
-            loop = pct(b.loop_ms, 50) / pct(a.loop_ms, 50)
-            misses.append(
-                f"{config}: {big:,} messages x{r50:.2f} (p50) / x{r99:.2f} (p99) of {small} in "
-                f"the run, but x{loop:.2f} (p50 {pct(b.loop_ms, 50):.3f} vs "
-                f"{pct(a.loop_ms, 50):.3f} ms) when the same hooks are called back to back"
-                + (
-                    ": their code does not grow with the thread; what grows is the cost of "
-                    "running them between LangGraph's steps on a 100,000-message state"
-                    if loop <= RATIO
-                    else ": their own code grows with the thread"
-                )
-                + (
-                    f" (Redis claim reads p50 {pct(b.redis_ms, 50):.3f} vs "
-                    f"{pct(a.redis_ms, 50):.3f} ms)"
-                    if a.redis_ms and b.redis_ms
-                    else ""
-                )
+    added: dict[tuple[str, int], float] = {}
+    for size in sizes:
+        base = by[(NONE, size)]
+        base_t, base_p = med(base.step_cpu_ms), mean(base.step_process_ms)
+        for setting in SETTINGS:
+            m = by[(setting, size)]
+            t, p = med(m.step_cpu_ms), mean(m.step_process_ms)
+            added[(setting, size)] = t - base_t
+            hooks = (
+                f"{pct(m.hooks_ms, 50):.2f} / {pct(m.hooks_ms, 99):.2f} / {max(m.hooks_ms):.2f}"
+                if m.hooks_ms
+                else "-"
             )
+            table.append(
+                f"| {size:,} | {setting} | {t:.2f} | "
+                f"{'-' if setting == NONE else f'{t - base_t:+.2f}'} | {p:.2f} | "
+                f"{'-' if setting == NONE else f'{p - base_p:+.2f}'} | {hooks} | "
+                f"{f'{m.end_ms:.1f}' if m.hooks_ms else '-'} | {m.run_s:.1f} |"
+            )
+    small, big = sizes
+    lc = added[(LANGCHAIN, big)]
+    p99_small = max(pct(by[(s, small)].hooks_ms, 99) for s in (UNDER, OVER))
+    ok = all(added[(s, big)] <= lc for s in (UNDER, OVER)) and p99_small <= HOOKS_P99_MS
+    measured = (
+        f"added CPU per call at {big:,} messages: SummarizationMiddleware {lc:+.1f} ms, offpath "
+        f"under the threshold {added[(UNDER, big)]:+.1f} ms, over {added[(OVER, big)]:+.1f} ms; "
+        f"at {small:,}: {added[(LANGCHAIN, small)]:+.1f} / {added[(UNDER, small)]:+.1f} / "
+        f"{added[(OVER, small)]:+.1f} ms; offpath hooks p99 at {small:,} messages "
+        f"{p99_small:.2f} ms"
+    )
+    misses = []
+    for s in (UNDER, OVER):
+        if added[(s, big)] > lc:
+            misses.append(
+                f"{s} at {big:,} messages adds {added[(s, big)]:+.1f} ms a call, "
+                f"SummarizationMiddleware {lc:+.1f} ms"
+            )
+    if p99_small > HOOKS_P99_MS:
+        misses.append(f"hooks p99 {p99_small:.2f} ms at {small:,} messages")
+    mixed = [m for m in results if m.threads != 1]
     details = [
-        f"{calls} model calls per run (a scripted model, no delay, one tool call each), each run "
-        "starting from a checkpoint already holding the thread (written by a first run that "
-        "took its messages as input); per model call = before_model + after_model + "
-        "wrap_model_call minus the model's own time, timed where LangGraph calls them",
-        f"threads: {small} messages / {CHARS[small]:,} chars and {big:,} messages / "
-        f"{CHARS[big]:,} chars (turns with tool calls, bench.workloads.thread)",
-        "under the prepare floor: threshold 50,000,000 chars, no I/O in the step; over the prepare "
-        "floor: threshold 20,000, hard limit 50,000,000, the thread's job queued and no worker: "
-        "each step reads the thread's claim from Redis (db 14); usage DB on PostgreSQL",
-        "hook calls with a GC pause: hook calls during which Python's cyclic garbage collector "
-        "ran (it scans every live object, so its pauses grow with the 100,000-message state)",
+        f"{', '.join(f'{per_size[s]} model calls' for s in sizes)} per measured run (a "
+        "scripted model, no delay, one tool call each), on a checkpoint already holding the "
+        "thread; a call's CPU = the CPU between two model calls (model node, tool node, "
+        "LangGraph's work on the state, the middleware's hooks); added = a setting's median "
+        "minus the median with no middleware, same thread, same process",
+        f"threads: {small:,} and {big:,} messages, ~{CHARS_PER_MESSAGE} chars a message (turns "
+        "with tool calls, bench.workloads.thread)",
+        "SummarizationMiddleware: trigger 10^9 tokens (never reached: its per-call work is "
+        "counting the thread); offpath under: threshold 50,000,000 chars; over: threshold "
+        "20,000, keep 5,000, hard limit 50,000,000, the thread's job queued and no worker",
+        "offpath hooks: wrap_model_call less the model's own time, CPU of the calling thread; "
+        "run end: after_agent, once per run",
+        "the settings run one after another, not interleaved: LangGraph's own work per call "
+        "(the no-middleware row) moves between runs on a shared host, so an added figure "
+        "smaller than that movement (negative ones included) is noise; offpath's own CPU "
+        "is its hooks column",
     ]
+    if mixed:
+        details.append(
+            "the model was called from several threads in: "
+            + ", ".join(f"{m.setting} {m.size:,}" for m in mixed)
+            + " (thread CPU stamps not comparable there; the process column holds)"
+        )
     return Result(
         "9. Middleware cost per model call",
-        f"p50 <= {P50_MS:g} ms, p99 <= {P99_MS:g} ms; 100,000 messages <= {RATIO:g}x 100",
-        "; ".join(measured),
+        f"added CPU per call at {big:,} messages <= SummarizationMiddleware's, under and over "
+        f"the threshold; offpath hooks p99 <= {HOOKS_P99_MS:g} ms at {small:,} messages",
+        measured,
         ok,
         details,
-        "; ".join(misses)[:3000],
+        "; ".join(misses),
         table=table,
     )
 
 
-def dominant(m: Measure) -> str:
-    """Which part of the step takes the time, from the measures."""
-    parts = {
-        "before_model": (pct(m.before_ms, 50), pct(m.before_ms, 99)),
-        "after_model": (pct(m.after_ms, 50), pct(m.after_ms, 99)),
-        "wrap_model_call": (pct(m.wrap_ms, 50), pct(m.wrap_ms, 99)),
-    }
-    top = max(parts, key=lambda k: parts[k][1])
-    text = (
-        f"p50 {m.p(50):.3f} / p99 {m.p(99):.3f} ms; largest p99 part {top} "
-        f"({parts[top][0]:.3f} / {parts[top][1]:.3f} ms)"
-    )
-    text += (
-        f"; the same hooks called back to back on the same state take p50 "
-        f"{pct(m.loop_ms, 50):.3f} / p99 {pct(m.loop_ms, 99):.3f} ms a call"
-    )
-    if m.redis_ms:
-        text += (
-            f"; the claim reads from Redis inside them took p50 {pct(m.redis_ms, 50):.3f} / p99 "
-            f"{pct(m.redis_ms, 99):.3f} ms ({len(m.redis_ms)} reads, one per hook call)"
-        )
-    if m.gc_hits:
-        text += f"; {m.gc_hits} hook calls held a GC pause (max {m.gc_max_ms:.1f} ms)"
-    return text
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")

@@ -36,15 +36,12 @@ def stub_server() -> Iterator[StubServer]:
 
 
 @pytest.fixture
-def stub(stub_server: StubServer) -> StubServer:
-    """The stub LLM, reset to answer at once, with no requests recorded."""
-    with stub_server.state.lock:
-        stub_server.state.mode, stub_server.state.times, stub_server.state.delay_s = "ok", None, 0.0
-        stub_server.state.needle = None
-        stub_server.state.summary_chars = 0
-        stub_server.state.requests.clear()
-    stub_server.state.gate.set()
-    return stub_server
+def stub(stub_server: StubServer) -> Iterator[StubServer]:
+    """The stub LLM, reset to answer at once, with no requests recorded; reset again after the
+    test, so a mode it set never reaches a later test's stack on this worker process."""
+    stub_server.state.reset()
+    yield stub_server
+    stub_server.state.reset(requests=False)
 
 
 class Stacks:

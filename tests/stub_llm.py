@@ -100,6 +100,17 @@ class StubState:
         self.summary_chars = 0
         self.names_nothing = False
 
+    def reset(self, requests: bool = True) -> None:
+        """Answer at once, in mode ``ok``, with short summaries; ``requests``: forget those seen."""
+        with self.lock:
+            self.mode, self.times, self.needle, self.delay_s = "ok", None, None, 0.0
+            self.summary_chars = 0
+            self.names_nothing = False
+            if requests:
+                self.requests.clear()
+        self.gate.set()
+        self.release.set()
+
     def next_mode(self, text: str = "") -> str:
         with self.lock:
             self.calls += 1

@@ -952,3 +952,43 @@ def test_a_plan_cut_into_a_turn_that_has_ended_since_moves_to_whole_turns():
         assert "- The turn quoted above ended: " in summary  # the quoted request's status
         assert '"the leak is the LRU cache in the parser" (recall("answer"))' in summary
         assert "a29" not in ids  # the finished turn's tail went with it
+
+
+def test_a_request_kept_in_place_goes_with_the_rest_of_its_turn_once_it_ended():
+    """DESIGN.md invariant 17, the shape of SWE-agent sessions (a demonstration, then the
+    task, then a long run), looped: the plan cuts into the task's turn and keeps the task in
+    place after the demonstration. Applied once that turn ended and the next loop began, the
+    rest of the turn goes, and the task with it (listed in the summary), instead of a request
+    left without its answer, which the turn guard would refuse at every apply."""
+
+    def loop(k: int, steps: int) -> list:
+        out = [
+            HumanMessage(id=f"demo{k}", content="Here is a demonstration. " + "d" * 3_000),
+            HumanMessage(id=f"task{k}", content=f"Fix issue {k}: " + "t" * 3_000),
+        ]
+        for i in range(steps):
+            out += [
+                AIMessage(
+                    id=f"a{k}-{i}",
+                    content="",
+                    tool_calls=[{"id": f"c{k}-{i}", "name": "bash", "args": {}}],
+                ),
+                ToolMessage(
+                    id=f"t{k}-{i}", content=f"out {k}.{i} " + "o" * 1_500, tool_call_id=f"c{k}-{i}"
+                ),
+            ]
+        return out
+
+    msgs = [SystemMessage(id="sys", content="sys"), *loop(0, 18)]
+    plan = plan_compaction(msgs, S)
+    assert isinstance(plan, CompactionPlan) and plan.boundary == "tool_group"
+    kept_ids = [m.id for m in plan.kept]
+    assert "task0" in kept_ids or plan.request_copy == "task0" or plan.request  # kept or quoted
+    prepared = compact(msgs, S, OfflineSummarizer()).prepared
+    grown = [*msgs, AIMessage(id="done0", content="fixed issue 0"), *loop(1, 3)]
+    fitted = fit(prepared, grown, target=landing_chars(S), settings=S)
+    assert not isinstance(fitted, Stale), fitted
+    after = add_messages(grown, fitted.patch)
+    check_compacted(grown, after)
+    ids = [m.id for m in after]
+    assert "task0" not in ids and "done0" not in ids and ids[-1] == "t1-2"

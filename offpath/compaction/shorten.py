@@ -21,7 +21,7 @@ and every job after it ended ``too_few_messages``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -135,20 +135,21 @@ def shorten_each(
     recall: bool = True,
     offset: int = 0,
     floor: int | None = None,
+    at: Mapping[str, int] | None = None,
 ) -> tuple[list[BaseMessage], list[tuple[int, BaseMessage]]]:
     """``(out, originals)``: ``messages`` with the messages named in ``caps`` (message id ->
     cap in chars: tool results; a model's long message or a request, as :func:`older_caps`
     names them) shortened (:func:`shorten`), and the originals to archive before the update
     that shortens them is written, as ``(thread position, message)`` (``offset``: the
     position of ``messages[0]``). ``out`` is ``messages`` itself when nothing is to
-    shorten."""
+    shorten. ``at``: each capped message's index in ``messages`` (no other is looked at)."""
     out = list(messages)
     originals: list[tuple[int, BaseMessage]] = []
-    for i, m in enumerate(out):
-        cap = caps.get(str(m.id))
-        if cap is None:
+    ids = (str(m.id) for m in out)
+    for i, mid in enumerate(ids) if at is None else sorted((i, d) for d, i in at.items()):
+        if (cap := caps.get(mid)) is None:
             continue
-        short = shorten(m, cap, recall=recall, floor=floor or MIN_SHORTENED_CHARS)
+        m, short = out[i], shorten(out[i], cap, recall=recall, floor=floor or MIN_SHORTENED_CHARS)
         if short is not m:
             originals.append((offset + i, m))
             out[i] = short
@@ -195,7 +196,7 @@ def _cut_arguments(calls: list[Any], need: int, mid: str, recall: bool) -> tuple
     return out, sum(args_chars(c.get("args")) for c in out)
 
 
-def _cuttable(message: BaseMessage) -> int:
+def cuttable_chars(message: BaseMessage) -> int:
     """Chars of ``message``'s tool-call arguments that :func:`_cut_arguments` may cut (the
     multi-line string values over :data:`MIN_ARGUMENT_CHARS`, not cut already)."""
     return sum(
@@ -376,7 +377,7 @@ def older_caps(
             for m in messages[: start if kind == "ai" else own_start]
             if m.type == kind and isinstance(m.content, str) and not is_summary(m)
         ]
-        own = [(str(m.id), len(m.content) + _cuttable(m)) for m in mine]
+        own = [(str(m.id), len(m.content) + cuttable_chars(m)) for m in mine]
         fixed = {str(m.id): message_chars(m) - n for m, (_, n) in zip(mine, own, strict=True)}
         more = caps_for(own, left, max(floor, MIN_OLDER_CHARS))
         caps.update({i: cap + fixed[i] for i, cap in more.items()})

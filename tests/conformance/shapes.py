@@ -657,8 +657,4 @@ SHAPES: dict[str, Shape] = {
 
 def reset_stub(stub: StubServer) -> None:
     """The stub LLM answering at once with short summaries, as the ``stub`` fixture leaves it."""
-    with stub.state.lock:
-        stub.state.mode, stub.state.times, stub.state.delay_s = "ok", None, 0.0
-        stub.state.needle = None
-        stub.state.summary_chars = 0
-    stub.state.gate.set()
+    stub.state.reset(requests=False)

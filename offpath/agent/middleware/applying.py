@@ -103,6 +103,8 @@ class ApplyingMixin:
         )
         call.update.pop("messages", None)
         private.update(size=call.size_before, pending=None, removed=False)
+        self._sizes.forget(call.session_id)  # sized and counted as the call left them
+        self.tokens.forget(call.session_id)
         if pending:
             job_id = pending["job_id"]
             reason = f"not applied in this call (its archive write: {failed or 'timed out'})"

@@ -18,7 +18,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain.agents.middleware.types import ModelRequest
@@ -35,6 +35,7 @@ from offpath.compaction.tokens import (
     encoding_for,
     for_thread,
 )
+from offpath.compaction.tracking import KEY, ThreadSize
 
 #: The settings of the thread a hook runs for: (the middleware's id, its settings).
 _IN_FORCE: ContextVar[tuple[int, Settings] | None] = ContextVar("offpath_in_force", default=None)
@@ -62,6 +63,17 @@ def model_name(model: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Done:
+    """The first ``n`` messages of a thread counted (``last``: the id of message n-1): their
+    chars and tokens."""
+
+    n: int = 0
+    last: str | None = None
+    chars: int = 0
+    tokens: int = 0
+
+
 class ThreadTokens:
     """The chars per token of each thread (thread-safe): :meth:`measure` at each model call,
     :meth:`observe` with each answer's ``usage_metadata``."""
@@ -71,6 +83,8 @@ class ThreadTokens:
         self._counters: dict[str, TokenCounter] = {}
         self._reported: dict[str, Calibration] = {}
         self._last: dict[str, Ratio] = {}
+        #: by (thread, encoding): the thread's messages counted so far
+        self._done: dict[tuple[str, str], _Done] = {}
         self._guard = threading.Lock()
 
     def counter(self, encoding: str) -> TokenCounter:
@@ -90,18 +104,32 @@ class ThreadTokens:
                 reported = self._reported[thread] = Calibration(default=self.default)
         reported.observe(chars, answer)
 
-    def measure(self, thread: str, model: str | None, sent: Sequence[BaseMessage]) -> Ratio:
-        """The thread's ratio from what a call sends (``sent``: its messages, the system
-        prompt included), remembered as its latest."""
+    def measure(
+        self,
+        thread: str,
+        model: str | None,
+        messages: Sequence[BaseMessage],
+        system: BaseMessage | None = None,
+        counted: tuple[int, int] | None = None,
+    ) -> Ratio:
+        """The thread's ratio from what a call sends (``messages``, and ``system``: the system
+        prompt sent besides them), remembered as its latest. The thread's messages are
+        counted once each (those past the prefix counted at its earlier calls; all of them
+        again when that prefix is not ``messages``' any more, or when ``counted``, the
+        ``(messages, chars)`` of the thread as the agent's state sizes it, disagrees with it:
+        see :meth:`replaced`)."""
         encoding = encoding_for(model)
         reported = self._reported.get(thread)
         ratio: Ratio | None = None
         if encoding is not None and encoder(encoding) is not None:
-            ratio = self._counted(sent, encoding, f"exact ({encoding})")
+            ratio = self._counted(
+                thread, messages, system, encoding, f"exact ({encoding})", counted
+            )
         elif reported is not None and reported.calibrated:
             ratio = Ratio(reported.chars_per_token, "measured")
         elif encoder(DEFAULT_ENCODING) is not None:
-            ratio = self._counted(sent, DEFAULT_ENCODING, f"estimated ({DEFAULT_ENCODING})")
+            how = f"estimated ({DEFAULT_ENCODING})"
+            ratio = self._counted(thread, messages, system, DEFAULT_ENCODING, how, counted)
         ratio = ratio or Ratio(self.default, "CHARS_PER_TOKEN")
         with self._guard:
             if thread not in self._last and len(self._last) >= MAX_THREADS:
@@ -109,10 +137,70 @@ class ThreadTokens:
             self._last[thread] = ratio
         return ratio
 
-    def _counted(self, sent: Sequence[BaseMessage], encoding: str, how: str) -> Ratio | None:
-        tokens = self.counter(encoding).count(sent)
-        chars = sum(message_chars(m) for m in sent)
+    def _counted(
+        self,
+        thread: str,
+        messages: Sequence[BaseMessage],
+        system: BaseMessage | None,
+        encoding: str,
+        how: str,
+        counted: tuple[int, int] | None,
+    ) -> Ratio | None:
+        key = (thread, encoding)
+        with self._guard:
+            done = self._done.pop(key, None)
+        n = len(messages)
+        if (
+            done is None
+            or done.n > n
+            or (done.n and messages[done.n - 1].id != done.last)
+            or (counted is not None and counted[0] == done.n and counted[1] != done.chars)
+        ):
+            done = _Done()
+        new = messages[done.n :]
+        counter = self.counter(encoding)
+        done = _Done(
+            n,
+            messages[-1].id if messages else None,
+            done.chars + sum(message_chars(m) for m in new),
+            done.tokens + (counter.count(new) or 0),
+        )
+        with self._guard:
+            while len(self._done) >= MAX_THREADS:
+                self._done.pop(next(iter(self._done)))
+            self._done[key] = done
+        tokens, chars = done.tokens, done.chars
+        if system is not None:
+            tokens += counter.count([system]) or 0
+            chars += message_chars(system)
         return Ratio(chars / tokens, how) if tokens and chars else None
+
+    def replaced(self, thread: str, pairs: Sequence[tuple[BaseMessage, BaseMessage]]) -> None:
+        """A model call replaced messages of the thread in place (same ids: ``(before,
+        after)`` pairs; results shortened): their counts are taken out of the thread's, and
+        the new ones' put in."""
+        with self._guard:
+            keys = [k for k in self._done if k[0] == thread]
+        for key in keys:
+            counter = self.counter(key[1])
+            with self._guard:
+                done = self._done.get(key)
+            if done is None:
+                continue
+            chars = sum(message_chars(b) - message_chars(a) for a, b in pairs)
+            before = counter.count([a for a, _ in pairs]) or 0
+            after = counter.count([b for _, b in pairs]) or 0
+            with self._guard:
+                if self._done.get(key) is done:
+                    self._done[key] = replace(
+                        done, chars=done.chars + chars, tokens=done.tokens + after - before
+                    )
+
+    def forget(self, thread: str) -> None:
+        """The thread's messages are counted anew at its next call (a compaction applied)."""
+        with self._guard:
+            for key in [k for k in self._done if k[0] == thread]:
+                del self._done[key]
 
     def last(self, thread: str | None) -> Ratio | None:
         """The thread's latest ratio (None: no call of it measured yet)."""
@@ -155,10 +243,14 @@ class CountingMixin:
             yield
             return
         if request is not None:
-            sent = list(request.messages)
-            if request.system_message is not None:
-                sent.insert(0, request.system_message)
-            ratio: Ratio | None = self.tokens.measure(thread, model_name(request.model), sent)
+            size = ThreadSize.from_state(((request.state or {}).get(KEY) or {}).get("size"))
+            ratio: Ratio | None = self.tokens.measure(
+                thread,
+                model_name(request.model),
+                request.messages,
+                request.system_message,
+                (size.n, size.chars) if size.n else None,
+            )
         else:
             ratio = self.tokens.last(thread)
         if not base.summarization_threshold_tokens or ratio is None:

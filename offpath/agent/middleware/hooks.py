@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
@@ -35,10 +36,10 @@ from offpath.agent.middleware.refusals import RefusalsMixin
 from offpath.agent.middleware.shaping import DEFAULT_LATENCY_S, ShapingMixin
 from offpath.agent.middleware.state import OffPathState, _Call, _Seen, _Write
 from offpath.agent.recall import recall_tool
-from offpath.compaction.accounting import message_chars
 from offpath.compaction.planner import min_gain_chars, request_cap_chars
 from offpath.compaction.settings import Settings, get_settings
-from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps, older_caps
+from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps
+from offpath.compaction.sizing import SizedThreads, position
 from offpath.compaction.tokens import Calibration
 from offpath.compaction.tracking import KEY, ThreadSize
 from offpath.coordination.job_values import JobOptions
@@ -112,6 +113,7 @@ class OffPathCompaction(
         self._publishing: set[str] = set()
         self._published: dict[str, tuple[str | None, float]] = {}  # thread -> (job?, when)
         self._claims: dict[str, _Seen] = {}
+        self._sizes = SizedThreads()  # each thread's message sizes, kept across its calls
         self._pools: dict[str, ThreadPoolExecutor] = {}  # by name, see POOLS
         self._storing: set[str] = set()  # jobs whose archive write is in flight
         self._warned: set[str] = set()
@@ -269,7 +271,14 @@ class OffPathCompaction(
                 "own (a subagent run from a tool, or a Send with a list of its own).",
             )
         writes: list[_Write] = []  # archive writes, made while the model answers
+        changed: list[int] = []  # positions of ``original`` shortened in place by this call
+        applied = False  # a compaction applied: the thread is sized anew
         if place is not None and session_id is not None and settings.active:
+            # each message sized once, as this process first sees it
+            sizes = self._sizes.take(session_id)
+            sizes.sync(original, size.chars)
+            if sizes.chars != size.chars:  # the state's count missed a change made elsewhere
+                size = ThreadSize().advance(original)
             if pending := private.get("pending"):
                 self._record(session_id, pending, messages)
                 private["pending"] = None
@@ -282,9 +291,14 @@ class OffPathCompaction(
             limit = settings.tool_result_limit_chars
             big = arrival_caps(messages[new_from:], limit, max(budget.keep, limit // 2))
             if big:
-                messages = self._shorten(session_id, messages, big, "as it arrived", writes=writes)
+                at = {str(m.id): new_from + k for k, m in enumerate(messages[new_from:])}
+                before = messages
+                messages = self._shorten(
+                    session_id, messages, big, "as it arrived", writes=writes, at=at
+                )
+                changed += self._replaced(session_id, sizes, before, messages, at.values())
             threshold = settings.summarization_threshold_chars
-            chars = sum(message_chars(m) for m in messages) if big else size.chars
+            chars = sizes.chars
             reached = chars
             # 2. over the threshold: the prepared compaction, else older results shortened
             if chars + out > threshold:
@@ -299,8 +313,8 @@ class OffPathCompaction(
                 if crossing_unseen(holder):
                     self._write(note_crossing, self.client.engine, holder)  # the lag runs here
                 if known and holder is not None and holder.state is State.PREPARED:
-                    messages, chars = self._apply_now(
-                        session_id, holder, messages, private, chars, out, writes
+                    messages, chars, applied = self._apply_sized(
+                        session_id, holder, messages, private, chars, out, writes, sizes
                     )
                 # the size the thread reached, before this call's own shortening of older
                 # results: a skip that holds the thread is weighed against it (a thread kept
@@ -310,13 +324,15 @@ class OffPathCompaction(
                     need = chars + out - settings.prepare_floor_chars
                     keep = budget.keep
                     first_new = original[new_from].id if new_from < len(original) else None
-                    at = next(
-                        (i for i, m in enumerate(messages) if m.id == first_new), len(messages)
-                    )
-                    caps = older_caps(
-                        messages, keep, need, at, request_cap_chars(settings, budget.fixed)
+                    caps = sizes.older_caps(
+                        keep,
+                        need,
+                        position(messages, first_new),
+                        request_cap_chars(settings, budget.fixed),
                     )
                     if caps:
+                        before = messages
+                        where = {i: sizes.where[i] for i in caps}
                         messages = self._shorten(
                             session_id,
                             messages,
@@ -324,18 +340,27 @@ class OffPathCompaction(
                             "over the threshold",
                             MIN_OLDER_CHARS,
                             writes,
+                            at=where,
                         )
-                        chars = sum(message_chars(m) for m in messages)
+                        replaced = self._replaced(
+                            session_id, sizes, before, messages, where.values()
+                        )
+                        changed += [] if applied else replaced
+                        chars = sizes.chars
             elif not self.options.patch:
                 # an operator's "compact now" of this thread (issue 21, item 1): its
                 # compaction is applied at the next call, under the threshold too
                 known, holder = self._claim_of(session_id)
                 if known and holder is not None and holder.state is State.PREPARED:
                     if self._forced(session_id):
-                        messages, chars = self._apply_now(
-                            session_id, holder, messages, private, chars, out, writes
+                        messages, chars, applied = self._apply_sized(
+                            session_id, holder, messages, private, chars, out, writes, sizes
                         )
-            size = ThreadSize().advance(messages) if messages is not original else size
+            if applied:
+                size = ThreadSize().advance(messages)
+            elif messages is not original:  # shortened in place: the same ids and calls
+                size = replace(size, chars=sizes.chars)
+            self._sizes.give(session_id, sizes)
             if not self.options.patch and place.listed:
                 self._note_soon(session_id, len(messages), size.chars, fixed=budget.fixed)
             # 3. from the prepare point on: the claim, and a job when the thread is free
@@ -354,8 +379,8 @@ class OffPathCompaction(
                     self._publish_soon(session_id, reached, messages, private, place, planned)
         private["size"] = size.to_state()
         if session_id is not None and settings.active and new_from < len(original):
-            fresh = {m.id for m in original[new_from:]}
-            self._read_ahead([m for m in messages if m.id in fresh])
+            fresh = {m.id for m in original[new_from:]}  # the newest: at the thread's end
+            self._read_ahead([m for m in messages[-len(fresh) :] if m.id in fresh])
         call = _Call(
             self._shape(request, messages, size, session_id),
             {KEY: private},
@@ -365,5 +390,7 @@ class OffPathCompaction(
             size_before,
         )
         if messages is not original:
-            call.update["messages"] = _diff(original, messages)
+            call.update["messages"] = (
+                _diff(original, messages) if applied else [messages[i] for i in sorted(changed)]
+            )
         return call

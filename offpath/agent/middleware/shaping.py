@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -28,6 +29,7 @@ from offpath.compaction.planner import (
     thread_budget,
 )
 from offpath.compaction.shorten import shorten_each
+from offpath.compaction.sizing import MessageSizes
 from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
@@ -182,14 +184,16 @@ class ShapingMixin:
         why: str,
         floor: int | None = None,
         writes: list[_Write] | None = None,
+        at: Mapping[str, int] | None = None,
     ) -> list[BaseMessage]:
         """``messages`` with the messages named in ``caps`` shortened to their cap (not below
         ``floor``), their originals archived (:func:`archive.store_shortened`): first, or,
         given ``writes``, while the model answers (the write is added to ``writes``;
         :meth:`_settle` waits for it before the update is returned). Nothing shortened if the
-        archive cannot be written first."""
+        archive cannot be written first. ``at``: the index of each message named in ``caps``
+        (when known: no other message is looked at)."""
         try:
-            out, originals = shorten_each(messages, caps, recall=self.recall, floor=floor)
+            out, originals = shorten_each(messages, caps, recall=self.recall, floor=floor, at=at)
             if originals:
                 write = partial(archive.store_shortened, self.client.engine, session_id, originals)
                 if writes is None:
@@ -201,15 +205,52 @@ class ShapingMixin:
             self._trouble(USAGE_DB, exc, line)
             return messages
         if out is not messages:
-            saved = sum(message_chars(m) for m in messages) - sum(message_chars(m) for m in out)
+            saved = sum(message_chars(m) - message_chars(out[i]) for i, m in originals)
             log.info(
                 "[%s] shortened %d message(s) %s: -%d chars (originals archived)",
                 tag(session_id),
-                sum(a is not b for a, b in zip(messages, out, strict=True)),
+                len(originals),
                 why,
                 saved,
             )
         return out
+
+    def _replaced(
+        self,
+        session_id: str,
+        sizes: MessageSizes,
+        before: list[BaseMessage],
+        after: list[BaseMessage],
+        at: Iterable[int],
+    ) -> list[int]:
+        """The positions of ``at`` where ``after`` (``before`` with messages shortened in
+        place) holds another message: sized again, and counted again in tokens."""
+        changed = [i for i in at if after[i] is not before[i]]
+        if changed:
+            sizes.replaced(changed, after)
+            self.tokens.replaced(session_id, [(before[i], after[i]) for i in changed])
+        return changed
+
+    def _apply_sized(
+        self,
+        session_id: str,
+        holder: Claim,
+        messages: list[BaseMessage],
+        private: dict[str, Any],
+        chars: int,
+        out: int,
+        writes: list[_Write],
+        sizes: MessageSizes,
+    ) -> tuple[list[BaseMessage], int, bool]:
+        """:meth:`_apply_now`, and the thread sized and counted anew if it applied:
+        ``(messages, chars, applied)``."""
+        after, chars = self._apply_now(session_id, holder, messages, private, chars, out, writes)
+        if after is messages:
+            return messages, chars, False
+        self.tokens.forget(session_id)
+        sizes.clear()
+        sizes.sync(after)
+        return after, chars, True
 
     def _track_rate(self, private: dict[str, Any], chars: int) -> None:
         """Keep the run's growth in chars per second (a moving average over its model calls)

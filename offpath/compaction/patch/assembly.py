@@ -38,10 +38,12 @@ def _assemble(
     recall: bool,
     target: int | None,
     sizes: Mapping[Any, int],
+    copy: bool = True,
 ) -> _Attempt:
     """The patch that removes ``gone`` (the summary in the first one's place, a kept request's
     copy in the second's) and shortens the plan's kept results, then more of them while the
-    thread would be over ``target``; and the thread's size after it."""
+    thread would be over ``target``; and the thread's size after it. ``copy`` False: the
+    plan's request copy is left out (its turn went whole)."""
     removed_chars = sum(sizes[i] for i in gone)
     text = prepared.summary_text.rstrip()
     if since:  # before the summary's last line, the recall note, when it has one
@@ -62,7 +64,7 @@ def _assemble(
     )
     patch: list[BaseMessage] = [summary]
     added = message_chars(summary)
-    copy_of = prepared.request_copy
+    copy_of = prepared.request_copy if copy else None
     if copy_of is not None:
         source = by_id[copy_of]
         if copy_of in prepared.shorten:  # a long request: its copy is shortened, and cites it

@@ -95,6 +95,35 @@ def fit(
     since = ""
     extra: list[str] = []
 
+    copy = True  # a long request kept as a copy after the summary (the plan's request_copy)
+
+    def assemble(gone: list[str], since: str, target: int | None) -> _Attempt:
+        return _assemble(prepared, messages, by_id, gone, since, recall, target, sizes, copy)
+
+    def lonely_requests(last: int, grown: Sequence[int]) -> tuple[int, ...]:
+        """``grown`` with the requests whose finished turns it takes whole: a request the plan
+        kept in place goes with the rest of its answer; the plan's request copy is left out
+        (``copy``) when its turn goes so. A request stays when its turn is the last one (in
+        progress) or keeps some of its answer."""
+        nonlocal copy
+        gone = removed | {messages[i].id for i in grown}
+        starts = [i for i, m in enumerate(messages) if is_request(m)]
+        ends = dict(zip(starts, [*starts[1:], None], strict=True))
+        extra = set(grown)
+        for i in starts:
+            end = ends[i]
+            if end is None or messages[i].id in gone:
+                continue
+            body = [m for m in messages[i + 1 : end] if m.type != "system"]
+            if body and all(m.id in gone for m in body):
+                extra.add(i)
+        if prepared.request_copy is not None and grown:
+            tail_end = next((j for j in starts if j > last), None)
+            tail = [m for m in messages[last + 1 : tail_end] if m.type != "system"]
+            if tail_end is not None and tail and all(m.id in gone for m in tail):
+                copy = False
+        return tuple(sorted(extra))
+
     def deeper(newest_only: bool = False, shallowest: bool = False) -> tuple[list[str], str]:
         """The messages after the plan's removed part that may go too (up to the keep
         window, or with ``newest_only`` up to the newest model step; by whole turns, and
@@ -112,6 +141,7 @@ def fit(
             shallowest=shallowest,
             fixed=fixed,
         )
+        grown = lonely_requests(last, grown)
         if not grown:
             return [], ""
         ids = [str(messages[i].id) for i in grown]
@@ -137,28 +167,27 @@ def fit(
 
     # first as planned; over the target, first the messages that came after the plan go too
     # (the thread grew while the summary was written), then kept results are shortened
-    attempt = _assemble(prepared, messages, by_id, present, since, recall, None, sizes)
+    attempt = assemble(present, since, None)
     if settings is not None and breaks_turns(attempt):
-        # the plan cut into the turn then in progress, which has ended: the rest of it goes
+        # the plan cut into the turn then in progress, which has ended: the rest of it goes,
+        # and so does its request where the plan kept it (in place, or as a copy)
         extra, since = deeper(shallowest=True)
-        attempt = _assemble(prepared, messages, by_id, present + extra, since, recall, None, sizes)
+        attempt = assemble(present + extra, since, None)
     if target is not None and attempt.after > target and settings is not None:
         more, more_since = deeper()
         if len(more) > len(extra):
             extra, since = more, more_since
-            attempt = _assemble(
-                prepared, messages, by_id, present + extra, since, recall, None, sizes
-            )
+            attempt = assemble(present + extra, since, None)
     if target is not None and attempt.after > target:
         gone = present + extra
-        attempt = _assemble(prepared, messages, by_id, gone, since, recall, target, sizes)
+        attempt = assemble(gone, since, target)
     if bound is not None and attempt.after > bound and settings is not None:
         # what the keep window holds cannot be shortened enough (a model's long messages)
         more, more_since = deeper(newest_only=True)
         if len(more) > len(extra):
             extra, since = more, more_since
             gone = present + extra
-            attempt = _assemble(prepared, messages, by_id, gone, since, recall, target, sizes)
+            attempt = assemble(gone, since, target)
     if bound is not None and attempt.after > bound:
         return Stale(
             f"it would leave the thread at {attempt.after} chars, over {bound} "
@@ -197,7 +226,7 @@ def fit(
             )
         elif section:
             with_section = f"{since}\n\n{section}".strip()
-            fitted = _assemble(prepared, messages, by_id, gone, with_section, recall, target, sizes)
+            fitted = assemble(gone, with_section, target)
             if bound is None or fitted.after <= bound:
                 checked = section.count("\n- ")
                 since, attempt = with_section, fitted
@@ -214,9 +243,7 @@ def fit(
         if len(more) <= len(extra):  # no deeper cut: prepare it again on the thread as it is
             return Stale(f"{problem}, and no deeper cut exists: prepare it again")
         extra, since = more, more_since
-        attempt = _assemble(
-            prepared, messages, by_id, present + extra, since, recall, target, sizes
-        )
+        attempt = assemble(present + extra, since, target)
         if bound is not None and attempt.after > bound:
             return Stale(
                 f"{problem}; going deeper would leave the thread at {attempt.after} chars, "
