@@ -34,6 +34,7 @@ from offpath.coordination.writers import apply_prepared
 from offpath.stores import archive, db
 from offpath.stores.checkpoints import read_thread
 from offpath.stores.leases import Claim, Leases, State
+from offpath.stores.search import search
 from offpath.stores.usage import stats
 
 
@@ -262,7 +263,7 @@ def test_a_restored_result_shortened_anew_keeps_its_original_readable(rt):
     short = next(m for m in shortened if m.id == "t5")
     assert len(str(short.content)) < len(str(restored.content))
     assert archive.original(rt.engine, session, "t5") == to_dicts([restored])[0]
-    found = archive.search(rt.engine, session, "ledger-db-shard-5")
+    found = search(rt.engine, session, "ledger-db-shard-5")
     assert "t5" in {f["message_id"] for f in found}
 
 

@@ -200,8 +200,8 @@ def _record(
     """Mark the job ``reverted`` (the thread holds its originals again; a compaction prepared on
     its summary, ``holder``, ends superseded) and note the size."""
     reason = (
-        f"reverted: {removed} removed messages and {shortened} shortened results put back "
-        "from the archive"
+        f"reverted: {removed} removed message{'' if removed == 1 else 's'} and {shortened} "
+        f"shortened result{'' if shortened == 1 else 's'} put back from the archive"
     )
     rt.jobs.reverted(session_id, job_id, reason, holder)
     _note_size(rt, session_id, thread, chars)
