@@ -28,11 +28,11 @@ from starlette.routing import Match
 
 from offpath.agent.graph import open_runtime
 from offpath.compaction.settings import Settings, get_settings
-from offpath.coordination.compactions import apply_prepared
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.locks import RunInProgress, ThreadBusy
 from offpath.coordination.runtime import Publisher, Runtime
+from offpath.coordination.writers import apply_prepared
 
 from . import admin, metrics, sessions, stats, ui
 from .deps import body_gate, principal, sender

@@ -1,6 +1,6 @@
 """Fitting a prepared compaction to the thread as it is now (:func:`fit`: the checks, going
-deeper and shortening to land under the target, the check at the swap), and recognising
-one that has landed (:func:`landed`). Pure.
+deeper and shortening to land under the target, the check at the swap; :func:`fit_now`, the
+one way every apply calls it), and recognising one that has landed (:func:`landed`). Pure.
 """
 
 from __future__ import annotations
@@ -282,6 +282,32 @@ def fit(
     }
     return Fitted(
         attempt.summary, attempt.patch, record, tuple(gone), tuple(sorted(attempt.shortened))
+    )
+
+
+def fit_now(
+    prepared: Prepared,
+    messages: Sequence[BaseMessage],
+    settings: Settings,
+    *,
+    force: bool = False,
+    outside_chars: int = 0,
+    recall: bool = True,
+) -> Fitted | Stale:
+    """``prepared`` fitted to the thread's ``messages`` as it is now, the one way a compaction
+    is fitted before it is applied (by the worker, the post-turn hook, the middleware, and
+    :func:`offpath.compaction.pipeline.compact`): it lands the thread under its prepare floor
+    (:func:`~compaction.planner.landing_chars` of ``settings``), or with no bound when an
+    operator asked for it (``force``: "compact now"). ``outside_chars``: what each model call
+    sends besides the thread (a system prompt given to ``create_agent``, which the job
+    carries); ``recall``: shortened results name the ``recall`` tool. See :func:`fit`."""
+    return fit(
+        prepared,
+        messages,
+        target=None if force else landing_chars(settings),
+        recall=recall,
+        settings=settings,
+        outside_chars=outside_chars,
     )
 
 
