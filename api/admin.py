@@ -24,11 +24,11 @@ from offpath.coordination.admin import (
     compact_now,
     delete_session,
 )
-from offpath.coordination.compactions import read_messages
 from offpath.coordination.locks import LockUnavailable, RunInProgress, ThreadBusy
 from offpath.coordination.revert import NoSuchJob, RevertRefused, revert
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive
+from offpath.stores.checkpoints import read_messages
 from offpath.stores.usage import BadCursor, SortOrder, has_rows, list_sessions
 
 from .deps import Caller, SessionId, check_readable, no_session, rt_of

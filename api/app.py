@@ -28,11 +28,11 @@ from starlette.routing import Match
 
 from offpath.agent.graph import open_runtime
 from offpath.compaction.settings import Settings, get_settings
-from offpath.coordination.compactions import apply_prepared
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.locks import RunInProgress, ThreadBusy
 from offpath.coordination.runtime import Publisher, Runtime
+from offpath.coordination.writers import apply_prepared
 
 from . import admin, metrics, sessions, stats, ui
 from .deps import body_gate, principal, sender
@@ -179,7 +179,12 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         errors = []
         for e in exc.errors()[:MAX_ERRORS]:
             loc = [str(p) for p in e.get("loc", ())]
-            errors.append({"loc": loc, "msg": short(e.get("msg", ""), 300), "type": e.get("type")})
+            msg = e.get("msg", "")
+            if e.get("type") == "json_invalid":  # its loc holds the char offset, not a field
+                why = (e.get("ctx") or {}).get("error")
+                at = f" at char {loc[1]}" if len(loc) > 1 else ""
+                loc, msg = loc[:1], f"not valid JSON{at}" + (f" ({why})" if why else "")
+            errors.append({"loc": loc, "msg": short(msg, 300), "type": e.get("type")})
         detail = "; ".join(
             f"{'.'.join(p for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in errors
         )

@@ -13,14 +13,34 @@ from offpath.coordination.runtime import Runtime
 from offpath.stores import db
 from offpath.stores.leases import failure_backoff_s
 
+#: What a reverted compaction shows of its loss report: its originals are back in the thread,
+#: so nothing left the model's view.
+NOTHING_LOST: dict[str, Any] = {
+    "messages_removed": 0,
+    "chars_removed": 0,
+    "results_shortened": 0,
+    "chars_shortened": 0,
+    "facts": 0,
+    "facts_lost": 0,
+    "lost": [],
+    "ground_truth": None,
+}
+
 
 def job_json(r: dict[str, Any]) -> dict[str, Any]:
-    """One ``compaction_jobs`` row as ``/compactions`` shows it."""
+    """One ``compaction_jobs`` row as ``/compactions`` shows it. A reverted compaction (its
+    originals put back) shows nothing saved and nothing lost: 0 messages and chars removed,
+    0 chars saved, a loss report of zeros (:data:`NOTHING_LOST`)."""
     result = {
         **((r["result"] or {}).get("usage") or {}),
         **((r["result"] or {}).get("record") or {}),
     }
     applied = r["status"] in (db.JobStatus.APPLIED, db.JobStatus.REVERTED)
+    reverted = r["status"] == db.JobStatus.REVERTED
+    if reverted:
+        result = {**result, "messages_removed": 0, "chars_removed": 0}
+        if isinstance(result.get("loss"), dict) and "error" not in result["loss"]:
+            result["loss"] = NOTHING_LOST
     return {
         "job_id": r["job_id"],
         "status": r["status"],
@@ -32,7 +52,9 @@ def job_json(r: dict[str, Any]) -> dict[str, Any]:
         "chars_at_apply": r.get("chars_at_apply") if applied else None,
         "messages_removed": result.get("messages_removed") if applied else None,
         "chars_removed": result.get("chars_removed") if applied else None,
-        "chars_saved": db.chars_saved(result) if applied and "chars_removed" in result else None,
+        "chars_saved": (0 if reverted else db.chars_saved(result))
+        if applied and "chars_removed" in result
+        else None,
         "summarizer": result.get("summarizer"),
         "latency_ms": result.get("latency_ms"),
         "loss": result.get("loss") if applied else None,

@@ -27,10 +27,9 @@ from offpath.compaction.tracking import KEY as PRIVATE_KEY
 from offpath.compaction.tracking import ThreadSize
 from offpath.compaction.turns import TurnError, check_messages, validate_turn
 from offpath.coordination.admin import read_session
-from offpath.coordination.compactions import read_thread
 from offpath.coordination.logs import tag
 from offpath.stores import db
-from offpath.stores.checkpoints import thread_config
+from offpath.stores.checkpoints import read_thread, thread_config
 from offpath.stores.tenants import note_size
 from offpath.stores.updates import job_updates
 from offpath.stores.usage import has_rows

@@ -13,9 +13,9 @@ from fastapi.responses import JSONResponse
 
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.tokens import TokenCounter
-from offpath.coordination.compactions import read_messages
 from offpath.coordination.runtime import Runtime
 from offpath.stores import db, usage
+from offpath.stores.checkpoints import read_messages
 
 from .deps import Caller, SessionId, check_readable, no_session, rt_of
 from .schemas import READ, HealthOut, ReadyOut, SessionStatsOut, StatsOut, errors

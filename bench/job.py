@@ -20,28 +20,22 @@ MAX_CPU_MS = 7.0
 MAX_RATIO = 2.0
 
 
-def run_like_the_worker(rt: Any, summarizer: Any, keeper: Any, session_id: str, job_id: str) -> str:
+def run_like_the_worker(rt: Any, summarizer: Any, session_id: str, job_id: str) -> str:
     """The steps of ``worker.tasks.compact_session`` for one delivery, minus Celery's
-    dispatch: mark the job ``running``, take the thread's running lease, have the lease
-    keeper renew it, run the job, then hand the thread on. Returns the job's status."""
-    from offpath.stores.db import start_job
+    dispatch: mark the job ``running`` and take the thread's running lease (renewed by
+    ``rt.jobs``' lease keeper), run the job, which hands the thread on. Returns the job's
+    status."""
     from offpath.stores.leases import Start
     from offpath.worker.jobs import run_job
-    from offpath.worker.tasks import _hand_on
 
-    done, stored = start_job(rt.engine, job_id, session_id)
-    assert done is None, done
-    token = uuid.uuid4().hex[:12]
-    started, before = rt.leases.start(session_id, job_id, token)
-    assert started is Start.OK, (started, before)
-    held = keeper.hold(session_id, job_id, token)
+    started = rt.jobs.start(session_id, job_id)
+    assert started.done is None, started.done
+    assert started.start is Start.OK, (started.start, started.before)
     outcome = None
     try:
-        outcome = run_job(rt, summarizer, session_id, job_id, held, stored)
+        outcome = run_job(rt, summarizer, session_id, job_id, started.lease, started.stored)
     finally:
-        keeper.drop(held)
-        if outcome is not None:
-            _hand_on(rt, session_id, job_id, token, outcome)
+        rt.jobs.let_go(started.lease)
     assert outcome is not None
     return str(outcome.status)
 
@@ -64,7 +58,7 @@ def floor(rt: Any, session_id: str, patch: list[Any]) -> None:
     one usage row (SQLAlchemy)."""
     import sqlalchemy as sa
 
-    from offpath.coordination.compactions import read_thread
+    from offpath.stores.checkpoints import read_thread
     from offpath.stores.db import EVENTS
 
     thread = read_thread(rt.checkpoints.saver, session_id)
@@ -110,13 +104,11 @@ def run(ctx: Context, runs: int = 5) -> Result:
     from offpath.compaction.settings import get_settings
     from offpath.compaction.summarizers import make_summarizer
     from offpath.compaction.summarizers.offline import OfflineSummarizer
-    from offpath.stores.leases import LeaseKeeper
 
     per_run = 4 if ctx.quick else 20
     settings = get_settings()
     rt = open_runtime(settings)
     summarizer = make_summarizer(settings)  # as the worker makes it: the LLM behind the guard
-    keeper = LeaseKeeper(rt.leases, settings.job_time_limit_s)
     ctx.stub.set_delay(0.0)
     statements: list[str] = []
     event.listen(rt.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
@@ -130,7 +122,7 @@ def run(ctx: Context, runs: int = 5) -> Result:
         for k in range(3):
             sid = f"warm-{RUN_ID}-{k}"
             job_id = queued(rt, sid, thread(100, 80_000, seed=k, prefix=sid))
-            run_like_the_worker(rt, summarizer, keeper, sid, job_id)
+            run_like_the_worker(rt, summarizer, sid, job_id)
         for r in range(runs):
             jobs, floors, cpus, guards = [], [], [], []
             for k in range(per_run):
@@ -142,7 +134,7 @@ def run(ctx: Context, runs: int = 5) -> Result:
                 guard_ms.clear()
                 cpu = time.thread_time()
                 started = time.perf_counter()
-                status = run_like_the_worker(rt, summarizer, keeper, sid, job_id)
+                status = run_like_the_worker(rt, summarizer, sid, job_id)
                 jobs.append((time.perf_counter() - started) * 1000)
                 cpus.append((time.thread_time() - cpu) * 1000)
                 guards.append(sum(guard_ms))
@@ -163,7 +155,7 @@ def run(ctx: Context, runs: int = 5) -> Result:
             job_id = queued(rt, sid, messages)
             guard_ms.clear()
             cpu = time.thread_time()
-            assert run_like_the_worker(rt, summarizer, keeper, sid, job_id) == "applied"
+            assert run_like_the_worker(rt, summarizer, sid, job_id) == "applied"
             warm_cpu.append((time.thread_time() - cpu) * 1000)
             warm_guard.append(sum(guard_ms))
             # the extraction alone, on new text: its CPU per 1,000 chars
@@ -176,8 +168,7 @@ def run(ctx: Context, runs: int = 5) -> Result:
             cpu_runs.append(med(cpus))
             guard_runs.append(med(guards))
     finally:
-        keeper.stop()
-        rt.close()
+        rt.close()  # stops its lease keeper too
     job, flo, cpu, guard = med(job_runs), med(floor_runs), med(cpu_runs), med(guard_runs)
     ratio = med([j / f for j, f in zip(job_runs, floor_runs, strict=True)])
     return Result(

@@ -15,8 +15,8 @@ to 5,000 chars). Then, as the worker does:
    removed part) until the thread is over its threshold by 0-25%, and, at a random place among
    them, one message that refers to X: a user's question, a tool call with X as its argument
    (and a result that adds nothing about it), or an agent's remark;
-4. apply: ``fit(prepared, thread_now, target=landing_chars(settings), settings=settings)``, as
-   ``apply_locked`` and the middleware call it. When it returns ``Stale`` the compaction is
+4. apply: ``fit_now(prepared, thread_now, settings)``, the fit every apply of the product
+   calls (``Jobs.apply``). When it returns ``Stale`` the compaction is
    re-prepared on the thread as it is now (plan, summarize, fit again) and counted.
 
 Measured on the thread after the swap:
@@ -262,26 +262,20 @@ def apply(
     rec: Record,
     x: str,
 ) -> Run:
-    """Append what arrived (referring to ``x``), apply ``prepared`` as ``apply_locked`` does
+    """Append what arrived (referring to ``x``), apply ``prepared`` as ``Jobs.apply`` does
     (re-prepared once when stale), and say what the model can see of ``rec``."""
     from langgraph.graph.message import add_messages
 
-    from offpath.compaction.patch import Stale, fit
-    from offpath.compaction.planner import landing_chars
+    from offpath.compaction.patch import Stale, fit_now
 
     arrived = arrivals(seed, x, thread, settings)
     now = add_messages(thread, arrived)
-    target = landing_chars(settings)
-    fitted = fit(prepared, now, target=target, settings=settings)
+    fitted = fit_now(prepared, now, settings)
     run = Run(valid=True)
     if isinstance(fitted, Stale):
         run.reprepared = True
         _, again = prepare(now)
-        fitted = (
-            fit(again, now, target=target, settings=settings)
-            if again is not None
-            else Stale("no plan")
-        )
+        fitted = fit_now(again, now, settings) if again is not None else Stale("no plan")
         if isinstance(fitted, Stale):
             run.reason = f"not applied: {fitted.reason}"
             return run
@@ -439,7 +433,7 @@ def report(
             "chars): a thread of record listings (orders, pods, reservations) up to the prepare "
             "point, a compaction prepared on it, filler and one message referring to a record "
             "only the removed part held appended until the thread is 0-25% over its threshold, "
-            "then fit(prepared, thread, target=landing_chars, settings) as apply_locked calls it; "
+            "then fit_now(prepared, thread, settings) as every apply calls it; "
             "a Stale one re-prepared on the thread as it is",
             "visible: the id in a kept message the plan saw, or on a summary line that neither "
             "cites an arrived message nor quotes one; with its record: that line also holds the "

@@ -65,7 +65,7 @@ def _seed_turns(rt: Any, summarizer: Any, sessions: int, turns: int) -> tuple[li
     from bench.workloads import turn_messages
     from offpath.compaction.accounting import total_chars
     from offpath.compaction.pipeline import Compaction, compact
-    from offpath.coordination.compactions import read_thread
+    from offpath.stores.checkpoints import read_thread
 
     settings = rt.settings
     hot, cold = [], []
@@ -193,7 +193,7 @@ def _channel_cost(rt: Any, sid: str, n: int) -> tuple[float, float]:
     update starting from it (the messages channel is rewritten whole): medians, ms."""
     from langchain_core.messages import HumanMessage
 
-    from offpath.coordination.compactions import read_thread
+    from offpath.stores.checkpoints import read_thread
 
     reads, writes = [], []
     for i in range(n):

@@ -488,7 +488,7 @@ def test_a_compaction_planned_early_leaves_the_whole_keep_window_once_applied():
     under the threshold keeps less (the planner's early_keep_chars), and the apply, at the
     thread's first crossing (the least it can have grown), still leaves the whole window after
     the summary, every pair whole."""
-    from offpath.compaction.pipeline import summarize_plan
+    from offpath.compaction.pipeline import compact_plan
 
     keep = S.summarization_keep_chars
     for turns in range(8, 12):  # plans at 20k to 27k chars, all under the 30,000 threshold
@@ -498,7 +498,7 @@ def test_a_compaction_planned_early_leaves_the_whole_keep_window_once_applied():
         plan = plan_compaction(early, S, early=True, floor_chars=15_000)
         assert isinstance(plan, CompactionPlan), plan
         assert sum(message_chars(m) for m in plan.kept) < keep  # it kept less than the window
-        prepared = summarize_plan(plan, early, S, OfflineSummarizer()).prepared
+        prepared = compact_plan(plan, early, S, OfflineSummarizer()).prepared
         grown, i = list(early), turns
         while total_chars(grown) <= S.summarization_threshold_chars:  # up to the crossing
             grown += thread(i + 1, chars=1_200)[-4:]
@@ -552,7 +552,7 @@ def test_a_system_prompt_given_to_the_agent_counts_against_the_threshold(tmp_pat
     from langgraph.checkpoint.memory import InMemorySaver
 
     from offpath.agent.middleware import OffPathCompaction
-    from offpath.coordination.compactions import JobOptions
+    from offpath.coordination.job_values import JobOptions
     from offpath.stores.db import migrate
 
     class Model(GenericFakeChatModel):

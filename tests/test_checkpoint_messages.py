@@ -15,7 +15,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
-from offpath.coordination.compactions import read_thread
+from offpath.stores.checkpoints import read_thread
 
 
 def _fold(state: list, writes: list) -> list:

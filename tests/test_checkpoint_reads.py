@@ -18,8 +18,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from stack import create_pg_database, drop_pg_database
 
 from offpath.compaction.settings import load_settings
-from offpath.coordination.compactions import read_thread
-from offpath.stores.checkpoints import open_checkpoints_url
+from offpath.stores.checkpoints import open_checkpoints_url, read_thread
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

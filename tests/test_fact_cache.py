@@ -41,7 +41,9 @@ def reference_find(text):
             value = m.group(group).rstrip(".,:;")
             if "\n" in value or (kind == "identifier" and not facts._is_name(value)):
                 continue
-            if value in facts._NEVER:
+            if value in facts._NEVER or (
+                kind in ("name", "term") and value.casefold().strip("_") in facts._NOT_NAMES
+            ):
                 continue
             if (
                 kind == "config"
@@ -70,12 +72,22 @@ def reference_extract(messages):
                 fact._seen.add(str(m.id))
             fact.stated, fact.noise = True, False
         for text, role, mid in facts._blocks(m):
+            role, age = facts._role_age(role)
             instruction: dict[int, bool] = {}
             noisy: dict[int, bool] = {}
             errors: dict[int, bool] = {}
             test_lines = facts.may_hold_instruction(text)
             data = role == "data"
             for value, kind, offset in reference_find(text):
+                if kind in ("name", "line", "term") and role not in (
+                    "agent",
+                    "user",
+                    "carried",
+                    "carried said",
+                ):
+                    continue
+                if kind == "term" and role == "user":
+                    continue
                 fact = out.get(value)
                 line = ""
                 start = 0
@@ -90,7 +102,12 @@ def reference_extract(messages):
                             continue
                 if fact is None:
                     fact = out[value] = facts.Fact(
-                        value, kind, mid, facts._around(line, offset - start, value), order=len(out)
+                        value,
+                        kind,
+                        mid,
+                        facts._around(line, offset - start, value),
+                        order=len(out),
+                        age=age,
                     )
                     fact._seen.add(mid)
                 elif mid not in fact._seen:
@@ -105,9 +122,11 @@ def reference_extract(messages):
                     fact.error = fact.error or errors[start]
                 else:
                     fact.noise = False
-                    fact.stated = fact.stated or role == "agent"
+                    said = role in ("agent", "carried said")
+                    fact.stated = fact.stated or said or role == "action"
+                    fact.said = fact.said or said
                     fact.asked = fact.asked or role == "user"
-                    fact.carried = fact.carried or role == "carried"
+                    fact.carried = fact.carried or role in ("carried", "carried said")
     return list(out.values())
 
 

@@ -17,7 +17,7 @@ from sre_sessions import sre_session
 
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.patch import Stale, fit
-from offpath.compaction.pipeline import summarize_plan
+from offpath.compaction.pipeline import compact_plan
 from offpath.compaction.planner import (
     CompactionPlan,
     Skip,
@@ -101,7 +101,7 @@ def play(script: list[BaseMessage], settings: Settings, fixed: int, lag: int = 1
                         "job", State.SKIPPED, chars=plan.total_chars, worth_at=plan.worth_at
                     )
                 else:
-                    outcome = summarize_plan(plan, thread, settings, OfflineSummarizer())
+                    outcome = compact_plan(plan, thread, settings, OfflineSummarizer())
                     prepared = (outcome.prepared, len(sent) + lag)
         thread = add_messages(thread, [m])
     return sent, jobs, problems
@@ -162,7 +162,7 @@ def test_a_thread_with_a_large_fixed_part_is_compacted_where_it_was_skipped(thre
     assert plan.estimated_chars_after <= landing_bound(s, fixed)
     assert plan.estimated_chars_after <= s.prepare_floor_chars
     assert plan.summary_chars < budget.summary
-    outcome = summarize_plan(plan, thread, s, OfflineSummarizer())
+    outcome = compact_plan(plan, thread, s, OfflineSummarizer())
     after = add_messages(thread, outcome.patch)
     check_compacted(thread, after)
     assert not turn_problems(after, quoted_ok=False) - turn_problems(thread, quoted_ok=False)
@@ -235,7 +235,7 @@ def test_a_late_apply_goes_deeper_by_whole_turns_to_the_threads_own_keep_window(
     thread = script[:n]
     plan = plan_compaction(thread, s, early=True, outside_chars=SRE_PROMPT)
     assert isinstance(plan, CompactionPlan), plan
-    prepared = summarize_plan(plan, thread, s, OfflineSummarizer()).prepared
+    prepared = compact_plan(plan, thread, s, OfflineSummarizer()).prepared
     later = next(k for k in range(n + 1, len(script)) if script[k].type == "human")
     later = next(k for k in range(later + 1, len(script)) if script[k].type == "human")
     grown = script[:later]  # two whole turns came meanwhile
@@ -296,7 +296,7 @@ def test_a_skip_holds_the_thread_until_the_size_its_planner_named():
                 skipped = skipped or plan
                 seen["skipped"] += 1
             else:
-                outcome = summarize_plan(plan, thread, s, OfflineSummarizer())
+                outcome = compact_plan(plan, thread, s, OfflineSummarizer())
                 thread = add_messages(thread, outcome.patch)
                 seen["compacted"] += 1
         assert seen["skipped"] and seen["compacted"], seen

@@ -1,7 +1,7 @@
 """The loss report of a compaction (issue 19): what left the model's view and which of its
 facts neither the summary nor the kept part holds; pure (:mod:`offpath.compaction.loss`),
 and as the apply paths make it from a fitted compaction
-(:func:`offpath.coordination.compactions.with_loss`)."""
+(:func:`offpath.coordination.writers.with_loss`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from offpath.compaction.patch import Prepared, fit
 from offpath.compaction.planner import plan_compaction
 from offpath.compaction.settings import load_settings
 from offpath.compaction.shorten import shorten
-from offpath.coordination.compactions import with_loss
+from offpath.coordination.writers import with_loss
 
 
 def call(mid: str, cid: str, **args: str) -> AIMessage:

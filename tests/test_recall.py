@@ -4,11 +4,15 @@ originals of compactions that applied."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
 import sqlalchemy as sa
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from stack import create_pg_database, drop_pg_database
 
 from offpath.agent import recall
 from offpath.agent.middleware import OffPathCompaction
@@ -16,6 +20,7 @@ from offpath.compaction.settings import load_settings
 from offpath.compaction.summary import cite
 from offpath.stores import archive
 from offpath.stores.db import JOBS, create_job, make_engine, migrate
+from offpath.stores.search import EXCERPT_MAX_CHARS
 
 
 class ToolModel(GenericFakeChatModel):
@@ -196,3 +201,104 @@ def test_reconciler_purges_the_archive_past_its_retention_once_an_hour(tmp_path)
         assert jobs_archived() == {"new", "old-2"}
     finally:
         rt.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request, tmp_path):
+    """A migrated archive on each backend (real SQLite, real PostgreSQL)."""
+    url = create_pg_database() if request.param == "postgres" else ""
+    settings = load_settings(data_dir=str(tmp_path), database_url=url)
+    migrate(settings)
+    engine = make_engine(settings)
+    yield engine
+    engine.dispose()
+    if url:
+        drop_pg_database(url)
+
+
+def archive_in_turn(engine, thread: str, *messages) -> None:
+    """Each of ``messages`` removed by a compaction of its own that applied, in order."""
+    for k, message in enumerate(messages):
+        job = f"{thread}-job-{k}"
+        create_job(engine, job, thread, 100)
+        rows = archive.rows_for(thread, job, f"s-{k}", [message], [message.id])
+        archive.store_record(engine, job, {"summary": "s"}, rows)
+        with engine.begin() as conn:
+            conn.execute(sa.update(JOBS).where(JOBS.c.job_id == job).values(status="applied"))
+
+
+def ids_in_order(answer: str) -> list[str]:
+    return [line.split("]")[0][1:] for line in answer.split("\n\n")]
+
+
+def test_recall_ranks_the_best_match_first_not_the_oldest(store):
+    """The message that holds the most of the query's words comes first, whatever its age."""
+    archive_in_turn(
+        store,
+        "inc-r",
+        AIMessage(id="old", content="The ledger pods restarted overnight."),
+        AIMessage(id="best", content="Ledger latency rose while the replica pool drained."),
+        AIMessage(id="new", content="Checked the replica set; nothing else."),
+    )
+    answer = recall.answer(store, "inc-r", "ledger latency replica drained")
+    assert ids_in_order(answer)[0] == "best", answer
+
+
+def test_recall_answers_repeated_sentences_newest_first(store):
+    """Messages that match the query alike (a loop of the same steps) come newest first."""
+    loops = [
+        AIMessage(
+            id=f"loop-{k}", content=f"Memory of the worker settled at {k}40 Mi after the fix."
+        )
+        for k in range(1, 5)
+    ]
+    archive_in_turn(store, "inc-l", *loops)
+    answer = recall.answer(store, "inc-l", "memory worker settled fix")
+    named = re.findall(r"\[(loop-\d)\]", answer)  # the answer's, then the ones folded in
+    assert named == ["loop-4", "loop-3", "loop-2", "loop-1"], answer
+
+
+def test_recall_excerpt_of_a_long_message_holds_the_matched_words_around_the_fact(store):
+    """The excerpt of a long message is taken where the query's words are, all of them with
+    the fact between them, not the message's start nor a few words of the best fragment."""
+    filler = "The dashboards were reviewed again with no new signal in them. " * 40
+    said = (
+        "After comparing the two rollouts across every region and each of the canary hosts, "
+        "the checkout service memory ceiling came out between 867-918m on the nodes we "
+        "sampled, which matches what the earlier heap profile of the service suggested."
+    )
+    long = AIMessage(id="long", content=filler + said + " " + filler)
+    archive_in_turn(store, "inc-x", long)
+    answer = recall.answer(store, "inc-x", "comparing rollouts canary checkout heap profile")
+    excerpt = answer.split(") ", 1)[1]
+    assert "867-918m" in excerpt, answer
+    for word in ("comparing", "rollouts", "canary", "checkout", "heap", "profile"):
+        assert f"[{word}]" in excerpt, (word, answer)
+    assert len(excerpt) <= EXCERPT_MAX_CHARS + 2 * 6 + 6
+
+
+def test_recall_folds_messages_alike_into_one_answer_that_names_each_ones_values(store):
+    """A session that repeats its steps archives the same sentence with other values: one
+    answer holds the newest in full and what each older one says differently, so the values
+    of every repetition are in reach, and another match still has its own answer."""
+    files = ["reproduce_bug.py", "pesfovoba_zap.py", "nosdifaju_boj.py", "bohhagumi_gav.py"]
+    loops = [
+        AIMessage(
+            id=f"loop-{k}",
+            content=(
+                f"Now paste the example code from the issue into the `{name}` file to "
+                f"replicate the bug; it raises at line {290 + k} of the handler."
+            ),
+        )
+        for k, name in enumerate(files)
+    ]
+    other = AIMessage(id="other", content="The handler raises no bug once the example is fixed.")
+    archive_in_turn(store, "inc-f", other, *loops)
+    answer = recall.answer(store, "inc-f", "paste example issue replicate handler")
+    first, *rest = answer.split("\n\n")
+    assert first.startswith("[loop-3] (ai)"), answer
+    for k, name in enumerate(files):
+        assert name in first and f"line {290 + k}" in first, (name, answer)
+    for k in range(3):
+        assert f"loop-{k}" in first
+    assert [block.split("]")[0] for block in rest] == ["[other"], answer

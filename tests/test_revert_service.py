@@ -25,13 +25,16 @@ from offpath.compaction.patch import Prepared
 from offpath.compaction.planner import Skip, plan_compaction
 from offpath.compaction.settings import load_settings
 from offpath.compaction.tracking import KEY, ThreadSize
-from offpath.coordination.compactions import JobOptions, apply_prepared, read_thread
 from offpath.coordination.hook import PostTurnHook
+from offpath.coordination.job_values import JobOptions
 from offpath.coordination.locks import ThreadBusy
 from offpath.coordination.revert import NoSuchJob, RevertRefused, revert
 from offpath.coordination.runtime import Runtime
+from offpath.coordination.writers import apply_prepared
 from offpath.stores import archive, db
+from offpath.stores.checkpoints import read_thread
 from offpath.stores.leases import Claim, Leases, State
+from offpath.stores.search import search
 from offpath.stores.usage import stats
 
 
@@ -260,7 +263,7 @@ def test_a_restored_result_shortened_anew_keeps_its_original_readable(rt):
     short = next(m for m in shortened if m.id == "t5")
     assert len(str(short.content)) < len(str(restored.content))
     assert archive.original(rt.engine, session, "t5") == to_dicts([restored])[0]
-    found = archive.search(rt.engine, session, "ledger-db-shard-5")
+    found = search(rt.engine, session, "ledger-db-shard-5")
     assert "t5" in {f["message_id"] for f in found}
 
 
@@ -273,7 +276,8 @@ def test_a_job_waits_for_the_checkpoint_to_hold_the_runs_latest_apply(rt):
     import time
 
     from offpath.compaction.digest import digest
-    from offpath.coordination.compactions import head_mark, read_caught_up
+    from offpath.coordination.job_values import head_mark
+    from offpath.worker.jobs import read_caught_up
 
     session, _ = started(rt, turns=2)
     saver = rt.checkpoints.saver

@@ -181,7 +181,7 @@ def test_a_run_that_raises_still_leaves_its_threads_latest_size_in_the_sessions_
             ).first()
         return tuple(row) if row and row[0] == 3 else None
 
-    messages, chars = wait_for(listed, timeout=10)  # the second call's: request, call, result
+    messages, chars = wait_for(listed, timeout=60)  # the second call's: request, call, result
     assert chars > len(logs("checkout"))
 
 

@@ -84,8 +84,7 @@ def test_a_patch_from_the_checkpoint_read_writes_once_and_keeps_other_keys(check
     """A job reads the thread once and patches from that read (issue 13): the write matches
     one that reads again, every other key survives, and a write in between is seen by one
     look-up of the latest checkpoint id."""
-    from offpath.coordination.compactions import read_thread
-    from offpath.stores.checkpoints import Preloaded
+    from offpath.stores.checkpoints import Preloaded, read_thread
 
     doc = load(next(p for p in CASES if p.stem == "summary-first"))
     settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)

@@ -11,7 +11,7 @@ from langgraph.graph.message import add_messages
 from shared import check_compacted, pairing_problems
 
 from offpath.compaction.patch import Stale, fit
-from offpath.compaction.pipeline import Compaction, compact, summarize_plan
+from offpath.compaction.pipeline import Compaction, compact, compact_plan
 from offpath.compaction.planner import Skip, landing_chars, plan_compaction
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers.offline import OfflineSummarizer
@@ -155,7 +155,7 @@ def test_a_late_apply_keeps_every_turn_whole(messages, settings, data):
     plan = plan_compaction(messages, settings, early=True)
     if isinstance(plan, Skip):
         return
-    outcome = summarize_plan(plan, messages, settings, OfflineSummarizer())
+    outcome = compact_plan(plan, messages, settings, OfflineSummarizer())
     grown = [*messages, *data.draw(later_turns(len(messages)))]
     for target in (None, landing_chars(settings)):
         fitted = fit(outcome.prepared, grown, target=target, settings=settings)

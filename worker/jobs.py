@@ -15,7 +15,8 @@ running lease on the thread (:mod:`offpath.stores.leases`); then :func:`run_job`
    ``skipped``, with the reason).
 3. Summarizes, with no lock held (the LLM call is the slow part), and stores the
    prepared compaction (:class:`~offpath.compaction.patch.Prepared`).
-4. Applies it now if it may (:mod:`offpath.coordination.compactions`): the thread is one
+4. Applies it now if it may (:meth:`offpath.coordination.jobs.Jobs.apply` with a
+   :class:`~offpath.coordination.writers.CheckpointWriter`): the thread is one
    of offpath's own (``patch``), no agent run holds it, and it is over its
    threshold. Under the thread's lock it checks the lease, re-reads the thread if it changed,
    fits the compaction to it (a stale one is re-planned once, then the job ends
@@ -24,10 +25,9 @@ running lease on the thread (:mod:`offpath.stores.leases`); then :func:`run_job`
    holds the thread when it is over its threshold: the post-turn hook, or the
    middleware at the run's next model call.
 
-Transient failures raise :class:`RetryLater`; the Celery task retries them with
-backoff and marks the job ``failed`` when retries run out. The thread is only
-ever written in step 4, in one update, so a failure anywhere leaves it exactly as
-it was.
+Transient failures raise :class:`RetryLater`; the Celery task retries them with backoff
+and marks the job ``failed`` when retries run out. The thread is only ever written in
+step 4, in one update, so a failure anywhere leaves it exactly as it was.
 """
 
 from __future__ import annotations
@@ -44,56 +44,39 @@ import psycopg
 import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
 from langchain_core.messages import BaseMessage, messages_from_dict
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.message import add_messages
 from redis.exceptions import RedisError
 
 from offpath import metrics
 from offpath.compaction.accounting import message_chars, total_chars
-from offpath.compaction.patch import Prepared, Stale, landed
+from offpath.compaction.patch import Fitted, Stale, landed
+from offpath.compaction.pipeline import prepare
 from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
-from offpath.compaction.prompt import build_prompt
 from offpath.compaction.shorten import is_shortened
 from offpath.compaction.summarizers import Summarizer, SummarizerError
 from offpath.compaction.summary import is_summary, summary_meta
 from offpath.compaction.tokens import for_thread, measured_ratio
-from offpath.coordination.compactions import (
-    UNSTORABLE,
-    JobEnded,
-    JobOptions,
-    apply_locked,
-    read_caught_up,
-    read_thread,
-)
 from offpath.coordination.faults import failpoint
+from offpath.coordination.job_values import UNSTORABLE, JobEnded, JobOptions, Landed, head_mark
 from offpath.coordination.locks import LockUnavailable, RunInProgress
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
+from offpath.coordination.writers import CheckpointWriter
 from offpath.stores import archive
-from offpath.stores.db import (
-    FINAL_VALUES,
-    JobStatus,
-    end_others,
-    finalize,
-    job_row,
-    set_job,
-    store_result,
-)
-from offpath.stores.leases import Held, Leases, State
+from offpath.stores.checkpoints import Thread, read_thread
+from offpath.stores.db import FINAL_VALUES, JobStatus, job_row
+from offpath.stores.leases import Held
 from offpath.stores.values import Unstorable
 
 log = logging.getLogger("offpath.summarizer")
 
 #: How long (s) a job queued from inside a run waits for the run's checkpoint to catch up
-#: with what the run had seen (:func:`read_caught_up`; no wait once it has). Benchmark 17
-#: measured reads a median 17k chars (max 59k) behind the run with 1 s under load: the job
-#: then planned on a thread under its threshold (100 jobs ``under_threshold``) or on one
-#: from before the previous compaction landed (stale). A plan on a lagging read is wasted,
-#: so waiting longer costs nothing the job would otherwise deliver; a compaction applied
-#: late still covers what came after its plan (``compaction.patch.fit``). 5 s was not enough:
-#: on the grid's loaded host every run's checkpoint writes stalled 5 s at once, and four
-#: jobs planned on threads from before the last apply (found stale at the swap, the run
-#: then 1.6x over its threshold). A job whose run never writes the message (it failed
-#: after queueing) costs one worker thread this long, once.
+#: with what the run had seen (:func:`read_caught_up`; no wait once it has). A plan on a
+#: lagging read is wasted (the thread found under its threshold, or stale at the swap), so
+#: waiting costs nothing the job would otherwise deliver; a loaded host stalls a run's
+#: checkpoint writes for seconds at once. A job whose run never writes the message (it
+#: failed after queueing) costs one worker thread this long, once.
 CHECKPOINT_LAG_S = 15.0
 
 #: Errors of our stores that may pass: retried like an LLM timeout.
@@ -119,14 +102,14 @@ class RetryLater(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How a job ended, and the claim it leaves on the thread (``then``; None: free).
+    """How a job ended (recorded, and the thread handed on, by
+    :class:`~offpath.coordination.jobs.Jobs` already).
 
     ``follow_up_chars``: the thread is still over its threshold after this compaction
     and a next one is worth it (queue a job once this one handed the thread on).
     """
 
     status: JobStatus
-    then: Any = None
     follow_up_chars: int | None = None
 
 
@@ -140,7 +123,7 @@ def run_job(
     options: JobOptions | None = None,
 ) -> Outcome:
     """Run compaction job ``job_id`` on thread ``session_id`` under ``lease``; return how it
-    ended (recorded in ``compaction_jobs``).
+    ended (recorded in ``compaction_jobs``, the thread handed on from ``lease``).
 
     ``stored`` is the result a previous delivery of this job stored before it died.
     Raises :class:`RetryLater` for failures worth retrying.
@@ -150,35 +133,38 @@ def run_job(
     except SummarizerError as exc:
         if exc.transient:
             raise RetryLater(str(exc), exc.retry_after_s) from exc
-        return end(rt, session_id, job_id, JobEnded(JobStatus.FAILED, exc.code, str(exc)))
+        ended = JobEnded(JobStatus.FAILED, exc.code, str(exc))
+        return end(rt, session_id, job_id, ended, lease)
     except JobEnded as exc:
-        return end(rt, session_id, job_id, exc)
+        return end(rt, session_id, job_id, exc, lease)
     except Unstorable as exc:  # the summary quoted a value the database refused: named
         ended = JobEnded(JobStatus.FAILED, UNSTORABLE, f"not stored: {exc}")
-        return end(rt, session_id, job_id, ended)
+        return end(rt, session_id, job_id, ended, lease)
     except TRANSIENT_STORE_ERRORS as exc:
         # the row says what failed; the error's text (SQL, hosts) goes to the log only
         log.warning("[%s] summarizer: store error: %s", tag(session_id), exc)
         raise RetryLater(f"store error ({type(exc).__name__})") from exc
 
 
-def end(rt: Runtime, session_id: str, job_id: str, ended: JobEnded) -> Outcome:
-    """Record how the job ended (the thread was not touched); a planner skip leaves
-    ``s:<job>:<chars>:<at>`` on the thread, so that it is not asked again before it reached
-    the size from which a compaction is worth it."""
+def end(
+    rt: Runtime, session_id: str, job_id: str, ended: JobEnded, lease: Held | None = None
+) -> Outcome:
+    """Record how the job ended (the thread was not touched) and hand the thread on from
+    ``lease`` (None: another job holds it); a planner skip leaves ``s:<job>:<chars>:<at>`` on
+    the thread, so that it is not asked again before it reached the size from which a
+    compaction is worth it, a failure the failure backoff."""
+    _log_ended(session_id, ended)
+    rt.jobs.end(session_id, job_id, ended, lease)
+    return Outcome(ended.status)
+
+
+def _log_ended(session_id: str, ended: JobEnded) -> None:
     if ended.status is JobStatus.FAILED:
         log.warning(
             "[%s] summarizer failed: %s; session continues unchanged", tag(session_id), ended.reason
         )
     else:
         log.info("[%s] summarizer skipped: %s", tag(session_id), ended.reason)
-    set_job(rt.engine, job_id, session_id, ended.status, ended.reason, ended.code)
-    then = (
-        Leases.after(job_id, State.SKIPPED, chars=ended.chars, worth_at=ended.worth_at)
-        if ended.chars
-        else None
-    )
-    return Outcome(ended.status, then)
 
 
 def record_landed(
@@ -187,9 +173,11 @@ def record_landed(
     job_id: str,
     messages: Sequence[BaseMessage],
     stored: Mapping[str, Any] | None,
+    lease: Held | None = None,
 ) -> bool:
     """Record compactions whose patch is in ``messages`` but whose usage row was never written.
-    Returns True if this job's own (from ``stored``) is one of them."""
+    Returns True if this job's own (from ``stored``) is one of them (then the thread is
+    handed on from ``lease``)."""
     mine = False
     for m in messages:
         if not is_summary(m) or not (owner := summary_meta(m).get("job_id")):
@@ -207,8 +195,9 @@ def record_landed(
                 tag(session_id),
                 owner,
             )
-            finalize(rt.engine, str(owner), session_id)
-            mine = mine or owner == job_id
+            own = owner == job_id
+            rt.jobs.record(session_id, str(owner), holding=lease if own else None)
+            mine = mine or own
     return mine
 
 
@@ -223,6 +212,7 @@ def _compact(
 ) -> Outcome:
     sid = tag(session_id)
     settings = rt.settings
+    jobs = rt.jobs
     checkpoints = rt.checkpoints_for(options.checkpoints)
     saver = checkpoints.saver
     ns, thread_id = options.checkpoint_ns, options.thread_of(session_id)
@@ -238,9 +228,9 @@ def _compact(
         # (o200k_base); with the threshold in tokens its sizes scale by it (compaction.tokens)
         ratio = options.chars_per_token or measured_ratio(messages)
         settings = for_thread(rt.settings, ratio)
-        if record_landed(rt, session_id, job_id, messages, stored):
-            return Outcome(JobStatus.APPLIED, Leases.after(job_id, State.DONE))
-        if attempt == 0 and (n := end_others(rt.engine, session_id, job_id)):
+        if record_landed(rt, session_id, job_id, messages, stored, lease):
+            return Outcome(JobStatus.APPLIED)
+        if attempt == 0 and (n := jobs.supersede_others(session_id, job_id)):
             log.info("[%s] summarizer: ended %d dead job(s) of this thread", sid, n)
         plan = plan_compaction(
             messages,
@@ -266,34 +256,22 @@ def _compact(
             plan.removed_chars,
             len(plan.kept),
         )
-        started = time.monotonic()
         read = with_originals(rt, session_id, plan)  # the summarizer reads what was shortened
-        result = summarizer.summarize(
-            read, build_prompt(read, settings.summarization_max_prompt_chars)
-        )
-        latency_ms = int((time.monotonic() - started) * 1000)
+        done = prepare(plan, settings, summarizer, job_id=job_id, read=read)
+        result, latency_ms = done.result, done.latency_ms
         metrics.summarized(summarizer.name, latency_ms, result.input_tokens, result.output_tokens)
-        prepared = Prepared.from_plan(
-            plan,
-            job_id=job_id,
-            summary_text=result.text,
-            summarizer=summarizer.name,
-            model=result.model,
-            meta=result.meta,
-        )
         usage = {
             "input_tokens": result.input_tokens,
             "output_tokens": result.output_tokens,
             "latency_ms": latency_ms,
             "chars_per_token": round(ratio, 4) if ratio else None,
         }
-        stored = {"prepared": prepared.to_json(), "usage": usage}
-        store_result(rt.engine, job_id, stored)
+        stored = {"prepared": done.prepared.to_json(), "usage": usage}
+        jobs.store(job_id, stored)
         failpoint("before_lock")
         if not options.patch:  # a user's own agent: its middleware applies it
-            return _prepared(
-                rt, session_id, job_id, lease, stored, "the agent's middleware applies it"
-            )
+            why = "the agent's middleware applies it"
+            return _prepared(rt, session_id, job_id, lease, stored, why)
         try:
             with rt.locks.patch(session_id):
                 failpoint("in_patch")
@@ -309,16 +287,29 @@ def _compact(
                 if not (over or options.force):
                     # prepared ahead: applied once the thread crosses (the hook sees it)
                     return _prepared(rt, session_id, job_id, lease, stored, "under the threshold")
-                fitted = apply_locked(
-                    rt, session_id, job_id, stored, current, thread.base, force=options.force
+                fitted = jobs.apply(
+                    CheckpointWriter(rt, thread.base),
+                    session_id,
+                    job_id,
+                    stored,
+                    current,
+                    force=options.force,
+                    outside=options.outside,
+                    settings=rt.settings,
+                    lease=lease,
+                    replan=True,
                 )
         except RunInProgress:
             return _prepared(rt, session_id, job_id, lease, stored, "a run holds the thread")
         if isinstance(fitted, Stale):
             log.info("[%s] summarizer: plan is stale (%s); re-planning", sid, fitted.reason)
             continue
-        if fitted is None:  # landed already
-            return Outcome(JobStatus.APPLIED, Leases.after(job_id, State.DONE))
+        if isinstance(fitted, JobEnded):  # ended, and the thread handed on
+            _log_ended(session_id, fitted)
+            return Outcome(fitted.status)
+        if isinstance(fitted, Landed):  # landed already
+            return Outcome(JobStatus.APPLIED)
+        assert isinstance(fitted, Fitted)
         log.info(
             "[%s] summarizer done: -%d chars, summary %d chars, %dms",
             sid,
@@ -327,19 +318,14 @@ def _compact(
             latency_ms,
         )
         after = add_messages(current, fitted.patch)
-        return Outcome(
-            JobStatus.APPLIED,
-            Leases.after(job_id, State.DONE),
-            follow_up(after, settings, options.outside),
-        )
+        return Outcome(JobStatus.APPLIED, follow_up(after, settings, options.outside))
     raise JobEnded(JobStatus.SKIPPED, "stale", "stale: the thread changed under the plan twice")
 
 
 def with_originals(rt: Runtime, session_id: str, plan: CompactionPlan) -> CompactionPlan:
     """``plan`` with each removed tool result that offpath shortened replaced by its archived
     original (the same id and digest): the summarizer and the fact guard read what the agent
-    saw, not the shortened copy (issue 18). A result whose original cannot be read stays as
-    it is."""
+    saw, not the shortened copy. A result whose original cannot be read stays as it is."""
     short = [m for m in plan.removed if is_shortened(m)]
     if not short:
         return plan
@@ -358,14 +344,48 @@ def with_originals(rt: Runtime, session_id: str, plan: CompactionPlan) -> Compac
 def _prepared(
     rt: Runtime, session_id: str, job_id: str, lease: Held, stored: dict[str, Any], why: str
 ) -> Outcome:
-    """End the run of the job with its compaction prepared, and hand the thread on to ``p:<job>``
-    at once (still under the thread's lock when there is one: a turn that crosses the
+    """End the run of the job with its compaction prepared, the thread handed on to ``p:<job>``
+    at once, once (still under the thread's lock when there is one: a turn that crosses the
     threshold next finds it prepared)."""
-    store_result(rt.engine, job_id, stored, JobStatus.PREPARED)
-    then = Leases.after(job_id, State.PREPARED)
-    rt.leases.finish(session_id, job_id, lease.token, then)
-    log.info("[%s] summarizer: compaction prepared (%s)", tag(session_id), why)
-    return Outcome(JobStatus.PREPARED, then)
+    return Outcome(rt.jobs.prepare(session_id, job_id, stored, lease, why))
+
+
+def read_caught_up(
+    saver: BaseCheckpointSaver,
+    session_id: str,
+    seen: str | None,
+    wait_s: float,
+    ns: str | None = None,
+    head: str | None = None,
+) -> Thread:
+    """The thread once its checkpoint holds message ``seen`` (the newest one when the job was
+    queued) and, when ``head`` is given, starts with that message (:func:`head_mark`: the
+    summary of an apply made in the run), re-read every 0.1 s (backing off to 0.5 s) for up
+    to ``wait_s`` seconds; after that, what the checkpoint holds (logged). A run's checkpoints
+    are written in the background (LangGraph's default durability), so a job queued from
+    inside a run can find them steps behind: planning on them wastes a summary (found stale)
+    or skips a thread that is over."""
+    deadline = time.monotonic() + wait_s
+    pause = 0.1
+    while True:
+        thread = read_thread(saver, session_id, ns)
+        held = not seen or any(m.id == seen for m in reversed(thread.messages))
+        if held and (not head or head_mark(thread.messages) == head):
+            return thread
+        if time.monotonic() >= deadline:
+            log.info(
+                "[%s] checkpoint still without message %s (head %s; it holds %s, %s) after "
+                "%.1f s: planning on what it holds",
+                tag(session_id),
+                seen,
+                head,
+                "it" if held else "not it",
+                head_mark(thread.messages),
+                wait_s,
+            )
+            return thread
+        time.sleep(pause)
+        pause = min(0.5, pause * 1.5)
 
 
 def follow_up(messages: Sequence[BaseMessage], settings: Any, outside: int = 0) -> int | None:

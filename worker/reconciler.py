@@ -47,28 +47,20 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, messages_from_dict
 
-from offpath.agent.middleware import LOSS_PENDING
 from offpath.compaction.accounting import content_text
 from offpath.compaction.loss import loss_report
 from offpath.compaction.patch import landed
 from offpath.compaction.settings import Settings
-from offpath.coordination.compactions import JobOptions, read_messages, read_thread
-from offpath.coordination.hook import queue_job
+from offpath.coordination.job_values import JobEnded, JobOptions
+from offpath.coordination.jobs import Jobs
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Publisher, Runtime
+from offpath.coordination.writers import LOSS_PENDING
 from offpath.metrics import RECONCILER_ACTIONS
 from offpath.stores import archive
-from offpath.stores.db import (
-    JobStatus,
-    finalize,
-    now_utc,
-    open_jobs,
-    pending_losses,
-    set_job,
-    set_published,
-    threads_to_requeue,
-)
-from offpath.stores.leases import Leases, State
+from offpath.stores.checkpoints import read_messages, read_thread
+from offpath.stores.db import JobStatus, now_utc, open_jobs, pending_losses, threads_to_requeue
+from offpath.stores.leases import State
 from offpath.stores.leases.key_stores import reconciler_key
 
 log = logging.getLogger("offpath.reconciler")
@@ -85,18 +77,20 @@ def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
     if not rt.leases.store.swap(key, None, token, max(2 * s.reconcile_interval_s, 10)):
         return {}  # another worker is running a pass
     done: Counter[str] = Counter()
+    # the runtime's own jobs, or ones that publish through ``publish``
+    jobs = rt.jobs if publish is rt.publish else Jobs(s, rt.engine, rt.leases, publish)
     try:
         now = now_utc()
         for row in open_jobs(rt.engine, now - timedelta(seconds=s.reconcile_interval_s)):
-            done[_one(rt, publish, row)] += 1
+            done[_one(rt, jobs, row)] += 1
         quiet = now - timedelta(seconds=s.reconcile_interval_s)
         for row in pending_losses(rt.engine, LOSS_PENDING["error"], quiet):
-            done[_report_loss(rt, row)] += 1
+            done[_report_loss(rt, jobs, row)] += 1
         ended_since = now - timedelta(seconds=2 * s.failure_backoff_max_s + s.reconcile_interval_s)
         for session_id, options in threads_to_requeue(rt.engine, ended_since):
             # queued only if its claim is free: no job in flight, the failure backoff over
             opts = JobOptions.from_json(options)
-            result = queue_job(rt.leases, rt.engine, publish, session_id, None, options=opts)
+            result = jobs.queue(session_id, None, options=opts)
             if result.action == "queued":
                 done["queued"] += 1
         if s.archive_retention_days and rt.leases.store.swap(
@@ -157,7 +151,7 @@ def _landed(
     return landed(read_messages(saver, session_id), job_id, record)
 
 
-def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
+def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any]) -> str:
     session_id, job_id = row["session_id"], row["job_id"]
     holder = rt.leases.holder(session_id)
     mine = holder is not None and holder.job_id == job_id
@@ -167,8 +161,7 @@ def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
         # a record: a run applied it (archive stored, update made); the step that records it
         # may never come (it was the run's last), so look for the summary in the thread
         if record and _landed(rt, options, session_id, job_id, record):
-            finalize(rt.engine, job_id, session_id)
-            rt.leases.settle(session_id, job_id, Leases.after(job_id, State.DONE))
+            jobs.record(session_id, job_id, holding=State.PREPARED)
             log.info(
                 "[%s] reconciler: job %s was applied in a run; recorded it", tag(session_id), job_id
             )
@@ -177,25 +170,17 @@ def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
             ttl = rt.settings.prepared_job_ttl_s
             if not prepared_expired(row["updated_at"], now_utc(), ttl):
                 return "alive"  # waits for its thread to cross the threshold
-            # free the claim first: a run that finds it gone applies nothing; one that read
+            # the claim is freed first: a run that finds it gone applies nothing; one that read
             # it just before and applies the compaction all the same records it ``applied``
-            if not rt.leases.settle(session_id, job_id, None):
-                return "alive"  # the claim moved on meanwhile (applied?): next pass
             reason = expiry_reason(ttl)
-            ended = set_job(
-                rt.engine,
-                job_id,
-                session_id,
-                JobStatus.SKIPPED,
-                reason,
-                "expired",
-                only_if_open=True,
-            )
+            ended = jobs.expire(session_id, job_id, reason)
+            if ended is None:
+                return "alive"  # the claim moved on meanwhile (applied?): next pass
             if ended:
                 log.info("[%s] reconciler: ended job %s (%s)", tag(session_id), job_id, reason)
             return "expired"
         return _end(
-            rt, row, "expired", "its prepared compaction was never applied; its claim is gone"
+            jobs, row, "expired", "its prepared compaction was never applied; its claim is gone"
         )
     if (
         mine
@@ -206,8 +191,9 @@ def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
         # a delivery requeued the job for a retry whose message never ran: its delivery
         # failed before it started (the database down), or the worker holding it until its
         # countdown died (the broker gives it back only after the visibility timeout)
-        publish(session_id, job_id, options.to_json())
-        set_published(rt.engine, job_id, True)  # the row changed: the next pass waits again
+        # on the claim it holds; its row marked published again: it changed, so the next
+        # pass waits for the retry again
+        jobs.publish_again(session_id, job_id, options, claimed=True, published=False)
         log.info(
             "[%s] reconciler: re-published job %s (its retry is overdue: message lost)",
             tag(session_id),
@@ -216,33 +202,30 @@ def _one(rt: Runtime, publish: Publisher, row: dict[str, Any]) -> str:
         return "republished"
     mine = mine and holder.in_flight
     if not row["published"]:
-        if not mine and rt.leases.claim(session_id, job_id) is not None:
+        if not jobs.publish_again(session_id, job_id, options, claimed=mine, published=False):
             return _end(
-                rt, row, "superseded", f"job {holder.job_id if holder else '?'} holds the thread"
+                jobs, row, "superseded", f"job {holder.job_id if holder else '?'} holds the thread"
             )
-        publish(session_id, job_id, options.to_json())
-        set_published(rt.engine, job_id, True)
         log.info("[%s] reconciler: published job %s", tag(session_id), job_id)
         return "published"
     if mine:
         return "alive"
     if record:
         if _landed(rt, options, session_id, job_id, record):
-            finalize(rt.engine, job_id, session_id)
+            jobs.record(session_id, job_id)
             log.info("[%s] reconciler: job %s had patched; recorded it", tag(session_id), job_id)
             return "recorded"
     if holder is not None and holder.state is not State.DONE:
         return _end(
-            rt,
+            jobs,
             row,
             "lease_lapsed",
             f"its worker was lost; {holder.state.name.lower()} job {holder.job_id} holds the thread",
         )
     if row["attempts"] > rt.settings.job_max_retries:
-        return _end(rt, row, "lease_lapsed", f"its worker was lost {row['attempts']} times")
-    if rt.leases.claim(session_id, job_id) is not None:
+        return _end(jobs, row, "lease_lapsed", f"its worker was lost {row['attempts']} times")
+    if not jobs.publish_again(session_id, job_id, options, claimed=False, published=True):
         return "alive"  # someone claimed the thread meanwhile: next pass
-    publish(session_id, job_id, options.to_json())
     log.info(
         "[%s] reconciler: re-published job %s (its lease lapsed: worker lost or message lost)",
         tag(session_id),
@@ -259,7 +242,7 @@ LOSS_NOT_MADE = {
 }
 
 
-def _report_loss(rt: Runtime, row: dict[str, Any]) -> str:
+def _report_loss(rt: Runtime, jobs: Jobs, row: dict[str, Any]) -> str:
     """Make the loss report of an applied job whose in-run apply stored it pending (the
     agent's process ended just after the swap; ``LOSS_PENDING``): from its archived
     originals (the messages it removed, the results it shortened), its summary and the
@@ -285,7 +268,7 @@ def _report_loss(rt: Runtime, row: dict[str, Any]) -> str:
             shortened=[(originals[str(m.id)], m) for m in thread if str(m.id) in originals],
         )
         loss = report.to_json()
-    if not archive.store_loss(rt.engine, job_id, str(record.get("summary_id")), loss):
+    if not jobs.report_loss(job_id, str(record.get("summary_id")), loss):
         return "alive"
     log.info("[%s] reconciler: made the loss report of job %s", tag(session_id), job_id)
     return "loss_reported"
@@ -295,11 +278,11 @@ def _messages(row: dict[str, Any]) -> list[BaseMessage]:
     return messages_from_dict([row["message"]])
 
 
-def _end(rt: Runtime, row: dict[str, Any], code: str, why: str) -> str:
+def _end(jobs: Jobs, row: dict[str, Any], code: str, why: str) -> str:
     status = JobStatus.SKIPPED if code in ("superseded", "expired") else JobStatus.FAILED
     reason = f"{code}: {why}"
-    if set_job(
-        rt.engine, row["job_id"], row["session_id"], status, reason, code, only_if_open=True
+    if jobs.end(
+        row["session_id"], row["job_id"], JobEnded(status, code, reason), only_if_open=True
     ):
         log.info(
             "[%s] reconciler: ended job %s (%s)", tag(row["session_id"]), row["job_id"], reason

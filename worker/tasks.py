@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 
 from celery import signals
 from celery.utils.time import get_exponential_backoff_interval
@@ -18,22 +17,21 @@ from celery.utils.time import get_exponential_backoff_interval
 from offpath.agent.graph import open_runtime
 from offpath.compaction.settings import get_settings
 from offpath.compaction.summarizers import Summarizer, make_summarizer
-from offpath.coordination.compactions import JobEnded, JobOptions
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.exporter import serve_worker_metrics
-from offpath.coordination.hook import queue_job
+from offpath.coordination.job_values import JobEnded, JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.queue import COMPACT_TASK
 from offpath.coordination.runtime import Runtime
-from offpath.stores.db import JobStatus, failures_in_a_row, migrate, start_job
-from offpath.stores.leases import LeaseKeeper, Leases, Start, State, failure_backoff_s
+from offpath.stores.db import JobStatus, migrate
+from offpath.stores.leases import Start
 from offpath.worker.celery_app import app
 from offpath.worker.jobs import Outcome, RetryLater, end, run_job
 
 log = logging.getLogger("offpath.worker")
 
 _lock = threading.Lock()
-_runtime: tuple[Runtime, Summarizer, LeaseKeeper] | None = None
+_runtime: tuple[Runtime, Summarizer] | None = None
 
 
 class JobFailed(Exception):
@@ -41,18 +39,15 @@ class JobFailed(Exception):
     Flower) count it as a failed task (issue 8, item 6); the job row says why."""
 
 
-def runtime() -> tuple[Runtime, Summarizer, LeaseKeeper]:
-    """This process's runtime, summarizer and lease keeper, opened on first use (after any fork)."""
+def runtime() -> tuple[Runtime, Summarizer]:
+    """This process's runtime and summarizer, opened on first use (after any fork); its jobs'
+    running leases are renewed by ``rt.jobs``."""
     global _runtime
     with _lock:
         if _runtime is None:
             settings = get_settings()
             rt = open_runtime(settings, run_migrations=False)
-            _runtime = (
-                rt,
-                make_summarizer(settings),
-                LeaseKeeper(rt.leases, settings.job_time_limit_s),
-            )
+            _runtime = (rt, make_summarizer(settings))
             log.info("worker ready: summarizer %s", _runtime[1].name)
         return _runtime
 
@@ -106,8 +101,7 @@ def _after_fork(**_: object) -> None:
 @signals.worker_shutdown.connect
 def _close(**_: object) -> None:
     if _runtime is not None:
-        _runtime[2].stop()
-        _runtime[0].close()
+        _runtime[0].close()  # stops its lease keeper too
 
 
 @app.task(
@@ -120,42 +114,40 @@ def _close(**_: object) -> None:
 def compact_session(self, session_id: str, options: dict | None = None) -> str:
     """Compact thread ``session_id`` (``options``: :class:`JobOptions` as JSON); returns how
     the job ended (also in SQL). A job that ends ``failed`` raises :class:`JobFailed`."""
-    rt, summarizer, keeper = runtime()
+    rt, summarizer = runtime()
     settings = rt.settings
+    jobs = rt.jobs
     job_id = self.request.id
     sid = tag(session_id)
-    done, stored = start_job(rt.engine, job_id, session_id)
-    if done is not None:
-        log.info("[%s] summarizer: job %s already %s, nothing to do", sid, job_id, done)
-        rt.leases.release_queued(session_id, job_id)  # a reconciler's re-publish raced its end
-        return str(done)
-    token = uuid.uuid4().hex[:12]
-    started, before = rt.leases.start(session_id, job_id, token)
+    started = jobs.start(session_id, job_id)
+    if started.done is not None:
+        log.info("[%s] summarizer: job %s already %s, nothing to do", sid, job_id, started.done)
+        return str(started.done)
     log.info(
         "[%s] summarizer: job %s for session %r, attempt %d (%s)",
         sid,
         job_id,
         session_id,
         self.request.retries + 1,
-        started,
+        started.start,
     )
-    if started is Start.DUPLICATE:
+    if started.start is Start.DUPLICATE:
         return "duplicate delivery"  # the other delivery records the outcome
-    if started is not Start.OK:
-        reason = f"{started}: job {before.job_id if before else '?'} holds the thread"
-        return str(
-            end(rt, session_id, job_id, JobEnded(JobStatus.SKIPPED, str(started), reason)).status
-        )
-    held = keeper.hold(session_id, job_id, token)
+    held = started.lease
+    if held is None:
+        before = started.before
+        reason = f"{started.start}: job {before.job_id if before else '?'} holds the thread"
+        ended = JobEnded(JobStatus.SKIPPED, str(started.start), reason)
+        return str(end(rt, session_id, job_id, ended).status)
     outcome: Outcome | None = None
     try:
         outcome = run_job(
-            rt, summarizer, session_id, job_id, held, stored, JobOptions.from_json(options)
+            rt, summarizer, session_id, job_id, held, started.stored, JobOptions.from_json(options)
         )
     except RetryLater as exc:
         attempt = self.request.retries + 1
         if self.request.retries >= settings.job_max_retries:
-            status = end(
+            outcome = end(
                 rt,
                 session_id,
                 job_id,
@@ -164,6 +156,7 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
                     "llm_error",
                     f"{exc.reason} (gave up after {attempt} attempts)",
                 ),
+                held,
             )
         else:
             backoff = get_exponential_backoff_interval(
@@ -180,8 +173,7 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
                 exc.reason,
                 countdown,
             )
-            keeper.drop(held)
-            rt.leases.requeue(session_id, job_id, token)  # queued again until the retry runs
+            jobs.retry(held)  # queued again until the retry runs
             raise self.retry(countdown=countdown, max_retries=settings.job_max_retries) from exc
     except Exception as exc:  # a bug must still end the job, not leave it "running"
         log.exception("[%s] summarizer: unexpected error", sid)
@@ -194,15 +186,14 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
                 "internal_error",
                 f"unexpected error in the worker ({type(exc).__name__}; its log has the details)",
             ),
+            held,
         )
     finally:
-        keeper.drop(held)
-        if outcome is not None:
-            _hand_on(rt, session_id, job_id, token, outcome)
+        jobs.let_go(held)  # handed on already, or left to lapse
     assert outcome is not None
     if outcome.follow_up_chars is not None:
         log.info("[%s] summarizer: still over the threshold; queueing the next job", sid)
-        queue_job(rt.leases, rt.engine, rt.publish, session_id, outcome.follow_up_chars)
+        jobs.queue(session_id, outcome.follow_up_chars)
     status = outcome.status
     if status is JobStatus.FAILED:
         raise JobFailed(
@@ -211,26 +202,11 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
     return str(status)
 
 
-def _hand_on(rt: Runtime, session_id: str, job_id: str, token: str, outcome: Outcome) -> None:
-    """Hand the thread on after the job's status is written: the claim the outcome leaves
-    (``d``, ``p``, ``s``), the failure backoff after a failure, else free."""
-    s = rt.settings
-    then = outcome.then
-    if outcome.status is JobStatus.FAILED:
-        failures, _ = failures_in_a_row(rt.engine, session_id)
-        backoff = failure_backoff_s(failures, s.failure_backoff_s, s.failure_backoff_max_s)
-        then = Leases.after(job_id, State.BACKOFF, backoff_s=backoff)
-    try:
-        rt.leases.finish(session_id, job_id, token, then)
-    except Exception as exc:  # the lease lapses on its own
-        log.warning("[%s] could not release the thread's lease: %s", tag(session_id), exc)
-
-
 @app.task(name="reconcile", ignore_result=True)
 def reconcile() -> dict[str, int]:
     """One pass of the reconciler (:mod:`worker.reconciler`); Celery beat runs it every
     ``RECONCILE_INTERVAL_S``."""
     from offpath.worker.reconciler import reconcile_once
 
-    rt, _, _ = runtime()
+    rt, _ = runtime()
     return reconcile_once(rt, rt.publish)

@@ -13,8 +13,9 @@ searched):
   chars of it from ``offset`` on (a long tool result is read page by page: the line that
   replaced the part of it a shortening cut out names the offset; issue 18);
 * otherwise: the best full-text matches (SQLite FTS5, or PostgreSQL full-text
-  search), each an excerpt with its message id, at most ``RECALL_MAX_CHARS`` chars
-  in all.
+  search), best first and the newest first among equal ones, each an excerpt taken where
+  the query's words are (:func:`~offpath.stores.search.excerpt`) with its message id, at
+  most ``RECALL_MAX_CHARS`` chars in all.
 
 Errors (no thread, the database down) come back as the tool's text, so a run never
 fails on a lookup; a query no store can hold (a NUL character, a lone UTF-16 surrogate) is
@@ -36,6 +37,7 @@ from sqlalchemy.engine import Engine
 from offpath.compaction.accounting import content_text
 from offpath.compaction.summary import CITED_UUID_CHARS
 from offpath.stores import archive
+from offpath.stores.search import search
 from offpath.stores.values import unstorable
 
 log = logging.getLogger("offpath.recall")
@@ -95,7 +97,7 @@ def answer(engine: Engine, thread_id: str, query: str, offset: int = 0) -> str:
             return f"[{query}] ({message.type})\n{page}"
         more = f'; recall("{query}", offset={end}) reads on' if end < len(text) else ""
         return f"[{query}] ({message.type}) chars {start:,}-{end:,} of {len(text):,}{more}\n{page}"
-    hits = archive.search(engine, thread_id, query, max_chars=limit)
+    hits = search(engine, thread_id, query, max_chars=limit)
     if not hits:
         return f"recall: nothing archived in this conversation matches {query!r}."
     return "\n\n".join(f"[{h['message_id']}] ({h['type']}) {h['excerpt']}" for h in hits)

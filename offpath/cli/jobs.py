@@ -52,10 +52,13 @@ def compact(
             return
         if job is not None and job["status"] in ("applied", "skipped", "failed", "reverted"):
             if job["status"] == "applied":
+                saved = (
+                    job["chars_saved"] if job["chars_saved"] is not None else job["chars_removed"]
+                )
                 console.print(
-                    f"applied: -{counted(job['chars_removed'], 'char')}, "
-                    f"{counted(job['messages_removed'], 'message')} summarized by "
-                    f"{job['summarizer']} in {_ms(job['latency_ms'])}",
+                    f"applied: -{counted(saved, 'char')} "
+                    f"({counted(job['messages_removed'], 'message')} summarized by "
+                    f"{job['summarizer']} in {_ms(job['latency_ms'])})",
                     highlight=False,
                 )
                 return

@@ -1,21 +1,36 @@
-"""One compaction end to end on a list of messages, without I/O.
+"""One compaction end to end on a list of messages, without I/O: the product's prepare step
+(:func:`prepare`, which the worker runs on the thread it read) and its one fit
+(:func:`~offpath.compaction.patch.fit_now`).
 
-The worker runs the same steps with the checkpoint and a lock around them; the
-tests, the benchmarks and the demo's dry runs use :func:`compact` directly.
+The worker runs the same steps with the checkpoint and a lock around them
+(:mod:`offpath.coordination.jobs`); the tests, the benchmarks and the demo's dry runs use
+:func:`compact` directly.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from offpath.compaction.patch import Fitted, Prepared, Stale, fit
+from offpath.compaction.patch import Fitted, Prepared, Stale, fit_now
 from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
 from offpath.compaction.prompt import SummaryPrompt, build_prompt
 from offpath.compaction.settings import Settings
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult
+
+
+@dataclass(frozen=True, slots=True)
+class Summarized:
+    """A plan summarized: the prompt, the summarizer's answer, the prepared compaction (kept
+    in the job's row until it is applied) and how long the summarizer took (ms)."""
+
+    prompt: SummaryPrompt
+    result: SummaryResult
+    prepared: Prepared
+    latency_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,20 +52,26 @@ class Compaction:
         return self.fitted.patch
 
 
-def summarize_plan(
+def prepare(
     plan: CompactionPlan,
-    messages: Sequence[BaseMessage],
     settings: Settings,
     summarizer: Summarizer,
+    *,
     job_id: str = "local",
-) -> Compaction:
-    """Prompt, summarize and fit ``plan`` (made on ``messages``) into a patch.
+    read: CompactionPlan | None = None,
+) -> Summarized:
+    """Prompt and summarize ``plan``, and prepare its compaction for job ``job_id``.
+    ``read``: the plan as the summarizer reads it (the worker's, with the originals of
+    results offpath shortened); None: ``plan`` itself.
 
-    Raises :class:`~compaction.summarizers.base.SummarizerError` when the summary
-    cannot be written (nothing is built then).
+    Raises :class:`~compaction.summarizers.base.SummarizerError` when the summary cannot be
+    written (nothing is built then).
     """
-    prompt = build_prompt(plan, settings.summarization_max_prompt_chars)
-    result = summarizer.summarize(plan, prompt)
+    read = plan if read is None else read
+    prompt = build_prompt(read, settings.summarization_max_prompt_chars)
+    started = time.monotonic()
+    result = summarizer.summarize(read, prompt)
+    latency_ms = int((time.monotonic() - started) * 1000)
     prepared = Prepared.from_plan(
         plan,
         job_id=job_id,
@@ -59,10 +80,30 @@ def summarize_plan(
         model=result.model,
         meta=result.meta,
     )
-    fitted = fit(prepared, messages)
+    return Summarized(prompt, result, prepared, latency_ms)
+
+
+def compact_plan(
+    plan: CompactionPlan,
+    messages: Sequence[BaseMessage],
+    settings: Settings,
+    summarizer: Summarizer,
+    *,
+    outside_chars: int = 0,
+) -> Compaction:
+    """Prepare ``plan`` (made on ``messages``) and fit it to them with the product's one fit,
+    as an operator's "compact now" is (no landing bound: the plan was made on these very
+    messages, nothing came since). ``outside_chars``: what each model call sends besides
+    them.
+
+    Raises :class:`~compaction.summarizers.base.SummarizerError` when the summary cannot be
+    written (nothing is built then).
+    """
+    done = prepare(plan, settings, summarizer)
+    fitted = fit_now(done.prepared, messages, settings, force=True, outside_chars=outside_chars)
     if isinstance(fitted, Stale):  # the plan was made on these very messages
         raise AssertionError(f"a fresh plan does not fit its own thread: {fitted.reason}")
-    return Compaction(plan, prompt, result, prepared, fitted)
+    return Compaction(plan, done.prompt, done.result, done.prepared, fitted)
 
 
 def compact(
@@ -72,4 +113,4 @@ def compact(
     plan = plan_compaction(messages, settings)
     if isinstance(plan, Skip):
         return plan
-    return summarize_plan(plan, messages, settings, summarizer)
+    return compact_plan(plan, messages, settings, summarizer)

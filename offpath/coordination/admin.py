@@ -2,7 +2,7 @@
 :mod:`offpath.api.admin`; the reads are in :mod:`offpath.stores.usage`.
 
 Compact now goes through the one way to queue a job
-(:func:`offpath.coordination.hook.queue_job`: claim, ``queued`` row, publish), with
+(:meth:`offpath.coordination.jobs.Jobs.queue`: claim, ``queued`` row, publish), with
 ``JobOptions(force=True)``: the worker plans with the planner's ``force`` (no threshold,
 any cut that removes more than its summary adds) and applies at once, under the
 threshold too. A compaction already prepared is applied now instead.
@@ -22,17 +22,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from offpath.compaction.planner import Skip, plan_compaction
-from offpath.coordination.compactions import (
-    JobOptions,
-    Thread,
-    apply_prepared,
-    read_messages,
-    read_thread,
-)
-from offpath.coordination.hook import queue_job
+from offpath.coordination.job_values import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
+from offpath.coordination.writers import apply_prepared
 from offpath.stores import archive, db
+from offpath.stores.checkpoints import Thread, read_messages, read_thread
 from offpath.stores.leases import Claim, State
 from offpath.stores.tenants import API, OWN_AGENT, session_of
 from offpath.stores.usage import forget_rows
@@ -155,7 +150,7 @@ def compact_now(rt: Runtime, session_id: str) -> Compaction:
     plan = plan_compaction(messages, rt.settings, force=True)
     if isinstance(plan, Skip):
         raise NothingToCompact(plan.reason.value, plan.detail)
-    done = queue_job(rt.leases, rt.engine, rt.publish, session_id, plan.total_chars, options=FORCED)
+    done = rt.jobs.queue(session_id, plan.total_chars, options=FORCED)
     if done.action == "queued" and done.job_id:
         log.info("[%s] compaction queued on request: job %s", tag(session_id), done.job_id)
         return Compaction(done.job_id, "queued")
@@ -186,7 +181,7 @@ def compact_own(rt: Runtime, session_id: str, source: Source) -> Compaction:
         raise LookupError(f"no thread {session_id!r} in its agent's checkpointer")
     holder = rt.leases.holder(session_id)
     refuse_if_held(holder, session_id)
-    if holder is not None and holder.state is State.PREPARED and mark_forced(rt, holder.job_id):
+    if holder is not None and holder.state is State.PREPARED and rt.jobs.force(holder.job_id):
         return Compaction(holder.job_id, "prepared", OWN_AGENT, OWN_AGENT_NEXT)
     plan = plan_compaction(thread.messages, rt.settings, force=True)
     if isinstance(plan, Skip):
@@ -194,9 +189,7 @@ def compact_own(rt: Runtime, session_id: str, source: Source) -> Compaction:
     options = JobOptions(
         patch=False, checkpoints=source.checkpoints, force=True, checkpoint_ns=source.ns
     )
-    done = queue_job(
-        rt.leases, rt.engine, rt.publish, session_id, plan.total_chars, options=options
-    )
+    done = rt.jobs.queue(session_id, plan.total_chars, options=options)
     if done.action == "queued" and done.job_id:
         log.info(
             "[%s] own agent's compaction queued on request: job %s", tag(session_id), done.job_id
@@ -205,23 +198,6 @@ def compact_own(rt: Runtime, session_id: str, source: Source) -> Compaction:
     if done.action == "error":
         raise NotQueued(f"the job could not be queued: {done.detail}")
     raise JobInFlight(f"the session is held: {done.action} {done.detail}".strip())
-
-
-def mark_forced(rt: Runtime, job_id: str) -> bool:
-    """Mark the prepared job ``job_id`` as asked for by an operator (its options' ``force``):
-    the agent's middleware applies it at the next model call, under the threshold too.
-    False if it is no longer prepared."""
-    row = db.job_row(rt.engine, job_id)
-    if row is None or row["status"] != db.JobStatus.PREPARED:
-        return False
-    options = {**(row.get("options") or {}), "force": True}
-    with rt.engine.begin() as conn:
-        changed = conn.execute(
-            sa.update(db.JOBS)
-            .where(db.JOBS.c.job_id == job_id, db.JOBS.c.status == db.JobStatus.PREPARED.value)
-            .values(options=options)
-        ).rowcount
-    return bool(changed)
 
 
 def delete_session(rt: Runtime, session_id: str) -> dict[str, int]:
@@ -243,7 +219,6 @@ def delete_session(rt: Runtime, session_id: str) -> dict[str, int]:
         rt.checkpoints.saver.delete_thread(session_id)
         gone = {"archive": archive.forget(rt.engine, session_id)}
         gone.update(forget_rows(rt.engine, session_id))
-        if holder is not None:
-            rt.leases.store.swap(rt.leases.key(session_id), holder.raw, None, 0)
+        rt.jobs.forget(session_id, holder)
     log.info("[%s] session deleted: %s", tag(session_id), gone)
     return gone

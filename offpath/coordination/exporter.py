@@ -88,6 +88,18 @@ class QueueCollector(Collector):
                 "chars), from the usage events",
             ),
             (
+                "offpath_compactions_reverted",
+                "compactions_reverted",
+                "Applied compactions reverted since (offpath_compactions - this: the compactions "
+                "in force, /stats' applied jobs)",
+            ),
+            (
+                "offpath_chars_restored",
+                "chars_restored",
+                "Real reduction of the reverted compactions, given back to their threads "
+                "(offpath_chars_saved - this: /stats' total_chars_compacted)",
+            ),
+            (
                 "offpath_fallback_maskings",
                 "fallback_maskings",
                 "Model calls over CONTEXT_HARD_LIMIT_CHARS with no summary ready (old tool "

@@ -27,42 +27,23 @@ middleware (:mod:`offpath.agent.middleware`).
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage
-from sqlalchemy.engine import Engine
 
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.planner import Skip, SkipReason, min_gain_chars, plan_compaction
-from offpath.compaction.settings import Settings
 from offpath.compaction.summary import is_summary, summary_meta
-from offpath.coordination.compactions import JobOptions
+from offpath.coordination.job_values import HookResult, held
 from offpath.coordination.logs import tag
-from offpath.coordination.outages import BROKER, LEASE_STORE, OUTAGES, USAGE_DB, is_outage, where
-from offpath.coordination.runtime import Client, Publisher
-from offpath.stores.db import create_job, has_unpublished_job, set_published
-from offpath.stores.leases import Claim, Leases, State
+from offpath.coordination.runtime import Client
+from offpath.stores.leases import Claim, State
 from offpath.stores.usage import note_crossing
 
 log = logging.getLogger("offpath.hook")
 
-#: The options of a job on one of offpath's own threads (its graph, its checkpointer).
-OWN_THREAD = JobOptions()
 #: ``apply(session_id, job_id)`` applies a prepared compaction to offpath's own thread now.
 Applier = Callable[[str, str], str]
-
-
-@dataclass(frozen=True, slots=True)
-class HookResult:
-    """What the hook did: ``queued`` with the job id, ``applied``, or why not."""
-
-    # "queued", "applied", "skipped", "already_queued", "prepared", "superseded", "backoff",
-    # "error"
-    action: str
-    detail: str = ""
-    job_id: str | None = None
 
 
 def saw_compaction(messages: Sequence[BaseMessage], job_id: str) -> bool:
@@ -121,15 +102,12 @@ class PostTurnHook:
             if plan.reason is SkipReason.NO_PROGRESS:
                 log.info("[%s] not queued: %s", tag(session_id), plan.detail)
             return HookResult("skipped", plan.reason)
-        return queue_job(
-            self.client.leases,
-            self.client.engine,
-            self.client.publish,
+        return self.client.jobs.queue(
             session_id,
             plan.total_chars,
             superseded=lambda c: not saw_compaction(messages, c.job_id),
             min_gain=min_gain_chars(settings),
-            settings=settings,
+            say_outages=True,
             threshold=settings.summarization_threshold_chars,
         )
 
@@ -139,107 +117,3 @@ class PostTurnHook:
             return self.client.leases.holder(session_id)
         except Exception:
             return None
-
-
-def queue_job(
-    leases: Leases,
-    engine: Engine,
-    publish: Publisher,
-    session_id: str,
-    chars: int | None,
-    superseded: Callable[[Claim], bool] = lambda _: False,
-    *,
-    options: JobOptions = OWN_THREAD,
-    min_gain: int = 0,
-    threshold: int = 0,
-    settings: Settings | None = None,
-) -> HookResult:
-    """Claim the thread for a new job, write its ``queued`` row and publish it (the hook's, the
-    middleware's and the reconciler's one way to queue a job). ``chars`` is the thread's
-    size, if known; a thread a job found nothing worth compacting in is queued again only
-    once it has grown by ``min_gain`` chars, or crossed its ``threshold`` (chars; 0: not
-    known) since a skip decided under it (:meth:`Claim.frees_for`). ``settings``: say a
-    store that cannot be reached once, naming it, then count its failures
-    (:mod:`offpath.coordination.outages`); without, each failure is logged."""
-    sid = tag(session_id)
-
-    def failed(store: str, exc: Exception, what: str) -> None:
-        if settings is not None and is_outage(exc):
-            OUTAGES.failed(store, where(store, settings), exc, what)
-        else:
-            log.warning("[%s] %s (%s)", sid, what, exc)
-
-    job_id = uuid.uuid4().hex
-    opts = options.to_json()
-    try:
-        holder = leases.claim(
-            session_id, job_id, superseded, chars=chars, min_gain=min_gain, threshold=threshold
-        )
-    except Exception as exc:  # Redis (or the lock database) unreachable
-        failed(LEASE_STORE, exc, "compaction not queued: broker unreachable")
-        _record_unpublished(
-            engine,
-            session_id,
-            job_id,
-            chars,
-            f"lock store unreachable ({type(exc).__name__})",
-            opts,
-        )
-        return HookResult("error", f"broker unreachable: {exc}")
-    if holder is not None:
-        return held(holder, session_id)
-    try:
-        create_job(engine, job_id, session_id, chars, options=opts)
-    except Exception as exc:
-        failed(USAGE_DB, exc, "compaction not queued: usage database error")
-        leases.release_queued(session_id, job_id)
-        return HookResult("error", f"database error: {exc}")
-    try:
-        publish(session_id, job_id, opts)
-    except Exception as exc:
-        # the claim stays, so later turns do not pile up jobs; the reconciler publishes it
-        failed(BROKER, exc, "compaction not queued: publish failed")
-        try:
-            set_published(engine, job_id, False, f"publish failed ({type(exc).__name__})")
-        except Exception:  # already logged above; the job row stays queued
-            pass
-        return HookResult("error", f"publish failed: {exc}")
-    log.info("[%s] compaction queued: job %s (%s chars)", sid, job_id, chars)
-    return HookResult("queued", job_id=job_id)
-
-
-def held(holder: Claim, session_id: str) -> HookResult:
-    """What a turn that finds the thread's claim taken by ``holder`` did: nothing."""
-    if holder.state is State.DONE:
-        log.info(
-            "[%s] not queued: job %s compacted the thread after this turn",
-            tag(session_id),
-            holder.job_id,
-        )
-        return HookResult("superseded", holder.job_id)
-    if holder.state is State.BACKOFF:
-        return HookResult("backoff", f"job {holder.job_id} failed; backing off")
-    if holder.state is State.PREPARED:
-        return HookResult("prepared", holder.job_id)
-    if holder.state is State.SKIPPED:
-        return HookResult("skipped", SkipReason.NO_PROGRESS)
-    return HookResult("already_queued", holder.job_id)
-
-
-def _record_unpublished(
-    engine: Engine,
-    session_id: str,
-    job_id: str,
-    chars: int | None,
-    reason: str,
-    options: dict[str, object],
-) -> None:
-    """Remember that the thread needs a job the broker could not take (one such row per
-    thread), for the reconciler."""
-    try:
-        if not has_unpublished_job(engine, session_id):
-            create_job(
-                engine, job_id, session_id, chars, published=False, reason=reason, options=options
-            )
-    except Exception as exc:
-        log.warning("[%s] could not record the unqueued job either: %s", tag(session_id), exc)

@@ -6,7 +6,7 @@ The stores a process of offpath talks to: the usage database (``DATABASE_URL`` o
 SQLite file under ``DATA_DIR``), the lease store (Redis at ``REDIS_URL``, or the usage
 database with ``LOCK_BACKEND=database``) and the broker (``CELERY_BROKER_URL`` or
 ``REDIS_URL``). :data:`OUTAGES` is the process's one record of them, shared by the
-middleware in a team's own agent and by :func:`offpath.coordination.hook.queue_job`.
+middleware in a team's own agent and by :meth:`offpath.coordination.jobs.Jobs.queue`.
 """
 
 from __future__ import annotations

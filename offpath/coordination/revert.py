@@ -42,13 +42,14 @@ from offpath.compaction.revert import RevertConflict, reverted
 from offpath.compaction.summary import is_summary, summary_meta
 from offpath.compaction.tracking import KEY as SIZE_KEY  # the state key of the thread's size
 from offpath.compaction.tracking import ThreadSize
-from offpath.coordination.compactions import JobOptions, read_thread
 from offpath.coordination.faults import failpoint
+from offpath.coordination.job_values import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive, db
+from offpath.stores.checkpoints import read_thread
 from offpath.stores.db import JobStatus
-from offpath.stores.leases import Leases, State
+from offpath.stores.leases import Claim
 
 log = logging.getLogger("offpath.revert")
 
@@ -156,8 +157,8 @@ def _revert_locked(rt: Runtime, session_id: str, job_id: str) -> Reverted:
     size = ThreadSize().advance(restored)
     # the claim first: from here no hook, run or reconciler queues a job for this thread
     # before it grew by a compaction's worth; put back if the write fails
-    then = Leases.after(job_id, State.SKIPPED, chars=size.chars)
-    if not rt.leases.set_from(session_id, holder, then):
+    then = rt.jobs.claim_after(session_id, job_id, JobStatus.REVERTED, size.chars)
+    if not rt.jobs.hold_for_revert(session_id, holder, then):
         raise RevertRefused("a compaction job took the thread meanwhile: try again")
     try:
         rt.patch(
@@ -169,21 +170,12 @@ def _revert_locked(rt: Runtime, session_id: str, job_id: str) -> Reverted:
             thread.base,
         )
     except BaseException:
-        rt.leases.set_from(session_id, then, holder)
+        rt.jobs.release_revert(session_id, then, holder)
         raise
     failpoint("after_revert_patch")
-    if holder is not None and holder.state is State.PREPARED:
-        db.set_job(
-            rt.engine,
-            holder.job_id,
-            session_id,
-            JobStatus.SKIPPED,
-            f"superseded: job {job_id} was reverted; the compaction prepared on its summary "
-            "no longer fits",
-            "superseded",
-            only_if_open=True,
-        )
-    done = _record(rt, session_id, job_id, len(removed), len(shortened), restored, size.chars)
+    done = _record(
+        rt, session_id, job_id, len(removed), len(shortened), restored, size.chars, holder
+    )
     log.info(
         "[%s] compaction of job %s reverted: %d messages and %d results restored, %d chars",
         tag(session_id),
@@ -203,13 +195,15 @@ def _record(
     shortened: int,
     thread: list[BaseMessage],
     chars: int,
+    holder: Claim | None = None,
 ) -> Reverted:
-    """Mark the job ``reverted`` (the thread holds its originals again) and note the size."""
+    """Mark the job ``reverted`` (the thread holds its originals again; a compaction prepared on
+    its summary, ``holder``, ends superseded) and note the size."""
     reason = (
-        f"reverted: {removed} removed messages and {shortened} shortened results put back "
-        "from the archive"
+        f"reverted: {removed} removed message{'' if removed == 1 else 's'} and {shortened} "
+        f"shortened result{'' if shortened == 1 else 's'} put back from the archive"
     )
-    db.mark_reverted(rt.engine, job_id, reason)
+    rt.jobs.reverted(session_id, job_id, reason, holder)
     _note_size(rt, session_id, thread, chars)
     return Reverted(job_id, removed, shortened, len(thread), chars)
 

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 import redis
@@ -22,6 +23,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.settings import Settings
+from offpath.coordination.jobs import Jobs
 from offpath.coordination.locks import DatabaseLocks, Locks, ThreadLocks
 from offpath.coordination.outages import TablesUnavailable, cause
 from offpath.stores.checkpoints import (
@@ -184,6 +186,12 @@ class Client:
             self._publish = celery_publisher(self.settings)
         return self._publish
 
+    @cached_property
+    def jobs(self) -> Jobs:
+        """The one owner of this client's jobs' state (:class:`~offpath.coordination.jobs.Jobs`):
+        queued, started, prepared, applied, ended and reverted through it."""
+        return Jobs(self.settings, self.engine, self.leases, lambda *job: self.publish(*job))
+
     def ping_broker(self) -> None:
         """Raise if the Celery broker does not answer within ``PUBLISH_TIMEOUT_S``."""
         url = self.settings.broker_url
@@ -207,7 +215,8 @@ class Client:
                 log.debug("close failed: %s", exc)
 
     def _closers(self) -> list[Callable[[], object]]:
-        return [self.engine.dispose] + ([self._redis.close] if self._redis else [])
+        jobs = [self.__dict__["jobs"].stop] if "jobs" in self.__dict__ else []
+        return [*jobs, self.engine.dispose] + ([self._redis.close] if self._redis else [])
 
 
 def _leases(settings: Settings, engine: Engine) -> tuple[Leases, redis.Redis | None]:

@@ -11,15 +11,14 @@ not shown (its record may be replaced, or it ends ``stale``). DESIGN.md
 invariant 1, "nothing is lost", means: in the thread, or in the archive
 (invariant 12).
 
-Search (``recall``) uses the database's own full-text index: SQLite FTS5, or a
-PostgreSQL ``tsvector`` column with a GIN index (``simple`` configuration, so
-identifiers and error codes are kept as they are).
+Search (``recall``, :mod:`offpath.stores.search`) uses the database's own full-text index:
+SQLite FTS5, or a PostgreSQL ``tsvector`` column with a GIN index (``simple`` configuration,
+so identifiers and error codes are kept as they are).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -271,51 +270,6 @@ def read(
     with engine.connect() as conn:
         total = conn.execute(sa.select(sa.func.count()).where(*where)).scalar() or 0
         return [dict(r._mapping) for r in conn.execute(q)], int(total)
-
-
-def search(
-    engine: Engine, session_id: str, query: str, limit: int = 5, max_chars: int = RECALL_MAX_CHARS
-) -> list[dict[str, Any]]:
-    """The archived originals of a thread that best match ``query`` (any of its words), as
-    ``{"message_id", "type", "excerpt"}``, at most ``max_chars`` of excerpts in all."""
-    words = re.findall(r"[\w][\w.:/@-]*", query)[:20]
-    if not words:
-        return []
-    if engine.dialect.name == "postgresql":
-        sql = sa.text(
-            "SELECT a.message_id, a.message->>'type' AS type, ts_headline('simple', a.text, q, "
-            "'MaxFragments=2, MaxWords=30, MinWords=8, StartSel=[, StopSel=]') AS excerpt "
-            "FROM archive a, websearch_to_tsquery('simple', :q) q "
-            "WHERE a.session_id = :s AND a.tsv @@ q AND (a.job_id = '' OR a.job_id IN "
-            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied') OR (a.kind = 'shortened' "
-            "AND a.job_id IN (SELECT job_id FROM compaction_jobs WHERE status = 'reverted'))) "
-            "ORDER BY ts_rank(a.tsv, q) DESC, a.id LIMIT :n"
-        )
-        params = {"q": " or ".join(words), "s": session_id, "n": limit}
-    else:
-        sql = sa.text(
-            "SELECT a.message_id, json_extract(a.message, '$.type') AS type, "
-            "snippet(archive_fts, 0, '[', ']', '...', 24) AS excerpt "
-            "FROM archive_fts JOIN archive a ON a.id = archive_fts.rowid "
-            "WHERE archive_fts MATCH :q AND a.session_id = :s AND (a.job_id = '' OR a.job_id IN "
-            "(SELECT job_id FROM compaction_jobs WHERE status = 'applied') OR (a.kind = 'shortened' "
-            "AND a.job_id IN (SELECT job_id FROM compaction_jobs WHERE status = 'reverted'))) "
-            "ORDER BY bm25(archive_fts), a.id LIMIT :n"
-        )
-        params = {
-            "q": " OR ".join('"' + w.replace('"', "") + '"' for w in words),
-            "s": session_id,
-            "n": limit,
-        }
-    out, used = [], 0
-    with engine.connect() as conn:
-        for row in conn.execute(sql, params):
-            excerpt = str(row.excerpt or "")[: max(0, max_chars - used)]
-            if not excerpt:
-                break
-            used += len(excerpt)
-            out.append({"message_id": row.message_id, "type": row.type, "excerpt": excerpt})
-    return out
 
 
 def job_rows(engine: Engine, session_id: str, job_id: str) -> list[dict[str, Any]]:

@@ -1,9 +1,12 @@
-"""One checkpointer factory for the API and the worker.
+"""One checkpointer factory for the API and the worker, and reading a thread from it.
 
 ``DATABASE_URL`` pointing at PostgreSQL: ``PostgresSaver`` on a psycopg
 connection pool (``setup()`` once per process). Otherwise ``SqliteSaver`` on
 ``DATA_DIR/checkpoints.db`` with WAL and a busy timeout, so the API and worker
 processes can share the file.
+
+:func:`read_thread` reads a thread's latest checkpoint and its messages in one read, no
+graph (a ``messages`` channel kept as a ``DeltaChannel`` rebuilt from its history).
 """
 
 from __future__ import annotations
@@ -11,13 +14,18 @@ from __future__ import annotations
 import sqlite3
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from langchain_core.messages import BaseMessage, RemoveMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
 from offpath.compaction.settings import Settings
 from offpath.stores.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_session_lock
@@ -246,3 +254,73 @@ def _sqlite(path: Path) -> Checkpoints:
         conn.close()
         raise
     return Checkpoints(saver, conn)
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """A thread as read from its latest checkpoint: its messages and the checkpoint itself
+    (``base``, None for a thread with none), so that a patch can start from it."""
+
+    messages: list[BaseMessage]
+    base: CheckpointTuple | None = None
+
+    @property
+    def checkpoint_id(self) -> str | None:
+        return self.base.checkpoint["id"] if self.base is not None else None
+
+
+def read_thread(saver: BaseCheckpointSaver, session_id: str, ns: str | None = None) -> Thread:
+    """The thread's latest checkpoint and its messages (one read, no graph; a ``messages``
+    channel kept as a ``DeltaChannel``, deepagents' default, is rebuilt from its history);
+    ``ns``: the checkpoint namespace of a subgraph's thread (None: the root's)."""
+    config = {"configurable": {"thread_id": session_id, "checkpoint_ns": ns or ""}}
+    tup = saver.get_tuple(config)  # type: ignore[arg-type]
+    if tup is None:
+        return Thread([])
+    return Thread(checkpoint_messages(saver, tup), tup)
+
+
+def checkpoint_messages(saver: BaseCheckpointSaver, tup: CheckpointTuple) -> list[BaseMessage]:
+    """The ``messages`` channel's value at checkpoint ``tup``. A ``DeltaChannel`` (deepagents
+    keeps its messages in one) stores nothing at most checkpoints, or a snapshot now and then:
+    its value is its nearest snapshot with the writes since replayed through ``add_messages``,
+    as LangGraph itself rebuilds it (``get_delta_channel_history``)."""
+    checkpoint = tup.checkpoint
+    stored = checkpoint.get("channel_values", {}).get("messages")
+    if isinstance(stored, _DeltaSnapshot):
+        stored = stored.value
+    if stored is not None or "messages" not in checkpoint.get("channel_versions", {}):
+        return list(stored or [])
+    history = saver.get_delta_channel_history(config=tup.config, channels=["messages"])
+    found = history.get("messages") or {"writes": []}
+    channel = DeltaChannel(_add_each, list).from_checkpoint(found.get("seed"))
+    channel.replay_writes(found["writes"])
+    return list(channel.get())
+
+
+def _add_each(state: list[BaseMessage], writes: Sequence[Any]) -> list[BaseMessage]:
+    """A ``DeltaChannel`` reducer: ``add_messages`` over each write in turn, except that a
+    ``RemoveMessage`` of an id not there (any more) is skipped, as the reducers a
+    ``DeltaChannel`` of messages is used with skip it (deepagents', LangGraph's
+    ``_messages_delta_reducer``); ``add_messages`` would raise, and the thread the graph
+    reads fine could not be read here."""
+    for write in writes:
+        present = {m.id for m in state}
+        batch = []
+        for m in convert_to_messages(write if isinstance(write, list) else [write]):
+            if isinstance(m, RemoveMessage):
+                if m.id == REMOVE_ALL_MESSAGES:
+                    present = set()
+                elif m.id not in present:
+                    continue
+                present.discard(m.id)
+            else:
+                present.add(m.id)
+            batch.append(m)
+        state = add_messages(state, batch)
+    return state
+
+
+def read_messages(saver: BaseCheckpointSaver, session_id: str) -> list[BaseMessage]:
+    """The thread's messages, read straight from its latest checkpoint (one read, no graph)."""
+    return read_thread(saver, session_id).messages

@@ -35,6 +35,15 @@ def test_sessions_compact_and_show_against_a_running_api(stacks, stub):
     compacted = run(["compact", session], env=env)
     assert compacted.returncode == 0, compacted.stdout + compacted.stderr
     assert "queued" in compacted.stdout and "applied: -" in compacted.stdout
+    jobs = httpx.get(
+        f"{stack.url}/sessions/{session}/compactions",
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    ).json()["jobs"]
+    [done] = [j for j in jobs if j["status"] == "applied"]
+    # the figure is the thread's real reduction, not the chars the summary replaced
+    assert done["chars_saved"] < done["chars_removed"]
+    assert f"applied: -{done['chars_saved']:,} chars (" in compacted.stdout, compacted.stdout
 
     shown = run(["show", session, "--width", "60"], env=env)
     assert shown.returncode == 0, shown.stdout + shown.stderr

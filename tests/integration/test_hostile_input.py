@@ -915,3 +915,15 @@ def test_a_json_body_without_a_json_content_type_gets_a_422_that_says_so(stack):
     assert r.status_code == 200, r.text
     bad = post_json(stack, f"/sessions/{session}/turns", b'{"messages": 3}')
     assert bad.status_code == 422 and "not read as JSON" not in bad.json()["detail"]
+
+
+def test_a_body_that_is_not_json_gets_a_422_naming_where_it_breaks(stack):
+    """A chat message cut short (``{"content": "hi"``) is answered with where the JSON breaks
+    and why, not with the char offset shown as a field name."""
+    session = sid("notjson")
+    r = post_json(stack, f"/sessions/{session}/messages", b'{"content": "hi"')
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["detail"].startswith("body: not valid JSON at char 16"), body
+    assert [e["loc"] for e in body["errors"]] == [["body"]]
+    assert stack.http.get(f"/sessions/{session}/messages").status_code == 404

@@ -33,8 +33,7 @@ from stack import (
 )
 
 from offpath.agent.scripted import DEMO_REQUESTS
-from offpath.coordination.compactions import read_messages
-from offpath.stores.checkpoints import open_checkpoints_url
+from offpath.stores.checkpoints import open_checkpoints_url, read_messages
 
 pytestmark = pytest.mark.usefixtures("stub")
 

@@ -349,9 +349,8 @@ def test_healthz_readyz_and_beat_check_report_the_reconciler_and_the_workers(sta
 
     from integration.test_metrics import scrape, total
     from offpath.compaction.accounting import total_chars
-    from offpath.coordination.compactions import JobOptions, read_messages
-    from offpath.coordination.hook import queue_job
-    from offpath.stores.checkpoints import open_checkpoints_url
+    from offpath.coordination.job_values import JobOptions
+    from offpath.stores.checkpoints import open_checkpoints_url, read_messages
 
     def check(stack):
         return subprocess.run(
@@ -433,9 +432,7 @@ def test_healthz_readyz_and_beat_check_report_the_reconciler_and_the_workers(sta
     )
     client = stack.client()
     options = JobOptions(patch=False, checkpoints=url)
-    queued = queue_job(
-        client.leases, client.engine, client.publish, thread, total_chars(before), options=options
-    )
+    queued = client.jobs.queue(thread, total_chars(before), options=options)
     assert queued.action == "queued", queued
     wait_for(lambda: [j for j in stack.jobs(thread) if j["status"] == "prepared"], timeout=60)
     # the API counts it open, as prepared (PREPARED_JOB_TTL_S=3: it has not expired yet)

@@ -73,7 +73,7 @@ smaller), :mod:`.state` and :mod:`.helpers` (at the bottom).
 
 from __future__ import annotations
 
-from offpath.agent.middleware.applying import ARCHIVE_WAIT_S, LOSS_PENDING
+from offpath.agent.middleware.applying import ARCHIVE_WAIT_S
 from offpath.agent.middleware.claims import (
     CLAIM_REFRESH_S,
     FIRST_READ_WAIT_S,
@@ -94,6 +94,7 @@ from offpath.agent.middleware.shaping import (
 )
 from offpath.agent.middleware.state import OffPathState
 from offpath.compaction.tracking import KEY
+from offpath.coordination.writers import LOSS_PENDING
 
 __all__ = [
     "ARCHIVE_WAIT_S",

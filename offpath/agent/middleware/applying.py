@@ -1,4 +1,6 @@
-"""Applying a compaction the worker prepared in the run: fitted to the thread, its record and
+"""Applying a compaction the worker prepared in the run, through the client's
+:class:`~offpath.coordination.jobs.Jobs` and a
+:class:`~offpath.coordination.writers.StateUpdateWriter`: fitted to the thread, its record and
 the originals it removes archived while the model answers (or the call's update kept as it
 was if that fails), its loss report made after the swap, and recorded once in the state."""
 
@@ -13,28 +15,19 @@ from langgraph.graph.message import add_messages
 
 from offpath.agent.middleware.helpers import log
 from offpath.agent.middleware.state import _Call, _Write
-from offpath.compaction.pairing import new_unpaired
-from offpath.compaction.patch import Fitted, Prepared, Stale, fit, landed
-from offpath.compaction.planner import landing_chars
+from offpath.compaction.patch import Fitted, Stale, landed
 from offpath.compaction.tracking import KEY
-from offpath.coordination.compactions import end_stale, with_loss
+from offpath.coordination.job_values import JobEnded, Landed
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
-from offpath.stores import archive
-from offpath.stores.db import JobStatus, finalize, job_row, set_job
-from offpath.stores.leases import Claim, Leases, State
+from offpath.coordination.writers import StateUpdateWriter
+from offpath.stores.db import JobStatus, job_row
+from offpath.stores.leases import Claim, State
 
 #: The longest (s) a model call's answer waits, once the model has answered, for the archive
 #: writes of that call's shortenings and apply (they overlap the model call; the state update
 #: that shortens or compacts the thread is returned only once its originals are archived).
 ARCHIVE_WAIT_S = 30.0
-#: The loss report of a compaction applied in a run, until it is made: it is made after the
-#: swap, on the writer thread (the removed part's facts: tens of ms of CPU that the model
-#: call no longer waits for), and replaces this in the job's stored record.
-LOSS_PENDING = {
-    "error": "made after the swap, off the model call's path: not there yet, or the agent's "
-    "process ended before it was made"
-}
 
 
 class ApplyingMixin:
@@ -127,9 +120,11 @@ class ApplyingMixin:
     ) -> tuple[Fitted, dict[str, Any]] | None:
         """The fitted compaction of job ``job_id`` (its patch lands the thread under its
         prepare floor) and what to record once it is in the state; None if there is nothing
-        to apply. Its record and the originals it removes are stored (invariant 12) first,
-        or, given ``writes``, while the model answers (see :meth:`_shorten`); its loss report
-        (issue 19) after that, on the writer thread (:data:`LOSS_PENDING` until then)."""
+        to apply. Applied by the client's :class:`~offpath.coordination.jobs.Jobs` through a
+        :class:`~offpath.coordination.writers.StateUpdateWriter`: its record and the originals
+        it removes are stored (invariant 12) first, or, given ``writes``, while the model
+        answers (see :meth:`_shorten`); its loss report after that, on the writer thread
+        (:data:`LOSS_PENDING` until then)."""
         client = self.client
         with self._guard:
             if job_id in self._storing:  # an earlier call's write of it is still running
@@ -138,39 +133,35 @@ class ApplyingMixin:
             row = job_row(client.engine, job_id)
             if row is None or row["status"] != JobStatus.PREPARED or not row["result"]:
                 return None
-            result = row["result"]
-            if landed(messages, job_id, result.get("record")):  # a crashed run had applied it
-                self._record(session_id, {"job_id": job_id, "record": result["record"]}, messages)
-                return None
-            forced = bool((row.get("options") or {}).get("force"))
-            fitted = fit(
-                Prepared.from_json(result["prepared"]),
+            writer = StateUpdateWriter(writes, self._write, partial(self._trouble, USAGE_DB))
+            done = client.jobs.apply(
+                writer,
+                session_id,
+                job_id,
+                row["result"],
                 messages,
-                # compact now: no bound, as for offpath's own threads (apply_locked)
-                target=None if forced else landing_chars(self.settings),
-                recall=self.recall,
+                # compact now: no bound, as for offpath's own threads
+                force=bool((row.get("options") or {}).get("force")),
+                outside=out,
                 settings=self.settings,
-                outside_chars=out,
+                recall=self.recall,
             )
-            if isinstance(fitted, Stale):
-                end_stale(client.engine, client.leases, session_id, job_id, fitted)
-                self._tell(session_id, job_id, "cancelled", reason=f"stale: {fitted.reason}")
-                return None
-            if broken := new_unpaired(messages, add_messages(messages, fitted.patch)):
-                reason = f"patch would orphan tool calls {sorted(broken)}"
-                set_job(client.engine, job_id, session_id, JobStatus.FAILED, reason, "orphan_guard")
-                client.leases.settle(session_id, job_id, None)
-                self._tell(session_id, job_id, "failed", reason=reason)
-                return None
-            write = partial(self._store_applied, session_id, job_id, result, fitted, messages)
-            if writes is None:
-                write()
-            else:
-                writes.append((job_id, write))
         except Exception as exc:  # the run goes on uncompacted; the reconciler tidies up
             self._trouble(USAGE_DB, exc, f"[{tag(session_id)}] could not apply job {job_id}: {exc}")
             self._tell(session_id, job_id, "failed", reason=f"not applied: {exc}")
             return None
+        if isinstance(done, Landed):  # a crashed run had applied it: recorded now
+            record = done.record
+            chars = record.get("chars_before"), record.get("chars_after")
+            self._tell(session_id, job_id, "completed", *chars)
+            return None
+        if isinstance(done, Stale):
+            self._tell(session_id, job_id, "cancelled", reason=f"stale: {done.reason}")
+            return None
+        if isinstance(done, JobEnded):
+            self._tell(session_id, job_id, "failed", reason=done.reason)
+            return None
+        fitted = done.fitted
         log.info(
             "[%s] applying job %s in the run: %d -> %d chars",
             tag(session_id),
@@ -178,37 +169,7 @@ class ApplyingMixin:
             fitted.record["chars_before"],
             fitted.record["chars_after"],
         )
-        return fitted, {"job_id": job_id, "record": fitted.record}
-
-    def _store_applied(
-        self,
-        session_id: str,
-        job_id: str,
-        result: dict[str, Any],
-        fitted: Fitted,
-        messages: list[BaseMessage],
-    ) -> None:
-        """Store the record of job ``job_id``'s compaction fitted to ``messages`` and the
-        originals it removes (before its patch is in the state), then have its loss report
-        made on the writer thread."""
-        rows = archive.rows_for(
-            session_id, job_id, str(fitted.summary.id), messages, fitted.removed, fitted.shortened
-        )
-        record = {**fitted.record, "loss": LOSS_PENDING}
-        archive.store_record(self.client.engine, job_id, {**result, "record": record}, rows)
-        self._write(self._report_loss, session_id, job_id, fitted, messages)
-
-    def _report_loss(
-        self, session_id: str, job_id: str, fitted: Fitted, messages: list[BaseMessage]
-    ) -> None:
-        """Make job ``job_id``'s loss report (:func:`with_loss`, which never raises) and put it
-        in its stored record."""
-        loss = with_loss(fitted, messages)["loss"]
-        try:
-            archive.store_loss(self.client.engine, job_id, str(fitted.summary.id), loss)
-        except Exception as exc:  # the record keeps LOSS_PENDING, which says so
-            line = f"[{tag(session_id)}] could not store the loss report of job {job_id}: {exc}"
-            self._trouble(USAGE_DB, exc, line)
+        return fitted, done.pending
 
     def _record(
         self, session_id: str, pending: dict[str, Any], messages: list[BaseMessage]
@@ -221,10 +182,8 @@ class ApplyingMixin:
                 "[%s] the update of job %s did not land; not recorded", tag(session_id), job_id
             )
             return
-        client = self.client
         try:
-            finalize(client.engine, job_id, session_id)
-            client.leases.settle(session_id, job_id, Leases.after(job_id, State.DONE))
+            self.client.jobs.record(session_id, job_id, holding=State.PREPARED)
         except Exception as exc:  # a later job or the reconciler records it
             self._trouble(
                 USAGE_DB, exc, f"[{tag(session_id)}] could not record job {job_id}: {exc}"

@@ -42,7 +42,7 @@ from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps
 from offpath.compaction.sizing import SizedThreads, position
 from offpath.compaction.tokens import Calibration
 from offpath.compaction.tracking import KEY, ThreadSize
-from offpath.coordination.compactions import JobOptions
+from offpath.coordination.job_values import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Client
 from offpath.events import CompactionUpdate

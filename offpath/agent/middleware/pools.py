@@ -16,7 +16,7 @@ from langchain_core.messages import BaseMessage
 from offpath.agent.middleware.helpers import _outside, log
 from offpath.agent.middleware.place import Place
 from offpath.compaction.facts import warm as warm_facts
-from offpath.coordination.compactions import JobOptions, head_mark
+from offpath.coordination.job_values import JobOptions, head_mark
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import OUTAGES, USAGE_DB, is_outage, where
 from offpath.events import CompactionUpdate
@@ -110,20 +110,14 @@ class PoolsMixin:
         self._write(self._publish, session_id, chars, options)
 
     def _publish(self, session_id: str, chars: int, options: JobOptions) -> None:
-        from offpath.coordination.hook import queue_job
-
         try:
-            client = self.client
-            result = queue_job(
-                client.leases,
-                client.engine,
-                client.publish,
+            result = self.client.jobs.queue(
                 session_id,
                 chars,
                 options=options,
                 min_gain=self._min_gain,
                 threshold=self._threshold,
-                settings=self.settings,
+                say_outages=True,
             )
             if result.action != "error":
                 self._answered(USAGE_DB)

@@ -8,12 +8,16 @@ error and exit codes (in any letter case), configuration values and counts, numb
 units (CPU millicores too), and timestamps. Identifiers of any domain (an order id
 ``#W2378156``, a user id ``chen_johnson_4204``, a ten-digit item id) are recognised by their
 shape, and bare numbers count only by their use: passed as a tool argument, asked for by
-the user, or recurring (issue 19: the guard knew only SRE shapes). :func:`rank` orders them
-by what an investigator needs: stated by the agent (its text, its tool calls' arguments)
-or asked by the user, then seen in several messages, then seen once; a fact carried from an
-earlier summary stays ahead of new ones (no telephone game). Facts seen only on noise lines
-(healthy rows of a table, directory listings, ``kubectl describe`` boilerplate) are not
-pinned unless used elsewhere.
+the user, or recurring (issue 19: the guard knew only SRE shapes). In what the agent or the
+user writes, names (in backticks or bare: ``ForeignKey``, ``old_name``, ``models.py``) and
+line numbers are facts too. :func:`rank` orders them by what the agent relies on: said by
+the agent in its own words (its conclusions, figures and ranges with units, the names it
+chose), asked by the user, passed to a tool, then seen in several messages, then what only
+tool output holds; a fact carried from an earlier summary stays ahead of new ones (no
+telephone game), each span's in turn. Opaque values only tool output holds (times of day,
+request, trace and hex ids) are never listed one by one: :func:`pin` writes a time range
+and counts. Facts seen only on noise lines (healthy rows of a table, directory listings,
+``kubectl describe`` boilerplate) are not pinned unless used elsewhere.
 :func:`pin` appends the facts a summary missed as a bounded **Pinned facts**
 section; each entry is the line the fact was found on, clipped, with the id of
 the message it came from, so the ``recall`` tool can fetch the original from the
@@ -50,6 +54,7 @@ from offpath.compaction.facts.patterns import _ERROR_LINE as _ERROR_LINE
 from offpath.compaction.facts.patterns import _KINDS as _KINDS
 from offpath.compaction.facts.patterns import _NEVER as _NEVER
 from offpath.compaction.facts.patterns import _NOISE_LINE as _NOISE_LINE
+from offpath.compaction.facts.patterns import _NOT_NAMES as _NOT_NAMES
 from offpath.compaction.facts.patterns import _REGEX_GATES as _REGEX_GATES
 from offpath.compaction.facts.patterns import _WORD_GATES as _WORD_GATES
 from offpath.compaction.facts.patterns import _is_name as _is_name
@@ -62,6 +67,7 @@ from offpath.compaction.facts.pinning import (
 )
 from offpath.compaction.facts.reading import _arguments as _arguments
 from offpath.compaction.facts.reading import _blocks as _blocks
+from offpath.compaction.facts.reading import _role_age as _role_age
 from offpath.compaction.facts.sections import (
     LISTED_MIN_SCORE,
     MAX_LINE_CHARS,

@@ -14,8 +14,14 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from offpath.compaction.facts.patterns import _ERROR_LINE, _NOISE_LINE, _WEIGHT, find
-from offpath.compaction.facts.reading import _arguments, _blocks, _split_values
+from offpath.compaction.facts.patterns import _ERROR_LINE, _NOISE_LINE, _WEIGHT, SAID_ONLY, find
+from offpath.compaction.facts.reading import (
+    _arguments,
+    _blocks,
+    _role_age,
+    _split_spans,
+    _split_values,
+)
 from offpath.compaction.facts.sections import _around
 from offpath.compaction.summary import is_summary, looks_like_instruction, may_hold_instruction
 
@@ -24,9 +30,10 @@ from offpath.compaction.summary import is_summary, looks_like_instruction, may_h
 class Fact:
     """One fact: its ``value`` (as written, spaces collapsed), ``kind``, the id of the first
     message it was seen in and the line there, how many messages hold it, and how it was
-    used: ``stated`` by the agent (its text, its tool calls' arguments), ``asked`` by the
-    user (a request), ``carried`` from an earlier summary, ``noise``: seen only on noise
-    lines of tool output (healthy table rows, listings, object metadata)."""
+    used: ``stated`` by the agent (its text, its tool calls' arguments), ``said`` by it in its
+    own words (its text, not a tool call), ``asked`` by the user (a request), ``carried`` from
+    an earlier summary, ``noise``: seen only on noise lines of tool output (healthy table
+    rows, listings, object metadata)."""
 
     value: str
     kind: str
@@ -39,27 +46,63 @@ class Fact:
     carried: bool = False
     noise: bool = True
     error: bool = False  # seen on a line that reports an error or a failure
+    said: bool = False
+    age: int = 0  # carried: spans since it was first pinned, as its summary lists it (0: last)
     _seen: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def tool_only(self) -> bool:
+        """Only tool output holds it: neither the agent nor the user used it, and no earlier
+        summary carried it."""
+        return not (self.stated or self.asked or self.carried)
+
+    @property
+    def grouped(self) -> bool:
+        """An opaque value only tool output holds (a time of day, a request, trace or commit
+        id): never listed one by one; :func:`~offpath.compaction.facts.pin` writes such
+        values as one line per kind (a time range, a count and how to recall them)."""
+        if not self.tool_only:
+            return False
+        if self.kind == "timestamp":
+            return ":" in self.value
+        return self.kind in _OPAQUE
 
     @property
     def score(self) -> int:
         """Higher first: kind weight (-1 for a time of day without its date: a schedule's
-        times are rarely what a task turns on), +3 stated by the agent, +2 asked by the user, +5 carried
-        from an earlier summary, +2 on a line that reports an error, + up to 3 for
-        recurrence. 0 (never pinned): a bare number nobody used (not stated, asked, carried
-        nor recurring), a fact seen only on noise lines and never used."""
-        used = self.stated or self.asked or self.carried
-        if not used and (self.noise or (self.kind == "number" and self.messages < 2)):
+        times are rarely what a task turns on; -1 for a path or URL only tool output holds),
+        +3 stated by the agent and +3 more said in its own words, +4 asked by the user, +5
+        carried from an earlier summary, +2 on a line that reports an error, + up to 3 for
+        recurrence. 0 (never listed): a bare number nobody used (not stated, asked, carried
+        nor recurring), a fact seen only on noise lines and never used, a :attr:`grouped`
+        value."""
+        if self.tool_only and (
+            self.noise or (self.kind == "number" and self.messages < 2) or self.grouped
+        ):
             return 0
         return (
             _WEIGHT[self.kind]
             - (self.kind == "timestamp" and ":" in self.value and "-" not in self.value)
+            - (self.tool_only and self.kind in ("path", "url"))
             + 3 * self.stated
-            + 2 * self.asked
+            + 3 * self.said  # the agent's conclusions, figures and names in its own words
+            + 4 * self.asked
             + 5 * self.carried  # pinned or concluded before: kept ahead (no telephone game)
             + 2 * self.error
             + min(self.messages - 1, 3)
         )
+
+
+#: The kinds a block of each role is not read for (any other role: :data:`SAID_ONLY`).
+_SKIPPED: dict[str, frozenset[str]] = {
+    "agent": frozenset(),
+    "carried": frozenset(),
+    "carried said": frozenset(),
+    "user": frozenset({"term"}),
+}
+
+#: Kinds of opaque ids: only tool output holding them, they are :attr:`Fact.grouped`.
+_OPAQUE = frozenset({"sha", "trace_id", "uuid"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +122,8 @@ class _Seen:
     carried: bool
     clear: bool  # seen at least once off a noise line
     error: bool
+    said: bool
+    age: int  # a carried value: how many spans older than the last one it was listed in
 
 
 def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
@@ -99,12 +144,20 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 "carried": False,
                 "clear": False,
                 "error": False,
+                "said": False,
+                "age": 0,
             }
         entry["stated"] = entry["clear"] = True
     for text, role, mid in _blocks(m):
+        role, quoted_age = _role_age(role)
         if role in ("values", "stated values"):  # a summary's values by kind: each one
             # carried as it is, stated still if it was
-            for value in _split_values(text):
+            spans = _split_spans(text)
+            for age, value in (
+                (len(spans) - 1 - k, v)
+                for k, group in enumerate(spans)
+                for v in _split_values(group)
+            ):
                 if value not in seen and not looks_like_instruction(value):
                     found = find(value)
                     whole = len(found) == 1 and found[0][0] == value
@@ -118,6 +171,8 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                         "carried": True,
                         "clear": True,
                         "error": False,
+                        "said": False,
+                        "age": age,
                     }
             continue
         instruction: dict[int, bool] = {}  # line start -> the line reads as one
@@ -125,7 +180,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
         errors: dict[int, bool] = {}  # line start -> it reports an error
         test_lines = may_hold_instruction(text)
         data = role == "data"
-        for value, kind, offset in find(text):
+        for value, kind, offset in find(text, _SKIPPED.get(role, SAID_ONLY)):
             entry = seen.get(value)
             line = ""
             start = 0
@@ -149,6 +204,8 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                     "carried": False,
                     "clear": False,
                     "error": False,
+                    "said": False,
+                    "age": quoted_age,
                 }
             elif mid not in entry["found_in"]:
                 entry["found_in"].append(mid)
@@ -161,9 +218,11 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 entry["error"] = entry["error"] or errors[start]
             else:
                 entry["clear"] = True
-                entry["stated"] = entry["stated"] or role == "agent"
+                own = role in ("agent", "carried said")
+                entry["stated"] = entry["stated"] or own or role == "action"
+                entry["said"] = entry["said"] or own
                 entry["asked"] = entry["asked"] or role == "user"
-                entry["carried"] = entry["carried"] or role == "carried"
+                entry["carried"] = entry["carried"] or role in ("carried", "carried said")
     return tuple(
         _Seen(
             value,
@@ -176,6 +235,8 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
             e["carried"],
             e["clear"],
             e["error"],
+            e["said"],
+            e["age"],
         )
         for value, e in seen.items()
     )
@@ -282,6 +343,8 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
             fact.asked = fact.asked or seen.asked
             fact.carried = fact.carried or seen.carried
             fact.error = fact.error or seen.error
+            fact.said = fact.said or seen.said
+            fact.age = max(fact.age, seen.age)
     with _MERGED_LOCK:
         _MERGED[digests] = tuple(facts.values())
         while len(_MERGED) > MERGED_CACHE_SIZE:

@@ -47,10 +47,18 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         3,
     ),
     (
+        "uuid",  # a request's or an object's id: 8-4-4-4-12 hex chars
+        re.compile(
+            r"[0-9a-fA-F](?<![\w-][0-9a-fA-F])[0-9a-fA-F]{7}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+            r"(?![\w-])"
+        ),
+        3,
+    ),
+    (
         "sha",  # 7-40 hex chars with a letter and a digit among them
         re.compile(
             r"[0-9a-f](?<![\w.-][0-9a-f])(?=[0-9a-f]{6})(?:(?<=[a-f])|(?=[0-9a-f]{0,38}[a-f]))"
-            r"(?:(?<=\d)|(?=[0-9a-f]{0,38}\d))[0-9a-f]{6,39}(?![\w.-])"
+            r"(?:(?<=\d)|(?=[0-9a-f]{0,38}\d))[0-9a-f]{6,39}(?![\w-]|\.\w)"
         ),
         3,
     ),
@@ -79,6 +87,11 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         3,
     ),
     (
+        "address",  # an IPv4 address, its port if any: 10.0.3.17, 10.0.3.17:8080
+        re.compile(r"\d(?<![\w.:]\d)\d{0,2}(?:\.\d{1,3}){3}(?::\d{1,5})?(?![\w:]|\.\d)"),
+        3,
+    ),
+    (
         "config",  # a setting and its value: "Restart Count:  6", "memory:  512Mi", "DB_TIMEOUT=5s"
         re.compile(
             r"(?m)^[ \t]*([A-Za-z][\w.-]*(?: [A-Za-z][\w.-]*){0,3}:[ \t]+\d[\w.%/]*)[ \t]*$"
@@ -88,7 +101,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         2,
     ),
     (
-        "version",  # 2.3.1, v2.4.2, v1.2 (an IP address reads as one too: both are facts)
+        "version",  # 2.3.1, v2.4.2, v1.2 (an IP address is taken before, as an address)
         re.compile(
             r"[vV\d](?<![\w.][vV\d])(?:(?<=[vV])\d+\.\d+|(?<=\d)\d*\.\d+\.\d+)(?:\.\d+)*"
             r"(?:-[0-9A-Za-z.]+)?(?![\w.])"
@@ -115,9 +128,11 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         2,
     ),
     (
-        "quantity",  # a number with a unit, or a ratio n/m
+        "quantity",  # a number or a range with a unit (45-55%, 867-918m), or a ratio n/m
         re.compile(
-            r"\d(?:(?<![\w.]\d)[\d,]*+(?:\.\d+)?\s?" + _UNITS + r"(?![\w/])"
+            r"\d(?:(?<![\w.]\d)[\d,]*+(?:\.\d+)?(?:\s?[-\u2013]\s?\d[\d,]*+(?:\.\d+)?)?\s?"
+            + _UNITS
+            + r"(?![\w/])"
             r"|(?<![\w./]\d)\d*+/\d+(?![\w/.]))"
         ),
         2,
@@ -136,6 +151,46 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         2,
     ),
     ("number", re.compile(r"\d(?<![\w.:/#+-]\d)\d{4,}(?![\w.:/%-])"), 1),
+    # names and line numbers, facts in what the agent or the user writes only (:data:`SAID_ONLY`:
+    # tool output, which quotes code, is not scanned for them): a name put in backticks
+    # (`build_index`, `minishop`), a line number or range ("line 222", "lines 341-343"), a
+    # name written bare: CamelCase (ForeignKey), snake_case (old_name, __init__), a file
+    # (models.py), a dotted name (pvsystem.PVSystem)
+    ("name", re.compile(r"`(?=[^`\s]*[A-Za-z])([\w.:/-]{3,80}(?:\(\))?)`"), 2),
+    ("line", re.compile(r"[Ll](?<![\w.-][Ll])ines? \d+(?:\s?[-\u2013]\s?\d+)?(?![\w.]|\.\d)"), 2),
+    (
+        "term",
+        re.compile(
+            r"(?<![\w.@/-])(?:"
+            r"[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*[A-Z][A-Za-z0-9]*"  # CamelCase
+            r"|_*[A-Za-z][A-Za-z0-9]*(?:_+[A-Za-z0-9]+)+_*"  # snake_case
+            r"|__[a-z]+__"  # a dunder
+            r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"  # a dotted name, a file
+            r")(?:\(\))?(?![\w@/=-]|\.\w)"  # a key before its value (request_id=) is not one
+        ),
+        2,
+    ),
+)
+#: Kinds found only in what the agent or the user writes (the user's text: not ``term``, a
+#: name written bare, which instructions an agent framework appends to each user message
+#: are full of); :func:`find` looks for them when told to.
+SAID_ONLY = frozenset({"name", "line", "term"})
+#: Words a backticked name never is.
+_NOT_NAMES = frozenset(
+    {
+        "true",
+        "false",
+        "none",
+        "null",
+        "self",
+        "nil",
+        "undefined",
+        "todo",
+        "e.g",
+        "i.e",
+        "etc",
+        "nan",
+    }
 )
 _WEIGHT = {kind: weight for kind, _, weight in _KINDS} | {"argument": 3}
 #: An identifier without digits is a fact only with one of these parts (a service's usual
@@ -203,6 +258,8 @@ _REGEX_GATES: dict[str, re.Pattern[str]] = {
     r"(?:-[0-9A-Za-z.]+)?(?![\w.])": re.compile(r"\.\d"),
     # env: "_" then a capital or a digit
     r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])": re.compile(r"_[A-Z0-9]"),
+    # name: a backtick
+    r"`(?=[^`\s]*[A-Za-z])([\w.:/-]{3,80}(?:\(\))?)`": re.compile(r"`"),
     # snake_case with digits: "_" then a digit
     r"[A-Za-z](?<![\w./#-][A-Za-z])[A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_\d\w*": re.compile(r"_\d"),
 }
@@ -235,9 +292,10 @@ def _config_setting(key: str) -> bool:
     return _CONFIG_KEY.search(key) is not None
 
 
-def find(text: str) -> list[tuple[str, str, int]]:
+def find(text: str, skip: frozenset[str] = frozenset()) -> list[tuple[str, str, int]]:
     """The facts in ``text`` as ``(value, kind, offset)``, in order of appearance. Each char
-    belongs to one fact at most: the first kind (most specific) to match it takes it."""
+    belongs to one fact at most: the first kind (most specific) to match it takes it.
+    ``skip``: kinds not looked for (:data:`SAID_ONLY` in tool output)."""
     taken = bytearray(len(text))  # 1 where a fact already is: one C-level scan per check
     out: list[tuple[str, str, int]] = []
     for m in _CITED.finditer(text):  # offpath's own pointer to a message, not a fact of it:
@@ -245,6 +303,8 @@ def find(text: str) -> list[tuple[str, str, int]]:
         taken[m.start(1) : m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
     low: str | None = None  # the lower-cased text, for the word gates (ASCII text only)
     for kind, pattern, gate, words in _gated_kinds(_KINDS):
+        if kind in skip:
+            continue
         if gate is not None and gate.search(text) is None:
             continue  # no match can be in this text
         if words is not None and text.isascii():
@@ -262,7 +322,9 @@ def find(text: str) -> list[tuple[str, str, int]]:
             value = m.group(group).rstrip(".,:;")
             if "\n" in value or (identifier and not _is_name(value)):
                 continue
-            if value in _NEVER:
+            if value in _NEVER or (
+                kind in ("name", "term") and value.casefold().strip("_") in _NOT_NAMES
+            ):
                 continue
             if config and "=" in value and not _config_setting(value.split("=")[0]):
                 continue  # key=value in a log line: a setting only by its key's name

@@ -4,6 +4,9 @@ bounded budget."""
 
 from __future__ import annotations
 
+import itertools
+import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,8 +17,10 @@ from offpath.compaction.facts.patterns import find, normal
 from offpath.compaction.facts.reading import _blocks
 from offpath.compaction.facts.sections import (
     _SIGNATURE,
+    AGE_MARK,
     MAX_LINE_CHARS,
     PINNED_HEADING,
+    SAID_MARK,
     STATED_LABEL,
     _around,
     _blob,
@@ -55,12 +60,19 @@ def pin(
     held two or three facts); on a budget of :data:`STATED_LINE_MIN_BUDGET` or more, those
     the agent or the user stated on a line of their own (``- ids (stated): ...``), which the
     next summary reads back as stated (issue 22). The facts an earlier summary carried come
-    first (no telephone game), in up to 60% of the budget while new facts wait, then the new
-    ones by rank (:func:`rank`), then the carried ones left. A fact inside a value listed already is not
-    listed again. What the values leave (and, on a budget of 1,000 chars or more, a quarter
+    first (no telephone game), in up to 60% of the budget while new facts wait, those the
+    agent or the user stated first and each span's in turn (a line of values keeps one group
+    per span, ``; `` between them, oldest first); then the new ones, stated first, by rank
+    (:func:`rank`); then the carried ones left. A fact inside a value listed already is not
+    listed again. Values only tool output holds are last: opaque ones (times of day,
+    request, trace and hex ids) and those that share one shape (4 or more
+    ``/api/cart/<n>/items``) as one line per kind or shape (a time range, a count and a
+    ``recall`` query), in what the rest leaves. What the values leave (and, on a budget of 1,000 chars or more, a quarter
     kept for them) quotes the lines the highest-ranked facts were found on (at most
-    :data:`MAX_LINE_CHARS` chars, in conversation order, citing their message; near-duplicate
-    lines once, "; +N similar"); a quoted line takes the place of the values it holds.
+    :data:`MAX_LINE_CHARS` chars, in conversation order, citing their message, marked
+    "; said" for the agent's own message and "; age N" when carried from N compactions
+    before; near-duplicate lines once, "; +N similar"); a quoted line takes the place of the
+    values it holds.
     ``recall`` finds each value in the archive. ``header``: the section's heading line
     (default: the Pinned facts one). Returns the text and what was pinned; the text is
     unchanged when nothing is missing."""
@@ -78,14 +90,22 @@ def pin(
     # a quoted line's length follows the budget: a small one is better spent on values
     line_max = max(60, min(MAX_LINE_CHARS, budget // 6))
     position = {str(m.id): i for i, m in enumerate(removed)}
-    ranked = [f for f in rank(extract(removed)) if f.score > 0]
+    by_id = {str(m.id): m for m in removed}
+    facts = extract(removed)
+    ranked = [f for f in rank(facts) if f.score > 0]
+    alike = _alike(ranked)
+    if alike:
+        ranked = [f for f in ranked if id(f) not in alike]
     absent: dict[str, bool] = {}  # value -> not in the summary nor the keep window
 
     def missing(fact: Fact) -> bool:
         # tested only for a fact that would fit the budget left: the summary and the keep
         # window are tens of thousands of chars, a thread's facts hundreds (issue 13)
         if fact.value not in absent:
-            absent[fact.value] = normal(fact.value) not in present
+            # a name is found again only in backticks: a summary that wrote it bare holds
+            # it for the model, but not for the next summary's reading
+            shown = f"`{fact.value}`" if fact.kind == "name" else fact.value
+            absent[fact.value] = normal(shown) not in present
         return absent[fact.value]
 
     pinned = ""  # the values listed and the lines quoted so far
@@ -102,7 +122,9 @@ def pin(
     #    a kept result that echoes the id may not hold the record either)
     if kept:
         named = normal(
-            "\n".join(t for m in kept for t, role, _ in _blocks(m) if role in ("agent", "user"))
+            "\n".join(
+                t for m in kept for t, role, _ in _blocks(m) if role in ("agent", "action", "user")
+            )
         )
         data_ids = {str(m.id) for m in removed if m.type == "tool"}
         said = normal(summary_text)
@@ -142,23 +164,26 @@ def pin(
         used += took
         pinned += "\n" + fact.value
 
-    # 1. values: carried first, then new, then the carried left; on a large budget a quarter
+    # 1. values: what the agent or the user stated, then the rest; of each, the carried ones
+    #    first, in up to 60% while new ones wait, each span's in turn (no span's values all
+    #    dropped), then the new ones, then the carried ones left. On a large budget a quarter
     #    waits for the quoted lines (filled with values after them when they leave it)
     values_room = budget - (budget // 4 if budget >= QUOTED_SHARE_MIN_BUDGET else 0)
     carried_room = values_room * 3 // 5 if any(not f.carried for f in ranked) else values_room
-    for fact in ranked:
-        if fact.carried:
+    for relied in (True, False):
+        carried = _by_span([f for f in ranked if f.carried and _relied(f) == relied])
+        for fact in carried:
             add(fact, carried_room)
-    for fact in ranked:
-        if not fact.carried:
-            add(fact, values_room)
-    for fact in ranked:
-        if fact.carried:
+        for fact in ranked:
+            if not fact.carried and _relied(fact) == relied:
+                add(fact, values_room)
+        for fact in carried:
             add(fact, values_room)
 
-    # 2. quoted lines, most important first, in what the values leave: a line takes the
-    #    place of the values listed from it (its message's values that are on it)
-    for fact in ranked:
+    # 2. quoted lines, what the agent or the user stated first, then by rank, in what the
+    #    values leave: a line takes the place of the values listed from it (its message's
+    #    values that are on it)
+    for fact in sorted(ranked, key=lambda f: not _relied(f)):
         if budget - used < 60 and not listed:
             break
         if fact.value in lines_text or fact.line in ("", fact.value) or not missing(fact):
@@ -172,21 +197,25 @@ def pin(
             line = _around(line, max(0, line.find(fact.value)), fact.value, line_max)
         if _blob(line):  # a fact inside one long line of JSON: listed by value
             continue
-        entry = f"\n- `{line.replace('`', chr(39))}` ({cite(fact.message_id)})"
+        # a line of the agent's message is marked so; lines keep their backticks: their names
+        # are found again when the next summary reads them back
+        said = fact.stated and getattr(by_id.get(fact.message_id), "type", "ai") == "ai"
+        marks = (SAID_MARK if said else "") + (f"{AGE_MARK}{fact.age + 1}" if fact.carried else "")
+        entry = f"\n- `{line}` ({cite(fact.message_id)}{marks})"
         on_line = {
-            label: [f for f in facts if f.message_id == fact.message_id and f.value in line]
-            for label, facts in listed.items()
+            label: [f for f in values if f.message_id == fact.message_id and f.value in line]
+            for label, values in listed.items()
         }
         freed = sum(
-            sum(len(_shown(f.value)) + 2 for f in facts)
-            + (len(label) + 3 if len(facts) == len(listed[label]) else 0)
-            for label, facts in on_line.items()
-            if facts
+            sum(len(_shown(f.value)) + 2 for f in values)
+            + (len(label) + 3 if len(values) == len(listed[label]) else 0)
+            for label, values in on_line.items()
+            if values
         )
         if len(entry) + 14 > budget - used + freed:  # with room for "; +N similar"
             continue
-        for label, facts in on_line.items():
-            listed[label] = [f for f in listed[label] if f not in facts]
+        for label, values in on_line.items():
+            listed[label] = [f for f in listed[label] if f not in values]
         similar[signature] = 0
         quoted.append((position.get(fact.message_id, 0), fact.order, entry, signature))
         used += len(entry) + 14 - freed
@@ -195,18 +224,34 @@ def pin(
     # 3. the values that still fit, in what the quoted lines left
     for fact in ranked:
         add(fact, budget)
+    # 4. the opaque values only tool output holds, one line per kind, in what is left
+    grouped = _grouped(
+        [
+            f
+            for f in facts
+            if (f.grouped or id(f) in alike) and f.value not in pinned and missing(f)
+        ],
+        alike,
+    )
+    for entry in grouped:
+        if used + len(entry) <= budget:
+            used += len(entry)
+            pinned += entry
 
     entries = []
     for _, _, entry, signature in sorted(quoted):
         if similar[signature]:
             entry = entry[:-1] + f"; +{similar[signature]} similar)"
         entries.append(entry)
-    for label, facts in listed.items():
-        if facts:
-            entries.append(f"\n- {label}: " + ", ".join(_shown(f.value) for f in facts))
+    for label, values in listed.items():
+        if values:
+            entries.append(f"\n- {label}: " + _spans(values))
+    entries += [e for e in grouped if e in pinned]
     if not entries:
         return summary_text, Pinned((), 0)
-    covered = sum(fact.value in pinned and missing(fact) for fact in ranked)
+    covered = sum(
+        fact.value in pinned and missing(fact) for fact in facts if fact.score > 0 or fact.grouped
+    )
     return summary_text.rstrip() + header + "".join(entries), Pinned(tuple(entries), covered)
 
 
@@ -220,7 +265,37 @@ _LABELS = {
     "version": "versions",
     "path": "paths",
     "url": "urls",
+    "address": "addresses",
+    "name": "names",
+    "term": "names",
+    "line": "lines",
+    "function": "names",
+    "env": "names",
 }
+
+
+def _by_span(facts: Sequence[Fact]) -> list[Fact]:
+    """``facts`` (carried, in rank order) taking turns by span: the first of each span
+    (:attr:`Fact.age`, oldest first), then the second of each, and so on."""
+    spans: dict[int, list[Fact]] = {}
+    for f in facts:
+        spans.setdefault(f.age, []).append(f)
+    order = [spans[age] for age in sorted(spans, reverse=True)]
+    return [f for turn in itertools.zip_longest(*order) for f in turn if f is not None]
+
+
+def _spans(facts: Sequence[Fact]) -> str:
+    """The values of one line, a group per span, oldest first, ``; `` between groups:
+    a carried value in its span's, the new ones last."""
+    groups: dict[int, list[str]] = {}
+    for f in facts:
+        groups.setdefault(f.age + 1 if f.carried else 0, []).append(_shown(f.value))
+    return "; ".join(", ".join(groups[k]) for k in sorted(groups, reverse=True))
+
+
+def _relied(fact: Fact) -> bool:
+    """The agent or the user stated ``fact`` (now, or as a summary's stated values)."""
+    return fact.stated or fact.asked
 
 
 def _label(fact: Fact, stated_line: bool = True) -> str:
@@ -238,7 +313,70 @@ def _label(fact: Fact, stated_line: bool = True) -> str:
 
 
 def _shown(value: str) -> str:
-    """``value`` as a dense line lists it: bare, quoted as code only when it holds the
-    separator (``, ``); never a backtick of its own."""
+    """``value`` as a dense line lists it: bare, quoted as code only when it holds a
+    separator (``, `` or ``; ``); never a backtick of its own."""
     value = value.replace("`", "'")
-    return f"`{value}`" if ", " in value else value
+    return f"`{value}`" if ", " in value or "; " in value else value
+
+
+#: How a line of grouped values names its kind.
+_GROUP_NAMES = {"trace_id": "request ids", "uuid": "uuids", "sha": "hex ids"}
+_KEY_BEFORE = re.compile(r"([A-Za-z][\w.-]{2,40})[=:]\s*$")
+
+
+#: Values only tool output holds, of one kind and one shape (``/api/cart/4101/items``,
+#: ``/api/cart/4102/items``), at least this many: counted on one line, not listed.
+ALIKE_MIN = 4
+
+
+def _alike(ranked: Sequence[Fact]) -> dict[int, str]:
+    """``id(fact) -> shape`` for the facts of ``ranked`` that only tool output holds, seen
+    on no line that reports an error, whose kind and shape (:data:`_SIGNATURE`: numbers and
+    hex ids as ``#``) :data:`ALIKE_MIN` or more of them share."""
+    shapes: dict[int, str] = {}
+    for f in ranked:
+        if f.tool_only and not f.error and f.kind != "timestamp":
+            shapes[id(f)] = f"{_label(f, False)} {_SIGNATURE.sub('#', f.value.casefold())}"
+    count = Counter(shapes.values())
+    return {k: shape for k, shape in shapes.items() if count[shape] >= ALIKE_MIN}
+
+
+def _grouped(facts: Sequence[Fact], alike: dict[int, str]) -> list[str]:
+    """The lines that stand for ``facts``, :attr:`Fact.grouped` or ``alike`` (their shapes,
+    :func:`_alike`): their times as one range (``- times in tool output:
+    2026-03-02T10:02:11Z-10:09:47Z (32)``), their ids as a count per kind with a ``recall``
+    query that finds them: the key they follow on their lines (``request_id=``) when most
+    share one, else the first of them; values alike as a count per shape with the first."""
+    out: list[str] = []
+    for shape, group in itertools.groupby(
+        sorted((f for f in facts if id(f) in alike), key=lambda f: (alike[id(f)], f.order)),
+        key=lambda f: alike[id(f)],
+    ):
+        values = list(group)
+        label = shape.split(" ", 1)[0]
+        out.append(
+            f"\n- {len(values)} {label} alike in tool output: {_shown(values[0].value)}, ..."
+        )
+    facts = [f for f in facts if id(f) not in alike]
+    times = sorted(f.value for f in facts if f.kind == "timestamp")
+    if times:
+        first, last = times[0], times[-1]
+        for sep in ("T", " "):
+            if sep in first and first.split(sep, 1)[0] == last.split(sep, 1)[0]:
+                last = last.split(sep, 1)[1]
+                break
+        shown = first if len(times) == 1 else f"{first}-{last} ({len(times)})"
+        out.append(f"\n- times in tool output: {shown}")
+    for kind, name in _GROUP_NAMES.items():
+        ids = [f for f in facts if f.kind == kind]
+        if not ids:
+            continue
+        keys = Counter(
+            m.group(1)
+            for f in ids
+            if (m := _KEY_BEFORE.search(f.line[: max(0, f.line.find(f.value))]))
+        )
+        key, count = keys.most_common(1)[0] if keys else (ids[0].value, 0)
+        query = key if count * 2 > len(ids) else ids[0].value
+        out.append(f'\n- {len(ids)} {name} in tool output, recall("{query}") finds them')
+    return out

@@ -16,7 +16,10 @@ from offpath.compaction.facts.sections import (
     _LISTED,
     _QUOTED,
     _VALUES,
+    AGE_MARK,
+    INDEX_HEADING,
     PINNED_HEADING,
+    SAID_MARK,
     SINCE_HEADING,
     SWAP_HEADING,
 )
@@ -31,10 +34,12 @@ _RECALL_CALL = re.compile(r'recall\("[^"\n]{1,80}"(?:, offset=\d+)?\)')
 
 def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
     """``(text, role, message_id)`` for each block of a message worth reading for facts.
-    ``role``: ``agent`` (its text, the first line of each of its tool calls' arguments: its
-    conclusions and actions), ``user`` (a request), ``carried`` (an earlier summary: what
+    ``role``: ``agent`` (its text: its conclusions in its own words), ``action`` (each of its
+    tool calls with the first line of each argument), ``user`` (a request), ``carried`` (an earlier summary: what
     was concluded before; its pinned entries are read as the line they quote and the message
-    they name, so a fact pinned again keeps its source), ``data`` (tool output, the rest of a
+    they name, so a fact pinned again keeps its source; ``carried said``: a quoted line of
+    the agent's own words; either followed by `` <n>`` for a line pinned ``n`` compactions
+    before, :func:`_role_age`), ``data`` (tool output, the rest of a
     multi-line argument)."""
     from offpath.compaction.accounting import render_content
 
@@ -53,11 +58,28 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
             ),
             default=len(text),
         )
+        end = text.find(INDEX_HEADING)
+        if 0 <= end < cut:
+            cut = end  # no pinned entries after the index: it ends the part read back
         body, pinned = text[:cut], text[cut:]
         yield _CITATION.sub("", body), "carried", mid  # ids offpath cites are not facts
+        sections = (PINNED_HEADING, SINCE_HEADING, SWAP_HEADING)
+        within = True  # in a section of pinned entries (not the archive index, a quote after)
         for line in pinned.splitlines()[1:]:
+            if line.startswith("**"):
+                within = line.startswith(sections)
+                continue
+            if not within:
+                continue
             if quoted := _QUOTED.match(line.strip()):
-                yield quoted["line"], "carried", quoted["id"]
+                marks = quoted["tail"].split("; ")
+                role = "carried said" if SAID_MARK.lstrip("; ") in marks else "carried"
+                age = next((m[4:] for m in marks if AGE_MARK.lstrip("; ") in m), "0")
+                yield (
+                    quoted["line"],
+                    f"{role} {age}" if age.isdigit() and age != "0" else role,
+                    (quoted["id"]),
+                )
                 if args := _CALL_ARGS.findall(quoted["line"]):  # a quoted tool call: its
                     # arguments were facts by their use, whatever their shape (SDZQKO)
                     named = [a or b for a, b in args if _is_token(a or b)]
@@ -82,7 +104,7 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
         heads = {k: v.split("\n", 1)[0] if isinstance(v, str) else v for k, v in args.items()}
         yield (
             f"{call.get('name')}({json.dumps(heads, ensure_ascii=False, default=str)})",
-            "agent",
+            "action",
             mid,
         )
         for value in args.values():
@@ -90,9 +112,28 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
                 yield value.split("\n", 1)[1], "data", mid
 
 
+#: Between the values of two spans on a line of values: ``- ids: a, b; c, d`` (``a, b``
+#: pinned by an earlier compaction than ``c, d``); not inside a value quoted as code.
+_SPAN_SEPARATOR = re.compile(r"; (?=(?:[^`]*`[^`]*`)*[^`]*$)")
+
+
+def _split_spans(text: str) -> list[str]:
+    """The groups of values of a line :func:`pin` lists by value, oldest span first."""
+    return _SPAN_SEPARATOR.split(text)
+
+
+def _role_age(role: str) -> tuple[str, int]:
+    """A block's role (see :func:`_blocks`) and the age of a carried quoted line (``carried
+    said 3``: pinned 3 compactions before the summary that holds it; 0: none given)."""
+    base, _, age = role.rpartition(" ")
+    if base.startswith("carried") and age.isdigit():
+        return base, int(age)
+    return role, 0
+
+
 def _split_values(text: str) -> list[str]:
-    """The values of a line :func:`pin` lists by value: separated by ``, ``, one that holds
-    the separator quoted as code."""
+    """The values of one span's group of a line :func:`pin` lists by value: separated by
+    ``, ``, one that holds a separator quoted as code."""
     out: list[str] = []
     for m in re.finditer(r"`([^`]*)`|([^,`]+(?:,(?! )[^,`]*)*)", text):
         value = (m.group(1) if m.group(1) is not None else m.group(2) or "").strip()

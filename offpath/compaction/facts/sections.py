@@ -16,13 +16,22 @@ SINCE_HEADING = "**Since this summary was written**"
 #: The heading of the entries the check before the swap adds: identifiers that messages
 #: written while the summary was prepared name, which only the removed part held (issue 19).
 SWAP_HEADING = "**Named since this summary was written**"
+#: The heading of the archive index at a summary's end (:mod:`offpath.compaction.index`): the
+#: index is offpath's own table of contents, never read back as facts.
+INDEX_HEADING = "**Archive index**"
 #: Most chars of one pinned entry's quoted line.
 MAX_LINE_CHARS = 160
 #: Facts listed by value (after the quoted lines) need at least this score: stated by the
 #: agent, or recurring; a request id seen once in a log dump is left to ``recall``.
 LISTED_MIN_SCORE = 5
 #: An entry of an earlier summary's Pinned facts: a quoted line, or values by message.
-_QUOTED = re.compile(r"^- `(?P<line>.*)` \((?P<id>[^()\s;]+)(?:; [^()]*)?\)$")
+#: A quoted line of the agent's own words is marked ``(<id>; said)``: the next summary reads
+#: its facts back as stated by the agent.
+_QUOTED = re.compile(r"^- `(?P<line>.*)` \((?P<id>[^()\s;]+)(?P<tail>(?:; [^()]*)?)\)$")
+SAID_MARK = "; said"
+#: A quoted line carried from an earlier span is marked ``(<id>; age <n>)``: pinned ``n``
+#: compactions before this one (its values take turns with other spans').
+AGE_MARK = "; age "
 _LISTED = re.compile(r"^- also in (?P<id>\S+): (?P<values>.*)$")
 #: The compact line of carried facts that found no room with their message ids.
 _EARLIER_LINE = "\n- earlier, each found by `recall`: "
@@ -34,14 +43,16 @@ STATED_LABEL = " (stated)"
 #: so that a summary that carries them keeps them ranked as stated (a long run's tenth
 #: summary had dropped the names the agent stated for paths that a traceback printed).
 _VALUES = re.compile(
-    r"^- (?:ids|times|errors|settings|amounts|numbers|versions|paths|urls)"
+    r"^- (?:ids|names|lines|addresses|times|errors|settings|amounts|numbers|versions|paths|urls)"
     rf"(?P<stated>{re.escape(STATED_LABEL)})?: (?P<values>.+)$"
 )
 
 
 #: What makes two lines near duplicates: the same but for their numbers, times and long hex
 #: ids (an identifier with letters, ``fact-3``, ``pod-x7``, keeps them apart).
-_SIGNATURE = re.compile(r"(?<![\w-])\d[\d:.,/+TZ-]*(?![\w-])|(?<![\w-])[0-9a-f]{8,}(?![\w-])")
+_SIGNATURE = re.compile(
+    r"(?<![\w-])\d[\d:.,/+TZ-]*(?![\w-])|(?<![\w-])[0-9a-f]{8,}(?![\w-])", re.IGNORECASE
+)
 
 
 def _blob(line: str) -> bool:

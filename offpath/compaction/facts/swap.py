@@ -12,6 +12,7 @@ from langchain_core.messages import BaseMessage
 from offpath.compaction.facts.patterns import find, normal
 from offpath.compaction.facts.reading import _arguments, _blocks
 from offpath.compaction.facts.sections import SWAP_HEADING, _around
+from offpath.compaction.standing import is_standing, standing_blocks
 from offpath.compaction.summary import cite, looks_like_instruction
 
 #: A token someone may name: an id, a code, a name with digits or separators.
@@ -59,10 +60,13 @@ def swap_check(
                 refs.setdefault(normal(value), value)
     if not refs:
         return "", 0
-    entries: list[str] = []
-    missing = 0
+    blocks = standing_blocks([*removed, *kept, *later])
     header = f"{SWAP_HEADING} (named by messages that came after it; `recall` reads them):"
     room = max_chars - len(header) - 2
+    # one entry per line quoted: the identifiers found on the same line share it
+    quoted: dict[tuple[str, int], list[str]] = {}  # (message id, line start) -> clips
+    entries: dict[str, str] = {}  # clip -> entry
+    missing = 0
     found: set[str] = set()
     for m in removed:
         for text, _, mid in _blocks(m):
@@ -76,17 +80,22 @@ def swap_check(
                 start = text.rfind("\n", 0, at) + 1
                 end = text.find("\n", at)
                 line = text[start : end if end >= 0 else len(text)]
-                if looks_like_instruction(line):
+                if looks_like_instruction(line) or is_standing(line, blocks):
                     continue
                 found.add(key)
-                entry = (
-                    f"\n- `{_around(line, at - start, value).replace('`', chr(39))}` ({cite(mid)})"
-                )
+                clips = quoted.setdefault((str(mid), start), [])
+                if any(value.casefold() in c.casefold() for c in clips):
+                    continue  # quoted already with another identifier of its line
+                clip = _around(line, at - start, value).replace("`", chr(39))
+                entry = f"\n- `{clip}` ({cite(mid)})"
+                if clip in entries:
+                    continue
                 if len(entry) > room:
                     missing += 1
                     continue
-                entries.append(entry)
+                clips.append(clip)
+                entries[clip] = entry
                 room -= len(entry)
     if not entries:
         return "", missing
-    return header + "".join(entries), missing
+    return header + "".join(entries.values()), missing

@@ -9,14 +9,19 @@ LLM or not, may lose that; so it is read from the messages themselves, determini
 * the **task**: the session's first request (or the one an earlier summary recorded);
 * the **latest request** when it differs. A follow-up such as "continue" or "proceed" is no
   request of its own: it continues the one before it;
-* what is **done**: a request the agent answered (a text reply with no tool call) before the
-  next one came; the steps of the agent's plan it reported done;
+* what is **done**: a request the agent answered (a text reply with no tool call, not an
+  interim report) before the next one came; the steps of the agent's plan it reported done;
 * what is **open**, open first: a tool call still waiting for its result, a tool call that
   failed (``status="error"``: never recorded as done), the latest request while it is being
   worked on, the plan's steps not done (the one under way named);
 * what is **next**: the agent's last stated next step;
 * the **instructions in force**: a request that revises an earlier one ("actually, use prod
-  instead") supersedes it.
+  instead") supersedes it;
+* the **decisions**: what a user's message fixes (an approved wording, a chosen option, "do
+  not touch X"), word for word, carried for the session's life under
+  :data:`DECISIONS_HEADING`;
+* the **standing instructions**: a block sent with every user message
+  (:mod:`offpath.compaction.standing`), named once and never taken for a request.
 
 :func:`read_frontier` builds a :class:`Frontier` from the removed and kept messages and the
 frontier the last summary carried (its metadata); :func:`into_summary` writes it into the
@@ -30,6 +35,7 @@ The parts: :mod:`.reading` (the frontier read from the messages) and :mod:`.form
 """
 
 from offpath.compaction.frontier.form import (
+    DECISIONS_HEADING,
     DONE_HEADING,
     MAX_ITEM_CHARS,
     ORIGINAL_HEADING,
@@ -39,6 +45,7 @@ from offpath.compaction.frontier.form import (
 from offpath.compaction.frontier.reading import FOLLOW_UP, REVISION, is_follow_up, read_frontier
 
 __all__ = [
+    "DECISIONS_HEADING",
     "DONE_HEADING",
     "FOLLOW_UP",
     "MAX_ITEM_CHARS",

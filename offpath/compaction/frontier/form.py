@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from offpath.compaction.standing import read_standing, standing_line
 from offpath.compaction.summary import HEADINGS, cite
 
 MAX_ITEM_CHARS = 160
@@ -33,6 +34,11 @@ class Frontier:
     next: str | None = None
     instructions: tuple[str, ...] = ()
     earlier: tuple[str, ...] = field(default=(), compare=False)  # done items carried
+    #: the standing instructions sent with every user message (whole, or the quoted start an
+    #: earlier summary named): shown once, never as a request (:mod:`offpath.compaction.standing`)
+    standing: tuple[str, ...] = ()
+    #: the values the user fixed, word for word (:data:`DECISIONS_HEADING`), oldest first
+    decisions: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +51,8 @@ class Frontier:
             "open": list(self.open),
             "next": self.next,
             "instructions": list(self.instructions),
+            "standing": list(self.standing),
+            "decisions": list(self.decisions),
         }
 
     @classmethod
@@ -55,7 +63,17 @@ class Frontier:
         current = original = None
         status = None
         lists: dict[str, tuple[str, ...]] = {}
+        decisions: list[str] = []
+        in_decisions = False
         for line in text.splitlines():
+            if line.startswith(DECISIONS_HEADING):
+                in_decisions = True
+                continue
+            if in_decisions:
+                if line.startswith(DECISION_MARK):
+                    decisions.append(line[len(DECISION_MARK) :].strip())
+                    continue
+                in_decisions = False
             if line.startswith(HEADINGS[0]) and current is None:
                 current = line[len(HEADINGS[0]) :].strip() or None
             elif line.startswith(ORIGINAL_HEADING) and original is None:
@@ -91,6 +109,8 @@ class Frontier:
             open=lists.get("Open", ()),
             next=lists.get("Next", (None,))[0],
             instructions=lists.get("Instructions in force", ()),
+            standing=read_standing(text),
+            decisions=tuple(d for d in decisions if d),
         )
 
     @classmethod
@@ -121,6 +141,8 @@ class Frontier:
             open=texts("open"),
             next=text("next"),
             instructions=texts("instructions"),
+            standing=texts("standing"),
+            decisions=texts("decisions"),
         )
 
 
@@ -133,6 +155,15 @@ def _item(text: str, limit: int = MAX_ITEM_CHARS) -> str:
 ORIGINAL_HEADING = "**Original request**"
 #: The line that lists what is done (after Current state's items).
 DONE_HEADING = "**Done:**"
+#: The heading of the values the user fixed (an approved wording, a chosen option, "do not
+#: touch X"), each quoted word for word on a line of its own, after the Investigating lines.
+DECISIONS_HEADING = "**Decisions** (fixed by the user, word for word):"
+#: How a decision's line opens (its text follows, word for word on one line).
+DECISION_MARK = "- "
+#: Most decisions a summary lists (the newest), and most chars of one (a longer one is
+#: clipped at a word, its message named for ``recall``).
+MAX_DECISIONS = 12
+MAX_DECISION_CHARS = 400
 
 
 #: A request an earlier summary clipped: its start and the id ``recall`` reads it whole by.
@@ -190,6 +221,16 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
         else:
             lines[inv] = f"{HEADINGS[0]} {verbatim(frontier.task, frontier.task_id, latest_quote)}"
     left = room - sum(len(x) for x in lines[inv].splitlines())
+    if frontier.decisions:  # word for word, outside the frontier's share: budget.ORDER
+        lines[inv] += "\n" + "\n".join(
+            [
+                DECISIONS_HEADING,
+                *(
+                    DECISION_MARK + _item(d, MAX_DECISION_CHARS)
+                    for d in frontier.decisions[-MAX_DECISIONS:]
+                ),
+            ]
+        )
 
     def fitting(items: Sequence[str]) -> list[str]:
         nonlocal left
@@ -203,6 +244,8 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
         return out
 
     extra: list[str] = []
+    if standing := standing_line(frontier.standing):
+        extra.append(standing)
     for label, items in (
         ("Open", frontier.open),
         ("Next", (frontier.next,) if frontier.next else ()),

@@ -14,6 +14,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from offpath.compaction.accounting import content_text
 from offpath.compaction.frontier.form import Frontier, _item
+from offpath.compaction.standing import standing_blocks, without_standing
 from offpath.compaction.summary import is_summary, looks_like_instruction
 
 #: A human message that only says to go on: it continues the request before it.
@@ -59,17 +60,22 @@ def read_frontier(
     """Where the session stands at this compaction, from the messages it removes and keeps
     (in thread order) and the frontier the last summary carried (``earlier``)."""
     messages = [m for m in (*removed, *kept) if not is_summary(m)]
+    # the standing instructions every user message carries: never a request
+    standing = standing_blocks(messages, earlier.standing if earlier else ())
     # requests, follow-ups folded into the one before them
     requests: list[tuple[int, str, str]] = []  # (index, text, message id)
+    decisions: list[str] = list(earlier.decisions) if earlier else []
     for i, m in enumerate(messages):
         if m.type != "human":
             continue
-        text = content_text(m.content).strip()
+        text = without_standing(content_text(m.content), standing)
         if not text or is_follow_up(text) or looks_like_instruction(text):
             continue
         if requests and requests[-1][1] == text:  # a kept request's copy
             continue
         requests.append((i, text, str(m.id)))
+        if (fixed := decision_of(text)) and " ".join(fixed.split()) not in decisions:
+            decisions.append(" ".join(fixed.split()))
     task = earlier.task if earlier and earlier.task else None
     task_id = earlier.task_id if earlier and earlier.task else None
     if task is None and requests:
@@ -81,7 +87,7 @@ def read_frontier(
     # each request: done when the agent answered it before the next one came
     for k, (i, text, _) in enumerate(requests):
         end = requests[k + 1][0] if k + 1 < len(requests) else len(messages)
-        answered = any(_is_answer(m) for m in messages[i + 1 : end])
+        answered = any(_is_final_answer(m) for m in messages[i + 1 : end])
         last = k + 1 == len(requests)
         if REVISION.search(text):
             instructions.append(text)
@@ -126,11 +132,62 @@ def read_frontier(
         open=tuple(dict.fromkeys(open_)),
         next=next_step,
         instructions=tuple(dict.fromkeys(instructions))[-3:],
+        standing=standing or (earlier.standing if earlier else ()),
+        decisions=tuple(decisions),
     )
 
 
 def _is_answer(m: BaseMessage) -> bool:
     return isinstance(m, AIMessage) and not m.tool_calls and bool(content_text(m.content).strip())
+
+
+#: An agent's text that reports progress rather than an end: a question back, "so far".
+_INTERIM = re.compile(
+    r"\?\s*$|\b(?:so far|interim|not yet|still (?:working|checking|looking|investigating)|"
+    r"(?:shall|should) I (?:continue|go on|proceed|carry on)|I will carry on|to be continued)\b",
+    re.IGNORECASE,
+)
+
+
+def _is_final_answer(m: BaseMessage) -> bool:
+    """``m`` answers a request and shows it done: a text reply with no tool call that is not
+    an interim report (a question back, "so far", "shall I continue?")."""
+    return _is_answer(m) and not _INTERIM.search(content_text(m.content).strip())
+
+
+#: A user's message that fixes a value: an approval, a wording or name given to use as it is,
+#: a "do not touch X" (:data:`DECISION` adds the weaker forms).
+DECISION_STRONG = re.compile(
+    r"\b(?:approved?|I approve|(?:do not|don'?t|never) (?:touch|change|modify|edit|rename|delete|"
+    r"remove|upgrade|restart|deploy|merge|push)|exact(?:ly)? (?:this|these|as written|the "
+    r"(?:title|wording|text|name))|use exactly|word for word|verbatim|keep (?:it|the \w+) as is|"
+    r"(?:title|wording|subject line|commit message|branch name) (?:should|must|will) be)\b",
+    re.IGNORECASE,
+)
+#: ... and a chosen option, a "use X, not Y", a name given.
+DECISION = re.compile(
+    DECISION_STRONG.pattern
+    + r"|\b(?:go(?:ing)? with|stick (?:with|to)|let'?s go with|we(?:'ll| will) go with|"
+    r"I(?:'ll| will)? (?:choose|pick|prefer)|use [^.,;\n]{1,60}?,? (?:not|instead of|rather "
+    r"than)|call it|name it|option [A-Z0-9])\b",
+    re.IGNORECASE,
+)
+#: Most chars of a message kept whole as a decision; in a longer one (a task brief, a pasted
+#: file), the sentences that fix a value in the strong forms (:data:`DECISION_STRONG`).
+DECISION_MESSAGE_CHARS = 400
+
+
+def decision_of(text: str) -> str | None:
+    """The part of a user's request ``text`` that fixes a value, word for word: the whole
+    text up to :data:`DECISION_MESSAGE_CHARS` when :data:`DECISION` matches it, else its
+    sentences (or lines) that :data:`DECISION_STRONG` matches; None when it fixes none."""
+    if not DECISION.search(text) or looks_like_instruction(text):
+        return None
+    if len(text) <= DECISION_MESSAGE_CHARS:
+        return text
+    parts = [p for p in re.split(r"(?<=[.!?])\s+|\n", text) if p.strip()]
+    fixed = [p.strip() for p in parts if DECISION_STRONG.search(p)]
+    return " ".join(fixed) or None
 
 
 def _calls(messages: Sequence[BaseMessage]) -> list[str]:

@@ -12,6 +12,8 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, ToolMessage
 
 from offpath.compaction.accounting import message_chars
+from offpath.compaction.budget import fit_summary
+from offpath.compaction.index import archive_index, index_room
 from offpath.compaction.patch.prepared import Prepared
 from offpath.compaction.shorten import caps_for, shorten
 from offpath.compaction.summary import build_summary_message
@@ -39,19 +41,27 @@ def _assemble(
     target: int | None,
     sizes: Mapping[Any, int],
     copy: bool = True,
+    cap: int = 0,
 ) -> _Attempt:
     """The patch that removes ``gone`` (the summary in the first one's place, a kept request's
     copy in the second's) and shortens the plan's kept results, then more of them while the
     thread would be over ``target``; and the thread's size after it. ``copy`` False: the
-    plan's request copy is left out (its turn went whole)."""
+    plan's request copy is left out (its turn went whole).
+
+    The summary gets ``since`` (the sections added at the apply) and the archive's index
+    (:func:`~offpath.compaction.index.archive_index`, over every message it replaces) before
+    its last line, the recall note; then the whole message is fitted to ``cap`` chars (0: no
+    bound) by :func:`~offpath.compaction.budget.fit_summary`."""
     removed_chars = sum(sizes[i] for i in gone)
     text = prepared.summary_text.rstrip()
-    if since:  # before the summary's last line, the recall note, when it has one
+    index = archive_index([by_id[i] for i in gone], index_room(cap))
+    added = "\n\n".join(x for x in (since, index) if x)
+    if added:  # before the summary's last line, the recall note, when it has one
         body, sep, last = text.rpartition("\n\n")
         if sep and last.startswith("_") and last.endswith("_"):
-            text = f"{body}\n\n{since}\n\n{last}"
+            text = f"{body}\n\n{added}\n\n{last}"
         else:
-            text = f"{text}\n\n{since}"
+            text = f"{text}\n\n{added}"
     summary = build_summary_message(
         message_id=gone[0],
         summary_text=text,
@@ -62,6 +72,9 @@ def _assemble(
         request=prepared.request,
         extra={**prepared.meta, "job_id": prepared.job_id, "model": prepared.model},
     )
+    content = fit_summary(str(summary.content), cap)
+    if content != summary.content:
+        summary = summary.model_copy(update={"content": content})
     patch: list[BaseMessage] = [summary]
     added = message_chars(summary)
     copy_of = prepared.request_copy if copy else None

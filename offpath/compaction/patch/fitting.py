@@ -1,6 +1,6 @@
 """Fitting a prepared compaction to the thread as it is now (:func:`fit`: the checks, going
-deeper and shortening to land under the target, the check at the swap), and recognising
-one that has landed (:func:`landed`). Pure.
+deeper and shortening to land under the target, the check at the swap; :func:`fit_now`, the
+one way every apply calls it), and recognising one that has landed (:func:`landed`). Pure.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import content_text, message_chars
+from offpath.compaction.budget import least_chars
 from offpath.compaction.digest import digest
 from offpath.compaction.facts import SINCE_HEADING, pin, swap_check
 from offpath.compaction.pairing import is_request, new_broken_turns
@@ -92,13 +93,16 @@ def fit(
         target = max(min(target, aim), least_aim(settings, fixed, copied))
         # the attempts below count the thread alone
         bound, target = bound - outside, target - outside
+    # the whole summary message's budget (DESIGN.md invariant 20): the thread's, or the one
+    # its plan was made with
+    cap = summary_budget_chars(settings, fixed) if settings is not None else prepared.summary_budget
     since = ""
     extra: list[str] = []
 
     copy = True  # a long request kept as a copy after the summary (the plan's request_copy)
 
     def assemble(gone: list[str], since: str, target: int | None) -> _Attempt:
-        return _assemble(prepared, messages, by_id, gone, since, recall, target, sizes, copy)
+        return _assemble(prepared, messages, by_id, gone, since, recall, target, sizes, copy, cap)
 
     def lonely_requests(last: int, grown: Sequence[int]) -> tuple[int, ...]:
         """``grown`` with the requests whose finished turns it takes whole: a request the plan
@@ -212,10 +216,12 @@ def fit(
         gone_set = set(gone)
         later_ids = {m.id for m in later}
         kept = [m for m in messages if m.id not in gone_set and m.id not in later_ids]
-        room = max(400, summary_budget_chars(settings, fixed) // 4) if settings else 1_000
-        if bound is not None and settings is not None:
-            free = bound - attempt.after - 2  # the section's blank line
-            room = max(room, min(summary_budget_chars(settings, fixed), free))
+        # the section takes what the summary's other parts give up for it (all but the
+        # agent's place, its decisions, the quoted request and an index line: budget.ORDER)
+        content = str(attempt.summary.content)
+        room = cap - least_chars(content) - 2 if cap else 1_000
+        if bound is not None:
+            room = min(room, bound - attempt.after + len(content) - least_chars(content) - 2)
         removed_part = [by_id[i] for i in gone if i not in later_ids]
         section, unpinned = swap_check(later, removed_part, kept, prepared.summary_text, room)
         problem = None
@@ -227,7 +233,11 @@ def fit(
         elif section:
             with_section = f"{since}\n\n{section}".strip()
             fitted = assemble(gone, with_section, target)
-            if bound is None or fitted.after <= bound:
+            if not _holds(str(fitted.summary.content), section):
+                problem = (
+                    "the identifiers named since the summary was written do not fit its budget"
+                )
+            elif bound is None or fitted.after <= bound:
                 checked = section.count("\n- ")
                 since, attempt = with_section, fitted
                 break
@@ -275,6 +285,32 @@ def fit(
     )
 
 
+def fit_now(
+    prepared: Prepared,
+    messages: Sequence[BaseMessage],
+    settings: Settings,
+    *,
+    force: bool = False,
+    outside_chars: int = 0,
+    recall: bool = True,
+) -> Fitted | Stale:
+    """``prepared`` fitted to the thread's ``messages`` as it is now, the one way a compaction
+    is fitted before it is applied (by the worker, the post-turn hook, the middleware, and
+    :func:`offpath.compaction.pipeline.compact`): it lands the thread under its prepare floor
+    (:func:`~compaction.planner.landing_chars` of ``settings``), or with no bound when an
+    operator asked for it (``force``: "compact now"). ``outside_chars``: what each model call
+    sends besides the thread (a system prompt given to ``create_agent``, which the job
+    carries); ``recall``: shortened results name the ``recall`` tool. See :func:`fit`."""
+    return fit(
+        prepared,
+        messages,
+        target=None if force else landing_chars(settings),
+        recall=recall,
+        settings=settings,
+        outside_chars=outside_chars,
+    )
+
+
 def landed(messages: Sequence[BaseMessage], job_id: str, record: Mapping[str, Any] | None) -> bool:
     """The summary that ``record`` (a job's own record, from :func:`fit`) describes is in the
     thread ``messages``: offpath recognises its own compactions by it, never by a message's
@@ -289,6 +325,13 @@ def landed(messages: Sequence[BaseMessage], job_id: str, record: Mapping[str, An
                 and fingerprint(m) == record.get("summary_sha")
             )
     return False
+
+
+def _holds(content: str, section: str) -> bool:
+    """Every entry of the swap check's ``section`` is a line of the summary's ``content``."""
+    lines = {" ".join(x.split()) for x in content.split("\n")}
+    entries = [" ".join(x.split()) for x in section.split("\n")[1:] if x.startswith("- ")]
+    return all(e in lines for e in entries)
 
 
 def _requests_of(moved: Sequence[BaseMessage], room: int) -> str:

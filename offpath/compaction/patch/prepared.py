@@ -53,6 +53,8 @@ class Prepared:
     #: what the summary message carries in its metadata beside offpath's own keys (the
     #: frontier: issue 19)
     meta: Mapping[str, Any] = field(default_factory=dict)
+    #: most chars of the whole summary message, from the plan (0: no bound)
+    summary_budget: int = 0
 
     @classmethod
     def from_plan(
@@ -84,6 +86,7 @@ class Prepared:
             request_copy=plan.request_copy,
             shorten=dict(plan.shorten),
             meta=dict(meta or {}),
+            summary_budget=plan.summary_budget,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -104,6 +107,7 @@ class Prepared:
             "request_copy": self.request_copy,
             "shorten": dict(self.shorten),
             "meta": dict(self.meta),
+            "summary_budget": self.summary_budget,
         }
 
     @classmethod
@@ -126,6 +130,7 @@ class Prepared:
             request_copy=data.get("request_copy"),
             shorten={str(k): int(v) for k, v in (data.get("shorten") or {}).items()},
             meta=dict(data.get("meta") or {}),
+            summary_budget=int(data.get("summary_budget") or 0),
         )
 
 

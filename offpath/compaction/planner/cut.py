@@ -180,7 +180,7 @@ def plan_compaction(
     for choice in (turn if worth(turn) and turn.after <= threshold else None, group, turn):
         if worth(choice):
             assert choice is not None
-            return scan.build(choice, total, threshold)
+            return scan.build(choice, total, threshold, budget)
     shallow = group or turn
     window = scan.total - scan.chars_before[w]  # what the walk back kept: over its budget?
     # the keep window's edge falls inside a finished turn, and no cut that keeps turns whole
@@ -211,7 +211,7 @@ def plan_compaction(
             for c in cuts:
                 if worth(deep := at(c)):
                     assert deep is not None
-                    return scan.build(deep, total, threshold)
+                    return scan.build(deep, total, threshold, budget)
     if shallow is None:
         return Skip(
             SkipReason.NO_CUT_POINT, "no cut leaves tool-call pairs whole", total, total + min_gain
@@ -223,7 +223,8 @@ def plan_compaction(
     if best.count < MIN_MESSAGES_REMOVED and best.chars < keep:
         return Skip(
             SkipReason.TOO_FEW_MESSAGES,
-            f"the best cut removes {best.count} messages (< {MIN_MESSAGES_REMOVED})",
+            f"the best cut removes {best.count} message{'' if best.count == 1 else 's'} "
+            f"(< {MIN_MESSAGES_REMOVED})",
             total,
             total + min(min_gain, step or min_gain),
         )

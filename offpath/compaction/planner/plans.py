@@ -70,6 +70,9 @@ class CompactionPlan:
     #: chars the summary text and its pinned facts may use (the summary budget less the
     #: summary's prefix line, its recall line and a quoted request)
     summary_chars: int = 0
+    #: most chars of the whole summary message (the thread's budget,
+    #: :func:`~offpath.compaction.planner.thread_budget`; 0: no bound)
+    summary_budget: int = 0
 
     @property
     def fits(self) -> bool:

@@ -16,6 +16,7 @@ from offpath.compaction.pairing import CallPairer, call_ids
 from offpath.compaction.planner.budgets import estimate_summary_chars
 from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.shorten import MIN_SAVING_CHARS, caps_for, saving
+from offpath.compaction.standing import read_standing, standing_blocks, without_standing
 from offpath.compaction.summary import is_summary, summary_request
 
 
@@ -214,11 +215,16 @@ class _Scan:
                 return content_text(self.messages[i].content), i
         for i in reversed(self.summaries):
             if i < cut and (request := summary_request(self.messages[i])):
-                return request, None
+                # a block sent with every user message is no part of the request
+                summary = content_text(self.messages[i].content)
+                blocks = standing_blocks(self.messages, read_standing(summary))
+                return without_standing(request, blocks) or request, None
         return None, None
 
-    def build(self, c: _Candidate, total: int, threshold: int) -> CompactionPlan:
-        """The plan for candidate ``c``."""
+    def build(
+        self, c: _Candidate, total: int, threshold: int, summary_budget: int = 0
+    ) -> CompactionPlan:
+        """The plan for candidate ``c``; ``summary_budget``: the whole summary's (chars)."""
         messages = self.messages
         removed_set = set(c.removed)
         removed = [messages[i] for i in c.removed]
@@ -243,4 +249,5 @@ class _Scan:
             request_copy=str(self.ids[c.request_copy]) if c.request_copy is not None else None,
             shorten=c.shorten,
             summary_chars=c.summary_chars,
+            summary_budget=summary_budget,
         )

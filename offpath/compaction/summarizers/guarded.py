@@ -10,15 +10,20 @@ Whatever wrote the summary (an LLM, the offline extractor):
   facts** section (:func:`offpath.compaction.facts.pin`); on a small budget they come
   before the summarizer's prose, which is clipped to make room for them (up to half the
   budget; issue 19: at a 4,000-char threshold an LLM's 400 chars of prose left them none);
-* a last line tells the model that the originals can be searched with the ``recall`` tool.
+* a last line tells the model that the originals can be searched with the ``recall`` tool;
+* the archive's index, which the summary gets when it is applied
+  (:func:`offpath.compaction.index.archive_index`), takes its room from the plan's budget
+  first: the inner summarizer and the pins are given what it leaves.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from offpath.compaction.facts import pin
 from offpath.compaction.frontier import Frontier, into_summary, read_frontier
+from offpath.compaction.index import archive_index, index_room
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult
@@ -27,6 +32,9 @@ from offpath.compaction.summary import RECALL_NOTE, fit_text, summary_body
 __all__ = ["RECALL_NOTE", "GuardedSummarizer"]
 
 log = logging.getLogger("offpath.summarizer")
+
+#: The least chars the text and pins keep when the archive's index takes its room.
+MIN_TEXT_CHARS = 300
 
 
 class GuardedSummarizer:
@@ -43,6 +51,13 @@ class GuardedSummarizer:
     def summarize(self, plan: CompactionPlan, prompt: SummaryPrompt) -> SummaryResult:
         """The inner summary with the agent's place written in and the facts it missed pinned
         (see the module doc)."""
+        # the archive's index the summary ends with (added when it is applied) takes its room
+        # from the start: the text and the pins fit beside it (DESIGN.md invariant 20)
+        index = archive_index(plan.removed, index_room(plan.summary_budget))
+        if plan.summary_chars and index:
+            plan = dataclasses.replace(
+                plan, summary_chars=max(MIN_TEXT_CHARS, plan.summary_chars - len(index) - 2)
+            )
         result = self.inner.summarize(plan, prompt)
         earlier = next(
             (

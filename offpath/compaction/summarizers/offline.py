@@ -31,8 +31,10 @@ from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from offpath.compaction.frontier import is_follow_up
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt, render_content, tool_label
+from offpath.compaction.standing import standing_blocks, without_standing
 from offpath.compaction.summarizers.base import SummaryResult
 from offpath.compaction.summary import (
     fit_text,
@@ -168,10 +170,13 @@ def _parse_earlier(summaries: list[BaseMessage]) -> _Earlier:
 
 
 def _last_request(messages: list[BaseMessage]) -> str:
+    """The last substantive request among ``messages``: its first paragraph, the standing
+    instructions left out, a follow-up ("continue") passed over."""
+    standing = standing_blocks(messages)
     for m in reversed(messages):
         if m.type == "human":
-            text = render_content(m.content).strip()
-            if text:
+            text = without_standing(render_content(m.content), standing)
+            if text and not is_follow_up(text):
                 return text.split("\n\n")[0]
     return ""
 

@@ -85,7 +85,7 @@ class CompactionJob(SQLModel, table=True):
     (never an exception's text: it is shown by ``/stats`` and the UI; the log has the
     detail, issue 20, item 9). ``published`` is false while the broker
     has not taken the job (the reconciler publishes it). ``options`` say how it may
-    apply its compaction (:class:`~offpath.coordination.compactions.JobOptions`).
+    apply its compaction (:class:`~offpath.coordination.job_values.JobOptions`).
     ``result`` holds ``prepared`` (the summary and its plan, kept until applied:
     :class:`~offpath.compaction.patch.Prepared`), ``usage`` (what the summarizer
     cost) and ``record``, offpath's own record of the summary about to be patched in

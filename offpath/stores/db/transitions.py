@@ -1,7 +1,8 @@
 """The job's state machine on its ``compaction_jobs`` row: queued (:func:`create_job`,
 :func:`set_published`), running (:func:`start_job`), ended (:func:`set_job`,
 :func:`end_others`), prepared (:func:`store_result`), applied with its usage event
-(:func:`finalize`) and reverted (:func:`mark_reverted`). Each status change is counted
+(:func:`finalize`) and reverted (:func:`mark_reverted`); a prepared job forced by an
+operator (:func:`mark_forced`). Each status change is counted
 in :mod:`offpath.metrics`.
 """
 
@@ -344,4 +345,23 @@ def mark_reverted(engine: Engine, job_id: str, reason: str) -> bool:
         ).rowcount
     if changed:
         metrics.job_reached(JobStatus.REVERTED, REVERTED_CODE)
+    return bool(changed)
+
+
+def mark_forced(engine: Engine, job_id: str) -> bool:
+    """Mark the prepared job ``job_id`` as asked for by an operator (its options' ``force``);
+    False (nothing changed) if it is no longer prepared."""
+    with engine.begin() as conn:
+        options = conn.execute(
+            sa.select(JOBS.c.options).where(
+                JOBS.c.job_id == job_id, JOBS.c.status == JobStatus.PREPARED.value
+            )
+        ).first()
+        if options is None:
+            return False
+        changed = conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id, JOBS.c.status == JobStatus.PREPARED.value)
+            .values(options={**(options[0] or {}), "force": True})
+        ).rowcount
     return bool(changed)

@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from offpath.stores.db import EVENTS, FINAL_VALUES, JOBS, MASKINGS
+from offpath.stores.db import EVENTS, FINAL_VALUES, JOBS, MASKINGS, JobStatus
 
 
 def open_job_counts(engine: Engine, *, published_only: bool = False) -> dict[str, int]:
@@ -40,18 +40,25 @@ def saved_chars_expr() -> Any:
 def recorded_totals(engine: Engine) -> dict[str, int]:
     """What every process recorded, all time, for the API's ``/metrics`` (counters):
     ``compactions`` (usage events of compactions, reverted ones too: they happened),
-    ``chars_saved`` (their real reduction) and ``fallback_maskings``."""
+    ``chars_saved`` (their real reduction), ``compactions_reverted`` and ``chars_restored``
+    (the same two of the reverted ones: ``/stats`` counts ``compactions - compactions_reverted``
+    and ``chars_saved - chars_restored``; a counter never goes down) and ``fallback_maskings``."""
     summ = EVENTS.c.metadata["summarization"].as_boolean()
+    counted = sa.select(
+        sa.func.count(EVENTS.c.id), sa.func.coalesce(sa.func.sum(saved_chars_expr()), 0)
+    ).where(summ.is_(True))
+    reverted = counted.join_from(EVENTS, JOBS, JOBS.c.job_id == EVENTS.c.job_id).where(
+        JOBS.c.status == JobStatus.REVERTED
+    )
     with engine.connect() as conn:
-        compactions, saved = conn.execute(
-            sa.select(
-                sa.func.count(EVENTS.c.id), sa.func.coalesce(sa.func.sum(saved_chars_expr()), 0)
-            ).where(summ.is_(True))
-        ).one()
+        compactions, saved = conn.execute(counted).one()
+        undone, restored = conn.execute(reverted).one()
         maskings = conn.execute(sa.select(sa.func.count(MASKINGS.c.id))).scalar()
     return {
         "compactions": int(compactions),
         "chars_saved": int(saved),
+        "compactions_reverted": int(undone),
+        "chars_restored": int(restored),
         "fallback_maskings": int(maskings or 0),
     }
 

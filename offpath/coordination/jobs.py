@@ -1,0 +1,384 @@
+"""The life of a compaction job, and its one owner: :class:`Jobs` (DESIGN.md invariant 21).
+
+A job is queued, started by one delivery (the running lease), prepared (planned and
+summarized), applied or ended (skipped, failed, expired), and maybe reverted. :class:`Jobs`
+alone writes a job's state: its row's :class:`~offpath.stores.db.JobStatus` and the thread's
+claim (:mod:`offpath.stores.leases`), a projection of that status (:meth:`Jobs.claim_after`)
+written in the same call. A prepared compaction is applied in one way (:meth:`Jobs.apply`):
+landed already? fitted (:func:`~offpath.compaction.patch.fit_now`), refused if stale or if
+it would orphan a tool call, then written by a :class:`Writer`: the checkpoint under the
+thread's lock (the worker, the post-turn hook) or a state update of the run (the middleware;
+:mod:`offpath.coordination.writers`).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from langchain_core.messages import BaseMessage
+from langgraph.graph.message import add_messages
+from sqlalchemy.engine import Engine
+
+from offpath.compaction.pairing import new_unpaired
+from offpath.compaction.patch import Prepared, Stale, fit_now, landed
+from offpath.compaction.settings import Settings
+from offpath.coordination.job_values import (
+    OWN_THREAD,
+    Applying,
+    HookResult,
+    JobEnded,
+    JobOptions,
+    Landed,
+    Started,
+    held,
+)
+from offpath.coordination.logs import tag
+from offpath.coordination.outages import BROKER, LEASE_STORE, OUTAGES, USAGE_DB, is_outage, where
+from offpath.stores import archive, db
+from offpath.stores.db import JobStatus
+from offpath.stores.leases import Claim, Held, LeaseKeeper, Leases, Start, State, failure_backoff_s
+
+log = logging.getLogger("offpath.jobs")
+
+#: The claim a caller of :class:`Jobs` holds on the thread: its delivery's running lease, or
+#: ``p:<job>`` (:attr:`State.PREPARED`); None: none (the claim is left as it is).
+Holding = Held | State | None
+
+
+class Writer(Protocol):
+    """Writes a fitted compaction: archives its record and the originals it removes (before
+    the patch is in the thread, DESIGN.md invariant 12), then writes the patch. Raises
+    :class:`JobEnded` for a job that must end (the caller ends it)."""
+
+    def write(self, jobs: Jobs, applying: Applying) -> Any: ...
+
+
+class Jobs:
+    """The one writer of every job's state: its row and its thread's claim, together.
+
+    ``publish(session_id, job_id, options)`` sends a job to the broker (raises on failure).
+    The running leases this process takes are renewed by one :class:`LeaseKeeper`, made on
+    first use and stopped by :meth:`stop`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        leases: Leases,
+        publish: Callable[[str, str, dict[str, Any] | None], None],
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.leases = leases
+        self.publish = publish
+        self._keeper: LeaseKeeper | None = None
+
+    @property
+    def keeper(self) -> LeaseKeeper:
+        if self._keeper is None:
+            self._keeper = LeaseKeeper(self.leases, self.settings.job_time_limit_s)
+        return self._keeper
+
+    def stop(self) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
+
+    # -- the claim, a projection of the status ------------------------------------------
+
+    def claim_after(
+        self, session_id: str, job_id: str, status: JobStatus, chars: int = 0, worth_at: int = 0,
+        *, running: bool = False,
+    ) -> Claim | None:  # fmt: skip
+        """The claim a job in ``status`` leaves on its thread: ``d`` (applied), ``p``
+        (prepared), ``s`` (skipped by its planner, or reverted, at ``chars``), ``b`` (failed
+        while it ran: the failure backoff), else free (None)."""
+        if status is JobStatus.APPLIED:
+            return Leases.after(job_id, State.DONE)
+        if status is JobStatus.PREPARED:
+            return Leases.after(job_id, State.PREPARED)
+        if status in (JobStatus.SKIPPED, JobStatus.REVERTED) and chars:
+            return Leases.after(job_id, State.SKIPPED, chars=chars, worth_at=worth_at)
+        if status is JobStatus.FAILED and running:
+            s = self.settings
+            failures, _ = db.failures_in_a_row(self.engine, session_id)
+            backoff = failure_backoff_s(failures, s.failure_backoff_s, s.failure_backoff_max_s)
+            return Leases.after(job_id, State.BACKOFF, backoff_s=backoff)
+        return None
+
+    def _hand_on(
+        self, session_id: str, job_id: str, status: JobStatus, holding: Holding,
+        chars: int = 0, worth_at: int = 0,
+    ) -> None:  # fmt: skip
+        """Hand the thread on from the claim the caller holds (``holding``: this delivery's
+        running lease, or ``p:<job>``; None: left as it is) to the one ``status`` projects to."""
+        if holding is None:
+            return
+        lease = holding if isinstance(holding, Held) else None
+        then = self.claim_after(session_id, job_id, status, chars, worth_at, running=bool(lease))
+        if lease is None:
+            self.leases.settle(session_id, job_id, then)
+            return
+        self.keeper.drop(lease)
+        try:
+            self.leases.finish(session_id, job_id, lease.token, then)
+        except Exception as exc:  # the lease lapses on its own
+            log.warning("[%s] could not release the thread's lease: %s", tag(session_id), exc)
+
+    # -- queued ---------------------------------------------------------------------------
+
+    def queue(
+        self,
+        session_id: str,
+        chars: int | None,
+        superseded: Callable[[Claim], bool] = lambda _: False,
+        *,
+        options: JobOptions = OWN_THREAD,
+        min_gain: int = 0,
+        threshold: int = 0,
+        say_outages: bool = False,
+    ) -> HookResult:
+        """Claim the thread for a new job, write its ``queued`` row and publish it (the one way
+        to queue a job). ``chars`` is the thread's size, if known; a thread a job found
+        nothing worth compacting in is queued again only once it has grown by ``min_gain``
+        chars, or crossed its ``threshold`` (chars; 0: not known) since a skip decided under
+        it (:meth:`Claim.frees_for`). ``say_outages``: say a store that cannot be reached
+        once, naming it, then count its failures (:mod:`offpath.coordination.outages`); else
+        each failure is logged."""
+        sid = tag(session_id)
+
+        def failed(store: str, exc: Exception, what: str) -> None:
+            if say_outages and is_outage(exc):
+                OUTAGES.failed(store, where(store, self.settings), exc, what)
+            else:
+                log.warning("[%s] %s (%s)", sid, what, exc)
+
+        job_id = uuid.uuid4().hex
+        opts = options.to_json()
+        try:
+            holder = self.leases.claim(
+                session_id, job_id, superseded, chars=chars, min_gain=min_gain, threshold=threshold
+            )
+        except Exception as exc:  # Redis (or the lock database) unreachable
+            failed(LEASE_STORE, exc, "compaction not queued: broker unreachable")
+            why = f"lock store unreachable ({type(exc).__name__})"
+            try:  # the reconciler publishes it (one such row per thread)
+                if not db.has_unpublished_job(self.engine, session_id):
+                    db.create_job(self.engine, job_id, session_id, chars, published=False,
+                                  reason=why, options=opts)  # fmt: skip
+            except Exception as exc2:
+                log.warning("[%s] could not record the unqueued job either: %s", sid, exc2)
+            return HookResult("error", f"broker unreachable: {exc}")
+        if holder is not None:
+            return held(holder, session_id)
+        try:
+            db.create_job(self.engine, job_id, session_id, chars, options=opts)
+        except Exception as exc:
+            failed(USAGE_DB, exc, "compaction not queued: usage database error")
+            self.leases.release_queued(session_id, job_id)
+            return HookResult("error", f"database error: {exc}")
+        try:
+            self.publish(session_id, job_id, opts)
+        except Exception as exc:
+            # the claim stays, so later turns do not pile up jobs; the reconciler publishes it
+            failed(BROKER, exc, "compaction not queued: publish failed")
+            try:
+                why = f"publish failed ({type(exc).__name__})"
+                db.set_published(self.engine, job_id, False, why)
+            except Exception:  # already logged above; the job row stays queued
+                pass
+            return HookResult("error", f"publish failed: {exc}")
+        log.info("[%s] compaction queued: job %s (%s chars)", sid, job_id, chars)
+        return HookResult("queued", job_id=job_id)
+
+    def publish_again(
+        self, session_id: str, job_id: str, options: JobOptions, *, claimed: bool, published: bool
+    ) -> bool:
+        """Publish an open job again (the reconciler: its broker was away, or its lease lapsed),
+        claiming its thread first unless it holds it (``claimed``); False if another claim
+        keeps the thread. ``published``: its row says the broker had taken it once."""
+        if not claimed and self.leases.claim(session_id, job_id) is not None:
+            return False
+        self.publish(session_id, job_id, options.to_json())
+        if not published:
+            db.set_published(self.engine, job_id, True)
+        return True
+
+    # -- running ----------------------------------------------------------------------------
+
+    def start(self, session_id: str, job_id: str) -> Started:
+        """One delivery of job ``job_id`` starts: its row ``running`` (the attempt counted) and
+        the thread's running lease taken and renewed, unless the job is past running."""
+        done, stored = db.start_job(self.engine, job_id, session_id)
+        if done is not None:
+            self.leases.release_queued(session_id, job_id)  # a re-publish raced its end
+            return Started(done)
+        token = uuid.uuid4().hex[:12]
+        started, before = self.leases.start(session_id, job_id, token)
+        lease = self.keeper.hold(session_id, job_id, token) if started is Start.OK else None
+        return Started(None, stored, started, before, lease)
+
+    def retry(self, lease: Held) -> None:
+        """Running -> queued while the job waits for its retry (its lease no longer renewed)."""
+        self.keeper.drop(lease)
+        self.leases.requeue(lease.session_id, lease.job_id, lease.token)
+
+    def let_go(self, lease: Held) -> None:
+        """Stop renewing ``lease`` (its job handed the thread on, or the lease lapses)."""
+        self.keeper.drop(lease)
+
+    def supersede_others(self, session_id: str, job_id: str) -> int:
+        """End the thread's other open jobs (``job_id`` holds its running lease: they are
+        dead); how many."""
+        return db.end_others(self.engine, session_id, job_id)
+
+    def store(self, job_id: str, stored: dict[str, Any]) -> None:
+        """Keep the job's prepared compaction in its row (before it is applied). Raises
+        :class:`~offpath.stores.values.Unstorable` naming a value the database refused."""
+        db.store_result(self.engine, job_id, stored)
+
+    def prepare(
+        self, session_id: str, job_id: str, stored: dict[str, Any], lease: Held, why: str
+    ) -> JobStatus:
+        """The job ends its run with its compaction ``stored`` and prepared, the thread handed
+        on to ``p:<job>`` at once (under the thread's lock when the caller holds it: a turn
+        that crosses the threshold next finds it prepared)."""
+        db.store_result(self.engine, job_id, stored, JobStatus.PREPARED)
+        self._hand_on(session_id, job_id, JobStatus.PREPARED, lease)
+        log.info("[%s] summarizer: compaction prepared (%s)", tag(session_id), why)
+        return JobStatus.PREPARED
+
+    def end(
+        self, session_id: str, job_id: str, ended: JobEnded, holding: Holding = None,
+        *, only_if_open: bool = False,
+    ) -> bool:  # fmt: skip
+        """The job ends as ``ended`` says (``skipped`` or ``failed``, its code and reason), the
+        thread handed on from ``holding`` (see :meth:`_hand_on`): a planner skip leaves
+        ``s:<job>:<chars>:<at>``, a run that failed the failure backoff. False if
+        ``only_if_open`` and the job had ended already (nothing changed)."""
+        e = ended
+        changed = db.set_job(self.engine, job_id, session_id, e.status, e.reason, e.code,
+                             only_if_open=only_if_open)  # fmt: skip
+        self._hand_on(session_id, job_id, e.status, holding, e.chars, e.worth_at)
+        return changed
+
+    def expire(self, session_id: str, job_id: str, reason: str) -> bool | None:
+        """A prepared job waited too long: its claim freed first (a run that finds it gone
+        applies nothing), then it ends ``skipped: expired``. None if the claim moved on
+        meanwhile (nothing changed); else whether the row changed."""
+        if not self.leases.settle(session_id, job_id, None):
+            return None
+        return db.set_job(
+            self.engine, job_id, session_id, JobStatus.SKIPPED, reason, "expired", only_if_open=True
+        )
+
+    def force(self, job_id: str) -> bool:
+        """Mark the prepared job as asked for by an operator (its options' ``force``: applied
+        at the next chance, under the threshold too); False if it is no longer prepared."""
+        return db.mark_forced(self.engine, job_id)
+
+    # -- applied ------------------------------------------------------------------------------
+
+    def apply(
+        self,
+        writer: Writer,
+        session_id: str,
+        job_id: str,
+        result: Mapping[str, Any],
+        messages: Sequence[BaseMessage],
+        *,
+        force: bool,
+        outside: int,
+        settings: Settings,
+        recall: bool = True,
+        lease: Held | None = None,
+        replan: bool = False,
+    ) -> Any:
+        """Apply job ``job_id``'s prepared compaction (``result["prepared"]``) to the thread's
+        ``messages`` through ``writer``; the thread is handed on from ``lease`` (the worker's)
+        or ``p:<job>`` (None). ``force``, ``outside``, ``recall``: as :func:`fit_now` takes them.
+
+        Returns what ``writer`` wrote; :class:`Landed` (its summary was in ``messages``: now
+        recorded); :class:`Stale` (ended ``skipped: stale``, unless ``replan``: the caller
+        plans again); or the :class:`JobEnded` it ended with (the patch would orphan a tool
+        call, or the writer refused it)."""
+        holding: Holding = lease or State.PREPARED
+        if landed(messages, job_id, result.get("record")):
+            self.record(session_id, job_id, holding=holding)
+            return Landed(result["record"])
+        prepared = Prepared.from_json(result["prepared"])
+        fitted = fit_now(prepared, messages, settings, force=force, outside_chars=outside,
+                         recall=recall)  # fmt: skip
+        if isinstance(fitted, Stale):
+            if not replan:
+                why = fitted.reason
+                log.info("[%s] prepared compaction of job %s dropped: %s", tag(session_id),
+                         job_id, why)  # fmt: skip
+                stale = JobEnded(JobStatus.SKIPPED, "stale", f"stale: {why}")
+                self.end(session_id, job_id, stale, holding)
+            return fitted
+        try:
+            if broken := new_unpaired(messages, add_messages(list(messages), fitted.patch)):
+                why = f"patch would orphan tool calls {sorted(broken)}"
+                raise JobEnded(JobStatus.FAILED, "orphan_guard", why)
+            return writer.write(
+                self, Applying(session_id, job_id, result, fitted, messages, holding)
+            )
+        except JobEnded as ended:
+            self.end(session_id, job_id, ended, holding)
+            return ended
+
+    def archive(self, applying: Applying, record: dict[str, Any]) -> None:
+        """Store the job's ``record`` of the summary it patches in, and the originals it removes
+        (before the patch). Raises :class:`~offpath.stores.values.Unstorable`."""
+        a, f = applying, applying.fitted
+        rows = archive.rows_for(a.session_id, a.job_id, str(f.summary.id), a.messages, f.removed,
+                                f.shortened)  # fmt: skip
+        archive.store_record(self.engine, a.job_id, {**a.result, "record": record}, rows)
+
+    def record(
+        self, session_id: str, job_id: str, stored: dict[str, Any] | None = None,
+        *, holding: Holding = None,
+    ) -> bool:  # fmt: skip
+        """The job's compaction is in its thread: its usage event (exactly once) and ``applied``,
+        the thread handed on to ``d:<job>`` from ``holding`` (see :meth:`_hand_on`).
+        ``stored``: the result the caller wrote to the job's row (saves reading it back).
+        False if it was recorded already. Raises ``LookupError`` for a job with no record."""
+        done = db.finalize(self.engine, job_id, session_id, stored)
+        self._hand_on(session_id, job_id, JobStatus.APPLIED, holding)
+        return done
+
+    def report_loss(self, job_id: str, summary_id: str, loss: dict[str, Any]) -> bool:
+        """Put the loss report of job ``job_id`` in its stored record (False: the record is no
+        longer that of ``summary_id``)."""
+        return archive.store_loss(self.engine, job_id, summary_id, loss)
+
+    # -- reverted ---------------------------------------------------------------------------
+
+    def hold_for_revert(self, session_id: str, holder: Claim | None, then: Claim | None) -> bool:
+        """The thread's claim ``holder`` replaced by ``then`` before a revert writes the thread
+        (no job is queued for it meanwhile); False if the claim moved on."""
+        return self.leases.set_from(session_id, holder, then)
+
+    def release_revert(self, session_id: str, then: Claim | None, holder: Claim | None) -> None:
+        """A revert that failed puts the claim it replaced back."""
+        self.leases.set_from(session_id, then, holder)
+
+    def reverted(
+        self, session_id: str, job_id: str, reason: str, superseded: Claim | None = None
+    ) -> bool:
+        """Job ``job_id`` is ``reverted`` (its originals are back in the thread); a compaction
+        prepared on its summary (``superseded``, the claim the revert replaced) ends
+        ``skipped: superseded``."""
+        if superseded is not None and superseded.state is State.PREPARED:
+            why = f"superseded: job {job_id} was reverted; the compaction prepared on its summary"
+            ended = JobEnded(JobStatus.SKIPPED, "superseded", f"{why} no longer fits")
+            self.end(session_id, superseded.job_id, ended, only_if_open=True)
+        return db.mark_reverted(self.engine, job_id, reason)
+
+    def forget(self, session_id: str, holder: Claim | None) -> None:
+        """A deleted session's claim goes (if it is still ``holder``)."""
+        if holder is not None:
+            self.leases.set_from(session_id, holder, None)
