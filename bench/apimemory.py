@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -20,19 +19,12 @@ from pathlib import Path
 
 from bench.common import (
     REDIS_URL,
-    ROOT,
     RUN_ID,
     Context,
     Result,
-    api_up,
     base_env,
-    free_port,
-    start_api,
-    start_worker,
-    wait,
-    wait_for_log,
 )
-from bench.load import TURN_CHARS, stop
+from bench.load import TURN_CHARS, start_stack, stop
 
 NAME = "api-memory"
 
@@ -74,7 +66,6 @@ def post_turns(url: str, k: int, until: float, counts: list[int], sessions: list
 
 
 def run(ctx: Context) -> Result:
-    import httpx
     import psutil
 
     minutes = float(os.environ.get("BENCH_API_MEMORY_MINUTES", "3" if ctx.quick else "20"))
@@ -98,24 +89,9 @@ def run(ctx: Context) -> Result:
     samples: list[tuple[float, int, float]] = []  # (minutes, turns posted, RSS MiB)
     counts, sessions = [0] * CLIENTS, [0] * CLIENTS
     try:
-        port = free_port()
-        api = start_api(env, port, outs["api"])
-        procs.append(api)
-        url = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=url, timeout=10) as http:
-            wait(lambda: api_up(http), 60)
-        worker = start_worker(env, f"bench-apimem-{RUN_ID}@%h", outs["worker"], loglevel="info")
-        procs.append(worker)
-        wait_for_log(logs["worker"], "ready.", worker, 60)
-        beat = subprocess.Popen(
-            [sys.executable, "-m", "offpath.cli.main", "beat"],
-            cwd=ROOT,
-            env=env,
-            stdout=outs["beat"],
-            stderr=subprocess.STDOUT,
-        )
-        procs.append(beat)
-        proc = psutil.Process(api.pid)
+        # its processes log at WARNING (base_env): beat's start is not waited for
+        url = start_stack(env, f"bench-apimem-{RUN_ID}", logs, outs, procs, wait_beat=False)
+        proc = psutil.Process(procs[0].pid)  # the API
         rest = proc.memory_info().rss / 2**20
         began = time.monotonic()
         until = began + minutes * 60

@@ -249,6 +249,42 @@ def log_errors(logs: list[Path]) -> list[str]:
     return found
 
 
+def start_stack(
+    env: dict[str, str],
+    name: str,
+    logs: dict[str, Path],
+    outs: dict[str, Any],
+    procs: list[subprocess.Popen[bytes]],
+    wait_beat: bool = True,
+) -> str:
+    """An API (it migrates the database), a worker named ``name`` and ``offpath beat`` with
+    ``env``, each logging to ``outs[<its name>]`` (``logs`` the same files' paths), started
+    in that order, each up before the next (beat: when ``wait_beat``, which needs its INFO
+    lines); appended to ``procs`` as they start (for :func:`stop`, whatever fails). Returns
+    the API's URL."""
+    import httpx
+
+    port = free_port()
+    procs.append(start_api(env, port, outs["api"]))
+    url = f"http://127.0.0.1:{port}"
+    with httpx.Client(base_url=url, timeout=10) as http:
+        wait(lambda: api_up(http), 60)
+    worker = start_worker(env, f"{name}@%h", outs["worker"], loglevel="info")
+    procs.append(worker)
+    wait_for_log(logs["worker"], "ready.", worker, 60)
+    beat = subprocess.Popen(
+        [sys.executable, "-m", "offpath.cli.main", "beat"],
+        cwd=ROOT,
+        env=env,
+        stdout=outs["beat"],
+        stderr=subprocess.STDOUT,
+    )
+    procs.append(beat)
+    if wait_beat:
+        wait_for_log(logs["beat"], "beat: Starting", beat, 60)
+    return url
+
+
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in procs:
         if proc.poll() is None:
@@ -262,7 +298,6 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def run(ctx: Context) -> Result:
-    import httpx
     import sqlalchemy as sa
 
     from offpath.compaction.settings import load_settings
@@ -301,23 +336,7 @@ def run(ctx: Context) -> Result:
     engine = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://"))
     ctx.stub.set_delay(LLM_DELAY_S)
     try:
-        port = free_port()
-        procs.append(start_api(env, port, outs["api"]))  # migrates the scratch database
-        url = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=url, timeout=10) as http:
-            wait(lambda: api_up(http), 60)
-        worker = start_worker(env, f"bench-load-{RUN_ID}@%h", outs["worker"], loglevel="info")
-        procs.append(worker)
-        wait_for_log(logs["worker"], "ready.", worker, 60)
-        beat = subprocess.Popen(
-            [sys.executable, "-m", "offpath.cli.main", "beat"],
-            cwd=ROOT,
-            env=env,
-            stdout=outs["beat"],
-            stderr=subprocess.STDOUT,
-        )
-        procs.append(beat)
-        wait_for_log(logs["beat"], "beat: Starting", beat, 60)
+        url = start_stack(env, f"bench-load-{RUN_ID}", logs, outs, procs)
 
         began = time.monotonic()
         clients, ended = drive(url, sessions, seconds)

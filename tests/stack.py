@@ -499,3 +499,29 @@ def chat_run_in_flight(stack: Stack, stub: Any, session: str) -> Iterator[None]:
         state.release.set()
         thread.join(timeout=60)
         client.close()
+
+
+@contextmanager
+def small_runtime(backend: str, folder: Path, prefix: str) -> Iterator[Any]:
+    """An offpath runtime in this process on ``backend`` ("sqlite": under ``folder``;
+    "postgres": a scratch database, dropped after), Redis keys under ``prefix``-<random>, at
+    a 6,000 / 2,000-char threshold / keep window, publishing nowhere."""
+    from offpath.agent.graph import open_runtime
+    from offpath.compaction.settings import load_settings
+
+    url = create_pg_database() if backend == "postgres" else ""
+    settings = load_settings(
+        data_dir=str(folder),
+        database_url=url,
+        redis_url=REDIS_URL,
+        redis_key_prefix=f"{prefix}-{uuid.uuid4().hex[:8]}",
+        summarization_threshold_chars=6_000,
+        summarization_keep_chars=2_000,
+    )
+    runtime = open_runtime(settings, publish=lambda *a: None)
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+        if url:
+            drop_pg_database(url)

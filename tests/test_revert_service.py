@@ -17,13 +17,11 @@ from datetime import timedelta
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages import messages_to_dict as to_dicts
-from stack import REDIS_URL, ROOT, create_pg_database, drop_pg_database
+from stack import ROOT, small_runtime
 
-from offpath.agent.graph import open_runtime
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.patch import Prepared
 from offpath.compaction.planner import Skip, plan_compaction
-from offpath.compaction.settings import load_settings
 from offpath.compaction.tracking import KEY, ThreadSize
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.job_values import JobOptions
@@ -40,20 +38,8 @@ from offpath.stores.usage import stats
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def rt(request, tmp_path):
-    url = create_pg_database() if request.param == "postgres" else ""
-    settings = load_settings(
-        data_dir=str(tmp_path),
-        database_url=url,
-        redis_url=REDIS_URL,
-        redis_key_prefix=f"test-revert-{uuid.uuid4().hex[:8]}",
-        summarization_threshold_chars=6_000,
-        summarization_keep_chars=2_000,
-    )
-    runtime = open_runtime(settings, publish=lambda *a: None)
-    yield runtime
-    runtime.close()
-    if url:
-        drop_pg_database(url)
+    with small_runtime(request.param, tmp_path, "test-revert") as runtime:
+        yield runtime
 
 
 def turn(k: int) -> list:

@@ -30,14 +30,12 @@ from langchain_core.messages import (
     messages_to_dict,
 )
 from langgraph.graph.message import add_messages
-from stack import REDIS_URL, create_pg_database, drop_pg_database
+from stack import small_runtime
 
-from offpath.agent.graph import open_runtime
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.pairing import new_unpaired
 from offpath.compaction.patch import Fitted, Prepared, Stale
 from offpath.compaction.planner import Skip, plan_compaction
-from offpath.compaction.settings import load_settings
 from offpath.compaction.summary import is_summary
 from offpath.coordination.job_values import JobOptions, Landed
 from offpath.coordination.runtime import Runtime
@@ -49,20 +47,8 @@ from offpath.stores.leases import Leases, State
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def rt(request, tmp_path):
-    url = create_pg_database() if request.param == "postgres" else ""
-    settings = load_settings(
-        data_dir=str(tmp_path),
-        database_url=url,
-        redis_url=REDIS_URL,
-        redis_key_prefix=f"test-writers-{uuid.uuid4().hex[:8]}",
-        summarization_threshold_chars=6_000,
-        summarization_keep_chars=2_000,
-    )
-    runtime = open_runtime(settings, publish=lambda *a: None)
-    yield runtime
-    runtime.close()
-    if url:
-        drop_pg_database(url)
+    with small_runtime(request.param, tmp_path, "test-writers") as runtime:
+        yield runtime
 
 
 def turn(k: int) -> list[BaseMessage]:
