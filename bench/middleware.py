@@ -142,7 +142,7 @@ def settle(middleware: Any) -> None:
     """Wait for the work the first run left on the middleware's facts thread (the facts of
     the whole thread, read ahead as it arrived), so that the measured run's process CPU is
     its own."""
-    middleware._pool("facts").submit(lambda: None).result(timeout=600)
+    middleware.background.pool("facts").submit(lambda: None).result(timeout=600)
     time.sleep(0.5)
 
 

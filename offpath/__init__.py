@@ -19,7 +19,7 @@ __all__ = ["OffPathCompaction"]
 
 def __getattr__(name: str) -> Any:
     if name == "OffPathCompaction":
-        from offpath.agent.middleware import OffPathCompaction
+        from offpath.agent.middleware.hooks import OffPathCompaction
 
         return OffPathCompaction
     raise AttributeError(f"module 'offpath' has no attribute {name!r}")

@@ -225,24 +225,24 @@ def test_a_call_waiting_for_its_result_is_never_removed_and_the_summary_still_go
 
 
 def test_the_prepare_point_follows_the_run_and_the_summarizer():
-    from offpath.agent.middleware import OffPathCompaction
+    from offpath.agent.middleware.hooks import OffPathCompaction
     from offpath.compaction.planner import earliest_worth, prepare_from_chars
 
     settings = load_settings(summarization_threshold_chars=60_000, summarization_keep_chars=20_000)
     mw = OffPathCompaction(settings, recall=False)
-    mw._latency = (2.0, time.monotonic())  # the deployment's p90: 2 s, read just now
+    mw.pacing.latency = (2.0, time.monotonic())  # the deployment's p90: 2 s, read just now
     floor = settings.prepare_floor_chars
-    assert mw._prepare_point({}) == floor  # no rate yet: the setting's floor
-    assert mw._prepare_point({"rate": {"g": 100.0}}) == floor  # slow run: no earlier
-    fast = mw._prepare_point({"rate": {"g": 4_000.0}})  # 4,000 chars/s: 14,000 chars of lead
+    assert mw.pacing.point({}) == floor  # no rate yet: the setting's floor
+    assert mw.pacing.point({"rate": {"g": 100.0}}) == floor  # slow run: no earlier
+    fast = mw.pacing.point({"rate": {"g": 4_000.0}})  # 4,000 chars/s: 14,000 chars of lead
     assert earliest_worth(settings) <= fast < floor
-    assert mw._prepare_point({"rate": {"g": 1e6}}) == earliest_worth(settings)  # not before
+    assert mw.pacing.point({"rate": {"g": 1e6}}) == earliest_worth(settings)  # not before
     # a system prompt given to the agent is in every call and no compaction removes it: the
     # earliest point is the thread's, its fixed part counted (planner.thread_budget)
-    fastest = mw._prepare_point({"rate": {"g": 1e6}, "outside": 3_000})
+    fastest = mw.pacing.point({"rate": {"g": 1e6}, "outside": 3_000})
     assert fastest == earliest_worth(settings, 3_000) > earliest_worth(settings)
     # a fixed part over the prepare floor: no job before a compaction could land and gain
-    assert mw._prepare_point({"fixed": 50_000}) == prepare_from_chars(settings, 50_000) > floor
+    assert mw.pacing.point({"fixed": 50_000}) == prepare_from_chars(settings, 50_000) > floor
     assert prepare_from_chars(settings, 3_000) == floor
 
 
@@ -270,7 +270,7 @@ def test_a_call_is_under_the_hard_limit_when_the_models_own_messages_hold_most_o
     from langchain.agents.middleware.types import ModelRequest
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-    from offpath.agent.middleware import OffPathCompaction
+    from offpath.agent.middleware.hooks import OffPathCompaction
     from offpath.compaction.tracking import ThreadSize
 
     settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
@@ -286,7 +286,7 @@ def test_a_call_is_under_the_hard_limit_when_the_models_own_messages_hold_most_o
     assert total_chars(messages) > settings.hard_limit_chars
     request = ModelRequest(model=FakeListChatModel(responses=["x"]), messages=messages)
     before = [m.model_copy(deep=True) for m in messages]
-    shaped = mw._shape(request, messages, ThreadSize().advance(messages), None)
+    shaped = mw.shaping.shape(request, messages, ThreadSize().advance(messages), None)
     sent = shaped.messages
     assert total_chars(sent) <= settings.hard_limit_chars
     # the request and the run's latest step go whole; each call keeps its id and name, so
@@ -389,7 +389,7 @@ def test_a_run_kept_under_its_threshold_by_shortening_gets_one_job_per_crossing(
     counted size never grew the 3,500 chars the skip asked for (a pure replay: held from call
     4 to call 13). The size the thread reached before that shortening crosses the threshold:
     that frees the skip, once until the next compaction is applied."""
-    from offpath.agent.middleware import OffPathCompaction
+    from offpath.agent.middleware.hooks import OffPathCompaction
     from offpath.stores.leases import Claim
 
     settings = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
@@ -397,12 +397,12 @@ def test_a_run_kept_under_its_threshold_by_shortening_gets_one_job_per_crossing(
     skip = Claim.parse("s:job1:16106")
     assert skip is not None and not skip.frees_for(16_050, min_gain_chars(settings))
     private: dict = {}
-    assert mw._crossing_frees(skip, 21_000, private)  # over the threshold before shortening
+    assert mw.pacing.crossing_frees(skip, 21_000, private)  # over the threshold before shortening
     again = Claim.parse("s:job2:15754")  # that job found nothing either
-    assert not mw._crossing_frees(again, 21_500, private)  # no job per call
+    assert not mw.pacing.crossing_frees(again, 21_500, private)  # no job per call
     private["crossed"] = False  # a compaction was applied since
-    assert mw._crossing_frees(again, 21_500, private)
-    assert not mw._crossing_frees(Claim.parse("s:job3:15754"), 19_000, {})  # not crossed
+    assert mw.pacing.crossing_frees(again, 21_500, private)
+    assert not mw.pacing.crossing_frees(Claim.parse("s:job3:15754"), 19_000, {})  # not crossed
 
 
 @pytest.mark.parametrize(
@@ -551,7 +551,7 @@ def test_a_system_prompt_given_to_the_agent_counts_against_the_threshold(tmp_pat
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from offpath.agent.middleware import OffPathCompaction
+    from offpath.agent.middleware.hooks import OffPathCompaction
     from offpath.coordination.job_values import JobOptions
     from offpath.stores.db import migrate
 
@@ -646,7 +646,7 @@ def _dump_agent(tmp_path, seen: list, delay_s: float = 0.0, result: str | None =
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from offpath.agent.middleware import OffPathCompaction
+    from offpath.agent.middleware.hooks import OffPathCompaction
     from offpath.stores.db import migrate
 
     class Model(GenericFakeChatModel):
@@ -770,7 +770,7 @@ def test_the_facts_of_new_results_are_found_while_the_model_answers(tmp_path, mo
     agent, _, middleware = _dump_agent(tmp_path, seen, delay_s=0.3, result=log)
     config = {"configurable": {"thread_id": "ahead"}}
     agent.invoke({"messages": [HumanMessage("why is the ledger down?")]}, config)
-    middleware._pool("facts").shutdown(wait=True)
+    middleware.background.pool("facts").shutdown(wait=True)
     assert ("offpath-facts_0", len(log)) in reads  # read on the facts thread
     (kept,) = [m for m in agent.get_state(config).values["messages"] if m.type == "tool"]
     assert kept.content == log  # under TOOL_RESULT_MAX_CHARS: not shortened on arrival
@@ -860,7 +860,7 @@ def test_results_shortened_twice_in_one_call_keep_their_originals_in_the_archive
     from sqlalchemy import create_engine
 
     import offpath.stores.archive as archive
-    from offpath.agent.middleware import OffPathCompaction
+    from offpath.agent.middleware.hooks import OffPathCompaction
     from offpath.stores.db import migrate, sqlalchemy_url
 
     real = archive.store_shortened

@@ -32,8 +32,8 @@ def test_a_callback_that_raises_is_logged_and_the_next_update_still_comes(caplog
 
     middleware = OffPathCompaction(load_settings(), on_compaction=callback)
     with caplog.at_level(logging.ERROR, logger="offpath.middleware"):
-        middleware._tell("t1", "job-1", "in_progress", 61_000)
-        middleware._tell("t1", "job-1", "cancelled", reason="stale: x")
+        middleware.reports.tell("t1", "job-1", "in_progress", 61_000)
+        middleware.reports.tell("t1", "job-1", "cancelled", reason="stale: x")
     assert [u.status for u in heard] == ["in_progress", "cancelled"]
     assert "on_compaction raised" in caplog.text
     assert heard[1].reason == "stale: x"

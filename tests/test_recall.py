@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from stack import create_pg_database, drop_pg_database
 
 from offpath.agent import recall
-from offpath.agent.middleware import OffPathCompaction
+from offpath.agent.middleware.hooks import OffPathCompaction
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summary import cite
 from offpath.stores import archive

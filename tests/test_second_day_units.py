@@ -140,10 +140,11 @@ def test_a_run_that_raises_still_leaves_its_threads_latest_size_in_the_sessions_
     from langgraph.checkpoint.memory import InMemorySaver
     from stack import wait_for
 
-    from offpath.agent.middleware import OffPathCompaction, claims
+    from offpath.agent.middleware import sessions
+    from offpath.agent.middleware.hooks import OffPathCompaction
     from offpath.stores.tenants import SESSIONS
 
-    monkeypatch.setattr(claims, "NOTE_EVERY_S", 0.5)
+    monkeypatch.setattr(sessions, "NOTE_EVERY_S", 0.5)
 
     class Model(GenericFakeChatModel):
         def bind_tools(self, tools, **kwargs):
@@ -303,7 +304,7 @@ def test_a_checkpointer_url_the_worker_cannot_read_is_said_once_as_the_agent_is_
     (``checkpointer_url``) is checked as the agent is built: one line naming it."""
     from stack import wait_for
 
-    from offpath.agent.middleware import OffPathCompaction
+    from offpath.agent.middleware.hooks import OffPathCompaction
     from offpath.coordination.outages import OUTAGES
 
     settings = load_settings(data_dir=str(tmp_path), lock_backend="database")

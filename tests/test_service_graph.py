@@ -13,7 +13,7 @@ from shared import CASES, load, messages_of
 from stack import create_pg_database, drop_pg_database
 
 from offpath.agent.graph import build_graph, end_node
-from offpath.agent.middleware import OffPathCompaction
+from offpath.agent.middleware.hooks import OffPathCompaction
 from offpath.compaction.pipeline import compact
 from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers.offline import OfflineSummarizer

@@ -91,7 +91,7 @@ def test_middleware_calibrates_from_the_models_usage_and_says_the_ratio(caplog):
 
     settings = load_settings(summarization_threshold_chars=0)  # inactive: no client needed
     mw = OffPathCompaction(settings, recall=False)
-    mw.calibration = Calibration(default=settings.chars_per_token, min_calls=1)
+    mw.shaping.calibration = Calibration(default=settings.chars_per_token, min_calls=1)
     question = "x" * 3_000
     model = GenericFakeChatModel(messages=iter([_ai(1_000)]))
     agent = create_agent(model, [], middleware=[mw])

@@ -36,7 +36,7 @@ from offpath.compaction.settings import Settings
 from offpath.coordination.runtime import Runtime
 
 if TYPE_CHECKING:
-    from offpath.agent.middleware import OffPathCompaction
+    from offpath.agent.middleware.hooks import OffPathCompaction
 
 SYSTEM_PROMPT = (
     "You are an SRE assistant investigating incidents. Use the read-only tools to look at "
@@ -157,7 +157,7 @@ def api_graph(rt: Runtime) -> tuple[CompiledStateGraph, str]:
     """The API's agent graph for ``rt`` (its settings, checkpointer and client, with
     offpath's middleware patching in-run) and its last node: the
     :data:`~offpath.coordination.runtime.GraphFactory` of :func:`open_runtime`."""
-    from offpath.agent.middleware import OffPathCompaction
+    from offpath.agent.middleware.hooks import OffPathCompaction
 
     middleware = OffPathCompaction(rt.settings, client=rt, patch=True)
     graph = build_graph(

@@ -224,7 +224,7 @@ def test_own_agent_before_migrate_and_any_worker_says_what_is_missing_then_recov
     naming the queue and the broker; a wrong DATABASE_URL and an unreachable Redis are one
     line each, naming them. Once a worker runs, the job is prepared and the next run applies
     it, with nothing restarted."""
-    from offpath.agent.middleware import PICKUP_WARN_S
+    from offpath.agent.middleware.claims import PICKUP_WARN_S
 
     usage_db = create_pg_database("offpath_test_fresh")  # never migrated
     agent_db = create_pg_database("offpath_test_own")

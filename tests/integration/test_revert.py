@@ -203,7 +203,7 @@ def test_a_loss_report_left_pending_is_made_by_the_reconciler(stacks, backend):
     thread: with nothing added since, the very report the swap made."""
     import sqlalchemy as sa
 
-    from offpath.agent.middleware import LOSS_PENDING
+    from offpath.coordination.writers import LOSS_PENDING
     from offpath.stores import db
 
     stack = stacks.get(backend, **SMALL)

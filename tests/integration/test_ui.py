@@ -593,7 +593,7 @@ def test_every_page_fits_a_phone_at_390_px_and_a_desktop_at_1280(browser, ui_sta
     on screen; the size chart scrolls inside its own box with a visible hint. At 1280 px the
     tables are tables and no hint shows. A queued job no worker took is said on its
     session's page, naming the queue and the broker."""
-    from offpath.agent.middleware import PICKUP_WARN_S
+    from offpath.agent.middleware.claims import PICKUP_WARN_S
     from offpath.stores import db
 
     stack = ui_stack

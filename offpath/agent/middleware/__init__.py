@@ -8,7 +8,7 @@ Replaces LangChain's ``SummarizationMiddleware`` in one line::
 
 All of its work at a model call happens inside the model call itself (``wrap_model_call``),
 which adds no node to the graph: a run takes no more graph steps with offpath than with
-LangChain's own ``SummarizationMiddleware`` (issue 21, item 5). Before the model is called:
+LangChain's own ``SummarizationMiddleware``. Before the model is called:
 
 1. the thread's size is advanced over the messages added since the last call (a private
    state key: O(new messages), no rescan);
@@ -43,8 +43,8 @@ its usage row) once it is in the state, at the next call or at the end of the ru
 (``after_agent``). The stored thread is never written by offpath in a user's own agent:
 the worker only prepares (``patch=False``).
 
-**Its threads are sessions** (issue 21, item 1): at a thread's first model call in the process,
-then at most every :data:`NOTE_EVERY_S` and at the run's end, the middleware records the
+**Its threads are sessions**: at a thread's first model call in the process,
+then at most every :data:`~.sessions.NOTE_EVERY_S` and at the run's end, the middleware records the
 thread in offpath's ``sessions`` table (kind ``own agent``, tenant ``OWN_AGENT_TENANT`` or
 ``tenant=``, its checkpointer's URL, its size), in the background: ``GET /sessions``, the web
 UI and ``offpath sessions`` list it for that tenant's keys, ``GET /sessions/{id}/messages``
@@ -56,65 +56,22 @@ threshold too: an operator asked for it), or at the run's end.
 parent graph that shares ``messages``): the worker reads the subgraph's own checkpoint
 namespace, and at the end of a run that removed messages the middleware hands the parent
 its thread whole (``Command(graph=Command.PARENT)``), since a subgraph's
-``RemoveMessage`` never reaches its parent's state (langgraph#5755; issue 18, item 5).
+``RemoveMessage`` never reaches its parent's state (langgraph#5755).
 
 The worker reads the thread from the agent's checkpointer by URL (``checkpointer_url``;
 default: offpath's own ``DATABASE_URL`` / SQLite file). Settings come from the environment
 and ``.env`` as for the service (``REDIS_URL``, ``DATABASE_URL``, the broker, the
 thresholds), or pass ``settings``.
 
-The package, by concern (each module's constants live where they are read: patch them there):
-:mod:`.hooks` (the class, its hooks and ``_before_call``), :mod:`.claims` (a thread's claim,
-read in the background), :mod:`.shaping` (shortening, what the model is sent, calibration, the
-prepare point), :mod:`.applying` (a prepared compaction applied in the run, stored, recorded),
-:mod:`.pools` (the background pools), :mod:`.refusals` (a context-length refusal retried once,
-smaller), :mod:`.state` and :mod:`.helpers` (at the bottom).
+The package, by part (:class:`~offpath.agent.middleware.hooks.OffPathCompaction` builds each
+with what it requires; each module's constants live where they are read: patch them there):
+:mod:`.hooks` (the class, its hooks and the decisions of ``_before_call``), :mod:`.counting`
+(the settings in force for a thread), :mod:`.pools` (the background threads), :mod:`.reports`
+(outages, warnings, compaction updates), :mod:`.claims` (a thread's claim, read in the
+background), :mod:`.sessions` (an own agent's threads as sessions), :mod:`.pacing` (the
+prepare point), :mod:`.shaping` (shortening, what the model is sent, calibration),
+:mod:`.applying` (a prepared compaction applied in the run, stored, recorded),
+:mod:`.publishing` (a job queued), :mod:`.refusals` (a context-length refusal retried once,
+smaller), :mod:`.place` (where a run stands among the graphs around it) and :mod:`.state`
+(the state, a call and its update).
 """
-
-from __future__ import annotations
-
-from offpath.agent.middleware.applying import ARCHIVE_WAIT_S
-from offpath.agent.middleware.claims import (
-    CLAIM_REFRESH_S,
-    FIRST_READ_WAIT_S,
-    FORCED_REFRESH_S,
-    NOTE_EVERY_S,
-    PICKUP_WARN_S,
-    STORE_RETRY_S,
-)
-from offpath.agent.middleware.helpers import outside_chars
-from offpath.agent.middleware.hooks import END_READ_WAIT_S, OffPathCompaction
-from offpath.agent.middleware.pools import POOLS
-from offpath.agent.middleware.refusals import ContextRefused, context_refusal
-from offpath.agent.middleware.shaping import (
-    DEFAULT_LATENCY_S,
-    JOB_OVERHEAD_S,
-    LATENCY_REFRESH_S,
-    RATE_WEIGHT,
-)
-from offpath.agent.middleware.state import OffPathState
-from offpath.compaction.tracking import KEY
-from offpath.coordination.writers import LOSS_PENDING
-
-__all__ = [
-    "ARCHIVE_WAIT_S",
-    "CLAIM_REFRESH_S",
-    "DEFAULT_LATENCY_S",
-    "END_READ_WAIT_S",
-    "FIRST_READ_WAIT_S",
-    "FORCED_REFRESH_S",
-    "JOB_OVERHEAD_S",
-    "KEY",
-    "LATENCY_REFRESH_S",
-    "LOSS_PENDING",
-    "NOTE_EVERY_S",
-    "PICKUP_WARN_S",
-    "POOLS",
-    "RATE_WEIGHT",
-    "STORE_RETRY_S",
-    "ContextRefused",
-    "OffPathCompaction",
-    "OffPathState",
-    "context_refusal",
-    "outside_chars",
-]

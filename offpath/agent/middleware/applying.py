@@ -1,4 +1,4 @@
-"""Applying a compaction the worker prepared in the run, through the client's
+"""Applying a compaction the worker prepared in the run (:class:`Applying`), through the client's
 :class:`~offpath.coordination.jobs.Jobs` and a
 :class:`~offpath.coordination.writers.StateUpdateWriter`: fitted to the thread, its record and
 the originals it removes archived while the model answers (or the call's update kept as it
@@ -6,6 +6,8 @@ was if that fails), its loss report made after the swap, and recorded once in th
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
 from typing import Any
@@ -13,13 +15,18 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langgraph.graph.message import add_messages
 
-from offpath.agent.middleware.helpers import log
-from offpath.agent.middleware.state import _Call, _Write
+from offpath.agent.middleware.claims import Claims
+from offpath.agent.middleware.counting import ThreadSettings, ThreadTokens
+from offpath.agent.middleware.pools import Background
+from offpath.agent.middleware.reports import Reports, log
+from offpath.agent.middleware.state import Call, Write
 from offpath.compaction.patch import Fitted, Stale, landed
+from offpath.compaction.sizing import MessageSizes, SizedThreads
 from offpath.compaction.tracking import KEY
 from offpath.coordination.job_values import JobEnded, Landed
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
+from offpath.coordination.runtime import Client
 from offpath.coordination.writers import StateUpdateWriter
 from offpath.stores.db import JobStatus, job_row
 from offpath.stores.leases import Claim, State
@@ -30,13 +37,61 @@ from offpath.stores.leases import Claim, State
 ARCHIVE_WAIT_S = 30.0
 
 
-class ApplyingMixin:
-    """:class:`~offpath.agent.middleware.OffPathCompaction`'s in-run apply of a prepared
-    compaction: the archive writes a call's update waits for, storing and recording the
-    compaction, its loss report. Its methods use the attributes set in
-    ``OffPathCompaction.__init__``."""
+class Applying:
+    """The in-run apply of a prepared compaction: the archive writes a call's update waits
+    for, storing and recording the compaction, its loss report.
 
-    def _apply_now(
+    Requires: the settings in force, the client (opened on first use: its
+    :class:`~offpath.coordination.jobs.Jobs` applies), the background threads, the reports,
+    the claims (forgotten once a call applied or dropped a job), the threads' sizes and
+    tokens (sized anew once a call applied), and ``recall``. Provides: :meth:`apply`,
+    :meth:`apply_now`, :meth:`apply_sized`, :meth:`store`, :meth:`settle`, :meth:`record`."""
+
+    def __init__(
+        self,
+        settings: ThreadSettings,
+        client: Callable[[], Client],
+        background: Background,
+        reports: Reports,
+        claims: Claims,
+        sizes: SizedThreads,
+        tokens: ThreadTokens,
+        *,
+        recall: bool,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.background = background
+        self.reports = reports
+        self.claims = claims
+        self.sizes = sizes
+        self.tokens = tokens
+        self.recall = recall
+        self._guard = threading.Lock()
+        self._storing: set[str] = set()  # jobs whose archive write is in flight
+
+    def apply_sized(
+        self,
+        session_id: str,
+        holder: Claim,
+        messages: list[BaseMessage],
+        private: dict[str, Any],
+        chars: int,
+        out: int,
+        writes: list[Write],
+        sizes: MessageSizes,
+    ) -> tuple[list[BaseMessage], int, bool]:
+        """:meth:`apply_now`, and the thread sized and counted anew if it applied:
+        ``(messages, chars, applied)``."""
+        after, chars = self.apply_now(session_id, holder, messages, private, chars, out, writes)
+        if after is messages:
+            return messages, chars, False
+        self.tokens.forget(session_id)
+        sizes.clear()
+        sizes.sync(after)
+        return after, chars, True
+
+    def apply_now(
         self,
         session_id: str,
         holder: Claim,
@@ -44,13 +99,13 @@ class ApplyingMixin:
         private: dict[str, Any],
         chars: int,
         out: int = 0,
-        writes: list[_Write] | None = None,
+        writes: list[Write] | None = None,
     ) -> tuple[list[BaseMessage], int]:
         """Apply the prepared compaction of ``holder`` to this call's ``messages`` (``out``:
         chars the call sends besides them): the messages and their size after it (unchanged
         if it did not apply). ``writes``: see :meth:`_apply`."""
-        applied = self._apply(session_id, holder.job_id, messages, out, writes)
-        self._forget_claim(session_id)
+        applied = self.apply(session_id, holder.job_id, messages, out, writes)
+        self.claims.forget(session_id)
         if applied is None:
             return messages, chars
         fitted, pending = applied
@@ -59,7 +114,7 @@ class ApplyingMixin:
         private["crossed"] = False  # a new crossing may queue a job again
         return add_messages(messages, fitted.patch), int(fitted.record["chars_after"])
 
-    def _store(self, writes: list[_Write]) -> Future[Any]:
+    def store(self, writes: list[Write]) -> Future[Any]:
         """Start a call's archive writes on the archive threads, one after another in the
         order they were made (a result shortened on arrival and again in the same call: the
         first write archives the original, the later one finds it there), while the model
@@ -76,9 +131,9 @@ class ApplyingMixin:
                 with self._guard:
                     self._storing -= jobs
 
-        return self._archive(run)
+        return self.background.archive(run)
 
-    def _settle(self, call: _Call) -> None:
+    def settle(self, call: Call) -> None:
         """Wait (at most :data:`ARCHIVE_WAIT_S`) for the archive writes the call started; if
         they failed, the state update keeps the thread as it was: the model saw it shortened
         or compacted for this call only, nothing is lost (invariant 12: removed is archived),
@@ -94,7 +149,7 @@ class ApplyingMixin:
             failed = exc
         private = call.update[KEY]
         pending = private.get("pending")
-        self._trouble(
+        self.reports.trouble(
             USAGE_DB,
             failed,
             f"[{tag(call.session_id)}] could not archive what this call shortened or removed: "
@@ -103,29 +158,29 @@ class ApplyingMixin:
         )
         call.update.pop("messages", None)
         private.update(size=call.size_before, pending=None, removed=False)
-        self._sizes.forget(call.session_id)  # sized and counted as the call left them
+        self.sizes.forget(call.session_id)  # sized and counted as the call left them
         self.tokens.forget(call.session_id)
         if pending:
             job_id = pending["job_id"]
             reason = f"not applied in this call (its archive write: {failed or 'timed out'})"
-            self._tell(call.session_id, job_id, "cancelled", reason=reason)
+            self.reports.tell(call.session_id, job_id, "cancelled", reason=reason)
 
-    def _apply(
+    def apply(
         self,
         session_id: str,
         job_id: str,
         messages: list[BaseMessage],
         out: int = 0,
-        writes: list[_Write] | None = None,
+        writes: list[Write] | None = None,
     ) -> tuple[Fitted, dict[str, Any]] | None:
         """The fitted compaction of job ``job_id`` (its patch lands the thread under its
         prepare floor) and what to record once it is in the state; None if there is nothing
         to apply. Applied by the client's :class:`~offpath.coordination.jobs.Jobs` through a
         :class:`~offpath.coordination.writers.StateUpdateWriter`: its record and the originals
         it removes are stored (invariant 12) first, or, given ``writes``, while the model
-        answers (see :meth:`_shorten`); its loss report after that, on the writer thread
+        answers (see :meth:`~offpath.agent.middleware.shaping.Shaping.shorten`); its loss report after that, on the writer thread
         (:data:`LOSS_PENDING` until then)."""
-        client = self.client
+        client = self.client()
         with self._guard:
             if job_id in self._storing:  # an earlier call's write of it is still running
                 return None
@@ -133,7 +188,9 @@ class ApplyingMixin:
             row = job_row(client.engine, job_id)
             if row is None or row["status"] != JobStatus.PREPARED or not row["result"]:
                 return None
-            writer = StateUpdateWriter(writes, self._write, partial(self._trouble, USAGE_DB))
+            writer = StateUpdateWriter(
+                writes, self.background.write, partial(self.reports.trouble, USAGE_DB)
+            )
             done = client.jobs.apply(
                 writer,
                 session_id,
@@ -143,23 +200,25 @@ class ApplyingMixin:
                 # compact now: no bound, as for offpath's own threads
                 force=bool((row.get("options") or {}).get("force")),
                 outside=out,
-                settings=self.settings,
+                settings=self.settings.current,
                 recall=self.recall,
             )
         except Exception as exc:  # the run goes on uncompacted; the reconciler tidies up
-            self._trouble(USAGE_DB, exc, f"[{tag(session_id)}] could not apply job {job_id}: {exc}")
-            self._tell(session_id, job_id, "failed", reason=f"not applied: {exc}")
+            self.reports.trouble(
+                USAGE_DB, exc, f"[{tag(session_id)}] could not apply job {job_id}: {exc}"
+            )
+            self.reports.tell(session_id, job_id, "failed", reason=f"not applied: {exc}")
             return None
         if isinstance(done, Landed):  # a crashed run had applied it: recorded now
             record = done.record
             chars = record.get("chars_before"), record.get("chars_after")
-            self._tell(session_id, job_id, "completed", *chars)
+            self.reports.tell(session_id, job_id, "completed", *chars)
             return None
         if isinstance(done, Stale):
-            self._tell(session_id, job_id, "cancelled", reason=f"stale: {done.reason}")
+            self.reports.tell(session_id, job_id, "cancelled", reason=f"stale: {done.reason}")
             return None
         if isinstance(done, JobEnded):
-            self._tell(session_id, job_id, "failed", reason=done.reason)
+            self.reports.tell(session_id, job_id, "failed", reason=done.reason)
             return None
         fitted = done.fitted
         log.info(
@@ -171,9 +230,7 @@ class ApplyingMixin:
         )
         return fitted, done.pending
 
-    def _record(
-        self, session_id: str, pending: dict[str, Any], messages: list[BaseMessage]
-    ) -> None:
+    def record(self, session_id: str, pending: dict[str, Any], messages: list[BaseMessage]) -> None:
         """Record a compaction this run applied, once its summary is in the state (exactly
         once: the usage event is unique by job id)."""
         job_id, record = pending["job_id"], pending["record"]
@@ -183,12 +240,12 @@ class ApplyingMixin:
             )
             return
         try:
-            self.client.jobs.record(session_id, job_id, holding=State.PREPARED)
+            self.client().jobs.record(session_id, job_id, holding=State.PREPARED)
         except Exception as exc:  # a later job or the reconciler records it
-            self._trouble(
+            self.reports.trouble(
                 USAGE_DB, exc, f"[{tag(session_id)}] could not record job {job_id}: {exc}"
             )
-        self._tell(
+        self.reports.tell(
             session_id,
             job_id,
             "completed",

@@ -1,7 +1,7 @@
 """A thread's tokens as its model counts them: each thread's chars per token
 (:class:`ThreadTokens`), and, when the threshold is in tokens
 (``SUMMARIZATION_THRESHOLD_TOKENS``), that thread's settings in force while a hook of the
-middleware runs for it (:class:`CountingMixin`): its threshold, keep window and hard limit in
+middleware runs for it (:class:`ThreadSettings`): its threshold, keep window and hard limit in
 chars scaled by its own ratio (:func:`offpath.compaction.tokens.for_thread`), so that a
 thread of Chinese tool output is compacted at the same number of tokens as an English one.
 
@@ -14,9 +14,8 @@ provider's reported ``input_tokens`` over the thread's own calls for any other, 
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,7 +36,7 @@ from offpath.compaction.tokens import (
 )
 from offpath.compaction.tracking import KEY, ThreadSize
 
-#: The settings of the thread a hook runs for: (the middleware's id, its settings).
+#: The settings of the thread a hook runs for: (the :class:`ThreadSettings`' id, its settings).
 _IN_FORCE: ContextVar[tuple[int, Settings] | None] = ContextVar("offpath_in_force", default=None)
 #: Most threads whose ratio a middleware remembers (the oldest are forgotten first).
 MAX_THREADS = 10_000
@@ -210,33 +209,32 @@ class ThreadTokens:
             return self._last.get(thread)
 
 
-class CountingMixin:
-    """:class:`~offpath.agent.middleware.OffPathCompaction`'s settings per thread:
-    :attr:`settings` is the thread's while one of its hooks runs for a thread (scaled by
-    the thread's ratio when the threshold is in tokens), the agent's otherwise. Uses
-    ``self.tokens`` (a :class:`ThreadTokens`) and ``self.places`` (the runs' sessions), set in
-    ``OffPathCompaction.__init__``."""
+class ThreadSettings:
+    """The settings in force for the middleware's parts: :attr:`current` is the run's
+    thread's while one of its hooks runs (:meth:`in_force`; scaled by the thread's ratio when
+    the threshold is in tokens), :attr:`base` (the agent's) otherwise.
 
-    _settings: Settings
-    tokens: ThreadTokens
-    places: Places
+    Requires: the agent's settings, its threads' :class:`ThreadTokens` and the runs'
+    :class:`~offpath.agent.middleware.place.Places`. Provides: :attr:`current`,
+    :meth:`in_force`, :meth:`ratio`."""
+
+    def __init__(self, base: Settings, tokens: ThreadTokens, places: Places) -> None:
+        self.base = base
+        self.tokens = tokens
+        self.places = places
 
     @property
-    def settings(self) -> Settings:
+    def current(self) -> Settings:
         """The settings in force (see the class doc)."""
         found = _IN_FORCE.get()
-        return found[1] if found is not None and found[0] == id(self) else self._settings
-
-    @settings.setter
-    def settings(self, value: Settings) -> None:
-        self._settings = value
+        return found[1] if found is not None and found[0] == id(self) else self.base
 
     @contextlib.contextmanager
-    def _thread_settings(self, request: ModelRequest | None = None) -> Iterator[None]:
-        """While the block runs, :attr:`settings` is the run's thread's: measured from the
+    def in_force(self, request: ModelRequest | None = None) -> Iterator[None]:
+        """While the block runs, :attr:`current` is the run's thread's: measured from the
         model call's ``request`` (its model, what it sends), or the thread's latest ratio
         (the run's end, which has no request)."""
-        base = self._settings
+        base = self.base
         place = self.places.of_run(list(request.messages) if request is not None else None)
         thread = place.session_id if place is not None and place.compacts else None
         if thread is None or not base.active:
@@ -262,19 +260,7 @@ class CountingMixin:
         finally:
             _IN_FORCE.reset(token)
 
-    def _thread_ratio(self, thread: str | None) -> float | None:
+    def ratio(self, thread: str | None) -> float | None:
         """The thread's latest chars per token, for its jobs (the worker plans with it)."""
         ratio = self.tokens.last(thread)
         return round(ratio.chars_per_token, 4) if ratio is not None else None
-
-
-def per_thread(hook: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``hook`` (a hook of the middleware with no model request: ``after_agent``) with
-    its thread's settings in force (:meth:`CountingMixin._thread_settings`)."""
-
-    @functools.wraps(hook)
-    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with self._thread_settings():
-            return hook(self, *args, **kwargs)
-
-    return run

@@ -1,42 +1,47 @@
-""":class:`OffPathCompaction`, the class LangChain sees: its state schema, its settings and
-client, the hooks it overrides (``wrap_model_call``, ``awrap_model_call``, ``after_agent``),
-``busy``, and what a model call does before the model is called (``_before_call``). Its
-private methods by concern come from the mixins of the sibling modules."""
+""":class:`OffPathCompaction`, the class LangChain sees: its state schema, the parts it is
+composed of (each built with what it requires), the hooks it overrides (``wrap_model_call``,
+``awrap_model_call``, ``after_agent``), ``busy``, and the decisions a model call makes before
+the model is called (``_before_call``), each delegated to a part."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import threading
-import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
-from langchain.agents.middleware.types import ModelRequest
+from langchain.agents.middleware.types import ModelRequest, ModelResponse
 from langchain_core.messages import BaseMessage
 from langgraph.graph.message import add_messages
+from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from offpath.agent.middleware.applying import ApplyingMixin
-from offpath.agent.middleware.claims import ClaimsMixin
-from offpath.agent.middleware.counting import CountingMixin, ThreadTokens, per_thread
-from offpath.agent.middleware.helpers import (
-    _diff,
-    _outside,
-    _parent_update,
-    log,
-    outside_chars,
-)
+from offpath.agent.middleware.applying import Applying
+from offpath.agent.middleware.claims import Claims
+from offpath.agent.middleware.counting import ThreadSettings, ThreadTokens
+from offpath.agent.middleware.pacing import Pacing
 from offpath.agent.middleware.place import Places
-from offpath.agent.middleware.pools import PoolsMixin
-from offpath.agent.middleware.refusals import RefusalsMixin
-from offpath.agent.middleware.shaping import DEFAULT_LATENCY_S, ShapingMixin
-from offpath.agent.middleware.state import OffPathState, _Call, _Seen, _Write
+from offpath.agent.middleware.pools import Background
+from offpath.agent.middleware.publishing import Publisher
+from offpath.agent.middleware.refusals import Refusals
+from offpath.agent.middleware.reports import Reports, log
+from offpath.agent.middleware.sessions import Sessions
+from offpath.agent.middleware.shaping import Shaping
+from offpath.agent.middleware.state import (
+    Call,
+    CompactingTurn,
+    OffPathState,
+    Turn,
+    diff,
+    outside_chars,
+    outside_of,
+    parent_update,
+)
 from offpath.agent.recall import recall_tool
-from offpath.compaction.planner import min_gain_chars, request_cap_chars
+from offpath.compaction.planner import request_cap_chars
 from offpath.compaction.settings import Settings, get_settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps
 from offpath.compaction.sizing import SizedThreads, position
@@ -46,7 +51,7 @@ from offpath.coordination.job_values import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Client
 from offpath.events import CompactionUpdate
-from offpath.stores.leases import State
+from offpath.stores.leases import Claim, State
 from offpath.stores.usage import crossing_unseen, note_crossing
 
 #: At the run's end (``after_agent``: no model call is left to hold up), over the threshold,
@@ -56,16 +61,8 @@ from offpath.stores.usage import crossing_unseen, note_crossing
 END_READ_WAIT_S = 1.0
 
 
-class OffPathCompaction(
-    AgentMiddleware[OffPathState],
-    CountingMixin,
-    ClaimsMixin,
-    ShapingMixin,
-    ApplyingMixin,
-    PoolsMixin,
-    RefusalsMixin,
-):
-    """Off-path compaction for a LangChain ``create_agent`` agent (see the module doc).
+class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
+    """Off-path compaction for a LangChain ``create_agent`` agent (see the package doc).
 
     ``settings``: offpath's settings (default: read from the environment and ``.env``).
     ``checkpointer_url``: where the worker reads the agent's threads
@@ -76,9 +73,16 @@ class OffPathCompaction(
     the background; if that fails, on first use, which says why). ``recall``: give the agent the ``recall`` tool
     (:mod:`offpath.agent.recall`), which searches the thread's archived originals.
     ``on_compaction``: called with each :class:`~offpath.events.CompactionUpdate` of the
-    run's thread (queued, completed, failed, cancelled; issue 21, item 4); what it raises is
+    run's thread (queued, completed, failed, cancelled); what it raises is
     logged, never raised into the run. ``tenant``: the tenant whose API keys see this agent's
     threads (default ``OWN_AGENT_TENANT``, itself ``default``).
+
+    Its parts, each given what it requires as it is built (nothing else is read from the
+    middleware): ``counting`` (the settings in force for a thread), ``background`` (its
+    threads), ``reports`` (outages, warnings, compaction updates), ``claims`` (the threads'
+    job claims), ``sessions`` (an own agent's threads as sessions), ``pacing`` (the prepare
+    point), ``shaping`` (what a call sends), ``applying`` (a prepared compaction applied in the
+    run), ``publisher`` (a job queued) and ``refusals`` (a refused call retried, smaller).
     """
 
     state_schema = OffPathState
@@ -95,79 +99,117 @@ class OffPathCompaction(
         tenant: str | None = None,
     ) -> None:
         super().__init__()
-        self.on_compaction = on_compaction
+        base = settings or get_settings()
+        self.options = JobOptions(patch=patch, checkpoints=checkpointer_url)
+        self.recall = recall
+        self.tenant = tenant or base.own_agent_tenant
+        self._client = client
+        self._guard = threading.Lock()
         #: where each run stands among the graphs around it, and so its session
         self.places = Places()
+        #: each thread's chars per token (SUMMARIZATION_THRESHOLD_TOKENS: its sizes scale)
+        self.tokens = ThreadTokens(default=base.chars_per_token)
+        self.sizes = SizedThreads()  # each thread's message sizes, kept across its calls
+        self.counting = ThreadSettings(base, self.tokens, self.places)
+        self.background = Background()
+        self.reports = Reports(self.counting, on_compaction)
+        parts = (self.counting, self._open_client, self.background, self.reports)
+        self.claims = Claims(*parts, patch=patch)
+        self.sessions = Sessions(*parts, tenant=self.tenant, checkpoints=checkpointer_url)
+        self.pacing = Pacing(self.counting, self._open_client, self.background)
+        self.shaping = Shaping(
+            *parts,
+            self.tokens,
+            Calibration(default=base.chars_per_token),
+            recall=recall,
+            patch=patch,
+        )
+        self.applying = Applying(*parts, self.claims, self.sizes, self.tokens, recall=recall)
+        self.publisher = Publisher(*parts, self.claims, self.pacing, self.options)
+        self.refusals = Refusals(
+            self.counting, self.claims, self.applying, self.shaping, self.background
+        )
         #: ``recall``: the agent reads its thread's archived originals.
         self.tools = (
             [recall_tool(lambda: self.client.engine, self.places.session_of_run)] if recall else []
         )
-        self.recall = recall
-        self.settings = settings or get_settings()
-        self.options = JobOptions(patch=patch, checkpoints=checkpointer_url)
-        self.tenant = tenant or self.settings.own_agent_tenant
-        self._noted: dict[str, float] = {}  # thread -> when its session row was last written
-        self._note_later: dict[str, tuple[int, int, int | None]] = {}  # thread -> size held back
-        self._client = client
-        self._guard = threading.Lock()
-        self._publishing: set[str] = set()
-        self._published: dict[str, tuple[str | None, float]] = {}  # thread -> (job?, when)
-        self._claims: dict[str, _Seen] = {}
-        self._sizes = SizedThreads()  # each thread's message sizes, kept across its calls
-        self._pools: dict[str, ThreadPoolExecutor] = {}  # by name, see POOLS
-        self._storing: set[str] = set()  # jobs whose archive write is in flight
-        self._warned: set[str] = set()
-        self._stores_at: dict[str, str] = {}  # store -> where it is (outage lines)
-        self._queued_since: dict[str, float] = {}  # queued job -> when (time.time())
-        self._latency: tuple[float, float] = (DEFAULT_LATENCY_S, 0.0)  # (p90 s, read at)
-        #: chars sent per input token the provider reported (``usage_metadata``), over this
-        #: agent's calls: the CHARS_PER_TOKEN to set for SUMMARIZATION_THRESHOLD_TOKENS
-        self.calibration = Calibration(default=self.settings.chars_per_token)
-        #: each thread's chars per token (SUMMARIZATION_THRESHOLD_TOKENS: its sizes scale)
-        self.tokens = ThreadTokens(default=self.settings.chars_per_token)
-        if self.settings.active:
+        if base.active:
             if self._client is None:  # its imports and pools now, as the agent is built
                 with contextlib.suppress(Exception):  # else on first use, which says why
-                    self._client = Client.open(self.settings)
-            self._read(self._warm)
+                    self._client = Client.open(base)
+            self.background.read(self._warm)
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in force: the run's thread's while one of its hooks runs (scaled by
+        its ratio when the threshold is in tokens), the agent's otherwise."""
+        return self.counting.current
+
+    @property
+    def calibration(self) -> Calibration:
+        """Chars sent per input token the provider reported (``usage_metadata``), over this
+        agent's calls: the CHARS_PER_TOKEN to set for SUMMARIZATION_THRESHOLD_TOKENS."""
+        return self.shaping.calibration
 
     @property
     def client(self) -> Client:
+        """The usage database, leases and publisher (opened on first use if not given)."""
+        return self._open_client()
+
+    def _open_client(self) -> Client:
         with self._guard:
             if self._client is None:
-                self._client = Client.open(self.settings)
+                self._client = Client.open(self.counting.base)
             return self._client
+
+    def _warm(self) -> None:
+        """As the agent is built, on the reader thread: the lease store's connection opened,
+        and for an own agent its tables and checkpointer checked."""
+        self.claims.warm()
+        if not self.options.patch:
+            self.sessions.warm()
 
     # --- hooks --------------------------------------------------------------------------
 
-    def wrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
-        with self._thread_settings(request):  # the thread's sizes (tokens threshold)
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> Any:
+        with self.counting.in_force(request):  # the thread's sizes (tokens threshold)
             call = self._before_call(request)
             try:
                 response = handler(call.request)
             except Exception as exc:  # a context-length refusal: retried once, smaller
-                call, response = self._retry_refused(request, call, handler, exc)
-            self._settle(call)
-            return self._answer(call, response)
+                call, response = self.refusals.retry(request, call, handler, exc)
+            self.applying.settle(call)
+            return self.shaping.answer(call, response)
 
-    async def awrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
-        with self._thread_settings(request):  # copied into the threads below
+    async def awrap_model_call(
+        self,
+        request: ModelRequest,
+        handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
+    ) -> Any:
+        with self.counting.in_force(request):  # copied into the threads below
             call = await asyncio.to_thread(self._before_call, request)  # it reads the job row
             try:
                 response = await handler(call.request)
             except Exception as exc:  # a context-length refusal: retried once, smaller
-                call, response = await self._aretry_refused(request, call, handler, exc)
+                call, response = await self.refusals.aretry(request, call, handler, exc)
             if call.stored is not None:
-                await asyncio.to_thread(self._settle, call)
-            return self._answer(call, response)
+                await asyncio.to_thread(self.applying.settle, call)
+            return self.shaping.answer(call, response)
 
-    @per_thread
-    def after_agent(self, state: OffPathState, runtime: Any) -> dict[str, Any] | Command | None:
+    def after_agent(
+        self, state: OffPathState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | Command[Any] | None:
         """The end of the run: record a compaction applied at its last model call; apply a
         prepared one if the run's last messages took the thread over its threshold (the next
         run starts compacted; the reconciler records it, as no step of this run is left);
         queue a job if the thread is over its prepare point; and in a subgraph that removed
         messages hand the parent the thread whole."""
+        with self.counting.in_force():  # the thread's latest ratio (tokens threshold)
+            return self._end_of_run(state)
+
+    def _end_of_run(self, state: OffPathState) -> dict[str, Any] | Command[Any] | None:
         messages: list[BaseMessage] = state["messages"]
         place = self.places.of_run(messages)
         if place is None or not place.compacts:
@@ -175,22 +217,21 @@ class OffPathCompaction(
         session_id = place.session_id
         private = dict(state.get(KEY) or {})
         if pending := private.get("pending"):
-            self._record(session_id, pending, messages)
+            self.applying.record(session_id, pending, messages)
             private["pending"] = None
         size = ThreadSize.from_state(private.get("size")).advance(messages)
         update: dict[str, Any] = {}
         s = self.settings
-        out = _outside(private)  # the run's calls sent that besides the thread
+        out = outside_of(private)  # the run's calls sent that besides the thread
         over = size.chars + out > s.summarization_threshold_chars
         if s.active and (over or not self.options.patch):
-            known, holder = self._claim_of(session_id, urgent=over)
+            known, holder = self.claims.claim_of(session_id, urgent=over)
             if over and not known:
-                known, holder = self._await_claim(session_id, END_READ_WAIT_S)
-            prepared = known and holder is not None and holder.state is State.PREPARED
-            if prepared and (over or self._forced(session_id)):
-                assert holder is not None
-                applied = self._apply(session_id, holder.job_id, messages, out)
-                self._forget_claim(session_id)
+                known, holder = self.claims.await_claim(session_id, END_READ_WAIT_S)
+            prepared = holder if known and holder and holder.state is State.PREPARED else None
+            if prepared is not None and (over or self.claims.forced(session_id)):
+                applied = self.applying.apply(session_id, prepared.job_id, messages, out)
+                self.claims.forget(session_id)
                 if applied is not None:
                     fitted, private["pending"] = applied
                     update["messages"] = fitted.patch
@@ -198,19 +239,16 @@ class OffPathCompaction(
                     size = ThreadSize().advance(messages)
                     private["removed"] = True
         if s.active and not self.options.patch and place.listed:
-            self._note_soon(
+            self.sessions.note_soon(
                 session_id, len(messages), size.chars, every=0.0, fixed=private.get("fixed")
             )
-        if s.active and size.chars + out >= self._prepare_point(private):
-            known, holder = self._claim_of(session_id)
-            if known and (
-                holder is None
-                or holder.frees_for(size.chars + out, self._min_gain, self._threshold)
-            ):
-                self._publish_soon(session_id, size.chars + out, messages, private, place)
+        if s.active and size.chars + out >= self.pacing.point(private):
+            known, holder = self.claims.claim_of(session_id)
+            if known and self.pacing.frees(holder, size.chars + out, threshold=True):
+                self.publisher.publish_soon(session_id, size.chars + out, messages, private, place)
         if private.get("removed") and place.hands_up:
             return Command(
-                graph=Command.PARENT, update=_parent_update({**state, "messages": messages})
+                graph=Command.PARENT, update=parent_update({**state, "messages": messages})
             )
         return {**update, KEY: {**private, "size": size.to_state(), "removed": False}}
 
@@ -221,48 +259,42 @@ class OffPathCompaction(
         a background read would make it). The demo's scripted model waits on it
         (``SCRIPTED_JOB_WAIT_S``) so that the demo takes the same steps at every run; False
         when the store cannot be read."""
-        with self._guard:
-            seen = self._claims.get(session_id)
-            if session_id in self._publishing or (seen is not None and seen.reading):
-                return True
-        try:
-            claim = self.client.leases.holder(session_id)
-        except Exception:
-            return False
-        if claim is not None and claim.in_flight:
+        if self.publisher.publishing(session_id) or self.claims.reading(session_id):
             return True
-        with self._guard:
-            seen = self._claims.setdefault(session_id, _Seen())
-            if not seen.reading:
-                seen.claim, seen.failed, seen.at = claim, False, time.monotonic()
-                seen.read.set()
-        return False
+        return self.claims.in_flight(session_id)
 
     # --- a model call -------------------------------------------------------------------
 
-    @property
-    def _min_gain(self) -> int:
-        return min_gain_chars(self.settings)
+    def _before_call(self, request: ModelRequest) -> Call:
+        """What the model is sent and the state update returned with its answer, from the
+        decisions below (each its part's)."""
+        turn = self._turn(request)  # the thread as the state sizes it, and its place
+        if isinstance(turn, CompactingTurn):
+            self._shorten_arrivals(turn)  # 1. new results over TOOL_RESULT_MAX_CHARS
+            if turn.chars + turn.out > self.settings.summarization_threshold_chars:
+                self._over_threshold(turn)  # 2. the prepared compaction, else older shortened
+            elif not self.options.patch:
+                self._apply_forced(turn)  # an operator's "compact now", under the threshold
+            self._sized(turn)  # the thread's size after 1 and 2, noted as a session
+            self._queue_if_due(turn)  # 3. from the prepare point on: a job, when free
+            self.background.read_ahead(turn.fresh)  # the new messages' facts, read ahead
+        return self._call(turn)
 
-    @property
-    def _threshold(self) -> int:
-        return self.settings.summarization_threshold_chars
-
-    def _before_call(self, request: ModelRequest) -> _Call:
-        settings = self.settings
-        state = request.state or {}
-        private = dict(state.get(KEY) or {})
-        size_before = private.get("size")
+    def _turn(self, request: ModelRequest) -> Turn:
+        """The call's :class:`Turn`: the thread as the state sizes it (its messages new to
+        the state counted, no rescan); a :class:`CompactingTurn`, with the compaction
+        applied at the last call recorded and the thread's budget, when offpath compacts
+        the run's thread."""
+        private = dict((request.state or {}).get(KEY) or {})
         original: list[BaseMessage] = list(request.messages)
-        old = ThreadSize.from_state(size_before)
+        old = ThreadSize.from_state(private.get("size"))
         size = old.advance(original)
         unchanged = bool(old.n) and old.n <= len(original) and original[old.n - 1].id == old.last
         new_from = old.n if unchanged else 0
-        messages = original
+        seen = Turn(request, original, private, private.get("size"), size, new_from, original)
         place = self.places.of_run(original)
-        session_id = place.session_id if place is not None and place.compacts else None
         if place is not None and not place.compacts:
-            self._warn_once(
+            self.reports.warn_once(
                 "refused",
                 f"offpath: the agent runs in graph namespace {place.ns!r} with some of its "
                 "caller's messages (not all of them): a compaction there would replace or "
@@ -270,127 +302,176 @@ class OffPathCompaction(
                 "caller's whole `messages` list (a node that shares them) or messages of its "
                 "own (a subagent run from a tool, or a Send with a list of its own).",
             )
-        writes: list[_Write] = []  # archive writes, made while the model answers
-        changed: list[int] = []  # positions of ``original`` shortened in place by this call
-        applied = False  # a compaction applied: the thread is sized anew
-        if place is not None and session_id is not None and settings.active:
-            # each message sized once, as this process first sees it
-            sizes = self._sizes.take(session_id)
-            sizes.sync(original, size.chars)
-            if sizes.chars != size.chars:  # the state's count missed a change made elsewhere
-                size = ThreadSize().advance(original)
-            if pending := private.get("pending"):
-                self._record(session_id, pending, messages)
-                private["pending"] = None
-            # sizes count the thread; ``out`` is what the call sends besides it (a system
-            # prompt given to create_agent), counted against the threshold and floors
-            out = private["outside"] = outside_chars(request)
-            budget = self._budget(session_id, messages, out, private)  # its fixed part counted
-            # 1. new results over TOOL_RESULT_MAX_CHARS (a batch of parallel ones sharing the
-            #    thread's keep window), before any model call sees them
-            limit = settings.tool_result_limit_chars
-            big = arrival_caps(messages[new_from:], limit, max(budget.keep, limit // 2))
-            if big:
-                at = {str(m.id): new_from + k for k, m in enumerate(messages[new_from:])}
-                before = messages
-                messages = self._shorten(
-                    session_id, messages, big, "as it arrived", writes=writes, at=at
-                )
-                changed += self._replaced(session_id, sizes, before, messages, at.values())
-            threshold = settings.summarization_threshold_chars
-            chars = sizes.chars
-            reached = chars
-            # 2. over the threshold: the prepared compaction, else older results shortened
-            if chars + out > threshold:
-                known, holder = self._claim_of(session_id, urgent=True)
-                log.debug(
-                    "[%s] call over the threshold: %d chars; claim %s (known: %s)",
-                    tag(session_id),
-                    chars,
-                    holder.raw if holder else None,
-                    known,
-                )
-                if crossing_unseen(holder):
-                    self._write(note_crossing, self.client.engine, holder)  # the lag runs here
-                if known and holder is not None and holder.state is State.PREPARED:
-                    messages, chars, applied = self._apply_sized(
-                        session_id, holder, messages, private, chars, out, writes, sizes
-                    )
-                # the size the thread reached, before this call's own shortening of older
-                # results: a skip that holds the thread is weighed against it (a thread kept
-                # under its threshold by shortening alone still needs its compaction)
-                reached = chars
-                if chars + out > threshold:
-                    need = chars + out - settings.prepare_floor_chars
-                    keep = budget.keep
-                    first_new = original[new_from].id if new_from < len(original) else None
-                    caps = sizes.older_caps(
-                        keep,
-                        need,
-                        position(messages, first_new),
-                        request_cap_chars(settings, budget.fixed),
-                    )
-                    if caps:
-                        before = messages
-                        where = {i: sizes.where[i] for i in caps}
-                        messages = self._shorten(
-                            session_id,
-                            messages,
-                            caps,
-                            "over the threshold",
-                            MIN_OLDER_CHARS,
-                            writes,
-                            at=where,
-                        )
-                        replaced = self._replaced(
-                            session_id, sizes, before, messages, where.values()
-                        )
-                        changed += [] if applied else replaced
-                        chars = sizes.chars
-            elif not self.options.patch:
-                # an operator's "compact now" of this thread (issue 21, item 1): its
-                # compaction is applied at the next call, under the threshold too
-                known, holder = self._claim_of(session_id)
-                if known and holder is not None and holder.state is State.PREPARED:
-                    if self._forced(session_id):
-                        messages, chars, applied = self._apply_sized(
-                            session_id, holder, messages, private, chars, out, writes, sizes
-                        )
-            if applied:
-                size = ThreadSize().advance(messages)
-            elif messages is not original:  # shortened in place: the same ids and calls
-                size = replace(size, chars=sizes.chars)
-            self._sizes.give(session_id, sizes)
-            if not self.options.patch and place.listed:
-                self._note_soon(session_id, len(messages), size.chars, fixed=budget.fixed)
-            # 3. from the prepare point on: the claim, and a job when the thread is free
-            self._track_rate(private, size.chars)
-            point = self._prepare_point(private)
-            now, reached = size.chars + out, reached + out  # as a call sends them
-            if max(now, reached) >= point:
-                known, holder = self._claim_of(session_id)
-                self._check_pickup(session_id, holder)
-                if known and (holder is None or holder.frees_for(now, self._min_gain)):
-                    self._publish_soon(session_id, now, messages, private, place)
-                elif known and self._crossing_frees(holder, reached, private):
-                    # planned from the size the thread is now (its older results shortened
-                    # to keep it under the threshold), not from the prepare point over it
-                    planned = min(now, point) - 1
-                    self._publish_soon(session_id, reached, messages, private, place, planned)
-        private["size"] = size.to_state()
-        if session_id is not None and settings.active and new_from < len(original):
-            fresh = {m.id for m in original[new_from:]}  # the newest: at the thread's end
-            self._read_ahead([m for m in messages[-len(fresh) :] if m.id in fresh])
-        call = _Call(
-            self._shape(request, messages, size, session_id),
-            {KEY: private},
-            size.chars,
-            session_id,
-            self._store(writes) if writes else None,
-            size_before,
+        if place is None or not place.compacts or not self.settings.active:
+            return seen
+        session_id = place.session_id
+        sizes = self.sizes.take(session_id)  # each message sized once, as this process sees it
+        sizes.sync(original, size.chars)
+        if sizes.chars != size.chars:  # the state's count missed a change made elsewhere
+            size = ThreadSize().advance(original)
+        if pending := private.get("pending"):
+            self.applying.record(session_id, pending, original)
+            private["pending"] = None
+        # sizes count the thread; ``out`` is what the call sends besides it (a system prompt
+        # given to create_agent), counted against the threshold and floors
+        out = private["outside"] = outside_chars(request)
+        budget = self.shaping.budget(session_id, original, out, private)  # its fixed part
+        return CompactingTurn(
+            request,
+            original,
+            private,
+            seen.size_before,
+            size,
+            new_from,
+            original,
+            place=place,
+            session=session_id,
+            sizes=sizes,
+            out=out,
+            budget=budget,
         )
-        if messages is not original:
+
+    def _shorten_arrivals(self, turn: CompactingTurn) -> None:
+        """New results over TOOL_RESULT_MAX_CHARS shortened (a batch of parallel ones sharing
+        the thread's keep window), before any model call sees them."""
+        limit = self.settings.tool_result_limit_chars
+        new = turn.messages[turn.new_from :]
+        big = arrival_caps(new, limit, max(turn.budget.keep, limit // 2))
+        if big:
+            at = {str(m.id): turn.new_from + k for k, m in enumerate(new)}
+            turn.changed += self._shorten(turn, big, "as it arrived", None, at)
+        turn.reached = turn.sizes.chars
+
+    def _shorten(
+        self,
+        turn: CompactingTurn,
+        caps: dict[str, int],
+        why: str,
+        floor: int | None,
+        at: dict[str, int],
+    ) -> list[int]:
+        """The messages named in ``caps`` (at ``at``) shortened in the turn (originals
+        archived while the model answers) and sized again: their positions."""
+        before = turn.messages
+        turn.messages = self.shaping.shorten(
+            turn.session, before, caps, why, floor, turn.writes, at=at
+        )
+        return self.shaping.replaced(turn.session, turn.sizes, before, turn.messages, at.values())
+
+    def _over_threshold(self, turn: CompactingTurn) -> None:
+        """Over the threshold: the compaction the worker prepared applied, if the thread's
+        claim names one; and if the thread is still over, older tool results (outside the keep
+        window) shortened towards the prepare floor, so that the call stays bounded while the
+        summary is written."""
+        s, session_id = self.settings, turn.session
+        known, holder = self.claims.claim_of(session_id, urgent=True)
+        log.debug(
+            "[%s] call over the threshold: %d chars; claim %s (known: %s)",
+            tag(session_id),
+            turn.sizes.chars,
+            holder.raw if holder else None,
+            known,
+        )
+        if crossing_unseen(holder):
+            self.background.write(note_crossing, self.client.engine, holder)  # the lag runs here
+        chars = turn.sizes.chars
+        if known and holder is not None and holder.state is State.PREPARED:
+            chars = self._apply(turn, holder, chars)
+        # the size the thread reached, before this call's own shortening of older results: a
+        # skip that holds the thread is weighed against it (a thread kept under its threshold
+        # by shortening alone still needs its compaction)
+        turn.reached = chars
+        if chars + turn.out <= s.summarization_threshold_chars:
+            return
+        first_new = turn.original[turn.new_from].id if turn.new_from < len(turn.original) else None
+        caps = turn.sizes.older_caps(
+            turn.budget.keep,
+            chars + turn.out - s.prepare_floor_chars,
+            position(turn.messages, first_new),
+            request_cap_chars(s, turn.budget.fixed),
+        )
+        if caps:
+            where = {i: turn.sizes.where[i] for i in caps}
+            replaced = self._shorten(turn, caps, "over the threshold", MIN_OLDER_CHARS, where)
+            turn.changed += [] if turn.applied else replaced
+
+    def _apply_forced(self, turn: CompactingTurn) -> None:
+        """Under the threshold, an operator's "compact now" of the thread: its prepared
+        compaction applied at the next call."""
+        holder = self.claims.prepared(turn.session)
+        if holder is not None and self.claims.forced(turn.session):
+            self._apply(turn, holder, turn.sizes.chars)
+
+    def _apply(self, turn: CompactingTurn, holder: Claim, chars: int) -> int:
+        """The prepared compaction of ``holder`` applied to the turn's messages (of ``chars``),
+        the thread sized anew if it applied: its size after (chars, as the job's record has
+        it), or ``chars``."""
+        turn.messages, chars, applied = self.applying.apply_sized(
+            turn.session,
+            holder,
+            turn.messages,
+            turn.private,
+            chars,
+            turn.out,
+            turn.writes,
+            turn.sizes,
+        )
+        turn.applied = turn.applied or applied
+        return chars
+
+    def _sized(self, turn: CompactingTurn) -> None:
+        """The turn's size after its shortenings and apply (anew after an apply; else the same
+        ids and calls, shortened in place), the sizes kept for the thread's next call, and an
+        own agent's thread noted as a session."""
+        if turn.applied:
+            turn.size = ThreadSize().advance(turn.messages)
+        elif turn.messages is not turn.original:
+            turn.size = replace(turn.size, chars=turn.sizes.chars)
+        self.sizes.give(turn.session, turn.sizes)
+        if not self.options.patch and turn.place.listed:
+            self.sessions.note_soon(
+                turn.session, len(turn.messages), turn.size.chars, fixed=turn.budget.fixed
+            )
+
+    def _queue_if_due(self, turn: CompactingTurn) -> None:
+        """From the prepare point on: the thread's claim read, and a job queued when no job
+        holds the thread (or a skip that holds it is freed by its size, or by its crossing
+        of the threshold, planned from the size it is now)."""
+        self.pacing.track_rate(turn.private, turn.size.chars)
+        point = self.pacing.point(turn.private)
+        now, reached = turn.size.chars + turn.out, turn.reached + turn.out  # as a call sends them
+        if max(now, reached) < point:
+            return
+        known, holder = self.claims.claim_of(turn.session)
+        self.claims.check_pickup(turn.session, holder)
+        place = turn.place
+        if known and self.pacing.frees(holder, now):
+            self.publisher.publish_soon(turn.session, now, turn.messages, turn.private, place)
+        elif known and self.pacing.crossing_frees(holder, reached, turn.private):
+            # planned from the size the thread is now (its older results shortened to keep it
+            # under the threshold), not from the prepare point over it
+            planned = min(now, point) - 1
+            self.publisher.publish_soon(
+                turn.session, reached, turn.messages, turn.private, place, planned
+            )
+
+    def _call(self, turn: Turn) -> Call:
+        """The call to make (what the model is sent: :meth:`Shaping.shape`) and the state
+        update returned with its answer: the private key, and the messages this call changed
+        (after an apply, the difference; else those shortened in place)."""
+        turn.private["size"] = turn.size.to_state()
+        call = Call(
+            self.shaping.shape(turn.request, turn.messages, turn.size, turn.session_id),
+            {KEY: turn.private},
+            turn.size.chars,
+            turn.session_id,
+            self.applying.store(turn.writes) if turn.writes else None,
+            turn.size_before,
+        )
+        if turn.messages is not turn.original:
             call.update["messages"] = (
-                _diff(original, messages) if applied else [messages[i] for i in sorted(changed)]
+                diff(turn.original, turn.messages)
+                if turn.applied
+                else [turn.messages[i] for i in sorted(turn.changed)]
             )
         return call

@@ -1,5 +1,5 @@
 """A model call the provider refuses as over its context length: recognised
-(:func:`context_refusal`), then retried once, smaller (:class:`RefusalsMixin`); a second
+(:func:`context_refusal`), then retried once, smaller (:class:`Refusals`); a second
 refusal ends the run with :class:`ContextRefused`.
 
 A refusal says the model takes less than the thresholds let through (a threshold above the
@@ -31,15 +31,20 @@ from langchain_core.exceptions import ContextOverflowError
 from langchain_core.messages import BaseMessage
 from langgraph.graph.message import add_messages
 
-from offpath.agent.middleware.applying import ARCHIVE_WAIT_S
-from offpath.agent.middleware.helpers import _diff, log, outside_chars
-from offpath.agent.middleware.state import _Call, _Write
+from offpath.agent.middleware.applying import ARCHIVE_WAIT_S, Applying
+from offpath.agent.middleware.claims import Claims
+from offpath.agent.middleware.counting import ThreadSettings
+from offpath.agent.middleware.pools import Background
+from offpath.agent.middleware.reports import log
+from offpath.agent.middleware.shaping import Shaping
+from offpath.agent.middleware.state import Call, Write, diff, outside_chars
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.planner import request_cap_chars
+from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, older_caps
 from offpath.compaction.tracking import KEY, ThreadSize, mask_observations
 from offpath.coordination.logs import tag
-from offpath.stores.leases import Claim, State
+from offpath.stores.leases import State
 
 #: HTTP statuses a context-length refusal comes with (400 from most, 413 from some gateways,
 #: 422 from input validators). A 429 that talks of tokens is a rate limit, never a refusal.
@@ -198,15 +203,32 @@ def _codes(e: BaseException) -> set[str]:
     return {str(c).lower() for c in found if isinstance(c, str | int)}
 
 
-class RefusalsMixin:
-    """:class:`~offpath.agent.middleware.OffPathCompaction`'s answer to a model call the
-    provider refused as over its context length: the call made smaller and retried once.
-    Its methods use the attributes set in ``OffPathCompaction.__init__`` and the methods of
-    the sibling mixins (``_apply_now``, ``_shorten``, ``_shape``, ``_store``)."""
+class Refusals:
+    """The answer to a model call the provider refused as over its context length: the call
+    made smaller and retried once.
 
-    def _retry_refused(
-        self, request: ModelRequest, call: _Call, handler: Any, exc: Exception
-    ) -> tuple[_Call, Any]:
+    Requires: the settings in force, the claims (the thread's, read now), the applying (the
+    prepared compaction applied), the shaping (older results shortened, the call shaped,
+    maskings counted) and the background threads. Provides: :meth:`retry`,
+    :meth:`aretry`."""
+
+    def __init__(
+        self,
+        settings: ThreadSettings,
+        claims: Claims,
+        applying: Applying,
+        shaping: Shaping,
+        background: Background,
+    ) -> None:
+        self.settings = settings
+        self.claims = claims
+        self.applying = applying
+        self.shaping = shaping
+        self.background = background
+
+    def retry(
+        self, request: ModelRequest, call: Call, handler: Any, exc: Exception
+    ) -> tuple[Call, Any]:
         """``(the retried call, its answer)`` after the model refused ``call`` with ``exc``
         (``request``: the call as the agent made it). Raises ``exc`` when it is not a
         context-length refusal (or the thread is not offpath's to shrink), the retry's own
@@ -220,10 +242,10 @@ class RefusalsMixin:
                 raise
             raise self._refused_twice(call, retry, refusal, tried, again) from again
 
-    async def _aretry_refused(
-        self, request: ModelRequest, call: _Call, handler: Any, exc: Exception
-    ) -> tuple[_Call, Any]:
-        """:meth:`_retry_refused` for ``awrap_model_call`` (the reads and the shortening on a
+    async def aretry(
+        self, request: ModelRequest, call: Call, handler: Any, exc: Exception
+    ) -> tuple[Call, Any]:
+        """:meth:`retry` for ``awrap_model_call`` (the reads and the shortening on a
         worker thread)."""
         refusal = self._refusal_of(call, exc)
         retry, tried = await asyncio.to_thread(self._shrunk, request, call, refusal, exc)
@@ -234,22 +256,22 @@ class RefusalsMixin:
                 raise
             raise self._refused_twice(call, retry, refusal, tried, again) from again
 
-    def _refusal_of(self, call: _Call, exc: Exception) -> Refusal:
+    def _refusal_of(self, call: Call, exc: Exception) -> Refusal:
         refusal = context_refusal(exc)
-        if refusal is None or call.session_id is None or not self.settings.active:
+        if refusal is None or call.session_id is None or not self.settings.current.active:
             raise exc
         return refusal
 
     def _shrunk(
-        self, request: ModelRequest, call: _Call, refusal: Refusal, exc: Exception
-    ) -> tuple[_Call, list[str]]:
+        self, request: ModelRequest, call: Call, refusal: Refusal, exc: Exception
+    ) -> tuple[Call, list[str]]:
         """The retry of a refused ``call``, and what was done to make it smaller: the prepared
         compaction applied (unless the call applied one), older messages shortened in the
         thread (originals archived while the model answers, after the refused call's own
         writes), then what is still over masked for this call; under the prepare floor, or
         the provider's named limit, and under what was refused. Raises
         :class:`ContextRefused` (from ``exc``) when it cannot be made smaller."""
-        s = self.settings
+        s = self.settings.current
         session_id = str(call.session_id)
         original: list[BaseMessage] = list(request.messages)
         messages = original
@@ -264,13 +286,13 @@ class RefusalsMixin:
         if target >= refused:
             target = int(refused * UNKNOWN_SHRINK)
         chars = sum(message_chars(m) for m in messages)
-        writes: list[_Write] = []
+        writes: list[Write] = []
         tried: list[str] = []
         if not private.get("pending"):
-            holder = self._claim_now(session_id)
+            holder = self.claims.now(session_id)
             if holder is not None and holder.state is State.PREPARED:
                 before = messages
-                messages, chars = self._apply_now(
+                messages, chars = self.applying.apply_now(
                     session_id, holder, messages, private, chars, out, writes
                 )
                 if messages is not before:
@@ -285,14 +307,16 @@ class RefusalsMixin:
                 request_floor=request_cap_chars(s),
             )
             why = "after the model refused the call as too long"
-            shortened = self._shorten(session_id, messages, caps, why, MIN_OLDER_CHARS, writes)
+            shortened = self.shaping.shorten(
+                session_id, messages, caps, why, MIN_OLDER_CHARS, writes
+            )
             if shortened is not messages:
                 n = sum(a is not b for a, b in zip(messages, shortened, strict=True))
                 tried.append(f"shortened {n} older message(s) in the thread (originals archived)")
                 messages = shortened
         size = ThreadSize().advance(messages)
         private["size"] = size.to_state()
-        shaped = self._shape(request, messages, size, session_id)
+        shaped = self.shaping.shape(request, messages, size, session_id)
         sent = list(shaped.messages)
         if _sent_chars(shaped) > target:
             sent, masking = mask_observations(sent, max(0, target - out))
@@ -301,7 +325,7 @@ class RefusalsMixin:
                     f"masked {masking.results} tool result(s) and {masking.messages} AI "
                     "message(s) for this call"
                 )
-                self._write(self._count_masking, session_id, hid, masking.chars)
+                self.background.write(self.shaping.count_masking, session_id, hid, masking.chars)
                 shaped = shaped.override(messages=sent)
         retried = _sent_chars(shaped)
         if retried >= refused:
@@ -322,25 +346,16 @@ class RefusalsMixin:
         )
         update: dict[str, Any] = {KEY: private}
         if messages is not original:
-            update["messages"] = _diff(original, messages)
+            update["messages"] = diff(original, messages)
         first = call.stored  # the refused call's archive writes go first
         if first is not None and writes:
             writes.insert(0, (None, partial(first.result, timeout=ARCHIVE_WAIT_S)))
-        stored = self._store(writes) if writes else first
-        retry = _Call(shaped, update, size.chars, session_id, stored, call.size_before)
+        stored = self.applying.store(writes) if writes else first
+        retry = Call(shaped, update, size.chars, session_id, stored, call.size_before)
         return retry, tried
 
-    def _claim_now(self, session_id: str) -> Claim | None:
-        """The thread's claim, read from the lease store now (the refused call has failed
-        already: a read is worth its milliseconds here); None if it cannot be read."""
-        try:
-            return self.client.leases.holder(session_id)
-        except Exception as exc:  # the store is away: shortened and masked instead
-            log.warning("[%s] could not read the thread's claim: %s", tag(session_id), exc)
-            return None
-
     def _refused_twice(
-        self, call: _Call, retry: _Call, refusal: Refusal, tried: list[str], again: Exception
+        self, call: Call, retry: Call, refusal: Refusal, tried: list[str], again: Exception
     ) -> ContextRefused:
         second = context_refusal(again)
         return ContextRefused(
@@ -348,7 +363,7 @@ class RefusalsMixin:
             f"{_sent_chars(call.request):,} chars ({refusal.words}), and again at "
             f"{_sent_chars(retry.request):,} chars, after offpath "
             f"{'; '.join(tried) or 'changed nothing'}: "
-            f"{second.words if second else again}; {_advice(self.settings)}"
+            f"{second.words if second else again}; {_advice(self.settings.current)}"
         )
 
 
@@ -357,7 +372,7 @@ def _sent_chars(request: ModelRequest) -> int:
     return sum(message_chars(m) for m in request.messages) + outside_chars(request)
 
 
-def _advice(settings: Any) -> str:
+def _advice(settings: Settings) -> str:
     return (
         f"the model takes less than SUMMARIZATION_THRESHOLD_CHARS "
         f"({settings.summarization_threshold_chars:,}) lets through: set the threshold under "
