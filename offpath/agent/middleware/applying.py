@@ -13,7 +13,6 @@ from functools import partial
 from typing import Any
 
 from langchain_core.messages import BaseMessage
-from langgraph.graph.message import add_messages
 
 from offpath.agent.middleware.claims import Claims
 from offpath.agent.middleware.counting import ThreadSettings, ThreadTokens
@@ -21,6 +20,7 @@ from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.reports import Reports, log
 from offpath.agent.middleware.state import Call, Write
 from offpath.compaction.patch import Fitted, Stale, landed
+from offpath.compaction.patch.prepared import patched
 from offpath.compaction.sizing import MessageSizes, SizedThreads
 from offpath.compaction.tracking import KEY
 from offpath.coordination.job_values import JobEnded, Landed
@@ -112,7 +112,7 @@ class Applying:
         private["pending"] = pending
         private["removed"] = True
         private["crossed"] = False  # a new crossing may queue a job again
-        return add_messages(messages, fitted.patch), int(fitted.record["chars_after"])
+        return patched(messages, fitted.patch), int(fitted.record["chars_after"])
 
     def store(self, writes: list[Write]) -> Future[Any]:
         """Start a call's archive writes on the archive threads, one after another in the

@@ -24,6 +24,7 @@ from langchain.agents.middleware.types import ModelRequest
 from langchain_core.messages import BaseMessage
 
 from offpath.agent.middleware.place import Places
+from offpath.agent.middleware.state import private_of
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.settings import Settings
 from offpath.compaction.tokens import (
@@ -34,7 +35,7 @@ from offpath.compaction.tokens import (
     encoding_for,
     for_thread,
 )
-from offpath.compaction.tracking import KEY, ThreadSize
+from offpath.compaction.tracking import ThreadSize
 
 #: The settings of the thread a hook runs for: (the :class:`ThreadSettings`' id, its settings).
 _IN_FORCE: ContextVar[tuple[int, Settings] | None] = ContextVar("offpath_in_force", default=None)
@@ -241,7 +242,7 @@ class ThreadSettings:
             yield
             return
         if request is not None:
-            size = ThreadSize.from_state(((request.state or {}).get(KEY) or {}).get("size"))
+            size = ThreadSize.from_state(private_of(request.state).get("size"))
             ratio: Ratio | None = self.tokens.measure(
                 thread,
                 model_name(request.model),

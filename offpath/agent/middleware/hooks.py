@@ -15,7 +15,6 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
 from langchain_core.messages import BaseMessage
-from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
@@ -39,8 +38,10 @@ from offpath.agent.middleware.state import (
     outside_chars,
     outside_of,
     parent_update,
+    private_of,
 )
 from offpath.agent.recall import recall_tool
+from offpath.compaction.patch.prepared import patched
 from offpath.compaction.planner import request_cap_chars
 from offpath.compaction.settings import Settings, get_settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps
@@ -198,7 +199,9 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
                 await asyncio.to_thread(self.applying.settle, call)
             return self.shaping.answer(call, response)
 
-    def after_agent(
+    # LangGraph runs the hook as a node, which may return a Command (the parent's update);
+    # AgentMiddleware types its return as a state update only
+    def after_agent(  # type: ignore[override]
         self, state: OffPathState, runtime: Runtime[Any]
     ) -> dict[str, Any] | Command[Any] | None:
         """The end of the run: record a compaction applied at its last model call; apply a
@@ -210,12 +213,12 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
             return self._end_of_run(state)
 
     def _end_of_run(self, state: OffPathState) -> dict[str, Any] | Command[Any] | None:
-        messages: list[BaseMessage] = state["messages"]
+        messages: list[BaseMessage] = list(state["messages"])
         place = self.places.of_run(messages)
         if place is None or not place.compacts:
             return None
         session_id = place.session_id
-        private = dict(state.get(KEY) or {})
+        private = private_of(state)
         if pending := private.get("pending"):
             self.applying.record(session_id, pending, messages)
             private["pending"] = None
@@ -235,7 +238,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
                 if applied is not None:
                     fitted, private["pending"] = applied
                     update["messages"] = fitted.patch
-                    messages = add_messages(messages, fitted.patch)
+                    messages = patched(messages, fitted.patch)
                     size = ThreadSize().advance(messages)
                     private["removed"] = True
         if s.active and not self.options.patch and place.listed:
@@ -285,7 +288,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
         the state counted, no rescan); a :class:`CompactingTurn`, with the compaction
         applied at the last call recorded and the thread's budget, when offpath compacts
         the run's thread."""
-        private = dict((request.state or {}).get(KEY) or {})
+        private = private_of(request.state)
         original: list[BaseMessage] = list(request.messages)
         old = ThreadSize.from_state(private.get("size"))
         size = old.advance(original)

@@ -32,9 +32,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 
@@ -90,7 +90,7 @@ class Place:
         return self.role is Role.SHARED
 
 
-def graph_ns(config: dict[str, Any]) -> str:
+def graph_ns(config: RunnableConfig) -> str:
     """The checkpoint namespace of the graph a node runs in: ``""`` for a root graph, a
     subgraph's (``agent:<task id>``, ``tools:<task id>``) otherwise. A node's own config names
     its task last (``...|model:<task id>``): that part is not a graph's."""
@@ -158,7 +158,7 @@ class Places:
         return place.session_id if place is not None else None
 
 
-def _parent_messages(config: dict[str, Any], thread: str, ns: str) -> list[BaseMessage] | None:
+def _parent_messages(config: RunnableConfig, thread: str, ns: str) -> list[BaseMessage] | None:
     """The messages of the graph that runs the agent's graph, as its checkpoint of the current
     step holds them (the input the agent got, if it is a node sharing them); None when the
     checkpoint cannot be read within :data:`PARENT_READ_WAIT_S`."""

@@ -29,7 +29,6 @@ from typing import Any
 from langchain.agents.middleware.types import ModelRequest
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.messages import BaseMessage
-from langgraph.graph.message import add_messages
 
 from offpath.agent.middleware.applying import ARCHIVE_WAIT_S, Applying
 from offpath.agent.middleware.claims import Claims
@@ -37,8 +36,9 @@ from offpath.agent.middleware.counting import ThreadSettings
 from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.reports import log
 from offpath.agent.middleware.shaping import Shaping
-from offpath.agent.middleware.state import Call, Write, diff, outside_chars
+from offpath.agent.middleware.state import Call, Write, diff, outside_chars, sending
 from offpath.compaction.accounting import message_chars
+from offpath.compaction.patch.prepared import patched
 from offpath.compaction.planner import request_cap_chars
 from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, older_caps
@@ -276,7 +276,7 @@ class Refusals:
         original: list[BaseMessage] = list(request.messages)
         messages = original
         if call.update.get("messages"):
-            messages = add_messages(original, call.update["messages"])
+            messages = patched(original, call.update["messages"])
         private = dict(call.update[KEY])
         out = outside_chars(request)
         refused = _sent_chars(call.request)
@@ -317,7 +317,7 @@ class Refusals:
         size = ThreadSize().advance(messages)
         private["size"] = size.to_state()
         shaped = self.shaping.shape(request, messages, size, session_id)
-        sent = list(shaped.messages)
+        sent: list[BaseMessage] = list(shaped.messages)
         if _sent_chars(shaped) > target:
             sent, masking = mask_observations(sent, max(0, target - out))
             if hid := masking.results + masking.messages:
@@ -326,7 +326,7 @@ class Refusals:
                     "message(s) for this call"
                 )
                 self.background.write(self.shaping.count_masking, session_id, hid, masking.chars)
-                shaped = shaped.override(messages=sent)
+                shaped = sending(shaped, sent)
         retried = _sent_chars(shaped)
         if retried >= refused:
             raise ContextRefused(

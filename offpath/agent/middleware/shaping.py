@@ -21,7 +21,7 @@ from langgraph.types import Command
 from offpath.agent.middleware.counting import ThreadSettings, ThreadTokens
 from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.reports import Reports, log
-from offpath.agent.middleware.state import Call, Write, outside_chars
+from offpath.agent.middleware.state import Call, Write, outside_chars, sending
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.planner import ThreadBudget, thread_budget
 from offpath.compaction.shorten import shorten_each
@@ -163,7 +163,7 @@ class Shaping:
                     self.background.write(self.count_masking, session_id, hid, masking.chars)
         if sent is request.messages:
             return request
-        return request.override(messages=sent)
+        return sending(request, sent)
 
     def shorten(
         self,

@@ -2,19 +2,20 @@
 state with the thread's private key), a model call as its decisions change it (:class:`Turn`,
 :class:`CompactingTurn`), what it returns (:class:`Call`) and an archive write it makes
 (:data:`Write`), and the updates the hooks build from them: a call's
-(:func:`diff`), a subgraph run's to its parent (:func:`parent_update`), and the chars a call
-sends besides the thread (:func:`outside_chars`, kept in the private key: :func:`outside_of`)."""
+(:func:`diff`), a subgraph run's to its parent (:func:`parent_update`), the thread's private
+key (:func:`private_of`), what a call sends (:func:`sending`) and the chars it sends besides
+the thread (:func:`outside_chars`, kept in the private key: :func:`outside_of`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Annotated, Any, NotRequired, get_type_hints
+from typing import Annotated, Any, NotRequired, cast, get_type_hints
 
 from langchain.agents.middleware import AgentState
 from langchain.agents.middleware.types import ModelRequest, OmitFromSchema, PrivateStateAttr
-from langchain_core.messages import BaseMessage, RemoveMessage
+from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from offpath.agent.middleware.place import Place
@@ -104,6 +105,18 @@ class Call:
     stored: Future[Any] | None = None
     #: the thread's size as the state had it before the call (put back if a write fails)
     size_before: dict[str, Any] | None = None
+
+
+def private_of(state: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of the thread's private key in the agent's ``state`` (empty if it has none)."""
+    return dict((state or {}).get(KEY) or {})
+
+
+def sending(request: ModelRequest, messages: Sequence[BaseMessage]) -> ModelRequest:
+    """``request`` sending ``messages`` instead of its own."""
+    # the thread's messages, or copies of them: the classes of ``AnyMessage``, which
+    # ModelRequest.messages is typed as
+    return request.override(messages=cast("list[AnyMessage]", list(messages)))
 
 
 def outside_chars(request: ModelRequest) -> int:

@@ -5,11 +5,12 @@ fitting it to the thread, :class:`Fitted` (the patch) or :class:`Stale`. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import BaseMessage, HumanMessage, MessageLikeRepresentation
+from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.digest import digest
@@ -132,6 +133,18 @@ class Prepared:
             meta=dict(data.get("meta") or {}),
             summary_budget=int(data.get("summary_budget") or 0),
         )
+
+
+def patched(messages: Sequence[BaseMessage], patch: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` with ``patch`` applied as LangGraph's ``add_messages`` reducer applies it
+    to a thread: a message whose id is known replaced in place, a ``RemoveMessage`` removing
+    its id (``ValueError`` for an id not there), any other appended. A new list; neither
+    argument is changed."""
+    left: list[MessageLikeRepresentation] = [*messages]
+    right: list[MessageLikeRepresentation] = [*patch]
+    # typed for any message-like input and output: given two lists, it returns a list of
+    # messages
+    return cast("list[BaseMessage]", add_messages(left, right))
 
 
 @dataclass(frozen=True, slots=True)
