@@ -45,12 +45,12 @@ import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
 from langchain_core.messages import BaseMessage, messages_from_dict
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph.message import add_messages
 from redis.exceptions import RedisError
 
 from offpath import metrics
 from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.patch import Fitted, Stale, landed
+from offpath.compaction.patch.prepared import patched
 from offpath.compaction.pipeline import prepare
 from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
 from offpath.compaction.shorten import is_shortened
@@ -317,7 +317,7 @@ def _compact(
             message_chars(fitted.summary),
             latency_ms,
         )
-        after = add_messages(current, fitted.patch)
+        after = patched(current, fitted.patch)
         return Outcome(JobStatus.APPLIED, follow_up(after, settings, options.outside))
     raise JobEnded(JobStatus.SKIPPED, "stale", "stale: the thread changed under the plan twice")
 

@@ -19,11 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from langchain_core.messages import BaseMessage
-from langgraph.graph.message import add_messages
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.pairing import new_unpaired
 from offpath.compaction.patch import Prepared, Stale, fit_now, landed
+from offpath.compaction.patch.prepared import patched
 from offpath.compaction.settings import Settings
 from offpath.coordination.job_values import (
     OWN_THREAD,
@@ -320,7 +320,7 @@ class Jobs:
                 self.end(session_id, job_id, stale, holding)
             return fitted
         try:
-            if broken := new_unpaired(messages, add_messages(list(messages), fitted.patch)):
+            if broken := new_unpaired(messages, patched(messages, fitted.patch)):
                 why = f"patch would orphan tool calls {sorted(broken)}"
                 raise JobEnded(JobStatus.FAILED, "orphan_guard", why)
             return writer.write(

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import CheckpointTuple
-from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import content_text, total_chars
 from offpath.compaction.loss import loss_report
 from offpath.compaction.patch import Fitted, Stale
+from offpath.compaction.patch.prepared import patched
 from offpath.coordination.faults import failpoint
 from offpath.coordination.job_values import UNSTORABLE, Applying, JobEnded, JobOptions
 from offpath.coordination.jobs import Jobs
@@ -64,7 +64,7 @@ def with_loss(
     for a 40,000-char removed part); if it fails, the record says so
     (``"loss": {"error": ...}``) and the compaction goes on."""
     try:
-        after = add_messages(list(current), fitted.patch)
+        after = patched(current, fitted.patch)
         removed, cut = set(fitted.removed), set(fitted.shortened)
         now = {m.id: m for m in after}
         report = loss_report(
@@ -103,7 +103,7 @@ class CheckpointWriter:
         self.rt.patch(a.session_id, {"messages": a.fitted.patch}, self.base)
         failpoint("after_patch")
         jobs.record(a.session_id, a.job_id, {**a.result, "record": record}, holding=a.holding)
-        after = add_messages(list(a.messages), a.fitted.patch)
+        after = patched(a.messages, a.fitted.patch)
         note_size(jobs.engine, a.session_id, len(after), total_chars(after))  # the session list's
         return a.fitted
 

@@ -25,8 +25,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
-from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
+from offpath.compaction.patch.prepared import patched
 from offpath.compaction.settings import Settings
 from offpath.stores.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_session_lock
 
@@ -317,7 +318,7 @@ def _add_each(state: list[BaseMessage], writes: Sequence[Any]) -> list[BaseMessa
             else:
                 present.add(m.id)
             batch.append(m)
-        state = add_messages(state, batch)
+        state = patched(state, batch)
     return state
 
 

@@ -84,8 +84,9 @@ API = "api"
 OWN_AGENT = "own agent"
 
 
-KEYS = ApiKey.__table__  # type: ignore[attr-defined]
-SESSIONS = SessionOwner.__table__  # type: ignore[attr-defined]
+# each model's table (SQLModel sets ``__table__`` on a table model but does not declare it)
+KEYS: sa.Table = ApiKey.__table__  # type: ignore[attr-defined]
+SESSIONS: sa.Table = SessionOwner.__table__  # type: ignore[attr-defined]
 
 
 class UnknownKey(LookupError):

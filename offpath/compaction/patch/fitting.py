@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
-from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.budget import least_chars
@@ -17,7 +16,7 @@ from offpath.compaction.digest import digest
 from offpath.compaction.facts import SINCE_HEADING, pin, swap_check
 from offpath.compaction.pairing import is_request, new_broken_turns
 from offpath.compaction.patch.assembly import _assemble, _Attempt
-from offpath.compaction.patch.prepared import Fitted, Prepared, Stale
+from offpath.compaction.patch.prepared import Fitted, Prepared, Stale, patched
 from offpath.compaction.planner import (
     extension,
     landing_bound,
@@ -167,7 +166,7 @@ def fit(
     def breaks_turns(attempt: _Attempt) -> bool:
         """The patch keeps a finished turn in part (DESIGN.md invariant 17): the plan cut
         into a turn that was in progress then and has ended since."""
-        return bool(new_broken_turns(messages, add_messages(list(messages), attempt.patch)))
+        return bool(new_broken_turns(messages, patched(messages, attempt.patch)))
 
     # first as planned; over the target, first the messages that came after the plan go too
     # (the thread grew while the summary was written), then kept results are shortened
@@ -260,7 +259,7 @@ def fit(
                 f"over {bound} (its prepare floor): prepare it again"
             )
     gone = present + extra
-    if broken := new_broken_turns(messages, add_messages(list(messages), attempt.patch)):
+    if broken := new_broken_turns(messages, patched(messages, attempt.patch)):
         return Stale(
             f"it would keep turns in part ({', '.join(sorted(broken)[:3])}); prepare it again"
         )

@@ -128,9 +128,10 @@ class FallbackMasking(SQLModel, table=True):
     created_at: datetime = Field(default_factory=_now, sa_type=sa.DateTime(timezone=True))
 
 
-JOBS = CompactionJob.__table__  # type: ignore[attr-defined]
-EVENTS = UsageEvent.__table__  # type: ignore[attr-defined]
-MASKINGS = FallbackMasking.__table__  # type: ignore[attr-defined]
+# each model's table (SQLModel sets ``__table__`` on a table model but does not declare it)
+JOBS: sa.Table = CompactionJob.__table__  # type: ignore[attr-defined]
+EVENTS: sa.Table = UsageEvent.__table__  # type: ignore[attr-defined]
+MASKINGS: sa.Table = FallbackMasking.__table__  # type: ignore[attr-defined]
 
 
 def now_utc() -> datetime:

@@ -55,11 +55,11 @@ def stats(
     holds the removed messages, so ``input`` is the real-token counterpart of the chars
     estimate), ``recent_failures`` (the latest failed jobs) and ``since`` (ISO, or None).
     """
-    from offpath.stores.tenants import SessionOwner
+    from offpath.stores.tenants import SESSIONS
 
     def scoped(query: Any, column: Any, at: Any) -> Any:
         if tenant is not None:
-            mine = sa.select(SessionOwner.session_id).where(SessionOwner.tenant == tenant)
+            mine = sa.select(SESSIONS.c.session_id).where(SESSIONS.c.tenant == tenant)
             query = query.where(column.in_(mine))
         if session_id is not None:
             query = query.where(column == session_id)
@@ -77,22 +77,26 @@ def stats(
     with engine.connect() as conn:
         counted = EVENTS.c.metadata["tokens_saved"].as_integer()
         tokens = sa.func.coalesce(counted, chars // 4)  # not counted: chars / 4, as approx_tokens
-        count, total, sessions, tokens_in, tokens_out, reported, saved_tokens, exact = conn.execute(
-            events(
-                sa.select(
-                    sa.func.count(EVENTS.c.id),
-                    sa.func.coalesce(sa.func.sum(sa.case((in_effect, chars), else_=0)), 0),
-                    sa.func.count(sa.distinct(sa.case((in_effect, EVENTS.c.session_id)))),
-                    sa.func.coalesce(sa.func.sum(EVENTS.c.input_tokens), 0),
-                    sa.func.coalesce(sa.func.sum(EVENTS.c.output_tokens), 0),
-                    sa.func.count(EVENTS.c.id).filter(
-                        (EVENTS.c.input_tokens > 0) | (EVENTS.c.output_tokens > 0)
-                    ),
-                    sa.func.coalesce(sa.func.sum(sa.case((in_effect, tokens), else_=0)), 0),
-                    sa.func.count(EVENTS.c.id).filter(in_effect & counted.is_not(None)),
-                ).where(summ.is_(True))
+        count, total, sessions, tokens_in, tokens_out, reported, saved_tokens, exact = (
+            conn.execute(
+                events(
+                    sa.select(
+                        sa.func.count(EVENTS.c.id),
+                        sa.func.coalesce(sa.func.sum(sa.case((in_effect, chars), else_=0)), 0),
+                        sa.func.count(sa.distinct(sa.case((in_effect, EVENTS.c.session_id)))),
+                        sa.func.coalesce(sa.func.sum(EVENTS.c.input_tokens), 0),
+                        sa.func.coalesce(sa.func.sum(EVENTS.c.output_tokens), 0),
+                        sa.func.count(EVENTS.c.id).filter(
+                            (EVENTS.c.input_tokens > 0) | (EVENTS.c.output_tokens > 0)
+                        ),
+                        sa.func.coalesce(sa.func.sum(sa.case((in_effect, tokens), else_=0)), 0),
+                        sa.func.count(EVENTS.c.id).filter(in_effect & counted.is_not(None)),
+                    ).where(summ.is_(True))
+                )
             )
-        ).one()
+            .tuples()
+            .one()
+        )
         latencies = [
             float(v)
             for (v,) in conn.execute(
@@ -102,7 +106,7 @@ def stats(
                     .order_by(EVENTS.c.id.desc())
                     .limit(PERCENTILE_SAMPLE)
                 )
-            )
+            ).tuples()
         ]
         by_status: dict[str, int] = {}
         by_reason: dict[str, dict[str, int]] = {"skipped": {}, "failed": {}}
@@ -112,7 +116,7 @@ def stats(
                     JOBS.c.status, JOBS.c.reason_code
                 )
             )
-        ):
+        ).tuples():
             by_status[status] = by_status.get(status, 0) + int(n)
             if status in by_reason:
                 key = code or "unknown"
@@ -128,7 +132,7 @@ def stats(
                     JOBS.c.session_id,
                     JOBS.c.updated_at,
                 )
-            )
+            ).tuples()
         ]
         failures = [
             {

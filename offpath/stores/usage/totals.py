@@ -23,7 +23,7 @@ def open_job_counts(engine: Engine, *, published_only: bool = False) -> dict[str
     if published_only:
         q = q.where(JOBS.c.published.is_(True))
     with engine.connect() as conn:
-        return {str(status): int(n) for status, n in conn.execute(q)}
+        return {str(status): int(n) for status, n in conn.execute(q).tuples()}
 
 
 def saved_chars_expr() -> Any:
@@ -51,8 +51,8 @@ def recorded_totals(engine: Engine) -> dict[str, int]:
         JOBS.c.status == JobStatus.REVERTED
     )
     with engine.connect() as conn:
-        compactions, saved = conn.execute(counted).one()
-        undone, restored = conn.execute(reverted).one()
+        compactions, saved = conn.execute(counted).tuples().one()
+        undone, restored = conn.execute(reverted).tuples().one()
         maskings = conn.execute(sa.select(sa.func.count(MASKINGS.c.id))).scalar()
     return {
         "compactions": int(compactions),
@@ -81,7 +81,7 @@ def summarizer_latency_p90_s(engine: Engine, sample: int = 200) -> float | None:
             float(v)
             for (v,) in conn.execute(
                 sa.select(EVENTS.c.latency_ms).order_by(EVENTS.c.id.desc()).limit(sample)
-            )
+            ).tuples()
             if v is not None
         ]
     (p90,) = percentiles(values, 90)
