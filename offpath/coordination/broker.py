@@ -60,16 +60,22 @@ def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
 
 
+def _raw(value: bytes | str) -> bytes:
+    """A value as the client gives it (bytes: it does not decode responses), as bytes."""
+    return value if isinstance(value, bytes) else value.encode()
+
+
 def bindings(redis_url: str) -> Iterator[Binding]:
     """Every member of every kombu binding table in the Redis database at ``redis_url``."""
     client = _client(redis_url)
     try:
         for prefix in (TABLE_PREFIX, PERMANENT_PREFIX):
             for raw_key in client.scan_iter(match=prefix + "*", count=1000):
-                key = raw_key.decode()
+                key = _raw(raw_key).decode()
                 for member in client.smembers(raw_key):
-                    queue = member.decode(errors="replace").split(SEP)[-1]
-                    yield Binding(key, key[len(prefix) :], queue, member)
+                    raw = _raw(member)
+                    queue = raw.decode(errors="replace").split(SEP)[-1]
+                    yield Binding(key, key[len(prefix) :], queue, raw)
     finally:
         client.close()
 
@@ -108,7 +114,10 @@ def forget_queue(redis_url: str, queue: str, also_matching: Iterable[str] = ()) 
     if tags:  # before the queue goes: kombu would put them back in it
         client = _client(redis_url)
         try:
-            client.pipeline().hdel(UNACKED_KEY, *tags).zrem(UNACKED_INDEX_KEY, *tags).execute()
+            pipe = client.pipeline()
+            pipe.hdel(UNACKED_KEY, *tags)
+            pipe.zrem(UNACKED_INDEX_KEY, *tags)
+            pipe.execute()
         finally:
             client.close()
     # through kombu: it unbinds what it declares and drops the priority lists

@@ -120,7 +120,7 @@ class ThreadLocks:
             if not patch_waits and lock.acquire(blocking=False, token=token):
                 return True
             holder = self.redis.get(lock.name)
-            if holder is not None and holder.startswith((b"turn:", b"run:")):
+            if isinstance(holder, bytes) and holder.startswith((b"turn:", b"run:")):
                 raise ThreadBusy("another turn is in progress on this session")
             if time.monotonic() >= deadline:
                 return False
@@ -154,7 +154,7 @@ class ThreadLocks:
             try:
                 while not (acquired := lock.acquire(blocking=False, token=token)):
                     holder = self.redis.get(lock.name)
-                    if holder is not None and holder.startswith(b"run:"):
+                    if isinstance(holder, bytes) and holder.startswith(b"run:"):
                         raise RunInProgress("an agent run holds the thread")
                     if time.monotonic() >= deadline:
                         break

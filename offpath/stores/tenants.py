@@ -29,6 +29,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
 
+from offpath.stores.db.engine import insert_for
+
 log = logging.getLogger("offpath.tenants")
 
 #: The tenant of everything when ``AUTH_DISABLED=true``, and of sessions older than keys.
@@ -191,13 +193,9 @@ def take_session(engine: Engine, session_id: str, tenant: str) -> str:
     """Make ``tenant`` the owner of ``session_id`` if it has none; return its owner (one
     statement and a read: the first writer wins, also between two at once)."""
     now = _now()
-    if engine.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
     with engine.begin() as conn:
         conn.execute(
-            insert(SESSIONS)
+            insert_for(engine, SESSIONS)
             .values(session_id=session_id, tenant=tenant, created_at=now, last_activity=now)
             .on_conflict_do_update(
                 index_elements=["session_id"],
@@ -267,16 +265,12 @@ def note_own_thread(
     when the id is another tenant's or an API session's (the thread is then not listed as the
     agent's). Raises the driver's error."""
     now = _now()
-    if engine.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
     size: dict[str, Any] = {"last_activity": now, "messages": messages, "chars": chars}
     if fixed is not None:
         size |= {"fixed_chars": fixed, "threshold_chars": threshold}
     with engine.begin() as conn:
         done = conn.execute(
-            insert(SESSIONS)
+            insert_for(engine, SESSIONS)
             .values(
                 session_id=session_id,
                 tenant=tenant,

@@ -127,6 +127,21 @@ def _split_selector(selector: str) -> list[str]:
     return [p for p in [*parts, cur.strip()] if p]
 
 
+def _label_in(key: str, values: set[str], wanted: bool) -> Callable[[dict[str, str]], bool]:
+    """A test of a pod's labels: whether label ``key`` is one of ``values`` is ``wanted``."""
+    return lambda labels: (labels.get(key) in values) == wanted
+
+
+def _label_is(key: str, value: str, wanted: bool) -> Callable[[dict[str, str]], bool]:
+    """A test of a pod's labels: whether label ``key`` is ``value`` is ``wanted``."""
+    return lambda labels: (labels.get(key) == value) == wanted
+
+
+def _label_has(key: str, wanted: bool) -> Callable[[dict[str, str]], bool]:
+    """A test of a pod's labels: whether label ``key`` is set is ``wanted``."""
+    return lambda labels: (key in labels) == wanted
+
+
 def _selector(
     selector: str, items: list[dict[str, Any]]
 ) -> tuple[Callable[[dict[str, str]], bool], str]:
@@ -137,17 +152,17 @@ def _selector(
     for term in _split_selector(selector):
         if m := _SEL_SET.match(term):
             k, op, vals = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
-            tests.append(lambda lab, k=k, op=op, vals=vals: (lab.get(k) in vals) == (op == "in"))
+            tests.append(_label_in(k, vals, op == "in"))
         elif m := _SEL_EQ.match(term):
             k, op, v = m.groups()
-            tests.append(lambda lab, k=k, op=op, v=v: (lab.get(k) == v) == (op != "!="))
+            tests.append(_label_is(k, v, op != "!="))
         elif m := _SEL_HAS.match(term):
             neg, k = m.groups()
             if not neg and k not in keys and k in apps:  # a bare app name: app=<it>
                 note = f"selector {k!r} read as app={k}"
-                tests.append(lambda lab, v=k: lab.get("app") == v)
+                tests.append(_label_is("app", k, True))
             else:
-                tests.append(lambda lab, k=k, neg=neg: (k in lab) != bool(neg))
+                tests.append(_label_has(k, not neg))
         else:
             raise ToolError(
                 f"cannot parse selector term {term!r}: use key=value, key!=value, "

@@ -127,13 +127,14 @@ def _aggregate(
         else:
             key = ()
         groups.setdefault(key, []).append(vals)
-    fn: Callable[[list[float]], float] = {
+    reducers: dict[str, Callable[[list[float]], float]] = {
         "sum": sum,
         "max": max,
         "min": min,
         "avg": lambda xs: sum(xs) / len(xs),
         "count": lambda xs: float(len(xs)),
-    }[op]
+    }
+    fn = reducers[op]
     out = []
     for key, members in sorted(groups.items()):
         times = sorted({t for vals in members for t in vals})
@@ -173,7 +174,7 @@ def _query_metrics(query: str, start: str = "", end: str = "", step: str = "1m")
         step_s = 60
         notes.append("the fixtures hold one sample a minute: step raised to 1m")
     instant = t_start is None
-    if instant:
+    if t_start is None:
         at = t_end or _now()
         evals = [int(at.timestamp())]
     else:

@@ -1,5 +1,6 @@
 """The usage database's engine and schema: its URL from the settings, an engine (SQLite
-with WAL, PostgreSQL pinged when idle), Alembic's :func:`migrate` and :func:`ping`."""
+with WAL, PostgreSQL pinged when idle), an ``INSERT`` in its dialect (:func:`insert_for`),
+Alembic's :func:`migrate` and :func:`ping`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import create_engine
 
@@ -85,6 +87,15 @@ def _ping_when_idle(engine: Engine) -> None:
 #: Held while this process runs a migration (threads of one process: a team's agent makes
 #: offpath's tables from a background thread, which may meet another migration).
 _MIGRATING = threading.Lock()
+
+
+def insert_for(engine: Engine, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+    """``INSERT`` into ``table`` in ``engine``'s dialect (PostgreSQL's, else SQLite's): one
+    that can skip or update a row whose key exists (``on_conflict_do_nothing``,
+    ``on_conflict_do_update``)."""
+    if engine.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
 
 
 def migrate(settings: Settings) -> str:

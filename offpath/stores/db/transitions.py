@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 
 from offpath import metrics
 from offpath.compaction.tokens import stored_ratio
+from offpath.stores.db.engine import insert_for
 from offpath.stores.db.tables import (
     EVENTS,
     FINAL_VALUES,
@@ -28,15 +29,6 @@ from offpath.stores.db.tables import (
 )
 from offpath.stores.db.usage_events import chars_saved
 from offpath.stores.values import REFUSED_ERRORS, refused_value
-
-
-def _insert(engine: Engine, table: sa.Table) -> Any:
-    """``INSERT`` that can skip a row whose key exists (PostgreSQL and SQLite)."""
-    if engine.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(table)
 
 
 def _async_commit(conn: Any, engine: Engine) -> None:
@@ -57,7 +49,7 @@ def _ensure_job(
 ) -> None:
     """Insert the job's row when the publisher could not write it (a row that exists wins)."""
     conn.execute(
-        _insert(engine, JOBS)
+        insert_for(engine, JOBS)
         .values(
             job_id=job_id,
             session_id=session_id,
@@ -169,7 +161,7 @@ def set_job(
     not). ``only_if_open``: change a job that has not ended yet, else nothing (returns
     whether a row changed)."""
     now = _now()
-    values = {"status": status.value, "reason": _reason(reason)}
+    values: dict[str, Any] = {"status": status.value, "reason": _reason(reason)}
     values.update(reason_code=code, updated_at=now)
     with engine.begin() as conn:
         q = sa.update(JOBS).where(JOBS.c.job_id == job_id)
@@ -288,7 +280,7 @@ def finalize(
             "created_at": _now(),
         }
         inserted = conn.execute(
-            _insert(engine, EVENTS).values(**values).on_conflict_do_nothing()
+            insert_for(engine, EVENTS).values(**values).on_conflict_do_nothing()
         ).rowcount
         if not inserted:
             return False

@@ -44,7 +44,7 @@ class RedisKeyStore:
 
     def get(self, key: str) -> str | None:
         value = self.redis.get(key)
-        return value.decode() if value is not None else None
+        return value.decode() if isinstance(value, bytes) else value
 
     def swap(self, key: str, expected: str | None, new: str | None, ttl_s: float) -> bool:
         ttl_ms = max(1, int(ttl_s * 1000))

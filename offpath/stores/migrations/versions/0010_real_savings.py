@@ -61,7 +61,7 @@ def upgrade() -> None:
     records: dict[str, dict] = {}
     for job_id, result in conn.execute(
         sa.select(jobs.c.job_id, jobs.c.result).where(jobs.c.status.in_(("applied", "reverted")))
-    ):
+    ).tuples():
         record = _json(_json(result).get("record"))
         if not record:
             continue
@@ -76,7 +76,7 @@ def upgrade() -> None:
         sa.select(events.c.id, events.c.job_id, events.c.metadata).where(
             events.c.job_id.is_not(None)
         )
-    ):
+    ).tuples():
         meta = _json(metadata)
         if not meta.get("summarization") or "chars_saved" in meta:
             continue
