@@ -53,7 +53,7 @@ RUN_HOLDS_IT = (
 #: The 503 of compact now when the thread's lock cannot be asked for.
 LOCK_STORE_DOWN = "the lock store is unreachable: try again once it is back"
 
-UNREACHABLE = {
+UNREACHABLE: dict[int | str, dict[str, Any]] = {
     503: {"model": Problem, "description": "The broker or the lock store is unreachable"}
 }
 
@@ -164,7 +164,7 @@ JobId = Annotated[
     ),
 ]
 #: Why a revert may be refused (a 409 of its own: the generic one speaks of turns only).
-NOT_REVERTIBLE = {
+NOT_REVERTIBLE: dict[int | str, dict[str, Any]] = {
     409: {
         "model": Problem,
         "description": "The compaction cannot be reverted now: not applied (or reverted "

@@ -98,7 +98,7 @@ async def body_gate(scope: dict[str, Any]) -> str | None:
     rt = rt_of(request)
     if rt.settings.auth_disabled:
         return None
-    key = presented_key(request, await bearer(request))  # type: ignore[arg-type]
+    key = presented_key(request, await bearer(request))
     if not key:
         return MISSING_KEY
     found = await run_in_threadpool(principal_of, rt.engine, key)

@@ -178,11 +178,11 @@ def append_turn(
                 status_code=422,
                 detail='state: "messages" is reserved; send messages in the messages list',
             )
-        size = len(orjson.dumps(body.state).decode())
-        if size > settings.max_state_chars:
+        state_chars = len(orjson.dumps(body.state).decode())
+        if state_chars > settings.max_state_chars:
             raise HTTPException(
                 status_code=422,
-                detail=f"state: {size} chars; at most {settings.max_state_chars} are accepted "
+                detail=f"state: {state_chars} chars; at most {settings.max_state_chars} are accepted "
                 "(MAX_STATE_CHARS)",
             )
     try:

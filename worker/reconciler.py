@@ -154,7 +154,8 @@ def _landed(
 def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any]) -> str:
     session_id, job_id = row["session_id"], row["job_id"]
     holder = rt.leases.holder(session_id)
-    mine = holder is not None and holder.job_id == job_id
+    own = holder if holder is not None and holder.job_id == job_id else None  # the job's claim
+    mine = own is not None
     options = JobOptions.from_json(row["options"])
     record = (row["result"] or {}).get("record")
     if row["status"] == JobStatus.PREPARED:
@@ -166,7 +167,7 @@ def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any]) -> str:
                 "[%s] reconciler: job %s was applied in a run; recorded it", tag(session_id), job_id
             )
             return "recorded"
-        if mine and holder.state is State.PREPARED:
+        if own is not None and own.state is State.PREPARED:
             ttl = rt.settings.prepared_job_ttl_s
             if not prepared_expired(row["updated_at"], now_utc(), ttl):
                 return "alive"  # waits for its thread to cross the threshold
@@ -183,8 +184,8 @@ def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any]) -> str:
             jobs, row, "expired", "its prepared compaction was never applied; its claim is gone"
         )
     if (
-        mine
-        and holder.state is State.QUEUED
+        own is not None
+        and own.state is State.QUEUED
         and row["status"] == JobStatus.RUNNING
         and retry_overdue(row["updated_at"], now_utc(), rt.settings)
     ):
@@ -200,7 +201,7 @@ def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any]) -> str:
             job_id,
         )
         return "republished"
-    mine = mine and holder.in_flight
+    mine = own is not None and own.in_flight
     if not row["published"]:
         if not jobs.publish_again(session_id, job_id, options, claimed=mine, published=False):
             return _end(

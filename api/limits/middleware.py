@@ -14,6 +14,7 @@ from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import Message, Receive, Scope, Send
 
 from .checks import is_json_media, nul_parameter
 from .inner import JsonBudget
@@ -284,18 +285,18 @@ class HostCheck:
         self.app = app
         self.check = TrustedHostMiddleware(self._allowed, allowed_hosts=allowed_hosts)
 
-    async def _allowed(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def _allowed(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["offpath.host_allowed"] = True
         await self.app(scope, receive, send)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.check(scope, receive, send)
             return
 
         replaced = False
 
-        async def answer(message: dict[str, Any]) -> None:
+        async def answer(message: Message) -> None:
             nonlocal replaced
             if scope.get("offpath.host_allowed"):
                 await send(message)  # the app's own answer

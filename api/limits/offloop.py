@@ -6,7 +6,7 @@ message at a time) in a worker thread; the answers are FastAPI's own.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
@@ -78,7 +78,7 @@ def _parse_and_validate(
         raise HTTPException(status_code=400, detail="There was an error parsing the body") from None
     assert route.body_field is not None
     model = route.body_field.field_info.annotation
-    if hasattr(model, "validate_in_steps"):
+    if model is not None and hasattr(model, "validate_in_steps"):
         value, errors = model.validate_in_steps(parsed, budget or JsonBudget(0, 0, 0))
     else:
         value, errors = route.body_field.validate(parsed, {}, loc=("body",))
@@ -103,7 +103,7 @@ class OffLoopBody(APIRoute):
     ms to validate, during which no other request (``/healthz`` either) was answered. The
     answers are FastAPI's own (422 with the errors, 400 for a body that is not text)."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         if self.body_field is None:
             return handler

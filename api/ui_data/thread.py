@@ -126,7 +126,7 @@ def originals_by_summary(
     session_id: str,
     summary_ids: Iterable[str],
     own: set[tuple[str, str]] | None = None,
-    kept: Iterable[str] = (),
+    kept: Iterable[str | None] = (),
 ) -> tuple[dict[str, list[dict[str, Any]]], int]:
     """The archived originals of ``session_id``, grouped by the summary in the thread that
     replaced them, then by compaction (oldest first): ``{summary_id: [{"job_id",
@@ -252,7 +252,7 @@ def waiting_job(rt: Runtime, jobs: list[dict[str, Any]]) -> dict[str, Any] | Non
 
 
 def _waited_s(created_at: datetime) -> float:
-    return (datetime.now(UTC) - _utc(created_at)).total_seconds()  # type: ignore[operator]
+    return (datetime.now(UTC) - _utc(created_at)).total_seconds()
 
 
 def _pickup_warn_s() -> float:

@@ -9,6 +9,7 @@ imports no other module of ``offpath.cli``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -82,7 +83,7 @@ def fail(message: str, code: int = 1) -> None:
 # --- reading conversation files ---------------------------------------------------------------
 
 
-def detect_format(items: list[dict[str, Any]]) -> str:
+def detect_format(items: Sequence[Mapping[str, Any]]) -> str:
     """``openai`` (role keys), ``langchain`` (serialized ``type``+``data``) or ``transcript``."""
     if all("role" in m for m in items):
         return "openai"

@@ -205,6 +205,8 @@ def show(
 ) -> None:
     """Show a session: its thread as the model sees it (the summary marked), then its
     compaction jobs."""
+    from langchain_core.messages import ToolMessage
+
     from offpath.compaction.accounting import content_text, message_chars
     from offpath.compaction.summary import is_summary
 
@@ -225,7 +227,7 @@ def show(
         if width and len(text) > width:
             text = text[:width] + f" ... (+{counted(len(text) - width, 'char')})"
         head = f"[{style}]#{i} {label}[/{style}] {m.id} ({counted(message_chars(m), 'char')})"
-        if m.type == "tool":
+        if m.type == "tool" and isinstance(m, ToolMessage):
             head += f" <- {m.tool_call_id}"
         console.print(head, highlight=False)
         for call in getattr(m, "tool_calls", None) or []:

@@ -263,7 +263,7 @@ def _produced(client: httpx.Client, session: str) -> tuple[int, int]:
     by_id: dict[str, dict[str, Any]] = {}
     cursor: str | None = None
     while True:
-        params = {"limit": 500, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, str | int] = {"limit": 500, **({"cursor": cursor} if cursor else {})}
         page = client.get(f"/sessions/{session}/archive", params=params).json()
         for row in page["messages"]:
             text = row["content"] if isinstance(row["content"], str) else ""

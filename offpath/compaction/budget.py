@@ -176,7 +176,7 @@ class _Lines:
             n += 1
         return n
 
-    def entries(self, section: str, test: Callable[[str], bool] | None = None) -> list[int]:
+    def entries(self, section: str, test: Callable[[str], object] | None = None) -> list[int]:
         return [
             i
             for i, (s, line, heading) in enumerate(self.rows)

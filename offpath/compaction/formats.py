@@ -12,7 +12,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import BaseMessage, convert_to_messages, messages_from_dict
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ToolMessage,
+    convert_to_messages,
+    messages_from_dict,
+)
 
 from offpath.compaction.summary import is_summary
 
@@ -200,11 +206,11 @@ def message_json(m: BaseMessage) -> dict[str, Any]:
     """A message as a JSON-ready dict in the transcript/LangChain dict format, which
     :func:`to_messages` reads back unchanged (``additional_kwargs`` included)."""
     out: dict[str, Any] = {"type": m.type, "id": m.id, "content": m.content}
-    if getattr(m, "tool_calls", None):
+    if isinstance(m, AIMessage) and m.tool_calls:
         out["tool_calls"] = [
             {"id": c["id"], "name": c["name"], "args": c["args"]} for c in m.tool_calls
         ]
-    if m.type == "tool":
+    if m.type == "tool" and isinstance(m, ToolMessage):
         out["tool_call_id"] = m.tool_call_id
     if m.name:
         out["name"] = m.name

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages.tool import InvalidToolCall, ToolCall
 
 from offpath.compaction.summary import is_summary
 
@@ -36,10 +37,8 @@ from offpath.compaction.summary import is_summary
 def call_ids(message: AIMessage) -> list[str]:
     """Ids of an AI message's calls, malformed ones (``invalid_tool_calls``) included; a call
     without an id cannot be answered and is left out."""
-    calls = message.tool_calls
-    if message.invalid_tool_calls:
-        calls = [*calls, *message.invalid_tool_calls]  # type: ignore[list-item]
-    return [c["id"] for c in calls if c.get("id")]
+    calls: list[ToolCall | InvalidToolCall] = [*message.tool_calls, *message.invalid_tool_calls]
+    return [cid for c in calls if (cid := c.get("id"))]
 
 
 class CallPairer:

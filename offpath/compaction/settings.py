@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -38,6 +38,9 @@ class SettingsError(ValueError):
 
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+#: ``API_URL``'s default and the form it must have (the server's settings and a client's).
+DEFAULT_API_URL = "http://127.0.0.1:8000"
+API_URL_PATTERN = r"^https?://\S+$"
 
 
 class Settings(BaseSettings):
@@ -192,7 +195,7 @@ class Settings(BaseSettings):
     worker_metrics_host: str = Field(default="127.0.0.1", min_length=1)
     flower_basic_auth: str = ""
     flower_port: int = Field(default=5555, ge=1, le=65_535)
-    api_url: str = Field(default="http://127.0.0.1:8000", pattern=r"^https?://\S+$")
+    api_url: str = Field(default=DEFAULT_API_URL, pattern=API_URL_PATTERN)
     log_level: LogLevel = "INFO"
 
     @field_validator("log_level", mode="before")
@@ -357,8 +360,8 @@ class ClientSettings(BaseSettings):
 
     model_config = Settings.model_config
 
-    api_url: str = Settings.model_fields["api_url"]
-    offpath_api_key: SecretStr | None = Settings.model_fields["offpath_api_key"]
+    api_url: str = Field(default=DEFAULT_API_URL, pattern=API_URL_PATTERN)
+    offpath_api_key: SecretStr | None = None
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -378,11 +381,11 @@ def load_client_settings(**overrides: object) -> ClientSettings:
     return _load(ClientSettings, overrides)
 
 
-def _load(cls: type[_S], overrides: dict[str, object]) -> _S:
+def _load(cls: type[_S], overrides: dict[str, Any]) -> _S:
     env_file = os.environ.get("OFFPATH_ENV_FILE", ".env") or None
     secrets_dir = SECRETS_DIR if Path(SECRETS_DIR).is_dir() else None
     try:
-        return cls(_env_file=env_file, _secrets_dir=secrets_dir, **overrides)  # type: ignore[arg-type,call-arg]
+        return cls(_env_file=env_file, _secrets_dir=secrets_dir, **overrides)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

@@ -316,7 +316,7 @@ class Runtime(Client):
         ``base``: the thread's latest checkpoint, read by the caller under the thread's lock
         (or known unchanged since): the write starts from it instead of reading it again."""
         graph = self.graph
-        config: dict[str, Any] = thread_config(session_id)
+        config = thread_config(session_id)
         if base is not None:
             saver = Preloaded(self.checkpoints.saver, base)
             config["configurable"]["__pregel_checkpointer"] = saver

@@ -56,7 +56,8 @@ class ArchivedMessage(SQLModel, table=True):
     kind: str = Field(default=REMOVED, max_length=16)
 
 
-ARCHIVE = ArchivedMessage.__table__  # type: ignore[attr-defined]
+# the model's table (SQLModel sets ``__table__`` on a table model but does not declare it)
+ARCHIVE: sa.Table = ArchivedMessage.__table__  # type: ignore[attr-defined]
 #: Most chars a recall answer holds.
 RECALL_MAX_CHARS = 4_000
 
@@ -115,12 +116,12 @@ def store_shortened(
     now = datetime.now(UTC)
     ids = [str(m.id) for _, m in originals]
     with engine.begin() as conn:
-        have = set(
-            conn.execute(
+        have: set[str] = set(
+            conn.scalars(
                 sa.select(ARCHIVE.c.message_id).where(
                     ARCHIVE.c.session_id == session_id, ARCHIVE.c.message_id.in_(ids)
                 )
-            ).scalars()
+            )
         )
         rows = [
             {
@@ -218,7 +219,7 @@ def store_loss(engine: Engine, job_id: str, summary_id: str, loss: dict[str, Any
         conn.execute(
             sa.update(JOBS)
             .where(JOBS.c.job_id == job_id)
-            .values(result={**result, "record": {**record, "loss": loss}})
+            .values(result={**(result or {}), "record": {**record, "loss": loss}})
         )
     return True
 
@@ -319,7 +320,7 @@ def ids_cited(engine: Engine, session_id: str, prefix: str) -> list[str]:
         .limit(2)
     )
     with engine.connect() as conn:
-        return [str(r) for r in conn.execute(q).scalars()]
+        return [str(r) for (r,) in conn.execute(q).tuples()]
 
 
 def purge(engine: Engine, days: int) -> int:

@@ -35,7 +35,7 @@ from offpath.stores.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_sessio
 SQLITE_BUSY_TIMEOUT_S = 30
 
 
-def thread_config(session_id: str) -> dict[str, Any]:
+def thread_config(session_id: str) -> RunnableConfig:
     """The LangGraph config that names thread ``session_id``."""
     return {"configurable": {"thread_id": session_id}}
 
@@ -228,7 +228,7 @@ def _postgres(conninfo: str, pool_size: int, check_every_checkout: bool = False)
         check=ConnectionPool.check_connection if check_every_checkout else _check_when_idle,
         reset=_stamp_idle,
     )
-    saver = PostgresSaver(pool)  # type: ignore[arg-type]
+    saver = PostgresSaver(pool)
     try:
         # one set-up at a time across processes: concurrent ones on a fresh database
         # collide (UniqueViolation); setup() commits each statement before returning

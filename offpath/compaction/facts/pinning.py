@@ -199,8 +199,10 @@ def pin(
             continue
         # a line of the agent's message is marked so; lines keep their backticks: their names
         # are found again when the next summary reads them back
-        said = fact.stated and getattr(by_id.get(fact.message_id), "type", "ai") == "ai"
-        marks = (SAID_MARK if said else "") + (f"{AGE_MARK}{fact.age + 1}" if fact.carried else "")
+        agent_said = fact.stated and getattr(by_id.get(fact.message_id), "type", "ai") == "ai"
+        marks = (SAID_MARK if agent_said else "") + (
+            f"{AGE_MARK}{fact.age + 1}" if fact.carried else ""
+        )
         entry = f"\n- `{line}` ({cite(fact.message_id)}{marks})"
         on_line = {
             label: [f for f in values if f.message_id == fact.message_id and f.value in line]

@@ -100,14 +100,14 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
     for call in getattr(message, "tool_calls", None) or []:
         # the call with the first line of each argument is the agent's action (stated); the
         # rest of a multi-line argument (a heredoc, a file's new content) is data it wrote
-        args = call.get("args") or {}
-        heads = {k: v.split("\n", 1)[0] if isinstance(v, str) else v for k, v in args.items()}
+        call_args = call.get("args") or {}
+        heads = {k: v.split("\n", 1)[0] if isinstance(v, str) else v for k, v in call_args.items()}
         yield (
             f"{call.get('name')}({json.dumps(heads, ensure_ascii=False, default=str)})",
             "action",
             mid,
         )
-        for value in args.values():
+        for value in call_args.values():
             if isinstance(value, str) and "\n" in value:
                 yield value.split("\n", 1)[1], "data", mid
 

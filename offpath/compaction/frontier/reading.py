@@ -205,9 +205,9 @@ def _calls(messages: Sequence[BaseMessage]) -> list[str]:
     for a, t in pairing.pairs:
         result = messages[t]
         if isinstance(result, ToolMessage) and result.status == "error":
-            call = next(
-                (c for c in messages[a].tool_calls if c.get("id") == result.tool_call_id), None
-            )
+            ai = messages[a]
+            calls = ai.tool_calls if isinstance(ai, AIMessage) else []
+            call = next((c for c in calls if c.get("id") == result.tool_call_id), None)
             what = _call(call) if call else result.name or "a tool call"
             failed.append(f"FAILED, not done: {what}: {_item(content_text(result.content), 100)}")
     return [*waiting, *failed[-5:]]

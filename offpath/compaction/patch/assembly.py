@@ -55,13 +55,13 @@ def _assemble(
     removed_chars = sum(sizes[i] for i in gone)
     text = prepared.summary_text.rstrip()
     index = archive_index([by_id[i] for i in gone], index_room(cap))
-    added = "\n\n".join(x for x in (since, index) if x)
-    if added:  # before the summary's last line, the recall note, when it has one
+    sections = "\n\n".join(x for x in (since, index) if x)
+    if sections:  # before the summary's last line, the recall note, when it has one
         body, sep, last = text.rpartition("\n\n")
         if sep and last.startswith("_") and last.endswith("_"):
-            text = f"{body}\n\n{added}\n\n{last}"
+            text = f"{body}\n\n{sections}\n\n{last}"
         else:
-            text = f"{text}\n\n{added}"
+            text = f"{text}\n\n{sections}"
     summary = build_summary_message(
         message_id=gone[0],
         summary_text=text,
@@ -81,14 +81,14 @@ def _assemble(
     if copy_of is not None:
         source = by_id[copy_of]
         if copy_of in prepared.shorten:  # a long request: its copy is shortened, and cites it
-            source = shorten(source, prepared.shorten[copy_of], recall=recall)  # type: ignore[arg-type]
-        copy = HumanMessage(
+            source = shorten(source, prepared.shorten[copy_of], recall=recall)
+        request = HumanMessage(
             id=gone[1],
             content=source.content,
             additional_kwargs={**source.additional_kwargs, REQUEST_COPY: copy_of},
         )
-        patch.append(copy)
-        added += message_chars(copy)
+        patch.append(request)
+        added += message_chars(request)
     patch += [RemoveMessage(id=i) for i in gone[1 if copy_of is None else 2 :]]
     after = sum(sizes.values()) - removed_chars + added
     gone_set = set(gone)
@@ -104,7 +104,7 @@ def _assemble(
         for i, cap in caps.items():
             if i in shortened and message_chars(shortened[i]) <= cap:
                 continue
-            new = shorten(by_id[i], cap, recall=recall)  # type: ignore[arg-type]
+            new = shorten(by_id[i], cap, recall=recall)
             if new is not by_id[i]:
                 shortened[i] = new
         return sum(kept_results[i] - message_chars(new) for i, new in shortened.items())

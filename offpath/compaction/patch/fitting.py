@@ -342,7 +342,9 @@ def _requests_of(moved: Sequence[BaseMessage], room: int) -> str:
     then the requests') until every turn fits; past that, the newest turns are listed and the
     older ones counted."""
     starts = [i for i, m in enumerate(moved) if is_request(m)]
-    spans = [(None, 0, starts[0] if starts else len(moved))] if not starts or starts[0] else []
+    spans: list[tuple[int | None, int, int]] = (
+        [(None, 0, starts[0] if starts else len(moved))] if not starts or starts[0] else []
+    )
     ends = [*starts[1:], len(moved)]
     spans += [(i, i + 1, ends[k]) for k, i in enumerate(starts)]
 

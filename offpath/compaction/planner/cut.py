@@ -5,7 +5,7 @@ as well."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from langchain_core.messages import BaseMessage
 
@@ -170,7 +170,7 @@ def plan_compaction(
         # or request): the deepest compaction there is, if it at least halves the thread
         return c.after <= c.least and c.after <= total // 2
 
-    def worth(c: _Candidate | None) -> bool:
+    def worth(c: _Candidate | None) -> TypeGuard[_Candidate]:
         if c is None or c.count == 0 or total - c.after < min_gain:
             return False
         if c.count < MIN_MESSAGES_REMOVED and c.chars < keep:
@@ -204,12 +204,12 @@ def plan_compaction(
         # evaluates one cut, not the window's
         cuts = [c for c in range(w + 1, n) if scan.whole_turns(c)]
 
-        def at(c: int) -> _Candidate | None:
+        def at_cut(c: int) -> _Candidate | None:
             return evaluate(c, "turn" if scan.turn_start[c] else "tool_group")
 
-        if cuts and worth(at(cuts[-1])):
+        if cuts and worth(at_cut(cuts[-1])):
             for c in cuts:
-                if worth(deep := at(c)):
+                if worth(deep := at_cut(c)):
                     assert deep is not None
                     return scan.build(deep, total, threshold, budget)
     if shallow is None:
@@ -297,10 +297,10 @@ def extension(
     while w > start and acc < keep:
         w -= 1
         acc += sizes[w]
-    cut = next((c for c in range(w, start, -1) if scan.whole_turns(c)), None)
-    if cut is None or acc < keep:
+    edge = next((c for c in range(w, start, -1) if scan.whole_turns(c)), None)
+    if edge is None or acc < keep:
         return ()
-    return _removable(scan, start, cut)
+    return _removable(scan, start, edge)
 
 
 def _removable(scan: _Scan, start: int, cut: int) -> tuple[int, ...]:

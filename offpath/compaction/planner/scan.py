@@ -63,11 +63,10 @@ class _Scan:
         for i, m in enumerate(messages):
             sizes[i] = message_chars(m)
             ids[i] = m.id
-            cls = type(m)
-            if cls is ToolMessage or (cls is not AIMessage and isinstance(m, ToolMessage)):
+            if isinstance(m, ToolMessage):
                 pairer.add_result(i, m.tool_call_id)
                 tool[i] = True
-            elif cls is AIMessage or isinstance(m, AIMessage):
+            elif isinstance(m, AIMessage):
                 if m.tool_calls or m.invalid_tool_calls:
                     pairer.add_calls(i, call_ids(m))
             elif isinstance(m, SystemMessage):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from langchain_core.messages import AIMessage, BaseMessage
 
@@ -99,7 +99,7 @@ _SECTION = re.compile(r"^\*\*(Investigating|Key findings|Ruled out|Current state
 @dataclass(slots=True)
 class _Earlier:
     investigating: str = ""
-    findings: list[str] | None = None
+    findings: list[str] = field(default_factory=list)
     ruled_out: str = ""
 
 
@@ -150,7 +150,7 @@ class OfflineSummarizer:
 
 
 def _parse_earlier(summaries: list[BaseMessage]) -> _Earlier:
-    out = _Earlier(findings=[])
+    out = _Earlier()
     for s in summaries:
         section = None
         for line in summary_body(s).splitlines():
