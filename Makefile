@@ -55,8 +55,10 @@ bench: install
 	$(UV_SYNC) --extra bench > $(VENV)/install-bench.log 2>&1 || { cat $(VENV)/install-bench.log; exit 1; }
 	$(BIN)/python -m bench
 
+# mypy on the product as installed (offpath with api/ and worker/ mapped under it), through
+# the test that CI runs too (tests/test_types.py: its configuration is pyproject.toml's)
 lint: install
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/python tests/test_types.py
 
 # uv.lock pins every package `install` puts in the venv, for every platform (so CI, `make
 # bench` and the Dockerfile install the same versions). After changing dependencies in
