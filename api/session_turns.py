@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.summary import is_summary
@@ -58,7 +59,7 @@ def offload(
 
 
 def run_turn(
-    rt: Runtime, human: BaseMessage, config: dict[str, Any], before: set[Any]
+    rt: Runtime, human: BaseMessage, config: RunnableConfig, before: set[Any]
 ) -> tuple[dict[str, Any], list[BaseMessage]]:
     """Run the chat agent on ``human``; returns the thread's values after the run and the
     messages the run produced, in order, once each (by id, in its latest form), including
