@@ -69,14 +69,14 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
     ``checkpointer_url``: where the worker reads the agent's threads
     (``postgresql://...`` or ``sqlite:///path``; default: offpath's own).
     ``patch``: offpath's own API agent only (the worker may then write the thread
-    between runs). ``client``: the usage DB, leases and publisher to use (default:
-    opened from ``settings`` as the agent is built, its lease store's connection warmed in
-    the background; if that fails, on first use, which says why). ``recall``: give the agent the ``recall`` tool
-    (:mod:`offpath.agent.recall`), which searches the thread's archived originals.
-    ``on_compaction``: called with each :class:`~offpath.events.CompactionUpdate` of the
-    run's thread (queued, completed, failed, cancelled); what it raises is
-    logged, never raised into the run. ``tenant``: the tenant whose API keys see this agent's
-    threads (default ``OWN_AGENT_TENANT``, itself ``default``).
+    between runs). ``client``: the usage DB, leases and publisher to use (default: opened
+    from ``settings`` as the agent is built, its lease store's connection warmed in the
+    background; if that fails, on first use, which says why). ``recall``: give the agent the
+    ``recall`` tool (:mod:`offpath.agent.recall`), which searches the thread's archived
+    originals. ``on_compaction``: called with each :class:`~offpath.events.CompactionUpdate`
+    of the run's thread (queued, completed, failed, cancelled); what it raises is logged,
+    never raised into the run. ``tenant``: the tenant whose API keys see this agent's threads
+    (default ``OWN_AGENT_TENANT``, itself ``default``).
 
     Its parts, each given what it requires as it is built (nothing else is read from the
     middleware): ``counting`` (the settings in force for a thread), ``background`` (its
@@ -114,6 +114,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
         self.counting = ThreadSettings(base, self.tokens, self.places)
         self.background = Background()
         self.reports = Reports(self.counting, on_compaction)
+        # what most parts require: the settings in force, the client, the threads, the reports
         parts = (self.counting, self._open_client, self.background, self.reports)
         self.claims = Claims(*parts, patch=patch)
         self.sessions = Sessions(*parts, tenant=self.tenant, checkpoints=checkpointer_url)
