@@ -74,8 +74,9 @@ class Shaping:
         what the call sends besides the thread, and the system messages at its head), as the
         planner derives them (:func:`~offpath.compaction.planner.thread_budget`); kept in the
         private key for the prepare point and the session's row (an own agent's:
-        :meth:`~offpath.agent.middleware.sessions.Sessions.note_soon`). A fixed part over the threshold is said once per thread, in the log and
-        in the session's row of offpath's own agent (``/readyz``, the session's page)."""
+        :meth:`~offpath.agent.middleware.sessions.Sessions.note_soon`). A fixed part over the
+        threshold is said once per thread, in the log and in the session's row of offpath's
+        own agent (``/readyz``, the session's page)."""
         fixed = out
         for m in messages:
             if m.type != "system":
@@ -178,8 +179,8 @@ class Shaping:
         """``messages`` with the messages named in ``caps`` shortened to their cap (not below
         ``floor``), their originals archived (:func:`archive.store_shortened`): first, or,
         given ``writes``, while the model answers (the write is added to ``writes``;
-        :meth:`~offpath.agent.middleware.applying.Applying.settle` waits for it before the update is returned). Nothing shortened if the
-        archive cannot be written first. ``at``: the index of each message named in ``caps``
+        :meth:`~offpath.agent.middleware.applying.Applying.settle` waits for it before the
+        update is returned). Nothing shortened if the archive cannot be written first. ``at``: the index of each message named in ``caps``
         (when known: no other message is looked at)."""
         try:
             out, originals = shorten_each(messages, caps, recall=self.recall, floor=floor, at=at)
