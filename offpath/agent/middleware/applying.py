@@ -179,8 +179,8 @@ class Applying:
         :class:`~offpath.coordination.writers.StateUpdateWriter`: its record and the originals
         it removes are stored (invariant 12) first, or, given ``writes``, while the model
         answers (see :meth:`~offpath.agent.middleware.shaping.Shaping.shorten`); its loss
-        report after that, on the writer thread (:data:`~offpath.coordination.writers.LOSS_PENDING`
-        until then)."""
+        report after that, on the writer thread
+        (:data:`~offpath.coordination.writers.LOSS_PENDING` until then)."""
         client = self.client()
         with self._guard:
             if job_id in self._storing:  # an earlier call's write of it is still running
