@@ -19,7 +19,7 @@ so identifiers and error codes are kept as they are).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -320,7 +320,8 @@ def ids_cited(engine: Engine, session_id: str, prefix: str) -> list[str]:
         .limit(2)
     )
     with engine.connect() as conn:
-        return [str(r) for (r,) in conn.execute(q).tuples()]
+        rows: Iterable[tuple[Any, ...]] = conn.execute(q)
+        return [str(r) for (r,) in rows]
 
 
 def purge(engine: Engine, days: int) -> int:

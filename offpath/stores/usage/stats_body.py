@@ -4,7 +4,7 @@ window or one session, computed in SQL."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -77,7 +77,7 @@ def stats(
     with engine.connect() as conn:
         counted = EVENTS.c.metadata["tokens_saved"].as_integer()
         tokens = sa.func.coalesce(counted, chars // 4)  # not counted: chars / 4, as approx_tokens
-        count, total, sessions, tokens_in, tokens_out, reported, saved_tokens, exact = (
+        row: tuple[Any, ...] = (  # (rows as tuples: their values typed Any)
             conn.execute(
                 events(
                     sa.select(
@@ -93,46 +93,45 @@ def stats(
                         sa.func.count(EVENTS.c.id).filter(in_effect & counted.is_not(None)),
                     ).where(summ.is_(True))
                 )
-            )
-            .tuples()
-            .one()
+            ).one()
         )
-        latencies = [
-            float(v)
-            for (v,) in conn.execute(
-                events(
-                    sa.select(EVENTS.c.latency_ms)
-                    .where(summ.is_(True))
-                    .order_by(EVENTS.c.id.desc())
-                    .limit(PERCENTILE_SAMPLE)
-                )
-            ).tuples()
-        ]
+        count, total, sessions, tokens_in, tokens_out, reported, saved_tokens, exact = row
+        timed: Iterable[tuple[Any, ...]] = conn.execute(
+            events(
+                sa.select(EVENTS.c.latency_ms)
+                .where(summ.is_(True))
+                .order_by(EVENTS.c.id.desc())
+                .limit(PERCENTILE_SAMPLE)
+            )
+        )
+        latencies = [float(v) for (v,) in timed]
         by_status: dict[str, int] = {}
         by_reason: dict[str, dict[str, int]] = {"skipped": {}, "failed": {}}
-        for status, code, n in conn.execute(
+        by_code: Iterable[tuple[Any, ...]] = conn.execute(
             jobs(
                 sa.select(JOBS.c.status, JOBS.c.reason_code, sa.func.count()).group_by(
                     JOBS.c.status, JOBS.c.reason_code
                 )
             )
-        ).tuples():
+        )
+        for status, code, n in by_code:
             by_status[status] = by_status.get(status, 0) + int(n)
             if status in by_reason:
                 key = code or "unknown"
                 by_reason[status][key] = by_reason[status].get(key, 0) + int(n)
+        applied: Iterable[tuple[Any, ...]] = conn.execute(
+            scoped(
+                sa.select(JOBS.c.created_at, JOBS.c.crossed_at, JOBS.c.updated_at)
+                .where(JOBS.c.status == JobStatus.APPLIED.value)
+                .order_by(JOBS.c.updated_at.desc())
+                .limit(PERCENTILE_SAMPLE),
+                JOBS.c.session_id,
+                JOBS.c.updated_at,
+            )
+        )
         lags = [
             max(0.0, (_utc(done) - _utc(crossed or created)).total_seconds() * 1000)  # type: ignore[operator]
-            for created, crossed, done in conn.execute(
-                scoped(
-                    sa.select(JOBS.c.created_at, JOBS.c.crossed_at, JOBS.c.updated_at)
-                    .where(JOBS.c.status == JobStatus.APPLIED.value)
-                    .order_by(JOBS.c.updated_at.desc())
-                    .limit(PERCENTILE_SAMPLE),
-                    JOBS.c.session_id,
-                    JOBS.c.updated_at,
-                )
-            ).tuples()
+            for created, crossed, done in applied
         ]
         failures = [
             {

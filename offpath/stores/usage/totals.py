@@ -4,7 +4,7 @@ starts a job), and the SQL and percentile helpers ``/stats`` shares."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,7 +23,8 @@ def open_job_counts(engine: Engine, *, published_only: bool = False) -> dict[str
     if published_only:
         q = q.where(JOBS.c.published.is_(True))
     with engine.connect() as conn:
-        return {str(status): int(n) for status, n in conn.execute(q).tuples()}
+        rows: Iterable[tuple[Any, ...]] = conn.execute(q)  # (as tuples: their values typed Any)
+        return {str(status): int(n) for status, n in rows}
 
 
 def saved_chars_expr() -> Any:
@@ -51,8 +52,11 @@ def recorded_totals(engine: Engine) -> dict[str, int]:
         JOBS.c.status == JobStatus.REVERTED
     )
     with engine.connect() as conn:
-        compactions, saved = conn.execute(counted).tuples().one()
-        undone, restored = conn.execute(reverted).tuples().one()
+        # the rows as tuples: their values typed Any
+        counts: tuple[Any, ...] = conn.execute(counted).one()
+        reverts: tuple[Any, ...] = conn.execute(reverted).one()
+        compactions, saved = counts
+        undone, restored = reverts
         maskings = conn.execute(sa.select(sa.func.count(MASKINGS.c.id))).scalar()
     return {
         "compactions": int(compactions),
@@ -77,12 +81,9 @@ def summarizer_latency_p90_s(engine: Engine, sample: int = 200) -> float | None:
     compactions, in seconds (None: none yet): how early the middleware starts a job so that
     its summary is ready when the thread crosses its threshold (issue 18, item 4)."""
     with engine.connect() as conn:
-        values = [
-            float(v)
-            for (v,) in conn.execute(
-                sa.select(EVENTS.c.latency_ms).order_by(EVENTS.c.id.desc()).limit(sample)
-            ).tuples()
-            if v is not None
-        ]
+        rows: Iterable[tuple[Any, ...]] = conn.execute(
+            sa.select(EVENTS.c.latency_ms).order_by(EVENTS.c.id.desc()).limit(sample)
+        )
+        values = [float(v) for (v,) in rows if v is not None]
     (p90,) = percentiles(values, 90)
     return None if p90 is None else p90 / 1000

@@ -13,6 +13,8 @@ Create Date: 2026-12-02
 """
 
 import json
+from collections.abc import Iterable
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -59,9 +61,10 @@ def upgrade() -> None:
         sa.column("metadata", sa.JSON),
     )
     records: dict[str, dict] = {}
-    for job_id, result in conn.execute(
+    applied: Iterable[tuple[Any, ...]] = conn.execute(
         sa.select(jobs.c.job_id, jobs.c.result).where(jobs.c.status.in_(("applied", "reverted")))
-    ).tuples():
+    )
+    for job_id, result in applied:
         record = _json(_json(result).get("record"))
         if not record:
             continue
@@ -72,11 +75,12 @@ def upgrade() -> None:
                 .where(jobs.c.job_id == job_id)
                 .values(chars_at_apply=record["chars_before"])
             )
-    for event_id, job_id, metadata in conn.execute(
+    usage: Iterable[tuple[Any, ...]] = conn.execute(
         sa.select(events.c.id, events.c.job_id, events.c.metadata).where(
             events.c.job_id.is_not(None)
         )
-    ).tuples():
+    )
+    for event_id, job_id, metadata in usage:
         meta = _json(metadata)
         if not meta.get("summarization") or "chars_saved" in meta:
             continue
