@@ -27,6 +27,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from offpath.agent.graph import open_runtime
+from offpath.api.limits.checks import short
+from offpath.api.limits.middleware import BodyLimit, HostCheck
+from offpath.api.schemas.problems import Invalid
 from offpath.compaction.settings import Settings, get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.hook import PostTurnHook
@@ -36,8 +39,6 @@ from offpath.coordination.writers import apply_prepared
 
 from . import admin, metrics, sessions, stats, ui
 from .deps import body_gate, principal, sender
-from .limits import BodyLimit, HostCheck, short
-from .schemas import Invalid
 from .streams import StreamHub
 
 log = logging.getLogger("offpath.api")

@@ -13,7 +13,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
 
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.summary import is_summary
+from offpath.compaction.summary.message import is_summary
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive

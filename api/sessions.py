@@ -21,6 +21,10 @@ from fastapi.security import HTTPAuthorizationCredentials
 from langchain_core.messages import BaseMessage, HumanMessage, messages_to_dict
 from starlette.concurrency import run_in_threadpool
 
+from offpath.api.limits.offloop import OffLoopBody
+from offpath.api.schemas.answers import ChatOut, CompactionsOut, SessionOut, TurnOut
+from offpath.api.schemas.problems import READ, WRITE, errors
+from offpath.api.schemas.requests import ChatIn, TurnIn
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.tracking import KEY as PRIVATE_KEY
@@ -28,11 +32,11 @@ from offpath.compaction.tracking import ThreadSize
 from offpath.compaction.turns import TurnError, check_messages, validate_turn
 from offpath.coordination.admin import read_session
 from offpath.coordination.logs import tag
-from offpath.stores import db
 from offpath.stores.checkpoints import read_thread, thread_config
+from offpath.stores.db.job_queries import jobs_of
 from offpath.stores.tenants import note_size
 from offpath.stores.updates import job_updates
-from offpath.stores.usage import has_rows
+from offpath.stores.usage.sessions import has_rows
 
 from .deps import (
     Caller,
@@ -46,18 +50,6 @@ from .deps import (
     presented_key,
     rt_of,
     take_writable,
-)
-from .limits import OffLoopBody
-from .schemas import (
-    READ,
-    WRITE,
-    ChatIn,
-    ChatOut,
-    CompactionsOut,
-    SessionOut,
-    TurnIn,
-    TurnOut,
-    errors,
 )
 from .session_jobs import EVENTS_KEEPALIVE_S as EVENTS_KEEPALIVE_S
 from .session_jobs import EVENTS_MAX_S as EVENTS_MAX_S
@@ -296,7 +288,7 @@ def read_compactions(session_id: SessionId, request: Request, caller: Caller) ->
     now (``lease``) and the failure backoff, if one is running."""
     rt = rt_of(request)
     check_readable(rt, caller, session_id)
-    rows = db.jobs_of(rt.engine, session_id)
+    rows = jobs_of(rt.engine, session_id)
     if not rows and not state_of(rt, session_id):
         raise no_session(session_id)
     return {

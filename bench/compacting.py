@@ -46,7 +46,7 @@ class Archive:
 
     def __init__(self) -> None:
         from offpath.compaction.settings import load_settings
-        from offpath.stores.db import make_engine, migrate
+        from offpath.stores.db.engine import make_engine, migrate
 
         self._tmp = tempfile.TemporaryDirectory(prefix="offpath-bench-")
         # its own SQLite file even when the stack's DATABASE_URL is set: two benchmarks of
@@ -67,7 +67,8 @@ class Archive:
         """Archive the originals a compaction of ``thread`` removes (and the kept results it
         shortens), under a job row set ``applied``, as the worker does before its patch."""
         from offpath.stores import archive
-        from offpath.stores.db import JOBS, create_job
+        from offpath.stores.db.tables import JOBS
+        from offpath.stores.db.transitions import create_job
 
         job = f"bench-{next(self._jobs)}"
         rows = archive.rows_for(session, job, summary_id, thread, removed, shortened)

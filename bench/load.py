@@ -156,7 +156,7 @@ def check_threads(
     import sqlalchemy as sa
 
     from offpath.agent.graph import open_runtime
-    from offpath.compaction.summary import is_summary, summary_meta
+    from offpath.compaction.summary.message import is_summary, summary_meta
     from offpath.stores import archive
     from offpath.stores.checkpoints import thread_config
 

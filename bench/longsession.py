@@ -770,7 +770,7 @@ def run(ctx: Context) -> Result:
     from offpath.compaction.settings import Settings, get_settings
     from offpath.coordination.runtime import Client
     from offpath.stores.checkpoints import open_checkpoints_url
-    from offpath.stores.db import make_engine, migrate
+    from offpath.stores.db.engine import make_engine, migrate
 
     assert ctx.stub is not None
     base = get_settings()

@@ -243,7 +243,7 @@ def run(ctx: Context) -> Result:
     from bench.workloads import thread
     from offpath.compaction.settings import get_settings
     from offpath.stores.checkpoints import open_checkpoints_url
-    from offpath.stores.db import migrate
+    from offpath.stores.db.engine import migrate
 
     sizes = QUICK_SIZES if ctx.quick else SIZES
     per_size = QUICK_CALLS if ctx.quick else CALLS

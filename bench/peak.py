@@ -295,8 +295,8 @@ def run(ctx: Context) -> Result:
     from offpath.compaction.settings import get_settings
     from offpath.coordination.runtime import Client
     from offpath.stores.checkpoints import open_checkpoints_url
-    from offpath.stores.db import migrate
-    from offpath.stores.usage import stats
+    from offpath.stores.db.engine import migrate
+    from offpath.stores.usage.stats_body import stats
 
     settings = get_settings()
     threshold = settings.summarization_threshold_chars

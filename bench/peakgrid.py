@@ -442,7 +442,7 @@ def run(ctx: Context) -> Result:
     from offpath.compaction.settings import Settings, get_settings
     from offpath.coordination.runtime import Client
     from offpath.stores.checkpoints import open_checkpoints_url
-    from offpath.stores.db import migrate
+    from offpath.stores.db.engine import migrate
 
     base = get_settings()
     summary_s = QUICK_SUMMARY_S if ctx.quick else SUMMARY_S

@@ -75,7 +75,7 @@ def one_run(
 ) -> tuple[float, float]:
     """``jobs`` compactions through the workers ``start`` starts: (steady rate, peak RSS MiB)."""
     from bench.workloads import thread
-    from offpath.stores.db import create_job
+    from offpath.stores.db.transitions import create_job
 
     log = open(Path(tempfile.gettempdir()) / f"bench-tp-{RUN_ID}-{label}.log", "ab")  # noqa: SIM115
     sids = []

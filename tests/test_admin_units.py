@@ -10,9 +10,11 @@ from fastapi import HTTPException
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from offpath.api.stats import parse_since
-from offpath.compaction.planner import Skip, SkipReason, plan_compaction
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import Skip, SkipReason
 from offpath.compaction.settings import Settings
-from offpath.stores.usage import BadCursor, _decode_cursor, _encode_cursor, percentiles
+from offpath.stores.usage.sessions import BadCursor, _decode_cursor, _encode_cursor
+from offpath.stores.usage.totals import percentiles
 
 
 def test_nearest_rank_percentiles():

@@ -195,7 +195,7 @@ def test_the_checks_see_a_wrong_import():
     assert cycles(ring) == [["a.x", "a.y", "a.z"]]
     assert cycles({"a.x": {"a.y"}, "a.y": set()}) == []
     graph = import_graph()
-    assert "offpath.stores.db" in graph["offpath.stores.archive"]  # imports are read
+    assert "offpath.stores.db.tables" in graph["offpath.stores.archive"]  # imports are read
     assert "offpath.coordination.queue" in graph["offpath.coordination.runtime"]  # lazy too
 
 

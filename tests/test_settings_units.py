@@ -29,7 +29,8 @@ from stack import REDIS_URL, forget_broker_queue
 
 from offpath import OffPathCompaction
 from offpath.compaction.settings import Settings, get_settings, load_settings
-from offpath.stores.db import job_row, make_engine, migrate
+from offpath.stores.db.engine import make_engine, migrate
+from offpath.stores.db.job_queries import job_row
 
 THRESHOLD, KEEP = 20_000, 6_000
 

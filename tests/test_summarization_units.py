@@ -18,9 +18,10 @@ from langchain_core.messages import (
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import MEDIA_BLOCK_CHARS, message_chars
-from offpath.compaction.patch import Prepared, Stale, fit, landed
+from offpath.compaction.patch.fitting import fit, landed
+from offpath.compaction.patch.prepared import Prepared, Stale
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner import plan_compaction
+from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.prompt import build_prompt, shorten
 from offpath.compaction.settings import SettingsError, load_settings
 from offpath.compaction.summarizers import (
@@ -31,7 +32,7 @@ from offpath.compaction.summarizers import (
 )
 from offpath.compaction.summarizers.llm import LLMSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.compaction.summary import HEADINGS, SUMMARY_PREFIX, fingerprint, is_summary
+from offpath.compaction.summary.message import HEADINGS, SUMMARY_PREFIX, fingerprint, is_summary
 
 S = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=3_000)
 

@@ -49,7 +49,7 @@ from langchain_core.messages import BaseMessage, messages_from_dict
 
 from offpath.compaction.accounting import content_text
 from offpath.compaction.loss import loss_report
-from offpath.compaction.patch import landed
+from offpath.compaction.patch.fitting import landed
 from offpath.compaction.settings import Settings
 from offpath.coordination.job_values import JobEnded, JobOptions
 from offpath.coordination.jobs import Jobs
@@ -59,8 +59,9 @@ from offpath.coordination.writers import LOSS_PENDING
 from offpath.metrics import RECONCILER_ACTIONS
 from offpath.stores import archive
 from offpath.stores.checkpoints import read_messages, read_thread
-from offpath.stores.db import JobStatus, now_utc, open_jobs, pending_losses, threads_to_requeue
-from offpath.stores.leases import State
+from offpath.stores.db.job_queries import open_jobs, pending_losses, threads_to_requeue
+from offpath.stores.db.tables import JobStatus, now_utc
+from offpath.stores.leases.claims import State
 from offpath.stores.leases.key_stores import reconciler_key
 
 log = logging.getLogger("offpath.reconciler")

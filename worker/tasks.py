@@ -23,8 +23,9 @@ from offpath.coordination.job_values import JobEnded, JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.queue import COMPACT_TASK
 from offpath.coordination.runtime import Runtime
-from offpath.stores.db import JobStatus, migrate
-from offpath.stores.leases import Start
+from offpath.stores.db.engine import migrate
+from offpath.stores.db.tables import JobStatus
+from offpath.stores.leases.claims import Start
 from offpath.worker.celery_app import app
 from offpath.worker.jobs import Outcome, RetryLater, end, run_job
 

@@ -13,8 +13,9 @@ from langchain_core.messages import BaseMessage
 
 from offpath.coordination.admin import read_session
 from offpath.coordination.runtime import Runtime
-from offpath.stores import db, usage
+from offpath.stores.db.tables import JOBS, JobStatus
 from offpath.stores.tenants import SESSIONS, Principal
+from offpath.stores.usage.sessions import list_sessions
 
 #: The sessions list's sort keys, each with its default order.
 SORTS = {"last_activity": "desc", "chars": "desc", "compactions": "desc", "session_id": "asc"}
@@ -37,7 +38,7 @@ def session_page(
     ``jobs_in_flight``). Raises :class:`~offpath.stores.usage.BadCursor`."""
     sort = sort if sort in SORTS else "last_activity"
     desc = (order or SORTS[sort]) == "desc"
-    return usage.list_sessions(
+    return list_sessions(
         rt.engine,
         None if caller.admin else caller.tenant,
         q=q,
@@ -53,8 +54,8 @@ def session_counts(rt: Runtime, caller: Principal) -> dict[str, int]:
     (:func:`offpath.stores.usage.list_sessions`' ``compactions``). The dashboard's
     "sessions compacted" (all time) is the second figure."""
     applied = (
-        sa.select(db.JOBS.c.session_id)
-        .where(db.JOBS.c.status == db.JobStatus.APPLIED.value)
+        sa.select(JOBS.c.session_id)
+        .where(JOBS.c.status == JobStatus.APPLIED.value)
         .distinct()
         .subquery()
     )

@@ -260,7 +260,7 @@ def call_api(
 
 def migrate_or_exit(settings: Settings) -> str:
     """Bring the usage tables up to date; one line and exit 1 if the database is unreachable."""
-    from offpath.stores.db import migrate as run_migrations
+    from offpath.stores.db.engine import migrate as run_migrations
 
     try:
         return run_migrations(settings)

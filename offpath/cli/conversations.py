@@ -206,7 +206,7 @@ def show(
     """Show a session: its thread as the model sees it (the summary marked), then its
     compaction jobs."""
     from offpath.compaction.accounting import content_text, message_chars
-    from offpath.compaction.summary import is_summary
+    from offpath.compaction.summary.message import is_summary
 
     what = f"cannot read session {session_id!r}"
     thread = call_api(url, api_key, "GET", f"/sessions/{session_id}/messages", what).json()

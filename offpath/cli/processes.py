@@ -306,7 +306,7 @@ def _last_pass_s(settings: Any) -> float | None:
         finally:
             client.close()
     else:
-        from offpath.stores.db import make_engine
+        from offpath.stores.db.engine import make_engine
 
         engine = make_engine(settings)
         try:

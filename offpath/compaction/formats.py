@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages, messages_from_dict
 
-from offpath.compaction.summary import is_summary
+from offpath.compaction.summary.message import is_summary
 
 
 class ConversationFormatError(ValueError):

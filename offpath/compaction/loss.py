@@ -23,7 +23,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import content_text, message_chars
-from offpath.compaction.facts import extract, rank
+from offpath.compaction.facts.extraction import extract, rank
 
 #: Most lost facts a report lists (the most important first); ``facts_lost`` counts them all.
 MAX_LISTED = 50

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from offpath.compaction.summary import is_summary
+from offpath.compaction.summary.message import is_summary
 
 
 def call_ids(message: AIMessage) -> list[str]:

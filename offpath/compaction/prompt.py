@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from offpath.compaction.accounting import render_content
-from offpath.compaction.planner import CompactionPlan
-from offpath.compaction.summary import is_summary, summary_body, text_cap, words_for
+from offpath.compaction.planner.plans import CompactionPlan
+from offpath.compaction.summary.message import is_summary, summary_body, text_cap, words_for
 
 SUMMARY_TEMPLATE = """**Investigating:** <original incident or question>
 **Key findings:**

@@ -32,13 +32,15 @@ from collections.abc import Callable, Sequence
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.planner import Skip, SkipReason, min_gain_chars, plan_compaction
-from offpath.compaction.summary import is_summary, summary_meta
+from offpath.compaction.planner.budgets import min_gain_chars
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import Skip, SkipReason
+from offpath.compaction.summary.message import is_summary, summary_meta
 from offpath.coordination.job_values import HookResult, held
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Client
-from offpath.stores.leases import Claim, State
-from offpath.stores.usage import note_crossing
+from offpath.stores.leases.claims import Claim, State
+from offpath.stores.usage.crossings import note_crossing
 
 log = logging.getLogger("offpath.hook")
 

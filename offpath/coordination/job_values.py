@@ -14,12 +14,12 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.digest import digest
-from offpath.compaction.patch import Fitted
-from offpath.compaction.planner import SkipReason
+from offpath.compaction.patch.prepared import Fitted
+from offpath.compaction.planner.plans import SkipReason
 from offpath.compaction.tokens import stored_ratio
 from offpath.coordination.logs import tag
-from offpath.stores.db import JobStatus
-from offpath.stores.leases import Claim, Held, Start, State
+from offpath.stores.db.tables import JobStatus
+from offpath.stores.leases.claims import Claim, Held, Start, State
 
 _log = logging.getLogger("offpath.hook")
 

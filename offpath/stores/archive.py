@@ -30,7 +30,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import JSON, Column, Field, SQLModel
 
 from offpath.compaction.accounting import content_text
-from offpath.stores.db import JOBS, JobStatus
+from offpath.stores.db.tables import JOBS, JobStatus
 from offpath.stores.values import REFUSED_ERRORS, refused_value
 
 #: Archive kinds: a message a compaction removed, the original of a result shortened in place.

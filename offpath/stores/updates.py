@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from offpath.events import CompactionUpdate, Status
-from offpath.stores.db import JOBS, JobStatus, _utc
+from offpath.stores.db.tables import JOBS, JobStatus, _utc
 
 #: A job status -> the update status it is reported as (absent: not reported).
 STATUS: dict[str, Status] = {

@@ -23,7 +23,8 @@ from offpath.compaction.facts.reading import (
     _split_values,
 )
 from offpath.compaction.facts.sections import _around
-from offpath.compaction.summary import is_summary, looks_like_instruction, may_hold_instruction
+from offpath.compaction.summary.instructions import looks_like_instruction, may_hold_instruction
+from offpath.compaction.summary.message import is_summary
 
 
 @dataclass(slots=True)

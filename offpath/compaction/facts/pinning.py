@@ -25,7 +25,7 @@ from offpath.compaction.facts.sections import (
     _around,
     _blob,
 )
-from offpath.compaction.summary import cite
+from offpath.compaction.summary.message import cite
 
 #: The smallest section budget (chars) that lists the values stated on lines of their own:
 #: a label more per kind; below it they share their kind's line (issue 19's small budgets,

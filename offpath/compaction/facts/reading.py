@@ -23,7 +23,7 @@ from offpath.compaction.facts.sections import (
     SINCE_HEADING,
     SWAP_HEADING,
 )
-from offpath.compaction.summary import is_summary, summary_body
+from offpath.compaction.summary.message import is_summary, summary_body
 
 #: How a summary points at a clipped request's message (:func:`frontier.into_summary`).
 _CITATION = re.compile(r' \(whole: recall\("[^"]*"\)\)')

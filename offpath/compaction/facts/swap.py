@@ -13,7 +13,8 @@ from offpath.compaction.facts.patterns import find, normal
 from offpath.compaction.facts.reading import _arguments, _blocks
 from offpath.compaction.facts.sections import SWAP_HEADING, _around
 from offpath.compaction.standing import is_standing, standing_blocks
-from offpath.compaction.summary import cite, looks_like_instruction
+from offpath.compaction.summary.instructions import looks_like_instruction
+from offpath.compaction.summary.message import cite
 
 #: A token someone may name: an id, a code, a name with digits or separators.
 _NAMED = re.compile(r"(?<![\w#.-])[#A-Za-z0-9][\w.#:/-]{3,60}(?<![.:/-])(?![\w-])")

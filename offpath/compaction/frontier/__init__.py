@@ -33,26 +33,3 @@ its metadata, which a client can forge (issue 20, item 8); the plan's steps are 
 The parts: :mod:`.reading` (the frontier read from the messages) and :mod:`.form` (the
 :class:`Frontier`, written into a summary and read back from it).
 """
-
-from offpath.compaction.frontier.form import (
-    DECISIONS_HEADING,
-    DONE_HEADING,
-    MAX_ITEM_CHARS,
-    ORIGINAL_HEADING,
-    Frontier,
-    into_summary,
-)
-from offpath.compaction.frontier.reading import FOLLOW_UP, REVISION, is_follow_up, read_frontier
-
-__all__ = [
-    "DECISIONS_HEADING",
-    "DONE_HEADING",
-    "FOLLOW_UP",
-    "MAX_ITEM_CHARS",
-    "ORIGINAL_HEADING",
-    "REVISION",
-    "Frontier",
-    "into_summary",
-    "is_follow_up",
-    "read_frontier",
-]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from offpath.compaction.standing import read_standing, standing_line
-from offpath.compaction.summary import HEADINGS, cite
+from offpath.compaction.summary.message import HEADINGS, cite
 
 MAX_ITEM_CHARS = 160
 #: How :func:`into_summary` marks the task when a later request follows it.

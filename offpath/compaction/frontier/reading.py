@@ -15,7 +15,8 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from offpath.compaction.accounting import content_text
 from offpath.compaction.frontier.form import Frontier, _item
 from offpath.compaction.standing import standing_blocks, without_standing
-from offpath.compaction.summary import is_summary, looks_like_instruction
+from offpath.compaction.summary.instructions import looks_like_instruction
+from offpath.compaction.summary.message import is_summary
 
 #: A human message that only says to go on: it continues the request before it.
 FOLLOW_UP = re.compile(

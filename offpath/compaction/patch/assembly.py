@@ -16,7 +16,7 @@ from offpath.compaction.budget import fit_summary
 from offpath.compaction.index import archive_index, index_room
 from offpath.compaction.patch.prepared import Prepared
 from offpath.compaction.shorten import caps_for, shorten
-from offpath.compaction.summary import build_summary_message
+from offpath.compaction.summary.message import build_summary_message
 
 #: ``additional_kwargs`` key of the copy of a long request kept as its own message: the id of
 #: the request message it copies (issue 18, item 2).

@@ -14,20 +14,22 @@ from langgraph.graph.message import add_messages
 from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.budget import least_chars
 from offpath.compaction.digest import digest
-from offpath.compaction.facts import SINCE_HEADING, pin, swap_check
+from offpath.compaction.facts.pinning import pin
+from offpath.compaction.facts.sections import SINCE_HEADING
+from offpath.compaction.facts.swap import swap_check
 from offpath.compaction.pairing import is_request, new_broken_turns
 from offpath.compaction.patch.assembly import _assemble, _Attempt
 from offpath.compaction.patch.prepared import Fitted, Prepared, Stale
-from offpath.compaction.planner import (
-    extension,
+from offpath.compaction.planner.budgets import (
     landing_bound,
     landing_chars,
     least_aim,
     step_chars,
     summary_budget_chars,
 )
+from offpath.compaction.planner.cut import extension
 from offpath.compaction.settings import Settings
-from offpath.compaction.summary import cite, fingerprint, summary_meta
+from offpath.compaction.summary.message import cite, fingerprint, summary_meta
 
 
 def fit(

@@ -13,8 +13,8 @@ from langchain_core.messages import BaseMessage, HumanMessage
 
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.digest import digest
-from offpath.compaction.planner import CompactionPlan
-from offpath.compaction.summary import compactions_of
+from offpath.compaction.planner.plans import CompactionPlan
+from offpath.compaction.summary.message import compactions_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.settings import MIN_SHORTENED_CHARS, Settings
-from offpath.compaction.summary import is_summary, overhead_chars
+from offpath.compaction.summary.message import is_summary, overhead_chars
 
 #: The smallest budget a summary message gets, whatever the threshold or the chars it
 #: replaces: its prefix and recall lines, and the template's four headings with a few words.

@@ -17,7 +17,7 @@ from offpath.compaction.planner.budgets import estimate_summary_chars
 from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.shorten import MIN_SAVING_CHARS, caps_for, saving
 from offpath.compaction.standing import read_standing, standing_blocks, without_standing
-from offpath.compaction.summary import is_summary, summary_request
+from offpath.compaction.summary.message import is_summary, summary_request
 
 
 @dataclass(frozen=True, slots=True)

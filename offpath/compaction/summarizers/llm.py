@@ -20,7 +20,7 @@ import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt, build_prompt, chunks
 from offpath.compaction.settings import MIN_PROMPT_CHARS, Settings
 from offpath.compaction.summarizers.base import (
@@ -31,12 +31,12 @@ from offpath.compaction.summarizers.base import (
     TransientSummarizerError,
     TruncatedSummaryError,
 )
-from offpath.compaction.summary import (
+from offpath.compaction.summary.instructions import strip_instructions
+from offpath.compaction.summary.message import (
     SUMMARY_PREFIX,
     SUMMARY_SOURCE,
     fit_text,
     refusal_problem,
-    strip_instructions,
     template_problem,
     text_cap,
 )

@@ -31,15 +31,15 @@ from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from offpath.compaction.frontier import is_follow_up
-from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.frontier.reading import is_follow_up
+from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt, render_content, tool_label
 from offpath.compaction.standing import standing_blocks, without_standing
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summary import (
+from offpath.compaction.summary.instructions import looks_like_instruction
+from offpath.compaction.summary.message import (
     fit_text,
     is_summary,
-    looks_like_instruction,
     summary_body,
     text_cap,
     words_for,

@@ -35,35 +35,3 @@ Lua script on Redis, a conditional ``UPDATE``/``INSERT`` in SQL.
 The package: :mod:`.key_stores` (:class:`KeyStore` in Redis or SQL) and :mod:`.claims`
 (the claim protocol, :class:`LeaseKeeper`, the failure backoff).
 """
-
-from __future__ import annotations
-
-from offpath.stores.leases.claims import (
-    DONE_TTL_S,
-    PREPARED_TTL_S,
-    SKIPPED_TTL_S,
-    Claim,
-    Held,
-    LeaseKeeper,
-    Leases,
-    Start,
-    State,
-    failure_backoff_s,
-)
-from offpath.stores.leases.key_stores import KeyStore, RedisKeyStore, SqlKeyStore
-
-__all__ = [
-    "DONE_TTL_S",
-    "PREPARED_TTL_S",
-    "SKIPPED_TTL_S",
-    "Claim",
-    "Held",
-    "KeyStore",
-    "LeaseKeeper",
-    "Leases",
-    "RedisKeyStore",
-    "SqlKeyStore",
-    "Start",
-    "State",
-    "failure_backoff_s",
-]

@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from offpath.stores.db import FINAL_VALUES, JOBS, _async_commit
-from offpath.stores.leases import Claim, State
+from offpath.stores.db.tables import FINAL_VALUES, JOBS
+from offpath.stores.db.transitions import _async_commit
+from offpath.stores.leases.claims import Claim, State
 
 log = logging.getLogger("offpath.usage")
 

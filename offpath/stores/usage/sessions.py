@@ -13,7 +13,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from offpath.stores.db import EVENTS, JOBS, MASKINGS, JobStatus, _utc
+from offpath.stores.db.tables import EVENTS, JOBS, MASKINGS, JobStatus, _utc
 from offpath.stores.tenants import SESSIONS
 from offpath.stores.usage.stats_body import _iso
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.accounting import approx_tokens
-from offpath.stores.db import EVENTS, JOBS, MASKINGS, JobStatus, _utc
+from offpath.stores.db.tables import EVENTS, JOBS, MASKINGS, JobStatus, _utc
 from offpath.stores.usage.totals import percentiles, saved_chars_expr
 
 #: At most this many recent values enter a percentile (lag, latency) of ``/stats``.

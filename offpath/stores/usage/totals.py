@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from offpath.stores.db import EVENTS, FINAL_VALUES, JOBS, MASKINGS, JobStatus
+from offpath.stores.db.tables import EVENTS, FINAL_VALUES, JOBS, MASKINGS, JobStatus
 
 
 def open_job_counts(engine: Engine, *, published_only: bool = False) -> dict[str, int]:
