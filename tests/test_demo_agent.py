@@ -21,14 +21,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from offpath.agent import scripted
 from offpath.agent.scripted import DEMO_REQUESTS, LABEL, ScriptedChatModel, locate, plan_for
-from offpath.agent.sre_tools import (
-    MAX_CHARS,
-    SRE_TOOLS,
-    get_logs,
-    pod_status,
-    query_metrics,
-    recent_deploys,
-)
+from offpath.agent.sre_tools import SRE_TOOLS
+from offpath.agent.sre_tools.cluster import pod_status, recent_deploys
+from offpath.agent.sre_tools.fixtures import MAX_CHARS
+from offpath.agent.sre_tools.logs import get_logs
+from offpath.agent.sre_tools.metrics import query_metrics
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.summary.message import build_summary_message
 

@@ -394,7 +394,7 @@ def test_the_image_install_serves_the_default_agent_tools_without_a_checkout(tmp
     code = """if True:
         import json, offpath
         from offpath.compaction.settings import Settings
-        from offpath.agent import sre_tools
+        from offpath.agent.sre_tools.fixtures import fixtures_dir
         from offpath.agent.graph import load_tools
         tools = {t.name: t for t in load_tools(Settings(_env_file=None).agent_tools)}
         calls = {
@@ -405,7 +405,7 @@ def test_the_image_install_serves_the_default_agent_tools_without_a_checkout(tmp
         }
         print(json.dumps({
             "offpath": offpath.__file__,
-            "fixtures": str(sre_tools.fixtures_dir()),
+            "fixtures": str(fixtures_dir()),
             "answers": {name: tools[name].invoke(args) for name, args in calls.items()},
         }))
     """
