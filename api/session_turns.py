@@ -1,7 +1,7 @@
 """What the session routes (:mod:`api.sessions`) do around a turn's write: the thread's state
 (:func:`state_of`), the pruning of old checkpoints after the response (:func:`prune`), tool
 results shortened as they arrive (:func:`offload`), and a failed chat turn taken back
-(:func:`_undo`).
+(:func:`undo_run`).
 """
 
 from __future__ import annotations
@@ -57,11 +57,12 @@ def offload(
         return new
 
 
-def _summary_text(messages: Sequence[BaseMessage]) -> str:
+def summary_text(messages: Sequence[BaseMessage]) -> str:
+    """The text of the summary among ``messages``, or "" when there is none."""
     return next((str(m.content) for m in messages if is_summary(m)), "")
 
 
-def _undo(rt: Runtime, session_id: str, before: set[Any]) -> None:
+def undo_run(rt: Runtime, session_id: str, before: set[Any]) -> None:
     """Take back what a failed run added, so the thread is as it was (a summary the run's
     middleware applied stays: it replaced messages that are gone)."""
     added: list[Any] = []

@@ -56,7 +56,7 @@ from .session_jobs import EVENTS_MAX_S as EVENTS_MAX_S
 from .session_jobs import EVENTS_POLL_S as EVENTS_POLL_S
 from .session_jobs import EVENTS_RETRY_MS as EVENTS_RETRY_MS
 from .session_jobs import backoff_json, job_json, lease_json
-from .session_turns import _summary_text, _undo, offload, state_of
+from .session_turns import offload, state_of, summary_text, undo_run
 from .session_turns import prune as prune
 from .streams import (
     RETRY_AFTER_S,
@@ -128,7 +128,7 @@ def chat(
         try:
             values = rt.graph.invoke({"messages": [human]}, config)
         except Exception as exc:
-            _undo(rt, session_id, before)
+            undo_run(rt, session_id, before)
             if new_session:  # nothing of the turn is kept: neither is the claim
                 give_back(rt, session_id)
             log.warning("[%s] chat turn failed: %s", tag(session_id), exc)
@@ -147,7 +147,7 @@ def chat(
             "chars": total_chars(added),
             "tool_calls": sum(len(getattr(m, "tool_calls", None) or []) for m in added),
             # a compaction was applied during the run (the summary is new or changed)
-            "compacted": _summary_text(messages) not in ("", _summary_text(prior)),
+            "compacted": summary_text(messages) not in ("", summary_text(prior)),
         },
     }
 

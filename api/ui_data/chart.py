@@ -21,7 +21,7 @@ from offpath.stores.db.tables import EVENTS, JobStatus
 from offpath.stores.tenants import SESSIONS, Principal
 from offpath.stores.usage.totals import saved_chars_expr
 
-from .listing import _utc, activity_of
+from .listing import activity_of, utc_aware
 
 #: How many sessions the size chart draws.
 CHART_SESSIONS = 5
@@ -79,10 +79,10 @@ def size_series(rt: Runtime, session_id: str) -> Series:
     events: list[tuple[datetime, int, dict[str, Any]]] = []  # (time, 0 queued / 1 applied, row)
     for job in jobs_of(rt.engine, session_id):
         if job["chars_before"] is not None:
-            events.append((_utc(job["created_at"]), 0, job))
+            events.append((utc_aware(job["created_at"]), 0, job))
         record = (job["result"] or {}).get("record") or {}
         if job["status"] == JobStatus.APPLIED and "chars_removed" in record:
-            events.append((_utc(job["updated_at"]), 1, job))
+            events.append((utc_aware(job["updated_at"]), 1, job))
     events.sort(key=lambda e: (e[0], e[1]))
     points: list[tuple[datetime, int, str]] = []
     known = 0  # the largest size known since the last compaction

@@ -91,13 +91,14 @@ def activity_of(
         ).first()
     if row is None:
         return None, None, None
-    return _utc(row.created_at), _utc(row.last_activity), row.chars
+    return utc_aware(row.created_at), utc_aware(row.last_activity), row.chars
 
 
-def _utc(value: datetime) -> datetime:
+def utc_aware(value: datetime) -> datetime:
     """SQLite hands back naive datetimes: they are UTC."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else _utc(value).isoformat(timespec="seconds")
+def iso_seconds(value: datetime | None) -> str | None:
+    """``value`` as ISO 8601 UTC to the second (naive means UTC); None stays None."""
+    return None if value is None else utc_aware(value).isoformat(timespec="seconds")

@@ -24,7 +24,7 @@ from offpath.stores.db.job_queries import jobs_of
 from offpath.stores.db.tables import JOBS, JobStatus
 from offpath.stores.tenants import SESSIONS, fixed_part
 
-from .listing import _iso, _utc
+from .listing import iso_seconds, utc_aware
 
 #: Most archived originals a session page shows (the rest: ``GET /sessions/{id}/archive``).
 MAX_ORIGINALS = 2000
@@ -161,7 +161,7 @@ def originals_by_summary(
         out[target].append(
             {
                 "job_id": job_id,
-                "archived_at": _iso(job_rows[0]["created_at"]),
+                "archived_at": iso_seconds(job_rows[0]["created_at"]),
                 "items": thread_items(messages, own),
                 "count": len(messages),
                 "replaced_ids": [i for i in mine if i not in still],
@@ -212,7 +212,7 @@ def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
     out = []
     for row in jobs_of(rt.engine, session_id):
         job = job_json(row)
-        took = (_utc(row["updated_at"]) - _utc(row["created_at"])).total_seconds()
+        took = (utc_aware(row["updated_at"]) - utc_aware(row["created_at"])).total_seconds()
         job["took_s"] = round(took, 2)
         job["forced"] = bool((row.get("options") or {}).get("force"))
         job["revertible"] = False
@@ -252,7 +252,7 @@ def waiting_job(rt: Runtime, jobs: list[dict[str, Any]]) -> dict[str, Any] | Non
 
 
 def _waited_s(created_at: datetime) -> float:
-    return (datetime.now(UTC) - _utc(created_at)).total_seconds()  # type: ignore[operator]
+    return (datetime.now(UTC) - utc_aware(created_at)).total_seconds()  # type: ignore[operator]
 
 
 def _pickup_warn_s() -> float:

@@ -223,7 +223,8 @@ def print_stats(body: dict[str, Any]) -> None:
     for key in ("lag_ms", "summarizer_latency_ms"):
         if spread := s.get(key):
             table.add_row(
-                key, f"p50 {_ms(spread['p50'])}, p99 {_ms(spread['p99'])} (n={spread['count']})"
+                key,
+                f"p50 {fmt_ms(spread['p50'])}, p99 {fmt_ms(spread['p99'])} (n={spread['count']})",
             )
     if tokens := s.get("llm_tokens"):
         table.add_row(
@@ -234,7 +235,8 @@ def print_stats(body: dict[str, Any]) -> None:
     console.print(table)
 
 
-def _ms(value: float | None) -> str:
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds for a table cell (``1,234 ms``; ``-`` when unknown)."""
     return "-" if value is None else f"{value:,.0f} ms"
 
 

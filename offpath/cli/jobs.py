@@ -11,12 +11,12 @@ import typer
 from offpath.cli.common import (
     ApiKeyOption,
     UrlOption,
-    _ms,
     app,
     call_api,
     console,
     counted,
     fail,
+    fmt_ms,
 )
 
 
@@ -58,7 +58,7 @@ def compact(
                 console.print(
                     f"applied: -{counted(saved, 'char')} "
                     f"({counted(job['messages_removed'], 'message')} summarized by "
-                    f"{job['summarizer']} in {_ms(job['latency_ms'])})",
+                    f"{job['summarizer']} in {fmt_ms(job['latency_ms'])})",
                     highlight=False,
                 )
                 return

@@ -146,7 +146,9 @@ class Frontier:
         )
 
 
-def _item(text: str, limit: int = MAX_ITEM_CHARS) -> str:
+def one_line(text: str, limit: int = MAX_ITEM_CHARS) -> str:
+    """``text`` on one line (whitespace runs made one space), cut at a word to at most
+    ``limit`` chars with "..." when longer."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3].rsplit(" ", 1)[0] + "..."
 
@@ -226,7 +228,7 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
             [
                 DECISIONS_HEADING,
                 *(
-                    DECISION_MARK + _item(d, MAX_DECISION_CHARS)
+                    DECISION_MARK + one_line(d, MAX_DECISION_CHARS)
                     for d in frontier.decisions[-MAX_DECISIONS:]
                 ),
             ]
@@ -236,7 +238,7 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
         nonlocal left
         out: list[str] = []
         for item in items:
-            entry = _item(item)
+            entry = one_line(item)
             if len(entry) + 4 > left:
                 break
             out.append(entry)

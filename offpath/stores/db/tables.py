@@ -69,7 +69,7 @@ class UsageEvent(SQLModel, table=True):
 MAX_REASON_CHARS = 300
 
 
-def _reason(reason: str | None) -> str | None:
+def stored_reason(reason: str | None) -> str | None:
     """A reason as stored: one line, at most :data:`MAX_REASON_CHARS` chars."""
     if not reason:
         return None
@@ -134,9 +134,10 @@ MASKINGS = FallbackMasking.__table__  # type: ignore[attr-defined]
 
 
 def now_utc() -> datetime:
+    """The current time, timezone-aware UTC (what every row's timestamps hold)."""
     return _now()
 
 
-def _utc(value: datetime | None) -> datetime | None:
+def as_utc(value: datetime | None) -> datetime | None:
     """SQLite hands back naive datetimes: they are UTC."""
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from offpath.stores.db.tables import MASKINGS, _now
+from offpath.stores.db.tables import MASKINGS, now_utc
 
 
 def chars_saved(record: Mapping[str, Any]) -> int:
@@ -33,6 +33,6 @@ def record_masking(engine: Engine, session_id: str, results: int, chars: int) ->
     with engine.begin() as conn:
         conn.execute(
             sa.insert(MASKINGS).values(
-                session_id=session_id, results=results, chars=chars, created_at=_now()
+                session_id=session_id, results=results, chars=chars, created_at=now_utc()
             )
         )

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.accounting import approx_tokens
-from offpath.stores.db.tables import EVENTS, JOBS, MASKINGS, JobStatus, _utc
+from offpath.stores.db.tables import EVENTS, JOBS, MASKINGS, JobStatus, as_utc
 from offpath.stores.usage.totals import percentiles, saved_chars_expr
 
 #: At most this many recent values enter a percentile (lag, latency) of ``/stats``.
@@ -118,7 +118,7 @@ def stats(
                 key = code or "unknown"
                 by_reason[status][key] = by_reason[status].get(key, 0) + int(n)
         lags = [
-            max(0.0, (_utc(done) - _utc(crossed or created)).total_seconds() * 1000)  # type: ignore[operator]
+            max(0.0, (as_utc(done) - as_utc(crossed or created)).total_seconds() * 1000)  # type: ignore[operator]
             for created, crossed, done in conn.execute(
                 scoped(
                     sa.select(JOBS.c.created_at, JOBS.c.crossed_at, JOBS.c.updated_at)
@@ -136,7 +136,7 @@ def stats(
                 "job_id": r.job_id,
                 "reason_code": r.reason_code,
                 "reason": r.reason,
-                "at": _iso(r.updated_at),
+                "at": iso_or_none(r.updated_at),
             }
             for r in conn.execute(
                 scoped(
@@ -186,6 +186,7 @@ def stats(
     }
 
 
-def _iso(value: datetime | None) -> str | None:
-    value = _utc(value)
+def iso_or_none(value: datetime | None) -> str | None:
+    """``value`` as ISO 8601 (naive means UTC); None stays None."""
+    value = as_utc(value)
     return value.isoformat() if value is not None else None
