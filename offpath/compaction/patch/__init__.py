@@ -31,7 +31,7 @@ thread; DESIGN.md invariant 4):
 
 The parts, dependencies pointing down:
 
-* :mod:`.fitting`: :func:`fit`, :func:`fit_now` and :func:`landed`;
-* :mod:`.assembly`: the patch itself, kept tool results shortened to the target;
+* :mod:`.fitting`: :func:`fit`, :func:`fit_now` and :func:`landed`, and the patch itself
+  (kept tool results shortened to the target);
 * :mod:`.prepared`: :class:`Prepared`, :class:`Fitted`, :class:`Stale`.
 """

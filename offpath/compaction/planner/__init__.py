@@ -90,6 +90,6 @@ from which a compaction could be worth it (:attr:`Skip.worth_at`), which its cla
 the next job comes then, not after a fixed growth.
 
 The parts: :mod:`.plans` (the plan and the skip), :mod:`.budgets` (the thread's budget, the
-gain, landing and summary sizes), :mod:`.scan` (the pass over the messages and a cut's candidate) and
-:mod:`.cut` (the cut rule: :func:`plan_compaction`, :func:`extension`).
+gain, landing and summary sizes) and :mod:`.cut` (the cut rule: :func:`plan_compaction`,
+:func:`extension`, over one pass over the messages and each cut's candidate).
 """
