@@ -30,7 +30,8 @@ from offpath.agent.graph import open_runtime
 from offpath.api.limits.checks import short
 from offpath.api.limits.middleware import BodyLimit, HostCheck
 from offpath.api.schemas.problems import Invalid
-from offpath.compaction.settings import Settings, get_settings
+from offpath.compaction.settings import Settings
+from offpath.config import get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.locks import RunInProgress, ThreadBusy

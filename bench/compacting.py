@@ -45,7 +45,7 @@ class Archive:
     the compactions a benchmark applies; ``close()`` removes it."""
 
     def __init__(self) -> None:
-        from offpath.compaction.settings import load_settings
+        from offpath.config import load_settings
         from offpath.stores.db.engine import make_engine, migrate
 
         self._tmp = tempfile.TemporaryDirectory(prefix="offpath-bench-")

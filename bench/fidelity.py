@@ -90,9 +90,9 @@ def summarizers() -> dict[str, Any]:
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
 
-    from offpath.compaction.settings import get_settings
     from offpath.compaction.summarizers import OfflineSummarizer
     from offpath.compaction.summarizers.llm import LLMSummarizer
+    from offpath.config import get_settings
 
     out: dict[str, Any] = {
         "offline": OfflineSummarizer(),
@@ -115,9 +115,9 @@ def replay(name: str, doc: dict[str, Any], inner: Any, engine: Any, guard: bool 
     from offpath.compaction.facts.extraction import stated_facts
     from offpath.compaction.formats import split_turns, to_messages
     from offpath.compaction.pipeline import Skip, compact
-    from offpath.compaction.settings import load_settings
     from offpath.compaction.summarizers import GuardedSummarizer
     from offpath.compaction.summary.message import is_summary
+    from offpath.config import load_settings
     from offpath.stores import archive
     from offpath.stores.db.tables import JOBS
     from offpath.stores.db.transitions import create_job
@@ -227,7 +227,7 @@ def text_of(message: Any) -> str:
 
 
 def run(ctx: Context | None = None) -> Result:
-    from offpath.compaction.settings import load_settings
+    from offpath.config import load_settings
     from offpath.stores.db.engine import make_engine, migrate
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -287,7 +287,7 @@ def run(ctx: Context | None = None) -> Result:
         if t.lost and lb != BASELINE
     ]
     met = all(s >= TARGET for lb, s in shares.items() if lb != BASELINE)
-    from offpath.compaction.settings import get_settings
+    from offpath.config import get_settings
 
     configured = get_settings()
     llm_line = (

@@ -300,7 +300,7 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
 def run(ctx: Context) -> Result:
     import sqlalchemy as sa
 
-    from offpath.compaction.settings import load_settings
+    from offpath.config import load_settings
 
     sessions, seconds = (10, 15.0) if ctx.quick else (50, 60.0)
     pg_url = create_pg_database("offpath_bench_load")

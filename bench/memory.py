@@ -21,7 +21,7 @@ def run(ctx: Context) -> Result:
 
     from bench.workloads import thread
     from offpath.agent.graph import open_runtime
-    from offpath.compaction.settings import get_settings
+    from offpath.config import get_settings
     from offpath.stores.db.transitions import create_job
 
     settings = get_settings()

@@ -280,7 +280,7 @@ def documents(quick: bool) -> list[Doc]:
 
 class Bench:
     def __init__(self, ctx: Context, saver: Any, agent_url: str, client: Any, shape: str):
-        from offpath.compaction.settings import load_settings
+        from offpath.config import load_settings
 
         self.settings = load_settings(
             summarization_threshold_chars=THRESHOLD, summarization_keep_chars=KEEP
@@ -484,7 +484,7 @@ def run_pass(ctx: Context, shape: str, docs: list[Doc]) -> tuple[list[Run], floa
     runs: list[Run] = []
     extra: dict[str, Any] = {"log": str(log_path)}
     try:
-        from offpath.compaction.settings import load_settings
+        from offpath.config import load_settings
 
         settings = load_settings(
             summarization_threshold_chars=THRESHOLD, summarization_keep_chars=KEEP

@@ -107,7 +107,7 @@ def one_run(
 
 def run(ctx: Context, runs: int | None = None) -> Result:
     from offpath.agent.graph import open_runtime
-    from offpath.compaction.settings import get_settings
+    from offpath.config import get_settings
 
     settings = get_settings()
     default = settings.worker_concurrency

@@ -419,7 +419,8 @@ class Stack:
 
     def settings(self, **overrides: Any):
         """This stack's settings, for code run in the test process (a middleware, a hook)."""
-        from offpath.compaction.settings import Settings, load_settings
+        from offpath.compaction.settings import Settings
+        from offpath.config import load_settings
 
         env = {k.lower(): v for k, v in self.env.items() if k.lower() in Settings.model_fields}
         return load_settings(**{**env, **overrides})
@@ -508,7 +509,7 @@ def small_runtime(backend: str, folder: Path, prefix: str) -> Iterator[Any]:
     "postgres": a scratch database, dropped after), Redis keys under ``prefix``-<random>, at
     a 6,000 / 2,000-char threshold / keep window, publishing nowhere."""
     from offpath.agent.graph import open_runtime
-    from offpath.compaction.settings import load_settings
+    from offpath.config import load_settings
 
     url = create_pg_database() if backend == "postgres" else ""
     settings = load_settings(

@@ -22,7 +22,6 @@ from offpath.compaction.pipeline import Compaction, compact
 from offpath.compaction.planner.budgets import landing_chars, min_gain_chars
 from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
-from offpath.compaction.settings import load_settings
 from offpath.compaction.shorten import (
     MIN_OLDER_CHARS,
     arrival_caps,
@@ -32,6 +31,7 @@ from offpath.compaction.shorten import (
     shorten,
 )
 from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.config import load_settings
 
 DUMP = "\n".join(
     f"default  checkout-api-7f9c4-x{k:03d}  1/1  Running  0  3d  10.42.1.{k % 250}"

@@ -374,12 +374,12 @@ def test_the_demo_prepares_from_one_fixed_point():
     from offpath.compaction.planner.budgets import earliest_worth
     from offpath.compaction.settings import Settings
 
-    defaults = Settings(_env_file=None)
+    defaults = Settings()
     share = fixed_prepare_at(defaults)
     # 60,000 / 20,000: an early plan keeps half the window (10,000), a cut needs half a
     # 12,000-char result's allowance (6,000) and 20,000 removed (twice the 10,000 gain)
     assert share == 0.6
-    demo = Settings(_env_file=None, summarization_prepare_at=share)
+    demo = Settings(summarization_prepare_at=share)
     assert demo.prepare_floor_chars == 36_000 <= earliest_worth(demo)
     # already low enough: the configured share is kept
-    assert fixed_prepare_at(Settings(_env_file=None, summarization_prepare_at=0.5)) is None
+    assert fixed_prepare_at(Settings(summarization_prepare_at=0.5)) is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from offpath import OffPathCompaction
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.events import CompactionUpdate
 
 

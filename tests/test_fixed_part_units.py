@@ -29,8 +29,9 @@ from offpath.compaction.planner.budgets import (
 )
 from offpath.compaction.planner.cut import extension, plan_compaction
 from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
-from offpath.compaction.settings import Settings, load_settings
+from offpath.compaction.settings import Settings
 from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.config import load_settings
 from offpath.stores.leases.claims import Claim, Leases, State
 
 #: The SRE agent's system prompt that issue 30 measured.

@@ -3,7 +3,10 @@ one public surface, and units kept whole.
 
 The layers, each importing only from itself and the layers before it:
 
-    compaction (pure) <- stores <- coordination <- agent <- worker <- api <- cli, demo
+    compaction (pure) <- config <- stores <- coordination <- agent <- worker <- api <- cli, demo
+
+``offpath.config`` is where the pure core meets the outside world: the settings read from
+the environment, ``.env`` and secrets.
 
 ``offpath.events`` and ``offpath.metrics`` sit with the pure core (they import nothing of
 offpath's); ``offpath`` itself (the public ``from offpath import OffPathCompaction``) is the
@@ -40,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: and the ones before it).
 LAYERS: list[tuple[str, ...]] = [
     ("offpath.compaction", "offpath.events", "offpath.metrics"),
+    ("offpath.config",),
     ("offpath.stores",),
     ("offpath.coordination",),
     ("offpath.agent",),
@@ -383,7 +387,7 @@ def test_an_agent_tools_setting_written_before_the_move_still_loads():
     from offpath.agent.graph import load_tools
     from offpath.compaction.settings import Settings
 
-    default = Settings(_env_file=None).agent_tools
+    default = Settings().agent_tools
     assert default == "offpath.agent.sre_tools:SRE_TOOLS"
     before = load_tools("offpath.demo.sre_tools:SRE_TOOLS")
     assert before == load_tools(default) and len(before) == 4

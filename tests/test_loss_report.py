@@ -13,8 +13,8 @@ from offpath.compaction.loss import MAX_LISTED, loss_report
 from offpath.compaction.patch.fitting import fit
 from offpath.compaction.patch.prepared import Prepared
 from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.settings import load_settings
 from offpath.compaction.shorten import shorten
+from offpath.config import load_settings
 from offpath.coordination.writers import with_loss
 
 

@@ -14,7 +14,7 @@ from offpath.compaction.patch.fitting import fit
 from offpath.compaction.patch.prepared import Prepared
 from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.planner.plans import Skip
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.coordination.consumers import Consumers, ConsumerWatch, from_active_queues, readiness
 from offpath.stores.db.usage_events import chars_saved
 from offpath.worker.reconciler import expiry_reason, prepared_expired

@@ -16,8 +16,8 @@ from stack import create_pg_database, drop_pg_database
 
 from offpath.agent import recall
 from offpath.agent.middleware import OffPathCompaction
-from offpath.compaction.settings import load_settings
 from offpath.compaction.summary.message import cite
+from offpath.config import load_settings
 from offpath.stores import archive
 from offpath.stores.db.engine import make_engine, migrate
 from offpath.stores.db.tables import JOBS

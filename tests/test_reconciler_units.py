@@ -10,7 +10,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from offpath.agent.graph import open_runtime
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.stores.db.tables import JOBS, now_utc
 from offpath.stores.db.transitions import create_job, start_job
 from offpath.stores.leases.claims import State

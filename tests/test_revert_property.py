@@ -32,7 +32,7 @@ from offpath.compaction.planner.budgets import landing_chars
 from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.planner.plans import Skip
 from offpath.compaction.revert import RevertConflict, reverted
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.stores.archive import REMOVED, SHORTENED, rows_for
 
 WORDS = st.sampled_from(

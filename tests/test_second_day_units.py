@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from stack import create_pg_database, drop_pg_database
 
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.coordination.outages import (
     Outages,
     TablesUnavailable,

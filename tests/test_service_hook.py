@@ -13,7 +13,7 @@ from langchain_core.messages import HumanMessage
 from shared import CASES, load, messages_of
 from stack import REDIS_URL
 
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.runtime import Client
 from offpath.stores.db.engine import make_engine, migrate

@@ -16,8 +16,8 @@ from offpath.compaction.planner.budgets import (
 )
 from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
-from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.config import load_settings
 
 S = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=3_000)
 

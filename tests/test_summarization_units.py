@@ -23,7 +23,7 @@ from offpath.compaction.patch.prepared import Prepared, Stale
 from offpath.compaction.pipeline import Compaction, compact
 from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.prompt import build_prompt, shorten
-from offpath.compaction.settings import SettingsError, load_settings
+from offpath.compaction.settings import SettingsError
 from offpath.compaction.summarizers import (
     EmptySummaryError,
     GuardedSummarizer,
@@ -33,6 +33,7 @@ from offpath.compaction.summarizers import (
 from offpath.compaction.summarizers.llm import LLMSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.compaction.summary.message import HEADINGS, SUMMARY_PREFIX, fingerprint, is_summary
+from offpath.config import load_settings
 
 S = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=3_000)
 

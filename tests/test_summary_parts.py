@@ -17,7 +17,6 @@ from offpath.compaction.frontier.form import DECISIONS_HEADING, ORIGINAL_HEADING
 from offpath.compaction.frontier.reading import decision_of
 from offpath.compaction.index import INDEX_HEADER, INDEX_HEADING, archive_index, merge_oldest
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
 from offpath.compaction.summarizers.base import SummaryResult
 from offpath.compaction.summary.message import (
@@ -26,6 +25,7 @@ from offpath.compaction.summary.message import (
     summary_body,
     template_problem,
 )
+from offpath.config import load_settings
 
 S = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
 

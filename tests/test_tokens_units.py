@@ -11,8 +11,9 @@ from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 
-from offpath.compaction.settings import SettingsError, load_settings
+from offpath.compaction.settings import SettingsError
 from offpath.compaction.tokens import Calibration, input_tokens, threshold_chars
+from offpath.config import load_settings
 
 
 @pytest.fixture(autouse=True)

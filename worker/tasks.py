@@ -15,8 +15,8 @@ from celery import signals
 from celery.utils.time import get_exponential_backoff_interval
 
 from offpath.agent.graph import open_runtime
-from offpath.compaction.settings import get_settings
 from offpath.compaction.summarizers import Summarizer, make_summarizer
+from offpath.config import get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.exporter import serve_worker_metrics
 from offpath.coordination.job_values import JobEnded, JobOptions

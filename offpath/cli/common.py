@@ -25,13 +25,8 @@ from offpath.compaction.formats import (
     split_turns,
     to_messages,
 )
-from offpath.compaction.settings import (
-    ClientSettings,
-    Settings,
-    SettingsError,
-    load_client_settings,
-    load_settings,
-)
+from offpath.compaction.settings import Settings, SettingsError
+from offpath.config import ClientSettings, load_client_settings, load_settings
 
 app = typer.Typer(
     add_completion=False,

@@ -37,11 +37,12 @@ from offpath.agent.middleware.shaping import DEFAULT_LATENCY_S, ShapingMixin
 from offpath.agent.middleware.state import OffPathState, _Call, _Seen, _Write
 from offpath.agent.recall import recall_tool
 from offpath.compaction.planner.budgets import min_gain_chars, request_cap_chars
-from offpath.compaction.settings import Settings, get_settings
+from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps
 from offpath.compaction.sizing import SizedThreads, position
 from offpath.compaction.tokens import Calibration
 from offpath.compaction.tracking import KEY, ThreadSize
+from offpath.config import get_settings
 from offpath.coordination.job_values import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Client
