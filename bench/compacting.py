@@ -181,8 +181,8 @@ def names_nothing(chars: int) -> Any:
 def stub_summarizer(settings: Any, chars: int) -> Any:
     """:func:`names_nothing` as offpath's LLM summarizer behind the fact guard, as
     ``make_summarizer`` builds one when an LLM is configured."""
-    from offpath.compaction.summarizers import GuardedSummarizer
-    from offpath.compaction.summarizers.llm import LLMSummarizer
+    from offpath.compaction.summarizers.guarded import GuardedSummarizer
+    from offpath.llm import LLMSummarizer
 
     inner = LLMSummarizer(names_nothing(chars), "names-nothing-stub")
     return GuardedSummarizer(inner, settings.summary_pinned_max_chars)

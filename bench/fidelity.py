@@ -90,9 +90,9 @@ def summarizers() -> dict[str, Any]:
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
 
-    from offpath.compaction.summarizers import OfflineSummarizer
-    from offpath.compaction.summarizers.llm import LLMSummarizer
+    from offpath.compaction.summarizers.offline import OfflineSummarizer
     from offpath.config import get_settings
+    from offpath.llm import LLMSummarizer
 
     out: dict[str, Any] = {
         "offline": OfflineSummarizer(),
@@ -115,7 +115,7 @@ def replay(name: str, doc: dict[str, Any], inner: Any, engine: Any, guard: bool 
     from offpath.compaction.facts.extraction import stated_facts
     from offpath.compaction.formats import split_turns, to_messages
     from offpath.compaction.pipeline import Skip, compact
-    from offpath.compaction.summarizers import GuardedSummarizer
+    from offpath.compaction.summarizers.guarded import GuardedSummarizer
     from offpath.compaction.summary.message import is_summary
     from offpath.config import load_settings
     from offpath.stores import archive

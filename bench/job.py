@@ -101,9 +101,9 @@ def run(ctx: Context, runs: int = 5) -> Result:
     from offpath.compaction import facts
     from offpath.compaction.accounting import total_chars
     from offpath.compaction.pipeline import compact
-    from offpath.compaction.summarizers import make_summarizer
     from offpath.compaction.summarizers.offline import OfflineSummarizer
     from offpath.config import get_settings
+    from offpath.llm import make_summarizer
 
     per_run = 4 if ctx.quick else 20
     settings = get_settings()

@@ -366,9 +366,9 @@ def self_check(settings: Any, summarizer: Any) -> list[str]:
 
 
 def run(ctx: Context | None = None) -> Result:
-    from offpath.compaction.summarizers import make_summarizer
     from offpath.compaction.summary.message import text_cap
     from offpath.config import load_settings
+    from offpath.llm import make_summarizer
 
     n = QUICK_RUNS if ctx is not None and ctx.quick else RUNS
     settings = load_settings()

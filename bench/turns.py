@@ -112,8 +112,8 @@ def _our_turns(client: Any, sessions: int, turns: int, threshold: int, floor: in
 
 def run(ctx: Context) -> Result:
     from offpath.agent.graph import open_runtime
-    from offpath.compaction.summarizers import make_summarizer
     from offpath.config import get_settings
+    from offpath.llm import make_summarizer
 
     sessions, turns = (4, 20) if ctx.quick else (10, 40)
     settings = get_settings()

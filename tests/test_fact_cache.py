@@ -45,7 +45,8 @@ from offpath.compaction.facts.patterns import (
 from offpath.compaction.facts.reading import _arguments, _blocks, _role_age
 from offpath.compaction.facts.sections import _around
 from offpath.compaction.pipeline import Skip, compact
-from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
+from offpath.compaction.summarizers.guarded import GuardedSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.compaction.summary.instructions import looks_like_instruction, may_hold_instruction
 from offpath.config import load_settings
 

@@ -22,9 +22,9 @@ from offpath.compaction.loss import visible_text
 from offpath.compaction.pipeline import Skip, compact
 from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.prompt import build_prompt, render_content
-from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summarizers.guarded import RECALL_NOTE
+from offpath.compaction.summarizers.guarded import RECALL_NOTE, GuardedSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.compaction.summary.message import build_summary_message
 from offpath.config import load_settings
 

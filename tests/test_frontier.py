@@ -27,10 +27,11 @@ from offpath.compaction.planner.budgets import landing_chars
 from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.prompt import build_prompt, render_message
-from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summarizers.llm import MAX_CALLS, LLMSummarizer
+from offpath.compaction.summarizers.guarded import GuardedSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.config import load_settings
+from offpath.llm import MAX_CALLS, LLMSummarizer
 
 S = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
 

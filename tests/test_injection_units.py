@@ -14,10 +14,10 @@ from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.prompt import build_prompt, render_message
 from offpath.compaction.summarizers.guarded import GuardedSummarizer
-from offpath.compaction.summarizers.llm import LLMSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.compaction.summary.instructions import looks_like_instruction
 from offpath.config import load_settings
+from offpath.llm import LLMSummarizer
 
 S = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
 

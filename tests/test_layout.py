@@ -5,8 +5,9 @@ The layers, each importing only from itself and the layers before it:
 
     compaction (pure) <- config <- stores <- coordination <- agent <- worker <- api <- cli, demo
 
-``offpath.config`` is where the pure core meets the outside world: the settings read from
-the environment, ``.env`` and secrets.
+``offpath.config`` and ``offpath.llm`` are where the pure core meets the outside world: the
+settings read from the environment, ``.env`` and secrets, and the LLM summarizer that calls
+the network.
 
 ``offpath.events`` and ``offpath.metrics`` sit with the pure core (they import nothing of
 offpath's); ``offpath`` itself (the public ``from offpath import OffPathCompaction``) is the
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: and the ones before it).
 LAYERS: list[tuple[str, ...]] = [
     ("offpath.compaction", "offpath.events", "offpath.metrics"),
-    ("offpath.config",),
+    ("offpath.config", "offpath.llm"),
     ("offpath.stores",),
     ("offpath.coordination",),
     ("offpath.agent",),
@@ -170,6 +171,56 @@ def test_the_pure_core_imports_nothing_else_of_offpath():
     for module, targets in import_graph().items():
         if module.startswith("offpath.compaction"):
             assert {t for t in targets if not t.startswith("offpath.compaction")} == set(), module
+
+
+#: Libraries that read the environment or talk to the network, a database or a broker: the
+#: pure core imports none of them (its settings are given to it, its LLM is outside it).
+IO_LIBRARIES = {
+    "os",
+    "socket",
+    "pydantic_settings",
+    "dotenv",
+    "openai",
+    "langchain_openai",
+    "httpx",
+    "requests",
+    "redis",
+    "sqlalchemy",
+    "sqlmodel",
+    "psycopg",
+    "psycopg_pool",
+    "celery",
+    "kombu",
+}
+
+
+def io_imports(source: str) -> list[str]:
+    """The I/O libraries (:data:`IO_LIBRARIES`) that ``source`` imports, anywhere in it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        found += [n for n in names if n.partition(".")[0] in IO_LIBRARIES]
+    return found
+
+
+def test_the_pure_core_reads_no_environment_and_calls_no_network():
+    """Loading settings (``offpath.config``) and the LLM summarizer (``offpath.llm``) live
+    outside ``offpath.compaction``."""
+    found = {
+        module: names
+        for module, path in modules().items()
+        if module.startswith("offpath.compaction") and (names := io_imports(path.read_text()))
+    }
+    assert found == {}
+    assert io_imports("import os.path\nfrom pydantic_settings import BaseSettings\n") == [
+        "os.path",
+        "pydantic_settings",
+    ]
+    assert io_imports("from .os import x\nimport json\n") == []
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -17,8 +17,9 @@ from offpath.compaction.frontier.form import DECISIONS_HEADING, ORIGINAL_HEADING
 from offpath.compaction.frontier.reading import decision_of
 from offpath.compaction.index import INDEX_HEADER, INDEX_HEADING, archive_index, merge_oldest
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
 from offpath.compaction.summarizers.base import SummaryResult
+from offpath.compaction.summarizers.guarded import GuardedSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.compaction.summary.message import (
     HEADINGS,
     REQUEST_HEADING,

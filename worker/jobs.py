@@ -56,7 +56,7 @@ from offpath.compaction.pipeline import prepare
 from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.planner.plans import CompactionPlan, Skip
 from offpath.compaction.shorten import is_shortened
-from offpath.compaction.summarizers import Summarizer, SummarizerError
+from offpath.compaction.summarizers.base import Summarizer, SummarizerError
 from offpath.compaction.summary.message import is_summary, summary_meta
 from offpath.compaction.tokens import for_thread, measured_ratio
 from offpath.coordination.faults import failpoint

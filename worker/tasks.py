@@ -15,7 +15,7 @@ from celery import signals
 from celery.utils.time import get_exponential_backoff_interval
 
 from offpath.agent.graph import open_runtime
-from offpath.compaction.summarizers import Summarizer, make_summarizer
+from offpath.compaction.summarizers.base import Summarizer
 from offpath.config import get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.exporter import serve_worker_metrics
@@ -23,6 +23,7 @@ from offpath.coordination.job_values import JobEnded, JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.queue import COMPACT_TASK
 from offpath.coordination.runtime import Runtime
+from offpath.llm import make_summarizer
 from offpath.stores.db.engine import migrate
 from offpath.stores.db.tables import JobStatus
 from offpath.stores.leases.claims import Start

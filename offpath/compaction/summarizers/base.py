@@ -1,8 +1,8 @@
 """The summarizer protocol and its errors.
 
 A summarizer turns a plan (the messages to replace) and its prompt into summary
-text. Two backends: :mod:`compaction.summarizers.llm` (``ChatOpenAI``) and
-:mod:`compaction.summarizers.offline` (no model; used when no LLM is configured).
+text. Two backends: :mod:`offpath.llm` (``ChatOpenAI``; outside the core, as it calls the
+network) and :mod:`compaction.summarizers.offline` (no model; used when no LLM is configured).
 An error never becomes a summary: it raises one of the exceptions below.
 """
 

@@ -1,4 +1,9 @@
-"""LLM summarizer: ``ChatOpenAI`` against any OpenAI-compatible endpoint.
+"""The LLM summarizer: ``ChatOpenAI`` against any OpenAI-compatible endpoint, and
+:func:`make_summarizer`, which picks the summarizer a process uses from its settings.
+
+The summarizer backends of the pure core (:mod:`offpath.compaction.summarizers`: the
+protocol, the offline one, the fact guard) do no I/O; this one calls the network, so it
+sits outside the core, beside the settings' loading (``tests/test_layout.py``).
 
 Configured by ``SUMMARIZATION_MODEL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``,
 ``SUMMARIZATION_TIMEOUT_S``, ``SUMMARIZATION_MAX_RETRIES`` (the client's own
@@ -26,11 +31,14 @@ from offpath.compaction.settings import MIN_PROMPT_CHARS, Settings
 from offpath.compaction.summarizers.base import (
     EmptySummaryError,
     MalformedSummaryError,
+    Summarizer,
     SummarizerError,
     SummaryResult,
     TransientSummarizerError,
     TruncatedSummaryError,
 )
+from offpath.compaction.summarizers.guarded import GuardedSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.compaction.summary.instructions import strip_instructions
 from offpath.compaction.summary.message import (
     SUMMARY_PREFIX,
@@ -192,3 +200,14 @@ def _logged(what: str, exc: BaseException) -> str:
 def _short(exc: BaseException, limit: int = 300) -> str:
     text = str(exc).replace("\n", " ")
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def make_summarizer(settings: Settings) -> Summarizer:
+    """The LLM summarizer when an LLM is configured (``OPENAI_API_KEY`` or ``OPENAI_BASE_URL``),
+    else the offline one; either behind the fact guard (``SUMMARY_PINNED_MAX_CHARS``)."""
+    inner: Summarizer
+    if settings.llm_configured:
+        inner = LLMSummarizer.from_settings(settings)
+    else:
+        inner = OfflineSummarizer()
+    return GuardedSummarizer(inner, settings.summary_pinned_max_chars)
