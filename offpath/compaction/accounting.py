@@ -161,13 +161,6 @@ def _reference(block: Mapping[str, Any]) -> str | None:
     return None
 
 
-def tool_calls_chars(message: BaseMessage) -> int:
-    """Compact-JSON length of the arguments of an AI message's tool calls (0 for others)."""
-    if not isinstance(message, AIMessage) or not message.tool_calls:
-        return 0
-    return sum(args_chars(call.get("args")) for call in message.tool_calls)
-
-
 def message_chars(message: BaseMessage) -> int:
     """Size of one message in chars: its content's text plus its tool-call arguments.
 

@@ -124,15 +124,6 @@ def new_unpaired(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) ->
     return unpaired(after) - unpaired(before)
 
 
-def without_orphans(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """``messages`` without orphan tool results: what may be sent to a model (issue 8,
-    item 10: an orphan never reaches a model call)."""
-    orphans = set(pair_messages(messages).orphans)
-    if not orphans:
-        return list(messages)
-    return [m for i, m in enumerate(messages) if i not in orphans]
-
-
 def is_request(message: BaseMessage) -> bool:
     """``message`` starts a turn: a human message that is not a summary (a request's copy
     kept after a summary is one)."""

@@ -63,15 +63,6 @@ def original_chars(message: BaseMessage) -> int:
     return message_chars(message)
 
 
-def shortenable(message: BaseMessage, cap: int) -> bool:
-    """``message`` is a tool result that :func:`shorten` would make smaller by a worthwhile
-    amount at ``cap`` chars."""
-    return (
-        isinstance(message, ToolMessage)
-        and message_chars(message) - max(cap, MIN_SHORTENED_CHARS) >= MIN_SAVING_CHARS
-    )
-
-
 def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORTENED_CHARS) -> M:
     """``message`` (a tool result; or a long request a compaction keeps as its own message,
     :func:`~offpath.compaction.planner.request_cap_chars`) with its content cut to at most

@@ -115,7 +115,6 @@ class Masking:
 
     results: int
     chars: int
-    over_by: int  # chars still over the limit once everything maskable is masked (0: under)
     messages: int = 0
 
 
@@ -166,7 +165,7 @@ def mask_observations(
     out = list(messages)
     results = hidden = masked_ai = 0
     if size <= limit:
-        return out, Masking(0, 0, 0)
+        return out, Masking(0, 0)
     last_ai = max((i for i, m in enumerate(out) if isinstance(m, AIMessage)), default=-1)
     # older results first, then older AI messages, then the latest step's results
     order = [
@@ -191,4 +190,4 @@ def mask_observations(
             results += 1
         size -= saved
         hidden += saved
-    return out, Masking(results, hidden, max(0, size - limit), masked_ai)
+    return out, Masking(results, hidden, masked_ai)

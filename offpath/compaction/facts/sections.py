@@ -21,9 +21,6 @@ SWAP_HEADING = "**Named since this summary was written**"
 INDEX_HEADING = "**Archive index**"
 #: Most chars of one pinned entry's quoted line.
 MAX_LINE_CHARS = 160
-#: Facts listed by value (after the quoted lines) need at least this score: stated by the
-#: agent, or recurring; a request id seen once in a log dump is left to ``recall``.
-LISTED_MIN_SCORE = 5
 #: An entry of an earlier summary's Pinned facts: a quoted line, or values by message.
 #: A quoted line of the agent's own words is marked ``(<id>; said)``: the next summary reads
 #: its facts back as stated by the agent.
