@@ -214,7 +214,7 @@ def test_a_revert_killed_after_its_write_is_finished_by_the_next_one(rt):
     s = rt.settings
     script = (
         "import sys\n"
-        "from offpath.compaction.settings import load_settings\n"
+        "from offpath.config import load_settings\n"
         "from offpath.agent.graph import open_runtime\n"
         "from offpath.coordination.revert import revert\n"
         f"rt = open_runtime(load_settings(data_dir={s.data_dir!r}, database_url="
