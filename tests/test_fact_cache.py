@@ -32,18 +32,18 @@ from offpath.compaction.facts.extraction import (
 from offpath.compaction.facts.patterns import (
     _CITED,
     _CONFIG_KEY,
-    _ERROR_LINE,
     _KINDS,
     _NEVER,
-    _NOISE_LINE,
     _NOT_NAMES,
     _REGEX_GATES,
     _WORD_GATES,
+    ERROR_LINE,
+    NOISE_LINE,
     _is_name,
     find,
 )
-from offpath.compaction.facts.reading import _arguments, _blocks, _role_age
-from offpath.compaction.facts.sections import _around
+from offpath.compaction.facts.reading import fact_blocks, role_age, tool_arguments
+from offpath.compaction.facts.sections import clip_around
 from offpath.compaction.pipeline import Skip, compact
 from offpath.compaction.summarizers.guarded import GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
@@ -86,14 +86,14 @@ def reference_extract(messages):
     """facts.extract before issue 22: one pass over the whole thread."""
     out: dict[str, Fact] = {}
     for m in messages:
-        for value, line in _arguments(m):
+        for value, line in tool_arguments(m):
             fact = out.get(value)
             if fact is None:
                 fact = out[value] = Fact(value, "argument", str(m.id), line, order=len(out))
                 fact._seen.add(str(m.id))
             fact.stated, fact.noise = True, False
-        for text, role, mid in _blocks(m):
-            role, age = _role_age(role)
+        for text, role, mid in fact_blocks(m):
+            role, age = role_age(role)
             instruction: dict[int, bool] = {}
             noisy: dict[int, bool] = {}
             errors: dict[int, bool] = {}
@@ -126,7 +126,7 @@ def reference_extract(messages):
                         value,
                         kind,
                         mid,
-                        _around(line, offset - start, value),
+                        clip_around(line, offset - start, value),
                         order=len(out),
                         age=age,
                     )
@@ -136,8 +136,8 @@ def reference_extract(messages):
                     fact.messages += 1
                 if data:
                     if start not in noisy:
-                        noisy[start] = bool(_NOISE_LINE.search(line))
-                        errors[start] = not noisy[start] and bool(_ERROR_LINE.search(line))
+                        noisy[start] = bool(NOISE_LINE.search(line))
+                        errors[start] = not noisy[start] and bool(ERROR_LINE.search(line))
                     if not noisy[start]:
                         fact.noise = False
                     fact.error = fact.error or errors[start]
@@ -184,7 +184,7 @@ def test_extract_gives_what_the_per_thread_pass_gave(name, messages):
 @pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
 def test_find_gives_what_the_plain_scan_gave(name, messages):
     for m in messages:
-        for text, _, _ in _blocks(m):
+        for text, _, _ in fact_blocks(m):
             assert find(text) == reference_find(text), (name, m.id)
 
 

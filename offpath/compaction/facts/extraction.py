@@ -14,15 +14,15 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from offpath.compaction.facts.patterns import _ERROR_LINE, _NOISE_LINE, _WEIGHT, SAID_ONLY, find
+from offpath.compaction.facts.patterns import ERROR_LINE, KIND_WEIGHT, NOISE_LINE, SAID_ONLY, find
 from offpath.compaction.facts.reading import (
-    _arguments,
-    _blocks,
-    _role_age,
-    _split_spans,
-    _split_values,
+    fact_blocks,
+    role_age,
+    split_spans,
+    split_values,
+    tool_arguments,
 )
-from offpath.compaction.facts.sections import _around
+from offpath.compaction.facts.sections import clip_around
 from offpath.compaction.summary.instructions import looks_like_instruction, may_hold_instruction
 from offpath.compaction.summary.message import is_summary
 
@@ -82,7 +82,7 @@ class Fact:
         ):
             return 0
         return (
-            _WEIGHT[self.kind]
+            KIND_WEIGHT[self.kind]
             - (self.kind == "timestamp" and ":" in self.value and "-" not in self.value)
             - (self.tool_only and self.kind in ("path", "url"))
             + 3 * self.stated
@@ -132,7 +132,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
     Depends on nothing but the message, so it is computed once per message (cached)."""
     seen: dict[str, dict[str, Any]] = {}
     mid0 = str(m.id)
-    for value, line in _arguments(m):  # an identifier by its use: passed to a tool
+    for value, line in tool_arguments(m):  # an identifier by its use: passed to a tool
         entry = seen.get(value)
         if entry is None:
             entry = seen[value] = {
@@ -149,15 +149,15 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 "age": 0,
             }
         entry["stated"] = entry["clear"] = True
-    for text, role, mid in _blocks(m):
-        role, quoted_age = _role_age(role)
+    for text, role, mid in fact_blocks(m):
+        role, quoted_age = role_age(role)
         if role in ("values", "stated values"):  # a summary's values by kind: each one
             # carried as it is, stated still if it was
-            spans = _split_spans(text)
+            spans = split_spans(text)
             for age, value in (
                 (len(spans) - 1 - k, v)
                 for k, group in enumerate(spans)
-                for v in _split_values(group)
+                for v in split_values(group)
             ):
                 if value not in seen and not looks_like_instruction(value):
                     found = find(value)
@@ -198,7 +198,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 entry = seen[value] = {
                     "kind": kind,
                     "message_id": mid,
-                    "line": _around(line, offset - start, value),
+                    "line": clip_around(line, offset - start, value),
                     "found_in": [mid],
                     "stated": False,
                     "asked": False,
@@ -212,8 +212,8 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 entry["found_in"].append(mid)
             if data:
                 if start not in noisy:
-                    noisy[start] = bool(_NOISE_LINE.search(line))
-                    errors[start] = not noisy[start] and bool(_ERROR_LINE.search(line))
+                    noisy[start] = bool(NOISE_LINE.search(line))
+                    errors[start] = not noisy[start] and bool(ERROR_LINE.search(line))
                 if not noisy[start]:
                     entry["clear"] = True
                 entry["error"] = entry["error"] or errors[start]

@@ -192,7 +192,8 @@ _NOT_NAMES = frozenset(
         "nan",
     }
 )
-_WEIGHT = {kind: weight for kind, _, weight in _KINDS} | {"argument": 3}
+#: How much a fact of each kind counts when ranked (a tool call's argument: 3).
+KIND_WEIGHT = {kind: weight for kind, _, weight in _KINDS} | {"argument": 3}
 #: An identifier without digits is a fact only with one of these parts (a service's usual
 #: names) or at least two separators; ``read-only`` and ``well-known`` are words, not names.
 _SERVICE_PARTS = frozenset(
@@ -209,7 +210,7 @@ _DIGIT = re.compile(r"\d")
 #: directory listing (``ls -l`` rows, bare paths from ``find``), ``kubectl describe`` object
 #: metadata. Their facts are pinned only if used elsewhere (issue 19: pinned facts were a
 #: dump of healthy pod rows and listings).
-_NOISE_LINE = re.compile(
+NOISE_LINE = re.compile(
     r"\b(\d+)/\1\s+Running\s+0\b"
     r"|^\s*[-dlcbps][rwxsStT-]{9}[.+@]?\s"
     r"|^\s*[\w.@+~-]*(?:/[\w.@+-]+)+/?\s*$"
@@ -224,7 +225,7 @@ _CONFIG_KEY = re.compile(
     re.IGNORECASE,
 )
 #: A line that reports an error or a failure: its facts are what an investigator needs.
-_ERROR_LINE = re.compile(
+ERROR_LINE = re.compile(
     r"\b(?:error|err|fatal|panic|exception|traceback|fail(?:ed|ure|ing)?|refused|timed? ?out|"
     r"exhausted|oomkilled|killed|denied|crash\w*|unavailable|unhealthy|evicted|throttl\w*|"
     r"critical|backoff|5\d\d)\b",

@@ -14,16 +14,16 @@ from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.extraction import Fact, extract, rank
 from offpath.compaction.facts.patterns import find, normal
-from offpath.compaction.facts.reading import _blocks
+from offpath.compaction.facts.reading import fact_blocks
 from offpath.compaction.facts.sections import (
-    _SIGNATURE,
     AGE_MARK,
     MAX_LINE_CHARS,
     PINNED_HEADING,
     SAID_MARK,
+    SIGNATURE,
     STATED_LABEL,
-    _around,
-    _blob,
+    clip_around,
+    is_blob,
 )
 from offpath.compaction.summary.message import cite
 
@@ -123,7 +123,10 @@ def pin(
     if kept:
         named = normal(
             "\n".join(
-                t for m in kept for t, role, _ in _blocks(m) if role in ("agent", "action", "user")
+                t
+                for m in kept
+                for t, role, _ in fact_blocks(m)
+                if role in ("agent", "action", "user")
             )
         )
         data_ids = {str(m.id) for m in removed if m.type == "tool"}
@@ -136,13 +139,13 @@ def pin(
             value = normal(fact.value)
             if value not in named or value in said:
                 continue
-            line = _around(fact.line, max(0, fact.line.find(fact.value)), fact.value, line_max)
+            line = clip_around(fact.line, max(0, fact.line.find(fact.value)), fact.value, line_max)
             if all(normal(v) == value or normal(v) in present for v, _, _ in find(line)):
                 continue  # the line says nothing the kept messages do not: no record
             entry = f"\n- `{line.replace('`', chr(39))}` ({cite(fact.message_id)})"
             if used + len(entry) + 14 > budget // 4:
                 continue
-            signature = _SIGNATURE.sub("#", fact.line.casefold())
+            signature = SIGNATURE.sub("#", fact.line.casefold())
             similar[signature] = 0
             quoted.append((position.get(fact.message_id, 0), fact.order, entry, signature))
             used += len(entry) + 14
@@ -188,14 +191,14 @@ def pin(
             break
         if fact.value in lines_text or fact.line in ("", fact.value) or not missing(fact):
             continue
-        signature = _SIGNATURE.sub("#", fact.line.casefold())
+        signature = SIGNATURE.sub("#", fact.line.casefold())
         if signature in similar:
             similar[signature] += 1
             continue
         line = fact.line
         if len(line) > line_max:
-            line = _around(line, max(0, line.find(fact.value)), fact.value, line_max)
-        if _blob(line):  # a fact inside one long line of JSON: listed by value
+            line = clip_around(line, max(0, line.find(fact.value)), fact.value, line_max)
+        if is_blob(line):  # a fact inside one long line of JSON: listed by value
             continue
         # a line of the agent's message is marked so; lines keep their backticks: their names
         # are found again when the next summary reads them back
@@ -331,12 +334,12 @@ ALIKE_MIN = 4
 
 def _alike(ranked: Sequence[Fact]) -> dict[int, str]:
     """``id(fact) -> shape`` for the facts of ``ranked`` that only tool output holds, seen
-    on no line that reports an error, whose kind and shape (:data:`_SIGNATURE`: numbers and
+    on no line that reports an error, whose kind and shape (:data:`SIGNATURE`: numbers and
     hex ids as ``#``) :data:`ALIKE_MIN` or more of them share."""
     shapes: dict[int, str] = {}
     for f in ranked:
         if f.tool_only and not f.error and f.kind != "timestamp":
-            shapes[id(f)] = f"{_label(f, False)} {_SIGNATURE.sub('#', f.value.casefold())}"
+            shapes[id(f)] = f"{_label(f, False)} {SIGNATURE.sub('#', f.value.casefold())}"
     count = Counter(shapes.values())
     return {k: shape for k, shape in shapes.items() if count[shape] >= ALIKE_MIN}
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.patterns import find, normal
-from offpath.compaction.facts.reading import _arguments, _blocks
-from offpath.compaction.facts.sections import SWAP_HEADING, _around
+from offpath.compaction.facts.reading import fact_blocks, tool_arguments
+from offpath.compaction.facts.sections import SWAP_HEADING, clip_around
 from offpath.compaction.standing import is_standing, standing_blocks
 from offpath.compaction.summary.instructions import looks_like_instruction
 from offpath.compaction.summary.message import cite
@@ -50,8 +50,8 @@ def swap_check(
     visible = normal(summary_text + "\n" + "\n".join(render_content(m.content) for m in kept))
     refs: dict[str, str] = {}
     for m in later:
-        named = [v for v, _ in _arguments(m)]
-        for text, role, _ in _blocks(m):
+        named = [v for v, _ in tool_arguments(m)]
+        for text, role, _ in fact_blocks(m):
             if role == "data":  # what the agent or the user names, not tool output
                 continue
             named += [v for v, k, _ in find(text) if k not in ("timestamp", "quantity")]
@@ -70,7 +70,7 @@ def swap_check(
     missing = 0
     found: set[str] = set()
     for m in removed:
-        for text, _, mid in _blocks(m):
+        for text, _, mid in fact_blocks(m):
             low = text.casefold()
             for key, value in refs.items():
                 if key in found:
@@ -87,7 +87,7 @@ def swap_check(
                 clips = quoted.setdefault((str(mid), start), [])
                 if any(value.casefold() in c.casefold() for c in clips):
                     continue  # quoted already with another identifier of its line
-                clip = _around(line, at - start, value).replace("`", chr(39))
+                clip = clip_around(line, at - start, value).replace("`", chr(39))
                 entry = f"\n- `{clip}` ({cite(mid)})"
                 if clip in entries:
                     continue
