@@ -1,4 +1,4 @@
-"""Session admin routes (issue 12): list sessions, delete one, compact one now, read the
+"""Session admin routes: list sessions, delete one, compact one now, read the
 originals its compactions removed. Per tenant, as every session route: another tenant's
 session is 404, an admin key sees every tenant's.
 

@@ -78,8 +78,8 @@ def warn_if_redis_down(rt: Runtime) -> None:
 
 async def watch_loop_lag(period_s: float = 0.05) -> None:
     """Observe how late the event loop wakes from a ``period_s`` sleep
-    (``offpath_api_event_loop_lag_seconds``): a request that stalls the loop (issue 20,
-    item 1: a body parsed on it froze every request, /healthz too) shows there."""
+    (``offpath_api_event_loop_lag_seconds``): a request that stalls the loop (a body parsed on it
+    froze every request, /healthz too) shows there."""
     from offpath.metrics import LOOP_LAG
 
     loop = asyncio.get_running_loop()
@@ -255,7 +255,7 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 def methods_of(request: Request) -> set[str]:
     """The methods the app's routes answer on ``request``'s path: each method is matched
     against the router as a request would be (FastAPI nests included routers, whose
-    routes have no ``methods`` to read: every ``Allow`` was empty, issue 20, item 10)."""
+    routes have no ``methods`` to read: every ``Allow`` was empty)."""
     scope = request.scope
     return {
         method

@@ -77,7 +77,7 @@ def lease_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
 
 
 def backoff_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
-    """The failure backoff after jobs failed in a row (issue 8, item 5), while it runs."""
+    """The failure backoff after jobs failed in a row, while it runs."""
     failures, last = failures_in_a_row(rt.engine, session_id)
     s = rt.settings
     seconds = failure_backoff_s(failures, s.failure_backoff_s, s.failure_backoff_max_s)

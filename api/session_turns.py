@@ -39,7 +39,7 @@ def offload(
     """The turn's messages (``position``: where the first lands in the thread) with each tool
     result over ``TOOL_RESULT_MAX_CHARS`` shortened in place (head, tail, the facts of the
     part cut out, how to read it with ``recall``), its original archived first: as it
-    arrives, in the turn's own write (issue 18, item 1). If the archive cannot be written
+    arrives, in the turn's own write. If the archive cannot be written
     the results are kept whole (never shortened unarchived); a compaction shortens them
     later."""
     limit = rt.settings.tool_result_limit_chars

@@ -179,7 +179,7 @@ def append_turn(
             )
     try:
         # every check that needs no thread comes before the owner is looked at: a refused
-        # turn answers the same whoever owns the id, and claims nothing (issue 20, item 5)
+        # turn answers the same whoever owns the id, and claims nothing
         new = check_messages(
             to_messages(body.message_dicts()),
             max_messages=settings.max_turn_messages,

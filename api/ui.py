@@ -1,4 +1,4 @@
-"""The web UI at ``/ui``: a dashboard, the sessions list and one session's page (issue 12).
+"""The web UI at ``/ui``: a dashboard, the sessions list and one session's page.
 
 Server-rendered Jinja2 templates (``api/templates/``) and one small plain script
 (``api/static/ui.js``, no build step, nothing from a CDN). Every page has regions

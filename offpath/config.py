@@ -49,7 +49,7 @@ class ClientSettings(BaseSettings):
 
     Validated alone: a server-only setting that a client does not use (say
     ``SUMMARIZATION_KEEP_CHARS`` over the threshold in a shared ``.env``) cannot stop it
-    (issue 21, item 12: ``offpath stats`` exited 2 on one).
+    (``offpath stats`` would exit 2 on one).
     """
 
     model_config = ENVIRONMENT

@@ -93,7 +93,7 @@ class LLMSummarizer:
         """The summary of ``plan.removed``: one call when its prompt holds every removed
         message, else one call per chunk of them (:func:`~offpath.compaction.prompt.chunks`,
         at most :data:`MAX_CALLS`), each chunk's summary folded into the next prompt as the
-        earlier summary, so the model reads everything it removes (issue 19). Raises on error
+        earlier summary, so the model reads everything it removes. Raises on error
         or an empty or malformed answer; tokens are summed over the calls."""
         try:
             return self._summarize(plan, prompt, self.max_prompt_chars)
@@ -137,7 +137,7 @@ class LLMSummarizer:
                 [SystemMessage(content=prompt.system), HumanMessage(content=prompt.user)]
             )
         # the errors say what failed in offpath's words (they are stored in the job's row and
-        # shown by /stats and the UI); the LLM's own text goes to the log (issue 20, item 9)
+        # shown by /stats and the UI); the LLM's own text goes to the log
         except openai.RateLimitError as exc:
             raise TransientSummarizerError(
                 _logged("LLM rate limited (429)", exc), _retry_after(exc)
@@ -171,7 +171,7 @@ class LLMSummarizer:
         if dropped:
             log.warning("dropped %d line(s) of the summary that read as instructions", dropped)
         cap = min(MAX_SUMMARY_CHARS, text_cap(plan.summary_chars) or MAX_SUMMARY_CHARS)
-        if len(text) > cap:  # the summary budget (issue 18, item 2), whatever the model wrote
+        if len(text) > cap:  # the summary budget, whatever the model wrote
             text = fit_text(text, cap)
         usage = getattr(answer, "usage_metadata", None) or {}
         return SummaryResult(

@@ -38,7 +38,7 @@ _runtime: tuple[Runtime, Summarizer] | None = None
 
 class JobFailed(Exception):
     """Raised by ``compact_session`` for a job that ended ``failed``, so that Celery (and
-    Flower) count it as a failed task (issue 8, item 6); the job row says why."""
+    Flower) count it as a failed task; the job row says why."""
 
 
 def runtime() -> tuple[Runtime, Summarizer]:
@@ -61,7 +61,7 @@ def _migrate(**_: object) -> None:
 
 @signals.worker_init.connect
 def _check_eviction(**_: object) -> None:
-    """An evicting Redis drops leases mid-job (issue 20, item 11): warn, or refuse to start."""
+    """An evicting Redis drops leases mid-job: warn, or refuse to start."""
     try:
         check_eviction(get_settings(), "the worker")
     except EvictingRedis as exc:
@@ -183,7 +183,7 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
             rt,
             session_id,
             job_id,
-            JobEnded(  # the traceback is in the log above, never in the row (issue 20, item 9)
+            JobEnded(  # the traceback is in the log above, never in the row
                 JobStatus.FAILED,
                 "internal_error",
                 f"unexpected error in the worker ({type(exc).__name__}; its log has the details)",

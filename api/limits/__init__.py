@@ -1,12 +1,12 @@
-"""Every byte a client sends counts (DESIGN.md invariant 8; issue 10, item 2; issue 20).
+"""Every byte a client sends counts (DESIGN.md invariant 8).
 
 * :class:`BodyLimit`, an ASGI middleware, sees every request before the app does:
 
   - a request with a body and no valid API key is refused (401) before one byte of the
-    body is read (issue 20, item 1: the body of an unauthenticated request was parsed
-    first), except the web UI's login form (a few KiB at most);
+    body is read (nothing of an unauthenticated request is parsed), except the web UI's
+    login form (a few KiB at most);
   - a query string with a NUL character is refused (422 naming the parameter: PostgreSQL
-    stores no NUL, issue 20, item 4);
+    stores no NUL);
   - the bytes of bodies in flight (being received or handled) are bounded per process and
     per key (:class:`InFlight`: :data:`IN_FLIGHT_BODIES` and :data:`IN_FLIGHT_BODIES_PER_KEY`
     bodies of ``MAX_REQUEST_BYTES``; 503 and 429 beyond, with ``Retry-After``), the declared

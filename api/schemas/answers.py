@@ -68,7 +68,7 @@ class TurnOut(BaseModel):
 
 #: A session's kind: ``api`` (a thread of offpath's API, in offpath's checkpointer) or
 #: ``own agent`` (a thread of a team's own ``create_agent`` app with ``OffPathCompaction``,
-#: in the agent's checkpointer, which offpath reads and never writes; issue 21, item 1).
+#: in the agent's checkpointer, which offpath reads and never writes).
 Kind = Literal["api", "own agent"]
 KIND = Field(
     description="api: a thread of offpath's API; own agent: a thread of a team's own agent "

@@ -64,7 +64,7 @@ def size_series(rt: Runtime, session_id: str) -> Series:
     The points: the session's start (empty, when its first writer took it); each job's
     size when it was queued (``chars_before``); for each applied compaction, two points at
     the time it was applied (its row's last update): the size just before (its peak,
-    recorded on the job row: ``chars_at_apply``, issue 21, item 6) and the size after (its
+    recorded on the job row: ``chars_at_apply``) and the size after (its
     record's ``chars_after``); last, the thread's size after offpath's last write to it,
     at its last activity. Growth between points is drawn as a straight line: only these
     sizes are known.

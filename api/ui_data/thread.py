@@ -74,7 +74,7 @@ def thread_items(
     (a summary's metadata), "calls": [{"id", "name", "args" (JSON text), "result"
     (text or None), "result_chars", "status"}]}``. With ``own`` (:func:`own_summaries`),
     only offpath's own summaries are ``summary``: a message a client marked as one shows
-    as the message it is, its metadata never as offpath's (issue 20, item 8).
+    as the message it is, its metadata never as offpath's.
     """
     results: dict[str, BaseMessage] = {}
     for m in messages:
@@ -206,7 +206,7 @@ def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
     """The session's jobs, oldest first, as ``GET /sessions/{id}/compactions`` shows them,
     plus ``took_s``: seconds from queued to its last change (to applied, for an applied job),
     ``forced``: an operator asked for it (compact now), and ``revertible``: the latest
-    applied compaction of one of offpath's own threads (the page's Revert button; issue 19)."""
+    applied compaction of one of offpath's own threads (the page's Revert button)."""
     from ..sessions import job_json
 
     out = []

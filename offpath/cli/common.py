@@ -54,7 +54,7 @@ def settings_or_exit() -> Settings:
 
 def client_settings_or_exit() -> ClientSettings:
     """Only what a client of the API reads (``API_URL``, ``OFFPATH_API_KEY``): a bad setting
-    of the service that the client does not use cannot stop it (issue 21, item 12); exit 2
+    of the service that the client does not use cannot stop it; exit 2
     with one line naming a bad one of its own."""
     try:
         return load_client_settings()

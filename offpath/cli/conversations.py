@@ -1,5 +1,5 @@
 """The ``offpath`` commands that read and replay conversations through a running API:
-``replay``, ``stats``, ``sessions`` (issue 12) and ``show``."""
+``replay``, ``stats``, ``sessions`` and ``show``."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def sessions(
         )
 
 
-#: What ``offpath sessions`` says under an empty list (issue 21, item 1).
+#: What ``offpath sessions`` says under an empty list.
 NO_SESSIONS_HINT = (
     "A session is listed once a turn is posted to the API (POST /sessions/{id}/messages or "
     "/turns; `offpath replay`), or once a team's own agent with OffPathCompaction has run a "
@@ -138,8 +138,8 @@ NO_SESSIONS_HINT = (
 
 
 def print_sessions(rows: list[dict[str, Any]]) -> None:
-    """``GET /sessions`` rows as a table whose session ids are never cut (issue 21, item 12:
-    at 80 columns they were, "incident-…", and could not be copied): the other columns wrap
+    """``GET /sessions`` rows as a table whose session ids are never cut (a cut id,
+    "incident-…", cannot be copied): the other columns wrap
     or shrink first; when even that leaves too little room, each session is an id on a line
     of its own (never folded: the terminal wraps it, a copy takes it whole) and its figures
     on the next. The tenant column is left out when every row has the same tenant (a

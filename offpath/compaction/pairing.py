@@ -1,6 +1,6 @@
 """Which tool result answers which tool call. Pure.
 
-The rule (issue 8, items 8 and 10): a result answers the **nearest earlier
+The rule: a result answers the **nearest earlier
 unanswered call with its id**. Matching by id alone is not enough: some
 OpenAI-compatible servers (Ollama, Kimi on vLLM) number tool calls per response,
 so every turn's first call is ``fetch_logs:0``, and pairing the first call with

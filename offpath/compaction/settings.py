@@ -9,7 +9,7 @@ ecosystem has a name we use it (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``,
 ``REDIS_URL``, ``DATABASE_URL``). Every setting is listed in ``.env.example``.
 
 A bad combination fails at start-up with :class:`SettingsError`, whose message
-names the setting (issue 2, item 1).
+names the setting.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ class Settings(BaseModel):
     """Service settings. Units are in the names: ``_chars``, ``_s`` (seconds), ``_ms``.
 
     Every field is validated by its type (bounds, ``Literal`` choices, URL schemes);
-    settings that contradict each other fail together, naming both (issue 8, items
-    2, 4 and 17).
+    settings that contradict each other fail together, naming both.
     """
 
     model_config = ConfigDict(extra="ignore", arbitrary_types_allowed=True, validate_default=True)
@@ -51,8 +50,8 @@ class Settings(BaseModel):
     summarization_keep_chars: int = Field(default=20_000, ge=0)
     #: The threshold in tokens instead (0: unset): SUMMARIZATION_THRESHOLD_CHARS becomes
     #: round(tokens x CHARS_PER_TOKEN) at start-up, so no model call waits for a tokenizer.
-    #: Setting both fails. (Issue 22: chars / 4 is 2-21% off exact o200k_base counts on the
-    #: shared transcripts, 3.2 chars per token on JSON-heavy ones: BENCHMARKS.md, 17.)
+    #: Setting both fails. (chars / 4 is 2-21% off exact o200k_base counts on the
+    #: shared transcripts, 3.2 chars per token on JSON-heavy ones.)
     summarization_threshold_tokens: int = Field(default=0, ge=0)
     #: Chars per input token of the deployment's model, for SUMMARIZATION_THRESHOLD_TOKENS.
     #: The middleware measures it from the provider's ``usage_metadata`` and logs the ratio
@@ -69,8 +68,8 @@ class Settings(BaseModel):
     #: with the facts of the removed messages that the summary missed. 0: no fact guard.
     summary_pinned_max_chars: int = Field(default=4_000, ge=0, le=20_000)
     #: The whole summary message (template, quoted request, pinned facts, recall line) stays
-    #: under this share of the threshold (issue 18: summaries of 8.6-12.6k chars whatever the
-    #: threshold ate a 30,000-char thread's room). The planner counts it as the summary's size.
+    #: under this share of the threshold (a summary of a fixed 8.6-12.6k chars eats a
+    #: 30,000-char thread's room). The planner counts it as the summary's size.
     summary_max_share: float = Field(default=0.15, ge=0.05, le=0.5)
     #: A tool result over this many chars is shortened as it arrives (head, tail, the facts of
     #: the part cut out, how to read the rest) and kept whole in the archive. 0: a fifth of
@@ -115,8 +114,8 @@ class Settings(BaseModel):
     #: DB; for the embedded demo, one machine only).
     lock_backend: Literal["redis", "database"] = "redis"
     #: A Redis whose ``maxmemory-policy`` may evict keys (anything but ``noeviction``) can
-    #: drop a job's lease mid-job, and a second job then runs on the same thread (issue 20,
-    #: item 11): "warn" logs it at start-up, "refuse" stops the API and the worker.
+    #: drop a job's lease mid-job, and a second job then runs on the same thread: "warn"
+    #: logs it at start-up, "refuse" stops the API and the worker.
     redis_eviction_check: Literal["warn", "refuse"] = "warn"
     publish_timeout_s: float = Field(default=1.0, gt=0, le=60)
     lock_timeout_s: float = Field(default=120.0, gt=0)
@@ -134,7 +133,7 @@ class Settings(BaseModel):
     reconcile_interval_s: int = Field(default=15, ge=1, le=3_600)
     #: A prepared compaction not applied within this many seconds (its thread did not run
     #: again over its threshold) is ended ``skipped`` (``expired``) by the reconciler, and
-    #: its thread's claim freed; the thread is left as it is (issue 21, item 2). At most a
+    #: its thread's claim freed; the thread is left as it is. At most a
     #: day: the claim of a prepared job lasts a day.
     prepared_job_ttl_s: int = Field(default=3_600, ge=1, le=86_400)
     #: After a job fails, its thread gets no new job for this long, doubling with each
@@ -160,7 +159,7 @@ class Settings(BaseModel):
     #: Deepest nesting of JSON arrays and objects in a request (422 beyond).
     max_json_depth: int = Field(default=32, ge=4, le=200)
     #: Most JSON values (array items and object members, at any depth) in a request body:
-    #: 422 beyond, counted as the body streams in, before it is parsed (issue 20, item 2).
+    #: 422 beyond, counted as the body streams in, before it is parsed.
     max_json_values: int = Field(default=200_000, ge=1_000, le=10_000_000)
     #: Checkpoints kept per thread: once a thread has more, the older ones are pruned
     #: (the originals a compaction removes are in the archive, not in old checkpoints).
@@ -172,7 +171,7 @@ class Settings(BaseModel):
     #: only; the API warns at start-up, loudly when `offpath api` binds beyond 127.0.0.1.
     auth_disabled: bool = False
     #: The tenant that owns the threads of a team's own agent (``OffPathCompaction`` in the
-    #: team's process): its API keys list, read and compact them (issue 21, item 1).
+    #: team's process): its API keys list, read and compact them.
     own_agent_tenant: str = Field(default="default", min_length=1, max_length=64)
     #: The key the CLI (``replay``, ``stats``...) sends to the API.
     offpath_api_key: SecretStr | None = None

@@ -1,4 +1,4 @@
-"""Session admin: compact a session now, delete a session (issue 12). The routes are in
+"""Session admin: compact a session now, delete a session. The routes are in
 :mod:`offpath.api.admin`; the reads are in :mod:`offpath.stores.usage`.
 
 Compact now goes through the one way to queue a job
@@ -10,7 +10,7 @@ threshold too. A compaction already prepared is applied now instead.
 A team's own agent's thread (kind ``own agent``: :mod:`offpath.agent.middleware`) is read from the
 agent's checkpointer and never written by offpath: compact now queues a job that the worker
 prepares (``patch=False``) and the agent's middleware applies at the thread's next model call,
-under the threshold too (issue 21, item 1).
+under the threshold too.
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@ loop), so it never slows or fails the turn (DESIGN.md invariant 5):
   prepare-early and no-progress rules), only if the thread's claim is free
   (:mod:`offpath.stores.leases`): no job queued, running or prepared, no
   failure backoff, and no compaction that landed after the state this turn saw
-  (its view is superseded: issue 8, item 7);
+  (its view is superseded);
 * a broker or database failure is logged, never raised; Redis calls and the
   publish are bounded by ``PUBLISH_TIMEOUT_S``. A job the broker could not take
   is recorded unpublished, and the reconciler publishes it once the broker is
-  back (issue 8, item 3).
+  back.
 
 Chat runs of offpath's own agent do the same from inside the run, in the
 middleware (:mod:`offpath.agent.middleware`).

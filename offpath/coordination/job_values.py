@@ -54,7 +54,7 @@ class JobOptions:
     #: the job (:func:`head_mark`): after an in-run apply that is the new summary, which the
     #: checkpoint holds only a step later, while it already holds ``seen``; a job planned on
     #: the checkpoint before it was found stale at its swap ("message 0001 changed"), every
-    #: time under load (benchmark 17, issue 18)
+    #: time under load
     head: str | None = None
     #: Chars each model call of the run sends besides the thread (a system prompt given as
     #: ``create_agent(system_prompt=...)``, which no checkpoint holds): the planner counts

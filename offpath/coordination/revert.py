@@ -1,4 +1,4 @@
-"""Reverting a compaction of one of offpath's own threads (issue 19; DESIGN.md invariant 16):
+"""Reverting a compaction of one of offpath's own threads (DESIGN.md invariant 16):
 ``POST /sessions/{id}/compactions/{job}/revert``, ``offpath revert``.
 
 The last compaction still in the thread is undone from the archive: its removed messages go

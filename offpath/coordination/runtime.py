@@ -79,7 +79,7 @@ def celery_publisher(settings: Settings) -> Publisher:
 #: Builds the agent graph a :class:`Runtime` patches threads through, from the runtime
 #: (its settings, checkpointer and publisher), and names the graph's last node. The API's
 #: is :func:`offpath.agent.graph.api_graph`; :func:`offpath.agent.graph.open_runtime`
-#: opens a runtime with it (coordination does not import the agent side: issue 23).
+#: opens a runtime with it (coordination does not import the agent side).
 GraphFactory = Callable[["Runtime"], tuple[CompiledStateGraph, str]]
 
 

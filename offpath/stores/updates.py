@@ -1,5 +1,5 @@
 """A thread's compaction progress as :class:`~offpath.events.CompactionUpdate` s, read from its
-job rows: what ``GET /sessions/{id}/events`` streams (issue 21, item 4).
+job rows: what ``GET /sessions/{id}/events`` streams.
 
 The job rows are the one record every producer writes (the API's post-turn hook, compact
 now, the worker, the middleware in a team's own agent, the reconciler), on every lock

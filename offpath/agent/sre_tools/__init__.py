@@ -23,7 +23,7 @@ into an error ``ToolMessage`` too.)
 
 The fixture folder is looked up at each call: ``DEMO_FIXTURES_DIR`` if set, else the copy
 installed with the package (``offpath/demo/sre``: the wheel ships ``examples/sre`` there, so a
-non-editable install such as the Docker image's has them; issue 21, item 7), else
+non-editable install such as the Docker image's has them), else
 ``examples/sre`` of the repository checkout this package lives in (an editable install).
 
 This package holds ``SRE_TOOLS``; each tool is defined with what it does: :mod:`.logs`

@@ -1,5 +1,4 @@
-"""The fact guard: the specifics of the removed messages that a summary must not lose (issues
-11 and 19).
+"""The fact guard: the specifics of the removed messages that a summary must not lose.
 
 Pure functions, no I/O. :func:`extract` finds the facts of a list of messages with
 regular expressions: identifiers (pod, host and service names, ticket and trace ids,
@@ -8,7 +7,7 @@ error and exit codes (in any letter case), configuration values and counts, numb
 units (CPU millicores too), and timestamps. Identifiers of any domain (an order id
 ``#W2378156``, a user id ``chen_johnson_4204``, a ten-digit item id) are recognised by their
 shape, and bare numbers count only by their use: passed as a tool argument, asked for by
-the user, or recurring (issue 19: the guard knew only SRE shapes). In what the agent or the
+the user, or recurring. In what the agent or the
 user writes, names (in backticks or bare: ``ForeignKey``, ``old_name``, ``models.py``) and
 line numbers are facts too. :func:`rank` orders them by what the agent relies on: said by
 the agent in its own words (its conclusions, figures and ranges with units, the names it

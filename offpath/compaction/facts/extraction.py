@@ -243,10 +243,9 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
     )
 
 
-#: Messages whose facts are kept per worker process (issue 22: a compaction re-read every
-#: message's facts: the plan's shortened results, the guard, the check before the swap and
-#: the loss report each extracted the same messages again, and a message kept at one
-#: compaction is read again when the next one removes it).
+#: Messages whose facts are kept per worker process (a compaction's shortened results,
+#: guard, check before the swap and loss report all read the same messages, and a message
+#: kept at one compaction is read again when the next one removes it).
 OBSERVED_CACHE_SIZE = 8_192
 
 
@@ -298,9 +297,9 @@ def warm(messages: Iterable[BaseMessage]) -> None:
     does) before anything needs them: shortening a tool result (its marker lists the facts
     of the part not shown), the fact guard's pins and the loss report of a compaction then
     find them ready. The middleware calls it for the messages each model call is the first
-    to see, on a background thread, while the model answers (issue 18: a run shortening
-    older results found the facts of about 280,000 chars of an SRE session in its model
-    calls' path)."""
+    to see, on a background thread, while the model answers (else a run that
+    shortens older results finds the facts of about 280,000 chars of an SRE session in its
+    model calls' path)."""
     for m in messages:
         _observed(_Key(m))
 
@@ -312,8 +311,8 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     Lines that read as instructions to an assistant (injected text) are skipped: their
     contents are never pinned into a summary, which the model reads in the user's role.
 
-    Each message's facts are found once per process and merged here in order (issue 22:
-    a compaction pays only for the messages it has not read before); the result is the
+    Each message's facts are found once per process and merged here in order (a compaction pays only
+    for the messages it has not read before); the result is the
     same as reading the messages afresh. The last few results are kept too (the guard and
     the loss report of one compaction extract the same removed messages): their facts are
     shared between the calls, read them and never change them.

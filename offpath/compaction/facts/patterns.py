@@ -12,7 +12,7 @@ from typing import Any
 # A kind may have several patterns (tried in turn). Each pattern opens with the char class
 # of its first char and checks the char before it by a look-behind *after* that char
 # (``\d(?<!\w\d)`` rather than ``\b\d``): the regex engine then skips, in C, every position
-# whose char cannot start a fact (issue 13: the guard's scan was most of a job's CPU).
+# whose char cannot start a fact (the guard's scan is otherwise most of a job's CPU).
 _UNITS = (
     r"(?:ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|%|[KMGT]i?B?|"
     r"[KMGT]iB|bytes?|cores?|nanocores|millicores|m?cpus?|m|req/s|rps|qps|ops/s|conns?|connections)"
@@ -142,7 +142,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         re.compile(r"[A-Za-z](?<![\w./-][A-Za-z])\w*+(?:[-.:]\w+)+(?![\w/-])"),
         2,
     ),
-    # identifiers of any domain, by their shape (issue 19): snake_case with digits
+    # identifiers of any domain, by their shape: snake_case with digits
     # (credit_card_9513926, chen_johnson_4204), then bare numbers (item ids, zip codes),
     # which count only by their use (see ``Fact.score``)
     (
@@ -208,8 +208,8 @@ _DIGIT = re.compile(r"\d")
 
 #: Lines of tool output that are noise: a healthy row of a table (``1/1 Running 0``), a
 #: directory listing (``ls -l`` rows, bare paths from ``find``), ``kubectl describe`` object
-#: metadata. Their facts are pinned only if used elsewhere (issue 19: pinned facts were a
-#: dump of healthy pod rows and listings).
+#: metadata. Their facts are pinned only if used elsewhere (else pinned facts are
+#: a dump of healthy pod rows and listings).
 NOISE_LINE = re.compile(
     r"\b(\d+)/\1\s+Running\s+0\b"
     r"|^\s*[-dlcbps][rwxsStT-]{9}[.+@]?\s"
@@ -245,7 +245,7 @@ def normal(text: str) -> str:
 _CITED = re.compile(r'recall\("([^"\s]{1,80})"')
 
 
-#: Cheap necessary conditions of some kinds' patterns (issue 22: the scans were most of the
+#: Cheap necessary conditions of some kinds' patterns (the scans are most of the
 #: fact guard's CPU): a piece of text that every match of the pattern contains. A text in
 #: which a pattern's gate finds nothing holds no match, so :func:`find` skips that pattern's
 #: scan. Keyed by the pattern's source: a pattern that is changed loses its gate (it is then

@@ -28,8 +28,8 @@ from offpath.compaction.facts.sections import (
 from offpath.compaction.summary.message import cite
 
 #: The smallest section budget (chars) that lists the values stated on lines of their own:
-#: a label more per kind; below it they share their kind's line (issue 19's small budgets,
-#: tau-bench at 4,000 / 1,500: 95.1% of the ground truth visible, 93.8% with the lines apart).
+#: a label more per kind; below it they share their kind's line (on small budgets, tau-bench
+#: at 4,000 / 1,500: 95.1% of the ground truth visible, 93.8% with the lines apart).
 STATED_LINE_MIN_BUDGET = 1_000
 #: The smallest section budget (chars) that keeps a quarter for quoted lines (:func:`pin`).
 QUOTED_SHARE_MIN_BUDGET = 1_000
@@ -56,10 +56,10 @@ def pin(
 
     The facts are listed by value first, densely, one line per kind (``- ids: OBUT9V,
     credit_card_9513926``; ``- times: 2024-05-20``): an identifier costs its length and two
-    chars, where quoting its line cost ~90 (issue 19: at a 4,000-char threshold the section
-    held two or three facts); on a budget of :data:`STATED_LINE_MIN_BUDGET` or more, those
-    the agent or the user stated on a line of their own (``- ids (stated): ...``), which the
-    next summary reads back as stated (issue 22). The facts an earlier summary carried come
+    chars, where quoting its line costs ~90 (at a 4,000-char threshold the section would hold
+    two or three facts); on a budget of :data:`STATED_LINE_MIN_BUDGET` or more, those the
+    agent or the user stated on a line of their own (``- ids (stated): ...``), which the
+    next summary reads back as stated. The facts an earlier summary carried come
     first (no telephone game), in up to 60% of the budget while new facts wait, those the
     agent or the user stated first and each span's in turn (a line of values keeps one group
     per span, ``; `` between them, oldest first); then the new ones, stated first, by rank
@@ -100,7 +100,7 @@ def pin(
 
     def missing(fact: Fact) -> bool:
         # tested only for a fact that would fit the budget left: the summary and the keep
-        # window are tens of thousands of chars, a thread's facts hundreds (issue 13)
+        # window are tens of thousands of chars, a thread's facts hundreds
         if fact.value not in absent:
             # a name is found again only in backticks: a summary that wrote it bare holds
             # it for the model, but not for the next summary's reading
@@ -117,8 +117,8 @@ def pin(
 
     # 0. what the kept messages name (the agent's or the user's words, a tool's argument)
     #    that a removed tool result holds: that line (its record) is quoted first, in up to
-    #    a quarter of the budget, though the value itself stays in view (issue 19: a
-    #    compaction prepared again after a message named an id kept the name, not the record;
+    #    a quarter of the budget, though the value itself stays in view (a
+    #    compaction prepared again after a message names an id keeps the name, not the record;
     #    a kept result that echoes the id may not hold the record either)
     if kept:
         named = normal(

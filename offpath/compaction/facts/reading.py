@@ -163,7 +163,7 @@ def _is_token(text: str) -> bool:
 def tool_arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
     """``(value, line)`` for each scalar argument of the message's tool calls that is one
     token (an id, a name, a number: ``{"reservation_id": "XEHQWM"}``), with the call's line:
-    what the agent passed to a tool is a fact whatever its shape (issue 19)."""
+    what the agent passed to a tool is a fact whatever its shape."""
     for call in getattr(message, "tool_calls", None) or []:
         args = call.get("args") or {}
         line = f"{call.get('name')}({json.dumps(args, ensure_ascii=False, default=str)[:200]})"

@@ -10,11 +10,11 @@ import re
 #: The heading of the section the guard appends (after the seed's four).
 PINNED_HEADING = "**Pinned facts**"
 #: The heading of the section a compaction applied late adds for the messages that came
-#: after its summary was written and that it removes too (LLM-free: their facts, by message;
-#: issue 18). Its entries read like pinned ones.
+#: after its summary was written and that it removes too (LLM-free: their facts, by
+#: message). Its entries read like pinned ones.
 SINCE_HEADING = "**Since this summary was written**"
 #: The heading of the entries the check before the swap adds: identifiers that messages
-#: written while the summary was prepared name, which only the removed part held (issue 19).
+#: written while the summary was prepared name, which only the removed part held.
 SWAP_HEADING = "**Named since this summary was written**"
 #: The heading of the archive index at a summary's end (:mod:`offpath.compaction.index`): the
 #: index is offpath's own table of contents, never read back as facts.
@@ -54,8 +54,7 @@ SIGNATURE = re.compile(
 
 def is_blob(line: str) -> bool:
     """``line`` (clipped by :func:`clip_around`) is a piece of one long line of JSON, which says
-    little quoted: ``..."15:00:00", "status":...`` or ``...["OI5L9G", "AQLBTL",...`` (issue
-    19, tau-bench)."""
+    little quoted: ``..."15:00:00", "status":...`` or ``...["OI5L9G", "AQLBTL",...`` (tau-bench)."""
     return (line.startswith("...") or line.endswith("...")) and ('":' in line or '", "' in line)
 
 

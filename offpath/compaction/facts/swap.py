@@ -1,4 +1,4 @@
-"""The check before the swap (issue 19): the identifiers that messages written while a
+"""The check before the swap: the identifiers that messages written while a
 summary was prepared name, which only the part it removes held, quoted under
 :data:`~offpath.compaction.facts.SWAP_HEADING` (:func:`swap_check`)."""
 
@@ -38,7 +38,7 @@ def swap_check(
     summary_text: str,
     max_chars: int,
 ) -> tuple[str, int]:
-    """The check before the swap (issue 19, after "Slipstream", arXiv 2605.08580, without an
+    """The check before the swap (after "Slipstream", arXiv 2605.08580, without an
     LLM): the identifiers that the ``later`` messages (written while the summary was
     prepared) name in what the agent or the user says or passes to a tool (not in tool
     output), which only the ``removed`` part held (not the summary, not the ``kept``

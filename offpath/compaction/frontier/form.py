@@ -58,7 +58,7 @@ class Frontier:
     @classmethod
     def from_text(cls, text: str) -> Frontier | None:
         """The frontier an earlier summary shows, read from its text (what the model saw):
-        never from its metadata, which a client can forge (issue 20, item 8). None when it
+        never from its metadata, which a client can forge. None when it
         shows none."""
         current = original = None
         status = None
@@ -196,7 +196,7 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
     room = max(200, budget)
     # the request in progress gets the larger share: clipped, it loses what the agent is
     # doing ("Good, that one is finished. Now: Restore the DNS..."); the first request,
-    # kept for the record, the smaller one (benchmark 15's switch probe)
+    # kept for the record, the smaller one
     latest_quote, quote = max(120, room // 2), max(80, room // 3)
 
     def verbatim(value: str, mid: str | None, quote: int = quote) -> str:

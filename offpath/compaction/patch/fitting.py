@@ -43,7 +43,7 @@ from offpath.compaction.summary.message import (
 )
 
 #: ``additional_kwargs`` key of the copy of a long request kept as its own message: the id of
-#: the request message it copies (issue 18, item 2).
+#: the request message it copies.
 REQUEST_COPY = "offpath_request_of"
 
 
@@ -325,9 +325,9 @@ def fit(
     # free (at least a quarter of a summary's budget, at most a whole one; a thread that
     # needs them gives up some of its headroom rather than their identifiers). When they do not fit,
     # or their section would leave the thread over its target, the compaction goes deeper
-    # first (the messages that came since its plan go too, as for an ordinary overflow:
-    # issue 18, benchmark 17 saw a fast run's thread run away to 2.2x its threshold on
-    # stale retries), and is stale only when no deeper cut exists.
+    # first (the messages that came since its plan go too, as for an ordinary overflow: a
+    # fast run's thread can run away to 2x its threshold on stale retries), and is stale only
+    # when no deeper cut exists.
     planned = set(prepared.order)
     later = [m for m in messages if m.id not in planned and m.type != "system"]
     checked = 0

@@ -117,11 +117,11 @@ class _Scan:
         # prefix sums of sizes; system messages (rarely past the head) are subtracted
         self.chars_before = [0, *accumulate(self.sizes)]
         self.summaries = [i for i in range(n) if self.summary[i]]
-        # removed wherever they stand: orphan tool results (issue 8, item 10: the next
+        # removed wherever they stand: orphan tool results (the next
         # compaction removes them). Earlier summaries are folded in when they are before the
         # cut, as offpath's always are (the first message after the system prompt); a
         # message a client marked as one after it stays: a marker is data, it never removes
-        # a message of the kept part (issue 20, item 8)
+        # a message of the kept part
         self.anywhere = sorted(self.pairer.orphans)
         self.removed_anywhere = set(self.anywhere)
         self.mid_systems = (

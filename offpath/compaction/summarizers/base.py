@@ -60,7 +60,7 @@ class TruncatedSummaryError(SummarizerError):
 @dataclass(frozen=True, slots=True)
 class SummaryResult:
     """Summary ``text`` and what it cost: tokens as reported by the model (0 offline).
-    ``meta``: what the summary message carries besides its text (the frontier: issue 19)."""
+    ``meta``: what the summary message carries besides its text (the frontier)."""
 
     text: str
     model: str

@@ -3,11 +3,10 @@
 A summary is a ``HumanMessage`` whose content is the seed's prefix line, a blank
 line, then the summary text (the seed: "Replace old messages with one
 HumanMessage containing the structured summary"). When a cut fell inside a turn,
-that turn's request follows under :data:`REQUEST_HEADING`, word for word, unchanged
-(issue 2, item 3).
+that turn's request follows under :data:`REQUEST_HEADING`, word for word, unchanged.
 
 It is marked in ``additional_kwargs`` so that a later compaction folds it into
-the next summary instead of keeping two (issue 2, item 6)::
+the next summary instead of keeping two::
 
     additional_kwargs = {
         "lc_source": "summarization",

@@ -22,8 +22,7 @@ class JobStatus(enum.StrEnum):
     """A job's life: ``queued`` -> ``running`` -> ``applied``, ``skipped`` or ``failed``;
     or ``running`` -> ``prepared`` (its compaction waits for the thread to be free and over
     its threshold) -> ``applied``, or ``skipped`` (stale). An applied compaction may be
-    undone (``POST /sessions/{id}/compactions/{job}/revert``): ``applied`` -> ``reverted``
-    (issue 19)."""
+    undone (``POST /sessions/{id}/compactions/{job}/revert``): ``applied`` -> ``reverted``."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -83,7 +82,7 @@ class CompactionJob(SQLModel, table=True):
     ``reason_code`` names why a job was skipped or failed (low cardinality, for
     metrics); ``reason`` says it in offpath's words, at most :data:`MAX_REASON_CHARS`
     (never an exception's text: it is shown by ``/stats`` and the UI; the log has the
-    detail, issue 20, item 9). ``published`` is false while the broker
+    detail). ``published`` is false while the broker
     has not taken the job (the reconciler publishes it). ``options`` say how it may
     apply its compaction (:class:`~offpath.coordination.job_values.JobOptions`).
     ``result`` holds ``prepared`` (the summary and its plan, kept until applied:

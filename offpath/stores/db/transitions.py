@@ -85,7 +85,7 @@ def create_job(
     on PostgreSQL: a lost queued row costs nothing, the job writes its own row).
 
     ``published=False`` records a job the broker could not take: the reconciler
-    publishes it once the broker is back (issue 8, item 3).
+    publishes it once the broker is back.
     """
     now = now_utc()
     with engine.begin() as conn:

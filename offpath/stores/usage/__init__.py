@@ -1,5 +1,5 @@
 """Reading the usage tables for people: ``/stats`` (time windows, one session), the session
-list, and forgetting a session's rows (issue 12).
+list, and forgetting a session's rows.
 
 Where each figure comes from (the cheapest source that is right):
 
@@ -13,7 +13,7 @@ Where each figure comes from (the cheapest source that is right):
 * fallback maskings: ``fallback_maskings``.
 
 Threads of a team's own agent (the middleware in their process) have a row in ``sessions``
-of kind ``own agent``, written by the middleware (issue 21, item 1): they are listed, and
+of kind ``own agent``, written by the middleware: they are listed, and
 counted in ``/stats``, for the tenant it names, like the API's.
 
 The package: :mod:`.crossings` (when a thread crossed its threshold), :mod:`.totals`

@@ -1,6 +1,6 @@
 """The session list (:func:`list_sessions`: search, sort and keyset pages with opaque
 cursors), whether offpath knows a session (:func:`has_rows`) and forgetting a session's
-rows (:func:`forget_rows`, issue 12)."""
+rows (:func:`forget_rows`)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def _decode_cursor(cursor: str, sort: str) -> tuple[Any, str]:
     if not isinstance(session_id, str) or not isinstance(value, expected):
         raise BadCursor("cursor: not a cursor this API gave (pass next_cursor as it came)")
     if "\x00" in session_id or (isinstance(value, str) and "\x00" in value):
-        # no session id holds one, and PostgreSQL refuses it in a query (issue 20, item 4)
+        # no session id holds one, and PostgreSQL refuses it in a query
         raise BadCursor("cursor: not a cursor this API gave (pass next_cursor as it came)")
     if isinstance(value, int) and not -(2**62) < value < 2**62:
         raise BadCursor("cursor: not a cursor this API gave (pass next_cursor as it came)")

@@ -40,14 +40,14 @@ def stats(
 
     ``summary`` holds ``total_summarizations``, ``total_chars_compacted`` (the real
     reduction: each compaction's thread size before less its size after, so a summary
-    folded into the next one is not counted as saved again; issue 21, item 6),
+    folded into the next one is not counted as saved again),
     ``sessions_compacted``, ``approx_tokens_saved`` (chars / 4), ``total_tokens_compacted``
     (the same reduction in tokens as each thread's model counts them: its chars saved over
     that thread's chars per token, chars / 4 for a compaction whose thread had no measure)
     and ``tokens_counted_compactions`` (how many were counted so), ``jobs`` (count by status),
     (a reverted compaction counts in ``total_summarizations``, in the summarizer's latency
     and tokens, and in ``jobs.reverted``, but not in the chars, tokens saved or sessions
-    compacted: what it removed is back; issue 19)
+    compacted: what it removed is back)
     ``fallback_maskings``, and: ``jobs_by_reason`` (skipped and failed jobs by reason code),
     ``lag_ms`` and ``summarizer_latency_ms`` (``count``, ``p50``, ``p99`` in ms, over the
     latest :data:`PERCENTILE_SAMPLE`), ``llm_tokens`` (``input``, ``output``: what the
@@ -69,7 +69,7 @@ def stats(
 
     summ = EVENTS.c.metadata["summarization"].as_boolean()
     chars = saved_chars_expr()
-    # a reverted compaction ran (its usage event stays) but removes nothing now (issue 19)
+    # a reverted compaction ran (its usage event stays) but removes nothing now
     reverted = sa.select(JOBS.c.job_id).where(JOBS.c.status == JobStatus.REVERTED.value)
     in_effect = sa.or_(EVENTS.c.job_id.is_(None), EVENTS.c.job_id.not_in(reverted))
     events = lambda q: scoped(q, EVENTS.c.session_id, EVENTS.c.created_at)  # noqa: E731
