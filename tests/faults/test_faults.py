@@ -199,6 +199,28 @@ def test_a_worker_killed_holding_a_jobs_message_unstarted_loses_no_hour(stacks, 
     )
 
 
+def test_a_live_worker_answers_for_the_job_it_holds_and_a_killed_one_does_not(stacks, stub):
+    """The other half of what the reconciler reads before it re-publishes a job whose message
+    sits unacknowledged: whether a live worker holds it. A worker inside the job's LLM call
+    answers for it; once SIGKILLed, no one does (the job is then the reconciler's)."""
+    from offpath.coordination.consumers import holding
+
+    stack = stacks.get("postgres", beat=False, **FAST)
+    session = f"held-{uuid.uuid4().hex[:6]}"
+    stub.state.gate.clear()
+    try:
+        post_all(stack, session, case_doc())
+        wait_for(lambda: stub.state.requests, timeout=20)  # inside the LLM call
+        job = stack.jobs(session)[0]["job_id"]
+        assert holding(stack.settings(), [job, uuid.uuid4().hex], timeout_s=5) == {job}
+        stack.kill_worker()
+        assert holding(stack.settings(), [job], timeout_s=2) == set()
+    finally:
+        stub.state.gate.set()
+        stub.state.requests.clear()
+        stack.start_worker()
+
+
 def test_a_turn_after_a_worker_died_queues_a_new_job_once_the_lease_lapsed(stacks, stub):
     """Issue 8, item 1: with no reconciler running, the next turn queues a new job once the
     dead job's lease lapsed, instead of waiting for the broker's redelivery; the new job
