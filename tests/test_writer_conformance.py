@@ -47,7 +47,7 @@ from offpath.stores.leases import Leases, State
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def rt(request, tmp_path):
-    with small_runtime(request.param, tmp_path, "test-writers") as runtime:
+    with small_runtime(request.param, tmp_path, "test-writers", worker=True) as runtime:
         yield runtime
 
 
