@@ -210,7 +210,7 @@ def thread_graph(rt: Runtime) -> tuple[CompiledStateGraph, str]:
     it (``update_state`` as the last node) writes the checkpoint a patch through
     :func:`api_graph` writes: the :data:`~offpath.coordination.runtime.GraphFactory` of
     :func:`open_thread_writer`."""
-    from offpath.agent.middleware import OffPathCompaction
+    from offpath.agent.middleware.hooks import OffPathCompaction
 
     class ThreadState(OffPathCompaction.state_schema, AgentState):  # type: ignore[misc]
         """The API agent's state: the middleware's keys, then the agent's (which win)."""
