@@ -216,6 +216,7 @@ def thread_graph(rt: Runtime) -> tuple[CompiledStateGraph, str]:
         """The API agent's state: the middleware's keys, then the agent's (which win)."""
 
     graph = StateGraph(ThreadState)
+    # "tools": the middleware always gives the agent its recall tool (AGENT_TOOLS add to it)
     nodes = ["model", "tools", *hook_nodes(OffPathCompaction)]
     for node in nodes:
         graph.add_node(node, _nothing)
