@@ -119,7 +119,7 @@ def _wait_recorded(engine: Any, session_id: str) -> str:
     """Wait for the thread's job to be recorded ``applied``; returns its id."""
     import sqlalchemy as sa
 
-    from offpath.stores.db import JOBS
+    from offpath.stores.db.tables import JOBS
 
     deadline = time.monotonic() + TIMEOUT_S
     query = sa.select(JOBS.c.job_id).where(
@@ -144,10 +144,10 @@ def trace_own(folder: str) -> set[str]:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from offpath import OffPathCompaction
-    from offpath.compaction.settings import get_settings
-    from offpath.compaction.summary import is_summary
+    from offpath.compaction.summary.message import is_summary
+    from offpath.config import get_settings
     from offpath.coordination.runtime import Client
-    from offpath.stores.db import migrate
+    from offpath.stores.db.engine import migrate
 
     @tool
     def fetch_logs(page: int) -> str:

@@ -13,8 +13,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from stack import small_runtime
 
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.stores.db import create_job, job_row
-from offpath.stores.leases import Start, State
+from offpath.stores.db.job_queries import job_row
+from offpath.stores.db.transitions import create_job
+from offpath.stores.leases.claims import Start, State
 from offpath.worker.jobs import run_job
 
 

@@ -20,7 +20,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from offpath.agent.graph import build_graph, end_node, load_tools, thread_graph
 from offpath.agent.middleware.hooks import OffPathCompaction
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.stores.checkpoints import Preloaded, thread_config
 
 

@@ -34,9 +34,9 @@ from offpath.stores.checkpoints import (
     open_checkpoints_url,
     thread_config,
 )
-from offpath.stores.db import make_engine, migrate
-from offpath.stores.db.engine import head_revision, revision_of
-from offpath.stores.leases import Leases, RedisKeyStore, SqlKeyStore
+from offpath.stores.db.engine import head_revision, make_engine, migrate, revision_of
+from offpath.stores.leases.claims import Leases
+from offpath.stores.leases.key_stores import RedisKeyStore, SqlKeyStore
 
 log = logging.getLogger("offpath.runtime")
 
