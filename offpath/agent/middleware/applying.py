@@ -19,8 +19,8 @@ from offpath.agent.middleware.counting import ThreadSettings, ThreadTokens
 from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.reports import Reports, log
 from offpath.agent.middleware.state import Call, Write
-from offpath.compaction.patch import Fitted, Stale, landed
-from offpath.compaction.patch.prepared import patched
+from offpath.compaction.patch.fitting import landed
+from offpath.compaction.patch.prepared import Fitted, Stale, patched
 from offpath.compaction.sizing import MessageSizes, SizedThreads
 from offpath.compaction.tracking import KEY
 from offpath.coordination.job_values import JobEnded, Landed
@@ -28,8 +28,9 @@ from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
 from offpath.coordination.runtime import Client
 from offpath.coordination.writers import StateUpdateWriter
-from offpath.stores.db import JobStatus, job_row
-from offpath.stores.leases import Claim, State
+from offpath.stores.db.job_queries import job_row
+from offpath.stores.db.tables import JobStatus
+from offpath.stores.leases.claims import Claim, State
 
 #: The longest (s) a model call's answer waits, once the model has answered, for the archive
 #: writes of that call's shortenings and apply (they overlap the model call; the state update

@@ -17,8 +17,8 @@ from offpath.compaction.tracking import KEY
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import LEASE_STORE
 from offpath.coordination.runtime import Client
-from offpath.stores.db import job_options, job_row
-from offpath.stores.leases import Claim, State
+from offpath.stores.db.job_queries import job_options, job_row
+from offpath.stores.leases.claims import Claim, State
 
 #: How often (seconds) the background thread re-reads a thread's claim while the thread is
 #: over its prepare point (every call, once over the threshold with a job in flight); and

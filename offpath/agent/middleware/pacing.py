@@ -12,10 +12,10 @@ from typing import Any
 from offpath.agent.middleware.counting import ThreadSettings
 from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.state import outside_of
-from offpath.compaction.planner import earliest_worth, min_gain_chars, prepare_from_chars
+from offpath.compaction.planner.budgets import earliest_worth, min_gain_chars, prepare_from_chars
 from offpath.coordination.runtime import Client
-from offpath.stores.leases import Claim
-from offpath.stores.usage import summarizer_latency_p90_s
+from offpath.stores.leases.claims import Claim
+from offpath.stores.usage.totals import summarizer_latency_p90_s
 
 #: How often (s) the summarizer's latency p90 is read again, and what it is assumed to be
 #: before any compaction of the deployment measured it.

@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from offpath.compaction.facts import warm as warm_facts
+from offpath.compaction.facts.extraction import warm as warm_facts
 
 log = logging.getLogger("offpath.middleware")
 

@@ -17,7 +17,7 @@ from offpath.agent.middleware.place import Place
 from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.reports import Reports
 from offpath.agent.middleware.state import outside_of
-from offpath.compaction.planner import min_gain_chars
+from offpath.compaction.planner.budgets import min_gain_chars
 from offpath.coordination.job_values import JobOptions, head_mark
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB

@@ -39,12 +39,12 @@ from offpath.agent.middleware.shaping import Shaping
 from offpath.agent.middleware.state import Call, Write, diff, outside_chars, sending
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.patch.prepared import patched
-from offpath.compaction.planner import request_cap_chars
+from offpath.compaction.planner.budgets import request_cap_chars
 from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, older_caps
 from offpath.compaction.tracking import KEY, ThreadSize, mask_observations
 from offpath.coordination.logs import tag
-from offpath.stores.leases import State
+from offpath.stores.leases.claims import State
 
 #: HTTP statuses a context-length refusal comes with (400 from most, 413 from some gateways,
 #: 422 from input validators). A 429 that talks of tokens is a rate limit, never a refusal.

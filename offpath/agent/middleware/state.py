@@ -20,7 +20,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from offpath.agent.middleware.place import Place
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.planner import ThreadBudget
+from offpath.compaction.planner.budgets import ThreadBudget
 from offpath.compaction.sizing import MessageSizes
 from offpath.compaction.tracking import KEY, ThreadSize
 
