@@ -6,7 +6,7 @@ a value no store keeps as sent is refused (422).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
@@ -107,5 +107,7 @@ def _located(exc: ValidationError, where: tuple[Any, ...]) -> list[dict[str, Any
     return [{**e, "loc": (*where, *e["loc"])} for e in exc.errors(include_url=False)]
 
 
-_MESSAGE: TypeAdapter[Any] = TypeAdapter(Message)
-_STATE: TypeAdapter[Any] = TypeAdapter(dict[str, Any] | None)
+# TypeAdapter takes a PEP 747 TypeForm (a union is one); mypy reads that parameter as type[T]
+# once pydantic comes from its cache, so the forms are passed as Any
+_MESSAGE: TypeAdapter[Any] = TypeAdapter(cast(Any, Message))
+_STATE: TypeAdapter[Any] = TypeAdapter(cast(Any, dict[str, Any] | None))
