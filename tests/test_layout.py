@@ -303,16 +303,7 @@ def reexporting_inits() -> list[str]:
 
 MIDDLEWARE = "offpath.agent.middleware"
 #: The checks run on the middleware package apart, so that a failure there is told apart.
-PARTS = [
-    pytest.param(False, id="product"),
-    pytest.param(
-        True,
-        id="middleware",
-        marks=pytest.mark.xfail(
-            strict=True, reason="offpath/agent/middleware is rebuilt on branch mw"
-        ),
-    ),
-]
+PARTS = [pytest.param(False, id="product"), pytest.param(True, id="middleware")]
 
 
 def in_part(module: str, middleware: bool) -> bool:
