@@ -246,3 +246,80 @@ def test_the_cache_keeps_digests_not_messages():
     facts._observed(key)
     assert key.message is None  # the cache holds this key: its message was let go
     assert facts._observed(facts._Key(big)) == facts._observed(key)
+
+
+# --- facts found in one process, read in another (the API finds them as a turn arrives,
+# the worker's job reads them from Redis by the message's key) -----------------------------
+
+
+@pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
+def test_facts_found_elsewhere_give_what_finding_them_here_gives(name, messages, monkeypatch):
+    from offpath.compaction.facts import extraction
+
+    stored = {extraction.key_digest(m): extraction.encode(m) for m in messages}
+    facts._observed.cache_clear()
+    facts._MERGED.clear()
+    monkeypatch.setattr(extraction, "_LOADED", type(extraction._LOADED)())
+    assert extraction.preload(messages, lambda ds: {d: stored[d] for d in ds}) == len(stored)
+
+    def found_again(m):
+        raise AssertionError(f"{m.id}: found again, not read from the store")
+
+    monkeypatch.setattr(extraction, "_observe", found_again)
+    assert as_rows(facts.extract(messages)) == as_rows(reference_extract(messages))
+
+
+def test_a_message_the_store_lacks_is_found_here(monkeypatch):
+    from offpath.compaction.facts import extraction
+
+    a = ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1")
+    b = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821).", id="a1")
+    facts._observed.cache_clear()
+    facts._MERGED.clear()
+    monkeypatch.setattr(extraction, "_LOADED", type(extraction._LOADED)())
+    only_a = {extraction.key_digest(a): extraction.encode(a)}
+    assert extraction.preload([a, b], lambda ds: {d: only_a[d] for d in ds if d in only_a}) == 1
+    assert as_rows(facts.extract([a, b])) == as_rows(reference_extract([a, b]))
+    # an entry that is not a message's facts (another version's) is found again
+    facts._observed.cache_clear()
+    facts._MERGED.clear()
+    bad = {extraction.key_digest(a): b'{"v": 2}'}
+    assert extraction.preload([a], lambda ds: bad) == 0
+    assert as_rows(facts.extract([a])) == as_rows(reference_extract([a]))
+    with pytest.raises(ValueError):
+        extraction.decode(b"[[], [[1]]]")
+
+
+def test_the_store_keeps_each_new_message_once_and_says_nothing_when_redis_is_away():
+    import uuid
+
+    import redis
+    from stack import REDIS_URL
+
+    from offpath.compaction.facts import extraction
+    from offpath.stores.facts import FactStore
+
+    client = redis.Redis.from_url(REDIS_URL)
+    prefix = f"factstest-{uuid.uuid4().hex[:6]}"
+    store = FactStore(client, prefix, ttl_s=60)
+    thread = [
+        HumanMessage("why is checkout-api failing? ticket INC-4821", id="h1"),
+        ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c", id="t1"),
+    ]
+    try:
+        assert store.remember(thread) == 2
+        later = AIMessage("Raised the limit of checkout-api-7f9c4 to 512Mi.", id="a1")
+        assert store.remember([*thread, later]) == 1  # only what the turn added
+        assert store.remember([*thread, later]) == 0
+        digests = [extraction.key_digest(m) for m in (*thread, later)]
+        got = store.fetch([*digests, b"\x00" * 16])
+        assert set(got) == set(digests)
+        assert all(0 < client.ttl(store.key(d)) <= 60 for d in digests)
+        assert extraction.decode(got[digests[1]]) == facts._observed(facts._Key(thread[1]))
+    finally:
+        for key in client.scan_iter(f"{prefix}:*"):
+            client.delete(key)
+        client.close()
+    away = FactStore(redis.Redis(port=1, socket_connect_timeout=0.2), prefix)
+    assert away.fetch(digests) == {}
+    assert away.remember([HumanMessage("ticket OPS-1", id="h9")]) == 0

@@ -378,3 +378,28 @@ def test_the_prepare_point_is_the_floor_while_the_growth_is_unknown(parts):
     assert hook.prepare_point(1e9) == settings.prepare_floor_chars  # fast: never earlier
     # 1 char/s over 6.5 s (p90 5 s, overhead 1.5 s) x 1.25
     assert hook.prepare_point(1.0) == int(settings.summarization_threshold_chars - 6.5 * 1.25)
+
+
+def test_the_hook_stores_the_facts_of_a_thread_past_its_keep_window(settings):
+    # the worker's job reads them by each message's key instead of finding them again
+    from offpath.compaction.facts.extraction import key_digest
+
+    engine = make_engine(settings)
+    conn = redis.Redis.from_url(REDIS_URL)
+    prefix = f"hookfacts-{uuid.uuid4().hex[:6]}"
+    leases = Leases(RedisKeyStore(conn), prefix=prefix, lease_s=3, queued_ttl_s=60)
+    client = Client(settings, engine, leases, lambda s, j, o: None, redis_conn=conn)
+    client.settings = settings.model_copy(update={"redis_key_prefix": prefix})
+    hook = PostTurnHook(client)
+    try:
+        small = grown(4)  # ~5,000 chars: under the keep window, nothing a compaction removes
+        hook("s1", small)
+        assert not list(conn.scan_iter(f"{prefix}:facts:*"))
+        large = grown(12)  # ~15,000 chars: past it
+        hook("s1", large)
+        assert conn.exists(*(client.facts.key(key_digest(m)) for m in large)) == len(large)
+    finally:
+        for key in conn.scan_iter(f"{prefix}:*"):
+            conn.delete(key)
+        engine.dispose()
+        conn.close()

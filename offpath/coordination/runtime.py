@@ -35,6 +35,7 @@ from offpath.stores.checkpoints import (
 )
 from offpath.stores.db import make_engine, migrate
 from offpath.stores.db.engine import head_revision, revision_of
+from offpath.stores.facts import FactStore
 from offpath.stores.leases import Leases, RedisKeyStore, SqlKeyStore
 
 log = logging.getLogger("offpath.runtime")
@@ -185,6 +186,14 @@ class Client:
         if self._publish is None:
             self._publish = celery_publisher(self.settings)
         return self._publish
+
+    @cached_property
+    def facts(self) -> FactStore | None:
+        """Where messages' facts are kept between processes (found as they arrive, read by
+        the job that removes them); None without Redis as the claim store."""
+        if self._redis is None:
+            return None
+        return FactStore(self._redis, self.settings.redis_key_prefix)
 
     @cached_property
     def jobs(self) -> Jobs:

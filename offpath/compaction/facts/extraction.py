@@ -1,6 +1,8 @@
 """The facts of a list of messages: :class:`Fact`, each message's facts found once per
 process (:func:`warm`, cached by what they depend on), merged in order by :func:`extract`,
-and ranked by what an investigator needs (:func:`rank`)."""
+and ranked by what an investigator needs (:func:`rank`). A message's facts, found in one
+process, travel to another as bytes by the message's key (:func:`encode`, :func:`decode`,
+:func:`preload`): found when the message arrives, read by the job that removes it."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ import functools
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.patterns import _ERROR_LINE, _NOISE_LINE, _WEIGHT, SAID_ONLY, find
@@ -279,11 +282,75 @@ class _Key:
         return isinstance(other, _Key) and other.digest == self.digest
 
 
+#: Facts found by another process (:func:`preload`), by key digest, until first asked for.
+_LOADED: OrderedDict[bytes, tuple[_Seen, ...]] = OrderedDict()
+_LOADED_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=OBSERVED_CACHE_SIZE)
 def _observed(key: _Key) -> tuple[_Seen, ...]:
     message, key.message = key.message, None  # the cache keeps the digest, not the text
     assert message is not None
-    return _observe(message)
+    with _LOADED_LOCK:
+        loaded = _LOADED.pop(key.digest, None)
+    return _observe(message) if loaded is None else loaded
+
+
+def key_digest(message: BaseMessage) -> bytes:
+    """The key a message's facts are kept by: a digest of what they depend on (type, id,
+    summary marker, content, tool calls; 16 bytes). Not :func:`offpath.compaction.digest.
+    digest`, which gives a shortened result its original's digest: their facts differ."""
+    return _Key(message).digest
+
+
+def encode(message: BaseMessage) -> bytes:
+    """The facts of ``message``, found now and not kept in this process, as bytes for
+    :func:`decode` in another process: JSON, ``[lines, facts]``, each fact an array that
+    names its line by index (the facts of one log line share it)."""
+    lines: dict[str, int] = {}
+    facts = [
+        (s.value, s.kind, s.message_id, lines.setdefault(s.line, len(lines)), s.found_in)
+        + (s.stated, s.asked, s.carried, s.clear, s.error, s.said, s.age)
+        for s in _observe(message)
+    ]
+    return orjson.dumps([list(lines), facts])
+
+
+def decode(raw: bytes) -> tuple[_Seen, ...]:
+    """What :func:`encode` wrote, as the facts of its message; ValueError if it is not."""
+    try:
+        lines, facts = orjson.loads(raw)
+        return tuple(
+            _Seen(v, k, mid, lines[line], tuple(found), *flags, age)
+            for v, k, mid, line, found, *flags, age in facts
+        )
+    except (TypeError, ValueError, IndexError) as exc:
+        raise ValueError(f"not a message's facts: {exc}") from exc
+
+
+def preload(
+    messages: Iterable[BaseMessage], fetch: Callable[[list[bytes]], Mapping[bytes, bytes]]
+) -> int:
+    """Take the facts another process found of ``messages`` (``fetch(key digests)``: the
+    stored bytes of those it has) instead of finding them again; a message it lacks is
+    read here when asked for. At most :data:`OBSERVED_CACHE_SIZE` are held until used.
+    Returns how many were taken."""
+    wanted = [d for d in dict.fromkeys(key_digest(m) for m in messages) if d not in _LOADED]
+    if not wanted:
+        return 0
+    taken = 0
+    for digest, raw in fetch(wanted).items():
+        try:
+            seen = decode(raw)
+        except ValueError:
+            continue  # an entry of another version: found again here
+        with _LOADED_LOCK:
+            _LOADED[digest] = seen
+            _LOADED.move_to_end(digest)
+            while len(_LOADED) > OBSERVED_CACHE_SIZE:
+                _LOADED.popitem(last=False)
+        taken += 1
+    return taken
 
 
 #: Results of :func:`extract` kept per process, by the digests of their messages in order.
