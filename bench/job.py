@@ -104,6 +104,7 @@ def run(ctx: Context, runs: int = 5) -> Result:
     from offpath.compaction.settings import get_settings
     from offpath.compaction.summarizers import make_summarizer
     from offpath.compaction.summarizers.offline import OfflineSummarizer
+    from offpath.stores.facts import FactStore
 
     per_run = 4 if ctx.quick else 20
     settings = get_settings()
@@ -131,8 +132,7 @@ def run(ctx: Context, runs: int = 5) -> Result:
                 # the job, as the worker runs it (minus Celery's dispatch)
                 sid = f"job-{RUN_ID}-{r}-{k}"
                 job_id = queued(rt, sid, messages)
-                if rt.facts is not None:  # found as they arrived: the post-turn hook's store
-                    rt.facts.remember(messages)
+                rt.facts.remember(messages)  # found as they arrived: the post-turn hook's store
                 statements.clear()
                 guard_ms.clear()
                 cpu = time.thread_time()
@@ -158,7 +158,7 @@ def run(ctx: Context, runs: int = 5) -> Result:
             sid = f"nostore-{RUN_ID}-{r}"
             job_id = queued(rt, sid, messages)
             guard_ms.clear()
-            store, rt.__dict__["facts"] = rt.facts, None
+            store, rt.__dict__["facts"] = rt.facts, FactStore(None, "")
             try:
                 cpu = time.thread_time()
                 assert run_like_the_worker(rt, summarizer, sid, job_id) == "applied"

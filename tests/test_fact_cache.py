@@ -20,6 +20,7 @@ from shared import CASES, TRANSCRIPTS, load, messages_of
 from sre_sessions import sre_session
 
 import offpath.compaction.facts as facts
+import offpath.compaction.facts.extraction as extraction
 import offpath.compaction.loss as loss
 from offpath.compaction.pipeline import Skip, compact
 from offpath.compaction.settings import load_settings
@@ -252,15 +253,32 @@ def test_the_cache_keeps_digests_not_messages():
 # the worker's job reads them from Redis by the message's key) -----------------------------
 
 
+class Held:
+    """A fact store's Redis stand-in for the preload tests: ``mget`` of what was set."""
+
+    def __init__(self, entries):
+        self.entries = entries
+
+    def mget(self, keys):
+        return [self.entries.get(k) for k in keys]
+
+
+def store_of(messages, *, skip=()):
+    from offpath.stores.facts import FactStore, encode
+
+    store = FactStore(None, "p")
+    entries = {store.key(extraction.key_digest(m)): encode(m) for m in messages if m not in skip}
+    store.redis = Held(entries)
+    return store
+
+
 @pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
 def test_facts_found_elsewhere_give_what_finding_them_here_gives(name, messages, monkeypatch):
-    from offpath.compaction.facts import extraction
-
-    stored = {extraction.key_digest(m): extraction.encode(m) for m in messages}
+    store = store_of(messages)
     facts._observed.cache_clear()
     facts._MERGED.clear()
     monkeypatch.setattr(extraction, "_LOADED", type(extraction._LOADED)())
-    assert extraction.preload(messages, lambda ds: {d: stored[d] for d in ds}) == len(stored)
+    assert store.preload(messages) == len({extraction.key_digest(m) for m in messages})
 
     def found_again(m):
         raise AssertionError(f"{m.id}: found again, not read from the store")
@@ -270,24 +288,24 @@ def test_facts_found_elsewhere_give_what_finding_them_here_gives(name, messages,
 
 
 def test_a_message_the_store_lacks_is_found_here(monkeypatch):
-    from offpath.compaction.facts import extraction
+    from offpath.stores.facts import decode
 
     a = ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1")
     b = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821).", id="a1")
     facts._observed.cache_clear()
     facts._MERGED.clear()
     monkeypatch.setattr(extraction, "_LOADED", type(extraction._LOADED)())
-    only_a = {extraction.key_digest(a): extraction.encode(a)}
-    assert extraction.preload([a, b], lambda ds: {d: only_a[d] for d in ds if d in only_a}) == 1
+    assert store_of([a, b], skip=[b]).preload([a, b]) == 1
     assert as_rows(facts.extract([a, b])) == as_rows(reference_extract([a, b]))
     # an entry that is not a message's facts (another version's) is found again
     facts._observed.cache_clear()
     facts._MERGED.clear()
-    bad = {extraction.key_digest(a): b'{"v": 2}'}
-    assert extraction.preload([a], lambda ds: bad) == 0
+    bad = store_of([a])
+    bad.redis.entries = dict.fromkeys(bad.redis.entries, b'{"v": 2}')
+    assert bad.preload([a]) == 0
     assert as_rows(facts.extract([a])) == as_rows(reference_extract([a]))
     with pytest.raises(ValueError):
-        extraction.decode(b"[[], [[1]]]")
+        decode(b"[[], [[1]]]")
 
 
 def test_the_store_keeps_each_new_message_once_and_says_nothing_when_redis_is_away():
@@ -296,8 +314,7 @@ def test_the_store_keeps_each_new_message_once_and_says_nothing_when_redis_is_aw
     import redis
     from stack import REDIS_URL
 
-    from offpath.compaction.facts import extraction
-    from offpath.stores.facts import FactStore
+    from offpath.stores.facts import FactStore, decode
 
     client = redis.Redis.from_url(REDIS_URL)
     prefix = f"factstest-{uuid.uuid4().hex[:6]}"
@@ -315,7 +332,7 @@ def test_the_store_keeps_each_new_message_once_and_says_nothing_when_redis_is_aw
         got = store.fetch([*digests, b"\x00" * 16])
         assert set(got) == set(digests)
         assert all(0 < client.ttl(store.key(d)) <= 60 for d in digests)
-        assert extraction.decode(got[digests[1]]) == facts._observed(facts._Key(thread[1]))
+        assert decode(got[digests[1]]) == facts._observed(facts._Key(thread[1]))
     finally:
         for key in client.scan_iter(f"{prefix}:*"):
             client.delete(key)

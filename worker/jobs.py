@@ -50,7 +50,6 @@ from redis.exceptions import RedisError
 
 from offpath import metrics
 from offpath.compaction.accounting import message_chars, total_chars
-from offpath.compaction.facts.extraction import preload
 from offpath.compaction.patch import Fitted, Stale, landed
 from offpath.compaction.pipeline import prepare
 from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
@@ -257,8 +256,7 @@ def _compact(
             plan.removed_chars,
             len(plan.kept),
         )
-        if (store := rt.facts) is not None:  # the removed messages' facts, found on arrival
-            preload(plan.removed, store.fetch)
+        rt.facts.preload(plan.removed)  # the removed messages' facts, found on arrival
         read = with_originals(rt, session_id, plan)  # the summarizer reads what was shortened
         done = prepare(plan, settings, summarizer, job_id=job_id, read=read)
         result, latency_ms = done.result, done.latency_ms

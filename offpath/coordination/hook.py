@@ -146,11 +146,10 @@ class PostTurnHook:
             return HookResult("skipped", SkipReason.DISABLED)
         size = total_chars(messages) if chars is None else chars
         rate = self.growth.note(session_id, size)
-        store = self.client.facts
-        if store is not None and size > settings.summarization_keep_chars:
+        if size > settings.summarization_keep_chars:
             # a thread past its keep window has messages a compaction will remove: their
             # facts are found once, here, for the job that removes them
-            store.remember(messages)
+            self.client.facts.remember(messages)
         if size < settings.prepare_floor_chars:
             return HookResult("skipped", SkipReason.UNDER_THRESHOLD)
         if size <= settings.summarization_threshold_chars and size < self.prepare_point(rate):

@@ -188,11 +188,9 @@ class Client:
         return self._publish
 
     @cached_property
-    def facts(self) -> FactStore | None:
+    def facts(self) -> FactStore:
         """Where messages' facts are kept between processes (found as they arrive, read by
-        the job that removes them); None without Redis as the claim store."""
-        if self._redis is None:
-            return None
+        the job that removes them); it keeps none without Redis as the claim store."""
         return FactStore(self._redis, self.settings.redis_key_prefix)
 
     @cached_property

@@ -1,12 +1,12 @@
 """Each message's facts, found once where the message arrives and kept in Redis by the
 message's key (:func:`offpath.compaction.facts.extraction.key_digest`), where the job that
-removes it reads them (:func:`offpath.compaction.facts.extraction.preload`) instead of
-finding them again: the fact guard, the archive's index and the loss report of a compaction
-then merge facts found before.
+removes it reads them (:meth:`FactStore.preload`) instead of finding them again: the fact
+guard, the archive's index and the loss report of a compaction then merge facts found before.
 
 Best effort: with Redis away, an entry lapsed or never written, the job finds the facts of
 those messages itself (what it did without this store). Only with Redis as the claim store
-(``LOCK_BACKEND=redis``); with the database, each worker finds the facts it needs.
+(``LOCK_BACKEND=redis``); with the database (``redis`` None) the store keeps nothing and each
+worker finds the facts it needs.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
+import orjson
 import redis
 from langchain_core.messages import BaseMessage
 
-from offpath.compaction.facts.extraction import encode, key_digest
+from offpath.compaction.facts.extraction import Seen, found_now, key_digest, take
 
 log = logging.getLogger("offpath.facts")
 
@@ -32,11 +33,32 @@ MAX_REMEMBERED = 256
 STORED_KEPT = 65_536
 
 
+def encode(message: BaseMessage) -> bytes:
+    """The facts of ``message``, found now, as bytes for :func:`decode` in another process:
+    JSON, ``[lines, facts]``, each fact an array that names its line by index (the facts of
+    one log line share it)."""
+    lines: dict[str, int] = {}
+    facts = [(*s[:3], lines.setdefault(s.line, len(lines)), *s[4:]) for s in found_now(message)]
+    return orjson.dumps([list(lines), facts])
+
+
+def decode(raw: bytes) -> tuple[Seen, ...]:
+    """What :func:`encode` wrote, as the facts of its message; ValueError if it is not."""
+    try:
+        lines, facts = orjson.loads(raw)
+        return tuple(
+            Seen(v, k, mid, lines[line], tuple(found), *flags)
+            for v, k, mid, line, found, *flags in facts
+        )
+    except (TypeError, ValueError, IndexError) as exc:
+        raise ValueError(f"not a message's facts: {exc}") from exc
+
+
 class FactStore:
     """Messages' facts in Redis under ``<prefix>:facts:<key digest, hex>``, expiring after
-    :data:`FACTS_TTL_S`. Thread-safe."""
+    :data:`FACTS_TTL_S`; ``client`` None: none kept (each method does nothing). Thread-safe."""
 
-    def __init__(self, client: redis.Redis, prefix: str, ttl_s: float = FACTS_TTL_S) -> None:
+    def __init__(self, client: redis.Redis | None, prefix: str, ttl_s: float = FACTS_TTL_S) -> None:
         self.redis = client
         self.prefix = prefix
         self.ttl_s = ttl_s
@@ -50,6 +72,8 @@ class FactStore:
         """Find and store the facts of the messages a turn added to a thread: those after
         the last one this process stored (at most :data:`MAX_REMEMBERED`, newest first).
         Returns how many were stored; a Redis failure is logged, never raised."""
+        if self.redis is None:
+            return 0
         fresh: dict[bytes, BaseMessage] = {}
         for m in reversed(messages):
             digest = key_digest(m)
@@ -75,7 +99,7 @@ class FactStore:
 
     def fetch(self, digests: list[bytes]) -> Mapping[bytes, bytes]:
         """The stored facts of those of ``digests`` Redis holds (``{}`` with Redis away)."""
-        if not digests:
+        if not digests or self.redis is None:
             return {}
         try:
             values = self.redis.mget([self.key(d) for d in digests])
@@ -83,3 +107,16 @@ class FactStore:
             log.warning("facts not read (%d messages): %s", len(digests), exc)
             return {}
         return {d: v for d, v in zip(digests, values, strict=True) if v is not None}
+
+    def preload(self, messages: Sequence[BaseMessage]) -> int:
+        """Take the stored facts of ``messages`` into this process's extraction cache (a job,
+        before its guard reads them); one it lacks is found when asked for. Returns how many
+        were taken."""
+        taken = 0
+        for digest, raw in self.fetch(list(dict.fromkeys(key_digest(m) for m in messages))).items():
+            try:
+                take(digest, decode(raw))
+            except ValueError:
+                continue  # an entry of another version: found again
+            taken += 1
+        return taken

@@ -1,8 +1,8 @@
 """The facts of a list of messages: :class:`Fact`, each message's facts found once per
 process (:func:`warm`, cached by what they depend on), merged in order by :func:`extract`,
-and ranked by what an investigator needs (:func:`rank`). A message's facts, found in one
-process, travel to another as bytes by the message's key (:func:`encode`, :func:`decode`,
-:func:`preload`): found when the message arrives, read by the job that removes it."""
+and ranked by what an investigator needs (:func:`rank`). A message's facts found in another
+process are taken by the message's key (:func:`key_digest`, :func:`found_now`, :func:`take`;
+:mod:`offpath.stores.facts` carries them)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import functools
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import orjson
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.patterns import _ERROR_LINE, _NOISE_LINE, _WEIGHT, SAID_ONLY, find
@@ -108,7 +107,7 @@ _SKIPPED: dict[str, frozenset[str]] = {
 _OPAQUE = frozenset({"sha", "trace_id", "uuid"})
 
 
-class _Seen(NamedTuple):
+class Seen(NamedTuple):
     """One value's occurrences in one message: the first one's kind, line and message id
     (a pinned entry of an earlier summary names its own), the ids of the blocks it was
     found in by :func:`find` (a tool argument alone counts no message), and how it was
@@ -130,7 +129,7 @@ class _Seen(NamedTuple):
     age: int  # a carried value: how many spans older than the last one it was listed in
 
 
-def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
+def _observe(m: BaseMessage) -> tuple[Seen, ...]:
     """The facts of one message, in order of first appearance: what :func:`extract` merges.
     Depends on nothing but the message, so it is computed once per message (cached)."""
     seen: dict[str, dict[str, Any]] = {}
@@ -228,7 +227,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 entry["asked"] = entry["asked"] or role == "user"
                 entry["carried"] = entry["carried"] or role in ("carried", "carried said")
     return tuple(
-        _Seen(
+        Seen(
             value,
             e["kind"],
             e["message_id"],
@@ -284,12 +283,12 @@ class _Key:
 
 
 #: Facts found by another process (:func:`preload`), by key digest, until first asked for.
-_LOADED: OrderedDict[bytes, tuple[_Seen, ...]] = OrderedDict()
+_LOADED: OrderedDict[bytes, tuple[Seen, ...]] = OrderedDict()
 _LOADED_LOCK = threading.Lock()
 
 
 @functools.lru_cache(maxsize=OBSERVED_CACHE_SIZE)
-def _observed(key: _Key) -> tuple[_Seen, ...]:
+def _observed(key: _Key) -> tuple[Seen, ...]:
     message, key.message = key.message, None  # the cache keeps the digest, not the text
     assert message is not None
     with _LOADED_LOCK:
@@ -304,50 +303,21 @@ def key_digest(message: BaseMessage) -> bytes:
     return _Key(message).digest
 
 
-def encode(message: BaseMessage) -> bytes:
-    """The facts of ``message``, found now and not kept in this process, as bytes for
-    :func:`decode` in another process: JSON, ``[lines, facts]``, each fact an array that
-    names its line by index (the facts of one log line share it)."""
-    lines: dict[str, int] = {}
-    facts = [(*s[:3], lines.setdefault(s.line, len(lines)), *s[4:]) for s in _observe(message)]
-    return orjson.dumps([list(lines), facts])
+def found_now(message: BaseMessage) -> tuple[Seen, ...]:
+    """The facts of ``message``, found now and not kept in this process (for a process that
+    hands them on: :class:`offpath.stores.facts.FactStore`)."""
+    return _observe(message)
 
 
-def decode(raw: bytes) -> tuple[_Seen, ...]:
-    """What :func:`encode` wrote, as the facts of its message; ValueError if it is not."""
-    try:
-        lines, facts = orjson.loads(raw)
-        return tuple(
-            _Seen(v, k, mid, lines[line], tuple(found), *flags)
-            for v, k, mid, line, found, *flags in facts
-        )
-    except (TypeError, ValueError, IndexError) as exc:
-        raise ValueError(f"not a message's facts: {exc}") from exc
-
-
-def preload(
-    messages: Iterable[BaseMessage], fetch: Callable[[list[bytes]], Mapping[bytes, bytes]]
-) -> int:
-    """Take the facts another process found of ``messages`` (``fetch(key digests)``: the
-    stored bytes of those it has) instead of finding them again; a message it lacks is
-    read here when asked for. At most :data:`OBSERVED_CACHE_SIZE` are held until used.
-    Returns how many were taken."""
-    wanted = [d for d in dict.fromkeys(key_digest(m) for m in messages) if d not in _LOADED]
-    if not wanted:
-        return 0
-    taken = 0
-    for digest, raw in fetch(wanted).items():
-        try:
-            seen = decode(raw)
-        except ValueError:
-            continue  # an entry of another version: found again here
-        with _LOADED_LOCK:
-            _LOADED[digest] = seen
-            _LOADED.move_to_end(digest)
-            while len(_LOADED) > OBSERVED_CACHE_SIZE:
-                _LOADED.popitem(last=False)
-        taken += 1
-    return taken
+def take(digest: bytes, seen: tuple[Seen, ...]) -> None:
+    """Hold ``seen``, the facts of the message whose :func:`key_digest` is ``digest`` as
+    another process found them, until they are first asked for (then cached as if found
+    here); at most :data:`OBSERVED_CACHE_SIZE` are held."""
+    with _LOADED_LOCK:
+        _LOADED[digest] = seen
+        _LOADED.move_to_end(digest)
+        while len(_LOADED) > OBSERVED_CACHE_SIZE:
+            _LOADED.popitem(last=False)
 
 
 #: Results of :func:`extract` kept per process, by the digests of their messages in order.
