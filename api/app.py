@@ -31,11 +31,12 @@ from offpath.compaction.settings import Settings, get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.locks import RunInProgress, ThreadBusy
+from offpath.coordination.outages import cause, database_errors
 from offpath.coordination.runtime import Publisher, Runtime
 from offpath.coordination.writers import apply_prepared
 
 from . import admin, metrics, sessions, stats, ui
-from .deps import body_gate, principal, sender
+from .deps import DATABASE_DOWN, DATABASE_RETRY_AFTER_S, body_gate, principal, sender
 from .limits import BodyLimit, HostCheck, short
 from .schemas import Invalid
 from .streams import StreamHub
@@ -157,7 +158,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
 
     def openapi_document() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = our_422(plain_openapi())
+            app.openapi_schema = database_503(our_422(plain_openapi()))
         return app.openapi_schema
 
     app.openapi = openapi_document  # type: ignore[method-assign]
@@ -212,6 +213,20 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
                 405, exc.detail, {**(exc.headers or {}), "Allow": ", ".join(allowed)}
             )
         return await http_exception_handler(request, exc)
+
+    async def _database_down(_: Request, exc: Exception) -> JSONResponse:
+        """A database did not answer (refused, dropped or silent connection, statement
+        timeout): 503 with ``Retry-After`` on every route (each declares it), the driver's
+        words in the log only."""
+        log.warning("503: a database did not answer: %s", cause(exc))
+        return JSONResponse(
+            status_code=503,
+            content={"detail": DATABASE_DOWN},
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+        )
+
+    for kind in database_errors():
+        app.add_exception_handler(kind, _database_down)
 
     @app.exception_handler(ThreadBusy)
     @app.exception_handler(RunInProgress)
@@ -286,6 +301,33 @@ def our_422(document: dict[str, Any]) -> dict[str, Any]:
         others = {k: v for k, v in schemas.items() if k != name}
         if f'"#/components/schemas/{name}"' not in json.dumps([document["paths"], others]):
             schemas.pop(name, None)
+    return document
+
+
+#: What a route's 503 says when the database is not the only reason it gives.
+DATABASE_503 = "a database did not answer (retry after Retry-After seconds)"
+
+
+def database_503(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with the 503 every operation may answer when a database does not
+    (:data:`~api.deps.DATABASE_DOWN`, a :class:`~api.schemas.Problem`): added where an
+    operation declares no 503, named in the description of a :class:`~api.schemas.Problem`
+    503 it declares for other reasons. The probes (``/healthz``, ``/readyz``) declare their
+    own 503 body, which says which store is down."""
+    ref = "#/components/schemas/Problem"
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            answers = operation.setdefault("responses", {})
+            answer = answers.get("503")
+            if answer is None:
+                answers["503"] = {
+                    "description": DATABASE_503[0].upper() + DATABASE_503[1:],
+                    "content": {"application/json": {"schema": {"$ref": ref}}},
+                }
+                continue
+            media = answer.get("content", {}).get("application/json", {})
+            if media.get("schema", {}).get("$ref") == ref:
+                answer["description"] = f"{answer['description']}; or {DATABASE_503}"
     return document
 
 

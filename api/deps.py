@@ -11,6 +11,7 @@ embedded demo).
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Path, Request
@@ -19,6 +20,7 @@ from fastapi.security.utils import get_authorization_scheme_param
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
+from offpath.coordination.outages import cause, database_errors
 from offpath.coordination.runtime import Runtime
 from offpath.stores.tenants import (
     DEFAULT_TENANT,
@@ -29,6 +31,10 @@ from offpath.stores.tenants import (
     session_of,
     take_session,
 )
+
+from .limits.middleware import GateUnavailable
+
+log = logging.getLogger("offpath.api")
 
 SessionId = Annotated[
     str,
@@ -61,6 +67,15 @@ MISSING_KEY = (
     "(create one with `offpath keys create --tenant NAME`)"
 )
 UNKNOWN_KEY = "unknown or revoked API key"
+
+
+#: The 503 of a request a database did not answer (every route may give it), and its
+#: ``Retry-After`` (s).
+DATABASE_RETRY_AFTER_S = 5
+DATABASE_DOWN = (
+    "a database (the usage tables or the checkpointer) did not answer: retry in "
+    f"{DATABASE_RETRY_AFTER_S} s"
+)
 
 
 def rt_of(request: HTTPConnection) -> Runtime:
@@ -101,7 +116,11 @@ async def body_gate(scope: dict[str, Any]) -> str | None:
     key = presented_key(request, await bearer(request))  # type: ignore[arg-type]
     if not key:
         return MISSING_KEY
-    found = await run_in_threadpool(principal_of, rt.engine, key)
+    try:
+        found = await run_in_threadpool(principal_of, rt.engine, key)
+    except database_errors() as exc:
+        log.warning("API key not checked: %s", cause(exc))
+        raise GateUnavailable(DATABASE_DOWN, DATABASE_RETRY_AFTER_S) from None
     return None if found is not None else UNKNOWN_KEY
 
 

@@ -18,6 +18,11 @@ an interval:
 * running, and requeued for a retry that has not started within ``JOB_RETRY_BACKOFF_MAX_S +
   JOB_LEASE_S`` (:func:`retry_overdue`; the retry's delivery failed before it started, or
   the worker holding it until its countdown died): re-publish it on the claim it holds;
+* queued, published, and its message taken by a consumer that no longer runs (it sits
+  unacknowledged in the Redis broker, which gives it back only after the visibility
+  timeout, and no live worker answers for it: :func:`lost_messages`): remove that message
+  and publish the job again, on the claim it holds. A duplicate delivery (a live worker
+  that answered too late) finds the job running or ended and does nothing;
 * its lease is alive (queued or running): nothing to do;
 * lapsed (its worker died, or the broker lost it): if its summary is in the thread,
   record it (the patch landed, the usage row did not); else end it when another job
@@ -51,6 +56,8 @@ from offpath.compaction.accounting import content_text
 from offpath.compaction.loss import loss_report
 from offpath.compaction.patch import landed
 from offpath.compaction.settings import Settings
+from offpath.coordination import broker
+from offpath.coordination.consumers import holding
 from offpath.coordination.job_values import JobEnded, JobOptions
 from offpath.coordination.jobs import Jobs
 from offpath.coordination.logs import tag
@@ -81,8 +88,10 @@ def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
     jobs = rt.jobs if publish is rt.publish else Jobs(s, rt.engine, rt.leases, publish)
     try:
         now = now_utc()
-        for row in open_jobs(rt.engine, now - timedelta(seconds=s.reconcile_interval_s)):
-            done[_one(rt, jobs, row)] += 1
+        rows = open_jobs(rt.engine, now - timedelta(seconds=s.reconcile_interval_s))
+        lost = lost_messages(rt, rows)
+        for row in rows:
+            done[_one(rt, jobs, row, lost)] += 1
         quiet = now - timedelta(seconds=s.reconcile_interval_s)
         for row in pending_losses(rt.engine, LOSS_PENDING["error"], quiet):
             done[_report_loss(rt, jobs, row)] += 1
@@ -137,6 +146,28 @@ def expiry_reason(ttl_s: float) -> str:
     )
 
 
+def lost_messages(rt: Runtime, rows: list[dict[str, Any]]) -> dict[str, bytes]:
+    """``{job id: delivery tag}`` of the queued, published jobs among ``rows`` whose message
+    a consumer took at least ``RECONCILE_INTERVAL_S`` ago without acknowledging it, and that
+    no live worker holds: their consumer died before the job started. Empty when the broker
+    is not Redis or could not be asked (a broker error is logged, the pass goes on)."""
+    s = rt.settings
+    queued = [r["job_id"] for r in rows if r["status"] == JobStatus.QUEUED and r["published"]]
+    if not queued or not broker.is_redis(s.broker_url):
+        return {}
+    try:
+        taken = broker.held_unacked(s.broker_url, queued, time.time() - s.reconcile_interval_s)
+        if not taken:
+            return {}
+        live = holding(s, sorted(taken))
+    except Exception as exc:
+        log.warning("reconciler: could not look for lost messages: %s", exc)
+        return {}
+    if live is None:
+        return {}
+    return {job_id: tag for job_id, tag in taken.items() if job_id not in live}
+
+
 def seconds_since_last_pass(rt: Runtime) -> float | None:
     """How long ago the reconciler finished a pass (None: never, or over a day ago)."""
     value = rt.leases.store.get(reconciler_key(rt.settings.redis_key_prefix))
@@ -151,7 +182,7 @@ def _landed(
     return landed(read_messages(saver, session_id), job_id, record)
 
 
-def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any]) -> str:
+def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any], lost: dict[str, bytes]) -> str:
     session_id, job_id = row["session_id"], row["job_id"]
     holder = rt.leases.holder(session_id)
     mine = holder is not None and holder.job_id == job_id
@@ -196,6 +227,19 @@ def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any]) -> str:
         jobs.publish_again(session_id, job_id, options, claimed=True, published=False)
         log.info(
             "[%s] reconciler: re-published job %s (its retry is overdue: message lost)",
+            tag(session_id),
+            job_id,
+        )
+        return "republished"
+    if job_id in lost and mine and holder.state is State.QUEUED:
+        # removed first, so the broker never delivers it besides the new one; False: it was
+        # acknowledged or given back meanwhile
+        if not broker.drop_unacked(rt.settings.broker_url, lost[job_id]):
+            return "alive"
+        jobs.publish_lost(session_id, job_id, options)
+        log.info(
+            "[%s] reconciler: re-published job %s (its message was taken by a worker that is "
+            "gone before the job started)",
             tag(session_id),
             job_id,
         )

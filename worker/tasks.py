@@ -19,6 +19,7 @@ from offpath.compaction.settings import get_settings
 from offpath.compaction.summarizers import Summarizer, make_summarizer
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.exporter import serve_worker_metrics
+from offpath.coordination.faults import failpoint
 from offpath.coordination.job_values import JobEnded, JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.queue import COMPACT_TASK
@@ -114,6 +115,7 @@ def _close(**_: object) -> None:
 def compact_session(self, session_id: str, options: dict | None = None) -> str:
     """Compact thread ``session_id`` (``options``: :class:`JobOptions` as JSON); returns how
     the job ended (also in SQL). A job that ends ``failed`` raises :class:`JobFailed`."""
+    failpoint("before_start")
     rt, summarizer = runtime()
     settings = rt.settings
     jobs = rt.jobs

@@ -110,20 +110,21 @@ class Settings(BaseSettings):
     redis_url: str = Field(default="redis://localhost:6379/0", pattern=r"^(rediss?|unix)://")
     #: Empty: SQLite files under ``data_dir``. ``postgresql://...``: PostgreSQL.
     database_url: str = ""
-    #: The password of ``database_url``'s user, when the URL has none: kept out of the URL
-    #: (and of ``.env``) as a file, e.g. the Compose secret ``/run/secrets/database_password``.
+    #: ``database_url``'s password if it has none, kept out of it: e.g. a Compose secret file.
     database_password: SecretStr | None = None
+    #: PostgreSQL's connect_timeout, tcp_user_timeout, statement_timeout (0: none; README)
+    database_connect_timeout_s: int = Field(default=5, ge=0, le=3_600)
+    database_tcp_user_timeout_s: int = Field(default=10, ge=0, le=3_600)
+    database_statement_timeout_s: int = Field(default=60, ge=0, le=86_400)
     data_dir: str = Field(default="./data", min_length=1)
     #: Broker URL for Celery; empty means ``redis_url``. ``amqp://`` for RabbitMQ.
     celery_broker_url: str = Field(
         default="", pattern=r"^$|^(rediss?|amqps?|pyamqp|sqla\+[a-z]+)://"
     )
-    #: Where thread locks and job leases live: "redis" (REDIS_URL) or "database" (the usage
-    #: DB; for the embedded demo, one machine only).
+    #: Thread locks and job leases in "redis" (REDIS_URL) or "database" (one machine only).
     lock_backend: Literal["redis", "database"] = "redis"
-    #: A Redis whose ``maxmemory-policy`` may evict keys (anything but ``noeviction``) can
-    #: drop a job's lease mid-job, and a second job then runs on the same thread (issue 20,
-    #: item 11): "warn" logs it at start-up, "refuse" stops the API and the worker.
+    #: A Redis that may evict keys (not ``noeviction``) can drop a job's lease mid-job (a
+    #: second job runs): "warn" logs it at start-up, "refuse" stops the API and the worker.
     redis_eviction_check: Literal["warn", "refuse"] = "warn"
     publish_timeout_s: float = Field(default=1.0, gt=0, le=60)
     lock_timeout_s: float = Field(default=120.0, gt=0)
@@ -140,9 +141,8 @@ class Settings(BaseSettings):
     #: queues jobs for threads left over the threshold.
     reconcile_interval_s: int = Field(default=15, ge=1, le=3_600)
     #: A prepared compaction not applied within this many seconds (its thread did not run
-    #: again over its threshold) is ended ``skipped`` (``expired``) by the reconciler, and
-    #: its thread's claim freed; the thread is left as it is (issue 21, item 2). At most a
-    #: day: the claim of a prepared job lasts a day.
+    #: again over its threshold) is ended ``skipped`` (``expired``) by the reconciler, its
+    #: claim freed, the thread left as it is. At most a day: a prepared claim lasts a day.
     prepared_job_ttl_s: int = Field(default=3_600, ge=1, le=86_400)
     #: After a job fails, its thread gets no new job for this long, doubling with each
     #: further failure in a row, up to ``failure_backoff_max_s``.

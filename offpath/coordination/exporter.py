@@ -24,13 +24,16 @@ READ_AT_SCRAPE = (
     "offpath_jobs_open",
     "offpath_compactions_total",
     "offpath_chars_saved_total",
+    "offpath_compactions_reverted_total",
+    "offpath_chars_restored_total",
     "offpath_fallback_maskings_total",
 )
 
 
 class QueueCollector(Collector):
     """``offpath_queue_depth`` and ``offpath_queue_consumers`` from the broker;
-    ``offpath_jobs_open``, ``offpath_compactions_total``, ``offpath_chars_saved_total`` and
+    ``offpath_jobs_open``, ``offpath_compactions_total``, ``offpath_chars_saved_total``,
+    ``offpath_compactions_reverted_total``, ``offpath_chars_restored_total`` and
     ``offpath_fallback_maskings_total`` from the usage database; read when Prometheus
     scrapes (registered by the API only).
 

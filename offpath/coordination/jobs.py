@@ -206,6 +206,16 @@ class Jobs:
             db.set_published(self.engine, job_id, True)
         return True
 
+    def publish_lost(self, session_id: str, job_id: str, options: JobOptions) -> None:
+        """Publish a queued job whose message is gone (its consumer died holding it, and the
+        caller removed it from the broker), on the claim it holds. If the broker refuses it,
+        the row says not published (the reconciler publishes it) and the error is raised."""
+        try:
+            self.publish(session_id, job_id, options.to_json())
+        except Exception as exc:
+            db.set_published(self.engine, job_id, False, f"publish failed ({type(exc).__name__})")
+            raise
+
     # -- running ----------------------------------------------------------------------------
 
     def start(self, session_id: str, job_id: str) -> Started:

@@ -148,8 +148,12 @@ def test_what_cannot_be_reverted_now_gets_409_saying_why(stacks, backend, stub):
     r = revert(stack, session, first)
     assert r.status_code == 409 and f"job {second}) folded it in" in r.json()["detail"], r.text
     assert lossless(stack, session) == grown_then_compacted  # a refusal changes nothing
-    # the later one first; then the earlier summary is the latest and goes too (CLI)
-    assert revert(stack, session, second).status_code == 200
+    # the later one first, named as `offpath show` prints it (its id's first 12 chars);
+    # then the earlier summary is the latest and goes too (CLI)
+    wrong = run(["revert", session, "not-a-job", "--url", stack.url, "--api-key", stack.key])
+    assert wrong.returncode == 1 and "no job 'not-a-job'" in wrong.stderr, wrong.stderr
+    shown = run(["revert", session, second[:12], "--url", stack.url, "--api-key", stack.key])
+    assert shown.returncode == 0 and f"job {second} reverted" in shown.stdout, shown.stderr
     assert lossless(stack, session)[: len(after_first)] == after_first
     done = run(["revert", session, "--url", stack.url, "--api-key", stack.key])
     assert done.returncode == 0, done.stdout + done.stderr
