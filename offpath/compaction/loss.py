@@ -24,6 +24,7 @@ from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.facts.extraction import extract, rank
+from offpath.compaction.facts.patterns import held_in
 
 #: Most lost facts a report lists (the most important first); ``facts_lost`` counts them all.
 MAX_LISTED = 50
@@ -116,12 +117,15 @@ def loss_report(
     left = [*removed, *before]
     seen = (summary + "\n" + visible_text(kept)).casefold()
     facts = rank(extract(left))
-    lost = [f for f in facts if f.value.casefold() not in seen]
+    held = held_in((f.value.casefold() for f in facts), seen)
+    lost = [f for f in facts if f.value.casefold() not in held]
     truth = None
     if ground_truth is not None:
-        gone = visible_text(left).casefold()
-        present = [g for g in dict.fromkeys(ground_truth) if g and g.casefold() in gone]
-        truth = (len(present), tuple(g for g in present if g.casefold() not in seen))
+        wanted = [g for g in dict.fromkeys(ground_truth) if g]
+        gone = held_in((g.casefold() for g in wanted), visible_text(left).casefold())
+        present = [g for g in wanted if g.casefold() in gone]
+        kept_in_view = held_in((g.casefold() for g in present), seen)
+        truth = (len(present), tuple(g for g in present if g.casefold() not in kept_in_view))
     return LossReport(
         messages_removed=len(removed),
         chars_removed=sum(message_chars(m) for m in removed),
