@@ -27,7 +27,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from offpath.agent.graph import open_runtime
-from offpath.compaction.settings import Settings, get_settings
+from offpath.api.limits.checks import short
+from offpath.api.limits.middleware import BodyLimit, HostCheck
+from offpath.api.schemas.problems import Invalid
+from offpath.compaction.settings import Settings
+from offpath.config import get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.locks import RunInProgress, ThreadBusy
@@ -37,8 +41,6 @@ from offpath.coordination.writers import apply_prepared
 
 from . import admin, metrics, sessions, stats, ui
 from .deps import DATABASE_DOWN, DATABASE_RETRY_AFTER_S, body_gate, principal, sender
-from .limits import BodyLimit, HostCheck, short
-from .schemas import Invalid
 from .streams import StreamHub
 
 log = logging.getLogger("offpath.api")
@@ -77,8 +79,8 @@ def warn_if_redis_down(rt: Runtime) -> None:
 
 async def watch_loop_lag(period_s: float = 0.05) -> None:
     """Observe how late the event loop wakes from a ``period_s`` sleep
-    (``offpath_api_event_loop_lag_seconds``): a request that stalls the loop (issue 20,
-    item 1: a body parsed on it froze every request, /healthz too) shows there."""
+    (``offpath_api_event_loop_lag_seconds``): a request that stalls the loop (a body parsed on it
+    froze every request, /healthz too) shows there."""
     from offpath.metrics import LOOP_LAG
 
     loop = asyncio.get_running_loop()
@@ -268,7 +270,7 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 def methods_of(request: Request) -> set[str]:
     """The methods the app's routes answer on ``request``'s path: each method is matched
     against the router as a request would be (FastAPI nests included routers, whose
-    routes have no ``methods`` to read: every ``Allow`` was empty, issue 20, item 10)."""
+    routes have no ``methods`` to read: every ``Allow`` was empty)."""
     scope = request.scope
     return {
         method

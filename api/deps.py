@@ -107,8 +107,8 @@ def sender(scope: dict[str, Any]) -> str:
 async def body_gate(scope: dict[str, Any]) -> str | None:
     """Why the request of ``scope`` may not send a body (the 401 answer: no key, or an
     unknown one), or None; :class:`api.limits.BodyLimit` asks before it reads one byte of
-    a body (issue 20, item 1: an unauthenticated body was read and parsed first). The
-    route still checks the caller (the UI header, the tenant) as for any request."""
+    a body (an unauthenticated body is never read nor parsed). The route still checks the
+    caller (the UI header, the tenant) as for any request."""
     request = HTTPConnection(scope)
     rt = rt_of(request)
     if rt.settings.auth_disabled:
@@ -187,7 +187,7 @@ def check_writable(rt: Runtime, caller: Principal, session_id: str) -> bool:
 def take_writable(rt: Runtime, caller: Principal, session_id: str) -> None:
     """Make a new session ``caller``'s; 404 if another tenant owns it (an admin may write).
     Called under the thread's lock, once the write has passed every check: a refused
-    request claims nothing (issue 20, item 5)."""
+    request claims nothing."""
     owner = take_session(rt.engine, session_id, caller.tenant)
     if not caller.sees(owner):
         raise no_session(session_id)

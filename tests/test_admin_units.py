@@ -10,9 +10,11 @@ from fastapi import HTTPException
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from offpath.api.stats import parse_since
-from offpath.compaction.planner import Skip, SkipReason, plan_compaction
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import Skip, SkipReason
 from offpath.compaction.settings import Settings
-from offpath.stores.usage import BadCursor, _decode_cursor, _encode_cursor, percentiles
+from offpath.stores.usage.sessions import BadCursor, _decode_cursor, _encode_cursor
+from offpath.stores.usage.totals import percentiles
 
 
 def test_nearest_rank_percentiles():
@@ -63,9 +65,7 @@ def thread(turns: int, chars: int) -> list:
 
 
 def test_force_plans_under_the_threshold_but_keeps_the_keep_window_and_pairs():
-    settings = Settings(
-        _env_file=None, summarization_threshold_chars=60_000, summarization_keep_chars=20_000
-    )
+    settings = Settings(summarization_threshold_chars=60_000, summarization_keep_chars=20_000)
     messages = thread(8, 4_000)  # ~32,000 chars: under the threshold and the prepare floor
     assert plan_compaction(messages, settings, early=True).reason is SkipReason.UNDER_THRESHOLD
     plan = plan_compaction(messages, settings, force=True)

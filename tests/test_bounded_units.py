@@ -15,18 +15,13 @@ from sre_sessions import sre_session
 
 from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.digest import digest, raw_digest
-from offpath.compaction.facts import SINCE_HEADING
-from offpath.compaction.patch import Prepared, Stale, fit
+from offpath.compaction.facts.sections import SINCE_HEADING
+from offpath.compaction.patch.fitting import fit
+from offpath.compaction.patch.prepared import Prepared, Stale
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner import (
-    CompactionPlan,
-    Skip,
-    SkipReason,
-    landing_chars,
-    min_gain_chars,
-    plan_compaction,
-)
-from offpath.compaction.settings import load_settings
+from offpath.compaction.planner.budgets import landing_chars, min_gain_chars
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
 from offpath.compaction.shorten import (
     MIN_OLDER_CHARS,
     arrival_caps,
@@ -36,6 +31,7 @@ from offpath.compaction.shorten import (
     shorten,
 )
 from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.config import load_settings
 
 DUMP = "\n".join(
     f"default  checkout-api-7f9c4-x{k:03d}  1/1  Running  0  3d  10.42.1.{k % 250}"
@@ -226,7 +222,7 @@ def test_a_call_waiting_for_its_result_is_never_removed_and_the_summary_still_go
 
 def test_the_prepare_point_follows_the_run_and_the_summarizer():
     from offpath.agent.middleware import OffPathCompaction
-    from offpath.compaction.planner import earliest_worth, prepare_from_chars
+    from offpath.compaction.planner.budgets import earliest_worth, prepare_from_chars
 
     settings = load_settings(summarization_threshold_chars=60_000, summarization_keep_chars=20_000)
     mw = OffPathCompaction(settings, recall=False)
@@ -347,7 +343,7 @@ def test_a_compaction_lands_with_headroom_under_the_prepare_floor():
     compaction applied late now aims a compaction's gain under the floor (more for a run with
     large steps): the messages that came since its plan go too, and the thread has room for
     several more steps before its next job."""
-    from offpath.compaction.planner import landing_bound, step_chars
+    from offpath.compaction.planner.budgets import landing_bound, step_chars
 
     early = thread(12, 3_000)
     prepared = prepared_on(early)
@@ -370,7 +366,7 @@ def test_a_skip_decided_under_the_threshold_does_not_hold_a_thread_over_it():
     24.5k, and its skip held the thread until 29.5k (30,000 / 10,000: a gain of 5,000), or
     past the threshold when the skip was read later; a fast run crossed while held. Crossing
     the threshold frees it, once: a skip decided over the threshold still holds."""
-    from offpath.stores.leases import Claim
+    from offpath.stores.leases.claims import Claim
 
     gain, threshold = min_gain_chars(S), S.summarization_threshold_chars
     under = Claim.parse("s:job1:26000")
@@ -390,7 +386,7 @@ def test_a_run_kept_under_its_threshold_by_shortening_gets_one_job_per_crossing(
     4 to call 13). The size the thread reached before that shortening crosses the threshold:
     that frees the skip, once until the next compaction is applied."""
     from offpath.agent.middleware import OffPathCompaction
-    from offpath.stores.leases import Claim
+    from offpath.stores.leases.claims import Claim
 
     settings = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
     mw = OffPathCompaction(settings, recall=False)
@@ -418,7 +414,7 @@ def test_a_long_task_prompt_is_kept_shortened_so_every_crossing_compacts(name):
     most :func:`request_cap_chars`, names the original for ``recall``, and starts with it."""
     from shared import TRANSCRIPTS, load, messages_of
 
-    from offpath.compaction.planner import request_cap_chars
+    from offpath.compaction.planner.budgets import request_cap_chars
 
     settings = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
     (path,) = [p for p in TRANSCRIPTS if p.stem == name]
@@ -553,7 +549,7 @@ def test_a_system_prompt_given_to_the_agent_counts_against_the_threshold(tmp_pat
 
     from offpath.agent.middleware import OffPathCompaction
     from offpath.coordination.job_values import JobOptions
-    from offpath.stores.db import migrate
+    from offpath.stores.db.engine import migrate
 
     class Model(GenericFakeChatModel):
         def bind_tools(self, tools, **kwargs):
@@ -618,14 +614,15 @@ def test_a_result_shortened_again_reads_its_facts_once(monkeypatch):
     # issue 18/22: each cut tried for a cap read the part not shown anew, and each smaller
     # cap again: a 75,000-char dump shortened to four caps read ~12 x 60k chars in the model
     # call's path (338 ms of CPU; 50 ms now). The whole result is read once per process
-    import offpath.compaction.facts as facts
+    from offpath.compaction.facts import extraction
+    from offpath.compaction.facts.extraction import _observe, _observed
 
     reads = []
-    observe = facts._observe
+    observe = _observe
     monkeypatch.setattr(
-        facts.extraction, "_observe", lambda m: reads.append(len(m.content)) or observe(m)
+        extraction, "_observe", lambda m: reads.append(len(m.content)) or observe(m)
     )
-    facts._observed.cache_clear()
+    _observed.cache_clear()
     dump = max(sre_session(seed=3), key=message_chars)
     outs = [shorten(dump, cap) for cap in (20_000, 12_000, 8_000, 4_000)]
     assert reads == [message_chars(dump)]
@@ -647,7 +644,7 @@ def _dump_agent(tmp_path, seen: list, delay_s: float = 0.0, result: str | None =
     from langgraph.checkpoint.memory import InMemorySaver
 
     from offpath.agent.middleware import OffPathCompaction
-    from offpath.stores.db import migrate
+    from offpath.stores.db.engine import migrate
 
     class Model(GenericFakeChatModel):
         def bind_tools(self, tools, **kwargs):
@@ -710,7 +707,7 @@ def test_a_shortened_results_archive_write_runs_while_the_model_answers(tmp_path
     assert is_shortened(kept)
     from sqlalchemy import create_engine
 
-    from offpath.stores.db import sqlalchemy_url
+    from offpath.stores.db.engine import sqlalchemy_url
 
     engine = create_engine(sqlalchemy_url(settings))
     rows, _ = archive.read(engine, "overlap")
@@ -752,17 +749,18 @@ def test_the_facts_of_new_results_are_found_while_the_model_answers(tmp_path, mo
     model call's path."""
     import threading
 
-    import offpath.compaction.facts as facts
+    from offpath.compaction.facts import extraction
+    from offpath.compaction.facts.extraction import _observe, _observed, extract
 
     reads: list[tuple[str, int]] = []
-    observe = facts._observe
+    observe = _observe
 
     def counted(m):
         reads.append((threading.current_thread().name, len(str(m.content))))
         return observe(m)
 
-    monkeypatch.setattr(facts.extraction, "_observe", counted)
-    facts._observed.cache_clear()
+    monkeypatch.setattr(extraction, "_observe", counted)
+    _observed.cache_clear()
     log = "\n".join(
         f"10:{k:02d}:07Z ERROR ledger-db-{k} refused (OPS-{4000 + k})" for k in range(60)
     )
@@ -777,7 +775,7 @@ def test_the_facts_of_new_results_are_found_while_the_model_answers(tmp_path, mo
     reads.clear()
     short = shorten(kept, 1_000)
     assert is_shortened(short) and "OPS-40" in short.content
-    facts.extract([kept])
+    extract([kept])
     assert reads == []  # its facts were found ahead
 
 
@@ -861,7 +859,7 @@ def test_results_shortened_twice_in_one_call_keep_their_originals_in_the_archive
 
     import offpath.stores.archive as archive
     from offpath.agent.middleware import OffPathCompaction
-    from offpath.stores.db import migrate, sqlalchemy_url
+    from offpath.stores.db.engine import migrate, sqlalchemy_url
 
     real = archive.store_shortened
 

@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from stack import create_pg_database, drop_pg_database
 
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.stores.checkpoints import open_checkpoints_url, read_thread
 
 

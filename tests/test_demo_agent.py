@@ -21,16 +21,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from offpath.agent import scripted
 from offpath.agent.scripted import DEMO_REQUESTS, LABEL, ScriptedChatModel, locate, plan_for
-from offpath.agent.sre_tools import (
-    MAX_CHARS,
-    SRE_TOOLS,
-    get_logs,
-    pod_status,
-    query_metrics,
-    recent_deploys,
-)
+from offpath.agent.sre_tools import SRE_TOOLS
+from offpath.agent.sre_tools.cluster import pod_status, recent_deploys
+from offpath.agent.sre_tools.fixtures import MAX_CHARS
+from offpath.agent.sre_tools.logs import get_logs
+from offpath.agent.sre_tools.metrics import query_metrics
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.summary import build_summary_message
+from offpath.compaction.summary.message import build_summary_message
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "examples" / "sre"
@@ -374,15 +371,15 @@ def test_the_demo_prepares_from_one_fixed_point():
     speed); the demo sets SUMMARIZATION_PREPARE_AT so that the floor is under the latter and
     the point is the floor at every run."""
     from offpath.cli.demo import fixed_prepare_at
-    from offpath.compaction.planner import earliest_worth
+    from offpath.compaction.planner.budgets import earliest_worth
     from offpath.compaction.settings import Settings
 
-    defaults = Settings(_env_file=None)
+    defaults = Settings()
     share = fixed_prepare_at(defaults)
     # 60,000 / 20,000: an early plan keeps half the window (10,000), a cut needs half a
     # 12,000-char result's allowance (6,000) and 20,000 removed (twice the 10,000 gain)
     assert share == 0.6
-    demo = Settings(_env_file=None, summarization_prepare_at=share)
+    demo = Settings(summarization_prepare_at=share)
     assert demo.prepare_floor_chars == 36_000 <= earliest_worth(demo)
     # already low enough: the configured share is kept
-    assert fixed_prepare_at(Settings(_env_file=None, summarization_prepare_at=0.5)) is None
+    assert fixed_prepare_at(Settings(summarization_prepare_at=0.5)) is None

@@ -19,37 +19,58 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from shared import CASES, TRANSCRIPTS, load, messages_of
 from sre_sessions import sre_session
 
-import offpath.compaction.facts as facts
 import offpath.compaction.loss as loss
+from offpath.compaction.facts import pinning
+from offpath.compaction.facts.extraction import (
+    _MERGED,
+    MERGED_CACHE_SIZE,
+    Fact,
+    _Key,
+    _observed,
+    extract,
+)
+from offpath.compaction.facts.patterns import (
+    _CITED,
+    _CONFIG_KEY,
+    _KINDS,
+    _NEVER,
+    _NOT_NAMES,
+    _REGEX_GATES,
+    _WORD_GATES,
+    ERROR_LINE,
+    NOISE_LINE,
+    _is_name,
+    find,
+)
+from offpath.compaction.facts.reading import fact_blocks, role_age, tool_arguments
+from offpath.compaction.facts.sections import clip_around
 from offpath.compaction.pipeline import Skip, compact
-from offpath.compaction.settings import load_settings
-from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
+from offpath.compaction.summarizers.guarded import GuardedSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.summary.instructions import looks_like_instruction, may_hold_instruction
+from offpath.config import load_settings
 
 
 def reference_find(text):
     """facts.find before issue 22's gates: every pattern scanned over the whole text."""
     taken = bytearray(len(text))
     out = []
-    for m in facts._CITED.finditer(text):  # offpath's own recall("id") pointers: not facts
+    for m in _CITED.finditer(text):  # offpath's own recall("id") pointers: not facts
         taken[m.start(1) : m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
-    for kind, pattern, _ in facts._KINDS:
+    for kind, pattern, _ in _KINDS:
         for m in pattern.finditer(text):
             group = m.lastindex or 0
             start, end = m.span(group)
             if taken.find(1, start, end) != -1:
                 continue
             value = m.group(group).rstrip(".,:;")
-            if "\n" in value or (kind == "identifier" and not facts._is_name(value)):
+            if "\n" in value or (kind == "identifier" and not _is_name(value)):
                 continue
-            if value in facts._NEVER or (
-                kind in ("name", "term") and value.casefold().strip("_") in facts._NOT_NAMES
+            if value in _NEVER or (
+                kind in ("name", "term") and value.casefold().strip("_") in _NOT_NAMES
             ):
                 continue
-            if (
-                kind == "config"
-                and "=" in value
-                and not facts._CONFIG_KEY.search(value.split("=")[0])
-            ):
+            if kind == "config" and "=" in value and not _CONFIG_KEY.search(value.split("=")[0]):
                 continue
             if "  " in value or "\t" in value:
                 value = " ".join(value.split())
@@ -63,20 +84,20 @@ def reference_find(text):
 
 def reference_extract(messages):
     """facts.extract before issue 22: one pass over the whole thread."""
-    out: dict[str, facts.Fact] = {}
+    out: dict[str, Fact] = {}
     for m in messages:
-        for value, line in facts._arguments(m):
+        for value, line in tool_arguments(m):
             fact = out.get(value)
             if fact is None:
-                fact = out[value] = facts.Fact(value, "argument", str(m.id), line, order=len(out))
+                fact = out[value] = Fact(value, "argument", str(m.id), line, order=len(out))
                 fact._seen.add(str(m.id))
             fact.stated, fact.noise = True, False
-        for text, role, mid in facts._blocks(m):
-            role, age = facts._role_age(role)
+        for text, role, mid in fact_blocks(m):
+            role, age = role_age(role)
             instruction: dict[int, bool] = {}
             noisy: dict[int, bool] = {}
             errors: dict[int, bool] = {}
-            test_lines = facts.may_hold_instruction(text)
+            test_lines = may_hold_instruction(text)
             data = role == "data"
             for value, kind, offset in reference_find(text):
                 if kind in ("name", "line", "term") and role not in (
@@ -97,15 +118,15 @@ def reference_extract(messages):
                     line = text[start : end if end >= 0 else len(text)]
                     if test_lines:
                         if start not in instruction:
-                            instruction[start] = facts.looks_like_instruction(line)
+                            instruction[start] = looks_like_instruction(line)
                         if instruction[start]:
                             continue
                 if fact is None:
-                    fact = out[value] = facts.Fact(
+                    fact = out[value] = Fact(
                         value,
                         kind,
                         mid,
-                        facts._around(line, offset - start, value),
+                        clip_around(line, offset - start, value),
                         order=len(out),
                         age=age,
                     )
@@ -115,8 +136,8 @@ def reference_extract(messages):
                     fact.messages += 1
                 if data:
                     if start not in noisy:
-                        noisy[start] = bool(facts._NOISE_LINE.search(line))
-                        errors[start] = not noisy[start] and bool(facts._ERROR_LINE.search(line))
+                        noisy[start] = bool(NOISE_LINE.search(line))
+                        errors[start] = not noisy[start] and bool(ERROR_LINE.search(line))
                     if not noisy[start]:
                         fact.noise = False
                     fact.error = fact.error or errors[start]
@@ -146,54 +167,54 @@ THREADS = list(threads())
 
 @pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
 def test_extract_gives_what_the_per_thread_pass_gave(name, messages):
-    facts._observed.cache_clear()
-    facts._MERGED.clear()
+    _observed.cache_clear()
+    _MERGED.clear()
     want = as_rows(reference_extract(messages))
-    assert as_rows(facts.extract(messages)) == want  # cold: each message read now
-    assert facts._observed.cache_info().currsize > 0
-    assert as_rows(facts.extract(messages)) == want  # warm: the same messages, merged before
-    facts._MERGED.clear()
-    assert as_rows(facts.extract(messages)) == want  # warm: each message from the cache
+    assert as_rows(extract(messages)) == want  # cold: each message read now
+    assert _observed.cache_info().currsize > 0
+    assert as_rows(extract(messages)) == want  # warm: the same messages, merged before
+    _MERGED.clear()
+    assert as_rows(extract(messages)) == want  # warm: each message from the cache
     # any window of the thread, its messages read before in another order
     half = len(messages) // 2
     for part in (messages[half:], messages[:half], messages[1::2]):
-        assert as_rows(facts.extract(part)) == as_rows(reference_extract(part))
+        assert as_rows(extract(part)) == as_rows(reference_extract(part))
 
 
 @pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
 def test_find_gives_what_the_plain_scan_gave(name, messages):
     for m in messages:
-        for text, _, _ in facts._blocks(m):
-            assert facts.find(text) == reference_find(text), (name, m.id)
+        for text, _, _ in fact_blocks(m):
+            assert find(text) == reference_find(text), (name, m.id)
 
 
 def test_a_merged_result_is_kept_for_the_same_messages_only():
-    facts._MERGED.clear()
+    _MERGED.clear()
     a = ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1")
     b = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821).", id="a1")
-    first = facts.extract([a, b])
-    again = facts.extract([a, b])
+    first = extract([a, b])
+    again = extract([a, b])
     assert again == first and again is not first  # a new list of the same facts
-    assert as_rows(facts.extract([b, a])) == as_rows(reference_extract([b, a]))  # order counts
-    assert as_rows(facts.extract([a])) == as_rows(reference_extract([a]))
-    for k in range(facts.MERGED_CACHE_SIZE + 2):  # bounded
-        facts.extract([HumanMessage(f"ticket OPS-{k}", id=f"h{k}")])
-    assert len(facts._MERGED) == facts.MERGED_CACHE_SIZE
+    assert as_rows(extract([b, a])) == as_rows(reference_extract([b, a]))  # order counts
+    assert as_rows(extract([a])) == as_rows(reference_extract([a]))
+    for k in range(MERGED_CACHE_SIZE + 2):  # bounded
+        extract([HumanMessage(f"ticket OPS-{k}", id=f"h{k}")])
+    assert len(_MERGED) == MERGED_CACHE_SIZE
 
 
 def test_every_gate_belongs_to_a_pattern():
     # gates are keyed by their pattern's source: a pattern changed without its gate is
     # scanned in full (still right, only slower); this names the gate to write again
-    sources = {pattern.pattern for _, pattern, _ in facts._KINDS}
-    assert set(facts._REGEX_GATES) <= sources
-    assert set(facts._WORD_GATES) <= sources
+    sources = {pattern.pattern for _, pattern, _ in _KINDS}
+    assert set(_REGEX_GATES) <= sources
+    assert set(_WORD_GATES) <= sources
 
 
 def test_word_gates_leave_non_ascii_text_to_the_scan():
     # re's IGNORECASE reads "ſ" as "s" and "İ" as "i"; str.lower does not: such text is scanned
     for text in ("ſtatus code: 137 after the restart", "request_İd=4f9c2e7a-01 failed"):
-        assert facts.find(text) == reference_find(text)
-    assert any(kind == "error_code" for _, kind, _ in facts.find("ſtatus code: 137"))
+        assert find(text) == reference_find(text)
+    assert any(kind == "error_code" for _, kind, _ in find("ſtatus code: 137"))
 
 
 @pytest.mark.parametrize("sizes", [(4_000, 1_500), (12_000, 4_000)], ids=["4k", "12k"])
@@ -206,8 +227,7 @@ def test_summaries_and_pinned_facts_are_unchanged(name, messages, sizes, monkeyp
     got_loss = None
     if not isinstance(got, Skip):
         got_loss = loss.loss_report(got.plan.removed, got.result.text, got.plan.kept)
-    monkeypatch.setattr(facts, "extract", reference_extract)
-    monkeypatch.setattr(facts.pinning, "extract", reference_extract)
+    monkeypatch.setattr(pinning, "extract", reference_extract)
     monkeypatch.setattr(loss, "extract", reference_extract)
     want = compact(messages, settings, guarded)
     if isinstance(want, Skip):
@@ -222,27 +242,27 @@ def test_summaries_and_pinned_facts_are_unchanged(name, messages, sizes, monkeyp
 def test_a_changed_message_is_read_again():
     # the cache is keyed by what the facts depend on: a result shortened in place (same id)
     # or a message whose tool call changed is not served the old facts
-    facts._observed.cache_clear()
-    facts._MERGED.clear()
+    _observed.cache_clear()
+    _MERGED.clear()
     before = ToolMessage("pod checkout-api-7f9c4 OOMKilled", tool_call_id="c1", id="t1")
     after = ToolMessage("pod ledger-db-0 OOMKilled", tool_call_id="c1", id="t1")
-    assert "checkout-api-7f9c4" in {f.value for f in facts.extract([before])}
-    values = {f.value for f in facts.extract([after])}
+    assert "checkout-api-7f9c4" in {f.value for f in extract([before])}
+    values = {f.value for f in extract([after])}
     assert "ledger-db-0" in values and "checkout-api-7f9c4" not in values
     call = AIMessage("", id="a1", tool_calls=[{"name": "get", "args": {"id": "XEHQWM"}, "id": "c"}])
     other = AIMessage(
         "", id="a1", tool_calls=[{"name": "get", "args": {"id": "QWERTY7"}, "id": "c"}]
     )
-    assert "XEHQWM" in {f.value for f in facts.extract([call])}
-    assert "XEHQWM" not in {f.value for f in facts.extract([other])}
+    assert "XEHQWM" in {f.value for f in extract([call])}
+    assert "XEHQWM" not in {f.value for f in extract([other])}
 
 
 def test_the_cache_keeps_digests_not_messages():
     big = HumanMessage("ticket INC-4821 " + "x" * 100_000, id="h1")
-    key = facts._Key(big)
+    key = _Key(big)
     assert len(key.digest) == 16 and key.message is big
-    facts._observed.cache_clear()
-    facts._MERGED.clear()
-    facts._observed(key)
+    _observed.cache_clear()
+    _MERGED.clear()
+    _observed(key)
     assert key.message is None  # the cache holds this key: its message was let go
-    assert facts._observed(facts._Key(big)) == facts._observed(key)
+    assert _observed(_Key(big)) == _observed(key)

@@ -14,24 +14,19 @@ from langgraph.graph.message import add_messages
 from shared import CASES, TRANSCRIPTS, load, messages_of
 
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.facts import (
-    MAX_LINE_CHARS,
-    PINNED_HEADING,
-    STATED_LINE_MIN_BUDGET,
-    extract,
-    find,
-    pin,
-    rank,
-)
+from offpath.compaction.facts.extraction import extract, rank
+from offpath.compaction.facts.patterns import find
+from offpath.compaction.facts.pinning import STATED_LINE_MIN_BUDGET, pin
+from offpath.compaction.facts.sections import MAX_LINE_CHARS, PINNED_HEADING
 from offpath.compaction.loss import visible_text
 from offpath.compaction.pipeline import Skip, compact
-from offpath.compaction.planner import plan_compaction
+from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.prompt import build_prompt, render_content
-from offpath.compaction.settings import load_settings
-from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summarizers.guarded import RECALL_NOTE
-from offpath.compaction.summary import build_summary_message
+from offpath.compaction.summarizers.guarded import RECALL_NOTE, GuardedSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.summary.message import build_summary_message
+from offpath.config import load_settings
 
 
 def kinds(text):
@@ -415,7 +410,7 @@ def test_each_kind_is_found_where_it_starts_and_nowhere_else(line, expected):
     ],
 )
 def test_the_instruction_prefilter_never_hides_what_the_wording_rule_finds(line):
-    from offpath.compaction.summary import _INSTRUCTION, looks_like_instruction
+    from offpath.compaction.summary.instructions import _INSTRUCTION, looks_like_instruction
 
     assert _INSTRUCTION.search(line)  # the line is one, by the rule itself
     assert looks_like_instruction(line)
@@ -431,7 +426,7 @@ def test_the_instruction_prefilter_agrees_with_the_wording_rule(line):
     """The prefilter (C substring scans for each rule's words) never hides a line the whole
     rule finds, after normalizing (issue 20, item 7: look-alike and invisible chars,
     spaced-out letters), alone or inside a longer text."""
-    from offpath.compaction.summary import (
+    from offpath.compaction.summary.instructions import (
         _INSTRUCTION,
         _instruction_rule,
         looks_like_instruction,

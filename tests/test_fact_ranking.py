@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from offpath.compaction.facts import PINNED_HEADING, extract, find, pin
+from offpath.compaction.facts.extraction import extract
+from offpath.compaction.facts.patterns import find
+from offpath.compaction.facts.pinning import pin
+from offpath.compaction.facts.sections import PINNED_HEADING
 
 
 def kinds(text):
@@ -103,7 +106,7 @@ def test_an_id_the_agent_names_is_listed_though_a_tool_output_held_it_first():
 def test_over_many_compactions_every_span_keeps_a_share_of_the_pins():
     """Each compaction removes the last summary and a span of the agent's findings; the
     pins, too small for all of them, keep some of every span: none in the middle vanishes."""
-    from offpath.compaction.summary import build_summary_message
+    from offpath.compaction.summary.message import build_summary_message
 
     summary = None
     spans = 12

@@ -16,24 +16,23 @@ from shared import check_compacted, turn_problems
 from sre_sessions import sre_session
 
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.patch import Stale, fit
+from offpath.compaction.patch.fitting import fit
+from offpath.compaction.patch.prepared import Stale
 from offpath.compaction.pipeline import compact_plan
-from offpath.compaction.planner import (
-    CompactionPlan,
-    Skip,
-    SkipReason,
-    extension,
+from offpath.compaction.planner.budgets import (
     landing_bound,
     landing_chars,
     min_gain_chars,
-    plan_compaction,
     prepare_from_chars,
     summary_budget_chars,
     thread_budget,
 )
-from offpath.compaction.settings import Settings, load_settings
+from offpath.compaction.planner.cut import extension, plan_compaction
+from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
+from offpath.compaction.settings import Settings
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.stores.leases import Claim, Leases, State
+from offpath.config import load_settings
+from offpath.stores.leases.claims import Claim, Leases, State
 
 #: The SRE agent's system prompt that issue 30 measured.
 SRE_PROMPT = 32_547

@@ -15,16 +15,23 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.graph.message import add_messages
 
-from offpath.compaction.facts import PINNED_HEADING, SWAP_HEADING, extract, find, pin
-from offpath.compaction.frontier import is_follow_up, read_frontier
-from offpath.compaction.patch import Stale, fit
+from offpath.compaction.facts.extraction import extract
+from offpath.compaction.facts.patterns import find
+from offpath.compaction.facts.pinning import pin
+from offpath.compaction.facts.sections import PINNED_HEADING, SWAP_HEADING
+from offpath.compaction.frontier.reading import is_follow_up, read_frontier
+from offpath.compaction.patch.fitting import fit
+from offpath.compaction.patch.prepared import Stale
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner import CompactionPlan, landing_chars, plan_compaction
+from offpath.compaction.planner.budgets import landing_chars
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.prompt import build_prompt, render_message
-from offpath.compaction.settings import load_settings
-from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summarizers.llm import MAX_CALLS, LLMSummarizer
+from offpath.compaction.summarizers.guarded import GuardedSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.config import load_settings
+from offpath.llm import MAX_CALLS, LLMSummarizer
 
 S = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
 
@@ -408,8 +415,8 @@ def test_a_clipped_request_keeps_its_pointer_through_the_next_summary():
     # a long request the first summary clipped is cited as (whole: recall("<id>")); read
     # back from that summary's text, the next one cites the same message (issue 19: it read
     # "for the......" with no way back), and the same request is never shown twice
-    from offpath.compaction.frontier import Frontier, into_summary
-    from offpath.compaction.summary import cite
+    from offpath.compaction.frontier.form import Frontier, into_summary
+    from offpath.compaction.summary.message import cite
 
     uid = "f1db178e-6948-4b29-a54c-a34f4869aa6e"
     text = (
@@ -446,7 +453,7 @@ def test_the_request_in_progress_keeps_its_object_at_a_small_budget():
     # benchmark 15's switch probe at a 10,000-char threshold (a 300-char frontier budget):
     # the latest request was clipped after 60 chars ("...Now: Restore the DNS..."), losing
     # what the agent is doing; it now gets the larger share, the first request the smaller
-    from offpath.compaction.frontier import Frontier, into_summary
+    from offpath.compaction.frontier.form import Frontier, into_summary
 
     template = "**Investigating:** y\n**Key findings:**\n**Ruled out:** none\n**Current state:** z"
     latest = (
@@ -465,7 +472,7 @@ def test_the_request_in_progress_keeps_its_object_at_a_small_budget():
 def test_the_original_request_is_read_back_from_the_summary_that_wrote_it():
     # issue 19: Frontier.from_text matched an old form of the line, so from the second
     # compaction on the task (and the ids it named) was replaced by the latest request
-    from offpath.compaction.frontier import Frontier, into_summary
+    from offpath.compaction.frontier.form import Frontier, into_summary
 
     template = "**Investigating:** y\n**Key findings:**\n**Ruled out:** none\n**Current state:** z"
     task = "I need to cancel my upcoming flights. The reservation IDs are XEHM4B and 59XX6W."

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offpath.api.limits import JsonScan, TooMuch, is_json_media, nul_parameter, unstorable
+from offpath.api.limits.checks import is_json_media, nul_parameter
+from offpath.api.limits.scan import JsonScan, TooMuch
+from offpath.stores.values import unstorable
 
 
 def values_in(doc) -> int:
@@ -206,7 +208,7 @@ def test_json_inside_a_message_s_strings_is_read_with_the_body_s_rules():
     """Issue 34, item 1: each string langchain_core parses as JSON is scanned from where it
     lands (its depth counted from the body), its values counted with the body's, its parsed
     values held to the stores' rule; an OpenAI call's arguments become the object it holds."""
-    from offpath.api.limits import JsonBudget, check_message
+    from offpath.api.limits.inner import JsonBudget, check_message
 
     def call(arguments: str) -> dict:
         function = {"name": "f", "arguments": arguments}

@@ -10,10 +10,11 @@ from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.loss import MAX_LISTED, loss_report
-from offpath.compaction.patch import Prepared, fit
-from offpath.compaction.planner import plan_compaction
-from offpath.compaction.settings import load_settings
+from offpath.compaction.patch.fitting import fit
+from offpath.compaction.patch.prepared import Prepared
+from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.shorten import shorten
+from offpath.config import load_settings
 from offpath.coordination.writers import with_loss
 
 

@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from openai_shapes import catalogue, sdk_check, shapes_in, shapes_in_sdk
 from pydantic import ValidationError
 
-from offpath.api.schemas import TurnIn
+from offpath.api.schemas.requests import TurnIn
 from offpath.compaction.formats import (
     CUSTOM_CALLS,
     LEGACY_CALL_PREFIX,

@@ -10,11 +10,13 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.patch import Prepared, fit
-from offpath.compaction.planner import Skip, plan_compaction
-from offpath.compaction.settings import load_settings
+from offpath.compaction.patch.fitting import fit
+from offpath.compaction.patch.prepared import Prepared
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import Skip
+from offpath.config import load_settings
 from offpath.coordination.consumers import Consumers, ConsumerWatch, from_active_queues, readiness
-from offpath.stores.db import chars_saved
+from offpath.stores.db.usage_events import chars_saved
 from offpath.worker.reconciler import expiry_reason, prepared_expired
 
 # --- item 2: a prepared compaction expires --------------------------------------------------
@@ -178,7 +180,10 @@ def test_migration_0010_fills_the_size_at_apply_and_the_real_savings_of_older_ro
     from stack import create_pg_database, drop_pg_database
 
     from offpath.stores import db
-    from offpath.stores.usage import stats
+    from offpath.stores.db.engine import make_engine, migrate, sqlalchemy_url
+    from offpath.stores.db.job_queries import jobs_of
+    from offpath.stores.db.tables import EVENTS
+    from offpath.stores.usage.stats_body import stats
 
     pg = create_pg_database("offpath_test_mig")
     try:
@@ -188,9 +193,9 @@ def test_migration_0010_fills_the_size_at_apply_and_the_real_savings_of_older_ro
             cfg = Config()
             folder = Path(db.__file__).resolve().parent.parent / "migrations"
             cfg.set_main_option("script_location", str(folder))
-            cfg.set_main_option("sqlalchemy.url", db.sqlalchemy_url(settings).replace("%", "%%"))
+            cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(settings).replace("%", "%%"))
             command.upgrade(cfg, "0008")
-            engine = sa.create_engine(db.sqlalchemy_url(settings))
+            engine = sa.create_engine(sqlalchemy_url(settings))
             sized = {"chars_before": 70_000, "chars_after": 18_000, "chars_removed": 61_000}
             unsized = {"chars_removed": 40_000, "summary_chars": 2_500}
             with engine.begin() as conn:
@@ -216,18 +221,16 @@ def test_migration_0010_fills_the_size_at_apply_and_the_real_savings_of_older_ro
                         {"j": job, "m": json.dumps(meta), "t": "2026-12-01"},
                     )
             engine.dispose()
-            db.migrate(settings)
-            engine = db.make_engine(settings)
+            migrate(settings)
+            engine = make_engine(settings)
             try:
-                jobs = {r["job_id"]: r for r in db.jobs_of(engine, "s")}
+                jobs = {r["job_id"]: r for r in jobs_of(engine, "s")}
                 assert jobs["j-sized"]["chars_at_apply"] == 70_000
                 assert jobs["j-unsized"]["chars_at_apply"] is None
                 with engine.connect() as conn:
                     saved = {
                         j: m["chars_saved"]
-                        for j, m in conn.execute(
-                            sa.select(db.EVENTS.c.job_id, db.EVENTS.c.metadata)
-                        )
+                        for j, m in conn.execute(sa.select(EVENTS.c.job_id, EVENTS.c.metadata))
                     }
                 assert saved == {"j-sized": 52_000, "j-unsized": 37_500}, url
                 assert stats(engine)["summary"]["total_chars_compacted"] == 89_500

@@ -10,7 +10,7 @@ import uuid
 
 from kombu import Connection
 
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.coordination.queue import COMPACT_TASK, make_celery, send_job
 
 

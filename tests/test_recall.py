@@ -16,10 +16,12 @@ from stack import create_pg_database, drop_pg_database
 
 from offpath.agent import recall
 from offpath.agent.middleware import OffPathCompaction
-from offpath.compaction.settings import load_settings
-from offpath.compaction.summary import cite
+from offpath.compaction.summary.message import cite
+from offpath.config import load_settings
 from offpath.stores import archive
-from offpath.stores.db import JOBS, create_job, make_engine, migrate
+from offpath.stores.db.engine import make_engine, migrate
+from offpath.stores.db.tables import JOBS
+from offpath.stores.db.transitions import create_job
 from offpath.stores.search import EXCERPT_MAX_CHARS
 
 

@@ -10,9 +10,10 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from offpath.agent.graph import open_runtime
-from offpath.compaction.settings import load_settings
-from offpath.stores.db import JOBS, create_job, now_utc, start_job
-from offpath.stores.leases import State
+from offpath.config import load_settings
+from offpath.stores.db.tables import JOBS, now_utc
+from offpath.stores.db.transitions import create_job, start_job
+from offpath.stores.leases.claims import State
 
 
 def test_a_retry_whose_message_never_ran_is_republished_once_overdue(tmp_path):

@@ -20,8 +20,9 @@ from langchain_core.messages import messages_to_dict as to_dicts
 from stack import ROOT, small_runtime
 
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.patch import Prepared
-from offpath.compaction.planner import Skip, plan_compaction
+from offpath.compaction.patch.prepared import Prepared
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import Skip
 from offpath.compaction.tracking import KEY, ThreadSize
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.job_values import JobOptions
@@ -29,11 +30,14 @@ from offpath.coordination.locks import ThreadBusy
 from offpath.coordination.revert import NoSuchJob, RevertRefused, revert
 from offpath.coordination.runtime import Runtime
 from offpath.coordination.writers import apply_prepared
-from offpath.stores import archive, db
+from offpath.stores import archive
 from offpath.stores.checkpoints import read_thread
-from offpath.stores.leases import Claim, Leases, State
+from offpath.stores.db.job_queries import job_row, threads_to_requeue
+from offpath.stores.db.tables import JobStatus, now_utc
+from offpath.stores.db.transitions import create_job, set_job, store_result
+from offpath.stores.leases.claims import Claim, Leases, State
 from offpath.stores.search import search
-from offpath.stores.usage import stats
+from offpath.stores.usage.stats_body import stats
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -71,13 +75,13 @@ def compact(rt: Runtime, session: str, *, options: JobOptions | None = None) -> 
     plan = plan_compaction(messages, rt.settings, force=True)
     assert not isinstance(plan, Skip), plan
     opts = (options or JobOptions()).to_json()
-    db.create_job(rt.engine, job, session, total_chars(messages), options=opts)
+    create_job(rt.engine, job, session, total_chars(messages), options=opts)
     prepared = Prepared.from_plan(
         plan, job_id=job, summary_text="Shards checked; OPS-900 open.", summarizer="t", model="m"
     )
     usage = {"input_tokens": 10, "output_tokens": 5, "latency_ms": 7}
-    db.store_result(
-        rt.engine, job, {"prepared": prepared.to_json(), "usage": usage}, db.JobStatus.PREPARED
+    store_result(
+        rt.engine, job, {"prepared": prepared.to_json(), "usage": usage}, JobStatus.PREPARED
     )
     assert rt.leases.set_from(session, rt.leases.holder(session), Leases.after(job, State.PREPARED))
     assert apply_prepared(rt, session, job) == "applied"
@@ -100,14 +104,14 @@ def test_revert_puts_the_originals_back_and_the_thread_is_not_compacted_again_at
     session, before = started(rt)
     job = compact(rt, session)
     assert thread_dicts(rt, session) != before
-    loss = db.job_row(rt.engine, job)["result"]["record"]["loss"]
+    loss = job_row(rt.engine, job)["result"]["record"]["loss"]
     assert loss["messages_removed"] > 0 and loss["facts"] >= loss["facts_lost"] > 0
     saved = stats(rt.engine, session_id=session)["summary"]
     assert saved["total_chars_compacted"] > 0 and saved["sessions_compacted"] == 1
 
     done = revert(rt, session, job)
     assert thread_dicts(rt, session) == before  # byte for byte, through the checkpointer
-    row = db.job_row(rt.engine, job)
+    row = job_row(rt.engine, job)
     assert (row["status"], row["reason_code"]) == ("reverted", "reverted")
     assert done.messages == len(before) and done.messages_restored == loss["messages_removed"]
     assert done.results_restored == loss["results_shortened"] >= 1  # kept results it shortened
@@ -120,8 +124,8 @@ def test_revert_puts_the_originals_back_and_the_thread_is_not_compacted_again_at
     assert total_chars(messages) > rt.settings.summarization_threshold_chars
     hook = PostTurnHook(rt, apply=lambda *a: "gone")
     assert hook(session, messages).action == "skipped"
-    since = db.now_utc() - timedelta(hours=1)
-    assert session not in {s for s, _ in db.threads_to_requeue(rt.engine, since)}
+    since = now_utc() - timedelta(hours=1)
+    assert session not in {s for s, _ in threads_to_requeue(rt.engine, since)}
     # /stats: the summarizer ran (counted), nothing it removed is removed now
     after = stats(rt.engine, session_id=session)["summary"]
     assert after["total_summarizations"] == 1 and after["llm_tokens"]["input"] == 10
@@ -165,12 +169,12 @@ def test_what_cannot_be_reverted_is_refused_and_changes_nothing(rt):
         assert rt.leases.set_from(session, busy, claim)
     with rt.locks.turn(session, run=True), pytest.raises(ThreadBusy):  # a run holds it
         revert(rt, session, job)
-    assert thread_dicts(rt, session) == now and db.job_row(rt.engine, job)["status"] == "applied"
+    assert thread_dicts(rt, session) == now and job_row(rt.engine, job)["status"] == "applied"
     revert(rt, session, job)
     with pytest.raises(RevertRefused, match="reverted already"):
         revert(rt, session, job)
     pending = uuid.uuid4().hex
-    db.create_job(rt.engine, pending, session, 1)
+    create_job(rt.engine, pending, session, 1)
     with pytest.raises(RevertRefused, match="queued: only an applied"):
         revert(rt, session, pending)
 
@@ -180,7 +184,7 @@ def test_a_team_agents_thread_is_refused_saying_why(rt):
     job = compact(rt, session, options=JobOptions(patch=False))
     with pytest.raises(RevertRefused, match="never writes"):
         revert(rt, session, job)
-    assert db.job_row(rt.engine, job)["status"] == "applied"
+    assert job_row(rt.engine, job)["status"] == "applied"
 
 
 def test_a_compaction_prepared_on_the_summary_ends_superseded(rt):
@@ -191,12 +195,12 @@ def test_a_compaction_prepared_on_the_summary_ends_superseded(rt):
         write(rt, session, turn(k))
     since = thread_dicts(rt, session)[len(compacted) :]
     waiting = uuid.uuid4().hex
-    db.create_job(rt.engine, waiting, session, 1)
-    db.set_job(rt.engine, waiting, session, db.JobStatus.PREPARED)
+    create_job(rt.engine, waiting, session, 1)
+    set_job(rt.engine, waiting, session, JobStatus.PREPARED)
     claim = rt.leases.holder(session)
     assert rt.leases.set_from(session, claim, Leases.after(waiting, State.PREPARED))
     revert(rt, session, job)
-    row = db.job_row(rt.engine, waiting)
+    row = job_row(rt.engine, waiting)
     assert (row["status"], row["reason_code"]) == ("skipped", "superseded")
     assert thread_dicts(rt, session) == before + since  # later messages untouched
 
@@ -210,7 +214,7 @@ def test_a_revert_killed_after_its_write_is_finished_by_the_next_one(rt):
     s = rt.settings
     script = (
         "import sys\n"
-        "from offpath.compaction.settings import load_settings\n"
+        "from offpath.config import load_settings\n"
         "from offpath.agent.graph import open_runtime\n"
         "from offpath.coordination.revert import revert\n"
         f"rt = open_runtime(load_settings(data_dir={s.data_dir!r}, database_url="
@@ -222,7 +226,7 @@ def test_a_revert_killed_after_its_write_is_finished_by_the_next_one(rt):
     killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, timeout=120)
     assert killed.returncode == -9
     assert thread_dicts(rt, session) == before
-    assert db.job_row(rt.engine, job)["status"] == "applied"
+    assert job_row(rt.engine, job)["status"] == "applied"
     # the dead process's lock expires (LOCK_TIMEOUT_S, 2 s here): then the revert goes on
     deadline = time.monotonic() + 60
     while True:
@@ -232,7 +236,7 @@ def test_a_revert_killed_after_its_write_is_finished_by_the_next_one(rt):
         except ThreadBusy:
             assert time.monotonic() < deadline, "the dead process's lock never expired"
             time.sleep(0.2)
-    assert db.job_row(rt.engine, job)["status"] == "reverted"
+    assert job_row(rt.engine, job)["status"] == "reverted"
     assert thread_dicts(rt, session) == before and done.messages == len(before)
 
 
@@ -289,10 +293,10 @@ def test_a_loss_report_made_after_the_swap_fills_only_its_own_compactions_record
     summary it was made for, not into one another apply of the job stored since."""
     session, _ = started(rt)
     job = compact(rt, session)
-    record = db.job_row(rt.engine, job)["result"]["record"]
+    record = job_row(rt.engine, job)["result"]["record"]
     report = {"messages_removed": record["messages_removed"], "facts": 1, "facts_lost": 0}
     assert not archive.store_loss(rt.engine, job, "another-summary", report)
-    assert db.job_row(rt.engine, job)["result"]["record"] == record
+    assert job_row(rt.engine, job)["result"]["record"] == record
     assert archive.store_loss(rt.engine, job, record["summary_id"], report)
-    stored = db.job_row(rt.engine, job)["result"]
+    stored = job_row(rt.engine, job)["result"]
     assert stored["record"] == {**record, "loss": report} and "prepared" in stored

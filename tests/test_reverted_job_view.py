@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from api.session_jobs import job_json
-from offpath.stores import db
+from offpath.stores.db.tables import JobStatus
 
 RECORD = {
     "messages_removed": 14,
@@ -45,7 +45,7 @@ def row(status: str) -> dict:
 
 
 def test_an_applied_job_shows_what_it_saved_and_lost():
-    job = job_json(row(db.JobStatus.APPLIED))
+    job = job_json(row(JobStatus.APPLIED))
     assert (job["chars_saved"], job["chars_removed"], job["messages_removed"]) == (
         38_000,
         42_000,
@@ -55,7 +55,7 @@ def test_an_applied_job_shows_what_it_saved_and_lost():
 
 
 def test_a_reverted_job_shows_nothing_saved_and_nothing_lost():
-    job = job_json(row(db.JobStatus.REVERTED))
+    job = job_json(row(JobStatus.REVERTED))
     assert (job["chars_saved"], job["chars_removed"], job["messages_removed"]) == (0, 0, 0)
     loss = job["loss"]
     assert (loss["facts"], loss["facts_lost"], loss["lost"], loss["chars_shortened"]) == (
@@ -75,7 +75,7 @@ def test_the_session_page_shows_a_jobs_real_reduction_as_chars_saved():
         job["chars_when_queued"] = None
         return templates.env.get_template("_jobs.html").render(jobs=[job], session_id="s")
 
-    applied = page(db.JobStatus.APPLIED)
+    applied = page(JobStatus.APPLIED)
     assert 'data-chars-saved="38000"' in applied  # before less after, not the 42,000 removed
     assert "42,000 chars in 14 messages summarized" in applied
-    assert 'data-chars-saved="0"' in page(db.JobStatus.REVERTED)
+    assert 'data-chars-saved="0"' in page(JobStatus.REVERTED)

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from stack import create_pg_database, drop_pg_database
 
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.coordination.outages import (
     Outages,
     TablesUnavailable,
@@ -266,7 +266,11 @@ def test_a_quoted_request_is_not_called_the_turn_in_progress_and_old_summaries_s
     summary written with the old heading still gives its request and body back."""
     from langchain_core.messages import HumanMessage
 
-    from offpath.compaction.summary import build_summary_message, summary_body, summary_request
+    from offpath.compaction.summary.message import (
+        build_summary_message,
+        summary_body,
+        summary_request,
+    )
 
     built = build_summary_message(
         message_id="m1",

@@ -15,8 +15,8 @@ from stack import create_pg_database, drop_pg_database
 from offpath.agent.graph import build_graph, end_node
 from offpath.agent.middleware import OffPathCompaction
 from offpath.compaction.pipeline import compact
-from offpath.compaction.settings import load_settings
 from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.config import load_settings
 from offpath.stores.checkpoints import open_checkpoints, thread_config
 
 

@@ -13,19 +13,12 @@ from langchain_core.messages import HumanMessage
 from shared import CASES, load, messages_of
 from stack import REDIS_URL
 
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.runtime import Client
-from offpath.stores.db import make_engine, migrate
-from offpath.stores.leases import (
-    LeaseKeeper,
-    Leases,
-    RedisKeyStore,
-    SqlKeyStore,
-    Start,
-    State,
-    failure_backoff_s,
-)
+from offpath.stores.db.engine import make_engine, migrate
+from offpath.stores.leases.claims import LeaseKeeper, Leases, Start, State, failure_backoff_s
+from offpath.stores.leases.key_stores import RedisKeyStore, SqlKeyStore
 
 
 @pytest.fixture
@@ -176,7 +169,7 @@ def test_broker_down_is_reported_not_raised_and_the_job_is_recorded_unpublished(
     second = hook("t8", over_threshold())
     assert first.action == "error" and "broker unreachable" in first.detail
     assert second.action == "error"
-    from offpath.stores.db import jobs_of
+    from offpath.stores.db.job_queries import jobs_of
 
     (row,) = jobs_of(engine, "t8")  # one row for the reconciler, however many turns
     assert row["status"] == "queued" and not row["published"]
@@ -193,7 +186,7 @@ def test_publish_failure_keeps_the_claim_and_records_the_job_unpublished(setting
     result = hook("t9", over_threshold())
     assert result.action == "error"
     assert hook("t9", over_threshold()).action == "already_queued"
-    from offpath.stores.db import jobs_of
+    from offpath.stores.db.job_queries import jobs_of
 
     (row,) = jobs_of(engine, "t9")
     # offpath's words and the error's class; the error's text is in the log only (issue 20, item 9)

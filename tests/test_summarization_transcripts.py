@@ -9,9 +9,9 @@ from shared import TRANSCRIPTS, check_compacted, load, messages_of
 
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner import Skip, SkipReason
-from offpath.compaction.settings import load_settings
+from offpath.compaction.planner.plans import Skip, SkipReason
 from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.config import load_settings
 
 SETTINGS = {
     "default": {},

@@ -18,20 +18,18 @@ from langchain_core.messages import (
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import MEDIA_BLOCK_CHARS, message_chars
-from offpath.compaction.patch import Prepared, Stale, fit, landed
+from offpath.compaction.patch.fitting import fit, landed
+from offpath.compaction.patch.prepared import Prepared, Stale
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner import plan_compaction
+from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.prompt import build_prompt, shorten
-from offpath.compaction.settings import SettingsError, load_settings
-from offpath.compaction.summarizers import (
-    EmptySummaryError,
-    GuardedSummarizer,
-    SummarizerError,
-    make_summarizer,
-)
-from offpath.compaction.summarizers.llm import LLMSummarizer
+from offpath.compaction.settings import SettingsError
+from offpath.compaction.summarizers.base import EmptySummaryError, SummarizerError
+from offpath.compaction.summarizers.guarded import GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.compaction.summary import HEADINGS, SUMMARY_PREFIX, fingerprint, is_summary
+from offpath.compaction.summary.message import HEADINGS, SUMMARY_PREFIX, fingerprint, is_summary
+from offpath.config import load_settings
+from offpath.llm import LLMSummarizer, make_summarizer
 
 S = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=3_000)
 
@@ -369,7 +367,7 @@ TEMPLATED = (
 )
 def test_llm_summarizer_answer_off_the_template_is_malformed(answer):
     """Issue 10, item 4: any non-empty answer used to become the summary."""
-    from offpath.compaction.summarizers import MalformedSummaryError
+    from offpath.compaction.summarizers.base import MalformedSummaryError
 
     model = GenericFakeChatModel(messages=iter([AIMessage(content=answer)]))
     plan = plan_compaction(thread(), S)
@@ -387,7 +385,7 @@ def test_llm_summarizer_answer_off_the_template_is_malformed(answer):
     ],
 )
 def test_a_refusal_written_inside_the_template_is_refused(answer):
-    from offpath.compaction.summarizers import MalformedSummaryError
+    from offpath.compaction.summarizers.base import MalformedSummaryError
 
     model = GenericFakeChatModel(messages=iter([AIMessage(content=answer)]))
     plan = plan_compaction(thread(), S)
@@ -410,7 +408,7 @@ def test_a_summary_quoting_a_tools_cannot_is_no_refusal():
 def test_a_summary_cut_at_its_output_limit_is_never_used():
     """``finish_reason: length``: the answer lacks its end. It is summarized again from inputs
     half the size (more, smaller calls); a second cut answer fails the job, saying so."""
-    from offpath.compaction.summarizers import TruncatedSummaryError
+    from offpath.compaction.summarizers.base import TruncatedSummaryError
 
     cut = AIMessage(content=TEMPLATED, response_metadata={"finish_reason": "length"})
     whole = AIMessage(content=TEMPLATED, response_metadata={"finish_reason": "stop"})

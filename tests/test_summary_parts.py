@@ -12,15 +12,21 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.budget import LEFT_OUT, fit_summary, least_chars
-from offpath.compaction.facts import PINNED_HEADING, SWAP_HEADING
-from offpath.compaction.frontier import DECISIONS_HEADING, ORIGINAL_HEADING
+from offpath.compaction.facts.sections import PINNED_HEADING, SWAP_HEADING
+from offpath.compaction.frontier.form import DECISIONS_HEADING, ORIGINAL_HEADING
 from offpath.compaction.frontier.reading import decision_of
 from offpath.compaction.index import INDEX_HEADER, INDEX_HEADING, archive_index, merge_oldest
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.settings import load_settings
-from offpath.compaction.summarizers import GuardedSummarizer, OfflineSummarizer
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summary import HEADINGS, REQUEST_HEADING, summary_body, template_problem
+from offpath.compaction.summarizers.guarded import GuardedSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.summary.message import (
+    HEADINGS,
+    REQUEST_HEADING,
+    summary_body,
+    template_problem,
+)
+from offpath.config import load_settings
 
 S = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
 

@@ -11,8 +11,9 @@ from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 
-from offpath.compaction.settings import SettingsError, load_settings
+from offpath.compaction.settings import SettingsError
 from offpath.compaction.tokens import Calibration, input_tokens, threshold_chars
+from offpath.config import load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -187,19 +188,21 @@ def test_stats_counts_each_compactions_tokens_at_its_threads_ratio(tmp_path):
     """``/stats`` shows tokens beside chars: a compaction's tokens saved are its chars saved
     over its thread's ratio (a CJK thread's 14,000 chars are 10,000 tokens, an English
     thread's 14,000 chars 3,500); a compaction whose job measured none counts chars / 4."""
-    from offpath.stores import db
-    from offpath.stores.usage import stats
+    from offpath.stores.db.engine import make_engine, migrate
+    from offpath.stores.db.tables import JobStatus
+    from offpath.stores.db.transitions import create_job, finalize, store_result
+    from offpath.stores.usage.stats_body import stats
 
     settings = load_settings(data_dir=str(tmp_path))
-    db.migrate(settings)
-    engine = db.make_engine(settings)
+    migrate(settings)
+    engine = make_engine(settings)
     for job, ratio in (("zh", 1.4), ("en", 4.0), ("old", None)):
-        db.create_job(engine, job, f"t-{job}", 20_000)
+        create_job(engine, job, f"t-{job}", 20_000)
         record = {"messages_removed": 3, "chars_removed": 15_000, "chars_before": 20_000}
         usage = {"latency_ms": 5, "chars_per_token": ratio}
         result = {"record": {**record, "chars_after": 6_000}, "usage": usage}
-        db.store_result(engine, job, result, db.JobStatus.PREPARED)
-        assert db.finalize(engine, job, f"t-{job}")
+        store_result(engine, job, result, JobStatus.PREPARED)
+        assert finalize(engine, job, f"t-{job}")
     summary = stats(engine)["summary"]
     engine.dispose()
     assert summary["total_chars_compacted"] == 3 * 14_000  # unchanged, the seed's field

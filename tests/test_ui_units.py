@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from offpath.api import ui_data
+from offpath.api.ui_data.chart import nice_ticks, steps_of, tick_label
+from offpath.api.ui_data.dashboard import FOLDED, fmt_ms, widgets
 
 
 @pytest.mark.parametrize(
@@ -28,7 +29,7 @@ from offpath.api import ui_data
     ],
 )
 def test_milliseconds_are_rounded_and_shown_in_seconds_from_one_second(ms, text):
-    assert ui_data.fmt_ms(ms) == text
+    assert fmt_ms(ms) == text
 
 
 def body(**summary):
@@ -45,9 +46,9 @@ def body(**summary):
 
 
 def test_widgets_have_labels_not_key_names_and_durations_with_their_unit():
-    shown = {w["path"]: w for w in ui_data.widgets(body())}
+    shown = {w["path"]: w for w in widgets(body())}
     # the counts behind the percentiles are said in their units, not as widgets of their own
-    for folded in ui_data.FOLDED:
+    for folded in FOLDED:
         assert folded not in shown
     assert shown["summary.lag_ms.p50"]["text"] == "52.9 s"
     assert shown["summary.lag_ms.p50"]["unit"] == "over 2 compactions"
@@ -65,12 +66,12 @@ def test_widgets_have_labels_not_key_names_and_durations_with_their_unit():
 
 
 def test_a_failed_count_is_red_only_when_it_is_not_zero():
-    shown = {w["path"]: w for w in ui_data.widgets(body())}
+    shown = {w["path"]: w for w in widgets(body())}
     assert shown["summary.jobs.failed"]["tone"] == ""
     assert shown["summary.jobs.applied"]["tone"] == "ok"
     assert shown["summary.jobs.queued"]["tone"] == ""
     failing = body(jobs={"applied": 0, "failed": 3})
-    tones = {w["path"]: w["tone"] for w in ui_data.widgets(failing)}
+    tones = {w["path"]: w["tone"] for w in widgets(failing)}
     assert tones["summary.jobs.failed"] == "bad" and tones["summary.jobs.applied"] == ""
 
 
@@ -86,8 +87,8 @@ def test_a_failed_count_is_red_only_when_it_is_not_zero():
     ],
 )
 def test_size_ticks_are_round(top, ticks):
-    assert ui_data.nice_ticks(top) == ticks
-    assert ui_data.tick_label(2_500) == "2.5k" and ui_data.tick_label(100_000) == "100k"
+    assert nice_ticks(top) == ticks
+    assert tick_label(2_500) == "2.5k" and tick_label(100_000) == "100k"
 
 
 def test_a_compaction_takes_one_step_and_a_subsecond_session_spreads_like_a_long_one():
@@ -100,7 +101,7 @@ def test_a_compaction_takes_one_step_and_a_subsecond_session_spreads_like_a_long
         (t0 + 300 * ms, 30_000, "applied: after"),
         (t0 + 400 * ms, 35_000, "now"),
     ]
-    assert ui_data.steps_of(quick) == [0, 1, 2, 2, 3]
+    assert steps_of(quick) == [0, 1, 2, 2, 3]
     days = [(t0 + timedelta(days=k), c, w) for k, (_, c, w) in enumerate(quick)]
     days[3] = (days[2][0], *days[3][1:])
-    assert ui_data.steps_of(days) == ui_data.steps_of(quick)
+    assert steps_of(days) == steps_of(quick)

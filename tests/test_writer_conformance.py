@@ -34,15 +34,19 @@ from stack import small_runtime
 
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.pairing import new_unpaired
-from offpath.compaction.patch import Fitted, Prepared, Stale
-from offpath.compaction.planner import Skip, plan_compaction
-from offpath.compaction.summary import is_summary
+from offpath.compaction.patch.prepared import Fitted, Prepared, Stale
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import Skip
+from offpath.compaction.summary.message import is_summary
 from offpath.coordination.job_values import JobOptions, Landed
 from offpath.coordination.runtime import Runtime
 from offpath.coordination.writers import CheckpointWriter, StateUpdate, StateUpdateWriter
-from offpath.stores import archive, db
+from offpath.stores import archive
 from offpath.stores.checkpoints import read_thread
-from offpath.stores.leases import Leases, State
+from offpath.stores.db.job_queries import job_row
+from offpath.stores.db.tables import EVENTS, JOBS, JobStatus
+from offpath.stores.db.transitions import create_job, store_result
+from offpath.stores.leases.claims import Leases, State
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -87,7 +91,7 @@ class CheckpointThread:
     def apply(self, job: str) -> object:
         with self.rt.locks.patch(self.session):
             thread = read_thread(self.rt.checkpoints.saver, self.session)
-            result = db.job_row(self.rt.engine, job)["result"]
+            result = job_row(self.rt.engine, job)["result"]
             return self.rt.jobs.apply(
                 CheckpointWriter(self.rt, thread.base),
                 self.session,
@@ -116,7 +120,7 @@ class StateUpdateThread:
         self.state = add_messages(self.state, [message])
 
     def apply(self, job: str) -> object:
-        result = db.job_row(self.rt.engine, job)["result"]
+        result = job_row(self.rt.engine, job)["result"]
         done = self.rt.jobs.apply(
             StateUpdateWriter(),
             self.session,
@@ -145,7 +149,7 @@ def prepared_job(rt: Runtime, session: str, messages: Sequence[BaseMessage]) -> 
     job = uuid.uuid4().hex
     plan = plan_compaction(messages, rt.settings, force=True)
     assert not isinstance(plan, Skip), plan
-    db.create_job(rt.engine, job, session, total_chars(messages), options=JobOptions().to_json())
+    create_job(rt.engine, job, session, total_chars(messages), options=JobOptions().to_json())
     prepared = Prepared.from_plan(
         plan,
         job_id=job,
@@ -155,14 +159,14 @@ def prepared_job(rt: Runtime, session: str, messages: Sequence[BaseMessage]) -> 
     )
     usage = {"input_tokens": 10, "output_tokens": 5, "latency_ms": 7}
     stored = {"prepared": prepared.to_json(), "usage": usage}
-    db.store_result(rt.engine, job, stored, db.JobStatus.PREPARED)
+    store_result(rt.engine, job, stored, JobStatus.PREPARED)
     assert rt.leases.set_from(session, None, Leases.after(job, State.PREPARED))
     return job
 
 
 def usage_events(rt: Runtime, job: str) -> int:
     with rt.engine.connect() as conn:
-        query = sa.select(sa.func.count()).select_from(db.EVENTS).where(db.EVENTS.c.job_id == job)
+        query = sa.select(sa.func.count()).select_from(EVENTS).where(EVENTS.c.job_id == job)
         return conn.execute(query).scalar_one()
 
 
@@ -187,7 +191,7 @@ def test_an_apply_loses_nothing_puts_the_summary_first_and_orphans_no_call(rt, t
             assert archived.get(m.id) == original, m.id
             (back,) = messages_from_dict([archived[m.id]])
             assert back.content == m.content
-    assert db.job_row(rt.engine, job)["status"] == db.JobStatus.APPLIED
+    assert job_row(rt.engine, job)["status"] == JobStatus.APPLIED
     assert rt.leases.holder(thread.session).raw == f"d:{job}"
     assert usage_events(rt, job) == 1
 
@@ -199,9 +203,7 @@ def test_an_apply_of_a_compaction_that_landed_changes_nothing_and_records_once(r
     # the job row prepared again, as a redelivery or a crashed run's successor finds it
     with rt.engine.begin() as conn:
         conn.execute(
-            sa.update(db.JOBS)
-            .where(db.JOBS.c.job_id == job)
-            .values(status=db.JobStatus.PREPARED.value)
+            sa.update(JOBS).where(JOBS.c.job_id == job).values(status=JobStatus.PREPARED.value)
         )
     assert rt.leases.set_from(
         thread.session, rt.leases.holder(thread.session), Leases.after(job, State.PREPARED)
@@ -220,8 +222,8 @@ def test_a_stale_compaction_is_refused_and_leaves_the_thread_as_it_is(rt, thread
     stale = thread.apply(job)
     assert isinstance(stale, Stale), stale
     assert messages_to_dict(thread.messages()) == before
-    row = db.job_row(rt.engine, job)
-    assert (row["status"], row["reason_code"]) == (db.JobStatus.SKIPPED, "stale")
+    row = job_row(rt.engine, job)
+    assert (row["status"], row["reason_code"]) == (JobStatus.SKIPPED, "stale")
     assert rt.leases.holder(thread.session) is None
     assert usage_events(rt, job) == 0
     assert archive.job_rows(rt.engine, thread.session, job) == []

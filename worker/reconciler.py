@@ -1,5 +1,5 @@
 """The reconciler: ends or re-publishes jobs whose lease has lapsed, and queues jobs for
-threads left over the threshold with none (DESIGN.md invariant 11; issue 8, item 3).
+threads left over the threshold with none (DESIGN.md invariant 11).
 
 Celery beat (``offpath beat``) sends the ``reconcile`` task every
 ``RECONCILE_INTERVAL_S``; one pass (:func:`reconcile_once`) runs at a time across
@@ -13,7 +13,7 @@ an interval:
   change; :func:`prepared_expired`). Past that, or once its claim is gone, it ends
   ``skipped`` with the reason code ``expired`` (:func:`expiry_reason` says why), its
   claim is freed, and its thread is left exactly as it is: the next run over the prepare
-  point queues a fresh job (issue 21, item 2);
+  point queues a fresh job;
 * not published (the broker was down): claim the thread for it and publish it;
 * running, and requeued for a retry that has not started within ``JOB_RETRY_BACKOFF_MAX_S +
   JOB_LEASE_S`` (:func:`retry_overdue`; the retry's delivery failed before it started, or
@@ -36,7 +36,7 @@ archived originals, its summary and the thread as it is now (:func:`_report_loss
 Then every thread whose latest job failed (or was skipped as stale) and whose
 claim is free, the failure backoff being over, gets a new job. At most once every
 :data:`PURGE_EVERY_S`, archived originals older than ``ARCHIVE_RETENTION_DAYS`` are
-deleted (issue 11).
+deleted.
 
 What it did is logged in one line and counted in ``offpath_reconciler_actions_total``.
 """
@@ -54,7 +54,7 @@ from langchain_core.messages import BaseMessage, messages_from_dict
 
 from offpath.compaction.accounting import content_text
 from offpath.compaction.loss import loss_report
-from offpath.compaction.patch import landed
+from offpath.compaction.patch.fitting import landed
 from offpath.compaction.settings import Settings
 from offpath.coordination import broker
 from offpath.coordination.consumers import holding
@@ -66,8 +66,9 @@ from offpath.coordination.writers import LOSS_PENDING
 from offpath.metrics import RECONCILER_ACTIONS
 from offpath.stores import archive
 from offpath.stores.checkpoints import read_messages, read_thread
-from offpath.stores.db import JobStatus, now_utc, open_jobs, pending_losses, threads_to_requeue
-from offpath.stores.leases import State
+from offpath.stores.db.job_queries import open_jobs, pending_losses, threads_to_requeue
+from offpath.stores.db.tables import JobStatus, now_utc
+from offpath.stores.leases.claims import State
 from offpath.stores.leases.key_stores import reconciler_key
 
 log = logging.getLogger("offpath.reconciler")

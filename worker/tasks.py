@@ -15,8 +15,8 @@ from celery import signals
 from celery.utils.time import get_exponential_backoff_interval
 
 from offpath.agent.graph import open_runtime
-from offpath.compaction.settings import get_settings
-from offpath.compaction.summarizers import Summarizer, make_summarizer
+from offpath.compaction.summarizers.base import Summarizer
+from offpath.config import get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.exporter import serve_worker_metrics
 from offpath.coordination.faults import failpoint
@@ -24,8 +24,10 @@ from offpath.coordination.job_values import JobEnded, JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.queue import COMPACT_TASK
 from offpath.coordination.runtime import Runtime
-from offpath.stores.db import JobStatus, migrate
-from offpath.stores.leases import Start
+from offpath.llm import make_summarizer
+from offpath.stores.db.engine import migrate
+from offpath.stores.db.tables import JobStatus
+from offpath.stores.leases.claims import Start
 from offpath.worker.celery_app import app
 from offpath.worker.jobs import Outcome, RetryLater, end, run_job
 
@@ -37,7 +39,7 @@ _runtime: tuple[Runtime, Summarizer] | None = None
 
 class JobFailed(Exception):
     """Raised by ``compact_session`` for a job that ended ``failed``, so that Celery (and
-    Flower) count it as a failed task (issue 8, item 6); the job row says why."""
+    Flower) count it as a failed task; the job row says why."""
 
 
 def runtime() -> tuple[Runtime, Summarizer]:
@@ -60,7 +62,7 @@ def _migrate(**_: object) -> None:
 
 @signals.worker_init.connect
 def _check_eviction(**_: object) -> None:
-    """An evicting Redis drops leases mid-job (issue 20, item 11): warn, or refuse to start."""
+    """An evicting Redis drops leases mid-job: warn, or refuse to start."""
     try:
         check_eviction(get_settings(), "the worker")
     except EvictingRedis as exc:
@@ -183,7 +185,7 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
             rt,
             session_id,
             job_id,
-            JobEnded(  # the traceback is in the log above, never in the row (issue 20, item 9)
+            JobEnded(  # the traceback is in the log above, never in the row
                 JobStatus.FAILED,
                 "internal_error",
                 f"unexpected error in the worker ({type(exc).__name__}; its log has the details)",

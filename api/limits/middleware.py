@@ -213,7 +213,7 @@ class BodyLimit:
             else None
         )
         # one buffer, filled as the body arrives (a list of chunks joined at the end held the
-        # body twice, and left a heap of freed chunks behind: 4x a 30 MB body, issue 20)
+        # body twice, and left a heap of freed chunks behind: 4x a 30 MB body)
         body: bytearray | None = bytearray()
         size = 0
         try:

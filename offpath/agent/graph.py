@@ -116,7 +116,7 @@ def chat_model(
         return None
     from langchain_openai import ChatOpenAI
 
-    from offpath.compaction.summarizers.llm import OPENAI_DEFAULT_BASE_URL
+    from offpath.llm import OPENAI_DEFAULT_BASE_URL
 
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
     return ChatOpenAI(

@@ -1,5 +1,5 @@
 """The ``offpath`` commands on a session's compaction jobs, through a running API:
-``compact`` (issue 12) and ``revert``."""
+``compact`` and ``revert``."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import typer
 from offpath.cli.common import (
     ApiKeyOption,
     UrlOption,
-    _ms,
     app,
     call_api,
     console,
     counted,
     fail,
+    fmt_ms,
 )
 
 
@@ -36,7 +36,7 @@ def compact(
     done = call_api(url, api_key, "POST", f"/sessions/{session_id}/compact", what).json()
     console.print(f"job {done['job_id']}: {done['status']}", highlight=False)
     own = done.get("kind") == "own agent"
-    if own:  # the agent's middleware applies it: say so (issue 21, item 1)
+    if own:  # the agent's middleware applies it: say so
         console.print(done["detail"], highlight=False, markup=False)
     if not wait or done["status"] != "queued":
         return
@@ -58,7 +58,7 @@ def compact(
                 console.print(
                     f"applied: -{counted(saved, 'char')} "
                     f"({counted(job['messages_removed'], 'message')} summarized by "
-                    f"{job['summarizer']} in {_ms(job['latency_ms'])})",
+                    f"{job['summarizer']} in {fmt_ms(job['latency_ms'])})",
                     highlight=False,
                 )
                 return

@@ -1,4 +1,4 @@
-"""Which workers consume each queue (issue 21, item 3): ``GET /readyz`` and
+"""Which workers consume each queue: ``GET /readyz`` and
 ``offpath_queue_consumers`` on the API's ``/metrics``.
 
 The workers are asked through the broker with Celery's remote control

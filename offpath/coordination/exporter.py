@@ -64,7 +64,7 @@ class QueueCollector(Collector):
             log.debug("queue depth unavailable: %s", exc)
         yield from self._consumers(settings)
         try:
-            from offpath.stores.usage import open_job_counts, recorded_totals
+            from offpath.stores.usage.totals import open_job_counts, recorded_totals
 
             counts = open_job_counts(self.client.engine)
             totals = recorded_totals(self.client.engine)
@@ -151,7 +151,7 @@ class QueueCollector(Collector):
             with Connection(url, connect_timeout=settings.publish_timeout_s) as conn:
                 ok = conn.default_channel.queue_declare(queue=queue, passive=True)
                 return int(ok.message_count)
-        from offpath.stores.usage import open_job_counts
+        from offpath.stores.usage.totals import open_job_counts
 
         return int(open_job_counts(self.client.engine, published_only=True).get("queued", 0))
 

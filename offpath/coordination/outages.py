@@ -191,7 +191,7 @@ def where(store: str, settings: Settings) -> str:
     path for an embedded usage database)."""
     from kombu.utils.url import sanitize_url
 
-    from offpath.stores.db import sqlalchemy_url
+    from offpath.stores.db.engine import sqlalchemy_url
 
     if store == BROKER:
         return sanitize_url(settings.broker_url)

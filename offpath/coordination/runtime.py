@@ -33,9 +33,9 @@ from offpath.stores.checkpoints import (
     open_checkpoints_url,
     thread_config,
 )
-from offpath.stores.db import make_engine, migrate
-from offpath.stores.db.engine import head_revision, revision_of
-from offpath.stores.leases import Leases, RedisKeyStore, SqlKeyStore
+from offpath.stores.db.engine import head_revision, make_engine, migrate, revision_of
+from offpath.stores.leases.claims import Leases
+from offpath.stores.leases.key_stores import RedisKeyStore, SqlKeyStore
 
 log = logging.getLogger("offpath.runtime")
 
@@ -79,7 +79,7 @@ def celery_publisher(settings: Settings) -> Publisher:
 #: Builds the agent graph a :class:`Runtime` patches threads through, from the runtime
 #: (its settings, checkpointer and publisher), and names the graph's last node. The API's
 #: is :func:`offpath.agent.graph.api_graph`; :func:`offpath.agent.graph.open_runtime`
-#: opens a runtime with it (coordination does not import the agent side: issue 23).
+#: opens a runtime with it (coordination does not import the agent side).
 GraphFactory = Callable[["Runtime"], tuple[CompiledStateGraph, str]]
 
 

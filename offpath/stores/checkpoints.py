@@ -60,8 +60,8 @@ class Checkpoints(AbstractContextManager["Checkpoints"]):
     def prune(self, session_id: str, keep: int) -> bool:
         """Once the thread has more than ``keep`` checkpoints, delete all but its latest (with
         their pending writes and the blobs only they held): storage stays bounded, and the
-        originals a compaction removed are in the archive, not in old checkpoints (issue
-        10, item 3). PostgreSQL: LangGraph's own ``prune(strategy="keep_latest")``, safe
+        originals a compaction removed are in the archive, not in old checkpoints. PostgreSQL:
+        LangGraph's own ``prune(strategy="keep_latest")``, safe
         against a run appending meanwhile; SQLite: the same in one write transaction.
         ``keep=0``: never. Returns whether it pruned."""
         if keep <= 0:
@@ -88,8 +88,8 @@ class Checkpoints(AbstractContextManager["Checkpoints"]):
             # "older than the latest", with the latest read by the DELETE itself, under the
             # write lock it holds: another process's checkpoint written meanwhile (a worker's
             # compaction patch) is never taken for an old one. Reading the latest first and
-            # deleting "all but it" afterwards deleted such a patch (issue 18, item 7: a job
-            # recorded applied while the thread held all its originals again).
+            # deleting "all but it" afterwards would delete such a patch (a job recorded
+            # applied while the thread holds all its originals again).
             with conn:  # one transaction: the first DELETE takes SQLite's write lock
                 for table in ("writes", "checkpoints"):
                     conn.execute(

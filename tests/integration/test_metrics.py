@@ -172,7 +172,7 @@ def test_queue_depth_is_read_from_the_broker_at_scrape(tmp_path):
     queue in: three jobs sent to a queue no worker consumes."""
     from celery import Celery
 
-    from offpath.compaction.settings import load_settings
+    from offpath.config import load_settings
     from offpath.coordination.exporter import QueueCollector
     from offpath.coordination.runtime import Client
 

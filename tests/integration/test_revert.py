@@ -208,20 +208,21 @@ def test_a_loss_report_left_pending_is_made_by_the_reconciler(stacks, backend):
     import sqlalchemy as sa
 
     from offpath.agent.middleware import LOSS_PENDING
-    from offpath.stores import db
+    from offpath.stores.db.engine import make_engine
+    from offpath.stores.db.tables import JOBS, now_utc
 
     stack = stacks.get(backend, **SMALL)
     session, _ = started(stack)
     job_id = compact_now(stack, session)
     made = applied(stack, session, job_id)["loss"]
     assert made["facts"] > 0
-    engine = db.make_engine(stack.settings())
+    engine = make_engine(stack.settings())
     try:  # the state the crash leaves: the record stored with the placeholder, the job applied
         with engine.begin() as conn:
-            jobs = db.JOBS
+            jobs = JOBS
             result = conn.execute(sa.select(jobs.c.result).where(jobs.c.job_id == job_id)).scalar()
             result = {**result, "record": {**result["record"], "loss": LOSS_PENDING}}
-            quiet = db.now_utc().replace(year=2000)  # quiet for longer than a pass's interval
+            quiet = now_utc().replace(year=2000)  # quiet for longer than a pass's interval
             conn.execute(
                 sa.update(jobs)
                 .where(jobs.c.job_id == job_id)
@@ -241,17 +242,19 @@ def test_a_loss_report_left_pending_is_made_by_the_reconciler(stacks, backend):
 def test_a_reverted_jobs_reason_is_stored_as_every_other(stacks, backend):
     """Issue 34, item 6: ``mark_reverted`` stored its reason uncapped and unflattened, unlike
     every other status change: one line, at most 300 chars."""
-    from offpath.stores import db
+    from offpath.stores.db.engine import make_engine
+    from offpath.stores.db.tables import MAX_REASON_CHARS
+    from offpath.stores.db.transitions import mark_reverted
 
     stack = stacks.get(backend, **SMALL)
     session, _ = started(stack)
     job_id = compact_now(stack, session)
     applied(stack, session, job_id)
-    engine = db.make_engine(stack.settings())
+    engine = make_engine(stack.settings())
     try:
-        assert db.mark_reverted(engine, job_id, "reverted:\n" + "a long\treason " * 400)
+        assert mark_reverted(engine, job_id, "reverted:\n" + "a long\treason " * 400)
     finally:
         engine.dispose()
     reason = next(j for j in stack.jobs(session) if j["job_id"] == job_id)["reason"]
-    assert "\n" not in reason and "\t" not in reason and len(reason) == db.MAX_REASON_CHARS
+    assert "\n" not in reason and "\t" not in reason and len(reason) == MAX_REASON_CHARS
     assert reason.startswith("reverted: a long reason a long reason")

@@ -1,4 +1,9 @@
-"""LLM summarizer: ``ChatOpenAI`` against any OpenAI-compatible endpoint.
+"""The LLM summarizer: ``ChatOpenAI`` against any OpenAI-compatible endpoint, and
+:func:`make_summarizer`, which picks the summarizer a process uses from its settings.
+
+The summarizer backends of the pure core (:mod:`offpath.compaction.summarizers`: the
+protocol, the offline one, the fact guard) do no I/O; this one calls the network, so it
+sits outside the core, beside the settings' loading (``tests/test_layout.py``).
 
 Configured by ``SUMMARIZATION_MODEL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``,
 ``SUMMARIZATION_TIMEOUT_S``, ``SUMMARIZATION_MAX_RETRIES`` (the client's own
@@ -20,23 +25,26 @@ import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt, build_prompt, chunks
 from offpath.compaction.settings import MIN_PROMPT_CHARS, Settings
 from offpath.compaction.summarizers.base import (
     EmptySummaryError,
     MalformedSummaryError,
+    Summarizer,
     SummarizerError,
     SummaryResult,
     TransientSummarizerError,
     TruncatedSummaryError,
 )
-from offpath.compaction.summary import (
+from offpath.compaction.summarizers.guarded import GuardedSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.summary.instructions import strip_instructions
+from offpath.compaction.summary.message import (
     SUMMARY_PREFIX,
     SUMMARY_SOURCE,
     fit_text,
     refusal_problem,
-    strip_instructions,
     template_problem,
     text_cap,
 )
@@ -85,7 +93,7 @@ class LLMSummarizer:
         """The summary of ``plan.removed``: one call when its prompt holds every removed
         message, else one call per chunk of them (:func:`~offpath.compaction.prompt.chunks`,
         at most :data:`MAX_CALLS`), each chunk's summary folded into the next prompt as the
-        earlier summary, so the model reads everything it removes (issue 19). Raises on error
+        earlier summary, so the model reads everything it removes. Raises on error
         or an empty or malformed answer; tokens are summed over the calls."""
         try:
             return self._summarize(plan, prompt, self.max_prompt_chars)
@@ -129,7 +137,7 @@ class LLMSummarizer:
                 [SystemMessage(content=prompt.system), HumanMessage(content=prompt.user)]
             )
         # the errors say what failed in offpath's words (they are stored in the job's row and
-        # shown by /stats and the UI); the LLM's own text goes to the log (issue 20, item 9)
+        # shown by /stats and the UI); the LLM's own text goes to the log
         except openai.RateLimitError as exc:
             raise TransientSummarizerError(
                 _logged("LLM rate limited (429)", exc), _retry_after(exc)
@@ -163,7 +171,7 @@ class LLMSummarizer:
         if dropped:
             log.warning("dropped %d line(s) of the summary that read as instructions", dropped)
         cap = min(MAX_SUMMARY_CHARS, text_cap(plan.summary_chars) or MAX_SUMMARY_CHARS)
-        if len(text) > cap:  # the summary budget (issue 18, item 2), whatever the model wrote
+        if len(text) > cap:  # the summary budget, whatever the model wrote
             text = fit_text(text, cap)
         usage = getattr(answer, "usage_metadata", None) or {}
         return SummaryResult(
@@ -192,3 +200,14 @@ def _logged(what: str, exc: BaseException) -> str:
 def _short(exc: BaseException, limit: int = 300) -> str:
     text = str(exc).replace("\n", " ")
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def make_summarizer(settings: Settings) -> Summarizer:
+    """The LLM summarizer when an LLM is configured (``OPENAI_API_KEY`` or ``OPENAI_BASE_URL``),
+    else the offline one; either behind the fact guard (``SUMMARY_PINNED_MAX_CHARS``)."""
+    inner: Summarizer
+    if settings.llm_configured:
+        inner = LLMSummarizer.from_settings(settings)
+    else:
+        inner = OfflineSummarizer()
+    return GuardedSummarizer(inner, settings.summary_pinned_max_chars)
