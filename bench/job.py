@@ -97,7 +97,7 @@ def run(ctx: Context, runs: int = 5) -> Result:
     from sqlalchemy import event
 
     from bench.workloads import thread
-    from offpath.agent.graph import open_runtime
+    from offpath.agent.graph import open_thread_writer
     from offpath.compaction import facts
     from offpath.compaction.accounting import total_chars
     from offpath.compaction.pipeline import compact
@@ -107,7 +107,7 @@ def run(ctx: Context, runs: int = 5) -> Result:
 
     per_run = 4 if ctx.quick else 20
     settings = get_settings()
-    rt = open_runtime(settings)
+    rt = open_thread_writer(settings)  # the worker's
     summarizer = make_summarizer(settings)  # as the worker makes it: the LLM behind the guard
     ctx.stub.set_delay(0.0)
     statements: list[str] = []

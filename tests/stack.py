@@ -504,11 +504,14 @@ def chat_run_in_flight(stack: Stack, stub: Any, session: str) -> Iterator[None]:
 
 
 @contextmanager
-def small_runtime(backend: str, folder: Path, prefix: str) -> Iterator[Any]:
+def small_runtime(
+    backend: str, folder: Path, prefix: str, *, worker: bool = False
+) -> Iterator[Any]:
     """An offpath runtime in this process on ``backend`` ("sqlite": under ``folder``;
     "postgres": a scratch database, dropped after), Redis keys under ``prefix``-<random>, at
-    a 6,000 / 2,000-char threshold / keep window, publishing nowhere."""
-    from offpath.agent.graph import open_runtime
+    a 6,000 / 2,000-char threshold / keep window, publishing nowhere. ``worker``: the
+    worker's runtime (patches through the thread graph); else the API's (its agent graph)."""
+    from offpath.agent.graph import open_runtime, open_thread_writer
     from offpath.config import load_settings
 
     url = create_pg_database() if backend == "postgres" else ""
@@ -520,7 +523,8 @@ def small_runtime(backend: str, folder: Path, prefix: str) -> Iterator[Any]:
         summarization_threshold_chars=6_000,
         summarization_keep_chars=2_000,
     )
-    runtime = open_runtime(settings, publish=lambda *a: None)
+    opener = open_thread_writer if worker else open_runtime
+    runtime = opener(settings, publish=lambda *a: None)
     try:
         yield runtime
     finally:

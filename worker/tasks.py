@@ -14,7 +14,7 @@ import threading
 from celery import signals
 from celery.utils.time import get_exponential_backoff_interval
 
-from offpath.agent.graph import open_runtime
+from offpath.agent.graph import open_thread_writer
 from offpath.compaction.summarizers.base import Summarizer
 from offpath.config import get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
@@ -44,12 +44,13 @@ class JobFailed(Exception):
 
 def runtime() -> tuple[Runtime, Summarizer]:
     """This process's runtime and summarizer, opened on first use (after any fork); its jobs'
-    running leases are renewed by ``rt.jobs``."""
+    running leases are renewed by ``rt.jobs``. The runtime patches threads through
+    :func:`~offpath.agent.graph.thread_graph`: the worker builds no chat agent."""
     global _runtime
     with _lock:
         if _runtime is None:
             settings = get_settings()
-            rt = open_runtime(settings, run_migrations=False)
+            rt = open_thread_writer(settings, run_migrations=False)
             _runtime = (rt, make_summarizer(settings))
             log.info("worker ready: summarizer %s", _runtime[1].name)
         return _runtime

@@ -3,8 +3,8 @@
 (:func:`~offpath.compaction.patch.fit_now`).
 
 The worker runs the same steps with the checkpoint and a lock around them
-(:mod:`offpath.coordination.jobs`); the tests, the benchmarks and the demo's dry runs use
-:func:`compact` directly.
+(:mod:`offpath.coordination.jobs`); the tests and the benchmarks use :func:`compact`
+directly (fitted as an operator's "compact now" is: no landing bound).
 """
 
 from __future__ import annotations

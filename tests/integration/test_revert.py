@@ -176,7 +176,7 @@ def group(k: int, rows: int) -> list[dict]:
 def test_a_long_request_copied_after_the_summary_comes_back_byte_for_byte(stacks, backend):
     """Between the prepare floor and the threshold the hook's job only prepares: the thread
     holds still until "compact now" applies it. (Kept results a compaction shortens come
-    back too: ``tests/test_revert_service.py`` and the property test.)"""
+    back too: ``tests/coordination/test_revert_units.py`` and the property test.)"""
     stack = stacks.get(backend, **SMALL)
     session = f"rv-{uuid.uuid4().hex[:8]}"
     ask = {"type": "human", "content": "investigate the checkout outage " * 12}

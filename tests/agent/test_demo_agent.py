@@ -29,7 +29,7 @@ from offpath.agent.sre_tools.metrics import query_metrics
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.summary.message import build_summary_message
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "examples" / "sre"
 GENERATOR = ROOT / "examples" / "make_sre_fixtures.py"
 

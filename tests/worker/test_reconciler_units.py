@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from offpath.agent.graph import open_runtime
+from offpath.agent.graph import open_thread_writer
 from offpath.config import load_settings
 from offpath.stores.db.tables import JOBS, now_utc
 from offpath.stores.db.transitions import create_job, start_job
@@ -27,7 +27,7 @@ def test_a_retry_whose_message_never_ran_is_republished_once_overdue(tmp_path):
     settings = load_settings(
         data_dir=str(tmp_path), redis_key_prefix=f"test-retry-{uuid.uuid4().hex[:8]}"
     )
-    rt = open_runtime(settings)
+    rt = open_thread_writer(settings)  # the worker's, as the reconciler runs in it
     sent: list[tuple] = []
     session, job = "inc-retry", uuid.uuid4().hex
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from api.session_jobs import job_json
+from offpath.api.session_jobs import job_json
 from offpath.stores.db.tables import JobStatus
 
 RECORD = {

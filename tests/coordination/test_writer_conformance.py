@@ -51,7 +51,7 @@ from offpath.stores.leases.claims import Leases, State
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def rt(request, tmp_path):
-    with small_runtime(request.param, tmp_path, "test-writers") as runtime:
+    with small_runtime(request.param, tmp_path, "test-writers", worker=True) as runtime:
         yield runtime
 
 

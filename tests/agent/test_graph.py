@@ -1,5 +1,6 @@
-"""The worker patches through the API's own graph, so other state keys survive (DESIGN.md
-invariant 1); a narrower graph would drop them. Real SqliteSaver and PostgresSaver."""
+"""A patch through the API's own graph, or through the worker's thread graph (the same state
+and nodes, nothing to run), keeps the thread's other state keys (DESIGN.md invariant 1); a
+narrower graph would drop them. Real SqliteSaver and PostgresSaver."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from langgraph.graph.message import add_messages
 from shared import CASES, load, messages_of
 from stack import create_pg_database, drop_pg_database
 
-from offpath.agent.graph import build_graph, end_node
+from offpath.agent.graph import build_graph, end_node, thread_graph
 from offpath.agent.middleware import OffPathCompaction
 from offpath.compaction.pipeline import compact
 from offpath.compaction.summarizers.offline import OfflineSummarizer
@@ -54,10 +55,8 @@ def _patch(checkpoints, patcher_of, session):
     node = end_node(graph)
     graph.update_state(config, {"messages": messages_of(doc), "context": CONTEXT}, as_node=node)
     outcome = compact(graph.get_state(config).values["messages"], settings, OfflineSummarizer())
-    patcher = patcher_of(graph)
-    patcher.update_state(
-        config, {"messages": outcome.patch}, as_node=node if patcher is graph else "agent"
-    )
+    patcher, last = patcher_of(graph)
+    patcher.update_state(config, {"messages": outcome.patch}, as_node=last)
     values = graph.get_state(config).values
     assert graph.get_state(config).next == ()  # the thread still reads as finished
     assert values["messages"][1].id == outcome.summary.id
@@ -68,7 +67,19 @@ CONTEXT = {"incident_id": "INC-1", "notes": ["a", {"b": 2}]}
 
 
 def test_patch_through_the_shared_graph_keeps_other_state_keys(checkpoints):
-    values = _patch(checkpoints, lambda graph: graph, "shared")
+    values = _patch(checkpoints, lambda graph: (graph, end_node(graph)), "shared")
+    assert values["context"] == CONTEXT
+
+
+class _Holder:
+    """What :func:`thread_graph` reads off a runtime: its checkpointer."""
+
+    def __init__(self, checkpoints):
+        self.checkpoints = checkpoints
+
+
+def test_patch_through_the_worker_thread_graph_keeps_other_state_keys(checkpoints):
+    values = _patch(checkpoints, lambda graph: thread_graph(_Holder(checkpoints)), "worker")
     assert values["context"] == CONTEXT
 
 
@@ -76,7 +87,7 @@ def test_patch_through_a_narrower_graph_drops_them_on_sqlite(tmp_path):
     """Why the worker uses the shared graph: with SqliteSaver a messages-only graph
     writes a checkpoint without the keys it does not know."""
     with open_checkpoints(load_settings(data_dir=str(tmp_path))) as cp:
-        values = _patch(cp, lambda graph: narrow_graph(cp.saver), "narrow")
+        values = _patch(cp, lambda graph: (narrow_graph(cp.saver), "agent"), "narrow")
     assert "context" not in values
 
 
