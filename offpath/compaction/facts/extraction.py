@@ -101,6 +101,10 @@ _SKIPPED: dict[str, frozenset[str]] = {
     "user": frozenset({"term"}),
 }
 
+#: The roles of a summary's lines of values (:func:`~offpath.compaction.facts.pin`), by the
+#: label after their kind: none, ``(stated)``, ``(said)`` by the agent, ``(asked)`` by the user.
+_VALUE_ROLES = frozenset({"values", "stated values", "said values", "asked values"})
+
 #: Kinds of opaque ids: only tool output holding them, they are :attr:`Fact.grouped`.
 _OPAQUE = frozenset({"sha", "trace_id", "uuid"})
 
@@ -150,7 +154,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
         entry["stated"] = entry["clear"] = True
     for text, role, mid in _blocks(m):
         role, quoted_age = _role_age(role)
-        if role in ("values", "stated values"):  # a summary's values by kind: each one
+        if role in _VALUE_ROLES:  # a summary's values by kind: each one
             # carried as it is, stated still if it was
             spans = _split_spans(text)
             for age, value in (
@@ -158,7 +162,12 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 for k, group in enumerate(spans)
                 for v in _split_values(group)
             ):
-                if value not in seen and not looks_like_instruction(value):
+                if value in seen:  # quoted on a line before: how it was used still counts
+                    entry = seen[value]
+                    entry["stated"] = entry["stated"] or role != "values"
+                    entry["asked"] = entry["asked"] or role == "asked values"
+                    entry["said"] = entry["said"] or role == "said values"
+                elif not looks_like_instruction(value):
                     found = find(value)
                     whole = len(found) == 1 and found[0][0] == value
                     seen[value] = {
@@ -166,12 +175,12 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                         "message_id": mid,
                         "line": value,
                         "found_in": [mid],
-                        "stated": role == "stated values",
-                        "asked": False,
+                        "stated": role != "values",
+                        "asked": role == "asked values",
                         "carried": True,
                         "clear": True,
                         "error": False,
-                        "said": False,
+                        "said": role == "said values",
                         "age": age,
                     }
             continue
