@@ -57,6 +57,25 @@ def offload(
         return new
 
 
+def run_turn(
+    rt: Runtime, human: BaseMessage, config: dict[str, Any], before: set[Any]
+) -> tuple[dict[str, Any], list[BaseMessage]]:
+    """Run the chat agent on ``human``; returns the thread's values after the run and the
+    messages the run produced, in order, once each (by id, in its latest form), including
+    any that a compaction applied during the run has since folded into the summary, so a
+    run's figures count what it did, not what is left of it. Messages whose id is in
+    ``before`` and summaries are not the run's. Raises what the graph raises."""
+    values: dict[str, Any] = {}
+    produced: dict[str, BaseMessage] = {}
+    # the thread after each step of the run: a message a later step folds into a
+    # summary was in an earlier step's values
+    for values in rt.graph.stream({"messages": [human]}, config, stream_mode="values"):
+        for m in values.get("messages", []):
+            if m.id not in before and not is_summary(m):
+                produced[str(m.id)] = m
+    return values, list(produced.values())
+
+
 def _summary_text(messages: Sequence[BaseMessage]) -> str:
     return next((str(m.content) for m in messages if is_summary(m)), "")
 

@@ -64,7 +64,7 @@ from .session_jobs import EVENTS_MAX_S as EVENTS_MAX_S
 from .session_jobs import EVENTS_POLL_S as EVENTS_POLL_S
 from .session_jobs import EVENTS_RETRY_MS as EVENTS_RETRY_MS
 from .session_jobs import backoff_json, job_json, lease_json
-from .session_turns import _summary_text, _undo, offload, state_of
+from .session_turns import _summary_text, _undo, offload, run_turn, state_of
 from .session_turns import prune as prune
 from .streams import (
     RETRY_AFTER_S,
@@ -134,7 +134,7 @@ def chat(
         prior = state_of(rt, session_id).get("messages", [])
         before = {m.id for m in prior}
         try:
-            values = rt.graph.invoke({"messages": [human]}, config)
+            values, produced = run_turn(rt, human, config, before)
         except Exception as exc:
             _undo(rt, session_id, before)
             if new_session:  # nothing of the turn is kept: neither is the claim
@@ -142,7 +142,7 @@ def chat(
             log.warning("[%s] chat turn failed: %s", tag(session_id), exc)
             raise HTTPException(status_code=502, detail=f"the chat model failed: {exc}") from exc
     messages = values["messages"]
-    added = [m for m in messages if m.id not in before]
+    added = produced
     after_write(request, tasks, session_id, ())
     tasks.add_task(note_size, rt.engine, session_id, len(messages), total_chars(messages))
     return {

@@ -10,8 +10,10 @@ at run time with ``POST /_control`` (``{"mode": ..., "delay_s": ..., "times": n}
 * ``times``: the mode holds for that many requests, then back to ``ok``;
 * ``tool_calls``: chat requests that offer tools are answered with tool calls (the first
   of ``get_logs``) numbered per response, as Ollama and some vLLM models do: every
-  response's first call is ``get_logs:0``; three rounds per user message, then a text
-  answer (summarization requests are answered as in ``ok``);
+  response's first call is ``get_logs:0``; three rounds per turn, then a text answer
+  (summarization requests are answered as in ``ok``). A turn is named by its request's
+  text, found in the last user message or, once a compaction moved the request into the
+  summary, inside it (:meth:`StubState.tool_round`);
 * ``hold``: ``true`` makes every request wait (up to 60 s) until ``hold`` is set
   back to ``false``, so a test can act while a summary is being written without
   guessing how long it takes;
@@ -99,6 +101,8 @@ class StubState:
         self.release.set()
         self.summary_chars = 0
         self.names_nothing = False
+        #: mode ``tool_calls``: tool-call rounds answered per turn, by the turn's request text
+        self.rounds: dict[str, int] = {}
 
     def reset(self, requests: bool = True) -> None:
         """Answer at once, in mode ``ok``, with short summaries; ``requests``: forget those seen."""
@@ -106,10 +110,29 @@ class StubState:
             self.mode, self.times, self.needle, self.delay_s = "ok", None, None, 0.0
             self.summary_chars = 0
             self.names_nothing = False
+            self.rounds.clear()
             if requests:
                 self.requests.clear()
         self.gate.set()
         self.release.set()
+
+    def tool_round(self, last_user: str, rounds: int = 3) -> bool:
+        """Whether the turn whose request is ``last_user`` gets another tool-call round.
+
+        ``last_user`` is the request itself, or a summary holding it verbatim (the turn's
+        earlier rounds were compacted away with it): then the turn is the latest request
+        seen that the summary holds. Counting by turn, not by the messages in the request,
+        keeps ``rounds`` per turn whatever a compaction removed."""
+        with self.lock:
+            turn = last_user
+            if last_user not in self.rounds:
+                inside = [seen for seen in self.rounds if seen in last_user]
+                turn = inside[-1] if inside else last_user
+            done = self.rounds.setdefault(turn, 0)
+            if done >= rounds:
+                return False
+            self.rounds[turn] = done + 1
+            return True
 
     def next_mode(self, text: str = "") -> str:
         with self.lock:
@@ -229,9 +252,8 @@ class Handler(BaseHTTPRequestHandler):
             text = f"stub reply to: {str(last)[:80]}"
         calls = None
         if mode == "tool_calls" and body.get("tools") and not str(system).startswith("You compact"):
-            users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-            since_user = messages[users[-1] if users else 0 :]
-            if sum(m.get("role") == "assistant" for m in since_user) < 3:
+            users = [str(m.get("content", "")) for m in messages if m.get("role") == "user"]
+            if state.tool_round(users[-1] if users else ""):
                 text = ""
                 calls = [
                     {

@@ -467,7 +467,8 @@ def test_reused_call_ids_from_the_chat_model_compact_through_the_chat_route(stac
     for i in range(5):
         r = stack.http.post(f"/sessions/{session}/messages", json={"content": f"question {i}"})
         assert r.status_code == 200, r.text
-        assert r.json()["run"]["tool_calls"] == 3
+        # the run's calls, those a compaction during the run folded into the summary too
+        assert r.json()["run"]["tool_calls"] == 3, (i, r.json()["run"])
     jobs = stack.settle(session, False, 0)
     thread = from_api(stack.messages(session))
     calls = [c["id"] for m in thread for c in getattr(m, "tool_calls", None) or []]
