@@ -516,6 +516,7 @@ class Point:
     by_loop: dict[str, list[int]] = field(default_factory=dict)
     by_kind: dict[str, list[int]] = field(default_factory=dict)
     ceiling: int = 0  # the most of ``stated`` a summary within its budget could show (budget)
+    room_ceiling: int = 0  # the same in what the summary's other parts leave of its budget
 
 
 @dataclass
@@ -649,6 +650,12 @@ class Tracker:
         if self.run.budget:
             outside = "\n".join(text_of(m) for m in messages if m is not summary)
             point.ceiling = budget_ceiling(facts, outside, self.run.budget)
+            others = sum(
+                n
+                for k, n in point.summary_parts.items()
+                if k not in ("Pinned facts", "Key findings")
+            )
+            point.room_ceiling = budget_ceiling(facts, outside, max(0, self.run.budget - others))
         for f in facts:
             for table, key2 in ((point.by_loop, str(f.loop)), (point.by_kind, f.kind)):
                 row = table.setdefault(key2, [0, 0, 0])
@@ -944,12 +951,14 @@ class Sum:
     asked: int = 0  # stated, at points where recall was asked
     answerable: int = 0
     ceiling: int = 0
+    room_ceiling: int = 0
 
     def add(self, p: Point) -> None:
         self.runs += 1
         self.stated += p.stated
         self.in_view += p.in_view
         self.ceiling += p.ceiling
+        self.room_ceiling += p.room_ceiling
         if p.answerable is not None:
             self.asked += p.stated
             self.answerable += p.answerable
@@ -1140,9 +1149,10 @@ def report(
             checks[f"{name} answerable"] = share >= ANSWERABLE_TARGET
             checks[f"{name} in view"] = final.view_share >= IN_VIEW_TARGET
             ceiling = final.ceiling / final.stated if final.stated else 0.0
+            room = final.room_ceiling / final.stated if final.stated else 0.0
             measured.append(
-                f"{name} {final.view_share:.0%} in view (ceiling {ceiling:.0%}), "
-                f"{share:.0%} answerable"
+                f"{name} {final.view_share:.0%} in view (ceiling {ceiling:.0%}, in the room "
+                f"the other parts leave {room:.0%}), {share:.0%} answerable"
             )
     lc = [
         f"{g[0] // 1000}k {g[2]} {f.view_share:.0%}"
@@ -1196,11 +1206,15 @@ def report(
         "chars at the default 0.15), against the summary message's chars; ceiling: the most "
         "of the stated facts a request could show with a summary within its budget (those in "
         "view outside the summary, and of the rest, shortest first, as many as fit the budget "
-        "listed bare, each value and two chars, as though the summary held nothing else)",
-        "ceiling by run after its last compaction: "
+        "listed bare, each value and two chars, as though the summary held nothing else); in "
+        "the room the other parts leave: the same in the budget less the summary's parts but "
+        "Pinned facts and Key findings (the agent's place, Decisions, Done, the sections added "
+        "at the apply, the archive index, the recall line)",
+        "ceiling by run after its last compaction (in the room the other parts leave): "
         + "; ".join(
             f"{r.doc} {r.threshold // 1000}k {r.summarizer} "
-            f"{r.points[-1].ceiling / max(1, r.points[-1].stated):.0%}"
+            f"{r.points[-1].ceiling / max(1, r.points[-1].stated):.0%} "
+            f"({r.points[-1].room_ceiling / max(1, r.points[-1].stated):.0%})"
             for r in runs
             if r.compactor == "offpath" and r.points
         ),
