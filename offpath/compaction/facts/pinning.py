@@ -190,15 +190,18 @@ def pin(
 
     # 2. quoted lines, what the agent or the user stated first, then by rank, in what the
     #    values leave: a line takes the place of the values listed from it (its message's
-    #    values that are on it)
+    #    values that are on it); while some of what the agent said or the user named found
+    #    no room (``scarce``), those listed stay listed and their own lines are not quoted
+    scarce = any(_own(f) and f.value not in pinned and missing(f) for f in ranked)
     for fact in sorted(ranked, key=lambda f: not _relied(f)):
         if budget - used < 60 and not listed:
             break
         if fact.value in lines_text or fact.line in ("", fact.value) or not missing(fact):
             continue
-        if _own(fact) and not fact.carried and fact.value in pinned:
-            continue  # listed by value already: its line would cost ~100 chars more (a line
-            # an earlier summary concluded is quoted still: its words are the finding)
+        if scarce and _own(fact) and not fact.carried and fact.value in pinned:
+            continue  # listed by value already, while others wait: its line would cost ~100
+            # chars more (a line an earlier summary concluded is quoted still: its words are
+            # the finding)
         signature = _SIGNATURE.sub("#", fact.line.casefold())
         if signature in similar:
             similar[signature] += 1
@@ -213,13 +216,13 @@ def pin(
         said = fact.stated and getattr(by_id.get(fact.message_id), "type", "ai") == "ai"
         marks = (SAID_MARK if said else "") + (f"{AGE_MARK}{fact.age + 1}" if fact.carried else "")
         entry = f"\n- `{line}` ({cite(fact.message_id)}{marks})"
-        # what the agent said and the user named stays listed by value beside the line: a
-        # summary over its budget gives up quoted lines first
+        # while some wait, what the agent said and the user named stays listed by value beside
+        # the line: a summary over its budget gives up quoted lines first
         on_line = {
             label: [
                 f
                 for f in values
-                if f.message_id == fact.message_id and f.value in line and not _own(f)
+                if f.message_id == fact.message_id and f.value in line and not (scarce and _own(f))
             ]
             for label, values in listed.items()
         }
