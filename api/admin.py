@@ -1,4 +1,4 @@
-"""Session admin routes (issue 12): list sessions, delete one, compact one now, read the
+"""Session admin routes: list sessions, delete one, compact one now, read the
 originals its compactions removed. Per tenant, as every session route: another tenant's
 session is 404, an admin key sees every tenant's.
 
@@ -16,6 +16,8 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from langchain_core.messages import messages_from_dict
 from redis.exceptions import RedisError
 
+from offpath.api.schemas.admin import ArchiveOut, CompactOut, RevertOut, SessionsOut
+from offpath.api.schemas.problems import ANY_ROUTE, READ, Problem, errors
 from offpath.compaction.formats import message_json
 from offpath.coordination.admin import (
     JobInFlight,
@@ -29,19 +31,9 @@ from offpath.coordination.revert import NoSuchJob, RevertRefused, revert
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive
 from offpath.stores.checkpoints import read_messages
-from offpath.stores.usage import BadCursor, SortOrder, has_rows, list_sessions
+from offpath.stores.usage.sessions import BadCursor, SortOrder, has_rows, list_sessions
 
 from .deps import Caller, SessionId, check_readable, no_session, rt_of
-from .schemas import (
-    ANY_ROUTE,
-    READ,
-    ArchiveOut,
-    CompactOut,
-    Problem,
-    RevertOut,
-    SessionsOut,
-    errors,
-)
 
 router = APIRouter(prefix="/sessions", tags=["admin"])
 

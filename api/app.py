@@ -27,17 +27,20 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from offpath.agent.graph import open_runtime
-from offpath.compaction.settings import Settings, get_settings
+from offpath.api.limits.checks import short
+from offpath.api.limits.middleware import BodyLimit, HostCheck
+from offpath.api.schemas.problems import Invalid
+from offpath.compaction.settings import Settings
+from offpath.config import get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.locks import RunInProgress, ThreadBusy
+from offpath.coordination.outages import cause, database_errors
 from offpath.coordination.runtime import Publisher, Runtime
 from offpath.coordination.writers import apply_prepared
 
 from . import admin, metrics, sessions, stats, ui
-from .deps import body_gate, principal, sender
-from .limits import BodyLimit, HostCheck, short
-from .schemas import Invalid
+from .deps import DATABASE_DOWN, DATABASE_RETRY_AFTER_S, body_gate, principal, sender
 from .streams import StreamHub
 
 log = logging.getLogger("offpath.api")
@@ -76,8 +79,8 @@ def warn_if_redis_down(rt: Runtime) -> None:
 
 async def watch_loop_lag(period_s: float = 0.05) -> None:
     """Observe how late the event loop wakes from a ``period_s`` sleep
-    (``offpath_api_event_loop_lag_seconds``): a request that stalls the loop (issue 20,
-    item 1: a body parsed on it froze every request, /healthz too) shows there."""
+    (``offpath_api_event_loop_lag_seconds``): a request that stalls the loop (a body parsed on it
+    froze every request, /healthz too) shows there."""
     from offpath.metrics import LOOP_LAG
 
     loop = asyncio.get_running_loop()
@@ -157,7 +160,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
 
     def openapi_document() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = our_422(plain_openapi())
+            app.openapi_schema = database_503(our_422(plain_openapi()))
         return app.openapi_schema
 
     app.openapi = openapi_document  # type: ignore[method-assign]
@@ -213,6 +216,20 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
             )
         return await http_exception_handler(request, exc)
 
+    async def _database_down(_: Request, exc: Exception) -> JSONResponse:
+        """A database did not answer (refused, dropped or silent connection, statement
+        timeout): 503 with ``Retry-After`` on every route (each declares it), the driver's
+        words in the log only."""
+        log.warning("503: a database did not answer: %s", cause(exc))
+        return JSONResponse(
+            status_code=503,
+            content={"detail": DATABASE_DOWN},
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+        )
+
+    for kind in database_errors():
+        app.add_exception_handler(kind, _database_down)
+
     @app.exception_handler(ThreadBusy)
     @app.exception_handler(RunInProgress)
     async def _busy(_: Request, exc: Exception) -> JSONResponse:
@@ -253,7 +270,7 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 def methods_of(request: Request) -> set[str]:
     """The methods the app's routes answer on ``request``'s path: each method is matched
     against the router as a request would be (FastAPI nests included routers, whose
-    routes have no ``methods`` to read: every ``Allow`` was empty, issue 20, item 10)."""
+    routes have no ``methods`` to read: every ``Allow`` was empty)."""
     scope = request.scope
     return {
         method
@@ -286,6 +303,33 @@ def our_422(document: dict[str, Any]) -> dict[str, Any]:
         others = {k: v for k, v in schemas.items() if k != name}
         if f'"#/components/schemas/{name}"' not in json.dumps([document["paths"], others]):
             schemas.pop(name, None)
+    return document
+
+
+#: What a route's 503 says when the database is not the only reason it gives.
+DATABASE_503 = "a database did not answer (retry after Retry-After seconds)"
+
+
+def database_503(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with the 503 every operation may answer when a database does not
+    (:data:`~api.deps.DATABASE_DOWN`, a :class:`~api.schemas.Problem`): added where an
+    operation declares no 503, named in the description of a :class:`~api.schemas.Problem`
+    503 it declares for other reasons. The probes (``/healthz``, ``/readyz``) declare their
+    own 503 body, which says which store is down."""
+    ref = "#/components/schemas/Problem"
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            answers = operation.setdefault("responses", {})
+            answer = answers.get("503")
+            if answer is None:
+                answers["503"] = {
+                    "description": DATABASE_503[0].upper() + DATABASE_503[1:],
+                    "content": {"application/json": {"schema": {"$ref": ref}}},
+                }
+                continue
+            media = answer.get("content", {}).get("application/json", {})
+            if media.get("schema", {}).get("$ref") == ref:
+                answer["description"] = f"{answer['description']}; or {DATABASE_503}"
     return document
 
 

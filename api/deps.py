@@ -11,6 +11,7 @@ embedded demo).
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Path, Request
@@ -19,6 +20,7 @@ from fastapi.security.utils import get_authorization_scheme_param
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
+from offpath.coordination.outages import cause, database_errors
 from offpath.coordination.runtime import Runtime
 from offpath.stores.tenants import (
     DEFAULT_TENANT,
@@ -29,6 +31,10 @@ from offpath.stores.tenants import (
     session_of,
     take_session,
 )
+
+from .limits.middleware import GateUnavailable
+
+log = logging.getLogger("offpath.api")
 
 SessionId = Annotated[
     str,
@@ -63,6 +69,15 @@ MISSING_KEY = (
 UNKNOWN_KEY = "unknown or revoked API key"
 
 
+#: The 503 of a request a database did not answer (every route may give it), and its
+#: ``Retry-After`` (s).
+DATABASE_RETRY_AFTER_S = 5
+DATABASE_DOWN = (
+    "a database (the usage tables or the checkpointer) did not answer: retry in "
+    f"{DATABASE_RETRY_AFTER_S} s"
+)
+
+
 def rt_of(request: HTTPConnection) -> Runtime:
     return request.app.state.rt
 
@@ -92,8 +107,8 @@ def sender(scope: dict[str, Any]) -> str:
 async def body_gate(scope: dict[str, Any]) -> str | None:
     """Why the request of ``scope`` may not send a body (the 401 answer: no key, or an
     unknown one), or None; :class:`api.limits.BodyLimit` asks before it reads one byte of
-    a body (issue 20, item 1: an unauthenticated body was read and parsed first). The
-    route still checks the caller (the UI header, the tenant) as for any request."""
+    a body (an unauthenticated body is never read nor parsed). The route still checks the
+    caller (the UI header, the tenant) as for any request."""
     request = HTTPConnection(scope)
     rt = rt_of(request)
     if rt.settings.auth_disabled:
@@ -101,7 +116,11 @@ async def body_gate(scope: dict[str, Any]) -> str | None:
     key = presented_key(request, await bearer(request))  # type: ignore[arg-type]
     if not key:
         return MISSING_KEY
-    found = await run_in_threadpool(principal_of, rt.engine, key)
+    try:
+        found = await run_in_threadpool(principal_of, rt.engine, key)
+    except database_errors() as exc:
+        log.warning("API key not checked: %s", cause(exc))
+        raise GateUnavailable(DATABASE_DOWN, DATABASE_RETRY_AFTER_S) from None
     return None if found is not None else UNKNOWN_KEY
 
 
@@ -168,7 +187,7 @@ def check_writable(rt: Runtime, caller: Principal, session_id: str) -> bool:
 def take_writable(rt: Runtime, caller: Principal, session_id: str) -> None:
     """Make a new session ``caller``'s; 404 if another tenant owns it (an admin may write).
     Called under the thread's lock, once the write has passed every check: a refused
-    request claims nothing (issue 20, item 5)."""
+    request claims nothing."""
     owner = take_session(rt.engine, session_id, caller.tenant)
     if not caller.sees(owner):
         raise no_session(session_id)

@@ -10,8 +10,10 @@ from datetime import timedelta
 from typing import Any
 
 from offpath.coordination.runtime import Runtime
-from offpath.stores import db
-from offpath.stores.leases import failure_backoff_s
+from offpath.stores.db.job_queries import failures_in_a_row
+from offpath.stores.db.tables import JobStatus, now_utc
+from offpath.stores.db.usage_events import chars_saved
+from offpath.stores.leases.claims import failure_backoff_s
 
 #: What a reverted compaction shows of its loss report: its originals are back in the thread,
 #: so nothing left the model's view.
@@ -37,8 +39,8 @@ def job_json(r: dict[str, Any]) -> dict[str, Any]:
         **((r["result"] or {}).get("usage") or {}),
         **((r["result"] or {}).get("record") or {}),
     }
-    applied = r["status"] in (db.JobStatus.APPLIED, db.JobStatus.REVERTED)
-    reverted = r["status"] == db.JobStatus.REVERTED
+    applied = r["status"] in (JobStatus.APPLIED, JobStatus.REVERTED)
+    reverted = r["status"] == JobStatus.REVERTED
     if reverted:
         result = {**result, "messages_removed": 0, "chars_removed": 0}
         if isinstance(result.get("loss"), dict) and "error" not in result["loss"]:
@@ -54,7 +56,7 @@ def job_json(r: dict[str, Any]) -> dict[str, Any]:
         "chars_at_apply": r.get("chars_at_apply") if applied else None,
         "messages_removed": result.get("messages_removed") if applied else None,
         "chars_removed": result.get("chars_removed") if applied else None,
-        "chars_saved": (0 if reverted else db.chars_saved(result))
+        "chars_saved": (0 if reverted else chars_saved(result))
         if applied and "chars_removed" in result
         else None,
         "summarizer": result.get("summarizer"),
@@ -77,14 +79,14 @@ def lease_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
 
 
 def backoff_json(rt: Runtime, session_id: str) -> dict[str, Any] | None:
-    """The failure backoff after jobs failed in a row (issue 8, item 5), while it runs."""
-    failures, last = db.failures_in_a_row(rt.engine, session_id)
+    """The failure backoff after jobs failed in a row, while it runs."""
+    failures, last = failures_in_a_row(rt.engine, session_id)
     s = rt.settings
     seconds = failure_backoff_s(failures, s.failure_backoff_s, s.failure_backoff_max_s)
     if not seconds or last is None:
         return None
     until = last + timedelta(seconds=seconds)
-    if until <= db.now_utc():
+    if until <= now_utc():
         return None
     return {"failures_in_a_row": failures, "seconds": seconds, "until": until.isoformat()}
 

@@ -1,7 +1,7 @@
 """What the session routes (:mod:`api.sessions`) do around a turn's write: the thread's state
 (:func:`state_of`), the pruning of old checkpoints after the response (:func:`prune`), tool
 results shortened as they arrive (:func:`offload`), and a failed chat turn taken back
-(:func:`_undo`).
+(:func:`undo_run`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
 
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.summary import is_summary
+from offpath.compaction.summary.message import is_summary
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive
@@ -39,7 +39,7 @@ def offload(
     """The turn's messages (``position``: where the first lands in the thread) with each tool
     result over ``TOOL_RESULT_MAX_CHARS`` shortened in place (head, tail, the facts of the
     part cut out, how to read it with ``recall``), its original archived first: as it
-    arrives, in the turn's own write (issue 18, item 1). If the archive cannot be written
+    arrives, in the turn's own write. If the archive cannot be written
     the results are kept whole (never shortened unarchived); a compaction shortens them
     later."""
     limit = rt.settings.tool_result_limit_chars
@@ -76,11 +76,12 @@ def run_turn(
     return values, list(produced.values())
 
 
-def _summary_text(messages: Sequence[BaseMessage]) -> str:
+def summary_text(messages: Sequence[BaseMessage]) -> str:
+    """The text of the summary among ``messages``, or "" when there is none."""
     return next((str(m.content) for m in messages if is_summary(m)), "")
 
 
-def _undo(rt: Runtime, session_id: str, before: set[Any]) -> None:
+def undo_run(rt: Runtime, session_id: str, before: set[Any]) -> None:
     """Take back what a failed run added, so the thread is as it was (a summary the run's
     middleware applied stays: it replaced messages that are gone)."""
     added: list[Any] = []

@@ -21,6 +21,10 @@ from fastapi.security import HTTPAuthorizationCredentials
 from langchain_core.messages import BaseMessage, HumanMessage, messages_to_dict
 from starlette.concurrency import run_in_threadpool
 
+from offpath.api.limits.offloop import OffLoopBody
+from offpath.api.schemas.answers import ChatOut, CompactionsOut, SessionOut, TurnOut
+from offpath.api.schemas.problems import READ, WRITE, errors
+from offpath.api.schemas.requests import ChatIn, TurnIn
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.formats import ConversationFormatError, message_json, to_messages
 from offpath.compaction.tracking import KEY as PRIVATE_KEY
@@ -28,11 +32,11 @@ from offpath.compaction.tracking import ThreadSize
 from offpath.compaction.turns import TurnError, check_messages, validate_turn
 from offpath.coordination.admin import read_session
 from offpath.coordination.logs import tag
-from offpath.stores import db
 from offpath.stores.checkpoints import read_thread, thread_config
+from offpath.stores.db.job_queries import jobs_of
 from offpath.stores.tenants import note_size
 from offpath.stores.updates import job_updates
-from offpath.stores.usage import has_rows
+from offpath.stores.usage.sessions import has_rows
 
 from .deps import (
     Caller,
@@ -47,24 +51,12 @@ from .deps import (
     rt_of,
     take_writable,
 )
-from .limits import OffLoopBody
-from .schemas import (
-    READ,
-    WRITE,
-    ChatIn,
-    ChatOut,
-    CompactionsOut,
-    SessionOut,
-    TurnIn,
-    TurnOut,
-    errors,
-)
 from .session_jobs import EVENTS_KEEPALIVE_S as EVENTS_KEEPALIVE_S
 from .session_jobs import EVENTS_MAX_S as EVENTS_MAX_S
 from .session_jobs import EVENTS_POLL_S as EVENTS_POLL_S
 from .session_jobs import EVENTS_RETRY_MS as EVENTS_RETRY_MS
 from .session_jobs import backoff_json, job_json, lease_json
-from .session_turns import _summary_text, _undo, offload, run_turn, state_of
+from .session_turns import offload, run_turn, state_of, summary_text, undo_run
 from .session_turns import prune as prune
 from .streams import (
     RETRY_AFTER_S,
@@ -136,7 +128,7 @@ def chat(
         try:
             values, produced = run_turn(rt, human, config, before)
         except Exception as exc:
-            _undo(rt, session_id, before)
+            undo_run(rt, session_id, before)
             if new_session:  # nothing of the turn is kept: neither is the claim
                 give_back(rt, session_id)
             log.warning("[%s] chat turn failed: %s", tag(session_id), exc)
@@ -155,7 +147,7 @@ def chat(
             "chars": total_chars(added),
             "tool_calls": sum(len(getattr(m, "tool_calls", None) or []) for m in added),
             # a compaction was applied during the run (the summary is new or changed)
-            "compacted": _summary_text(messages) not in ("", _summary_text(prior)),
+            "compacted": summary_text(messages) not in ("", summary_text(prior)),
         },
     }
 
@@ -187,7 +179,7 @@ def append_turn(
             )
     try:
         # every check that needs no thread comes before the owner is looked at: a refused
-        # turn answers the same whoever owns the id, and claims nothing (issue 20, item 5)
+        # turn answers the same whoever owns the id, and claims nothing
         new = check_messages(
             to_messages(body.message_dicts()),
             max_messages=settings.max_turn_messages,
@@ -296,7 +288,7 @@ def read_compactions(session_id: SessionId, request: Request, caller: Caller) ->
     now (``lease``) and the failure backoff, if one is running."""
     rt = rt_of(request)
     check_readable(rt, caller, session_id)
-    rows = db.jobs_of(rt.engine, session_id)
+    rows = jobs_of(rt.engine, session_id)
     if not rows and not state_of(rt, session_id):
         raise no_session(session_id)
     return {

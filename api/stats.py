@@ -11,14 +11,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
+from offpath.api.schemas.admin import HealthOut, ReadyOut
+from offpath.api.schemas.answers import SessionStatsOut, StatsOut
+from offpath.api.schemas.problems import READ, errors
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.tokens import TokenCounter
 from offpath.coordination.runtime import Runtime
-from offpath.stores import db, usage
 from offpath.stores.checkpoints import read_messages
+from offpath.stores.db.engine import ping
+from offpath.stores.usage.sessions import has_rows
+from offpath.stores.usage.stats_body import stats
 
 from .deps import Caller, SessionId, check_readable, no_session, rt_of
-from .schemas import READ, HealthOut, ReadyOut, SessionStatsOut, StatsOut, errors
 
 log = logging.getLogger("offpath.api")
 
@@ -66,7 +70,7 @@ def read_stats(request: Request, caller: Caller, since: Since = None) -> dict[st
     key); ``since``: a time window (:func:`offpath.stores.usage.stats`)."""
     start = parse_since(since)
     tenant = None if caller.admin else caller.tenant
-    return usage.stats(rt_of(request).engine, tenant=tenant, since=start)
+    return stats(rt_of(request).engine, tenant=tenant, since=start)
 
 
 @router.get(
@@ -84,9 +88,9 @@ def read_session_stats(
     rt = rt_of(request)
     check_readable(rt, caller, session_id)
     messages = read_messages(rt.checkpoints.saver, session_id)
-    if not messages and not usage.has_rows(rt.engine, session_id):
+    if not messages and not has_rows(rt.engine, session_id):
         raise no_session(session_id)
-    body = usage.stats(rt.engine, since=start, session_id=session_id)
+    body = stats(rt.engine, since=start, session_id=session_id)
     return {
         "session_id": session_id,
         "messages": len(messages),
@@ -155,7 +159,7 @@ def fixed_part_warnings(rt: Runtime) -> list[str]:
     """One line when sessions have a fixed part (system prompt) over their threshold: every
     model call of theirs is over it, whatever a compaction removes; the sizes, and the
     setting to change. Empty when there is none or it cannot be read."""
-    from offpath.compaction.planner import thread_budget
+    from offpath.compaction.planner.budgets import thread_budget
     from offpath.stores.tenants import fixed_over
 
     try:
@@ -180,7 +184,7 @@ def reachability(rt: Runtime) -> dict[str, str]:
     """``ok`` or ``error: ...`` for the broker, the usage database and the checkpointer."""
     checks = {
         "broker": rt.ping_broker,
-        "database": lambda: db.ping(rt.engine),
+        "database": lambda: ping(rt.engine),
         "checkpointer": rt.checkpoints.ping,
     }
     status: dict[str, str] = {}

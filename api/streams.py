@@ -30,7 +30,7 @@ from starlette.concurrency import run_in_threadpool
 
 from offpath.coordination.runtime import Runtime
 from offpath.metrics import EVENT_STREAM_POLLS, EVENT_STREAMS
-from offpath.stores.db import now_utc
+from offpath.stores.db.tables import now_utc
 from offpath.stores.tenants import Principal, identities, principal_of
 from offpath.stores.updates import Changed, updates_of
 

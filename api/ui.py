@@ -1,4 +1,4 @@
-"""The web UI at ``/ui``: a dashboard, the sessions list and one session's page (issue 12).
+"""The web UI at ``/ui``: a dashboard, the sessions list and one session's page.
 
 Server-rendered Jinja2 templates (``api/templates/``) and one small plain script
 (``api/static/ui.js``, no build step, nothing from a CDN). Every page has regions
@@ -27,21 +27,35 @@ from fastapi.security.utils import get_authorization_scheme_param
 from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
+from offpath.api.ui_data import listing
+from offpath.api.ui_data.chart import size_chart
+from offpath.api.ui_data.dashboard import dashboard_stats, fmt, fmt_ms, session_widgets, widgets
+from offpath.api.ui_data.listing import SORTS, session_counts
+from offpath.api.ui_data.thread import (
+    fixed_part_of,
+    job_timeline,
+    originals_by_summary,
+    originals_totals,
+    own_summaries,
+    session_version,
+    thread_items,
+    tokens_of,
+    waiting_job,
+)
 from offpath.compaction.accounting import total_chars
 from offpath.coordination.admin import read_session
-from offpath.stores import usage
 from offpath.stores.tenants import Principal, principal_of
-from offpath.stores.usage import BadCursor
+from offpath.stores.usage import stats_body
+from offpath.stores.usage.sessions import BadCursor
 
-from . import ui_data
 from .deps import KEY_COOKIE, UI_HEADER, SessionId, check_readable, principal, rt_of
 from .stats import Since, parse_since
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=HERE / "templates")
-templates.env.filters["num"] = ui_data.fmt
-templates.env.filters["ms"] = ui_data.fmt_ms
-templates.env.filters["totals"] = ui_data.originals_totals
+templates.env.filters["num"] = fmt
+templates.env.filters["ms"] = fmt_ms
+templates.env.filters["totals"] = originals_totals
 STATIC = HERE / "static"
 #: The files ``/ui/static/`` serves, and their media types (nothing else is served).
 STATIC_FILES = {"ui.js": "text/javascript", "ui.css": "text/css"}
@@ -181,11 +195,11 @@ def dashboard_context(request: Request, caller: Principal, since: str | None) ->
     """The ``/stats`` figures (``since``: as ``/stats?since=`` takes it; 422 if it is not
     one), the size chart and the recent failures."""
     rt = rt_of(request)
-    stats = ui_data.dashboard_stats(rt, caller, parse_since(since))
+    stats = dashboard_stats(rt, caller, parse_since(since))
     return {
         "stats": stats,
-        "widgets": ui_data.widgets(stats),
-        "chart": ui_data.size_chart(rt, caller),
+        "widgets": widgets(stats),
+        "chart": size_chart(rt, caller),
         "failures": stats["summary"].get("recent_failures") or [],
         "since": since or "",
         "windows": WINDOWS,
@@ -219,13 +233,13 @@ def sessions_context(
 ) -> dict[str, Any]:
     """A page of the sessions list; 422 for a cursor the list did not give."""
     try:
-        rows, next_cursor = ui_data.session_page(
+        rows, next_cursor = listing.session_page(
             rt_of(request), caller, q=q, sort=sort, order=order, cursor=cursor or None
         )
     except BadCursor as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from None
-    sort = sort if sort in ui_data.SORTS else "last_activity"
-    order = order or ui_data.SORTS[sort]
+    sort = sort if sort in SORTS else "last_activity"
+    order = order or SORTS[sort]
     more = None
     if next_cursor:
         more = "/ui/sessions?" + urlencode(
@@ -236,11 +250,11 @@ def sessions_context(
         "q": q,
         "sort": sort,
         "order": order,
-        "sorts": ui_data.SORTS,
+        "sorts": SORTS,
         "next_page": more,
         "first_page": bool(cursor),
         "caller": caller,
-        "counts": ui_data.session_counts(rt_of(request), caller),
+        "counts": session_counts(rt_of(request), caller),
         "threshold": rt_of(request).settings.summarization_threshold_chars,
     }
 
@@ -277,18 +291,18 @@ def session_context(request: Request, caller: Principal, session_id: str) -> dic
     check_readable(rt, caller, session_id)
     source, thread = read_session(rt, session_id)
     messages = thread.messages
-    jobs = ui_data.job_timeline(rt, session_id)
+    jobs = job_timeline(rt, session_id)
     if not messages and not jobs:
         raise HTTPException(status_code=404, detail=f"no session {session_id!r}")
-    own = ui_data.own_summaries(rt, session_id)  # a client's summary marker is not offpath's
-    items = ui_data.thread_items(messages, own)
+    own = own_summaries(rt, session_id)  # a client's summary marker is not offpath's
+    items = thread_items(messages, own)
     summaries = [i["id"] for i in items if i["summary"]]
     kept = [m.id for m in messages if m.id not in summaries]  # a summary takes a removed id
-    originals, archived = ui_data.originals_by_summary(rt, session_id, summaries, own, kept)
-    stats = usage.stats(rt.engine, session_id=session_id)  # GET /sessions/{id}/stats's
+    originals, archived = originals_by_summary(rt, session_id, summaries, own, kept)
+    stats = stats_body.stats(rt.engine, session_id=session_id)  # GET /sessions/{id}/stats's
     return {
         "stats": stats,
-        "saved": ui_data.session_widgets(stats),
+        "saved": session_widgets(stats),
         "session_id": session_id,
         "kind": source.kind,
         "items": items,
@@ -296,11 +310,11 @@ def session_context(request: Request, caller: Principal, session_id: str) -> dic
         "archived": archived,
         "messages": len(messages),
         "chars": total_chars(messages),
-        "tokens": ui_data.tokens_of(messages),
+        "tokens": tokens_of(messages),
         "threshold": rt.settings.summarization_threshold_chars,
-        **ui_data.fixed_part_of(rt, session_id, messages),  # fixed, fixed_warning
+        **fixed_part_of(rt, session_id, messages),  # fixed, fixed_warning
         "jobs": jobs,
-        "waiting": ui_data.waiting_job(rt, jobs),
+        "waiting": waiting_job(rt, jobs),
         "caller": caller,
     }
 
@@ -381,7 +395,7 @@ def live_session(session_id: SessionId, request: Request) -> Response:
 
     def version(caller: Principal) -> str:
         check_readable(rt_of(request), caller, session_id)
-        return ui_data.session_version(rt_of(request), session_id)
+        return session_version(rt_of(request), session_id)
 
     build = lambda c: session_context(request, c, session_id)  # noqa: E731
     return _live(request, build, SESSION_REGIONS, version)

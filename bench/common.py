@@ -151,7 +151,7 @@ def set_env(env: dict[str, str]) -> None:
             del os.environ[key]
     os.environ["OFFPATH_ENV_FILE"] = ""
     os.environ.update(env)
-    from offpath.compaction.settings import get_settings
+    from offpath.config import get_settings
 
     get_settings.cache_clear()
 

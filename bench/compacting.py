@@ -45,8 +45,8 @@ class Archive:
     the compactions a benchmark applies; ``close()`` removes it."""
 
     def __init__(self) -> None:
-        from offpath.compaction.settings import load_settings
-        from offpath.stores.db import make_engine, migrate
+        from offpath.config import load_settings
+        from offpath.stores.db.engine import make_engine, migrate
 
         self._tmp = tempfile.TemporaryDirectory(prefix="offpath-bench-")
         # its own SQLite file even when the stack's DATABASE_URL is set: two benchmarks of
@@ -67,7 +67,8 @@ class Archive:
         """Archive the originals a compaction of ``thread`` removes (and the kept results it
         shortens), under a job row set ``applied``, as the worker does before its patch."""
         from offpath.stores import archive
-        from offpath.stores.db import JOBS, create_job
+        from offpath.stores.db.tables import JOBS
+        from offpath.stores.db.transitions import create_job
 
         job = f"bench-{next(self._jobs)}"
         rows = archive.rows_for(session, job, summary_id, thread, removed, shortened)
@@ -180,8 +181,8 @@ def names_nothing(chars: int) -> Any:
 def stub_summarizer(settings: Any, chars: int) -> Any:
     """:func:`names_nothing` as offpath's LLM summarizer behind the fact guard, as
     ``make_summarizer`` builds one when an LLM is configured."""
-    from offpath.compaction.summarizers import GuardedSummarizer
-    from offpath.compaction.summarizers.llm import LLMSummarizer
+    from offpath.compaction.summarizers.guarded import GuardedSummarizer
+    from offpath.llm import LLMSummarizer
 
     inner = LLMSummarizer(names_nothing(chars), "names-nothing-stub")
     return GuardedSummarizer(inner, settings.summary_pinned_max_chars)

@@ -90,9 +90,9 @@ def summarizers() -> dict[str, Any]:
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
 
-    from offpath.compaction.settings import get_settings
-    from offpath.compaction.summarizers import OfflineSummarizer
-    from offpath.compaction.summarizers.llm import LLMSummarizer
+    from offpath.compaction.summarizers.offline import OfflineSummarizer
+    from offpath.config import get_settings
+    from offpath.llm import LLMSummarizer
 
     out: dict[str, Any] = {
         "offline": OfflineSummarizer(),
@@ -112,14 +112,15 @@ def replay(name: str, doc: dict[str, Any], inner: Any, engine: Any, guard: bool 
     from langgraph.graph.message import add_messages
 
     from offpath.agent import recall
-    from offpath.compaction.facts import stated_facts
+    from offpath.compaction.facts.extraction import stated_facts
     from offpath.compaction.formats import split_turns, to_messages
     from offpath.compaction.pipeline import Skip, compact
-    from offpath.compaction.settings import load_settings
-    from offpath.compaction.summarizers import GuardedSummarizer
-    from offpath.compaction.summary import is_summary
+    from offpath.compaction.summarizers.guarded import GuardedSummarizer
+    from offpath.compaction.summary.message import is_summary
+    from offpath.config import load_settings
     from offpath.stores import archive
-    from offpath.stores.db import JOBS, create_job
+    from offpath.stores.db.tables import JOBS
+    from offpath.stores.db.transitions import create_job
 
     overrides = {k.lower(): v for k, v in (doc.get("settings") or {}).items()}
     settings = load_settings(**overrides)
@@ -177,7 +178,7 @@ def _probes(
 ) -> None:
     """Ask the probe questions; a question is answered when its expected answer is in the
     thread (or the recall answer for its key words)."""
-    from offpath.compaction.facts import find
+    from offpath.compaction.facts.patterns import find
     from offpath.compaction.prompt import render_content
 
     full = "\n".join(text_of(m) for m in posted)
@@ -226,8 +227,8 @@ def text_of(message: Any) -> str:
 
 
 def run(ctx: Context | None = None) -> Result:
-    from offpath.compaction.settings import load_settings
-    from offpath.stores.db import make_engine, migrate
+    from offpath.config import load_settings
+    from offpath.stores.db.engine import make_engine, migrate
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(data_dir=tmp)
@@ -286,7 +287,7 @@ def run(ctx: Context | None = None) -> Result:
         if t.lost and lb != BASELINE
     ]
     met = all(s >= TARGET for lb, s in shares.items() if lb != BASELINE)
-    from offpath.compaction.settings import get_settings
+    from offpath.config import get_settings
 
     configured = get_settings()
     llm_line = (

@@ -570,8 +570,8 @@ def play(kind: str, seed: int, settings: Any, summarizer: Any, archive: Archive)
 def run(ctx: Context | None = None) -> Result:
     from stub_llm import StubServer
 
-    from offpath.compaction.settings import load_settings
-    from offpath.compaction.summarizers import make_summarizer
+    from offpath.config import load_settings
+    from offpath.llm import make_summarizer
 
     checks = self_check()
     seeds = QUICK_SEEDS if ctx is not None and ctx.quick else SEEDS

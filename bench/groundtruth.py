@@ -230,10 +230,10 @@ def replay(
 
 
 def run(ctx: Context | None = None) -> Result:
-    from offpath.compaction.planner import summary_budget_chars
-    from offpath.compaction.settings import load_settings
-    from offpath.compaction.summarizers import make_summarizer
-    from offpath.compaction.summary import text_cap
+    from offpath.compaction.planner.budgets import summary_budget_chars
+    from offpath.compaction.summary.message import text_cap
+    from offpath.config import load_settings
+    from offpath.llm import make_summarizer
 
     quick = bool(ctx and ctx.quick)
     where, found = data_dir(ENV, FILES)

@@ -69,9 +69,9 @@ def run(ctx: Context | None = None, steps: int = 20) -> Result:
 
     from bench.workloads import turn_messages
     from offpath.compaction.pipeline import Compaction, compact
-    from offpath.compaction.settings import load_settings
-    from offpath.compaction.summarizers import GuardedSummarizer
-    from offpath.compaction.summarizers.llm import MAX_SUMMARY_CHARS, LLMSummarizer
+    from offpath.compaction.summarizers.guarded import GuardedSummarizer
+    from offpath.config import load_settings
+    from offpath.llm import MAX_SUMMARY_CHARS, LLMSummarizer
 
     settings = load_settings()
     summarizer = GuardedSummarizer(

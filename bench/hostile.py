@@ -297,12 +297,12 @@ def injection() -> tuple[list[str], bool, str]:
     from langchain_core.messages import AIMessage
 
     from offpath.compaction.formats import to_messages
-    from offpath.compaction.planner import plan_compaction
+    from offpath.compaction.planner.cut import plan_compaction
     from offpath.compaction.prompt import build_prompt
-    from offpath.compaction.settings import load_settings
     from offpath.compaction.summarizers.guarded import GuardedSummarizer
-    from offpath.compaction.summarizers.llm import LLMSummarizer
     from offpath.compaction.summarizers.offline import OfflineSummarizer
+    from offpath.config import load_settings
+    from offpath.llm import LLMSummarizer
 
     s = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
     rows = [

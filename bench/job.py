@@ -25,7 +25,7 @@ def run_like_the_worker(rt: Any, summarizer: Any, session_id: str, job_id: str) 
     dispatch: mark the job ``running`` and take the thread's running lease (renewed by
     ``rt.jobs``' lease keeper), run the job, which hands the thread on. Returns the job's
     status."""
-    from offpath.stores.leases import Start
+    from offpath.stores.leases.claims import Start
     from offpath.worker.jobs import run_job
 
     started = rt.jobs.start(session_id, job_id)
@@ -43,7 +43,7 @@ def run_like_the_worker(rt: Any, summarizer: Any, session_id: str, job_id: str) 
 def queued(rt: Any, session_id: str, messages: list[Any]) -> str:
     """Thread ``session_id`` seeded with ``messages`` and a job queued for it as the post-turn
     hook queues one (claim, then the queued row); returns the job's id."""
-    from offpath.stores.db import create_job
+    from offpath.stores.db.transitions import create_job
 
     seed(rt, session_id, messages)
     job_id = uuid.uuid4().hex
@@ -59,7 +59,7 @@ def floor(rt: Any, session_id: str, patch: list[Any]) -> None:
     import sqlalchemy as sa
 
     from offpath.stores.checkpoints import read_thread
-    from offpath.stores.db import EVENTS
+    from offpath.stores.db.tables import EVENTS
 
     thread = read_thread(rt.checkpoints.saver, session_id)
     rt.patch(session_id, {"messages": patch}, thread.base)
@@ -97,17 +97,17 @@ def run(ctx: Context, runs: int = 5) -> Result:
     from sqlalchemy import event
 
     from bench.workloads import thread
-    from offpath.agent.graph import open_runtime
+    from offpath.agent.graph import open_thread_writer
     from offpath.compaction import facts
     from offpath.compaction.accounting import total_chars
     from offpath.compaction.pipeline import compact
-    from offpath.compaction.settings import get_settings
-    from offpath.compaction.summarizers import make_summarizer
     from offpath.compaction.summarizers.offline import OfflineSummarizer
+    from offpath.config import get_settings
+    from offpath.llm import make_summarizer
 
     per_run = 4 if ctx.quick else 20
     settings = get_settings()
-    rt = open_runtime(settings)
+    rt = open_thread_writer(settings)  # the worker's
     summarizer = make_summarizer(settings)  # as the worker makes it: the LLM behind the guard
     ctx.stub.set_delay(0.0)
     statements: list[str] = []

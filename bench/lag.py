@@ -81,7 +81,7 @@ def run(ctx: Context) -> Result:
     import sqlalchemy as sa
 
     from offpath.agent.graph import open_runtime
-    from offpath.compaction.settings import get_settings
+    from offpath.config import get_settings
 
     seconds = 30.0 if ctx.quick else 90.0
     settings = get_settings()

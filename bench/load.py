@@ -156,7 +156,7 @@ def check_threads(
     import sqlalchemy as sa
 
     from offpath.agent.graph import open_runtime
-    from offpath.compaction.summary import is_summary, summary_meta
+    from offpath.compaction.summary.message import is_summary, summary_meta
     from offpath.stores import archive
     from offpath.stores.checkpoints import thread_config
 
@@ -300,7 +300,7 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
 def run(ctx: Context) -> Result:
     import sqlalchemy as sa
 
-    from offpath.compaction.settings import load_settings
+    from offpath.config import load_settings
 
     sessions, seconds = (10, 15.0) if ctx.quick else (50, 60.0)
     pg_url = create_pg_database("offpath_bench_load")

@@ -467,7 +467,7 @@ def loops_for(messages: Sequence[Any], threshold: int, keep: int, target: int) -
     """About four times the loops ``target`` compactions need: each frees about the threshold less
     the keep window and the summary budget; tool results count at most their cap."""
     from offpath.compaction.accounting import message_chars
-    from offpath.compaction.settings import load_settings
+    from offpath.config import load_settings
 
     s = load_settings(summarization_threshold_chars=threshold, summarization_keep_chars=keep)
     cap = s.tool_result_limit_chars
@@ -793,10 +793,10 @@ class Bench:
 def run(ctx: Context) -> Result:
     from bench.peak import LogLines, job_counts
     from bench.peers import SUMMARY_CHARS
-    from offpath.compaction.settings import Settings, get_settings
+    from offpath.config import EnvironmentSettings, get_settings
     from offpath.coordination.runtime import Client
     from offpath.stores.checkpoints import open_checkpoints_url
-    from offpath.stores.db import make_engine, migrate
+    from offpath.stores.db.engine import make_engine, migrate
 
     assert ctx.stub is not None
     base = get_settings()
@@ -848,7 +848,7 @@ def run(ctx: Context) -> Result:
                     with open(log_path, "ab") as out:
                         workers.append(start_worker(env, f"{queue}@%h", out, loglevel="info"))
                     logs.append(log_path)
-                    settings = Settings(
+                    settings = EnvironmentSettings(
                         summarization_threshold_chars=threshold,
                         summarization_keep_chars=keep,
                         celery_queue=queue,

@@ -21,8 +21,8 @@ def run(ctx: Context) -> Result:
 
     from bench.workloads import thread
     from offpath.agent.graph import open_runtime
-    from offpath.compaction.settings import get_settings
-    from offpath.stores.db import create_job
+    from offpath.config import get_settings
+    from offpath.stores.db.transitions import create_job
 
     settings = get_settings()
     conc = settings.worker_concurrency

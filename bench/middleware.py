@@ -179,7 +179,7 @@ def middleware_for(setting: str, agent_url: str) -> tuple[list[Any], Any]:
 
         summarizer = FakeListChatModel(responses=["(never called)"])
         return [SummarizationMiddleware(summarizer, trigger=("tokens", 10**9))], None
-    from offpath.compaction.settings import load_settings
+    from offpath.config import load_settings
     from offpath.coordination.runtime import Client
 
     settings = load_settings(**OFFPATH[setting])
@@ -241,9 +241,9 @@ def measure(
 
 def run(ctx: Context) -> Result:
     from bench.workloads import thread
-    from offpath.compaction.settings import get_settings
+    from offpath.config import get_settings
     from offpath.stores.checkpoints import open_checkpoints_url
-    from offpath.stores.db import migrate
+    from offpath.stores.db.engine import migrate
 
     sizes = QUICK_SIZES if ctx.quick else SIZES
     per_size = QUICK_CALLS if ctx.quick else CALLS

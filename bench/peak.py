@@ -144,7 +144,7 @@ class Bench:
     def __init__(self, ctx: Context, saver: Any, agent_url: str, client: Any) -> None:
         from langchain_openai import ChatOpenAI
 
-        from offpath.compaction.settings import get_settings
+        from offpath.config import get_settings
 
         self.settings = get_settings()
         self.saver = saver
@@ -292,11 +292,11 @@ class LogLines(logging.Handler):
 def run(ctx: Context) -> Result:
     from shared import load, messages_of
 
-    from offpath.compaction.settings import get_settings
+    from offpath.config import get_settings
     from offpath.coordination.runtime import Client
     from offpath.stores.checkpoints import open_checkpoints_url
-    from offpath.stores.db import migrate
-    from offpath.stores.usage import stats
+    from offpath.stores.db.engine import migrate
+    from offpath.stores.usage.stats_body import stats
 
     settings = get_settings()
     threshold = settings.summarization_threshold_chars

@@ -439,10 +439,10 @@ def start_worker(env: dict[str, str], name: str, out: Any) -> subprocess.Popen[b
 
 
 def run(ctx: Context) -> Result:
-    from offpath.compaction.settings import Settings, get_settings
+    from offpath.config import EnvironmentSettings, get_settings
     from offpath.coordination.runtime import Client
     from offpath.stores.checkpoints import open_checkpoints_url
-    from offpath.stores.db import migrate
+    from offpath.stores.db.engine import migrate
 
     base = get_settings()
     summary_s = QUICK_SUMMARY_S if ctx.quick else SUMMARY_S
@@ -493,7 +493,7 @@ def run(ctx: Context) -> Result:
             with open(log_path, "ab") as out:
                 proc = start_worker(env, f"{queue}@%h", out)
             workers.append((proc, log_path))
-            settings = Settings(
+            settings = EnvironmentSettings(
                 summarization_threshold_chars=threshold,
                 summarization_keep_chars=keep,
                 celery_queue=queue,

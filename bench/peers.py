@@ -129,7 +129,7 @@ def _summary_text(prompt: str, shape: str) -> str:
     from stub_llm import pad_summary
 
     from bench.compacting import NAMES_NOTHING
-    from offpath.compaction.facts import find
+    from offpath.compaction.facts.patterns import find
 
     if shape == "llm":
         return pad_summary(NAMES_NOTHING, SUMMARY_CHARS)
@@ -258,7 +258,7 @@ class Run:
 def documents(quick: bool) -> list[Doc]:
     from shared import TRANSCRIPTS, load, messages_of
 
-    from offpath.compaction.facts import stated_facts
+    from offpath.compaction.facts.extraction import stated_facts
 
     docs = []
     for path in TRANSCRIPTS:
@@ -280,7 +280,7 @@ def documents(quick: bool) -> list[Doc]:
 
 class Bench:
     def __init__(self, ctx: Context, saver: Any, agent_url: str, client: Any, shape: str):
-        from offpath.compaction.settings import load_settings
+        from offpath.config import load_settings
 
         self.settings = load_settings(
             summarization_threshold_chars=THRESHOLD, summarization_keep_chars=KEEP
@@ -458,7 +458,7 @@ def attribute(requests: list[dict[str, Any]], docs: list[Doc]) -> dict[str, list
 def run_pass(ctx: Context, shape: str, docs: list[Doc]) -> tuple[list[Run], float, dict]:
     from offpath.coordination.runtime import Client
     from offpath.stores.checkpoints import open_checkpoints_url
-    from offpath.stores.db import migrate
+    from offpath.stores.db.engine import migrate
 
     llm_delay = QUICK_LLM_DELAY_S if ctx.quick else LLM_DELAY_S
     assert ctx.stub is not None
@@ -484,7 +484,7 @@ def run_pass(ctx: Context, shape: str, docs: list[Doc]) -> tuple[list[Run], floa
     runs: list[Run] = []
     extra: dict[str, Any] = {"log": str(log_path)}
     try:
-        from offpath.compaction.settings import load_settings
+        from offpath.config import load_settings
 
         settings = load_settings(
             summarization_threshold_chars=THRESHOLD, summarization_keep_chars=KEEP

@@ -11,8 +11,9 @@ NAME = "planner"
 
 def run(ctx: Context | None = None, runs: int = 5) -> Result:
     from bench.workloads import thread
-    from offpath.compaction.planner import CompactionPlan, plan_compaction
-    from offpath.compaction.settings import load_settings
+    from offpath.compaction.planner.cut import plan_compaction
+    from offpath.compaction.planner.plans import CompactionPlan
+    from offpath.config import load_settings
 
     settings = load_settings()
     times = {}

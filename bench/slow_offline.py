@@ -15,8 +15,8 @@ import os
 import sys
 import time
 
-from offpath.compaction.summarizers.llm import LLMSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.llm import LLMSummarizer
 
 _summarize = OfflineSummarizer.summarize
 _llm_summarize = LLMSummarizer.summarize

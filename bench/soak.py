@@ -1026,7 +1026,8 @@ def soak(plan: Plan, folder: Path | None = None) -> Figures:
     from stack import start_redis
 
     from bench.common import api_key
-    from offpath.compaction.settings import Settings, load_settings
+    from offpath.compaction.settings import Settings
+    from offpath.config import load_settings
 
     folder = folder or Path(tempfile.mkdtemp(prefix=f"soak-{RUN_ID}-"))
     folder.mkdir(parents=True, exist_ok=True)

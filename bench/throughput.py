@@ -75,7 +75,7 @@ def one_run(
 ) -> tuple[float, float]:
     """``jobs`` compactions through the workers ``start`` starts: (steady rate, peak RSS MiB)."""
     from bench.workloads import thread
-    from offpath.stores.db import create_job
+    from offpath.stores.db.transitions import create_job
 
     log = open(Path(tempfile.gettempdir()) / f"bench-tp-{RUN_ID}-{label}.log", "ab")  # noqa: SIM115
     sids = []
@@ -107,7 +107,7 @@ def one_run(
 
 def run(ctx: Context, runs: int | None = None) -> Result:
     from offpath.agent.graph import open_runtime
-    from offpath.compaction.settings import get_settings
+    from offpath.config import get_settings
 
     settings = get_settings()
     default = settings.worker_concurrency

@@ -112,8 +112,8 @@ def _our_turns(client: Any, sessions: int, turns: int, threshold: int, floor: in
 
 def run(ctx: Context) -> Result:
     from offpath.agent.graph import open_runtime
-    from offpath.compaction.settings import get_settings
-    from offpath.compaction.summarizers import make_summarizer
+    from offpath.config import get_settings
+    from offpath.llm import make_summarizer
 
     sessions, turns = (4, 20) if ctx.quick else (10, 40)
     settings = get_settings()
@@ -209,7 +209,7 @@ def _channel_cost(rt: Any, sid: str, n: int) -> tuple[float, float]:
 def run_size(ctx: Context) -> Result:
     from bench.workloads import thread
     from offpath.agent.graph import open_runtime
-    from offpath.compaction.settings import get_settings
+    from offpath.config import get_settings
 
     sizes = (100, 1_000, 10_000)
     n = 10 if ctx.quick else 30

@@ -27,7 +27,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from offpath import OffPathCompaction  # offpath
 from offpath.agent.sre_tools import SRE_TOOLS  # the team's own tools would go here
-from offpath.compaction.settings import get_settings
+from offpath.config import get_settings
 
 
 def model():

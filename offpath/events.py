@@ -1,5 +1,5 @@
 """Progress of a compaction, for an app that runs ``OffPathCompaction`` in its own agent
-(issue 21, item 4: "with default logging an app cannot tell that compaction works").
+("with default logging an app cannot tell that compaction works").
 
 ``OffPathCompaction(on_compaction=callback)`` calls ``callback(update)`` with a
 :class:`CompactionUpdate` at each step of a compaction of the run's thread:

@@ -8,7 +8,7 @@ and ``sum()`` across them:
   reads at scrape time: the queue depth and its consumers from the broker, the open jobs,
   and the compactions, chars saved and fallback maskings of every process from the
   usage tables (a team's own agent's middleware writes its rows there and serves no
-  metrics of its own; issue 21, item 6). Every API replica reads the same tables:
+  metrics of its own). Every API replica reads the same tables:
   aggregate those with ``max()``, not ``sum()``;
 * each worker (its own port, ``WORKER_METRICS_PORT``, default 9808; 0: off; see
   :func:`~offpath.coordination.exporter.serve_worker_metrics`): jobs run, summarizer latency and tokens, compactions

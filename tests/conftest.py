@@ -144,23 +144,23 @@ SLOW_FIRST = (  # seconds each took in one run (--junitxml), 2,290 s in all
     "faults/test_soak.py",  # 311: a short chaos soak (three minutes of load, then checks)
     "integration/test_cli.py",  # 295: the demo, start to end, four times
     "faults/test_faults.py",  # 270
-    "integration/test_service_pipeline.py",  # 225
-    "integration/test_service_edges.py",  # 186
+    "integration/test_api_pipeline.py",  # 225
+    "integration/test_api_edges.py",  # 186
     "integration/test_middleware_runs.py",  # 110
     "conformance/test_conformance.py",  # ~100: 17 agent shapes, one real run each
     "integration/test_bounded_runs.py",  # 98
     "integration/test_ui.py",  # 91
     "integration/test_startup.py",  # 90
     "integration/test_hostile_input.py",  # 83
-    "test_fact_cache.py",  # 83
+    "compaction/test_fact_cache.py",  # 83
     "integration/test_compose.py",  # 68
     "integration/test_middleware_timing.py",  # 67
     "test_deploy_files.py",  # 67
     "integration/test_cli_admin.py",  # 65
     "integration/test_security.py",  # 54
-    "test_service_hook.py",  # 51
+    "coordination/test_hook.py",  # 51
     "integration/test_own_agent.py",  # 49
-    "test_revert_property.py",  # 46: one test of 1,000 examples
+    "compaction/test_revert_property.py",  # 46: one test of 1,000 examples
 )
 
 

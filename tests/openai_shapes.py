@@ -1,6 +1,6 @@
 """A conversation holding every shape of the OpenAI SDK's chat message params (issue 19,
 item 6), built with the SDK's own TypedDicts and model classes; shared by the unit test
-(``test_openai_shapes.py``) and the API test (``integration/test_openai_import.py``).
+(``compaction/test_openai_shapes.py``) and the API test (``integration/test_openai_import.py``).
 
 :func:`catalogue` returns it (a list of JSON-ready dicts), :func:`sdk_check` validates one
 message against the SDK's ``ChatCompletionMessageParam`` (its iterables consumed, so a bad

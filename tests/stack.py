@@ -204,7 +204,7 @@ class Stack:
         """A new API key for this stack's database, made in this process by what
         `offpath keys create` calls (the API has migrated the database by the time it
         answers); the command itself runs in test_compose.py."""
-        from offpath.stores.db import make_engine
+        from offpath.stores.db.engine import make_engine
         from offpath.stores.tenants import create_key
 
         engine = make_engine(self.settings())
@@ -391,7 +391,8 @@ class Stack:
         """What the post-turn hook does after a turn that made ``thread`` (the jobs as they were
         before): ``(a new job is queued, the prepared job it applies)``."""
         from offpath.compaction.accounting import total_chars
-        from offpath.compaction.planner import Skip, plan_compaction
+        from offpath.compaction.planner.cut import plan_compaction
+        from offpath.compaction.planner.plans import Skip
 
         busy = [j for j in jobs if j["status"] in ("queued", "running")]
         prepared = [j["job_id"] for j in jobs if j["status"] == "prepared"]
@@ -418,7 +419,8 @@ class Stack:
 
     def settings(self, **overrides: Any):
         """This stack's settings, for code run in the test process (a middleware, a hook)."""
-        from offpath.compaction.settings import Settings, load_settings
+        from offpath.compaction.settings import Settings
+        from offpath.config import load_settings
 
         env = {k.lower(): v for k, v in self.env.items() if k.lower() in Settings.model_fields}
         return load_settings(**{**env, **overrides})
@@ -502,12 +504,15 @@ def chat_run_in_flight(stack: Stack, stub: Any, session: str) -> Iterator[None]:
 
 
 @contextmanager
-def small_runtime(backend: str, folder: Path, prefix: str) -> Iterator[Any]:
+def small_runtime(
+    backend: str, folder: Path, prefix: str, *, worker: bool = False
+) -> Iterator[Any]:
     """An offpath runtime in this process on ``backend`` ("sqlite": under ``folder``;
     "postgres": a scratch database, dropped after), Redis keys under ``prefix``-<random>, at
-    a 6,000 / 2,000-char threshold / keep window, publishing nowhere."""
-    from offpath.agent.graph import open_runtime
-    from offpath.compaction.settings import load_settings
+    a 6,000 / 2,000-char threshold / keep window, publishing nowhere. ``worker``: the
+    worker's runtime (patches through the thread graph); else the API's (its agent graph)."""
+    from offpath.agent.graph import open_runtime, open_thread_writer
+    from offpath.config import load_settings
 
     url = create_pg_database() if backend == "postgres" else ""
     settings = load_settings(
@@ -518,7 +523,8 @@ def small_runtime(backend: str, folder: Path, prefix: str) -> Iterator[Any]:
         summarization_threshold_chars=6_000,
         summarization_keep_chars=2_000,
     )
-    runtime = open_runtime(settings, publish=lambda *a: None)
+    opener = open_thread_writer if worker else open_runtime
+    runtime = opener(settings, publish=lambda *a: None)
     try:
         yield runtime
     finally:

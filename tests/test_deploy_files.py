@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from offpath.cli.main import app
 from offpath.compaction.settings import Settings
+from offpath.config import EnvironmentSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -272,7 +273,7 @@ def test_the_app_adds_the_secret_file_to_database_url(tmp_path):
     import sqlalchemy
 
     (tmp_path / "database_password").write_text("p@ss/w:rd\n")
-    settings = Settings(
+    settings = EnvironmentSettings(
         _env_file=None,
         _secrets_dir=tmp_path,
         database_url="postgresql://offpath@postgres:5432/offpath",
@@ -284,7 +285,7 @@ def test_the_app_adds_the_secret_file_to_database_url(tmp_path):
         "postgres",
         "offpath",
     )
-    own = Settings(_env_file=None, database_url="postgresql://u:mine@h/db", database_password="x")
+    own = Settings(database_url="postgresql://u:mine@h/db", database_password="x")
     assert own.database_url == "postgresql://u:mine@h/db"  # a URL's own password wins
 
 
@@ -394,9 +395,9 @@ def test_the_image_install_serves_the_default_agent_tools_without_a_checkout(tmp
     code = """if True:
         import json, offpath
         from offpath.compaction.settings import Settings
-        from offpath.agent import sre_tools
+        from offpath.agent.sre_tools.fixtures import fixtures_dir
         from offpath.agent.graph import load_tools
-        tools = {t.name: t for t in load_tools(Settings(_env_file=None).agent_tools)}
+        tools = {t.name: t for t in load_tools(Settings().agent_tools)}
         calls = {
             "get_logs": {"service": "checkout-api", "pod": "checkout-api-6f7d9-1", "limit": 1},
             "query_metrics": {"query": "http_server_request_duration_seconds:p99"},
@@ -405,7 +406,7 @@ def test_the_image_install_serves_the_default_agent_tools_without_a_checkout(tmp
         }
         print(json.dumps({
             "offpath": offpath.__file__,
-            "fixtures": str(sre_tools.fixtures_dir()),
+            "fixtures": str(fixtures_dir()),
             "answers": {name: tools[name].invoke(args) for name, args in calls.items()},
         }))
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from offpath import OffPathCompaction
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.events import CompactionUpdate
 
 
@@ -45,21 +45,23 @@ def test_the_events_stream_reads_each_job_row_as_its_acp_update(tmp_path):
     prepared are in progress (with the size when queued), applied is completed with its
     record's sizes, failed is failed and skipped cancelled (with the reason); a revert is no
     step of a compaction; ``since`` leaves out rows that did not change since."""
-    from offpath.stores import db
+    from offpath.stores.db.engine import make_engine, migrate
+    from offpath.stores.db.tables import JobStatus
+    from offpath.stores.db.transitions import create_job, set_job, store_result
     from offpath.stores.updates import job_updates
 
     settings = load_settings(data_dir=str(tmp_path))
-    db.migrate(settings)
-    engine = db.make_engine(settings)
+    migrate(settings)
+    engine = make_engine(settings)
     for job in ("q", "p", "a", "f", "s", "r"):
-        db.create_job(engine, job, "t1", 70_000)
-    db.create_job(engine, "other", "t2", 1)
-    db.store_result(engine, "p", {"prepared": {}}, db.JobStatus.PREPARED)
+        create_job(engine, job, "t1", 70_000)
+    create_job(engine, "other", "t2", 1)
+    store_result(engine, "p", {"prepared": {}}, JobStatus.PREPARED)
     record = {"record": {"chars_before": 72_000, "chars_after": 21_000}}
-    db.store_result(engine, "a", record, db.JobStatus.APPLIED)
-    db.set_job(engine, "f", "t1", db.JobStatus.FAILED, "summarizer timed out", "timeout")
-    db.set_job(engine, "s", "t1", db.JobStatus.SKIPPED, "stale: kept message gone", "stale")
-    db.set_job(engine, "r", "t1", db.JobStatus.REVERTED, "reverted", "reverted")
+    store_result(engine, "a", record, JobStatus.APPLIED)
+    set_job(engine, "f", "t1", JobStatus.FAILED, "summarizer timed out", "timeout")
+    set_job(engine, "s", "t1", JobStatus.SKIPPED, "stale: kept message gone", "stale")
+    set_job(engine, "r", "t1", JobStatus.REVERTED, "reverted", "reverted")
     got = {c.update.compaction_id: c.update for c in job_updates(engine, "t1")}
     assert set(got) == {"q", "p", "a", "f", "s"}
     assert got["q"].to_acp() == {
@@ -77,7 +79,7 @@ def test_the_events_stream_reads_each_job_row_as_its_acp_update(tmp_path):
     assert (got["f"].status, got["f"].reason) == ("failed", "summarizer timed out")
     assert (got["s"].status, got["s"].reason) == ("cancelled", "stale: kept message gone")
     last = max(c.at for c in job_updates(engine, "t1"))
-    db.set_job(engine, "q", "t1", db.JobStatus.FAILED, "lease_lapsed", "lease_lapsed")
+    set_job(engine, "q", "t1", JobStatus.FAILED, "lease_lapsed", "lease_lapsed")
     later = job_updates(engine, "t1", since=last)
     assert [c.update.compaction_id for c in later if c.at > last] == ["q"]
     assert later[-1].update.status == "failed"

@@ -1,13 +1,23 @@
-"""The package layout shows the architecture (issue 23): dependencies point one way, no
-import cycle, no product module a reader must scroll through.
+"""The package layout shows the architecture: dependencies point one way, no import cycle,
+one public surface, and units kept whole.
 
 The layers, each importing only from itself and the layers before it:
 
-    compaction (pure) <- stores <- coordination <- agent <- worker <- api <- cli, demo
+    compaction (pure) <- config <- stores <- coordination <- agent <- worker <- api <- cli, demo
+
+``offpath.config`` and ``offpath.llm`` are where the pure core meets the outside world: the
+settings read from the environment, ``.env`` and secrets, and the LLM summarizer that calls
+the network.
 
 ``offpath.events`` and ``offpath.metrics`` sit with the pure core (they import nothing of
 offpath's); ``offpath`` itself (the public ``from offpath import OffPathCompaction``) is the
 facade over all of them.
+
+Units are kept whole: no package ``__init__`` only re-exports its modules' names (a caller
+imports a name from the module that defines it; ``offpath/__init__.py``, the one public
+surface, is the exception and its ``__all__`` is pinned), and no private name (``_x``) is
+imported from another module: a name two modules share is public, or the code lives where
+it is used.
 
 The graph is read from the installed package: every package ``pyproject.toml`` lists is
 found with :func:`importlib.util.find_spec` (so ``offpath.api`` and ``offpath.worker`` come
@@ -26,12 +36,15 @@ from collections import defaultdict
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Layer of each top-level part, in dependency order (a module may import its own layer
 #: and the ones before it).
 LAYERS: list[tuple[str, ...]] = [
     ("offpath.compaction", "offpath.events", "offpath.metrics"),
+    ("offpath.config", "offpath.llm"),
     ("offpath.stores",),
     ("offpath.coordination",),
     ("offpath.agent",),
@@ -40,8 +53,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("offpath.cli", "offpath.demo"),
     ("offpath",),  # the facade: `from offpath import OffPathCompaction`
 ]
-#: A product module's longest length, in lines (issue 23).
-MAX_LINES = 400
+#: The public surface: ``from offpath import ...`` (httpx pins its ``__all__`` the same way).
+PUBLIC_NAMES = ["OffPathCompaction"]
 
 
 @cache
@@ -160,6 +173,56 @@ def test_the_pure_core_imports_nothing_else_of_offpath():
             assert {t for t in targets if not t.startswith("offpath.compaction")} == set(), module
 
 
+#: Libraries that read the environment or talk to the network, a database or a broker: the
+#: pure core imports none of them (its settings are given to it, its LLM is outside it).
+IO_LIBRARIES = {
+    "os",
+    "socket",
+    "pydantic_settings",
+    "dotenv",
+    "openai",
+    "langchain_openai",
+    "httpx",
+    "requests",
+    "redis",
+    "sqlalchemy",
+    "sqlmodel",
+    "psycopg",
+    "psycopg_pool",
+    "celery",
+    "kombu",
+}
+
+
+def io_imports(source: str) -> list[str]:
+    """The I/O libraries (:data:`IO_LIBRARIES`) that ``source`` imports, anywhere in it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        found += [n for n in names if n.partition(".")[0] in IO_LIBRARIES]
+    return found
+
+
+def test_the_pure_core_reads_no_environment_and_calls_no_network():
+    """Loading settings (``offpath.config``) and the LLM summarizer (``offpath.llm``) live
+    outside ``offpath.compaction``."""
+    found = {
+        module: names
+        for module, path in modules().items()
+        if module.startswith("offpath.compaction") and (names := io_imports(path.read_text()))
+    }
+    assert found == {}
+    assert io_imports("import os.path\nfrom pydantic_settings import BaseSettings\n") == [
+        "os.path",
+        "pydantic_settings",
+    ]
+    assert io_imports("from .os import x\nimport json\n") == []
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """An import cycle of ``graph`` if it has one (the modules on it, sorted), found by the
     standard library's topological sort (:class:`graphlib.TopologicalSorter`)."""
@@ -187,17 +250,186 @@ def test_the_checks_see_a_wrong_import():
     assert cycles(ring) == [["a.x", "a.y", "a.z"]]
     assert cycles({"a.x": {"a.y"}, "a.y": set()}) == []
     graph = import_graph()
-    assert "offpath.stores.db" in graph["offpath.stores.archive"]  # imports are read
+    assert "offpath.stores.db.tables" in graph["offpath.stores.archive"]  # imports are read
     assert "offpath.coordination.queue" in graph["offpath.coordination.runtime"]  # lazy too
 
 
-def test_no_product_module_is_over_400_lines():
-    long = {
-        name: n
-        for name, path in modules().items()
-        if (n := len(path.read_text().splitlines())) > MAX_LINES
+def test_the_public_surface_is_pinned():
+    import offpath
+
+    assert offpath.__all__ == PUBLIC_NAMES
+    for name in offpath.__all__:
+        assert getattr(offpath, name).__name__ == name
+
+
+def _body(tree: ast.Module) -> list[ast.stmt]:
+    """A module's statements after its docstring."""
+    body = tree.body
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        body = body[1:]
+    return body
+
+
+def only_reexports(source: str) -> bool:
+    """Whether a package ``__init__``'s ``source`` does nothing but import names (and list
+    them in ``__all__``): a docstring alone, or code of its own, is not a re-export."""
+    body = _body(ast.parse(source))
+    imports = [
+        s
+        for s in body
+        if isinstance(s, ast.Import | ast.ImportFrom)
+        and not (isinstance(s, ast.ImportFrom) and s.module == "__future__")
+    ]
+
+    def names_all(s: ast.stmt) -> bool:
+        targets = s.targets if isinstance(s, ast.Assign) else []
+        if isinstance(s, ast.AnnAssign | ast.AugAssign):
+            targets = [s.target]
+        return bool(targets) and all(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+
+    return bool(imports) and all(
+        isinstance(s, ast.Import | ast.ImportFrom) or names_all(s) for s in body
+    )
+
+
+def reexporting_inits() -> list[str]:
+    return sorted(
+        module
+        for module, path in modules().items()
+        if path.name == "__init__.py" and module != "offpath" and only_reexports(path.read_text())
+    )
+
+
+MIDDLEWARE = "offpath.agent.middleware"
+#: The checks run on the middleware package apart, so that a failure there is told apart.
+PARTS = [
+    pytest.param(False, id="product"),
+    pytest.param(
+        True,
+        id="middleware",
+        marks=pytest.mark.xfail(
+            strict=True, reason="offpath/agent/middleware is rebuilt on branch mw"
+        ),
+    ),
+]
+
+
+def in_part(module: str, middleware: bool) -> bool:
+    return (module == MIDDLEWARE or module.startswith(MIDDLEWARE + ".")) == middleware
+
+
+@pytest.mark.parametrize("middleware", PARTS)
+def test_no_package_init_only_reexports(middleware: bool):
+    """A caller imports a name from the module that defines it; a package's ``__init__``
+    says what the package owns (``offpath/__init__.py``, the public surface, excepted)."""
+    assert [m for m in reexporting_inits() if in_part(m, middleware)] == []
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` of ``module`` names (relative imports resolved)."""
+    base = node.module or ""
+    if node.level:
+        parts = module.split(".")
+        parts = parts if is_package else parts[:-1]
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join(parts + ([base] if base else []))
+    return base
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for an attribute chain on a name, else None."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+def private_imports(
+    module: str, source: str, known: set[str], is_package: bool = False
+) -> list[str]:
+    """The private names of other modules that ``module``'s ``source`` uses, as
+    ``module.name``: imported (``from x import _y``) or read off an imported module
+    (``import x`` then ``x._y``). ``known`` is every module's dotted name."""
+    tree = ast.parse(source)
+    found: list[str] = []
+    bound: dict[str, str] = {}  # a local name -> the module it is
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+                else:
+                    root = alias.name.partition(".")[0]
+                    bound[root] = root
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, is_package, node)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in known:
+                    bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+                elif _is_private(alias.name) and base in known and base != module:
+                    found.append(f"{base}.{alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            chain = _dotted(node.value)
+            root, _, rest = (chain or "").partition(".")
+            if root in bound:
+                target = bound[root] + (f".{rest}" if rest else "")
+                if target in known and target != module:
+                    found.append(f"{target}.{node.attr}")
+    return found
+
+
+def private_names_used_across_modules() -> dict[str, list[str]]:
+    known = set(modules())
+    found = {
+        module: sorted(set(names))
+        for module, path in modules().items()
+        if (names := private_imports(module, path.read_text(), known, path.name == "__init__.py"))
     }
-    assert long == {}
+    return dict(sorted(found.items()))
+
+
+@pytest.mark.parametrize("middleware", PARTS)
+def test_no_private_name_is_used_across_modules(middleware: bool):
+    """A name two modules share is public (with a docstring); a private one stays in its
+    module, or the code that uses it moves next to it."""
+    used = private_names_used_across_modules()
+    assert {m: names for m, names in used.items() if in_part(m, middleware)} == {}
+
+
+def test_the_checks_see_a_wrong_init_and_a_private_import():
+    """The re-export and private-name checks are not vacuous."""
+    doc = '"""What the package owns."""\n'
+    assert only_reexports(doc + "from a.b import c\n__all__ = ['c']\n")
+    assert only_reexports(doc + "from __future__ import annotations\nimport a.b\n")
+    assert not only_reexports(doc)
+    assert not only_reexports(doc + "from a.b import c\n\n\ndef d():\n    return c\n")
+    known = {"p", "p.a", "p.b"}
+    source = (
+        "import p.b\n"
+        "from p import a as alias\n"
+        "from p.a import _hidden, shown, __version__\n"
+        "from . import b\n"
+        "def f():\n"
+        "    from .a import _lazy\n"
+        "    return p.b._x, alias._y, b._z, _own, p.a.__name__\n"
+    )
+    assert sorted(private_imports("p.c", source, known)) == [
+        "p.a._hidden",
+        "p.a._lazy",
+        "p.a._y",
+        "p.b._x",
+        "p.b._z",
+    ]
+    assert private_imports("p.a", "from p.a import _self\n", known) == []
 
 
 def test_an_agent_tools_setting_written_before_the_move_still_loads():
@@ -206,7 +438,7 @@ def test_an_agent_tools_setting_written_before_the_move_still_loads():
     from offpath.agent.graph import load_tools
     from offpath.compaction.settings import Settings
 
-    default = Settings(_env_file=None).agent_tools
+    default = Settings().agent_tools
     assert default == "offpath.agent.sre_tools:SRE_TOOLS"
     before = load_tools("offpath.demo.sre_tools:SRE_TOOLS")
     assert before == load_tools(default) and len(before) == 4

@@ -28,8 +28,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from stack import REDIS_URL, forget_broker_queue
 
 from offpath import OffPathCompaction
-from offpath.compaction.settings import Settings, get_settings, load_settings
-from offpath.stores.db import job_row, make_engine, migrate
+from offpath.compaction.settings import Settings
+from offpath.config import EnvironmentSettings, get_settings, load_settings
+from offpath.stores.db.engine import make_engine, migrate
+from offpath.stores.db.job_queries import job_row
 
 THRESHOLD, KEEP = 20_000, 6_000
 
@@ -64,7 +66,7 @@ def given(tmp_path) -> Iterator[Settings]:
 
 def environment_unread() -> None:
     with pytest.raises(Exception, match="SUMMARIZATION_KEEP_CHARS"):
-        Settings()  # the environment's settings really are unloadable here
+        EnvironmentSettings()  # the environment's settings really are unloadable here
     info = get_settings.cache_info()
     assert info.hits + info.misses == 0, "get_settings() was called on a path given settings"
 

@@ -50,12 +50,14 @@ from redis.exceptions import RedisError
 
 from offpath import metrics
 from offpath.compaction.accounting import message_chars, total_chars
-from offpath.compaction.patch import Fitted, Stale, landed
+from offpath.compaction.patch.fitting import landed
+from offpath.compaction.patch.prepared import Fitted, Stale
 from offpath.compaction.pipeline import prepare
-from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import CompactionPlan, Skip
 from offpath.compaction.shorten import is_shortened
-from offpath.compaction.summarizers import Summarizer, SummarizerError
-from offpath.compaction.summary import is_summary, summary_meta
+from offpath.compaction.summarizers.base import Summarizer, SummarizerError
+from offpath.compaction.summary.message import is_summary, summary_meta
 from offpath.compaction.tokens import for_thread, measured_ratio
 from offpath.coordination.faults import failpoint
 from offpath.coordination.job_values import UNSTORABLE, JobEnded, JobOptions, Landed, head_mark
@@ -65,8 +67,9 @@ from offpath.coordination.runtime import Runtime
 from offpath.coordination.writers import CheckpointWriter
 from offpath.stores import archive
 from offpath.stores.checkpoints import Thread, read_thread
-from offpath.stores.db import FINAL_VALUES, JobStatus, job_row
-from offpath.stores.leases import Held
+from offpath.stores.db.job_queries import job_row
+from offpath.stores.db.tables import FINAL_VALUES, JobStatus
+from offpath.stores.leases.claims import Held
 from offpath.stores.values import Unstorable
 
 log = logging.getLogger("offpath.summarizer")

@@ -1,5 +1,5 @@
 """The reconciler: ends or re-publishes jobs whose lease has lapsed, and queues jobs for
-threads left over the threshold with none (DESIGN.md invariant 11; issue 8, item 3).
+threads left over the threshold with none (DESIGN.md invariant 11).
 
 Celery beat (``offpath beat``) sends the ``reconcile`` task every
 ``RECONCILE_INTERVAL_S``; one pass (:func:`reconcile_once`) runs at a time across
@@ -13,11 +13,16 @@ an interval:
   change; :func:`prepared_expired`). Past that, or once its claim is gone, it ends
   ``skipped`` with the reason code ``expired`` (:func:`expiry_reason` says why), its
   claim is freed, and its thread is left exactly as it is: the next run over the prepare
-  point queues a fresh job (issue 21, item 2);
+  point queues a fresh job;
 * not published (the broker was down): claim the thread for it and publish it;
 * running, and requeued for a retry that has not started within ``JOB_RETRY_BACKOFF_MAX_S +
   JOB_LEASE_S`` (:func:`retry_overdue`; the retry's delivery failed before it started, or
   the worker holding it until its countdown died): re-publish it on the claim it holds;
+* queued, published, and its message taken by a consumer that no longer runs (it sits
+  unacknowledged in the Redis broker, which gives it back only after the visibility
+  timeout, and no live worker answers for it: :func:`lost_messages`): remove that message
+  and publish the job again, on the claim it holds. A duplicate delivery (a live worker
+  that answered too late) finds the job running or ended and does nothing;
 * its lease is alive (queued or running): nothing to do;
 * lapsed (its worker died, or the broker lost it): if its summary is in the thread,
   record it (the patch landed, the usage row did not); else end it when another job
@@ -31,7 +36,7 @@ archived originals, its summary and the thread as it is now (:func:`_report_loss
 Then every thread whose latest job failed (or was skipped as stale) and whose
 claim is free, the failure backoff being over, gets a new job. At most once every
 :data:`PURGE_EVERY_S`, archived originals older than ``ARCHIVE_RETENTION_DAYS`` are
-deleted (issue 11).
+deleted.
 
 What it did is logged in one line and counted in ``offpath_reconciler_actions_total``.
 """
@@ -49,8 +54,10 @@ from langchain_core.messages import BaseMessage, messages_from_dict
 
 from offpath.compaction.accounting import content_text
 from offpath.compaction.loss import loss_report
-from offpath.compaction.patch import landed
+from offpath.compaction.patch.fitting import landed
 from offpath.compaction.settings import Settings
+from offpath.coordination import broker
+from offpath.coordination.consumers import holding
 from offpath.coordination.job_values import JobEnded, JobOptions
 from offpath.coordination.jobs import Jobs
 from offpath.coordination.logs import tag
@@ -59,8 +66,9 @@ from offpath.coordination.writers import LOSS_PENDING
 from offpath.metrics import RECONCILER_ACTIONS
 from offpath.stores import archive
 from offpath.stores.checkpoints import read_messages, read_thread
-from offpath.stores.db import JobStatus, now_utc, open_jobs, pending_losses, threads_to_requeue
-from offpath.stores.leases import State
+from offpath.stores.db.job_queries import open_jobs, pending_losses, threads_to_requeue
+from offpath.stores.db.tables import JobStatus, now_utc
+from offpath.stores.leases.claims import State
 from offpath.stores.leases.key_stores import reconciler_key
 
 log = logging.getLogger("offpath.reconciler")
@@ -81,8 +89,10 @@ def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
     jobs = rt.jobs if publish is rt.publish else Jobs(s, rt.engine, rt.leases, publish)
     try:
         now = now_utc()
-        for row in open_jobs(rt.engine, now - timedelta(seconds=s.reconcile_interval_s)):
-            done[_one(rt, jobs, row)] += 1
+        rows = open_jobs(rt.engine, now - timedelta(seconds=s.reconcile_interval_s))
+        lost = lost_messages(rt, rows)
+        for row in rows:
+            done[_one(rt, jobs, row, lost)] += 1
         quiet = now - timedelta(seconds=s.reconcile_interval_s)
         for row in pending_losses(rt.engine, LOSS_PENDING["error"], quiet):
             done[_report_loss(rt, jobs, row)] += 1
@@ -137,6 +147,28 @@ def expiry_reason(ttl_s: float) -> str:
     )
 
 
+def lost_messages(rt: Runtime, rows: list[dict[str, Any]]) -> dict[str, bytes]:
+    """``{job id: delivery tag}`` of the queued, published jobs among ``rows`` whose message
+    a consumer took at least ``RECONCILE_INTERVAL_S`` ago without acknowledging it, and that
+    no live worker holds: their consumer died before the job started. Empty when the broker
+    is not Redis or could not be asked (a broker error is logged, the pass goes on)."""
+    s = rt.settings
+    queued = [r["job_id"] for r in rows if r["status"] == JobStatus.QUEUED and r["published"]]
+    if not queued or not broker.is_redis(s.broker_url):
+        return {}
+    try:
+        taken = broker.held_unacked(s.broker_url, queued, time.time() - s.reconcile_interval_s)
+        if not taken:
+            return {}
+        live = holding(s, sorted(taken))
+    except Exception as exc:
+        log.warning("reconciler: could not look for lost messages: %s", exc)
+        return {}
+    if live is None:
+        return {}
+    return {job_id: tag for job_id, tag in taken.items() if job_id not in live}
+
+
 def seconds_since_last_pass(rt: Runtime) -> float | None:
     """How long ago the reconciler finished a pass (None: never, or over a day ago)."""
     value = rt.leases.store.get(reconciler_key(rt.settings.redis_key_prefix))
@@ -151,7 +183,7 @@ def _landed(
     return landed(read_messages(saver, session_id), job_id, record)
 
 
-def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any]) -> str:
+def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any], lost: dict[str, bytes]) -> str:
     session_id, job_id = row["session_id"], row["job_id"]
     holder = rt.leases.holder(session_id)
     mine = holder is not None and holder.job_id == job_id
@@ -196,6 +228,19 @@ def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any]) -> str:
         jobs.publish_again(session_id, job_id, options, claimed=True, published=False)
         log.info(
             "[%s] reconciler: re-published job %s (its retry is overdue: message lost)",
+            tag(session_id),
+            job_id,
+        )
+        return "republished"
+    if job_id in lost and mine and holder.state is State.QUEUED:
+        # removed first, so the broker never delivers it besides the new one; False: it was
+        # acknowledged or given back meanwhile
+        if not broker.drop_unacked(rt.settings.broker_url, lost[job_id]):
+            return "alive"
+        jobs.publish_lost(session_id, job_id, options)
+        log.info(
+            "[%s] reconciler: re-published job %s (its message was taken by a worker that is "
+            "gone before the job started)",
             tag(session_id),
             job_id,
         )

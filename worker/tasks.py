@@ -14,17 +14,20 @@ import threading
 from celery import signals
 from celery.utils.time import get_exponential_backoff_interval
 
-from offpath.agent.graph import open_runtime
-from offpath.compaction.settings import get_settings
-from offpath.compaction.summarizers import Summarizer, make_summarizer
+from offpath.agent.graph import open_thread_writer
+from offpath.compaction.summarizers.base import Summarizer
+from offpath.config import get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.exporter import serve_worker_metrics
+from offpath.coordination.faults import failpoint
 from offpath.coordination.job_values import JobEnded, JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.queue import COMPACT_TASK
 from offpath.coordination.runtime import Runtime
-from offpath.stores.db import JobStatus, migrate
-from offpath.stores.leases import Start
+from offpath.llm import make_summarizer
+from offpath.stores.db.engine import migrate
+from offpath.stores.db.tables import JobStatus
+from offpath.stores.leases.claims import Start
 from offpath.worker.celery_app import app
 from offpath.worker.jobs import Outcome, RetryLater, end, run_job
 
@@ -36,17 +39,18 @@ _runtime: tuple[Runtime, Summarizer] | None = None
 
 class JobFailed(Exception):
     """Raised by ``compact_session`` for a job that ended ``failed``, so that Celery (and
-    Flower) count it as a failed task (issue 8, item 6); the job row says why."""
+    Flower) count it as a failed task; the job row says why."""
 
 
 def runtime() -> tuple[Runtime, Summarizer]:
     """This process's runtime and summarizer, opened on first use (after any fork); its jobs'
-    running leases are renewed by ``rt.jobs``."""
+    running leases are renewed by ``rt.jobs``. The runtime patches threads through
+    :func:`~offpath.agent.graph.thread_graph`: the worker builds no chat agent."""
     global _runtime
     with _lock:
         if _runtime is None:
             settings = get_settings()
-            rt = open_runtime(settings, run_migrations=False)
+            rt = open_thread_writer(settings, run_migrations=False)
             _runtime = (rt, make_summarizer(settings))
             log.info("worker ready: summarizer %s", _runtime[1].name)
         return _runtime
@@ -59,7 +63,7 @@ def _migrate(**_: object) -> None:
 
 @signals.worker_init.connect
 def _check_eviction(**_: object) -> None:
-    """An evicting Redis drops leases mid-job (issue 20, item 11): warn, or refuse to start."""
+    """An evicting Redis drops leases mid-job: warn, or refuse to start."""
     try:
         check_eviction(get_settings(), "the worker")
     except EvictingRedis as exc:
@@ -114,6 +118,7 @@ def _close(**_: object) -> None:
 def compact_session(self, session_id: str, options: dict | None = None) -> str:
     """Compact thread ``session_id`` (``options``: :class:`JobOptions` as JSON); returns how
     the job ended (also in SQL). A job that ends ``failed`` raises :class:`JobFailed`."""
+    failpoint("before_start")
     rt, summarizer = runtime()
     settings = rt.settings
     jobs = rt.jobs
@@ -181,7 +186,7 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
             rt,
             session_id,
             job_id,
-            JobEnded(  # the traceback is in the log above, never in the row (issue 20, item 9)
+            JobEnded(  # the traceback is in the log above, never in the row
                 JobStatus.FAILED,
                 "internal_error",
                 f"unexpected error in the worker ({type(exc).__name__}; its log has the details)",

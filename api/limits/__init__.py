@@ -1,12 +1,12 @@
-"""Every byte a client sends counts (DESIGN.md invariant 8; issue 10, item 2; issue 20).
+"""Every byte a client sends counts (DESIGN.md invariant 8).
 
 * :class:`BodyLimit`, an ASGI middleware, sees every request before the app does:
 
   - a request with a body and no valid API key is refused (401) before one byte of the
-    body is read (issue 20, item 1: the body of an unauthenticated request was parsed
-    first), except the web UI's login form (a few KiB at most);
+    body is read (nothing of an unauthenticated request is parsed), except the web UI's
+    login form (a few KiB at most);
   - a query string with a NUL character is refused (422 naming the parameter: PostgreSQL
-    stores no NUL, issue 20, item 4);
+    stores no NUL);
   - the bytes of bodies in flight (being received or handled) are bounded per process and
     per key (:class:`InFlight`: :data:`IN_FLIGHT_BODIES` and :data:`IN_FLIGHT_BODIES_PER_KEY`
     bodies of ``MAX_REQUEST_BYTES``; 503 and 429 beyond, with ``Retry-After``), the declared
@@ -38,53 +38,3 @@ Its modules: :mod:`.checks` (the plain checks: media type, unstorable values, NU
 :mod:`.middleware` (:class:`BodyLimit`, :class:`HostCheck`, :func:`refuse`), :mod:`.offloop`
 (:class:`OffLoopBody`).
 """
-
-from .checks import INT_MAX, INT_MIN, is_json_media, nul_parameter, short, unstorable
-from .inner import JsonBudget, check_message
-from .middleware import (
-    FORM_BYTES,
-    IN_FLIGHT_BODIES,
-    IN_FLIGHT_BODIES_PER_KEY,
-    JSON_BUDGET,
-    PLAIN_NUMBERS,
-    PUBLIC_BODIES,
-    RETRY_AFTER_S,
-    SLICE_BYTES,
-    BodyLimit,
-    Busy,
-    Gate,
-    HostCheck,
-    InFlight,
-    refuse,
-)
-from .offloop import OffLoopBody
-from .scan import KEY_BYTES, JsonScan, TooMuch
-
-__all__ = [
-    "INT_MAX",
-    "INT_MIN",
-    "is_json_media",
-    "nul_parameter",
-    "short",
-    "unstorable",
-    "BodyLimit",
-    "IN_FLIGHT_BODIES",
-    "IN_FLIGHT_BODIES_PER_KEY",
-    "Busy",
-    "InFlight",
-    "RETRY_AFTER_S",
-    "FORM_BYTES",
-    "Gate",
-    "HostCheck",
-    "PLAIN_NUMBERS",
-    "PUBLIC_BODIES",
-    "SLICE_BYTES",
-    "refuse",
-    "OffLoopBody",
-    "JsonBudget",
-    "JSON_BUDGET",
-    "check_message",
-    "JsonScan",
-    "KEY_BYTES",
-    "TooMuch",
-]

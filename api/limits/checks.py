@@ -19,7 +19,7 @@ __all__ = ["INT_MAX", "INT_MIN", "is_json_media", "nul_parameter", "short", "uns
 def is_json_media(content_type: str | None) -> bool:
     """Whether a body of ``content_type`` is parsed as JSON: FastAPI's own rule
     (``application/json`` or ``application/*+json``, in any letter case: media types are
-    case-insensitive; issue 20, item 3), and no type at all, which FastAPI does not parse
+    case-insensitive), and no type at all, which FastAPI does not parse
     but which is checked all the same."""
     if not content_type:
         return True
@@ -33,7 +33,7 @@ def is_json_media(content_type: str | None) -> bool:
 
 def nul_parameter(query_string: bytes) -> str | None:
     """The first query parameter whose name or value holds a NUL character (``%00``), or
-    None: such a value reaches SQL, where PostgreSQL refuses it (issue 20, item 4)."""
+    None: such a value reaches SQL, where PostgreSQL refuses it."""
     if b"%00" not in query_string:
         return None
     for name, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):

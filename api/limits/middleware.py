@@ -30,7 +30,8 @@ PLAIN_NUMBERS = "offpath.plain_numbers"
 #: Scope key: the :class:`~.inner.JsonBudget` of JSON inside the body's strings.
 JSON_BUDGET = "offpath.json_budget"
 
-#: Answers why a request may not send a body (None: it may): the API's key check.
+#: Answers why a request may not send a body (None: it may): the API's key check. Raises
+#: :class:`GateUnavailable` when it cannot tell (503 with ``Retry-After``).
 Gate = Callable[[dict[str, Any]], Awaitable[str | None]]
 #: Names who sends a request (its API key's digest; "" for none): the per-key bounds.
 Who = Callable[[dict[str, Any]], str]
@@ -41,6 +42,16 @@ IN_FLIGHT_BODIES_PER_KEY = 2
 #: ``Retry-After`` (s) of a body refused because too many bytes are in flight.
 RETRY_AFTER_S = 1
 RETRY_AFTER = {b"retry-after": str(RETRY_AFTER_S).encode()}
+
+
+class GateUnavailable(Exception):
+    """The :data:`Gate` could not tell whether a request may send a body (the store it asks
+    did not answer): 503, ``detail`` the message, ``Retry-After`` ``retry_after_s``."""
+
+    def __init__(self, detail: str, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after_s = retry_after_s
 
 
 class Busy(TooMuch):
@@ -147,7 +158,13 @@ class BodyLimit:
         )
         public = scope["path"] in PUBLIC_BODIES
         if has_body and not public and self.gate is not None:
-            if (refused := await self.gate(scope)) is not None:
+            try:
+                refused = await self.gate(scope)
+            except GateUnavailable as exc:
+                retry = {b"retry-after": str(exc.retry_after_s).encode()}
+                await refuse(send, 503, exc.detail, retry)
+                return
+            if refused is not None:
                 await refuse(send, 401, refused, {b"www-authenticate": b"Bearer"})
                 return
         if (name := nul_parameter(scope.get("query_string") or b"")) is not None:
@@ -196,7 +213,7 @@ class BodyLimit:
             else None
         )
         # one buffer, filled as the body arrives (a list of chunks joined at the end held the
-        # body twice, and left a heap of freed chunks behind: 4x a 30 MB body, issue 20)
+        # body twice, and left a heap of freed chunks behind: 4x a 30 MB body)
         body: bytearray | None = bytearray()
         size = 0
         try:

@@ -14,8 +14,8 @@ from .checks import short
 KEY_BYTES = 128
 #: A token: a whole string (its closing quote in group 1: absent when the chunk ends inside
 #: it) or a structural char. Numbers, true, false, null and spaces are skipped in C.
-#: Possessive: the regex engine keeps no state per char of a string (the old pattern cost
-#: ~115 bytes of memory per char).
+#: Possessive: the regex engine keeps no state per char of a string (a backtracking pattern
+#: costs ~115 bytes of memory per char).
 _TOKEN = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(")?|[\[\]{},:]', re.DOTALL)
 #: An integer orjson would read as a float (beyond 64 bits): the standard parser reads it.
 _LONG_DIGITS = re.compile(rb"\d{19}")
@@ -57,8 +57,8 @@ class JsonScan:
 
     * nesting deeper than ``max_depth`` arrays and objects (a parser would recurse into it);
     * more than ``max_values`` values in all (array items and object members, at any
-      depth): each costs a Python object, a validation and an error line (issue 20, item 2:
-      a 2 MB list of a million items cost 1.6 GB and 43 s);
+      depth): each costs a Python object, a validation and an error line (a 2 MB list of a
+      million items costs 1.6 GB and 43 s);
     * more than ``max_messages`` items in the top-level ``messages`` array (``/turns``);
     * more tokens than ``max_values`` values can hold (:data:`TOKENS_PER_VALUE` each): every
       token is a step of the scan, also those that count no value (``:``, keys, a run of

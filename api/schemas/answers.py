@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .messages import Content, _Open
+from .messages import Content, OpenModel
 
 
 class ToolCallOut(BaseModel):
@@ -17,7 +17,7 @@ class ToolCallOut(BaseModel):
     args: dict[str, Any]
 
 
-class MessageOut(_Open):
+class MessageOut(OpenModel):
     """A message in the transcript format (``/turns`` reads it back unchanged)."""
 
     type: str
@@ -68,7 +68,7 @@ class TurnOut(BaseModel):
 
 #: A session's kind: ``api`` (a thread of offpath's API, in offpath's checkpointer) or
 #: ``own agent`` (a thread of a team's own ``create_agent`` app with ``OffPathCompaction``,
-#: in the agent's checkpointer, which offpath reads and never writes; issue 21, item 1).
+#: in the agent's checkpointer, which offpath reads and never writes).
 Kind = Literal["api", "own agent"]
 KIND = Field(
     description="api: a thread of offpath's API; own agent: a thread of a team's own agent "
@@ -220,7 +220,7 @@ class FailureOut(BaseModel):
     at: str | None = Field(description="When it failed, ISO 8601")
 
 
-class StatsSummary(_Open):
+class StatsSummary(OpenModel):
     total_summarizations: int
     total_chars_compacted: int = Field(
         description="The real reduction: each compaction's thread size before less its size "

@@ -18,7 +18,7 @@ CallId = Annotated[str, Field(min_length=1)]
 ToolName = Annotated[str, Field(min_length=1)]
 
 
-class _Open(BaseModel):
+class OpenModel(BaseModel):
     """Other keys are kept (they land in the message's ``additional_kwargs``)."""
 
     model_config = ConfigDict(extra="allow")
@@ -36,20 +36,20 @@ def _not_keys(*keys: str, object_data: bool = False) -> dict[str, Any]:
 # OpenAI chat format: role / content / tool_calls [{id, type, function {name, arguments}}]
 
 
-class OpenAIFunction(_Open):
+class OpenAIFunction(OpenModel):
     name: ToolName
     arguments: str | dict[str, Any] = Field(
         description="The call's arguments: a JSON object, as text (OpenAI) or as an object"
     )
 
 
-class OpenAIToolCall(_Open):
+class OpenAIToolCall(OpenModel):
     id: CallId
     type: Literal["function"] = "function"
     function: OpenAIFunction
 
 
-class LangChainToolCall(_Open):
+class LangChainToolCall(OpenModel):
     model_config = ConfigDict(json_schema_extra=_not_keys("function"))
 
     id: CallId
@@ -58,12 +58,12 @@ class LangChainToolCall(_Open):
     type: Literal["tool_call"] | None = None
 
 
-class OpenAICustom(_Open):
+class OpenAICustom(OpenModel):
     name: ToolName
     input: str = Field(description="The custom tool's input, as text")
 
 
-class OpenAICustomToolCall(_Open):
+class OpenAICustomToolCall(OpenModel):
     """An OpenAI custom tool call (free-text input): read as a call with ``{"input": ...}``."""
 
     id: CallId
@@ -90,7 +90,7 @@ ToolCall = Annotated[
 ]
 
 
-class _Fields(_Open):
+class _Fields(OpenModel):
     """What OpenAI chat format and LangChain dicts share (they differ in ``role``/``type``)."""
 
     content: Content | None = Field(description="null is read as empty")
@@ -139,7 +139,7 @@ class OpenAIAssistant(_AIFields):
     )
 
 
-class OpenAIFunctionResult(_Open):
+class OpenAIFunctionResult(OpenModel):
     """OpenAI's deprecated function result (``role: "function"``): read as the tool result of
     the nearest earlier unanswered ``function_call`` of that name."""
 
@@ -191,7 +191,7 @@ LangChainMessage = Annotated[
 # serialized LangChain messages (langchain_core's messages_to_dict): {type, data}
 
 
-class SerializedData(_Open):
+class SerializedData(OpenModel):
     content: Content
     id: str | None = None
     name: str | None = None

@@ -10,7 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
-from ..limits import JsonBudget, check_message, unstorable
+from offpath.api.limits.inner import JsonBudget, check_message
+from offpath.stores.values import unstorable
+
 from .messages import Message
 
 

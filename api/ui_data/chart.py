@@ -14,12 +14,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.summary import build_summary_message
+from offpath.compaction.summary.message import build_summary_message
 from offpath.coordination.runtime import Runtime
-from offpath.stores import db, usage
+from offpath.stores.db.job_queries import jobs_of
+from offpath.stores.db.tables import EVENTS, JobStatus
 from offpath.stores.tenants import SESSIONS, Principal
+from offpath.stores.usage.totals import saved_chars_expr
 
-from .listing import _utc, activity_of
+from .listing import activity_of, utc_aware
 
 #: How many sessions the size chart draws.
 CHART_SESSIONS = 5
@@ -62,7 +64,7 @@ def size_series(rt: Runtime, session_id: str) -> Series:
     The points: the session's start (empty, when its first writer took it); each job's
     size when it was queued (``chars_before``); for each applied compaction, two points at
     the time it was applied (its row's last update): the size just before (its peak,
-    recorded on the job row: ``chars_at_apply``, issue 21, item 6) and the size after (its
+    recorded on the job row: ``chars_at_apply``) and the size after (its
     record's ``chars_after``); last, the thread's size after offpath's last write to it,
     at its last activity. Growth between points is drawn as a straight line: only these
     sizes are known.
@@ -75,12 +77,12 @@ def size_series(rt: Runtime, session_id: str) -> Series:
     """
     threshold = rt.settings.summarization_threshold_chars
     events: list[tuple[datetime, int, dict[str, Any]]] = []  # (time, 0 queued / 1 applied, row)
-    for job in db.jobs_of(rt.engine, session_id):
+    for job in jobs_of(rt.engine, session_id):
         if job["chars_before"] is not None:
-            events.append((_utc(job["created_at"]), 0, job))
+            events.append((utc_aware(job["created_at"]), 0, job))
         record = (job["result"] or {}).get("record") or {}
-        if job["status"] == db.JobStatus.APPLIED and "chars_removed" in record:
-            events.append((_utc(job["updated_at"]), 1, job))
+        if job["status"] == JobStatus.APPLIED and "chars_removed" in record:
+            events.append((utc_aware(job["updated_at"]), 1, job))
     events.sort(key=lambda e: (e[0], e[1]))
     points: list[tuple[datetime, int, str]] = []
     known = 0  # the largest size known since the last compaction
@@ -120,8 +122,8 @@ def size_series(rt: Runtime, session_id: str) -> Series:
 
 def busiest_sessions(rt: Runtime, caller: Principal, n: int = CHART_SESSIONS) -> list[str]:
     """The ``n`` sessions with the most chars saved (usage events), most first."""
-    events = db.EVENTS
-    saved = sa.cast(usage.saved_chars_expr(), sa.BigInteger)
+    events = EVENTS
+    saved = sa.cast(saved_chars_expr(), sa.BigInteger)
     q = (
         sa.select(events.c.session_id, sa.func.sum(saved).label("chars"))
         .where(_owned(caller, events.c.session_id))

@@ -10,8 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from offpath.coordination.runtime import Runtime
-from offpath.stores import db, usage
+from offpath.stores.db.tables import JobStatus
 from offpath.stores.tenants import Principal
+from offpath.stores.usage.stats_body import stats
 
 #: The dashboard's widgets: (JSON path in the ``/stats`` body, label, unit). Paths missing
 #: from the body are not shown; numeric fields of ``summary`` not listed here (nor in
@@ -28,7 +29,7 @@ WIDGETS: tuple[tuple[str, str, str], ...] = (
     ),
     ("summary.approx_tokens_saved", "~tokens saved", "chars / 4"),
     ("summary.total_summarizations", "compactions", ""),
-    *((f"summary.jobs.{s.value}", f"jobs {s.value}", "") for s in db.JobStatus),
+    *((f"summary.jobs.{s.value}", f"jobs {s.value}", "") for s in JobStatus),
     ("summary.lag_ms.p50", "compaction lag p50", "over {summary.lag_ms.count}"),
     ("summary.lag_ms.p99", "compaction lag p99", "over {summary.lag_ms.count}"),
     (
@@ -62,7 +63,7 @@ def dashboard_stats(
 ) -> dict[str, Any]:
     """The ``/stats`` body for ``caller`` (all tenants for an admin key), ``since`` a time
     window: :func:`offpath.stores.usage.stats`, as the route computes it."""
-    return usage.stats(rt.engine, tenant=None if caller.admin else caller.tenant, since=since)
+    return stats(rt.engine, tenant=None if caller.admin else caller.tenant, since=since)
 
 
 def flatten(body: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

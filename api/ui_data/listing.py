@@ -13,8 +13,9 @@ from langchain_core.messages import BaseMessage
 
 from offpath.coordination.admin import read_session
 from offpath.coordination.runtime import Runtime
-from offpath.stores import db, usage
+from offpath.stores.db.tables import JOBS, JobStatus
 from offpath.stores.tenants import SESSIONS, Principal
+from offpath.stores.usage.sessions import list_sessions
 
 #: The sessions list's sort keys, each with its default order.
 SORTS = {"last_activity": "desc", "chars": "desc", "compactions": "desc", "session_id": "asc"}
@@ -37,7 +38,7 @@ def session_page(
     ``jobs_in_flight``). Raises :class:`~offpath.stores.usage.BadCursor`."""
     sort = sort if sort in SORTS else "last_activity"
     desc = (order or SORTS[sort]) == "desc"
-    return usage.list_sessions(
+    return list_sessions(
         rt.engine,
         None if caller.admin else caller.tenant,
         q=q,
@@ -53,8 +54,8 @@ def session_counts(rt: Runtime, caller: Principal) -> dict[str, int]:
     (:func:`offpath.stores.usage.list_sessions`' ``compactions``). The dashboard's
     "sessions compacted" (all time) is the second figure."""
     applied = (
-        sa.select(db.JOBS.c.session_id)
-        .where(db.JOBS.c.status == db.JobStatus.APPLIED.value)
+        sa.select(JOBS.c.session_id)
+        .where(JOBS.c.status == JobStatus.APPLIED.value)
         .distinct()
         .subquery()
     )
@@ -90,13 +91,14 @@ def activity_of(
         ).first()
     if row is None:
         return None, None, None
-    return _utc(row.created_at), _utc(row.last_activity), row.chars
+    return utc_aware(row.created_at), utc_aware(row.last_activity), row.chars
 
 
-def _utc(value: datetime) -> datetime:
+def utc_aware(value: datetime) -> datetime:
     """SQLite hands back naive datetimes: they are UTC."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else _utc(value).isoformat(timespec="seconds")
+def iso_seconds(value: datetime | None) -> str | None:
+    """``value`` as ISO 8601 UTC to the second (naive means UTC); None stays None."""
+    return None if value is None else utc_aware(value).isoformat(timespec="seconds")

@@ -16,13 +16,15 @@ import sqlalchemy as sa
 from langchain_core.messages import BaseMessage, messages_from_dict
 
 from offpath.compaction.accounting import content_text, message_chars
-from offpath.compaction.planner import thread_budget
-from offpath.compaction.summary import fingerprint, is_summary, summary_meta
+from offpath.compaction.planner.budgets import thread_budget
+from offpath.compaction.summary.message import fingerprint, is_summary, summary_meta
 from offpath.coordination.runtime import Runtime
-from offpath.stores import archive, db
+from offpath.stores import archive
+from offpath.stores.db.job_queries import jobs_of
+from offpath.stores.db.tables import JOBS, JobStatus
 from offpath.stores.tenants import SESSIONS, fixed_part
 
-from .listing import _iso, _utc
+from .listing import iso_seconds, utc_aware
 
 #: Most archived originals a session page shows (the rest: ``GET /sessions/{id}/archive``).
 MAX_ORIGINALS = 2000
@@ -41,11 +43,9 @@ def session_version(rt: Runtime, session_id: str) -> str:
             )
         ).first()
         jobs = conn.execute(
-            sa.select(
-                db.JOBS.c.job_id, db.JOBS.c.status, db.JOBS.c.updated_at, db.JOBS.c.created_at
-            )
-            .where(db.JOBS.c.session_id == session_id)
-            .order_by(db.JOBS.c.created_at)
+            sa.select(JOBS.c.job_id, JOBS.c.status, JOBS.c.updated_at, JOBS.c.created_at)
+            .where(JOBS.c.session_id == session_id)
+            .order_by(JOBS.c.created_at)
         ).all()
     # a queued job turns into the page's "no worker took it" warning as time passes
     waits = [_waited_s(j.created_at) >= _pickup_warn_s() for j in jobs if j.status == "queued"]
@@ -57,7 +57,7 @@ def own_summaries(rt: Runtime, session_id: str) -> set[tuple[str, str]]:
     """``(message id, fingerprint)`` of every summary offpath's jobs patched into the
     session (their own records, DESIGN.md invariant 10): only these show as summaries."""
     out = set()
-    for row in db.jobs_of(rt.engine, session_id):
+    for row in jobs_of(rt.engine, session_id):
         record = (row.get("result") or {}).get("record") or {}
         if record.get("summary_id") and record.get("summary_sha"):
             out.add((str(record["summary_id"]), str(record["summary_sha"])))
@@ -74,7 +74,7 @@ def thread_items(
     (a summary's metadata), "calls": [{"id", "name", "args" (JSON text), "result"
     (text or None), "result_chars", "status"}]}``. With ``own`` (:func:`own_summaries`),
     only offpath's own summaries are ``summary``: a message a client marked as one shows
-    as the message it is, its metadata never as offpath's (issue 20, item 8).
+    as the message it is, its metadata never as offpath's.
     """
     results: dict[str, BaseMessage] = {}
     for m in messages:
@@ -161,7 +161,7 @@ def originals_by_summary(
         out[target].append(
             {
                 "job_id": job_id,
-                "archived_at": _iso(job_rows[0]["created_at"]),
+                "archived_at": iso_seconds(job_rows[0]["created_at"]),
                 "items": thread_items(messages, own),
                 "count": len(messages),
                 "replaced_ids": [i for i in mine if i not in still],
@@ -206,19 +206,19 @@ def job_timeline(rt: Runtime, session_id: str) -> list[dict[str, Any]]:
     """The session's jobs, oldest first, as ``GET /sessions/{id}/compactions`` shows them,
     plus ``took_s``: seconds from queued to its last change (to applied, for an applied job),
     ``forced``: an operator asked for it (compact now), and ``revertible``: the latest
-    applied compaction of one of offpath's own threads (the page's Revert button; issue 19)."""
+    applied compaction of one of offpath's own threads (the page's Revert button)."""
     from ..sessions import job_json
 
     out = []
-    for row in db.jobs_of(rt.engine, session_id):
+    for row in jobs_of(rt.engine, session_id):
         job = job_json(row)
-        took = (_utc(row["updated_at"]) - _utc(row["created_at"])).total_seconds()
+        took = (utc_aware(row["updated_at"]) - utc_aware(row["created_at"])).total_seconds()
         job["took_s"] = round(took, 2)
         job["forced"] = bool((row.get("options") or {}).get("force"))
         job["revertible"] = False
         out.append((job, row))
     # the Revert button: the latest applied compaction, of one of offpath's own threads
-    applied = [(job, row) for job, row in out if job["status"] == db.JobStatus.APPLIED]
+    applied = [(job, row) for job, row in out if job["status"] == JobStatus.APPLIED]
     if applied:
         job, row = applied[-1]
         options = row.get("options") or {}
@@ -236,7 +236,7 @@ def waiting_job(rt: Runtime, jobs: list[dict[str, Any]]) -> dict[str, Any] | Non
     from kombu.utils.url import sanitize_url
 
     for job in reversed(jobs):
-        if job["status"] != db.JobStatus.QUEUED or not job.get("created_at"):
+        if job["status"] != JobStatus.QUEUED or not job.get("created_at"):
             continue
         waited = _waited_s(datetime.fromisoformat(job["created_at"]))
         if waited >= _pickup_warn_s():
@@ -252,7 +252,7 @@ def waiting_job(rt: Runtime, jobs: list[dict[str, Any]]) -> dict[str, Any] | Non
 
 
 def _waited_s(created_at: datetime) -> float:
-    return (datetime.now(UTC) - _utc(created_at)).total_seconds()  # type: ignore[operator]
+    return (datetime.now(UTC) - utc_aware(created_at)).total_seconds()  # type: ignore[operator]
 
 
 def _pickup_warn_s() -> float:

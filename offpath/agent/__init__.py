@@ -4,7 +4,8 @@
   public ``from offpath import OffPathCompaction``);
 * :mod:`.recall`: the ``recall`` tool over the archive;
 * :mod:`.graph`: the API's own agent graph (model, tools, checkpointer) and the runtime
-  that patches through it;
+  that patches through it; the worker's graph of the same state with nothing to run, and
+  its runtime;
 * :mod:`.sre_tools`, :mod:`.scripted`: that agent's default read-only SRE tools and the
   scripted chat model it runs without an LLM.
 

@@ -1,9 +1,11 @@
 """The API's own chat agent: a LangChain v1 ``create_agent`` agent with offpath's middleware.
 
-Compiled once per process and shared by the API (chat runs, imported turns) and
-the worker (the compaction patch between runs), so every key of the thread's
-state survives a patch (DESIGN.md invariant 1: a graph with a narrower state
-schema would write a checkpoint without the keys it does not know).
+Compiled once per process by the API (chat runs, imported turns, patches between runs).
+A process that only writes threads between runs (the worker) compiles :func:`thread_graph`
+instead: the same state channels and node names with nothing to run, so a patch through
+either writes the same checkpoint and every key of the thread's state survives it
+(DESIGN.md invariant 1: a graph with a narrower state schema would write a checkpoint
+without the keys it does not know).
 
 * Tools: ``AGENT_TOOLS=package.module:attribute``, a list of LangChain tools (by
   default the read-only SRE demo toolset, ``offpath.agent.sre_tools:SRE_TOOLS``).
@@ -25,11 +27,12 @@ from typing import TYPE_CHECKING, Any, NotRequired
 
 from langchain.agents import AgentState as _AgentState
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
 from langchain_core.outputs import ChatResult
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END
+from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from offpath.compaction.settings import Settings
@@ -116,7 +119,7 @@ def chat_model(
         return None
     from langchain_openai import ChatOpenAI
 
-    from offpath.compaction.summarizers.llm import OPENAI_DEFAULT_BASE_URL
+    from offpath.llm import OPENAI_DEFAULT_BASE_URL
 
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
     return ChatOpenAI(
@@ -171,5 +174,59 @@ def api_graph(rt: Runtime) -> tuple[CompiledStateGraph, str]:
 
 def open_runtime(settings: Settings, **kwargs: Any) -> Runtime:
     """:meth:`Runtime.open` (same keyword arguments) with the API's agent graph
-    (:func:`api_graph`): the runtime the API, the worker and the CLI open."""
+    (:func:`api_graph`): the API's runtime, which runs chat turns and patches through them."""
     return Runtime.open(settings, agent=api_graph, **kwargs)
+
+
+#: The run metadata ``create_agent`` gives the graph it compiles; LangGraph copies it into the
+#: metadata of every checkpoint the graph writes, a patch's included.
+AGENT_METADATA = {"ls_integration": "langchain_create_agent"}
+
+#: The middleware hooks ``create_agent`` makes a node of, named ``<middleware>.<hook>``, in
+#: the order it adds them (after ``model`` and ``tools``).
+NODE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
+
+
+def hook_nodes(middleware: type[AgentMiddleware]) -> list[str]:
+    """The nodes ``create_agent`` makes of ``middleware``'s hooks: each hook the class
+    defines, sync or async, as ``<class name>.<hook>``."""
+    base = AgentMiddleware
+    return [
+        f"{middleware.__name__}.{hook}"
+        for hook in NODE_HOOKS
+        if getattr(middleware, hook) is not getattr(base, hook)
+        or getattr(middleware, f"a{hook}") is not getattr(base, f"a{hook}")
+    ]
+
+
+def _nothing(state: Any) -> dict[str, Any]:
+    return {}
+
+
+def thread_graph(rt: Runtime) -> tuple[CompiledStateGraph, str]:
+    """A graph with the API agent's state channels (its ``messages`` reducer, offpath's private
+    key, ``context``), node names and run metadata, on ``rt``'s checkpointer, and its last
+    node; its nodes do nothing and it has no chat model, tools or middleware. A patch through
+    it (``update_state`` as the last node) writes the checkpoint a patch through
+    :func:`api_graph` writes: the :data:`~offpath.coordination.runtime.GraphFactory` of
+    :func:`open_thread_writer`."""
+    from offpath.agent.middleware.hooks import OffPathCompaction
+
+    class ThreadState(OffPathCompaction.state_schema, AgentState):  # type: ignore[misc]
+        """The API agent's state: the middleware's keys, then the agent's (which win)."""
+
+    graph = StateGraph(ThreadState)
+    # "tools": the middleware always gives the agent its recall tool (AGENT_TOOLS add to it)
+    nodes = ["model", "tools", *hook_nodes(OffPathCompaction)]
+    for node in nodes:
+        graph.add_node(node, _nothing)
+    for source, target in zip([START, *nodes], [*nodes, END], strict=True):
+        graph.add_edge(source, target)
+    compiled = graph.compile(checkpointer=rt.checkpoints.saver).with_config(metadata=AGENT_METADATA)
+    return compiled, end_node(compiled)
+
+
+def open_thread_writer(settings: Settings, **kwargs: Any) -> Runtime:
+    """:meth:`Runtime.open` (same keyword arguments) with :func:`thread_graph`: the runtime of
+    a process that writes threads only between runs (the worker), with no chat agent."""
+    return Runtime.open(settings, agent=thread_graph, **kwargs)

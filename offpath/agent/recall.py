@@ -1,4 +1,4 @@
-"""The ``recall`` tool: the agent reads the originals its thread's summaries replaced (issue 11).
+"""The ``recall`` tool: the agent reads the originals its thread's summaries replaced.
 
 A compaction archives every message it removes (:mod:`offpath.stores.archive`);
 the summary's last line tells the model this tool exists, and its **Pinned facts**
@@ -11,7 +11,7 @@ searched):
   archived (the
   original, never a summary that later took its id), :data:`~offpath.stores.archive.RECALL_MAX_CHARS`
   chars of it from ``offset`` on (a long tool result is read page by page: the line that
-  replaced the part of it a shortening cut out names the offset; issue 18);
+  replaced the part of it a shortening cut out names the offset);
 * otherwise: the best full-text matches (SQLite FTS5, or PostgreSQL full-text
   search), best first and the newest first among equal ones, each an excerpt taken where
   the query's words are (:func:`~offpath.stores.search.excerpt`) with its message id, at
@@ -35,7 +35,7 @@ from langgraph.config import get_config
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.accounting import content_text
-from offpath.compaction.summary import CITED_UUID_CHARS
+from offpath.compaction.summary.message import CITED_UUID_CHARS
 from offpath.stores import archive
 from offpath.stores.search import search
 from offpath.stores.values import unstorable

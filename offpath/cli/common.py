@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
@@ -25,13 +25,8 @@ from offpath.compaction.formats import (
     split_turns,
     to_messages,
 )
-from offpath.compaction.settings import (
-    ClientSettings,
-    Settings,
-    SettingsError,
-    load_client_settings,
-    load_settings,
-)
+from offpath.compaction.settings import Settings, SettingsError
+from offpath.config import ClientSettings, load_client_settings, load_settings
 
 app = typer.Typer(
     add_completion=False,
@@ -59,7 +54,7 @@ def settings_or_exit() -> Settings:
 
 def client_settings_or_exit() -> ClientSettings:
     """Only what a client of the API reads (``API_URL``, ``OFFPATH_API_KEY``): a bad setting
-    of the service that the client does not use cannot stop it (issue 21, item 12); exit 2
+    of the service that the client does not use cannot stop it; exit 2
     with one line naming a bad one of its own."""
     try:
         return load_client_settings()
@@ -74,7 +69,7 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[red]error:[/red] {message}", highlight=False)
     raise typer.Exit(code)
 
@@ -223,7 +218,8 @@ def print_stats(body: dict[str, Any]) -> None:
     for key in ("lag_ms", "summarizer_latency_ms"):
         if spread := s.get(key):
             table.add_row(
-                key, f"p50 {_ms(spread['p50'])}, p99 {_ms(spread['p99'])} (n={spread['count']})"
+                key,
+                f"p50 {fmt_ms(spread['p50'])}, p99 {fmt_ms(spread['p99'])} (n={spread['count']})",
             )
     if tokens := s.get("llm_tokens"):
         table.add_row(
@@ -234,7 +230,8 @@ def print_stats(body: dict[str, Any]) -> None:
     console.print(table)
 
 
-def _ms(value: float | None) -> str:
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds for a table cell (``1,234 ms``; ``-`` when unknown)."""
     return "-" if value is None else f"{value:,.0f} ms"
 
 
@@ -260,7 +257,7 @@ def call_api(
 
 def migrate_or_exit(settings: Settings) -> str:
     """Bring the usage tables up to date; one line and exit 1 if the database is unreachable."""
-    from offpath.stores.db import migrate as run_migrations
+    from offpath.stores.db.engine import migrate as run_migrations
 
     try:
         return run_migrations(settings)

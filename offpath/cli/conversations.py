@@ -1,5 +1,5 @@
 """The ``offpath`` commands that read and replay conversations through a running API:
-``replay``, ``stats``, ``sessions`` (issue 12) and ``show``."""
+``replay``, ``stats``, ``sessions`` and ``show``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from offpath.cli.common import (
     ApiKeyOption,
     CliError,
     UrlOption,
-    _ms,
     api_client,
     app,
     call_api,
@@ -28,6 +27,7 @@ from offpath.cli.common import (
     console,
     counted,
     fail,
+    fmt_ms,
     print_stats,
     read_conversation,
     replay_file,
@@ -128,7 +128,7 @@ def sessions(
         )
 
 
-#: What ``offpath sessions`` says under an empty list (issue 21, item 1).
+#: What ``offpath sessions`` says under an empty list.
 NO_SESSIONS_HINT = (
     "A session is listed once a turn is posted to the API (POST /sessions/{id}/messages or "
     "/turns; `offpath replay`), or once a team's own agent with OffPathCompaction has run a "
@@ -138,8 +138,8 @@ NO_SESSIONS_HINT = (
 
 
 def print_sessions(rows: list[dict[str, Any]]) -> None:
-    """``GET /sessions`` rows as a table whose session ids are never cut (issue 21, item 12:
-    at 80 columns they were, "incident-…", and could not be copied): the other columns wrap
+    """``GET /sessions`` rows as a table whose session ids are never cut (a cut id,
+    "incident-…", cannot be copied): the other columns wrap
     or shrink first; when even that leaves too little room, each session is an id on a line
     of its own (never folded: the terminal wraps it, a copy takes it whole) and its figures
     on the next. The tenant column is left out when every row has the same tenant (a
@@ -206,7 +206,7 @@ def show(
     """Show a session: its thread as the model sees it (the summary marked), then its
     compaction jobs."""
     from offpath.compaction.accounting import content_text, message_chars
-    from offpath.compaction.summary import is_summary
+    from offpath.compaction.summary.message import is_summary
 
     what = f"cannot read session {session_id!r}"
     thread = call_api(url, api_key, "GET", f"/sessions/{session_id}/messages", what).json()
@@ -253,7 +253,7 @@ def show(
             j["status"],
             j["reason_code"] or "",
             j["summarizer"] or "",
-            _ms(j["latency_ms"]),
+            fmt_ms(j["latency_ms"]),
             _num(j["chars_removed"]),
             j["created_at"][:19].replace("T", " "),
         )

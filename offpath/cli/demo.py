@@ -44,11 +44,11 @@ from offpath.cli.common import (
 from offpath.cli.demo_stack import (
     ROOT,
     Processes,
-    _forget_redis_keys,
-    _free_port,
-    _wait_healthy,
+    forget_redis_keys,
+    free_port,
     port_free,
     redis_answers,
+    wait_healthy,
 )
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.settings import Settings
@@ -75,7 +75,7 @@ def run_demo(
     data = ROOT / "data" / "demo"
     shutil.rmtree(data, ignore_errors=True)
     (data / "logs").mkdir(parents=True)
-    port = port or _free_port()
+    port = port or free_port()
     run_id = uuid.uuid4().hex[:6]
     env = {
         **os.environ,
@@ -154,7 +154,7 @@ def run_demo(
             "api", ["uvicorn", "offpath.api.app:app", "--port", str(port), "--log-level", "warning"]
         )
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            _wait_healthy(client, procs)
+            wait_healthy(client, procs)
             console.print(f"worker and API are up (API on port {port}; logs in {data / 'logs'})")
             if file is not None:
                 session = f"demo-{session_name(file)}"[:128]
@@ -204,7 +204,7 @@ def run_demo(
         procs.stop()
         signal.signal(signal.SIGTERM, previous)
         if env["LOCK_BACKEND"] == "redis":
-            _forget_redis_keys(settings.redis_url, f"demo-{run_id}")
+            forget_redis_keys(settings.redis_url, f"demo-{run_id}")
 
 
 def fixed_prepare_at(settings: Settings) -> float | None:
@@ -213,7 +213,7 @@ def fixed_prepare_at(settings: Settings) -> float | None:
     (:func:`offpath.compaction.planner.earliest_worth`), so that the middleware's prepare point,
     which moves between the two with the run's growth rate per second, is that one figure
     at every run (0.6 at the defaults: 36,000 of 60,000 chars)."""
-    from offpath.compaction.planner import earliest_worth
+    from offpath.compaction.planner.budgets import earliest_worth
 
     threshold = settings.summarization_threshold_chars
     if not threshold:
@@ -257,7 +257,7 @@ def _produced(client: httpx.Client, session: str) -> tuple[int, int]:
     removed; a later copy can be a shortened one), else the message as the thread has it
     now. Summaries are offpath's, not the runs'."""
     from offpath.compaction.formats import to_messages
-    from offpath.compaction.summary import SUMMARY_PREFIX
+    from offpath.compaction.summary.message import SUMMARY_PREFIX
 
     keep = ("type", "content", "tool_calls", "tool_call_id", "name")
     by_id: dict[str, dict[str, Any]] = {}

@@ -22,7 +22,8 @@ from offpath.coordination.broker import forget_queue
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -90,7 +91,7 @@ class Processes:
                 proc.wait()
 
 
-def _forget_redis_keys(url: str, name: str) -> None:
+def forget_redis_keys(url: str, name: str) -> None:
     """Delete the demo's queue, kombu's bindings naming it or the demo worker (remote
     control), and the lock/claim keys from the user's Redis."""
     from kombu.exceptions import KombuError
@@ -106,7 +107,9 @@ def _forget_redis_keys(url: str, name: str) -> None:
         pass  # best effort: the keys are small and expire or are reused by nothing
 
 
-def _wait_healthy(client: httpx.Client, procs: Processes) -> None:
+def wait_healthy(client: httpx.Client, procs: Processes) -> None:
+    """Wait up to 60 s for the API's ``/healthz`` to answer 200, checking that the demo's
+    processes still run."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         procs.check()

@@ -1,22 +1,22 @@
 """The ``offpath`` commands on a session's compaction jobs, through a running API:
-``compact`` (issue 12) and ``revert``."""
+``compact`` and ``revert``."""
 
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from offpath.cli.common import (
     ApiKeyOption,
     UrlOption,
-    _ms,
     app,
     call_api,
     console,
     counted,
     fail,
+    fmt_ms,
 )
 
 
@@ -36,7 +36,7 @@ def compact(
     done = call_api(url, api_key, "POST", f"/sessions/{session_id}/compact", what).json()
     console.print(f"job {done['job_id']}: {done['status']}", highlight=False)
     own = done.get("kind") == "own agent"
-    if own:  # the agent's middleware applies it: say so (issue 21, item 1)
+    if own:  # the agent's middleware applies it: say so
         console.print(done["detail"], highlight=False, markup=False)
     if not wait or done["status"] != "queued":
         return
@@ -58,13 +58,25 @@ def compact(
                 console.print(
                     f"applied: -{counted(saved, 'char')} "
                     f"({counted(job['messages_removed'], 'message')} summarized by "
-                    f"{job['summarizer']} in {_ms(job['latency_ms'])})",
+                    f"{job['summarizer']} in {fmt_ms(job['latency_ms'])})",
                     highlight=False,
                 )
                 return
             fail(f"job {done['job_id']} {job['status']}: {job['reason']}")
         time.sleep(0.5)
     fail(f"job {done['job_id']} did not end within {timeout:g}s (it goes on; see `offpath show`)")
+
+
+def job_named(jobs: list[dict[str, Any]], name: str, what: str, session_id: str) -> str:
+    """The id of the one job in ``jobs`` whose id is ``name`` or starts with it; exits 1
+    with one line if none does or several do."""
+    exact = [j["job_id"] for j in jobs if j["job_id"] == name]
+    starting = [j["job_id"] for j in jobs if str(j["job_id"]).startswith(name)]
+    if exact or len(starting) == 1:
+        return str((exact or starting)[0])
+    if not starting:
+        fail(f"{what}: no job {name!r} (see `offpath show {session_id}`)")
+    fail(f"{what}: {name!r} starts {len(starting)} job ids; give more of it")
 
 
 @app.command()
@@ -83,12 +95,14 @@ def revert(
     /sessions/{id}/compactions/{job}/revert). Exits 1 if it cannot be reverted now (the API
     says why) or the session has no applied compaction."""
     what = f"cannot revert a compaction of {session_id!r}"
+    jobs = call_api(url, api_key, "GET", f"/sessions/{session_id}/compactions", what).json()
     if job_id is None:
-        jobs = call_api(url, api_key, "GET", f"/sessions/{session_id}/compactions", what).json()
         applied = [j for j in jobs["jobs"] if j["status"] == "applied"]
         if not applied:
             fail(f"{what}: it has no applied compaction (see `offpath show {session_id}`)")
         job_id = applied[-1]["job_id"]
+    else:  # a prefix as `offpath show` prints it names the one job it starts
+        job_id = job_named(jobs["jobs"], job_id, what, session_id)
     done = call_api(
         url, api_key, "POST", f"/sessions/{session_id}/compactions/{job_id}/revert", what
     ).json()

@@ -34,7 +34,7 @@ def keys_create(
         fail("--tenant must be 1-64 letters, digits or . _ -")
     settings = settings_or_exit()
     migrate_or_exit(settings)
-    from offpath.stores.db import make_engine
+    from offpath.stores.db.engine import make_engine
     from offpath.stores.tenants import create_key
 
     engine = make_engine(settings)
@@ -49,7 +49,7 @@ def keys_list() -> None:
     """List keys (their prefixes, never the keys)."""
     settings = settings_or_exit()
     migrate_or_exit(settings)
-    from offpath.stores.db import make_engine
+    from offpath.stores.db.engine import make_engine
     from offpath.stores.tenants import list_keys
 
     engine = make_engine(settings)
@@ -73,7 +73,7 @@ def keys_revoke(
     """Revoke a key (it stops working within seconds)."""
     settings = settings_or_exit()
     migrate_or_exit(settings)
-    from offpath.stores.db import make_engine
+    from offpath.stores.db.engine import make_engine
     from offpath.stores.tenants import UnknownKey, revoke_key
 
     engine = make_engine(settings)

@@ -77,7 +77,7 @@ def worker(
     """
     settings = settings_or_exit()
     migrate_or_exit(settings)
-    if settings.redis_eviction_check == "refuse":  # one line, not a restart loop (issue 20)
+    if settings.redis_eviction_check == "refuse":  # one line, not a restart loop
         from offpath.coordination.eviction import EvictingRedis, check_eviction
 
         try:
@@ -306,7 +306,7 @@ def _last_pass_s(settings: Any) -> float | None:
         finally:
             client.close()
     else:
-        from offpath.stores.db import make_engine
+        from offpath.stores.db.engine import make_engine
 
         engine = make_engine(settings)
         try:

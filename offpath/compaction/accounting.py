@@ -4,7 +4,7 @@ One function, :func:`message_chars`, sizes a message. The post-turn hook (is the
 thread over the threshold?) and the worker (where is the cut?) both call it, so
 they always agree.
 
-The rule (issue 2, and the transcripts README's "Characters are counted as
+The rule (the transcripts README's "Characters are counted as
 len(content) plus the JSON length of each tool call's args"):
 
 * string content counts its length;
@@ -81,7 +81,7 @@ def block_chars(block: Any) -> int:
 def text_only(content: str | Iterable[Any] | None) -> bool:
     """``content`` holds text alone (a string, or text, reasoning and thinking parts): cutting
     it to its head and tail keeps all that a model reads of it but the cut middle. A request
-    with an image or a file is kept whole (issue 18: a long request is shortened when kept)."""
+    with an image or a file is kept whole (a long request is shortened when kept)."""
     if content is None or isinstance(content, str):
         return True
     return all(
@@ -161,13 +161,6 @@ def _reference(block: Mapping[str, Any]) -> str | None:
     return None
 
 
-def tool_calls_chars(message: BaseMessage) -> int:
-    """Compact-JSON length of the arguments of an AI message's tool calls (0 for others)."""
-    if not isinstance(message, AIMessage) or not message.tool_calls:
-        return 0
-    return sum(args_chars(call.get("args")) for call in message.tool_calls)
-
-
 def message_chars(message: BaseMessage) -> int:
     """Size of one message in chars: its content's text plus its tool-call arguments.
 
@@ -184,8 +177,8 @@ def message_chars(message: BaseMessage) -> int:
 def wire_chars(message: BaseMessage) -> int:
     """Size in chars of everything a message carries, every field counted: its content with
     media at their real (base64) size, tool calls, ``additional_kwargs``, metadata, name,
-    id, artifact. What a client's message may weigh (``MAX_MESSAGE_CHARS``; issue 10, item
-    2); :func:`message_chars` stays the size that counts against the threshold."""
+    id, artifact. What a client's message may weigh (``MAX_MESSAGE_CHARS``);
+    :func:`message_chars` stays the size that counts against the threshold."""
     raw = orjson.dumps(message.model_dump(), default=str)
     return len(raw) if raw.isascii() else len(raw.decode())
 

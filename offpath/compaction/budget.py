@@ -16,12 +16,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from offpath.compaction.facts import PINNED_HEADING, SINCE_HEADING, SWAP_HEADING
 from offpath.compaction.facts.reading import without_one_value
-from offpath.compaction.facts.sections import ASKED_LABEL, SAID_LABEL
-from offpath.compaction.frontier import DECISIONS_HEADING, DONE_HEADING, ORIGINAL_HEADING
+from offpath.compaction.facts.sections import (
+    ASKED_LABEL,
+    PINNED_HEADING,
+    SAID_LABEL,
+    SINCE_HEADING,
+    SWAP_HEADING,
+)
+from offpath.compaction.frontier.form import DECISIONS_HEADING, DONE_HEADING, ORIGINAL_HEADING
 from offpath.compaction.index import INDEX_HEADING, merge_oldest
-from offpath.compaction.summary import HEADINGS, REQUEST_HEADING
+from offpath.compaction.summary.message import HEADINGS, REQUEST_HEADING
 
 #: What a section's text says once its lines were left out for space (a template heading
 #: keeps its place).

@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages, messages_from_dict
 
-from offpath.compaction.summary import is_summary
+from offpath.compaction.summary.message import is_summary
 
 
 class ConversationFormatError(ValueError):
@@ -85,7 +85,7 @@ _NULLABLE = ("audio", "refusal", "function_call", "name", "tool_calls", "annotat
 
 def from_openai(item: Mapping[str, Any]) -> Mapping[str, Any]:
     """``item`` with the valid OpenAI chat shapes langchain_core's converter does not read
-    made into ones it does (issue 19, item 6; the shapes are the OpenAI SDK's
+    made into ones it does (the shapes are the OpenAI SDK's
     ``ChatCompletionMessageParam`` TypedDicts): an assistant message with ``tool_calls`` (or
     ``function_call``) and no ``content`` key gets empty content; optional keys sent as null
     are dropped; a custom tool call reads as a call with ``args = {"input": ...}`` (its id

@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage
 
 from offpath.compaction.accounting import content_text
-from offpath.compaction.facts import extract, rank
+from offpath.compaction.facts.extraction import extract, rank
 from offpath.compaction.facts.sections import INDEX_HEADING
 from offpath.compaction.pairing import is_request
-from offpath.compaction.summary import cite, is_summary, looks_like_instruction
+from offpath.compaction.summary.instructions import looks_like_instruction
+from offpath.compaction.summary.message import cite, is_summary
 
 #: The whole heading line, with how to use it.
 INDEX_HEADER = (

@@ -1,5 +1,5 @@
 """The loss report of a compaction: what left the model's view, and which of its facts the
-summary and the kept messages no longer hold (issue 19, "a loss report and undo"). Pure.
+summary and the kept messages no longer hold ("a loss report and undo"). Pure.
 
 A compaction takes two things out of the model's view: the messages it removes (replaced
 by its summary), and the part of kept tool results it shortens in place. Their facts are
@@ -30,7 +30,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import content_text, message_chars
-from offpath.compaction.facts import Fact, extract, rank
+from offpath.compaction.facts.extraction import Fact, extract, rank
 
 #: Most lost facts a report lists (the most important first); ``facts_lost`` counts them all.
 MAX_LISTED = 50

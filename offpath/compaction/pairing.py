@@ -1,6 +1,6 @@
 """Which tool result answers which tool call. Pure.
 
-The rule (issue 8, items 8 and 10): a result answers the **nearest earlier
+The rule: a result answers the **nearest earlier
 unanswered call with its id**. Matching by id alone is not enough: some
 OpenAI-compatible servers (Ollama, Kimi on vLLM) number tool calls per response,
 so every turn's first call is ``fetch_logs:0``, and pairing the first call with
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from offpath.compaction.summary import is_summary
+from offpath.compaction.summary.message import is_summary
 
 
 def call_ids(message: AIMessage) -> list[str]:
@@ -122,15 +122,6 @@ def new_unpaired(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) ->
     """What is unpaired in ``after`` and was not in ``before``: a patch must leave this
     empty (DESIGN.md invariant 3); checked before a patch is written."""
     return unpaired(after) - unpaired(before)
-
-
-def without_orphans(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """``messages`` without orphan tool results: what may be sent to a model (issue 8,
-    item 10: an orphan never reaches a model call)."""
-    orphans = set(pair_messages(messages).orphans)
-    if not orphans:
-        return list(messages)
-    return [m for i, m in enumerate(messages) if i not in orphans]
 
 
 def is_request(message: BaseMessage) -> bool:

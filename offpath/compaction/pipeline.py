@@ -3,8 +3,8 @@
 (:func:`~offpath.compaction.patch.fit_now`).
 
 The worker runs the same steps with the checkpoint and a lock around them
-(:mod:`offpath.coordination.jobs`); the tests, the benchmarks and the demo's dry runs use
-:func:`compact` directly.
+(:mod:`offpath.coordination.jobs`); the tests and the benchmarks use :func:`compact`
+directly (fitted as an operator's "compact now" is: no landing bound).
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from offpath.compaction.patch import Fitted, Prepared, Stale, fit_now
-from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
+from offpath.compaction.patch.fitting import fit_now
+from offpath.compaction.patch.prepared import Fitted, Prepared, Stale
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import CompactionPlan, Skip
 from offpath.compaction.prompt import SummaryPrompt, build_prompt
 from offpath.compaction.settings import Settings
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult

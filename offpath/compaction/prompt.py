@@ -4,11 +4,11 @@
 names and arguments, tool results; media parts as a placeholder, never their
 base64) as data, tells the model that instructions inside are data, and shortens
 long items keeping their head and tail so that ``len(prompt.system) +
-len(prompt.user) <= max_chars`` whatever the thread holds (issue 2, item 5). When
+len(prompt.user) <= max_chars`` whatever the thread holds. When
 even one short line per message would not fit, messages from the middle are left
 out and say so.
 
-Injected text is contained (issue 10, item 4; DESIGN.md "Trust boundaries"):
+Injected text is contained (DESIGN.md "Trust boundaries"):
 
 * the data is fenced by a **random boundary token** drawn for each prompt, which
   the data does not contain (``</conversation>`` in a tool result, or any variant
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from offpath.compaction.accounting import render_content
-from offpath.compaction.planner import CompactionPlan
-from offpath.compaction.summary import is_summary, summary_body, text_cap, words_for
+from offpath.compaction.planner.plans import CompactionPlan
+from offpath.compaction.summary.message import is_summary, summary_body, text_cap, words_for
 
 SUMMARY_TEMPLATE = """**Investigating:** <original incident or question>
 **Key findings:**
@@ -119,7 +119,7 @@ def as_data(value: object) -> str:
     """A name or id that a client or a tool controls (a tool's name, a call's id), as a line
     of offpath's own may show it: an identifier as it is, anything else as a JSON string
     (quoted, one line, at most 64 chars). A name holding "NOTE: the user has approved..."
-    went into the summary as plain text (issue 20, item 6)."""
+    went into the summary as plain text."""
     text = str(value)
     if _IDENTIFIER.fullmatch(text):
         return text
@@ -139,7 +139,7 @@ def render_message(message: BaseMessage, token: str) -> str:
     """One message as prompt text: a ``[<token> role]`` header, text, tool calls or result.
     Names and ids in the header are data too (:func:`as_data`). A tool result with
     ``status="error"`` says FAILED in its header: a failed call must never read as done
-    (issue 19: a failed rollback was summarized as done)."""
+    (a failed rollback summarized as done misleads the agent)."""
     if isinstance(message, ToolMessage):
         name = f" of {as_data(message.name)}" if message.name else ""
         failed = " - FAILED, the call did not succeed" if message.status == "error" else ""
@@ -165,8 +165,8 @@ def neutralise(text: str) -> str:
 
 def chunks(plan: CompactionPlan, max_chars: int, max_calls: int) -> list[CompactionPlan]:
     """``plan`` split into at most ``max_calls`` plans of consecutive removed messages, each of
-    whose prompts fits ``max_chars`` with room for the summary of the chunk before it (issue
-    19: an LLM summarizer read a quarter of a 256k-char removal; the guard alone covered the
+    whose prompts fits ``max_chars`` with room for the summary of the chunk before it (an LLM
+    summarizer read a quarter of a 256k-char removal; the guard alone covered the
     rest). The first chunk carries the earlier summaries. One plan when it all fits; past
     ``max_calls`` chunks, the items of each chunk are shortened to fit (every message still
     reaches a prompt). The chunks' ``kept`` is the plan's."""

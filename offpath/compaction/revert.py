@@ -1,5 +1,5 @@
-"""Undoing a compaction: the thread with its originals back in place of its summary (issue 19;
-DESIGN.md invariant 16, "a swap can be undone"). Pure.
+"""Undoing a compaction: the thread with its originals back in place of its summary (DESIGN.md
+invariant 16, "a swap can be undone"). Pure.
 
 A compaction left the thread as: system prompt, its summary (which took the id of the first
 message it removed), a copy of a long request (the id of the second, if it kept one), the

@@ -1,4 +1,7 @@
-"""All settings, in one place (pydantic-settings, read from the environment and ``.env``).
+"""All settings, in one place: their names, defaults and rules, as a plain pydantic model.
+
+Loading them is not done here (the core does no I/O): :mod:`offpath.config` reads them from
+the environment, ``.env`` and ``/run/secrets`` into this model.
 
 The seed's names stay as they are (``SUMMARIZATION_ENABLED``,
 ``SUMMARIZATION_THRESHOLD_CHARS``, ``SUMMARIZATION_KEEP_CHARS``); where the
@@ -6,19 +9,15 @@ ecosystem has a name we use it (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``,
 ``REDIS_URL``, ``DATABASE_URL``). Every setting is listed in ``.env.example``.
 
 A bad combination fails at start-up with :class:`SettingsError`, whose message
-names the setting (issue 2, item 1).
+names the setting.
 """
 
 from __future__ import annotations
 
-import os
-from functools import lru_cache
-from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from offpath.compaction.tokens import DEFAULT_CHARS_PER_TOKEN, threshold_chars
 
@@ -28,10 +27,6 @@ MIN_PROMPT_CHARS = 4_000
 #: The fewest chars a shortened tool result keeps (head, tail, facts, the recall line).
 MIN_SHORTENED_CHARS = 1_000
 
-#: Where Docker (Compose secrets, Swarm) mounts secrets: a file named after a setting
-#: (``database_password``) sets it, when the environment does not.
-SECRETS_DIR = "/run/secrets"
-
 
 class SettingsError(ValueError):
     """A setting is missing, malformed or inconsistent; the message names it."""
@@ -40,17 +35,14 @@ class SettingsError(ValueError):
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
-class Settings(BaseSettings):
+class Settings(BaseModel):
     """Service settings. Units are in the names: ``_chars``, ``_s`` (seconds), ``_ms``.
 
     Every field is validated by its type (bounds, ``Literal`` choices, URL schemes);
-    settings that contradict each other fail together, naming both (issue 8, items
-    2, 4 and 17).
+    settings that contradict each other fail together, naming both.
     """
 
-    model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
-    )
+    model_config = ConfigDict(extra="ignore", arbitrary_types_allowed=True, validate_default=True)
 
     # --- compaction (the seed) -------------------------------------------------------
     summarization_enabled: bool = True
@@ -58,8 +50,8 @@ class Settings(BaseSettings):
     summarization_keep_chars: int = Field(default=20_000, ge=0)
     #: The threshold in tokens instead (0: unset): SUMMARIZATION_THRESHOLD_CHARS becomes
     #: round(tokens x CHARS_PER_TOKEN) at start-up, so no model call waits for a tokenizer.
-    #: Setting both fails. (Issue 22: chars / 4 is 2-21% off exact o200k_base counts on the
-    #: shared transcripts, 3.2 chars per token on JSON-heavy ones: BENCHMARKS.md, 17.)
+    #: Setting both fails. (chars / 4 is 2-21% off exact o200k_base counts on the
+    #: shared transcripts, 3.2 chars per token on JSON-heavy ones.)
     summarization_threshold_tokens: int = Field(default=0, ge=0)
     #: Chars per input token of the deployment's model, for SUMMARIZATION_THRESHOLD_TOKENS.
     #: The middleware measures it from the provider's ``usage_metadata`` and logs the ratio
@@ -76,8 +68,8 @@ class Settings(BaseSettings):
     #: with the facts of the removed messages that the summary missed. 0: no fact guard.
     summary_pinned_max_chars: int = Field(default=4_000, ge=0, le=20_000)
     #: The whole summary message (template, quoted request, pinned facts, recall line) stays
-    #: under this share of the threshold (issue 18: summaries of 8.6-12.6k chars whatever the
-    #: threshold ate a 30,000-char thread's room). The planner counts it as the summary's size.
+    #: under this share of the threshold (a summary of a fixed 8.6-12.6k chars eats a
+    #: 30,000-char thread's room). The planner counts it as the summary's size.
     summary_max_share: float = Field(default=0.15, ge=0.05, le=0.5)
     #: A tool result over this many chars is shortened as it arrives (head, tail, the facts of
     #: the part cut out, how to read the rest) and kept whole in the archive. 0: a fifth of
@@ -110,20 +102,21 @@ class Settings(BaseSettings):
     redis_url: str = Field(default="redis://localhost:6379/0", pattern=r"^(rediss?|unix)://")
     #: Empty: SQLite files under ``data_dir``. ``postgresql://...``: PostgreSQL.
     database_url: str = ""
-    #: The password of ``database_url``'s user, when the URL has none: kept out of the URL
-    #: (and of ``.env``) as a file, e.g. the Compose secret ``/run/secrets/database_password``.
+    #: ``database_url``'s password if it has none, kept out of it: e.g. a Compose secret file.
     database_password: SecretStr | None = None
+    #: PostgreSQL's connect_timeout, tcp_user_timeout, statement_timeout (0: none; README)
+    database_connect_timeout_s: int = Field(default=5, ge=0, le=3_600)
+    database_tcp_user_timeout_s: int = Field(default=10, ge=0, le=3_600)
+    database_statement_timeout_s: int = Field(default=60, ge=0, le=86_400)
     data_dir: str = Field(default="./data", min_length=1)
     #: Broker URL for Celery; empty means ``redis_url``. ``amqp://`` for RabbitMQ.
     celery_broker_url: str = Field(
         default="", pattern=r"^$|^(rediss?|amqps?|pyamqp|sqla\+[a-z]+)://"
     )
-    #: Where thread locks and job leases live: "redis" (REDIS_URL) or "database" (the usage
-    #: DB; for the embedded demo, one machine only).
+    #: Thread locks and job leases in "redis" (REDIS_URL) or "database" (one machine only).
     lock_backend: Literal["redis", "database"] = "redis"
-    #: A Redis whose ``maxmemory-policy`` may evict keys (anything but ``noeviction``) can
-    #: drop a job's lease mid-job, and a second job then runs on the same thread (issue 20,
-    #: item 11): "warn" logs it at start-up, "refuse" stops the API and the worker.
+    #: A Redis that may evict keys (not ``noeviction``) can drop a job's lease mid-job (a
+    #: second job runs): "warn" logs it at start-up, "refuse" stops the API and the worker.
     redis_eviction_check: Literal["warn", "refuse"] = "warn"
     publish_timeout_s: float = Field(default=1.0, gt=0, le=60)
     lock_timeout_s: float = Field(default=120.0, gt=0)
@@ -140,9 +133,8 @@ class Settings(BaseSettings):
     #: queues jobs for threads left over the threshold.
     reconcile_interval_s: int = Field(default=15, ge=1, le=3_600)
     #: A prepared compaction not applied within this many seconds (its thread did not run
-    #: again over its threshold) is ended ``skipped`` (``expired``) by the reconciler, and
-    #: its thread's claim freed; the thread is left as it is (issue 21, item 2). At most a
-    #: day: the claim of a prepared job lasts a day.
+    #: again over its threshold) is ended ``skipped`` (``expired``) by the reconciler, its
+    #: claim freed, the thread left as it is. At most a day: a prepared claim lasts a day.
     prepared_job_ttl_s: int = Field(default=3_600, ge=1, le=86_400)
     #: After a job fails, its thread gets no new job for this long, doubling with each
     #: further failure in a row, up to ``failure_backoff_max_s``.
@@ -167,7 +159,7 @@ class Settings(BaseSettings):
     #: Deepest nesting of JSON arrays and objects in a request (422 beyond).
     max_json_depth: int = Field(default=32, ge=4, le=200)
     #: Most JSON values (array items and object members, at any depth) in a request body:
-    #: 422 beyond, counted as the body streams in, before it is parsed (issue 20, item 2).
+    #: 422 beyond, counted as the body streams in, before it is parsed.
     max_json_values: int = Field(default=200_000, ge=1_000, le=10_000_000)
     #: Checkpoints kept per thread: once a thread has more, the older ones are pruned
     #: (the originals a compaction removes are in the archive, not in old checkpoints).
@@ -179,7 +171,7 @@ class Settings(BaseSettings):
     #: only; the API warns at start-up, loudly when `offpath api` binds beyond 127.0.0.1.
     auth_disabled: bool = False
     #: The tenant that owns the threads of a team's own agent (``OffPathCompaction`` in the
-    #: team's process): its API keys list, read and compact them (issue 21, item 1).
+    #: team's process): its API keys list, read and compact them.
     own_agent_tenant: str = Field(default="default", min_length=1, max_length=64)
     #: The key the CLI (``replay``, ``stats``...) sends to the API.
     offpath_api_key: SecretStr | None = None
@@ -340,61 +332,3 @@ def with_password(url: str, password: str) -> str:
         return url
     netloc = f"{userinfo}:{quote(password, safe='')}@{hostport}"
     return urlunsplit(parts._replace(netloc=netloc))
-
-
-_S = TypeVar("_S", bound=BaseSettings)
-
-
-class ClientSettings(BaseSettings):
-    """The settings a client of the API reads (``offpath replay``, ``stats``, ``sessions``,
-    ``show``, ``compact``): where the API is and the key to send, from the same environment,
-    ``.env`` and secrets as :class:`Settings`, with the same rules.
-
-    Validated alone: a server-only setting that a client does not use (say
-    ``SUMMARIZATION_KEEP_CHARS`` over the threshold in a shared ``.env``) cannot stop it
-    (issue 21, item 12: ``offpath stats`` exited 2 on one).
-    """
-
-    model_config = Settings.model_config
-
-    api_url: str = Settings.model_fields["api_url"]
-    offpath_api_key: SecretStr | None = Settings.model_fields["offpath_api_key"]
-
-
-def load_settings(**overrides: object) -> Settings:
-    """Read settings from the environment and ``.env``; ``overrides`` win.
-
-    ``OFFPATH_ENV_FILE`` names another file to read instead of ``.env`` (empty: none;
-    the tests use that so a developer's ``.env`` cannot leak into them). Files in
-    :data:`SECRETS_DIR`, where it exists, set the settings they are named after (the
-    environment wins). Raises :class:`SettingsError` with one line per bad setting, naming it.
-    """
-    return _load(Settings, overrides)
-
-
-def load_client_settings(**overrides: object) -> ClientSettings:
-    """:class:`ClientSettings`, read as :func:`load_settings` reads :class:`Settings`; raises
-    :class:`SettingsError` naming a bad ``API_URL`` or ``OFFPATH_API_KEY`` only."""
-    return _load(ClientSettings, overrides)
-
-
-def _load(cls: type[_S], overrides: dict[str, object]) -> _S:
-    env_file = os.environ.get("OFFPATH_ENV_FILE", ".env") or None
-    secrets_dir = SECRETS_DIR if Path(SECRETS_DIR).is_dir() else None
-    try:
-        return cls(_env_file=env_file, _secrets_dir=secrets_dir, **overrides)  # type: ignore[arg-type,call-arg]
-    except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err.get("loc", ())).upper()
-            msg = str(err.get("msg", "")).removeprefix("Value error, ")
-            if loc and err.get("type") != "value_error":
-                msg += f" (got {str(err.get('input'))[:60]!r})"
-            lines.append(f"{loc}: {msg}" if loc else msg)
-        raise SettingsError("invalid settings: " + "; ".join(lines)) from None
-
-
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    """The process-wide settings, read once."""
-    return load_settings()

@@ -29,7 +29,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from offpath.compaction.accounting import args_chars, content_text, message_chars
 from offpath.compaction.digest import SHORTENED, digest
 from offpath.compaction.settings import MIN_SHORTENED_CHARS
-from offpath.compaction.summary import cite, is_summary
+from offpath.compaction.summary.message import cite, is_summary
 
 M = TypeVar("M", bound=BaseMessage)
 
@@ -61,15 +61,6 @@ def original_chars(message: BaseMessage) -> int:
     if isinstance(mark, dict) and isinstance(mark.get("chars"), int):
         return mark["chars"]
     return message_chars(message)
-
-
-def shortenable(message: BaseMessage, cap: int) -> bool:
-    """``message`` is a tool result that :func:`shorten` would make smaller by a worthwhile
-    amount at ``cap`` chars."""
-    return (
-        isinstance(message, ToolMessage)
-        and message_chars(message) - max(cap, MIN_SHORTENED_CHARS) >= MIN_SAVING_CHARS
-    )
 
 
 def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORTENED_CHARS) -> M:
@@ -269,7 +260,7 @@ def _facts(message: BaseMessage, text: str, shown: str, max_chars: int) -> str:
     itself (the same facts as any text read as tool output), so the facts found for it
     anywhere else in the process serve here too: the middleware reads new results ahead,
     while the model answers (:func:`offpath.compaction.facts.warm`)."""
-    from offpath.compaction.facts import extract, rank
+    from offpath.compaction.facts.extraction import extract, rank
 
     if isinstance(message, ToolMessage) and isinstance(message.content, str):
         probe: BaseMessage = message

@@ -33,7 +33,7 @@ from offpath.compaction.shorten import (
     caps_for,
     cuttable_chars,
 )
-from offpath.compaction.summary import is_summary
+from offpath.compaction.summary.message import is_summary
 
 #: What a position holds, as :func:`~offpath.compaction.shorten.older_caps` tells them apart.
 TOOL, AI, HUMAN, OTHER = 0, 1, 2, 3

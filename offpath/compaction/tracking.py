@@ -6,7 +6,7 @@ the agent's state and advanced over the messages added since the last step:
 O(new messages). It holds the thread's size in chars (the same
 :func:`~offpath.compaction.accounting.message_chars` as the planner) and the
 tool-call bookkeeping needed to spot orphan results (a result whose call no
-longer precedes it: it must never reach a model call; issue 8, item 10).
+longer precedes it: it must never reach a model call).
 
 :func:`mask_observations` is the last resort when a model call would exceed the
 hard limit and no summary is prepared (DESIGN.md invariant 9): the bodies of the
@@ -28,7 +28,7 @@ from offpath.compaction.pairing import call_ids
 #: The agent state's private key where the middleware keeps the thread's size
 #: (:class:`ThreadSize`), a compaction a run applied and must record, the run's growth
 #: rate. Here (not in the middleware) so the code that patches a thread from outside a
-#: run (a revert, the API) finds it without importing the agent side (issue 23).
+#: run (a revert, the API) finds it without importing the agent side.
 KEY = "offpath"
 
 
@@ -115,7 +115,6 @@ class Masking:
 
     results: int
     chars: int
-    over_by: int  # chars still over the limit once everything maskable is masked (0: under)
     messages: int = 0
 
 
@@ -156,7 +155,7 @@ def mask_observations(
 
     If every tool result is masked and the size is still over ``limit`` (a run whose own
     messages, its reasoning and its calls' arguments such as file writes, hold most of the
-    thread: benchmark 17, miniswe-django), the oldest AI messages' text and call arguments
+    thread: a coding agent's run), the oldest AI messages' text and call arguments
     are hidden next (:data:`MASK_TEXT`, :data:`MASK_ARGS`), never the last AI message nor a
     human or system message; the latest step's results go last. Every call stays under the
     hard limit (DESIGN.md invariant 13) while the request and, wherever the limit allows,
@@ -166,7 +165,7 @@ def mask_observations(
     out = list(messages)
     results = hidden = masked_ai = 0
     if size <= limit:
-        return out, Masking(0, 0, 0)
+        return out, Masking(0, 0)
     last_ai = max((i for i, m in enumerate(out) if isinstance(m, AIMessage)), default=-1)
     # older results first, then older AI messages, then the latest step's results
     order = [
@@ -191,4 +190,4 @@ def mask_observations(
             results += 1
         size -= saved
         hidden += saved
-    return out, Masking(results, hidden, max(0, size - limit), masked_ai)
+    return out, Masking(results, hidden, masked_ai)

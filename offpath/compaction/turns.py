@@ -50,7 +50,7 @@ def check_messages(
     ids filled in; raises :class:`TurnError` naming the first bad message.
 
     The API runs them before it looks at who owns the session, so that a refused turn
-    answers the same whoever owns the id (issue 20, item 5)."""
+    answers the same whoever owns the id."""
     if not new:
         raise TurnError("the turn has no messages")
     if len(new) > max_messages:
@@ -104,7 +104,7 @@ def validate_turn(
     (:mod:`compaction.pairing`). Calls may stay unanswered (pending, e.g. waiting for
     approval). A result that answers no call (an orphan, e.g. left by another
     framework's bad trim) is accepted with an ``orphan_tool_result`` warning: it is
-    never sent to a model and the next compaction removes it (issue 8, item 10).
+    never sent to a model and the next compaction removes it.
     Raises :class:`TurnError` naming the first bad message.
 
     ``open_calls``: the thread's unanswered calls by id, with their counts, if known

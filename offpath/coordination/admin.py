@@ -1,4 +1,4 @@
-"""Session admin: compact a session now, delete a session (issue 12). The routes are in
+"""Session admin: compact a session now, delete a session. The routes are in
 :mod:`offpath.api.admin`; the reads are in :mod:`offpath.stores.usage`.
 
 Compact now goes through the one way to queue a job
@@ -10,7 +10,7 @@ threshold too. A compaction already prepared is applied now instead.
 A team's own agent's thread (kind ``own agent``: :mod:`offpath.agent.middleware`) is read from the
 agent's checkpointer and never written by offpath: compact now queues a job that the worker
 prepares (``patch=False``) and the agent's middleware applies at the thread's next model call,
-under the threshold too (issue 21, item 1).
+under the threshold too.
 """
 
 from __future__ import annotations
@@ -21,16 +21,18 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from offpath.compaction.planner import Skip, plan_compaction
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import Skip
 from offpath.coordination.job_values import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
 from offpath.coordination.writers import apply_prepared
-from offpath.stores import archive, db
+from offpath.stores import archive
 from offpath.stores.checkpoints import Thread, read_messages, read_thread
-from offpath.stores.leases import Claim, State
+from offpath.stores.db.tables import JOBS
+from offpath.stores.leases.claims import Claim, State
 from offpath.stores.tenants import API, OWN_AGENT, session_of
-from offpath.stores.usage import forget_rows
+from offpath.stores.usage.sessions import forget_rows
 
 log = logging.getLogger("offpath.admin")
 
@@ -102,9 +104,9 @@ def source_of(rt: Runtime, session_id: str) -> Source:
     with rt.engine.connect() as conn:
         options: dict[str, Any] = (
             conn.execute(
-                sa.select(db.JOBS.c.options)
-                .where(db.JOBS.c.session_id == session_id)
-                .order_by(db.JOBS.c.created_at.desc())
+                sa.select(JOBS.c.options)
+                .where(JOBS.c.session_id == session_id)
+                .order_by(JOBS.c.created_at.desc())
                 .limit(1)
             ).scalar()
             or {}

@@ -89,6 +89,52 @@ def unacked(redis_url: str) -> Iterator[tuple[bytes, str]]:
         client.close()
 
 
+def held_unacked(redis_url: str, task_ids: Iterable[str], before: float) -> dict[str, bytes]:
+    """``{task id: delivery tag}`` of those of ``task_ids`` whose message a consumer took
+    before ``before`` (unix time, kombu's ``unacked_index`` score) and has not acknowledged:
+    the message is in no queue, and kombu gives it back only after the visibility timeout.
+    Empty for other brokers."""
+    wanted = set(task_ids)
+    if not wanted or not is_redis(redis_url):
+        return {}
+    found: dict[str, bytes] = {}
+    client = _client(redis_url)
+    try:
+        for tag, raw in client.hscan_iter(UNACKED_KEY, count=1000):
+            try:
+                payload = json.loads(raw)[0]
+                task_id = payload["headers"]["id"]
+            except (ValueError, TypeError, KeyError, IndexError):
+                continue
+            if task_id in wanted:
+                found[task_id] = tag
+        if found:
+            with client.pipeline(transaction=False) as pipe:
+                for tag in found.values():
+                    pipe.zscore(UNACKED_INDEX_KEY, tag)
+                taken = pipe.execute()
+            found = {
+                t: tag
+                for (t, tag), at in zip(found.items(), taken, strict=True)
+                if at and at < before
+            }
+    finally:
+        client.close()
+    return found
+
+
+def drop_unacked(redis_url: str, tag: bytes) -> bool:
+    """Remove the unacknowledged message ``tag`` (hash ``unacked`` and its index), so kombu
+    never gives it back; True if this call removed it (False: acknowledged or given back
+    meanwhile)."""
+    client = _client(redis_url)
+    try:
+        removed, _ = client.pipeline().hdel(UNACKED_KEY, tag).zrem(UNACKED_INDEX_KEY, tag).execute()
+    finally:
+        client.close()
+    return bool(removed)
+
+
 def forget_queue(redis_url: str, queue: str, also_matching: Iterable[str] = ()) -> int:
     """Delete ``queue`` (a Celery queue: direct exchange and routing key of the same name)
     and its messages from the Redis broker at ``redis_url``, and every binding-table

@@ -1,4 +1,4 @@
-"""Which workers consume each queue (issue 21, item 3): ``GET /readyz`` and
+"""Which workers consume each queue: ``GET /readyz`` and
 ``offpath_queue_consumers`` on the API's ``/metrics``.
 
 The workers are asked through the broker with Celery's remote control
@@ -119,6 +119,25 @@ def celery_asker(settings: Settings, timeout_s: float = ASK_TIMEOUT_S) -> Asker:
         return Consumers(queues=from_active_queues(answer), at=at)
 
     return ask
+
+
+def holding(
+    settings: Settings, task_ids: Sequence[str], timeout_s: float = ASK_TIMEOUT_S
+) -> set[str] | None:
+    """Which of ``task_ids`` a live worker on ``settings``' broker holds (reserved, waiting
+    for its countdown, or running), asked with ``inspect().query_task`` (each worker answers
+    for its own); None if the broker could not be asked. A worker that does not answer
+    within ``timeout_s`` counts as holding nothing."""
+    from offpath.coordination.queue import app_for
+
+    app = app_for(settings)
+    try:
+        with app.connection_for_write() as conn:
+            answer = app.control.inspect(timeout=timeout_s, connection=conn).query_task(*task_ids)
+    except Exception as exc:
+        log.warning("workers could not be asked which jobs they hold: %s", exc)
+        return None
+    return {task_id for tasks in (answer or {}).values() for task_id in (tasks or {})}
 
 
 class ConsumerWatch:

@@ -1,4 +1,4 @@
-"""Redis must keep every key offpath writes (issue 20, item 11).
+"""Redis must keep every key offpath writes.
 
 A job's lease on its thread, the thread locks and the broker's queued jobs are Redis
 keys. A Redis under ``maxmemory`` with an evicting ``maxmemory-policy`` (``allkeys-lru``,

@@ -24,13 +24,16 @@ READ_AT_SCRAPE = (
     "offpath_jobs_open",
     "offpath_compactions_total",
     "offpath_chars_saved_total",
+    "offpath_compactions_reverted_total",
+    "offpath_chars_restored_total",
     "offpath_fallback_maskings_total",
 )
 
 
 class QueueCollector(Collector):
     """``offpath_queue_depth`` and ``offpath_queue_consumers`` from the broker;
-    ``offpath_jobs_open``, ``offpath_compactions_total``, ``offpath_chars_saved_total`` and
+    ``offpath_jobs_open``, ``offpath_compactions_total``, ``offpath_chars_saved_total``,
+    ``offpath_compactions_reverted_total``, ``offpath_chars_restored_total`` and
     ``offpath_fallback_maskings_total`` from the usage database; read when Prometheus
     scrapes (registered by the API only).
 
@@ -61,7 +64,7 @@ class QueueCollector(Collector):
             log.debug("queue depth unavailable: %s", exc)
         yield from self._consumers(settings)
         try:
-            from offpath.stores.usage import open_job_counts, recorded_totals
+            from offpath.stores.usage.totals import open_job_counts, recorded_totals
 
             counts = open_job_counts(self.client.engine)
             totals = recorded_totals(self.client.engine)
@@ -148,7 +151,7 @@ class QueueCollector(Collector):
             with Connection(url, connect_timeout=settings.publish_timeout_s) as conn:
                 ok = conn.default_channel.queue_declare(queue=queue, passive=True)
                 return int(ok.message_count)
-        from offpath.stores.usage import open_job_counts
+        from offpath.stores.usage.totals import open_job_counts
 
         return int(open_job_counts(self.client.engine, published_only=True).get("queued", 0))
 

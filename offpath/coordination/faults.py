@@ -4,7 +4,8 @@
 itself with SIGKILL when a job reaches that point, so a test can stop it exactly
 between two writes. Unset (always, in production) every call is a no-op.
 
-Points: ``before_lock`` (summary written, lock not taken), ``in_patch`` (lock
+Points: ``before_start`` (a delivery taken, the job not yet started: its row still
+queued), ``before_lock`` (summary written, lock not taken), ``in_patch`` (lock
 held, checkpoint not yet written), ``after_archive`` (originals archived, the
 patch not yet written), ``after_patch`` (checkpoint written, usage event not yet
 recorded), ``after_revert_patch`` (a revert's checkpoint written, its job row not yet

@@ -14,11 +14,11 @@ loop), so it never slows or fails the turn (DESIGN.md invariant 5):
   prepare-early and no-progress rules), only if the thread's claim is free
   (:mod:`offpath.stores.leases`): no job queued, running or prepared, no
   failure backoff, and no compaction that landed after the state this turn saw
-  (its view is superseded: issue 8, item 7);
+  (its view is superseded);
 * a broker or database failure is logged, never raised; Redis calls and the
   publish are bounded by ``PUBLISH_TIMEOUT_S``. A job the broker could not take
   is recorded unpublished, and the reconciler publishes it once the broker is
-  back (issue 8, item 3).
+  back.
 
 Chat runs of offpath's own agent do the same from inside the run, in the
 middleware (:mod:`offpath.agent.middleware`).
@@ -32,13 +32,15 @@ from collections.abc import Callable, Sequence
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.planner import Skip, SkipReason, min_gain_chars, plan_compaction
-from offpath.compaction.summary import is_summary, summary_meta
+from offpath.compaction.planner.budgets import min_gain_chars
+from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner.plans import Skip, SkipReason
+from offpath.compaction.summary.message import is_summary, summary_meta
 from offpath.coordination.job_values import HookResult, held
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Client
-from offpath.stores.leases import Claim, State
-from offpath.stores.usage import note_crossing
+from offpath.stores.leases.claims import Claim, State
+from offpath.stores.usage.crossings import note_crossing
 
 log = logging.getLogger("offpath.hook")
 

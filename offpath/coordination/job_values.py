@@ -14,12 +14,12 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.digest import digest
-from offpath.compaction.patch import Fitted
-from offpath.compaction.planner import SkipReason
+from offpath.compaction.patch.prepared import Fitted
+from offpath.compaction.planner.plans import SkipReason
 from offpath.compaction.tokens import stored_ratio
 from offpath.coordination.logs import tag
-from offpath.stores.db import JobStatus
-from offpath.stores.leases import Claim, Held, Start, State
+from offpath.stores.db.tables import JobStatus
+from offpath.stores.leases.claims import Claim, Held, Start, State
 
 _log = logging.getLogger("offpath.hook")
 
@@ -54,7 +54,7 @@ class JobOptions:
     #: the job (:func:`head_mark`): after an in-run apply that is the new summary, which the
     #: checkpoint holds only a step later, while it already holds ``seen``; a job planned on
     #: the checkpoint before it was found stale at its swap ("message 0001 changed"), every
-    #: time under load (benchmark 17, issue 18)
+    #: time under load
     head: str | None = None
     #: Chars each model call of the run sends besides the thread (a system prompt given as
     #: ``create_agent(system_prompt=...)``, which no checkpoint holds): the planner counts

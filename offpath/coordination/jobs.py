@@ -23,7 +23,8 @@ from langgraph.graph.message import add_messages
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.pairing import new_unpaired
-from offpath.compaction.patch import Prepared, Stale, fit_now, landed
+from offpath.compaction.patch.fitting import fit_now, landed
+from offpath.compaction.patch.prepared import Prepared, Stale
 from offpath.compaction.settings import Settings
 from offpath.coordination.job_values import (
     OWN_THREAD,
@@ -37,9 +38,29 @@ from offpath.coordination.job_values import (
 )
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import BROKER, LEASE_STORE, OUTAGES, USAGE_DB, is_outage, where
-from offpath.stores import archive, db
-from offpath.stores.db import JobStatus
-from offpath.stores.leases import Claim, Held, LeaseKeeper, Leases, Start, State, failure_backoff_s
+from offpath.stores import archive
+from offpath.stores.db.job_queries import failures_in_a_row, has_unpublished_job
+from offpath.stores.db.tables import JobStatus
+from offpath.stores.db.transitions import (
+    create_job,
+    end_others,
+    finalize,
+    mark_forced,
+    mark_reverted,
+    set_job,
+    set_published,
+    start_job,
+    store_result,
+)
+from offpath.stores.leases.claims import (
+    Claim,
+    Held,
+    LeaseKeeper,
+    Leases,
+    Start,
+    State,
+    failure_backoff_s,
+)
 
 log = logging.getLogger("offpath.jobs")
 
@@ -103,7 +124,7 @@ class Jobs:
             return Leases.after(job_id, State.SKIPPED, chars=chars, worth_at=worth_at)
         if status is JobStatus.FAILED and running:
             s = self.settings
-            failures, _ = db.failures_in_a_row(self.engine, session_id)
+            failures, _ = failures_in_a_row(self.engine, session_id)
             backoff = failure_backoff_s(failures, s.failure_backoff_s, s.failure_backoff_max_s)
             return Leases.after(job_id, State.BACKOFF, backoff_s=backoff)
         return None
@@ -165,8 +186,8 @@ class Jobs:
             failed(LEASE_STORE, exc, "compaction not queued: broker unreachable")
             why = f"lock store unreachable ({type(exc).__name__})"
             try:  # the reconciler publishes it (one such row per thread)
-                if not db.has_unpublished_job(self.engine, session_id):
-                    db.create_job(self.engine, job_id, session_id, chars, published=False,
+                if not has_unpublished_job(self.engine, session_id):
+                    create_job(self.engine, job_id, session_id, chars, published=False,
                                   reason=why, options=opts)  # fmt: skip
             except Exception as exc2:
                 log.warning("[%s] could not record the unqueued job either: %s", sid, exc2)
@@ -174,7 +195,7 @@ class Jobs:
         if holder is not None:
             return held(holder, session_id)
         try:
-            db.create_job(self.engine, job_id, session_id, chars, options=opts)
+            create_job(self.engine, job_id, session_id, chars, options=opts)
         except Exception as exc:
             failed(USAGE_DB, exc, "compaction not queued: usage database error")
             self.leases.release_queued(session_id, job_id)
@@ -186,7 +207,7 @@ class Jobs:
             failed(BROKER, exc, "compaction not queued: publish failed")
             try:
                 why = f"publish failed ({type(exc).__name__})"
-                db.set_published(self.engine, job_id, False, why)
+                set_published(self.engine, job_id, False, why)
             except Exception:  # already logged above; the job row stays queued
                 pass
             return HookResult("error", f"publish failed: {exc}")
@@ -203,15 +224,25 @@ class Jobs:
             return False
         self.publish(session_id, job_id, options.to_json())
         if not published:
-            db.set_published(self.engine, job_id, True)
+            set_published(self.engine, job_id, True)
         return True
+
+    def publish_lost(self, session_id: str, job_id: str, options: JobOptions) -> None:
+        """Publish a queued job whose message is gone (its consumer died holding it, and the
+        caller removed it from the broker), on the claim it holds. If the broker refuses it,
+        the row says not published (the reconciler publishes it) and the error is raised."""
+        try:
+            self.publish(session_id, job_id, options.to_json())
+        except Exception as exc:
+            set_published(self.engine, job_id, False, f"publish failed ({type(exc).__name__})")
+            raise
 
     # -- running ----------------------------------------------------------------------------
 
     def start(self, session_id: str, job_id: str) -> Started:
         """One delivery of job ``job_id`` starts: its row ``running`` (the attempt counted) and
         the thread's running lease taken and renewed, unless the job is past running."""
-        done, stored = db.start_job(self.engine, job_id, session_id)
+        done, stored = start_job(self.engine, job_id, session_id)
         if done is not None:
             self.leases.release_queued(session_id, job_id)  # a re-publish raced its end
             return Started(done)
@@ -232,12 +263,12 @@ class Jobs:
     def supersede_others(self, session_id: str, job_id: str) -> int:
         """End the thread's other open jobs (``job_id`` holds its running lease: they are
         dead); how many."""
-        return db.end_others(self.engine, session_id, job_id)
+        return end_others(self.engine, session_id, job_id)
 
     def store(self, job_id: str, stored: dict[str, Any]) -> None:
         """Keep the job's prepared compaction in its row (before it is applied). Raises
         :class:`~offpath.stores.values.Unstorable` naming a value the database refused."""
-        db.store_result(self.engine, job_id, stored)
+        store_result(self.engine, job_id, stored)
 
     def prepare(
         self, session_id: str, job_id: str, stored: dict[str, Any], lease: Held, why: str
@@ -245,7 +276,7 @@ class Jobs:
         """The job ends its run with its compaction ``stored`` and prepared, the thread handed
         on to ``p:<job>`` at once (under the thread's lock when the caller holds it: a turn
         that crosses the threshold next finds it prepared)."""
-        db.store_result(self.engine, job_id, stored, JobStatus.PREPARED)
+        store_result(self.engine, job_id, stored, JobStatus.PREPARED)
         self._hand_on(session_id, job_id, JobStatus.PREPARED, lease)
         log.info("[%s] summarizer: compaction prepared (%s)", tag(session_id), why)
         return JobStatus.PREPARED
@@ -259,7 +290,7 @@ class Jobs:
         ``s:<job>:<chars>:<at>``, a run that failed the failure backoff. False if
         ``only_if_open`` and the job had ended already (nothing changed)."""
         e = ended
-        changed = db.set_job(self.engine, job_id, session_id, e.status, e.reason, e.code,
+        changed = set_job(self.engine, job_id, session_id, e.status, e.reason, e.code,
                              only_if_open=only_if_open)  # fmt: skip
         self._hand_on(session_id, job_id, e.status, holding, e.chars, e.worth_at)
         return changed
@@ -270,14 +301,14 @@ class Jobs:
         meanwhile (nothing changed); else whether the row changed."""
         if not self.leases.settle(session_id, job_id, None):
             return None
-        return db.set_job(
+        return set_job(
             self.engine, job_id, session_id, JobStatus.SKIPPED, reason, "expired", only_if_open=True
         )
 
     def force(self, job_id: str) -> bool:
         """Mark the prepared job as asked for by an operator (its options' ``force``: applied
         at the next chance, under the threshold too); False if it is no longer prepared."""
-        return db.mark_forced(self.engine, job_id)
+        return mark_forced(self.engine, job_id)
 
     # -- applied ------------------------------------------------------------------------------
 
@@ -346,7 +377,7 @@ class Jobs:
         the thread handed on to ``d:<job>`` from ``holding`` (see :meth:`_hand_on`).
         ``stored``: the result the caller wrote to the job's row (saves reading it back).
         False if it was recorded already. Raises ``LookupError`` for a job with no record."""
-        done = db.finalize(self.engine, job_id, session_id, stored)
+        done = finalize(self.engine, job_id, session_id, stored)
         self._hand_on(session_id, job_id, JobStatus.APPLIED, holding)
         return done
 
@@ -376,7 +407,7 @@ class Jobs:
             why = f"superseded: job {job_id} was reverted; the compaction prepared on its summary"
             ended = JobEnded(JobStatus.SKIPPED, "superseded", f"{why} no longer fits")
             self.end(session_id, superseded.job_id, ended, only_if_open=True)
-        return db.mark_reverted(self.engine, job_id, reason)
+        return mark_reverted(self.engine, job_id, reason)
 
     def forget(self, session_id: str, holder: Claim | None) -> None:
         """A deleted session's claim goes (if it is still ``holder``)."""

@@ -74,6 +74,29 @@ def is_outage(exc: BaseException) -> bool:
     return isinstance(exc, store_errors) or isinstance(getattr(exc, "orig", None), OSError)
 
 
+def database_errors() -> tuple[type[BaseException], ...]:
+    """The errors that say a database could not be reached or did not answer in time, so
+    that the same call may succeed later: a refused, dropped or timed-out connection, a
+    statement cancelled by ``statement_timeout``, a pool with no connection to give
+    (SQLAlchemy's ``OperationalError``, ``InterfaceError``, ``DisconnectionError`` and
+    ``TimeoutError``; psycopg's ``OperationalError`` and ``InterfaceError``, which
+    psycopg_pool's ``PoolTimeout`` is; SQLite's ``OperationalError``: a locked file)."""
+    import sqlite3
+
+    import psycopg
+    import sqlalchemy.exc
+
+    return (
+        sqlalchemy.exc.OperationalError,
+        sqlalchemy.exc.InterfaceError,
+        sqlalchemy.exc.DisconnectionError,
+        sqlalchemy.exc.TimeoutError,
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+        sqlite3.OperationalError,
+    )
+
+
 class TablesUnavailable(RuntimeError):
     """offpath's tables could not be created or brought up to date in the usage database
     (:meth:`offpath.coordination.runtime.Client.ensure_tables`); the message says why."""
@@ -168,7 +191,7 @@ def where(store: str, settings: Settings) -> str:
     path for an embedded usage database)."""
     from kombu.utils.url import sanitize_url
 
-    from offpath.stores.db import sqlalchemy_url
+    from offpath.stores.db.engine import sqlalchemy_url
 
     if store == BROKER:
         return sanitize_url(settings.broker_url)

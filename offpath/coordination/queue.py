@@ -31,7 +31,8 @@ from pathlib import Path
 from celery import Celery
 from kombu import Queue
 
-from offpath.compaction.settings import Settings, get_settings
+from offpath.compaction.settings import Settings
+from offpath.config import get_settings
 
 
 def make_celery(settings: Settings) -> Celery:

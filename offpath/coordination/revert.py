@@ -1,4 +1,4 @@
-"""Reverting a compaction of one of offpath's own threads (issue 19; DESIGN.md invariant 16):
+"""Reverting a compaction of one of offpath's own threads (DESIGN.md invariant 16):
 ``POST /sessions/{id}/compactions/{job}/revert``, ``offpath revert``.
 
 The last compaction still in the thread is undone from the archive: its removed messages go
@@ -37,19 +37,20 @@ from typing import Any
 from langchain_core.messages import BaseMessage, RemoveMessage, messages_from_dict, messages_to_dict
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from offpath.compaction.patch import landed
+from offpath.compaction.patch.fitting import landed
 from offpath.compaction.revert import RevertConflict, reverted
-from offpath.compaction.summary import is_summary, summary_meta
+from offpath.compaction.summary.message import is_summary, summary_meta
 from offpath.compaction.tracking import KEY as SIZE_KEY  # the state key of the thread's size
 from offpath.compaction.tracking import ThreadSize
 from offpath.coordination.faults import failpoint
 from offpath.coordination.job_values import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
-from offpath.stores import archive, db
+from offpath.stores import archive
 from offpath.stores.checkpoints import read_thread
-from offpath.stores.db import JobStatus
-from offpath.stores.leases import Claim
+from offpath.stores.db.job_queries import job_row, jobs_of
+from offpath.stores.db.tables import JobStatus
+from offpath.stores.leases.claims import Claim
 
 log = logging.getLogger("offpath.revert")
 
@@ -79,7 +80,7 @@ def revert(rt: Runtime, session_id: str, job_id: str) -> Reverted:
     doc). Raises :class:`NoSuchJob`, :class:`RevertRefused`, or ``ThreadBusy`` (a turn or a
     run holds the thread's lock); a store's error leaves the thread and the job as they were.
     """
-    row = db.job_row(rt.engine, job_id)
+    row = job_row(rt.engine, job_id)
     if row is None or row["session_id"] != session_id:
         raise NoSuchJob(f"no compaction job {job_id!r} on session {session_id!r}")
     options = JobOptions.from_json(row["options"])
@@ -94,7 +95,7 @@ def revert(rt: Runtime, session_id: str, job_id: str) -> Reverted:
 
 
 def _revert_locked(rt: Runtime, session_id: str, job_id: str) -> Reverted:
-    row = db.job_row(rt.engine, job_id)
+    row = job_row(rt.engine, job_id)
     assert row is not None
     if row["status"] != JobStatus.APPLIED:
         what = "was reverted already" if row["status"] == JobStatus.REVERTED else row["status"]
@@ -127,7 +128,7 @@ def _revert_locked(rt: Runtime, session_id: str, job_id: str) -> Reverted:
                 else ""
             )
         )
-    for other in db.jobs_of(rt.engine, session_id):
+    for other in jobs_of(rt.engine, session_id):
         mine = other["job_id"] == job_id
         other_record = (other["result"] or {}).get("record")
         if (

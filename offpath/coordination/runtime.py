@@ -2,9 +2,10 @@
 
 * :class:`Client`: the usage database, the job leases and a publisher: what the
   middleware needs inside a user's own agent (no checkpointer, no graph).
-* :class:`Runtime`: a client plus offpath's own checkpointer, thread locks and
-  agent graph: what the API and the worker need. The API opens one at start-up;
-  each worker process opens one on its first job.
+* :class:`Runtime`: a client plus offpath's own checkpointer, thread locks and the
+  graph it patches threads through: what the API and the worker need. The API opens one
+  at start-up (its agent graph); each worker process opens one on its first job (a graph
+  with the agent's state and no chat model, tools or middleware).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from offpath.stores.checkpoints import (
     open_checkpoints_url,
     thread_config,
 )
-from offpath.stores.db import make_engine, migrate
-from offpath.stores.db.engine import head_revision, revision_of
-from offpath.stores.leases import Leases, RedisKeyStore, SqlKeyStore
+from offpath.stores.db.engine import head_revision, make_engine, migrate, revision_of
+from offpath.stores.leases.claims import Leases
+from offpath.stores.leases.key_stores import RedisKeyStore, SqlKeyStore
 
 log = logging.getLogger("offpath.runtime")
 
@@ -76,10 +77,13 @@ def celery_publisher(settings: Settings) -> Publisher:
     return publisher(settings)
 
 
-#: Builds the agent graph a :class:`Runtime` patches threads through, from the runtime
-#: (its settings, checkpointer and publisher), and names the graph's last node. The API's
-#: is :func:`offpath.agent.graph.api_graph`; :func:`offpath.agent.graph.open_runtime`
-#: opens a runtime with it (coordination does not import the agent side: issue 23).
+#: Builds the graph a :class:`Runtime` patches threads through, from the runtime (its
+#: settings, checkpointer and publisher), and names the graph's last node. The API's is
+#: its agent graph, :func:`offpath.agent.graph.api_graph` (opened by
+#: :func:`~offpath.agent.graph.open_runtime`); the worker's,
+#: :func:`offpath.agent.graph.thread_graph`, has the same state and nodes and nothing to run
+#: (opened by :func:`~offpath.agent.graph.open_thread_writer`). Coordination does not
+#: import the agent side.
 GraphFactory = Callable[["Runtime"], tuple[CompiledStateGraph, str]]
 
 
@@ -235,7 +239,8 @@ def _leases(settings: Settings, engine: Engine) -> tuple[Leases, redis.Redis | N
 
 
 class Runtime(Client):
-    """A :class:`Client` plus offpath's own checkpointer, thread locks and agent graph."""
+    """A :class:`Client` plus offpath's own checkpointer, thread locks and the graph it
+    patches threads through."""
 
     def __init__(
         self,
@@ -268,8 +273,9 @@ class Runtime(Client):
         agent: GraphFactory | None = None,
     ) -> Runtime:
         """``agent``: what builds the graph :meth:`patch` writes through (none: a runtime
-        that queues and records jobs but raises :class:`NoAgentGraph` on a patch; the
-        API, the worker and the CLI open theirs with :func:`offpath.agent.graph.open_runtime`).
+        that queues and records jobs but raises :class:`NoAgentGraph` on a patch; the API
+        opens its runtime with :func:`offpath.agent.graph.open_runtime`, the worker with
+        :func:`offpath.agent.graph.open_thread_writer`).
         ``check_connections``: check every pooled PostgreSQL connection before use (the
         API: no request fails on a connection the database dropped); else only those idle
         for a while (the worker: a failed statement there is retried with the job)."""
@@ -294,7 +300,8 @@ class Runtime(Client):
 
     @property
     def graph(self) -> CompiledStateGraph:
-        """The API's agent graph (built on first use: the worker only patches through it).
+        """The graph :meth:`patch` writes through, built on first use (the API's agent graph,
+        or the worker's graph of the same state with nothing to run).
 
         Raises :class:`NoAgentGraph` if the runtime was opened without ``agent``."""
         with self._guard:
@@ -302,7 +309,7 @@ class Runtime(Client):
                 if self._agent is None:
                     raise NoAgentGraph(
                         "this runtime has no agent graph to patch through: open it with "
-                        "offpath.agent.graph.open_runtime"
+                        "offpath.agent.graph.open_runtime or open_thread_writer"
                     )
                 self._graph, self._end_node = self._agent(self)
             return self._graph

@@ -26,13 +26,14 @@ from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import content_text, total_chars
 from offpath.compaction.loss import loss_report
-from offpath.compaction.patch import Fitted, Stale
+from offpath.compaction.patch.prepared import Fitted, Stale
 from offpath.coordination.faults import failpoint
 from offpath.coordination.job_values import UNSTORABLE, Applying, JobEnded, JobOptions
 from offpath.coordination.jobs import Jobs
 from offpath.coordination.logs import tag
 from offpath.stores.checkpoints import read_thread
-from offpath.stores.db import JobStatus, job_row
+from offpath.stores.db.job_queries import job_row
+from offpath.stores.db.tables import JobStatus
 from offpath.stores.tenants import note_size
 from offpath.stores.values import Unstorable
 

@@ -1,5 +1,5 @@
-"""Alias of :mod:`offpath.agent.sre_tools` (where the toolset lives since issue 23), so an
-``AGENT_TOOLS=offpath.demo.sre_tools:SRE_TOOLS`` written before the move still loads."""
+"""Alias of :mod:`offpath.agent.sre_tools`, where the toolset lives, so that
+``AGENT_TOOLS=offpath.demo.sre_tools:SRE_TOOLS`` loads the same tools."""
 
 from offpath.agent.sre_tools import SRE_TOOLS
 

@@ -1,8 +1,8 @@
-"""The archive: every message a compaction removed, kept unchanged and searchable (issue 11).
+"""The archive: every message a compaction removed, kept unchanged and searchable.
 
 Each row is one removed message (``messages_to_dict`` form), with its thread, the
 job and the summary that replaced it, and its position in the thread when it
-was removed; or (``kind = "shortened"``, issue 18) the original of a tool result offpath
+was removed; or (``kind = "shortened"``) the original of a tool result offpath
 shortened in place: as it arrived (no job: an empty job id; written with the update that
 shortens it), or in a compaction (with the job, like its removed messages). Rows are written in the same transaction as the job's own record of
 the summary, before the patch (:func:`store_record`), so a patch is never
@@ -30,7 +30,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import JSON, Column, Field, SQLModel
 
 from offpath.compaction.accounting import content_text
-from offpath.stores.db import JOBS, JobStatus
+from offpath.stores.db.tables import JOBS, JobStatus
 from offpath.stores.values import REFUSED_ERRORS, refused_value
 
 #: Archive kinds: a message a compaction removed, the original of a result shortened in place.
@@ -204,7 +204,7 @@ def store_record(
 
 
 def store_loss(engine: Engine, job_id: str, summary_id: str, loss: dict[str, Any]) -> bool:
-    """Put ``loss`` (a loss report, issue 19) in the stored record of job ``job_id``, made after
+    """Put ``loss`` (a loss report) in the stored record of job ``job_id``, made after
     the swap (the middleware's in-run apply, off the model call's path). False (nothing
     written) when the job's stored record is no longer that of summary ``summary_id``: another
     apply of the job stored its own, with its own report."""
@@ -225,8 +225,8 @@ def store_loss(engine: Engine, job_id: str, summary_id: str, loss: dict[str, Any
 
 def _applied(originals: bool = False) -> Any:
     """Rows that are shown: those of applied jobs, and results shortened as they arrived.
-    ``originals``: also the results a compaction shortened that was reverted since (issue
-    19): the result is whole in the thread again, but when it is shortened anew no second
+    ``originals``: also the results a compaction shortened that was reverted since: the result is
+    whole in the thread again, but when it is shortened anew no second
     row is written (a result keeps its first row, :func:`store_shortened`), so its original
     must stay readable."""
     shown = sa.or_(

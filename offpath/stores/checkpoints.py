@@ -28,6 +28,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
 from offpath.compaction.settings import Settings
+from offpath.stores.db.engine import libpq_options, set_statement_timeout
 from offpath.stores.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_session_lock
 
 #: How long a SQLite writer waits for another process's write, in seconds.
@@ -59,8 +60,8 @@ class Checkpoints(AbstractContextManager["Checkpoints"]):
     def prune(self, session_id: str, keep: int) -> bool:
         """Once the thread has more than ``keep`` checkpoints, delete all but its latest (with
         their pending writes and the blobs only they held): storage stays bounded, and the
-        originals a compaction removed are in the archive, not in old checkpoints (issue
-        10, item 3). PostgreSQL: LangGraph's own ``prune(strategy="keep_latest")``, safe
+        originals a compaction removed are in the archive, not in old checkpoints. PostgreSQL:
+        LangGraph's own ``prune(strategy="keep_latest")``, safe
         against a run appending meanwhile; SQLite: the same in one write transaction.
         ``keep=0``: never. Returns whether it pruned."""
         if keep <= 0:
@@ -87,8 +88,8 @@ class Checkpoints(AbstractContextManager["Checkpoints"]):
             # "older than the latest", with the latest read by the DELETE itself, under the
             # write lock it holds: another process's checkpoint written meanwhile (a worker's
             # compaction patch) is never taken for an old one. Reading the latest first and
-            # deleting "all but it" afterwards deleted such a patch (issue 18, item 7: a job
-            # recorded applied while the thread held all its originals again).
+            # deleting "all but it" afterwards would delete such a patch (a job recorded
+            # applied while the thread holds all its originals again).
             with conn:  # one transaction: the first DELETE takes SQLite's write lock
                 for table in ("writes", "checkpoints"):
                     conn.execute(
@@ -171,6 +172,7 @@ def open_checkpoints(settings: Settings, *, check_every_checkout: bool = False) 
         return _postgres(
             postgres_conninfo(settings),
             max(4, min(settings.worker_concurrency, 20)),
+            settings,
             check_every_checkout,
         )
     return _sqlite(Path(settings.data_dir) / "checkpoints.db")
@@ -184,7 +186,7 @@ def open_checkpoints_url(url: str, settings: Settings, pool_size: int | None = N
     ``ValueError`` for another URL."""
     if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
         size = pool_size or max(4, min(settings.worker_concurrency, 20))
-        return _postgres("postgresql://" + url.partition("://")[2], size)
+        return _postgres("postgresql://" + url.partition("://")[2], size, settings)
     if url.startswith("sqlite:///"):
         return _sqlite(Path(url.removeprefix("sqlite:///")))
     raise ValueError(
@@ -213,16 +215,34 @@ def _check_when_idle(conn: Any) -> None:
         ConnectionPool.check_connection(conn)
 
 
-def _postgres(conninfo: str, pool_size: int, check_every_checkout: bool = False) -> Checkpoints:
+def _postgres(
+    conninfo: str, pool_size: int, settings: Settings, check_every_checkout: bool = False
+) -> Checkpoints:
+    """LangGraph's PostgreSQL saver on a psycopg pool whose connections have the settings'
+    keepalives and timeouts (:func:`~offpath.stores.db.engine.libpq_options`, the statement
+    timeout set on each); a caller waits at most ``DATABASE_CONNECT_TIMEOUT_S`` (10 s if 0)
+    plus 5 s for a connection of a full pool, then ``PoolTimeout``."""
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
+
+    statement_timeout = settings.database_statement_timeout_s
+
+    def configure(conn: Any) -> None:
+        set_statement_timeout(conn, statement_timeout)  # autocommit: set for the session
 
     pool = ConnectionPool(
         conninfo,
         min_size=1,
         max_size=pool_size,
-        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        kwargs={
+            "autocommit": True,
+            "prepare_threshold": 0,
+            "row_factory": dict_row,
+            **libpq_options(settings),
+        },
+        configure=configure,
+        timeout=(settings.database_connect_timeout_s or 10) + 5,
         open=True,
         check=ConnectionPool.check_connection if check_every_checkout else _check_when_idle,
         reset=_stamp_idle,

@@ -1,4 +1,4 @@
-"""Locks that serialize schema set-up across processes (issue 14): an API, a worker and
+"""Locks that serialize schema set-up across processes: an API, a worker and
 ``offpath migrate`` started at once on a fresh database must not create the same tables
 together ("relation usage_events already exists", a UniqueViolation in the checkpointer's
 ``setup()``). The one that comes second waits, then finds the tables and does nothing.

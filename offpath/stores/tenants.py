@@ -1,4 +1,4 @@
-"""API keys and tenants: who may call the API, and which sessions are theirs (issue 10).
+"""API keys and tenants: who may call the API, and which sessions are theirs.
 
 A key is ``op_`` and 43 random URL-safe chars, shown once when it is created
 (``offpath keys create --tenant NAME``) and stored as its SHA-256 only (the keys
@@ -9,7 +9,7 @@ A session belongs to the tenant whose key first wrote to it (``sessions`` table)
 Another tenant gets 404 for it, not 403, so session ids do not leak. A thread of a
 team's own agent (the middleware, in the team's process) is a session of kind
 ``own agent``, owned by the tenant the middleware names (``OWN_AGENT_TENANT``, default
-``default``; issue 21, item 1): it registers the thread at its first model call and keeps
+``default``): it registers the thread at its first model call and keeps
 its size, so its tenant's keys list, read and compact it like an API session; offpath
 never writes it (its checkpointer is the agent's, at ``sessions.checkpoints``).
 """

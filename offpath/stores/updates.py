@@ -1,5 +1,5 @@
 """A thread's compaction progress as :class:`~offpath.events.CompactionUpdate` s, read from its
-job rows: what ``GET /sessions/{id}/events`` streams (issue 21, item 4).
+job rows: what ``GET /sessions/{id}/events`` streams.
 
 The job rows are the one record every producer writes (the API's post-turn hook, compact
 now, the worker, the middleware in a team's own agent, the reconciler), on every lock
@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from offpath.events import CompactionUpdate, Status
-from offpath.stores.db import JOBS, JobStatus, _utc
+from offpath.stores.db.tables import JOBS, JobStatus, as_utc
 
 #: A job status -> the update status it is reported as (absent: not reported).
 STATUS: dict[str, Status] = {
@@ -96,6 +96,6 @@ def updates_of(
                 chars_after=r.record_after if done else None,
                 reason=r.reason if status in ("failed", "cancelled") else None,
             )
-            changed = Changed(update, _utc(r.updated_at))  # type: ignore[arg-type]
+            changed = Changed(update, as_utc(r.updated_at))  # type: ignore[arg-type]
             out.setdefault(r.session_id, []).append(changed)
     return out

@@ -48,7 +48,7 @@ from conformance.harness import (
 from offpath import OffPathCompaction
 from offpath.compaction.settings import Settings
 from offpath.stores.checkpoints import open_checkpoints_url
-from offpath.stores.db import JOBS
+from offpath.stores.db.tables import JOBS
 
 #: The stack's settings: small thresholds (hard limit 18,000), short leases and reconciler
 #: passes (a compaction applied by a run's last step is recorded within seconds).

@@ -155,6 +155,72 @@ def test_worker_killed_mid_job_recovers_within_a_lease(stacks, stub, fault_n, po
     )
 
 
+def test_a_worker_killed_holding_a_jobs_message_unstarted_loses_no_hour(stacks, stub, fault_n):
+    """A worker SIGKILLed after it took a job's message and before it started the job: the
+    row stays queued, its claim ``q:<job>`` is alive and the message sits unacknowledged in
+    Redis, given back only after the visibility timeout (an hour). The reconciler sees that
+    no live worker holds it, removes it and publishes the job again: applied within the
+    recovery bound, run once, the thread compacted once."""
+    stack = stacks.get("postgres", **FAST)
+    doc = case_doc()
+    posted = messages_of(doc)
+    ok, recovery = 0, []
+    for _ in range(fault_n):
+        session = f"unstarted-{uuid.uuid4().hex[:6]}"
+        stack.kill_worker()
+        stack.start_worker(env={"OFFPATH_FAILPOINTS": "before_start"})
+        post_all(stack, session, doc)
+        wait_for(lambda: stack.worker.poll() is not None, timeout=30)
+        killed = time.monotonic()
+        assert [(j["status"], j["attempts"]) for j in stack.jobs(session)] == [("queued", 0)]
+        stack.start_worker()
+        jobs = wait_for(
+            lambda s=session: (
+                [j for j in stack.jobs(s) if j["status"] == "applied"] and stack.jobs(s)
+            ),
+            timeout=RECOVERY_BOUND_S + 60,
+            interval=0.2,
+        )
+        recovery.append(time.monotonic() - killed)
+        assert [j["status"] for j in jobs] == ["applied"], jobs
+        assert jobs[0]["attempts"] == 1, jobs  # the re-published message ran, the lost one never
+        assert recovery[-1] < RECOVERY_BOUND_S, f"recovered after {recovery[-1]:.1f}s"
+        assert assert_consistent(stack, session, posted)
+        job = jobs[0]["job_id"]
+        assert f"re-published job {job} (its message was taken" in stack.worker_log.read_text()
+        stub.state.requests.clear()
+        ok += 1
+    record(
+        "worker SIGKILL holding an unstarted job's message",
+        fault_n,
+        ok,
+        f"SIGKILL -> applied: max {max(recovery):.1f} s (visibility timeout 3600 s)",
+        recovery_s=recovery,
+    )
+
+
+def test_a_live_worker_answers_for_the_job_it_holds_and_a_killed_one_does_not(stacks, stub):
+    """The other half of what the reconciler reads before it re-publishes a job whose message
+    sits unacknowledged: whether a live worker holds it. A worker inside the job's LLM call
+    answers for it; once SIGKILLed, no one does (the job is then the reconciler's)."""
+    from offpath.coordination.consumers import holding
+
+    stack = stacks.get("postgres", beat=False, **FAST)
+    session = f"held-{uuid.uuid4().hex[:6]}"
+    stub.state.gate.clear()
+    try:
+        post_all(stack, session, case_doc())
+        wait_for(lambda: stub.state.requests, timeout=20)  # inside the LLM call
+        job = stack.jobs(session)[0]["job_id"]
+        assert holding(stack.settings(), [job, uuid.uuid4().hex], timeout_s=5) == {job}
+        stack.kill_worker()
+        assert holding(stack.settings(), [job], timeout_s=2) == set()
+    finally:
+        stub.state.gate.set()
+        stub.state.requests.clear()
+        stack.start_worker()
+
+
 def test_a_turn_after_a_worker_died_queues_a_new_job_once_the_lease_lapsed(stacks, stub):
     """Issue 8, item 1: with no reconciler running, the next turn queues a new job once the
     dead job's lease lapsed, instead of waiting for the broker's redelivery; the new job

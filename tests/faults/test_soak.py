@@ -4,10 +4,10 @@ its own PostgreSQL cluster, Redis and stub LLM (private ports: safe beside other
 The hour-long run's figures are in BENCHMARKS.md (``python -m bench.soak --minutes 60``).
 
 One soak run, read by two tests: what must hold under every fault (every message kept, no
-usage event twice, no orphan, the API answering), and what a worker killed between taking a
-job's message and starting the job can still break (the message stays unacked until the
-broker's visibility timeout, so that job's row stays queued and its thread over the
-threshold): that test is an xfail until the reconciler re-publishes such a job."""
+usage event twice, no orphan, the API answering), and that no job is left stuck and no
+thread over its threshold once the faults end (a worker killed between taking a job's
+message and starting the job included: the reconciler re-publishes that job instead of
+waiting for the broker's visibility timeout)."""
 
 from __future__ import annotations
 
@@ -33,12 +33,6 @@ def test_a_short_chaos_soak_keeps_every_message_and_counts_each_compaction_once(
     assert not figures.client_errors, report
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="a worker SIGKILLed after it took a job's message and before it started the job "
-    "leaves the row queued and its thread over the threshold until the broker's visibility "
-    "timeout (1 h); the reconciler re-publishes only a retry that never started",
-)
 def test_a_short_chaos_soak_leaves_no_job_stuck_and_no_thread_over_its_threshold(soaked):
     figures, report = soaked
     assert not figures.stuck, report

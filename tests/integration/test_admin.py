@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from stack import Stack, wait_for
 
-#: As tests/integration/test_service_pipeline.py: these tests share its stacks.
+#: As tests/integration/test_api_pipeline.py: these tests share its stacks.
 CASE_SETTINGS = {
     "SUMMARIZATION_THRESHOLD_CHARS": "30000",
     "SUMMARIZATION_KEEP_CHARS": "10000",

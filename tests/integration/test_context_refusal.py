@@ -37,10 +37,11 @@ from stack import REDIS_URL, forget_broker_queue, wait_for
 
 from offpath import OffPathCompaction
 from offpath.agent.middleware.refusals import ContextRefused
-from offpath.compaction.settings import Settings, load_settings
+from offpath.compaction.settings import Settings
+from offpath.config import load_settings
 from offpath.stores import archive
 from offpath.stores.checkpoints import open_checkpoints_url
-from offpath.stores.db import make_engine, migrate
+from offpath.stores.db.engine import make_engine, migrate
 
 THRESHOLD, KEEP = 40_000, 10_000
 #: Earlier runs, each adding a request, a tool call, its 3,500-char result and an answer.

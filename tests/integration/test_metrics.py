@@ -16,9 +16,9 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from stack import REDIS_URL, ROOT, Stack, forget_broker_queue, free_port, wait_for
 
-from integration.test_service_pipeline import replay
+from integration.test_api_pipeline import replay
 
-#: As tests/integration/test_service_pipeline.py's CASE_SETTINGS.
+#: As tests/integration/test_api_pipeline.py's CASE_SETTINGS.
 SETTINGS = {
     "SUMMARIZATION_THRESHOLD_CHARS": "30000",
     "SUMMARIZATION_KEEP_CHARS": "10000",
@@ -172,7 +172,7 @@ def test_queue_depth_is_read_from_the_broker_at_scrape(tmp_path):
     queue in: three jobs sent to a queue no worker consumes."""
     from celery import Celery
 
-    from offpath.compaction.settings import load_settings
+    from offpath.config import load_settings
     from offpath.coordination.exporter import QueueCollector
     from offpath.coordination.runtime import Client
 

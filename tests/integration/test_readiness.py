@@ -13,7 +13,7 @@ from pathlib import Path
 
 from stack import BIN, REDIS_URL, ROOT, forget_broker_queue, wait_for
 
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.coordination.consumers import celery_asker, readiness
 
 

@@ -148,8 +148,12 @@ def test_what_cannot_be_reverted_now_gets_409_saying_why(stacks, backend, stub):
     r = revert(stack, session, first)
     assert r.status_code == 409 and f"job {second}) folded it in" in r.json()["detail"], r.text
     assert lossless(stack, session) == grown_then_compacted  # a refusal changes nothing
-    # the later one first; then the earlier summary is the latest and goes too (CLI)
-    assert revert(stack, session, second).status_code == 200
+    # the later one first, named as `offpath show` prints it (its id's first 12 chars);
+    # then the earlier summary is the latest and goes too (CLI)
+    wrong = run(["revert", session, "not-a-job", "--url", stack.url, "--api-key", stack.key])
+    assert wrong.returncode == 1 and "no job 'not-a-job'" in wrong.stderr, wrong.stderr
+    shown = run(["revert", session, second[:12], "--url", stack.url, "--api-key", stack.key])
+    assert shown.returncode == 0 and f"job {second} reverted" in shown.stdout, shown.stderr
     assert lossless(stack, session)[: len(after_first)] == after_first
     done = run(["revert", session, "--url", stack.url, "--api-key", stack.key])
     assert done.returncode == 0, done.stdout + done.stderr
@@ -172,7 +176,7 @@ def group(k: int, rows: int) -> list[dict]:
 def test_a_long_request_copied_after_the_summary_comes_back_byte_for_byte(stacks, backend):
     """Between the prepare floor and the threshold the hook's job only prepares: the thread
     holds still until "compact now" applies it. (Kept results a compaction shortens come
-    back too: ``tests/test_revert_service.py`` and the property test.)"""
+    back too: ``tests/coordination/test_revert_units.py`` and the property test.)"""
     stack = stacks.get(backend, **SMALL)
     session = f"rv-{uuid.uuid4().hex[:8]}"
     ask = {"type": "human", "content": "investigate the checkout outage " * 12}
@@ -204,20 +208,21 @@ def test_a_loss_report_left_pending_is_made_by_the_reconciler(stacks, backend):
     import sqlalchemy as sa
 
     from offpath.agent.middleware import LOSS_PENDING
-    from offpath.stores import db
+    from offpath.stores.db.engine import make_engine
+    from offpath.stores.db.tables import JOBS, now_utc
 
     stack = stacks.get(backend, **SMALL)
     session, _ = started(stack)
     job_id = compact_now(stack, session)
     made = applied(stack, session, job_id)["loss"]
     assert made["facts"] > 0
-    engine = db.make_engine(stack.settings())
+    engine = make_engine(stack.settings())
     try:  # the state the crash leaves: the record stored with the placeholder, the job applied
         with engine.begin() as conn:
-            jobs = db.JOBS
+            jobs = JOBS
             result = conn.execute(sa.select(jobs.c.result).where(jobs.c.job_id == job_id)).scalar()
             result = {**result, "record": {**result["record"], "loss": LOSS_PENDING}}
-            quiet = db.now_utc().replace(year=2000)  # quiet for longer than a pass's interval
+            quiet = now_utc().replace(year=2000)  # quiet for longer than a pass's interval
             conn.execute(
                 sa.update(jobs)
                 .where(jobs.c.job_id == job_id)
@@ -237,17 +242,19 @@ def test_a_loss_report_left_pending_is_made_by_the_reconciler(stacks, backend):
 def test_a_reverted_jobs_reason_is_stored_as_every_other(stacks, backend):
     """Issue 34, item 6: ``mark_reverted`` stored its reason uncapped and unflattened, unlike
     every other status change: one line, at most 300 chars."""
-    from offpath.stores import db
+    from offpath.stores.db.engine import make_engine
+    from offpath.stores.db.tables import MAX_REASON_CHARS
+    from offpath.stores.db.transitions import mark_reverted
 
     stack = stacks.get(backend, **SMALL)
     session, _ = started(stack)
     job_id = compact_now(stack, session)
     applied(stack, session, job_id)
-    engine = db.make_engine(stack.settings())
+    engine = make_engine(stack.settings())
     try:
-        assert db.mark_reverted(engine, job_id, "reverted:\n" + "a long\treason " * 400)
+        assert mark_reverted(engine, job_id, "reverted:\n" + "a long\treason " * 400)
     finally:
         engine.dispose()
     reason = next(j for j in stack.jobs(session) if j["job_id"] == job_id)["reason"]
-    assert "\n" not in reason and "\t" not in reason and len(reason) == db.MAX_REASON_CHARS
+    assert "\n" not in reason and "\t" not in reason and len(reason) == MAX_REASON_CHARS
     assert reason.startswith("reverted: a long reason a long reason")

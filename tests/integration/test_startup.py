@@ -30,7 +30,7 @@ offpath.cli.main.app()
 
 CHECKPOINTS = """
 import os, time
-from offpath.compaction.settings import load_settings
+from offpath.config import load_settings
 from offpath.stores.checkpoints import open_checkpoints
 import langgraph.checkpoint.postgres, langgraph.checkpoint.sqlite
 settings = load_settings(database_url=os.environ["RACE_DATABASE_URL"])

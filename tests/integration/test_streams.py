@@ -260,7 +260,7 @@ def test_a_stream_ends_when_its_key_is_revoked(stacks, backend):
     """Issue 34, item 3: a key revoked while its stream was open kept receiving the session's
     job events; ownership was checked only when the stream opened. The key is checked again
     at each event and every few seconds: the stream ends."""
-    from offpath.stores.db import make_engine
+    from offpath.stores.db.engine import make_engine
     from offpath.stores.tenants import revoke_key
 
     stack = stacks.get(backend)

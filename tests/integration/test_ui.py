@@ -443,7 +443,7 @@ def check_summary_counts(summary: Any, stack: Stack, session: str) -> None:
     """The summary card says once how many messages it replaced, in how many compactions,
     and both are right: the archived originals no longer in the thread (not the summaries
     folded in, nor the kept results shortened), and the session's applied compactions."""
-    from offpath.compaction.summary import SUMMARY_PREFIX
+    from offpath.compaction.summary.message import SUMMARY_PREFIX
 
     thread = {
         m["id"] for m in stack.messages(session) if not str(m["content"]).startswith(SUMMARY_PREFIX)
@@ -594,7 +594,9 @@ def test_every_page_fits_a_phone_at_390_px_and_a_desktop_at_1280(browser, ui_sta
     tables are tables and no hint shows. A queued job no worker took is said on its
     session's page, naming the queue and the broker."""
     from offpath.agent.middleware import PICKUP_WARN_S
-    from offpath.stores import db
+    from offpath.stores.db.engine import make_engine
+    from offpath.stores.db.tables import JOBS, JobStatus, now_utc
+    from offpath.stores.db.transitions import create_job, set_job
 
     stack = ui_stack
     session = f"ui-width-{uuid.uuid4().hex[:6]}-a-long-incident-session-id-from-a-pager"
@@ -606,16 +608,16 @@ def test_every_page_fits_a_phone_at_390_px_and_a_desktop_at_1280(browser, ui_sta
     assert stack.post_turn(over, [{"type": "human", "content": pasted}]).status_code == 200
     # a failed job (the recent failures) and a job queued a minute ago that no worker took
     waiting, failed = f"ui-waiting-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
-    engine = db.make_engine(stack.settings())
+    engine = make_engine(stack.settings())
     try:
-        db.create_job(engine, failed, over, 70_000)
-        db.set_job(engine, failed, over, db.JobStatus.FAILED, "summarizer timed out", "timeout")
-        db.create_job(engine, waiting, waiting, 70_000)
+        create_job(engine, failed, over, 70_000)
+        set_job(engine, failed, over, JobStatus.FAILED, "summarizer timed out", "timeout")
+        create_job(engine, waiting, waiting, 70_000)
         with engine.begin() as conn:
             conn.execute(
-                db.JOBS.update()
-                .where(db.JOBS.c.job_id == waiting)
-                .values(created_at=db.now_utc() - timedelta(seconds=PICKUP_WARN_S + 50))
+                JOBS.update()
+                .where(JOBS.c.job_id == waiting)
+                .values(created_at=now_utc() - timedelta(seconds=PICKUP_WARN_S + 50))
             )
     finally:
         engine.dispose()

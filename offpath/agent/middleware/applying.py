@@ -15,14 +15,16 @@ from langgraph.graph.message import add_messages
 
 from offpath.agent.middleware.helpers import log
 from offpath.agent.middleware.state import _Call, _Write
-from offpath.compaction.patch import Fitted, Stale, landed
+from offpath.compaction.patch.fitting import landed
+from offpath.compaction.patch.prepared import Fitted, Stale
 from offpath.compaction.tracking import KEY
 from offpath.coordination.job_values import JobEnded, Landed
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
 from offpath.coordination.writers import StateUpdateWriter
-from offpath.stores.db import JobStatus, job_row
-from offpath.stores.leases import Claim, State
+from offpath.stores.db.job_queries import job_row
+from offpath.stores.db.tables import JobStatus
+from offpath.stores.leases.claims import Claim, State
 
 #: The longest (s) a model call's answer waits, once the model has answered, for the archive
 #: writes of that call's shortenings and apply (they overlap the model call; the state update

@@ -13,8 +13,8 @@ from offpath.agent.middleware.state import _Seen
 from offpath.compaction.tracking import KEY
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import CHECKPOINTER, LEASE_STORE, USAGE_DB
-from offpath.stores.db import job_options, job_row
-from offpath.stores.leases import Claim, State
+from offpath.stores.db.job_queries import job_options, job_row
+from offpath.stores.leases.claims import Claim, State
 from offpath.stores.tenants import note_own_thread
 
 #: How often (seconds) the background thread re-reads a thread's claim while the thread is

@@ -36,18 +36,19 @@ from offpath.agent.middleware.refusals import RefusalsMixin
 from offpath.agent.middleware.shaping import DEFAULT_LATENCY_S, ShapingMixin
 from offpath.agent.middleware.state import OffPathState, _Call, _Seen, _Write
 from offpath.agent.recall import recall_tool
-from offpath.compaction.planner import min_gain_chars, request_cap_chars
-from offpath.compaction.settings import Settings, get_settings
+from offpath.compaction.planner.budgets import min_gain_chars, request_cap_chars
+from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps
 from offpath.compaction.sizing import SizedThreads, position
 from offpath.compaction.tokens import Calibration
 from offpath.compaction.tracking import KEY, ThreadSize
+from offpath.config import get_settings
 from offpath.coordination.job_values import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Client
 from offpath.events import CompactionUpdate
-from offpath.stores.leases import State
-from offpath.stores.usage import crossing_unseen, note_crossing
+from offpath.stores.leases.claims import State
+from offpath.stores.usage.crossings import crossing_unseen, note_crossing
 
 #: At the run's end (``after_agent``: no model call is left to hold up), over the threshold,
 #: the longest (s) it waits for that first read still in flight: a new process's first run

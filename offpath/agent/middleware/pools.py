@@ -15,12 +15,12 @@ from langchain_core.messages import BaseMessage
 
 from offpath.agent.middleware.helpers import _outside, log
 from offpath.agent.middleware.place import Place
-from offpath.compaction.facts import warm as warm_facts
+from offpath.compaction.facts.extraction import warm as warm_facts
 from offpath.coordination.job_values import JobOptions, head_mark
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import OUTAGES, USAGE_DB, is_outage, where
 from offpath.events import CompactionUpdate
-from offpath.stores.db import record_masking
+from offpath.stores.db.usage_events import record_masking
 
 #: The middleware's background threads, by name: how many each pool has, and what runs
 #: there. Each kind of work has its own, so that none waits behind another (issue 18,

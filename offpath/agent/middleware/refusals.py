@@ -35,11 +35,11 @@ from offpath.agent.middleware.applying import ARCHIVE_WAIT_S
 from offpath.agent.middleware.helpers import _diff, log, outside_chars
 from offpath.agent.middleware.state import _Call, _Write
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.planner import request_cap_chars
+from offpath.compaction.planner.budgets import request_cap_chars
 from offpath.compaction.shorten import MIN_OLDER_CHARS, older_caps
 from offpath.compaction.tracking import KEY, ThreadSize, mask_observations
 from offpath.coordination.logs import tag
-from offpath.stores.leases import Claim, State
+from offpath.stores.leases.claims import Claim, State
 
 #: HTTP statuses a context-length refusal comes with (400 from most, 413 from some gateways,
 #: 422 from input validators). A 429 that talks of tokens is a rate limit, never a refusal.

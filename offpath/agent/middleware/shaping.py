@@ -22,7 +22,7 @@ from langgraph.types import Command
 from offpath.agent.middleware.helpers import _outside, log, outside_chars
 from offpath.agent.middleware.state import _Call, _Write
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.planner import (
+from offpath.compaction.planner.budgets import (
     ThreadBudget,
     earliest_worth,
     prepare_from_chars,
@@ -34,9 +34,9 @@ from offpath.compaction.tracking import ThreadSize, mask_observations
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
 from offpath.stores import archive
-from offpath.stores.leases import Claim
+from offpath.stores.leases.claims import Claim
 from offpath.stores.tenants import note_fixed
-from offpath.stores.usage import summarizer_latency_p90_s
+from offpath.stores.usage.totals import summarizer_latency_p90_s
 
 #: How often (s) the summarizer's latency p90 is read again, and what it is assumed to be
 #: before any compaction of the deployment measured it.

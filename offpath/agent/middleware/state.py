@@ -13,7 +13,7 @@ from typing import Annotated, Any, NotRequired
 from langchain.agents.middleware import AgentState
 from langchain.agents.middleware.types import ModelRequest, PrivateStateAttr
 
-from offpath.stores.leases import Claim
+from offpath.stores.leases.claims import Claim
 
 
 @dataclass(slots=True)

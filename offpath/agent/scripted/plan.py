@@ -56,9 +56,11 @@ RATIO = "service:http_server_requests_5xx:ratio_rate1m"
 SELECTOR = "app.kubernetes.io/name=checkout-api"
 
 
-def _logs(**args: Any) -> tuple[str, dict[str, Any]]:
+def logs_call(**args: Any) -> tuple[str, dict[str, Any]]:
+    """A plan step's ``get_logs`` call with these arguments."""
     return ("get_logs", args)
 
 
-def _metrics(**args: Any) -> tuple[str, dict[str, Any]]:
+def metrics_call(**args: Any) -> tuple[str, dict[str, Any]]:
+    """A plan step's ``query_metrics`` call with these arguments."""
     return ("query_metrics", args)

@@ -10,8 +10,8 @@ from offpath.agent.scripted.plan import (
     WAITING,
     Plan,
     Step,
-    _logs,
-    _metrics,
+    logs_call,
+    metrics_call,
 )
 
 DEPLOY = Plan(
@@ -24,25 +24,27 @@ DEPLOY = Plan(
             "pool settings each replica logged at start.",
             (
                 ("recent_deploys", {"service": "checkout-api", "limit": 5}),
-                _logs(service="checkout-api", grep="starting checkout-api|pool initialised|lease"),
+                logs_call(
+                    service="checkout-api", grep="starting checkout-api|pool initialised|lease"
+                ),
             ),
         ),
         Step(
             "And the pool size per pod across the rollout, and how the first 2.14.0 pod started.",
             (
-                _logs(
+                logs_call(
                     service="checkout-api",
                     pod="checkout-api-6f7d9-2",
                     since="13:58:30",
                     until="14:03",
                 ),
-                _metrics(
+                metrics_call(
                     query='db_pool_max{service="checkout-api"}',
                     start="13:45",
                     end="14:10",
                     step="1m",
                 ),
-                _metrics(query=IN_USE, start="13:30", end="14:10", step="1m"),
+                metrics_call(query=IN_USE, start="13:30", end="14:10", step="1m"),
             ),
         ),
         Step(
@@ -68,7 +70,7 @@ REPLICAS = Plan(
         Step(
             "Fetching the three replicas' logs for the same window, 14:03:30-14:08:00.",
             tuple(
-                _logs(
+                logs_call(
                     service="checkout-api",
                     pod=f"checkout-api-6f7d9-{i}",
                     since="14:03:30",
@@ -80,16 +82,16 @@ REPLICAS = Plan(
         Step(
             "Now request rate and pool waiters per pod, to see whether load moved when -2 slowed down.",
             (
-                _metrics(query=RPS, start="14:00", end="14:30", step="1m"),
-                _metrics(query=WAITING, start="14:00", end="14:30", step="1m"),
+                metrics_call(query=RPS, start="14:00", end="14:30", step="1m"),
+                metrics_call(query=WAITING, start="14:00", end="14:30", step="1m"),
             ),
         ),
         Step(
             "And what holds connections on -2 besides requests: the reservation sweeper, and the "
             "runtime stats of all replicas.",
             (
-                _logs(service="checkout-api", since="13:56", until="14:15", grep="lease|sweep"),
-                _logs(
+                logs_call(service="checkout-api", since="13:56", until="14:15", grep="lease|sweep"),
+                logs_call(
                     service="checkout-api",
                     pod="6f7d9",
                     since="14:10",
@@ -134,17 +136,17 @@ ACTION = Plan(
             "Before recommending a pool size: how many connections each pod used on the old "
             "settings, and the database's headroom.",
             (
-                _metrics(query=IN_USE, start="13:30", end="13:58", step="1m"),
-                _metrics(query='sum(pg_stat_activity_count{datname="orders"})'),
-                _metrics(query="pg_settings_max_connections"),
+                metrics_call(query=IN_USE, start="13:30", end="13:58", step="1m"),
+                metrics_call(query='sum(pg_stat_activity_count{datname="orders"})'),
+                metrics_call(query="pg_settings_max_connections"),
             ),
         ),
         Step(
             "Checking the rollback target, the current error ratio and the latest errors.",
             (
-                _logs(service="checkout-api", since="14:25", grep="ERROR"),
+                logs_call(service="checkout-api", since="14:25", grep="ERROR"),
                 ("recent_deploys", {"service": "checkout-api", "limit": 2}),
-                _metrics(query=RATIO, start="13:50", end="14:30", step="2m"),
+                metrics_call(query=RATIO, start="13:50", end="14:30", step="2m"),
             ),
         ),
         Step(

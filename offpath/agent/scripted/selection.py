@@ -13,13 +13,13 @@ from offpath.agent.scripted.plan import (
     RATIO,
     Plan,
     Step,
-    _logs,
-    _metrics,
+    logs_call,
+    metrics_call,
 )
 from offpath.agent.scripted.remedy import ACTION, DEPLOY, REPLICAS
 from offpath.agent.scripted.triage import DATABASE, INFRA, TRIAGE
 from offpath.compaction.accounting import content_text
-from offpath.compaction.summary import is_summary, summary_meta
+from offpath.compaction.summary.message import is_summary, summary_meta
 
 PLANS: tuple[Plan, ...] = (TRIAGE, INFRA, DATABASE, DEPLOY, REPLICAS, ACTION)
 #: The demo's user requests, in order: together, an investigation of the fixtures' incident.
@@ -59,8 +59,8 @@ def generic_plan(request: str) -> Plan:
                 f"Now the warnings and errors {service} logged in the last 30 minutes, and the "
                 "5xx ratio per service.",
                 (
-                    _logs(service=service, since="30m", grep="WARN|ERROR|FATAL|fail", limit=50),
-                    _metrics(query=RATIO, start="30m", step="5m"),
+                    logs_call(service=service, since="30m", grep="WARN|ERROR|FATAL|fail", limit=50),
+                    metrics_call(query=RATIO, start="30m", step="5m"),
                 ),
             ),
             Step(

@@ -13,8 +13,8 @@ from offpath.agent.scripted.plan import (
     SQL,
     Plan,
     Step,
-    _logs,
-    _metrics,
+    logs_call,
+    metrics_call,
 )
 
 TRIAGE = Plan(
@@ -28,7 +28,7 @@ TRIAGE = Plan(
             "whether this is every replica or one.",
             (
                 ("pod_status", {"namespace": "shop-prod"}),
-                _metrics(query=P99, start="13:50", end="14:20", step="1m"),
+                metrics_call(query=P99, start="13:50", end="14:20", step="1m"),
             ),
         ),
         Step(
@@ -37,7 +37,7 @@ TRIAGE = Plan(
             "which replaced 5b8c2 between 13:59 and 14:02. Checking which status codes fail and "
             "what was deployed.",
             (
-                _metrics(query=CODES, end="14:16"),
+                metrics_call(query=CODES, end="14:16"),
                 ("recent_deploys", {"service": "all", "limit": 8}),
             ),
         ),
@@ -45,13 +45,13 @@ TRIAGE = Plan(
             "The failures are 503s, and checkout-api 2.14.0 went out at 13:58:31. Reading -2's "
             "logs around the onset, and the warnings and errors of all replicas since.",
             (
-                _logs(
+                logs_call(
                     service="checkout-api",
                     pod="checkout-api-6f7d9-2",
                     since="14:04",
                     until="14:06:30",
                 ),
-                _logs(service="checkout-api", since="14:00", grep="WARN|ERROR", limit=200),
+                logs_call(service="checkout-api", since="14:00", grep="WARN|ERROR", limit=200),
             ),
         ),
         Step(
@@ -77,9 +77,11 @@ INFRA = Plan(
         Step(
             "Checking the cart cache (Redis command latency seen by checkout-api) and the nodes.",
             (
-                _metrics(query=REDIS, start="13:50", end="14:30", step="1m"),
-                _metrics(query="node:cpu_utilisation:ratio", start="13:30", end="14:30", step="2m"),
-                _metrics(
+                metrics_call(query=REDIS, start="13:50", end="14:30", step="1m"),
+                metrics_call(
+                    query="node:cpu_utilisation:ratio", start="13:30", end="14:30", step="2m"
+                ),
+                metrics_call(
                     query='kube_node_status_condition{condition=~"MemoryPressure|DiskPressure|PIDPressure",status="true"} == 1'
                 ),
             ),
@@ -91,15 +93,15 @@ INFRA = Plan(
                     "pod_status",
                     {"namespace": "all", "selector": "app in (orders-db,cart-cache,ingress-nginx)"},
                 ),
-                _logs(service="cart-cache", since="14:00", limit=60),
+                logs_call(service="cart-cache", since="14:00", limit=60),
             ),
         ),
         Step(
             "All running, no restarts, Redis saving normally. Now the edge: latency per ingress "
             "and the 503s in the controllers' access log.",
             (
-                _metrics(query=EDGE, start="13:50", end="14:30", step="2m"),
-                _logs(service="ingress-nginx", since="14:05", grep='" 503 '),
+                metrics_call(query=EDGE, start="13:50", end="14:30", step="2m"),
+                logs_call(service="ingress-nginx", since="14:05", grep='" 503 '),
             ),
         ),
         Step(
@@ -124,35 +126,35 @@ DATABASE = Plan(
             "Checking SQL time as the app measures it (without the pool wait) and who holds "
             "connections to orders.",
             (
-                _metrics(query=SQL, start="13:30", end="14:30", step="2m"),
-                _metrics(query=PG),
+                metrics_call(query=SQL, start="13:30", end="14:30", step="2m"),
+                metrics_call(query=PG),
             ),
         ),
         Step(
             "Now the database's own log (slow statements, locks, connections) and the pool "
             "gauges of checkout-api.",
             (
-                _logs(
+                logs_call(
                     service="orders-db",
                     pod="orders-db-0",
                     since="13:30",
                     grep="duration|lock|FATAL|ERROR|terminat",
                 ),
-                _logs(
+                logs_call(
                     service="orders-db",
                     pod="orders-db-0",
                     since="13:58",
                     until="14:03",
                     grep="connection received",
                 ),
-                _metrics(query=POOL),
+                metrics_call(query=POOL),
             ),
         ),
         Step(
             "Comparing with the other clients of the same database.",
             (
-                _logs(service="fulfillment-api", since="14:00", grep="db.pool", limit=60),
-                _logs(service="orders-worker", since="14:00", grep="db.pool", limit=60),
+                logs_call(service="fulfillment-api", since="14:00", grep="db.pool", limit=60),
+                logs_call(service="orders-worker", since="14:00", grep="db.pool", limit=60),
             ),
         ),
         Step(

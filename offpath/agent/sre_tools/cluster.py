@@ -8,30 +8,32 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from langchain_core.tools import tool
+
 from offpath.agent.sre_tools.fixtures import (
     MAX_CHARS,
     ToolError,
-    _answers_errors,
-    _cap,
-    _int_arg,
-    _json,
-    _now,
-    _parse_iso,
-    _short,
+    answers_errors,
+    cap_answer,
+    fixture_now,
+    int_arg,
+    parse_iso,
+    read_fixture,
+    short_time,
 )
 
 
 # ---------------------------------------------------------------- recent_deploys
 def _helm_time(text: str) -> str:
-    return _parse_iso(text).strftime("%a %b %e %H:%M:%S %Y")
+    return parse_iso(text).strftime("%a %b %e %H:%M:%S %Y")
 
 
-@_answers_errors
+@answers_errors
 def _recent_deploys(service: str, limit: int = 10) -> str:
-    limit, limit_note = _int_arg(limit, "limit", 1, 50)
-    doc = _json("deploys.json")
+    limit, limit_note = int_arg(limit, "limit", 1, 50)
+    doc = read_fixture("deploys.json")
     releases = {r["release"]: r for r in doc["releases"]}
-    key, now = str(service or "").strip().lower(), _now()
+    key, now = str(service or "").strip().lower(), fixture_now()
     if key in ("", "all", "*"):
         rows = sorted(
             (
@@ -42,18 +44,18 @@ def _recent_deploys(service: str, limit: int = 10) -> str:
             key=lambda x: x[0],
             reverse=True,
         )[:limit]
-        lines = [f"releases across the cluster, most recent first (as of {_short(now)}):"]
+        lines = [f"releases across the cluster, most recent first (as of {short_time(now)}):"]
         lines.append(
             f"{'UPDATED':<22}{'RELEASE':<18}{'NAMESPACE':<15}{'REV':<5}{'APP VERSION':<13}STATUS"
         )
         for when, name, ns, h in rows:
-            ago = _age(now - _parse_iso(when))
+            ago = _age(now - parse_iso(when))
             lines.append(
                 f"{when:<22}{name:<18}{ns:<15}{h['revision']:<5}{h['app_version']:<13}"
                 f"{h['status']} ({ago} ago)"
             )
         lines.append("(recent_deploys(service=<release>) shows a release's changes)")
-        return _cap(lines[:2], lines[2:], [], lambda n: f"[... {n} rows cut ...]")
+        return cap_answer(lines[:2], lines[2:], [], lambda n: f"[... {n} rows cut ...]")
     if key not in releases:
         raise ToolError(f"no release named {service!r}. Releases: {', '.join(releases)}")
     rel = releases[key]
@@ -70,11 +72,11 @@ def _recent_deploys(service: str, limit: int = 10) -> str:
         )
     body: list[str] = []
     for h in reversed(hist):
-        when = _parse_iso(h["updated"])
+        when = parse_iso(h["updated"])
         body += [
             "",
             f"revision {h['revision']} ({h['app_version']}, {h['status']}): "
-            f"{_short(when)}, {_age(now - when)} before {_short(now)}",
+            f"{short_time(when)}, {_age(now - when)} before {short_time(now)}",
         ]
         body.append(
             f"  pipeline: {h.get('pipeline', '-')}"
@@ -170,13 +172,13 @@ def _pod_row(it: dict[str, Any], now: datetime) -> tuple[list[str], str]:
     last = [c["lastState"].get("terminated") for c in cs if c["lastState"].get("terminated")]
     rs = str(restarts)
     if last:
-        rs += f" ({_age(now - _parse_iso(last[0]['finishedAt']))} ago)"
+        rs += f" ({_age(now - parse_iso(last[0]['finishedAt']))} ago)"
     row = [
         meta["name"],
         f"{ready}/{len(cs)}",
         status,
         rs,
-        _age(now - _parse_iso(meta["creationTimestamp"])),
+        _age(now - parse_iso(meta["creationTimestamp"])),
         st.get("podIP") or "<none>",
         (it["spec"].get("nodeName") or "<none>").split(".")[0],
     ]
@@ -184,9 +186,9 @@ def _pod_row(it: dict[str, Any], now: datetime) -> tuple[list[str], str]:
     if status == "Running":
         for cond in st["conditions"]:
             if cond["type"] == "Ready" and cond["status"] != "True":
-                since = _parse_iso(cond["lastTransitionTime"])
+                since = parse_iso(cond["lastTransitionTime"])
                 why.append(
-                    f"Ready=False since {_short(since)} ({cond.get('reason', '')}: {cond.get('message', '')})"
+                    f"Ready=False since {short_time(since)} ({cond.get('reason', '')}: {cond.get('message', '')})"
                 )
     for t in last:
         why.append(
@@ -196,9 +198,9 @@ def _pod_row(it: dict[str, Any], now: datetime) -> tuple[list[str], str]:
     return row, "; ".join(why)
 
 
-@_answers_errors
+@answers_errors
 def _pod_status(namespace: str = "shop-prod", selector: str = "") -> str:
-    doc, now = _json("pods.json"), _now()
+    doc, now = read_fixture("pods.json"), fixture_now()
     items = doc["items"]
     namespaces = sorted({it["metadata"]["namespace"] for it in items})
     ns = str(namespace or "").strip().lower()
@@ -210,7 +212,7 @@ def _pod_status(namespace: str = "shop-prod", selector: str = "") -> str:
     chosen = [it for it in scoped if match(it["metadata"]["labels"])]
     cmd = "kubectl get pods " + ("-A" if every else f"-n {ns}")
     cmd += f" -l '{selector}'" if selector else ""
-    head = [f"$ {cmd} -o wide    (as of {_short(now)})"]
+    head = [f"$ {cmd} -o wide    (as of {short_time(now)})"]
     head += [f"note: {note}"] if note else []
     if not chosen:
         return "\n".join([*head, "No resources found."])
@@ -231,9 +233,31 @@ def _pod_status(namespace: str = "shop-prod", selector: str = "") -> str:
     ]
     if details:
         lines += ["", "pods not ready or restarted (from their status):", *details]
-    return _cap(
+    return cap_answer(
         head,
         lines,
         [],
         lambda n: f"[... {n} lines cut (8,000-char answer cap): use a selector ...]",
     )
+
+
+@tool(parse_docstring=True)
+def recent_deploys(service: str, limit: int = 10) -> str:
+    """Show the recent deploys (helm history) of a service, with each revision's CI pipeline, canary result, changes and config diff.
+
+    Args:
+        service: Release name (e.g. checkout-api), or "all" for the latest deploys across the cluster.
+        limit: How many revisions (or, with "all", deploys) to show, most recent first, 1-50.
+    """
+    return _recent_deploys(service, limit)
+
+
+@tool(parse_docstring=True)
+def pod_status(namespace: str = "shop-prod", selector: str = "") -> str:
+    """List pods (kubectl get pods -o wide): readiness, status, restarts, age, IP, node; and why pods are not ready or restarted.
+
+    Args:
+        namespace: Namespace (shop-prod, data, ingress-nginx), or "all".
+        selector: Label selector, e.g. app=checkout-api or app.kubernetes.io/name in (orders-db,cart-cache); empty for all pods.
+    """
+    return _pod_status(namespace, selector)

@@ -33,7 +33,7 @@ class ToolError(Exception):
     """A bad argument or a missing fixture; the tool answers ``error: <message>``."""
 
 
-def _answers_errors(fn: Callable[..., str]) -> Callable[..., str]:
+def answers_errors(fn: Callable[..., str]) -> Callable[..., str]:
     """Turn any exception of ``fn`` into an ``error:`` answer (the tools never raise)."""
 
     @functools.wraps(fn)
@@ -71,7 +71,9 @@ def _read_json(path: str, mtime_ns: int) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def _json(name: str) -> Any:
+def read_fixture(name: str) -> Any:
+    """The parsed JSON fixture file ``name`` (re-read when it changes); :class:`ToolError` if
+    it is missing."""
     path = fixtures_dir() / name
     try:
         return _read_json(str(path), path.stat().st_mtime_ns)
@@ -80,14 +82,15 @@ def _json(name: str) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _read_log(path: str, mtime_ns: int) -> tuple[list[str], list[str]]:
+def read_log(path: str, mtime_ns: int) -> tuple[list[str], list[str]]:
     """(timestamps, lines) of a log file; timestamps are the lines' first field."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     return [line.split(" ", 1)[0] for line in lines], lines
 
 
-def _now() -> datetime:
-    return _parse_iso(_json("manifest.json")["now"])
+def fixture_now() -> datetime:
+    """The fixtures' "now" (``manifest.json``): every relative time is counted from it."""
+    return parse_iso(read_fixture("manifest.json")["now"])
 
 
 # ---------------------------------------------------------------- times
@@ -95,38 +98,40 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _duration(text: str) -> float:
+def duration_s(text: str) -> float:
+    """Seconds of a duration such as ``500ms``, ``30m`` or ``1.5h``; ``ValueError`` otherwise."""
     m = _DURATION.match(text.strip().lower())
     if not m:
         raise ValueError(text)
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def _parse_iso(text: str) -> datetime:
+def parse_iso(text: str) -> datetime:
+    """An ISO 8601 time (``Z`` accepted), UTC when it names no zone."""
     dt = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
-def _parse_time(text: Any, what: str) -> datetime | None:
+def parse_time(text: Any, what: str) -> datetime | None:
     """A time argument: "" (none), "now", "now-30m", "30m" / "30m ago", "14:05", "14:05:30"
     (UTC, on the fixtures' day), an ISO 8601 time, or epoch seconds."""
     text = str(text if text is not None else "").strip()
     if not text:
         return None
-    now, low = _now(), text.lower()
+    now, low = fixture_now(), text.lower()
     try:
         if low == "now":
             return now
         rel = re.match(r"^now\s*-\s*(.+)$", low) or re.match(r"^(.+?)\s*ago$", low)
         if rel or _DURATION.match(low):
-            return now - timedelta(seconds=_duration(rel.group(1) if rel else low))
+            return now - timedelta(seconds=duration_s(rel.group(1) if rel else low))
         if re.match(r"^\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?$", low):
             h, m, *s = low.split(":")
             day = now.replace(hour=0, minute=0, second=0, microsecond=0)
             return day + timedelta(hours=int(h), minutes=int(m), seconds=float(s[0] if s else 0))
         if re.match(r"^\d{9,11}(\.\d+)?$", low):
             return datetime.fromtimestamp(float(low), UTC)
-        return _parse_iso(text)
+        return parse_iso(text)
     except (ValueError, OverflowError):
         raise ToolError(
             f"{what}={text!r} is not a time: use HH:MM[:SS] (UTC, on {now:%Y-%m-%d}), an ISO 8601 "
@@ -134,16 +139,17 @@ def _parse_time(text: Any, what: str) -> datetime | None:
         ) from None
 
 
-def _stamp(dt: datetime) -> str:
+def stamp(dt: datetime) -> str:
     """The log lines' timestamp format (millisecond RFC 3339, UTC)."""
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
-def _short(dt: datetime) -> str:
+def short_time(dt: datetime) -> str:
+    """``dt`` in UTC to the second (``2025-03-11T14:05:00Z``), as the tools' answers show it."""
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _int_arg(value: Any, name: str, lo: int, hi: int) -> tuple[int, str]:
+def int_arg(value: Any, name: str, lo: int, hi: int) -> tuple[int, str]:
     """(value clamped to lo..hi, a note if it was clamped)."""
     try:
         n = int(value)
@@ -156,7 +162,9 @@ def _int_arg(value: Any, name: str, lo: int, hi: int) -> tuple[int, str]:
     return n, ""
 
 
-def _cap(head: list[str], body: list[str], tail: list[str], cut_note: Callable[[int], str]) -> str:
+def cap_answer(
+    head: list[str], body: list[str], tail: list[str], cut_note: Callable[[int], str]
+) -> str:
     """head + body + tail within MAX_CHARS, dropping body lines from the start if needed;
     ``cut_note(n)`` says that n lines were dropped (it goes after the head)."""
     text = "\n".join([*head, *body, *tail])

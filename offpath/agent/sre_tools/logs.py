@@ -9,18 +9,20 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from langchain_core.tools import tool
+
 from offpath.agent.sre_tools.fixtures import (
     MAX_CHARS,
     ToolError,
-    _answers_errors,
-    _cap,
-    _int_arg,
-    _json,
-    _parse_time,
-    _read_log,
-    _short,
-    _stamp,
+    answers_errors,
+    cap_answer,
     fixtures_dir,
+    int_arg,
+    parse_time,
+    read_fixture,
+    read_log,
+    short_time,
+    stamp,
 )
 
 MAX_LOG_LIMIT = 2000
@@ -28,7 +30,7 @@ MAX_LOG_LIMIT = 2000
 
 # ---------------------------------------------------------------- services, pods
 def _services() -> dict[str, dict[str, Any]]:
-    return _json("manifest.json")["services"]
+    return read_fixture("manifest.json")["services"]
 
 
 def _service(name: Any) -> tuple[str, dict[str, Any]]:
@@ -74,24 +76,24 @@ def _grep(pattern: str) -> tuple[Callable[[str], bool], str]:
     return (lambda line: rx.search(line) is not None), ""
 
 
-@_answers_errors
+@answers_errors
 def _get_logs(
     service: str, pod: str = "", since: str = "", until: str = "", grep: str = "", limit: int = 200
 ) -> str:
     name, info = _service(service)
     pods = _pods(name, info, pod)
-    start, end = _parse_time(since, "since"), _parse_time(until, "until")
+    start, end = parse_time(since, "since"), parse_time(until, "until")
     if start and end and start >= end:
-        raise ToolError(f"since ({_short(start)}) is not before until ({_short(end)})")
-    limit, limit_note = _int_arg(limit, "limit", 1, MAX_LOG_LIMIT)
+        raise ToolError(f"since ({short_time(start)}) is not before until ({short_time(end)})")
+    limit, limit_note = int_arg(limit, "limit", 1, MAX_LOG_LIMIT)
     match, grep_note = _grep(str(grep or ""))
-    lo, hi = (_stamp(start) if start else ""), (_stamp(end) if end else "\uffff")
+    lo, hi = (stamp(start) if start else ""), (stamp(end) if end else "\uffff")
     folder = fixtures_dir() / "logs" / name
     streams = []
     for p in pods:
         path = folder / f"{p}.log"
         try:
-            stamps, lines = _read_log(str(path), path.stat().st_mtime_ns)
+            stamps, lines = read_log(str(path), path.stat().st_mtime_ns)
         except FileNotFoundError:
             raise ToolError(f"fixture file {path} is missing") from None
         a, b = bisect.bisect_left(stamps, lo), bisect.bisect_left(stamps, hi)
@@ -99,7 +101,7 @@ def _get_logs(
         streams.append([(stamps[i], prefix + lines[i]) for i in range(a, b) if match(lines[i])])
     found = [line for _, line in heapq.merge(*streams)]
     shown = found[-limit:]
-    window = f"{_short(start) if start else 'start of the logs'} .. {_short(end) if end else 'now'}"
+    window = f"{short_time(start) if start else 'start of the logs'} .. {short_time(end) if end else 'now'}"
     who = pods[0] if len(pods) == 1 else f"{len(pods)} pods ({', '.join(pods)})"
     head = [
         f"logs of {name} (namespace {info['namespace']}), {who}; {window}"
@@ -108,7 +110,7 @@ def _get_logs(
     ]
     head += [f"note: {n}" for n in (limit_note, grep_note) if n]
     if not found:
-        cover = _json("manifest.json")["logs"]
+        cover = read_fixture("manifest.json")["logs"]
         head.append(
             f"(no lines match; the fixture logs cover {cover['from']} .. {cover['to']}, plus each "
             "container's start-up lines)"
@@ -123,4 +125,25 @@ def _get_logs(
         )
 
     text = "\n".join([*head, *([note(0)] if skipped else []), *shown])
-    return text if len(text) <= MAX_CHARS else _cap(head, shown, [], note)
+    return text if len(text) <= MAX_CHARS else cap_answer(head, shown, [], note)
+
+
+@tool(parse_docstring=True)
+def get_logs(
+    service: str, pod: str = "", since: str = "", until: str = "", grep: str = "", limit: int = 200
+) -> str:
+    """Read container logs of a service (all its pods, merged by time, or some of them).
+
+    Times are UTC. Lines start with their timestamp; with several pods each line is prefixed
+    with [pod]. The answer holds the most recent matching lines (at most `limit`, and at most
+    8,000 characters) and says how many matched.
+
+    Args:
+        service: Service name, e.g. checkout-api, fulfillment-api, orders-worker, orders-db, cart-cache, ingress-nginx.
+        pod: A pod name or part of one (e.g. 6f7d9-2); empty for all pods of the service.
+        since: Start of the window: HH:MM[:SS], ISO 8601, or a duration back from now such as 30m; empty for no start.
+        until: End of the window (exclusive), same forms; empty for now.
+        grep: Case-insensitive regular expression the lines must contain, e.g. "ERROR|WARN" or "status=503".
+        limit: Most lines to return (the latest ones), 1-2000.
+    """
+    return _get_logs(service, pod, since, until, grep, limit)

@@ -11,15 +11,17 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from langchain_core.tools import tool
+
 from offpath.agent.sre_tools.fixtures import (
     ToolError,
-    _answers_errors,
-    _cap,
-    _duration,
-    _json,
-    _now,
-    _parse_time,
-    _short,
+    answers_errors,
+    cap_answer,
+    duration_s,
+    fixture_now,
+    parse_time,
+    read_fixture,
+    short_time,
 )
 
 MAX_POINTS = 2000  # samples per series a range query may ask for
@@ -149,10 +151,10 @@ def _value_at(vals: dict[int, float], times: list[int], t: int) -> float | None:
     return None
 
 
-@_answers_errors
+@answers_errors
 def _query_metrics(query: str, start: str = "", end: str = "", step: str = "1m") -> str:
     query = str(query or "").strip()
-    doc = _json("metrics.json")
+    doc = read_fixture("metrics.json")
     metrics = doc["metrics"]
     if not query:
         raise ToolError("empty query. Metrics in the fixtures:\n" + _metric_list(metrics))
@@ -163,9 +165,9 @@ def _query_metrics(query: str, start: str = "", end: str = "", step: str = "1m")
             f"no fixture series for this query (metric names in it: {names}). "
             "Metrics in the fixtures:\n" + _metric_list(metrics)
         )
-    t_start, t_end = _parse_time(start, "start"), _parse_time(end, "end")
+    t_start, t_end = parse_time(start, "start"), parse_time(end, "end")
     try:
-        step_s = int(_duration(str(step or "1m")))
+        step_s = int(duration_s(str(step or "1m")))
     except ValueError:
         raise ToolError(f"step={step!r} is not a duration such as 30s, 1m, 5m") from None
     notes = []
@@ -174,12 +176,12 @@ def _query_metrics(query: str, start: str = "", end: str = "", step: str = "1m")
         notes.append("the fixtures hold one sample a minute: step raised to 1m")
     instant = t_start is None
     if instant:
-        at = t_end or _now()
+        at = t_end or fixture_now()
         evals = [int(at.timestamp())]
     else:
-        stop = t_end or _now()
+        stop = t_end or fixture_now()
         if t_start >= stop:
-            raise ToolError(f"start ({_short(t_start)}) is not before end ({_short(stop)})")
+            raise ToolError(f"start ({short_time(t_start)}) is not before end ({short_time(stop)})")
         n = int((stop - t_start).total_seconds() // step_s) + 1
         if n > MAX_POINTS:
             raise ToolError(f"{n} points per series: raise step or narrow start/end")
@@ -205,11 +207,11 @@ def _query_metrics(query: str, start: str = "", end: str = "", step: str = "1m")
     rng = doc["range"]
     head = [f"query: {query}"]
     if instant:
-        head.append(f"instant query at {_short(datetime.fromtimestamp(evals[0], UTC))}")
+        head.append(f"instant query at {short_time(datetime.fromtimestamp(evals[0], UTC))}")
     else:
         head.append(
-            f"range: {_short(datetime.fromtimestamp(evals[0], UTC))} .. "
-            f"{_short(datetime.fromtimestamp(evals[-1], UTC))}  step={step_s}s"
+            f"range: {short_time(datetime.fromtimestamp(evals[0], UTC))} .. "
+            f"{short_time(datetime.fromtimestamp(evals[-1], UTC))}  step={step_s}s"
         )
     head.append(f"(fixture series: one sample a minute, {rng['start']} .. {rng['end']})")
     head += [f"note: {n}" for n in notes]
@@ -241,8 +243,10 @@ def _query_metrics(query: str, start: str = "", end: str = "", step: str = "1m")
         legend += legend_rows
         body += rows
     if instant:
-        return _cap(head, legend, [], lambda n: f"[... {n} lines cut (8,000-char answer cap)]")
-    return _cap(
+        return cap_answer(
+            head, legend, [], lambda n: f"[... {n} lines cut (8,000-char answer cap)]"
+        )
+    return cap_answer(
         [*head, *legend],
         body,
         [],
@@ -287,3 +291,23 @@ def _range_table(
             stamp = datetime.fromtimestamp(t, UTC).strftime(clock)
             rows.append(f"{stamp:<10}" + "  ".join(f"{cells[i][k]:>{width[i]}}" for i in idx))
     return legend, rows
+
+
+@tool(parse_docstring=True)
+def query_metrics(query: str, start: str = "", end: str = "", step: str = "1m") -> str:
+    """Query Prometheus metrics (per-minute series) and get a text table.
+
+    The query is matched against the recorded series by metric name (or the raw name a
+    recording rule answers for, e.g. http_server_request_duration_seconds_bucket) and label
+    matchers ({service="checkout-api", pod=~"checkout-api-6f7d9-.*"}); one outer
+    sum/avg/max/min/count with by/without is evaluated. Functions such as rate or
+    histogram_quantile are already applied by the recording rules. An empty or unknown
+    query lists the available metrics.
+
+    Args:
+        query: PromQL expression, e.g. histogram_quantile(0.99, sum by (le, pod) (rate(http_server_request_duration_seconds_bucket{service="checkout-api"}[1m]))).
+        start: Start of a range query (HH:MM, ISO 8601 or e.g. 30m for 30 minutes ago); empty for an instant query.
+        end: End of the range, or the time of an instant query; empty for now.
+        step: Resolution of a range query, e.g. 1m or 5m.
+    """
+    return _query_metrics(query, start, end, step)

@@ -1,5 +1,4 @@
-"""The fact guard: the specifics of the removed messages that a summary must not lose (issues
-11 and 19).
+"""The fact guard: the specifics of the removed messages that a summary must not lose.
 
 Pure functions, no I/O. :func:`extract` finds the facts of a list of messages with
 regular expressions: identifiers (pod, host and service names, ticket and trace ids,
@@ -8,7 +7,7 @@ error and exit codes (in any letter case), configuration values and counts, numb
 units (CPU millicores too), and timestamps. Identifiers of any domain (an order id
 ``#W2378156``, a user id ``chen_johnson_4204``, a ten-digit item id) are recognised by their
 shape, and bare numbers count only by their use: passed as a tool argument, asked for by
-the user, or recurring (issue 19: the guard knew only SRE shapes). In what the agent or the
+the user, or recurring. In what the agent or the
 user writes, names (in backticks or bare: ``ForeignKey``, ``old_name``, ``models.py``) and
 line numbers are facts too. :func:`rank` orders them by what the agent relies on: said by
 the agent in its own words (its conclusions, figures and ranges with units, the names it
@@ -31,77 +30,3 @@ message is read for facts), :mod:`.extraction` (:class:`Fact`, :func:`extract`,
 :func:`warm`, :func:`rank`), :mod:`.pinning` (:func:`pin`), :mod:`.swap`
 (:func:`swap_check`) and :mod:`.sections` (the sections' headings and entry formats).
 """
-
-from __future__ import annotations
-
-# what the tests read or patch (the caches, the patterns, the readers)
-from offpath.compaction.facts.extraction import _MERGED as _MERGED
-from offpath.compaction.facts.extraction import (
-    MERGED_CACHE_SIZE,
-    OBSERVED_CACHE_SIZE,
-    Fact,
-    extract,
-    rank,
-    stated_facts,
-    warm,
-)
-from offpath.compaction.facts.extraction import _Key as _Key
-from offpath.compaction.facts.extraction import _observe as _observe
-from offpath.compaction.facts.extraction import _observed as _observed
-from offpath.compaction.facts.patterns import _CITED as _CITED
-from offpath.compaction.facts.patterns import _CONFIG_KEY as _CONFIG_KEY
-from offpath.compaction.facts.patterns import _ERROR_LINE as _ERROR_LINE
-from offpath.compaction.facts.patterns import _KINDS as _KINDS
-from offpath.compaction.facts.patterns import _NEVER as _NEVER
-from offpath.compaction.facts.patterns import _NOISE_LINE as _NOISE_LINE
-from offpath.compaction.facts.patterns import _NOT_NAMES as _NOT_NAMES
-from offpath.compaction.facts.patterns import _REGEX_GATES as _REGEX_GATES
-from offpath.compaction.facts.patterns import _WORD_GATES as _WORD_GATES
-from offpath.compaction.facts.patterns import _is_name as _is_name
-from offpath.compaction.facts.patterns import find, normal
-from offpath.compaction.facts.pinning import (
-    QUOTED_SHARE_MIN_BUDGET,
-    STATED_LINE_MIN_BUDGET,
-    Pinned,
-    pin,
-)
-from offpath.compaction.facts.reading import _arguments as _arguments
-from offpath.compaction.facts.reading import _blocks as _blocks
-from offpath.compaction.facts.reading import _role_age as _role_age
-from offpath.compaction.facts.sections import (
-    LISTED_MIN_SCORE,
-    MAX_LINE_CHARS,
-    PINNED_HEADING,
-    SINCE_HEADING,
-    STATED_LABEL,
-    SWAP_HEADING,
-)
-from offpath.compaction.facts.sections import _around as _around
-from offpath.compaction.facts.swap import swap_check
-
-# the instruction filter the extraction uses (the tests switch it off)
-from offpath.compaction.summary import looks_like_instruction as looks_like_instruction
-from offpath.compaction.summary import may_hold_instruction as may_hold_instruction
-
-__all__ = [
-    "Fact",
-    "LISTED_MIN_SCORE",
-    "MAX_LINE_CHARS",
-    "MERGED_CACHE_SIZE",
-    "OBSERVED_CACHE_SIZE",
-    "PINNED_HEADING",
-    "Pinned",
-    "QUOTED_SHARE_MIN_BUDGET",
-    "SINCE_HEADING",
-    "STATED_LABEL",
-    "STATED_LINE_MIN_BUDGET",
-    "SWAP_HEADING",
-    "extract",
-    "find",
-    "normal",
-    "pin",
-    "rank",
-    "stated_facts",
-    "swap_check",
-    "warm",
-]

@@ -14,16 +14,17 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from offpath.compaction.facts.patterns import _ERROR_LINE, _NOISE_LINE, _WEIGHT, SAID_ONLY, find
+from offpath.compaction.facts.patterns import ERROR_LINE, KIND_WEIGHT, NOISE_LINE, SAID_ONLY, find
 from offpath.compaction.facts.reading import (
-    _arguments,
-    _blocks,
-    _role_age,
-    _split_spans,
-    _split_values,
+    fact_blocks,
+    role_age,
+    split_spans,
+    split_values,
+    tool_arguments,
 )
-from offpath.compaction.facts.sections import _around
-from offpath.compaction.summary import is_summary, looks_like_instruction, may_hold_instruction
+from offpath.compaction.facts.sections import clip_around
+from offpath.compaction.summary.instructions import looks_like_instruction, may_hold_instruction
+from offpath.compaction.summary.message import is_summary
 
 
 @dataclass(slots=True)
@@ -81,7 +82,7 @@ class Fact:
         ):
             return 0
         return (
-            _WEIGHT[self.kind]
+            KIND_WEIGHT[self.kind]
             - (self.kind == "timestamp" and ":" in self.value and "-" not in self.value)
             - (self.tool_only and self.kind in ("path", "url"))
             + 3 * self.stated
@@ -135,7 +136,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
     Depends on nothing but the message, so it is computed once per message (cached)."""
     seen: dict[str, dict[str, Any]] = {}
     mid0 = str(m.id)
-    for value, line in _arguments(m):  # an identifier by its use: passed to a tool
+    for value, line in tool_arguments(m):  # an identifier by its use: passed to a tool
         entry = seen.get(value)
         if entry is None:
             entry = seen[value] = {
@@ -152,15 +153,15 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 "age": 0,
             }
         entry["stated"] = entry["clear"] = True
-    for text, role, mid in _blocks(m):
-        role, quoted_age = _role_age(role)
+    for text, role, mid in fact_blocks(m):
+        role, quoted_age = role_age(role)
         if role in _VALUE_ROLES:  # a summary's values by kind: each one
             # carried as it is, stated still if it was
-            spans = _split_spans(text)
+            spans = split_spans(text)
             for age, value in (
                 (len(spans) - 1 - k, v)
                 for k, group in enumerate(spans)
-                for v in _split_values(group)
+                for v in split_values(group)
             ):
                 if value in seen:  # quoted on a line before: how it was used still counts
                     entry = seen[value]
@@ -206,7 +207,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 entry = seen[value] = {
                     "kind": kind,
                     "message_id": mid,
-                    "line": _around(line, offset - start, value),
+                    "line": clip_around(line, offset - start, value),
                     "found_in": [mid],
                     "stated": False,
                     "asked": False,
@@ -220,8 +221,8 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 entry["found_in"].append(mid)
             if data:
                 if start not in noisy:
-                    noisy[start] = bool(_NOISE_LINE.search(line))
-                    errors[start] = not noisy[start] and bool(_ERROR_LINE.search(line))
+                    noisy[start] = bool(NOISE_LINE.search(line))
+                    errors[start] = not noisy[start] and bool(ERROR_LINE.search(line))
                 if not noisy[start]:
                     entry["clear"] = True
                 entry["error"] = entry["error"] or errors[start]
@@ -251,10 +252,9 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
     )
 
 
-#: Messages whose facts are kept per worker process (issue 22: a compaction re-read every
-#: message's facts: the plan's shortened results, the guard, the check before the swap and
-#: the loss report each extracted the same messages again, and a message kept at one
-#: compaction is read again when the next one removes it).
+#: Messages whose facts are kept per worker process (a compaction's shortened results,
+#: guard, check before the swap and loss report all read the same messages, and a message
+#: kept at one compaction is read again when the next one removes it).
 OBSERVED_CACHE_SIZE = 8_192
 
 
@@ -306,9 +306,9 @@ def warm(messages: Iterable[BaseMessage]) -> None:
     does) before anything needs them: shortening a tool result (its marker lists the facts
     of the part not shown), the fact guard's pins and the loss report of a compaction then
     find them ready. The middleware calls it for the messages each model call is the first
-    to see, on a background thread, while the model answers (issue 18: a run shortening
-    older results found the facts of about 280,000 chars of an SRE session in its model
-    calls' path)."""
+    to see, on a background thread, while the model answers (else a run that
+    shortens older results finds the facts of about 280,000 chars of an SRE session in its
+    model calls' path)."""
     for m in messages:
         _observed(_Key(m))
 
@@ -320,8 +320,8 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     Lines that read as instructions to an assistant (injected text) are skipped: their
     contents are never pinned into a summary, which the model reads in the user's role.
 
-    Each message's facts are found once per process and merged here in order (issue 22:
-    a compaction pays only for the messages it has not read before); the result is the
+    Each message's facts are found once per process and merged here in order (a compaction pays only
+    for the messages it has not read before); the result is the
     same as reading the messages afresh. The last few results are kept too (the guard and
     the loss report of one compaction extract the same removed messages): their facts are
     shared between the calls, read them and never change them.

@@ -12,7 +12,7 @@ from typing import Any
 # A kind may have several patterns (tried in turn). Each pattern opens with the char class
 # of its first char and checks the char before it by a look-behind *after* that char
 # (``\d(?<!\w\d)`` rather than ``\b\d``): the regex engine then skips, in C, every position
-# whose char cannot start a fact (issue 13: the guard's scan was most of a job's CPU).
+# whose char cannot start a fact (the guard's scan is otherwise most of a job's CPU).
 _UNITS = (
     r"(?:ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|%|[KMGT]i?B?|"
     r"[KMGT]iB|bytes?|cores?|nanocores|millicores|m?cpus?|m|req/s|rps|qps|ops/s|conns?|connections)"
@@ -142,7 +142,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         re.compile(r"[A-Za-z](?<![\w./-][A-Za-z])\w*+(?:[-.:]\w+)+(?![\w/-])"),
         2,
     ),
-    # identifiers of any domain, by their shape (issue 19): snake_case with digits
+    # identifiers of any domain, by their shape: snake_case with digits
     # (credit_card_9513926, chen_johnson_4204), then bare numbers (item ids, zip codes),
     # which count only by their use (see ``Fact.score``)
     (
@@ -192,7 +192,8 @@ _NOT_NAMES = frozenset(
         "nan",
     }
 )
-_WEIGHT = {kind: weight for kind, _, weight in _KINDS} | {"argument": 3}
+#: How much a fact of each kind counts when ranked (a tool call's argument: 3).
+KIND_WEIGHT = {kind: weight for kind, _, weight in _KINDS} | {"argument": 3}
 #: An identifier without digits is a fact only with one of these parts (a service's usual
 #: names) or at least two separators; ``read-only`` and ``well-known`` are words, not names.
 _SERVICE_PARTS = frozenset(
@@ -207,9 +208,9 @@ _DIGIT = re.compile(r"\d")
 
 #: Lines of tool output that are noise: a healthy row of a table (``1/1 Running 0``), a
 #: directory listing (``ls -l`` rows, bare paths from ``find``), ``kubectl describe`` object
-#: metadata. Their facts are pinned only if used elsewhere (issue 19: pinned facts were a
-#: dump of healthy pod rows and listings).
-_NOISE_LINE = re.compile(
+#: metadata. Their facts are pinned only if used elsewhere (else pinned facts are
+#: a dump of healthy pod rows and listings).
+NOISE_LINE = re.compile(
     r"\b(\d+)/\1\s+Running\s+0\b"
     r"|^\s*[-dlcbps][rwxsStT-]{9}[.+@]?\s"
     r"|^\s*[\w.@+~-]*(?:/[\w.@+-]+)+/?\s*$"
@@ -224,7 +225,7 @@ _CONFIG_KEY = re.compile(
     re.IGNORECASE,
 )
 #: A line that reports an error or a failure: its facts are what an investigator needs.
-_ERROR_LINE = re.compile(
+ERROR_LINE = re.compile(
     r"\b(?:error|err|fatal|panic|exception|traceback|fail(?:ed|ure|ing)?|refused|timed? ?out|"
     r"exhausted|oomkilled|killed|denied|crash\w*|unavailable|unhealthy|evicted|throttl\w*|"
     r"critical|backoff|5\d\d)\b",
@@ -244,7 +245,7 @@ def normal(text: str) -> str:
 _CITED = re.compile(r'recall\("([^"\s]{1,80})"')
 
 
-#: Cheap necessary conditions of some kinds' patterns (issue 22: the scans were most of the
+#: Cheap necessary conditions of some kinds' patterns (the scans are most of the
 #: fact guard's CPU): a piece of text that every match of the pattern contains. A text in
 #: which a pattern's gate finds nothing holds no match, so :func:`find` skips that pattern's
 #: scan. Keyed by the pattern's source: a pattern that is changed loses its gate (it is then

@@ -14,24 +14,24 @@ from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.extraction import Fact, extract, rank
 from offpath.compaction.facts.patterns import find, normal
-from offpath.compaction.facts.reading import _blocks
+from offpath.compaction.facts.reading import fact_blocks
 from offpath.compaction.facts.sections import (
-    _SIGNATURE,
     AGE_MARK,
     ASKED_LABEL,
     MAX_LINE_CHARS,
     PINNED_HEADING,
     SAID_LABEL,
     SAID_MARK,
+    SIGNATURE,
     STATED_LABEL,
-    _around,
-    _blob,
+    clip_around,
+    is_blob,
 )
-from offpath.compaction.summary import cite
+from offpath.compaction.summary.message import cite
 
 #: The smallest section budget (chars) that lists the values stated on lines of their own:
-#: a label more per kind; below it they share their kind's line (issue 19's small budgets,
-#: tau-bench at 4,000 / 1,500: 95.1% of the ground truth visible, 93.8% with the lines apart).
+#: a label more per kind; below it they share their kind's line (on small budgets, tau-bench
+#: at 4,000 / 1,500: 95.1% of the ground truth visible, 93.8% with the lines apart).
 STATED_LINE_MIN_BUDGET = 1_000
 #: The smallest section budget (chars) that keeps a quarter for quoted lines (:func:`pin`).
 QUOTED_SHARE_MIN_BUDGET = 1_000
@@ -58,10 +58,10 @@ def pin(
 
     The facts are listed by value first, densely, one line per kind (``- ids: OBUT9V,
     credit_card_9513926``; ``- times: 2024-05-20``): an identifier costs its length and two
-    chars, where quoting its line cost ~90 (issue 19: at a 4,000-char threshold the section
-    held two or three facts); on a budget of :data:`STATED_LINE_MIN_BUDGET` or more, those
-    the agent or the user stated on a line of their own (``- ids (stated): ...``), which the
-    next summary reads back as stated (issue 22). The facts an earlier summary carried come
+    chars, where quoting its line costs ~90 (at a 4,000-char threshold the section would hold
+    two or three facts); on a budget of :data:`STATED_LINE_MIN_BUDGET` or more, those the
+    agent or the user stated on a line of their own (``- ids (stated): ...``), which the
+    next summary reads back as stated. The facts an earlier summary carried come
     first (no telephone game), in up to 60% of the budget while new facts wait, those the
     agent or the user stated first and each span's in turn (a line of values keeps one group
     per span, ``; `` between them, oldest first); then the new ones, stated first, by rank
@@ -102,7 +102,7 @@ def pin(
 
     def missing(fact: Fact) -> bool:
         # tested only for a fact that would fit the budget left: the summary and the keep
-        # window are tens of thousands of chars, a thread's facts hundreds (issue 13)
+        # window are tens of thousands of chars, a thread's facts hundreds
         if fact.value not in absent:
             # a name is found again only in backticks: a summary that wrote it bare holds
             # it for the model, but not for the next summary's reading
@@ -119,13 +119,16 @@ def pin(
 
     # 0. what the kept messages name (the agent's or the user's words, a tool's argument)
     #    that a removed tool result holds: that line (its record) is quoted first, in up to
-    #    a quarter of the budget, though the value itself stays in view (issue 19: a
-    #    compaction prepared again after a message named an id kept the name, not the record;
+    #    a quarter of the budget, though the value itself stays in view (a
+    #    compaction prepared again after a message names an id keeps the name, not the record;
     #    a kept result that echoes the id may not hold the record either)
     if kept:
         named = normal(
             "\n".join(
-                t for m in kept for t, role, _ in _blocks(m) if role in ("agent", "action", "user")
+                t
+                for m in kept
+                for t, role, _ in fact_blocks(m)
+                if role in ("agent", "action", "user")
             )
         )
         data_ids = {str(m.id) for m in removed if m.type == "tool"}
@@ -138,13 +141,13 @@ def pin(
             value = normal(fact.value)
             if value not in named or value in said:
                 continue
-            line = _around(fact.line, max(0, fact.line.find(fact.value)), fact.value, line_max)
+            line = clip_around(fact.line, max(0, fact.line.find(fact.value)), fact.value, line_max)
             if all(normal(v) == value or normal(v) in present for v, _, _ in find(line)):
                 continue  # the line says nothing the kept messages do not: no record
             entry = f"\n- `{line.replace('`', chr(39))}` ({cite(fact.message_id)})"
             if used + len(entry) + 14 > budget // 4:
                 continue
-            signature = _SIGNATURE.sub("#", fact.line.casefold())
+            signature = SIGNATURE.sub("#", fact.line.casefold())
             similar[signature] = 0
             quoted.append((position.get(fact.message_id, 0), fact.order, entry, signature))
             used += len(entry) + 14
@@ -202,14 +205,14 @@ def pin(
             continue  # listed by value already, while others wait: its line would cost ~100
             # chars more (a line an earlier summary concluded is quoted still: its words are
             # the finding)
-        signature = _SIGNATURE.sub("#", fact.line.casefold())
+        signature = SIGNATURE.sub("#", fact.line.casefold())
         if signature in similar:
             similar[signature] += 1
             continue
         line = fact.line
         if len(line) > line_max:
-            line = _around(line, max(0, line.find(fact.value)), fact.value, line_max)
-        if _blob(line):  # a fact inside one long line of JSON: listed by value
+            line = clip_around(line, max(0, line.find(fact.value)), fact.value, line_max)
+        if is_blob(line):  # a fact inside one long line of JSON: listed by value
             continue
         # a line of the agent's message is marked so; lines keep their backticks: their names
         # are found again when the next summary reads them back
@@ -366,12 +369,12 @@ ALIKE_MIN = 4
 
 def _alike(ranked: Sequence[Fact]) -> dict[int, str]:
     """``id(fact) -> shape`` for the facts of ``ranked`` that only tool output holds, seen
-    on no line that reports an error, whose kind and shape (:data:`_SIGNATURE`: numbers and
+    on no line that reports an error, whose kind and shape (:data:`SIGNATURE`: numbers and
     hex ids as ``#``) :data:`ALIKE_MIN` or more of them share."""
     shapes: dict[int, str] = {}
     for f in ranked:
         if f.tool_only and not f.error and f.kind != "timestamp":
-            shapes[id(f)] = f"{_label(f, False)} {_SIGNATURE.sub('#', f.value.casefold())}"
+            shapes[id(f)] = f"{_label(f, False)} {SIGNATURE.sub('#', f.value.casefold())}"
     count = Counter(shapes.values())
     return {k: shape for k, shape in shapes.items() if count[shape] >= ALIKE_MIN}
 

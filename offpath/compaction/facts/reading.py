@@ -12,21 +12,21 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.sections import (
-    _EARLIER,
-    _LISTED,
-    _QUOTED,
-    _VALUES,
     AGE_MARK,
     ASKED_LABEL,
+    EARLIER_PATTERN,
     INDEX_HEADING,
+    LISTED_PATTERN,
     PINNED_HEADING,
+    QUOTED_PATTERN,
     SAID_LABEL,
     SAID_MARK,
     SINCE_HEADING,
     STATED_LABEL,
     SWAP_HEADING,
+    VALUES_PATTERN,
 )
-from offpath.compaction.summary import is_summary, summary_body
+from offpath.compaction.summary.message import is_summary, summary_body
 
 #: How a summary points at a clipped request's message (:func:`frontier.into_summary`).
 _CITATION = re.compile(r' \(whole: recall\("[^"]*"\)\)')
@@ -35,14 +35,14 @@ _CITATION = re.compile(r' \(whole: recall\("[^"]*"\)\)')
 _RECALL_CALL = re.compile(r'recall\("[^"\n]{1,80}"(?:, offset=\d+)?\)')
 
 
-def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
+def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
     """``(text, role, message_id)`` for each block of a message worth reading for facts.
     ``role``: ``agent`` (its text: its conclusions in its own words), ``action`` (each of its
     tool calls with the first line of each argument), ``user`` (a request), ``carried`` (an earlier summary: what
     was concluded before; its pinned entries are read as the line they quote and the message
     they name, so a fact pinned again keeps its source; ``carried said``: a quoted line of
     the agent's own words; either followed by `` <n>`` for a line pinned ``n`` compactions
-    before, :func:`_role_age`), ``data`` (tool output, the rest of a
+    before, :func:`role_age`), ``data`` (tool output, the rest of a
     multi-line argument)."""
     from offpath.compaction.accounting import render_content
 
@@ -74,7 +74,7 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
                 continue
             if not within:
                 continue
-            if quoted := _QUOTED.match(line.strip()):
+            if quoted := QUOTED_PATTERN.match(line.strip()):
                 marks = quoted["tail"].split("; ")
                 role = "carried said" if SAID_MARK.lstrip("; ") in marks else "carried"
                 age = next((m[4:] for m in marks if AGE_MARK.lstrip("; ") in m), "0")
@@ -88,11 +88,11 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
                     named = [a or b for a, b in args if _is_token(a or b)]
                     if named:
                         yield ", ".join(named), "stated values", quoted["id"]
-            elif listed := _LISTED.match(line.strip()):
+            elif listed := LISTED_PATTERN.match(line.strip()):
                 yield listed["values"].replace("`", ""), "carried", listed["id"]
-            elif compact := _EARLIER.match(line.strip()):
+            elif compact := EARLIER_PATTERN.match(line.strip()):
                 yield compact["values"].replace("`", ""), "carried", mid
-            elif values := _VALUES.match(line.strip()):
+            elif values := VALUES_PATTERN.match(line.strip()):
                 label = values["stated"]
                 role = {
                     STATED_LABEL: "stated values",
@@ -126,13 +126,13 @@ def _blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
 _SPAN_SEPARATOR = re.compile(r"; (?=(?:[^`]*`[^`]*`)*[^`]*$)")
 
 
-def _split_spans(text: str) -> list[str]:
+def split_spans(text: str) -> list[str]:
     """The groups of values of a line :func:`pin` lists by value, oldest span first."""
     return _SPAN_SEPARATOR.split(text)
 
 
-def _role_age(role: str) -> tuple[str, int]:
-    """A block's role (see :func:`_blocks`) and the age of a carried quoted line (``carried
+def role_age(role: str) -> tuple[str, int]:
+    """A block's role (see :func:`fact_blocks`) and the age of a carried quoted line (``carried
     said 3``: pinned 3 compactions before the summary that holds it; 0: none given)."""
     base, _, age = role.rpartition(" ")
     if base.startswith("carried") and age.isdigit():
@@ -140,7 +140,7 @@ def _role_age(role: str) -> tuple[str, int]:
     return role, 0
 
 
-def _split_values(text: str) -> list[str]:
+def split_values(text: str) -> list[str]:
     """The values of one span's group of a line :func:`pin` lists by value: separated by
     ``, ``, one that holds a separator quoted as code."""
     out: list[str] = []
@@ -156,10 +156,10 @@ def without_one_value(line: str) -> str | None:
     the last of its span group that holds the most values (of groups as large, the oldest),
     so that every span keeps its share as the line shrinks. None: it holds one value, or it
     is not such a line."""
-    values = _VALUES.match(line.strip())
+    values = VALUES_PATTERN.match(line.strip())
     if values is None:
         return None
-    groups = [_split_values(g) for g in _split_spans(values["values"])]
+    groups = [split_values(g) for g in split_spans(values["values"])]
     if sum(len(g) for g in groups) < 2:
         return None
     k = max(range(len(groups)), key=lambda i: (len(groups[i]), -i))
@@ -187,10 +187,10 @@ def _is_token(text: str) -> bool:
     )
 
 
-def _arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
+def tool_arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
     """``(value, line)`` for each scalar argument of the message's tool calls that is one
     token (an id, a name, a number: ``{"reservation_id": "XEHQWM"}``), with the call's line:
-    what the agent passed to a tool is a fact whatever its shape (issue 19)."""
+    what the agent passed to a tool is a fact whatever its shape."""
     for call in getattr(message, "tool_calls", None) or []:
         args = call.get("args") or {}
         line = f"{call.get('name')}({json.dumps(args, ensure_ascii=False, default=str)[:200]})"

@@ -1,4 +1,4 @@
-"""The check before the swap (issue 19): the identifiers that messages written while a
+"""The check before the swap: the identifiers that messages written while a
 summary was prepared name, which only the part it removes held, quoted under
 :data:`~offpath.compaction.facts.SWAP_HEADING` (:func:`swap_check`)."""
 
@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.patterns import find, normal
-from offpath.compaction.facts.reading import _arguments, _blocks
-from offpath.compaction.facts.sections import SWAP_HEADING, _around
+from offpath.compaction.facts.reading import fact_blocks, tool_arguments
+from offpath.compaction.facts.sections import SWAP_HEADING, clip_around
 from offpath.compaction.standing import is_standing, standing_blocks
-from offpath.compaction.summary import cite, looks_like_instruction
+from offpath.compaction.summary.instructions import looks_like_instruction
+from offpath.compaction.summary.message import cite
 
 #: A token someone may name: an id, a code, a name with digits or separators.
 _NAMED = re.compile(r"(?<![\w#.-])[#A-Za-z0-9][\w.#:/-]{3,60}(?<![.:/-])(?![\w-])")
@@ -37,7 +38,7 @@ def swap_check(
     summary_text: str,
     max_chars: int,
 ) -> tuple[str, int]:
-    """The check before the swap (issue 19, after "Slipstream", arXiv 2605.08580, without an
+    """The check before the swap (after "Slipstream", arXiv 2605.08580, without an
     LLM): the identifiers that the ``later`` messages (written while the summary was
     prepared) name in what the agent or the user says or passes to a tool (not in tool
     output), which only the ``removed`` part held (not the summary, not the ``kept``
@@ -49,8 +50,8 @@ def swap_check(
     visible = normal(summary_text + "\n" + "\n".join(render_content(m.content) for m in kept))
     refs: dict[str, str] = {}
     for m in later:
-        named = [v for v, _ in _arguments(m)]
-        for text, role, _ in _blocks(m):
+        named = [v for v, _ in tool_arguments(m)]
+        for text, role, _ in fact_blocks(m):
             if role == "data":  # what the agent or the user names, not tool output
                 continue
             named += [v for v, k, _ in find(text) if k not in ("timestamp", "quantity")]
@@ -69,7 +70,7 @@ def swap_check(
     missing = 0
     found: set[str] = set()
     for m in removed:
-        for text, _, mid in _blocks(m):
+        for text, _, mid in fact_blocks(m):
             low = text.casefold()
             for key, value in refs.items():
                 if key in found:
@@ -86,7 +87,7 @@ def swap_check(
                 clips = quoted.setdefault((str(mid), start), [])
                 if any(value.casefold() in c.casefold() for c in clips):
                     continue  # quoted already with another identifier of its line
-                clip = _around(line, at - start, value).replace("`", chr(39))
+                clip = clip_around(line, at - start, value).replace("`", chr(39))
                 entry = f"\n- `{clip}` ({cite(mid)})"
                 if clip in entries:
                     continue

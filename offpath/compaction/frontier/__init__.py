@@ -1,4 +1,4 @@
-"""The agent's place in the session, kept in every summary (issue 19; DESIGN.md invariant 15).
+"""The agent's place in the session, kept in every summary (DESIGN.md invariant 15).
 Pure: no I/O.
 
 After a compaction an agent must know what it was asked first, what it is doing now, what is
@@ -28,31 +28,8 @@ frontier the last summary carried (its metadata); :func:`into_summary` writes it
 seed's template: the **Investigating** line says the task (and the latest request), word for
 word within a budget, and **Current state** gains the open, done and next lines. The next
 compaction reads it back from the summary's text (:meth:`Frontier.from_text`), never from
-its metadata, which a client can forge (issue 20, item 8); the plan's steps are carried so.
+its metadata, which a client can forge; the plan's steps are carried so.
 
 The parts: :mod:`.reading` (the frontier read from the messages) and :mod:`.form` (the
 :class:`Frontier`, written into a summary and read back from it).
 """
-
-from offpath.compaction.frontier.form import (
-    DECISIONS_HEADING,
-    DONE_HEADING,
-    MAX_ITEM_CHARS,
-    ORIGINAL_HEADING,
-    Frontier,
-    into_summary,
-)
-from offpath.compaction.frontier.reading import FOLLOW_UP, REVISION, is_follow_up, read_frontier
-
-__all__ = [
-    "DECISIONS_HEADING",
-    "DONE_HEADING",
-    "FOLLOW_UP",
-    "MAX_ITEM_CHARS",
-    "ORIGINAL_HEADING",
-    "REVISION",
-    "Frontier",
-    "into_summary",
-    "is_follow_up",
-    "read_frontier",
-]

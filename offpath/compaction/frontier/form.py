@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from offpath.compaction.standing import read_standing, standing_line
-from offpath.compaction.summary import HEADINGS, cite
+from offpath.compaction.summary.message import HEADINGS, cite
 
 MAX_ITEM_CHARS = 160
 #: How :func:`into_summary` marks the task when a later request follows it.
@@ -58,7 +58,7 @@ class Frontier:
     @classmethod
     def from_text(cls, text: str) -> Frontier | None:
         """The frontier an earlier summary shows, read from its text (what the model saw):
-        never from its metadata, which a client can forge (issue 20, item 8). None when it
+        never from its metadata, which a client can forge. None when it
         shows none."""
         current = original = None
         status = None
@@ -146,7 +146,9 @@ class Frontier:
         )
 
 
-def _item(text: str, limit: int = MAX_ITEM_CHARS) -> str:
+def one_line(text: str, limit: int = MAX_ITEM_CHARS) -> str:
+    """``text`` on one line (whitespace runs made one space), cut at a word to at most
+    ``limit`` chars with "..." when longer."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3].rsplit(" ", 1)[0] + "..."
 
@@ -194,7 +196,7 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
     room = max(200, budget)
     # the request in progress gets the larger share: clipped, it loses what the agent is
     # doing ("Good, that one is finished. Now: Restore the DNS..."); the first request,
-    # kept for the record, the smaller one (benchmark 15's switch probe)
+    # kept for the record, the smaller one
     latest_quote, quote = max(120, room // 2), max(80, room // 3)
 
     def verbatim(value: str, mid: str | None, quote: int = quote) -> str:
@@ -226,7 +228,7 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
             [
                 DECISIONS_HEADING,
                 *(
-                    DECISION_MARK + _item(d, MAX_DECISION_CHARS)
+                    DECISION_MARK + one_line(d, MAX_DECISION_CHARS)
                     for d in frontier.decisions[-MAX_DECISIONS:]
                 ),
             ]
@@ -236,7 +238,7 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
         nonlocal left
         out: list[str] = []
         for item in items:
-            entry = _item(item)
+            entry = one_line(item)
             if len(entry) + 4 > left:
                 break
             out.append(entry)

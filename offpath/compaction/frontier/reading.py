@@ -13,9 +13,10 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from offpath.compaction.accounting import content_text
-from offpath.compaction.frontier.form import Frontier, _item
+from offpath.compaction.frontier.form import Frontier, one_line
 from offpath.compaction.standing import standing_blocks, without_standing
-from offpath.compaction.summary import is_summary, looks_like_instruction
+from offpath.compaction.summary.instructions import looks_like_instruction
+from offpath.compaction.summary.message import is_summary
 
 #: A human message that only says to go on: it continues the request before it.
 FOLLOW_UP = re.compile(
@@ -98,10 +99,10 @@ def read_frontier(
                 task_status = task_status or ("done" if answered else None)
             else:
                 done.append(
-                    _item(text, 80) + (" (done: answered)" if answered else " (superseded)")
+                    one_line(text, 80) + (" (done: answered)" if answered else " (superseded)")
                 )
         elif not answered and text != task:
-            open_.append(f"the latest request is under way: {_item(text)}")
+            open_.append(f"the latest request is under way: {one_line(text)}")
     if earlier and earlier.instructions:
         instructions = [*earlier.instructions, *instructions]
     latest = latest_id = None
@@ -209,7 +210,9 @@ def _calls(messages: Sequence[BaseMessage]) -> list[str]:
                 (c for c in messages[a].tool_calls if c.get("id") == result.tool_call_id), None
             )
             what = _call(call) if call else result.name or "a tool call"
-            failed.append(f"FAILED, not done: {what}: {_item(content_text(result.content), 100)}")
+            failed.append(
+                f"FAILED, not done: {what}: {one_line(content_text(result.content), 100)}"
+            )
     return [*waiting, *failed[-5:]]
 
 
@@ -217,7 +220,7 @@ def _call(call: Mapping[str, Any]) -> str:
     import json
 
     args = json.dumps(call.get("args") or {}, ensure_ascii=False, default=str)
-    return f"{call.get('name')}({_item(args, 100)})"
+    return f"{call.get('name')}({one_line(args, 100)})"
 
 
 def _plan(
@@ -255,7 +258,9 @@ def _plan(
                 re.I,
             ):
                 status[n] = "under way"
-    done = [f"step {n} (done): {_item(plan[n], 100)}" for n in sorted(plan) if status[n] == "done"]
+    done = [
+        f"step {n} (done): {one_line(plan[n], 100)}" for n in sorted(plan) if status[n] == "done"
+    ]
     last_done = max((n for n in plan if status[n] == "done"), default=0)
     current = next(
         (n for n in sorted(plan) if status[n] == "under way"),
@@ -266,7 +271,7 @@ def _plan(
         if status[n] == "done":
             continue
         label = " (under way)" if n == current else ""
-        open_.append(f"step {n}{label}: {_item(plan[n], 100)}")
+        open_.append(f"step {n}{label}: {one_line(plan[n], 100)}")
     if current is not None:  # the one under way first
         open_.sort(key=lambda s: not s.startswith(f"step {current} "))
     return done, open_
@@ -280,5 +285,5 @@ def _next(messages: Sequence[BaseMessage]) -> str | None:
                 continue
             found = [x.group(0).strip() for x in _NEXT.finditer(text)]
             found = [x for x in found if not looks_like_instruction(x)]
-            return _item(found[-1], 200) if found else None
+            return one_line(found[-1], 200) if found else None
     return None

@@ -31,14 +31,7 @@ thread; DESIGN.md invariant 4):
 
 The parts, dependencies pointing down:
 
-* :mod:`.fitting`: :func:`fit`, :func:`fit_now` and :func:`landed`;
-* :mod:`.assembly`: the patch itself, kept tool results shortened to the target;
+* :mod:`.fitting`: :func:`fit`, :func:`fit_now` and :func:`landed`, and the patch itself
+  (kept tool results shortened to the target);
 * :mod:`.prepared`: :class:`Prepared`, :class:`Fitted`, :class:`Stale`.
 """
-
-from offpath.compaction.digest import digest
-from offpath.compaction.patch.assembly import REQUEST_COPY as REQUEST_COPY
-from offpath.compaction.patch.fitting import fit, fit_now, landed
-from offpath.compaction.patch.prepared import Fitted, Prepared, Stale
-
-__all__ = ["Fitted", "Prepared", "Stale", "digest", "fit", "fit_now", "landed"]

@@ -13,8 +13,8 @@ from langchain_core.messages import BaseMessage, HumanMessage
 
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.digest import digest
-from offpath.compaction.planner import CompactionPlan
-from offpath.compaction.summary import compactions_of
+from offpath.compaction.planner.plans import CompactionPlan
+from offpath.compaction.summary.message import compactions_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class Prepared:
     #: kept tool results to shorten when applied: message id -> cap (chars)
     shorten: Mapping[str, int] = field(default_factory=dict)
     #: what the summary message carries in its metadata beside offpath's own keys (the
-    #: frontier: issue 19)
+    #: frontier)
     meta: Mapping[str, Any] = field(default_factory=dict)
     #: most chars of the whole summary message, from the plan (0: no bound)
     summary_budget: int = 0

@@ -22,7 +22,7 @@ anywhere are folded into it, so a thread never holds two.
    or left open by a later turn: a long-running call's result may come turns
    later) is never summarized away: its AI message and the results it already has
    stay where they are, and the compaction removes the messages around them
-   (DESIGN.md invariant 14; issue 18, item 6). Orphan results (answering no
+   (DESIGN.md invariant 14). Orphan results (answering no
    call) and earlier summaries are removed wherever they stand.
 3. The seed's rule first: the last valid cut at or before ``w`` that starts a
    turn (a human message that is not a summary). It is taken when it is
@@ -33,13 +33,13 @@ anywhere are folded into it, so a thread never holds two.
    request of the turn it cuts into is then quoted word for word in the
    summary message (``CompactionPlan.request``), or, when it is longer than a
    quarter of the summary's budget, kept as its own message right after the
-   summary (``CompactionPlan.request_copy``; issue 18, item 2). A request kept that way
+   summary (``CompactionPlan.request_copy``). A request kept that way
    (a copy, or in place when it is not the first message) holds at most
    :func:`request_cap_chars`: a longer one is shortened like a kept tool result (head,
    tail, the facts of the middle, and where ``recall`` reads it whole; the original is
    archived). A 5,663-char task prompt kept whole at 20,000 / 6,000 left no compaction
    able to land under the prepare floor, and the run was masked on a third of its calls
-   (benchmark 17, mini-swe django).
+   (mini-swe django).
 5. Else the turn-start cut if it is worth it, else a :class:`Skip`.
 
 The keep window holds no more than its budget
@@ -79,7 +79,7 @@ A cut is worth it only if the thread lands under its prepare floor with it
 shortened to get there, and when what the keep window holds cannot be (a model's long
 messages, a pasted log), the shallowest valid cut inside it that lands; a thread that still
 cannot land (a fixed part over the floor) lands under :func:`landing_bound`, never as a
-compaction that removes less than it costs (issue 18, item 2). "Compact now"
+compaction that removes less than it costs. "Compact now"
 (``force``) applies whatever removes more than its summary adds.
 
 The gain floor is what stops a requeue loop: after a compaction, later turns
@@ -90,62 +90,6 @@ from which a compaction could be worth it (:attr:`Skip.worth_at`), which its cla
 the next job comes then, not after a fixed growth.
 
 The parts: :mod:`.plans` (the plan and the skip), :mod:`.budgets` (the thread's budget, the
-gain, landing and summary sizes), :mod:`.scan` (the pass over the messages and a cut's candidate) and
-:mod:`.cut` (the cut rule: :func:`plan_compaction`, :func:`extension`).
+gain, landing and summary sizes) and :mod:`.cut` (the cut rule: :func:`plan_compaction`,
+:func:`extension`, over one pass over the messages and each cut's candidate).
 """
-
-from __future__ import annotations
-
-from offpath.compaction.planner.budgets import (
-    EARLY_KEEP_SHARE,
-    HEADROOM_STEPS,
-    MIN_SUMMARY_CHARS,
-    SMALL_SUMMARY_CHARS,
-    ThreadBudget,
-    earliest_worth,
-    early_keep_chars,
-    estimate_summary_chars,
-    landing_bound,
-    landing_chars,
-    least_aim,
-    min_gain_chars,
-    prepare_from_chars,
-    request_cap_chars,
-    step_chars,
-    summary_budget_chars,
-    thread_budget,
-)
-from offpath.compaction.planner.cut import (
-    MIN_MESSAGES_REMOVED,
-    REQUEST_QUOTE_SHARE,
-    extension,
-    plan_compaction,
-)
-from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
-
-__all__ = [
-    "earliest_worth",
-    "CompactionPlan",
-    "EARLY_KEEP_SHARE",
-    "HEADROOM_STEPS",
-    "MIN_MESSAGES_REMOVED",
-    "MIN_SUMMARY_CHARS",
-    "REQUEST_QUOTE_SHARE",
-    "SMALL_SUMMARY_CHARS",
-    "Skip",
-    "SkipReason",
-    "ThreadBudget",
-    "early_keep_chars",
-    "estimate_summary_chars",
-    "extension",
-    "landing_bound",
-    "landing_chars",
-    "least_aim",
-    "min_gain_chars",
-    "plan_compaction",
-    "prepare_from_chars",
-    "request_cap_chars",
-    "step_chars",
-    "summary_budget_chars",
-    "thread_budget",
-]

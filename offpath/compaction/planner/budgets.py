@@ -12,7 +12,7 @@ from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.settings import MIN_SHORTENED_CHARS, Settings
-from offpath.compaction.summary import is_summary, overhead_chars
+from offpath.compaction.summary.message import is_summary, overhead_chars
 
 #: The smallest budget a summary message gets, whatever the threshold or the chars it
 #: replaces: its prefix and recall lines, and the template's four headings with a few words.
@@ -22,7 +22,7 @@ MIN_SUMMARY_CHARS = 300
 #: hundred chars of pinned facts.
 SMALL_SUMMARY_CHARS = 1_400
 #: Model steps of headroom a compaction aims to leave under the prepare floor
-#: (:func:`landing_chars`; issue 18: "room for at least several more steps").
+#: (:func:`landing_chars`: "room for at least several more steps").
 HEADROOM_STEPS = 3
 #: The least share of the keep window a plan made under the threshold keeps
 #: (:func:`early_keep_chars`): a plan made well before the crossing (an adaptive prepare
@@ -172,11 +172,11 @@ def landing_chars(settings: Settings, fixed: int = 0, step: int = 0, kept: int =
     (:func:`step_chars`; 0: unknown). The least gain and the keep window are the thread's
     (:func:`thread_budget`).
 
-    Why: landing just under the floor (benchmark 17 saw 22-24k against a 24k floor at 30,000
-    / 10,000) starts the next job at once, on a thread with nothing worth compacting; it ends
+    Why: landing just under the floor (22-24k against a 24k floor at 30,000 / 10,000)
+    starts the next job at once, on a thread with nothing worth compacting; it ends
     ``no_progress`` or ``too_few_messages`` and its skip holds the thread until it grew a
     compaction's gain more, and a fast run then crosses the threshold while that summary is
-    written (issue 18: "room for at least several more steps"). Landing ``gain``
+    written ("room for at least several more steps"). Landing ``gain``
     (:func:`min_gain_chars`) under the floor is where the planner's own keep budget puts a
     fresh plan; a run whose steps are large (mini-swe: ~2k chars a call; SRE dumps) gets
     :data:`HEADROOM_STEPS` of them. Kept tool results are shortened (recall-able) and the
@@ -216,7 +216,7 @@ def early_keep_chars(settings: Settings, total: int, fixed: int = 0) -> int:
     ``threshold - total`` chars came after its kept part, and the kept tail holds the whole
     window *after compaction*. Kept whole at the plan, a fast
     run's early plans removed 9k of a 23k thread that grew 20k more while the summary was
-    written: the thread was over its threshold again at the apply (benchmark 17, django at
+    written: the thread was over its threshold again at the apply (django at
     30,000 / 10,000, 1.74x)."""
     keep = thread_budget(settings, fixed).keep
     ahead = max(0, settings.summarization_threshold_chars - total)
@@ -244,12 +244,12 @@ def summary_budget_chars(settings: Settings, fixed: int = 0) -> int:
 
 def _summary_setting(settings: Settings) -> int:
     """Most chars a summary message may hold, whole: ``SUMMARY_MAX_SHARE`` x the threshold
-    (issue 18, item 2: summaries of 8.6-12.6k chars whatever the threshold), and at least
+    (a summary of a fixed 8.6-12.6k chars eats a small threshold's room), and at least
     :data:`SMALL_SUMMARY_CHARS` where the prepare floor leaves room for it beside the keep
     window (and half a compaction's least gain): at a 4,000-char threshold 15% is 600 chars,
     which the template, the agent's place and the recall line fill, and tau-bench's
-    ground-truth ids were in view after 54% of compactions (96% at 1,400; benchmark 14,
-    issue 19). The seed's 500 / 200 try-out keeps :data:`MIN_SUMMARY_CHARS`."""
+    ground-truth ids were in view after 54% of compactions (96% at 1,400). The seed's 500 / 200
+    try-out keeps :data:`MIN_SUMMARY_CHARS`."""
     gain = max(1, (settings.summarization_threshold_chars - settings.summarization_keep_chars) // 4)
     room = settings.prepare_floor_chars - settings.summarization_keep_chars - gain // 2
     return max(MIN_SUMMARY_CHARS, settings.summary_budget_chars, min(SMALL_SUMMARY_CHARS, room))
@@ -260,7 +260,7 @@ def estimate_summary_chars(budget: int, removed_chars: int, request: str | None)
     facts)``. The summary is bounded by ``budget`` and by half the chars it replaces (at
     least :data:`MIN_SUMMARY_CHARS`), and its summarizer keeps to that, so the planner counts
     a safe upper bound, not a guess (a 6,670-char removal got a 4,777-char summary and left
-    its thread over the threshold: gemini-cli#15225, issue 18). A quoted ``request`` and the
+    its thread over the threshold: gemini-cli#15225). A quoted ``request`` and the
     fixed lines (prefix, recall line) take their share of it."""
     size = min(budget, max(MIN_SUMMARY_CHARS, removed_chars // 2))
     if request:
@@ -277,9 +277,9 @@ def earliest_worth(settings: Settings, fixed: int = 0) -> int:
     before the apply, at least :data:`EARLY_KEEP_SHARE` of it); the budget is the thread's
     (:func:`thread_budget`). A job queued before this ends ``no_progress`` and holds its
     thread back until it grew by a compaction's worth: worse than a late one. With the whole
-    keep window counted here (benchmark 17, django at 30,000 / 10,000: 23,750 of a
-    24,000-char floor), a run landing at 21k after an apply and growing 8k a step queued its
-    next job only at the crossing."""
+    keep window counted here (django at 30,000 / 10,000: 23,750 of a 24,000-char floor), a
+    run landing at 21k after an apply and growing 8k a step would queue its next job only
+    at the crossing."""
     budget = thread_budget(settings, fixed)
     gain = budget.min_gain
     need = settings.tool_result_limit_chars // 2 + max(budget.summary + gain, 2 * gain)

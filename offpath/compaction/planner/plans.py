@@ -10,7 +10,7 @@ from typing import Literal
 
 from langchain_core.messages import BaseMessage
 
-from offpath.compaction.summary import is_summary
+from offpath.compaction.summary.message import is_summary
 
 
 class SkipReason(StrEnum):

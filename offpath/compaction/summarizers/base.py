@@ -1,8 +1,8 @@
 """The summarizer protocol and its errors.
 
 A summarizer turns a plan (the messages to replace) and its prompt into summary
-text. Two backends: :mod:`compaction.summarizers.llm` (``ChatOpenAI``) and
-:mod:`compaction.summarizers.offline` (no model; used when no LLM is configured).
+text. Two backends: :mod:`offpath.llm` (``ChatOpenAI``; outside the core, as it calls the
+network) and :mod:`compaction.summarizers.offline` (no model; used when no LLM is configured).
 An error never becomes a summary: it raises one of the exceptions below.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
 
 
@@ -60,7 +60,7 @@ class TruncatedSummaryError(SummarizerError):
 @dataclass(frozen=True, slots=True)
 class SummaryResult:
     """Summary ``text`` and what it cost: tokens as reported by the model (0 offline).
-    ``meta``: what the summary message carries besides its text (the frontier: issue 19)."""
+    ``meta``: what the summary message carries besides its text (the frontier)."""
 
     text: str
     model: str

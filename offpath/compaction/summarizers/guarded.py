@@ -1,4 +1,4 @@
-"""The guards around any summarizer (issues 11 and 19).
+"""The guards around any summarizer.
 
 Whatever wrote the summary (an LLM, the offline extractor):
 
@@ -9,7 +9,7 @@ Whatever wrote the summary (an LLM, the offline extractor):
 * the facts of the removed messages that it missed are appended as a bounded **Pinned
   facts** section (:func:`offpath.compaction.facts.pin`); on a small budget they come
   before the summarizer's prose, which is clipped to make room for them (up to half the
-  budget; issue 19: at a 4,000-char threshold an LLM's 400 chars of prose left them none);
+  budget: at a 4,000-char threshold an LLM's 400 chars of prose left them none);
 * a last line tells the model that the originals can be searched with the ``recall`` tool;
 * the archive's index, which the summary gets when it is applied
   (:func:`offpath.compaction.index.archive_index`), takes its room from the plan's budget
@@ -21,13 +21,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from offpath.compaction.facts import pin
-from offpath.compaction.frontier import Frontier, into_summary, read_frontier
+from offpath.compaction.facts.pinning import pin
+from offpath.compaction.frontier.form import Frontier, into_summary
+from offpath.compaction.frontier.reading import read_frontier
 from offpath.compaction.index import archive_index, index_room
-from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult
-from offpath.compaction.summary import RECALL_NOTE, fit_text, summary_body
+from offpath.compaction.summary.message import RECALL_NOTE, fit_text, summary_body
 
 __all__ = ["RECALL_NOTE", "GuardedSummarizer"]
 
@@ -75,7 +76,7 @@ class GuardedSummarizer:
         share = (plan.summary_chars or 3_000) // 5
         text = into_summary(result.text, frontier, share)
         room = self.pinned_max_chars
-        if plan.summary_chars:  # the summary's budget bounds the section too (issue 18)
+        if plan.summary_chars:  # the summary's budget bounds the section too
             room = min(room, max(0, plan.summary_chars - len(text) - 4))
             # facts before prose: the missing facts may take up to :data:`FACTS_SHARE` of
             # the budget; what they need beyond the room the text left is taken from the

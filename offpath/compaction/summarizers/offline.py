@@ -1,11 +1,10 @@
 """Offline summarizer: fills the seed's template from the messages themselves, no model.
 
-Used when no LLM is configured (issue 2, item 9b). Deterministic: the same
+Used when no LLM is configured. Deterministic: the same
 messages give the same text. What goes where:
 
 * **Investigating**: the latest request (the turn in progress, else the last
-  request in the compacted messages), else the earlier summary's line (issue 11:
-  the session moves on);
+  request in the compacted messages), else the earlier summary's line (the session moves on);
 * **Key findings**: the earlier summary's findings first (at most half the
   bullets), then the agent's own sentences that state facts (numbers,
   identifiers, errors), then lines of tool output that carry errors, numbers,
@@ -31,15 +30,15 @@ from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from offpath.compaction.frontier import is_follow_up
-from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.frontier.reading import is_follow_up
+from offpath.compaction.planner.plans import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt, render_content, tool_label
 from offpath.compaction.standing import standing_blocks, without_standing
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summary import (
+from offpath.compaction.summary.instructions import looks_like_instruction
+from offpath.compaction.summary.message import (
     fit_text,
     is_summary,
-    looks_like_instruction,
     summary_body,
     text_cap,
     words_for,
@@ -47,7 +46,7 @@ from offpath.compaction.summary import (
 
 OFFLINE_NOTE = "_Offline summary (no LLM): lines taken from the messages._"
 #: Under this text budget (chars) the summary has no room for :data:`OFFLINE_NOTE`: the facts
-#: come first (issue 19); the job's record and the summary's metadata name the summarizer.
+#: come first; the job's record and the summary's metadata name the summarizer.
 NOTE_MIN_CAP = 1_200
 MAX_BULLETS = 12
 MAX_BULLET_CHARS = 180
@@ -78,7 +77,7 @@ _HEALTHY = re.compile(
     r"|\bno errors? found\b",
     re.IGNORECASE,
 )
-#: Object metadata and other lines that are never findings (issue 11: "noise lines").
+#: Object metadata and other lines that are never findings ("noise lines").
 _NOISE = re.compile(
     r"^(annotations|labels|selector|tolerations|node-selectors|mounts|volumes|environment|"
     r"image id|container id|controlled by|qos class|priority class name|service account|"
@@ -279,7 +278,7 @@ def _current_state(messages: list[BaseMessage]) -> str:
 
 def _source(name: str | None) -> str:
     """Who wrote a quoted line: the tool, by its name if that is an identifier (a tool's
-    name is data: one holding a sentence is never written, issue 20, item 6)."""
+    name is data: one holding a sentence is never written)."""
     return tool_label(name) or "tool"
 
 

@@ -25,10 +25,10 @@ _OPENING = r"(?:^|(?<=[\"'(\[{<]))\W*"
 #: (from tool output, a web page, a log line) that must not reach the summary, which the
 #: model reads in the user's role. Each rule is ``(gate, pattern)``: the pattern can only
 #: match a line whose :func:`normalized`, case-folded text holds, for each group of the
-#: gate, one of its words (so most text is passed over by C substring scans: issue 13,
-#: the fact guard tests every line that holds a fact). Besides the wording of commands,
+#: gate, one of its words (so most text is passed over by C substring scans: the
+#: fact guard tests every line that holds a fact). Besides the wording of commands,
 #: role-like line prefixes (``Human:``, ``System:``...), notes and greetings addressed to
-#: an AI and claims of what the user approved count (issue 20, item 7).
+#: an AI and claims of what the user approved count.
 _RULES: tuple[tuple[tuple[tuple[str, ...], ...], str], ...] = (
     (
         (("ignor", "disregard", "forget", "overrid", "overrul", "neglect", "abandon",
@@ -66,7 +66,7 @@ _RULES: tuple[tuple[tuple[tuple[str, ...], ...], str], ...] = (
         r"\bdo not (tell|inform|alert|notify|mention|reveal|report)\b.{0,30}"
         r"\b(user|anyone|operator|human|admin)",
     ),
-    # a role-like line prefix (issue 20, item 7: a "Human:" line was pinned), at a line's
+    # a role-like line prefix (a "Human:" line must not be pinned), at a line's
     # start or a quote's (a header or a bullet that quotes one)
     (
         ((":",), ("system:", "assistant:", "developer:", "human:", "user:", "ai:",
@@ -205,7 +205,7 @@ def looks_like_instruction(line: str) -> bool:
     """The line addresses an assistant (an injected instruction), by its wording, read
     after :func:`normalized` (NFKC, invisible and look-alike chars, spaced-out letters).
     A list of patterns is never complete: whatever passes it is still only ever quoted,
-    labelled data in a summary (issue 20, item 7)."""
+    labelled data in a summary."""
     return _instruction_rule(line)
 
 

@@ -25,7 +25,7 @@ SUMMARY_SOURCE = "summarization"
 REQUEST_HEADING = "**Request of the turn the kept messages start in (verbatim):**"
 #: The heading earlier summaries used for it, still read back (:func:`summary_request`).
 OLD_REQUEST_HEADINGS = ("**Request of the turn in progress (verbatim):**",)
-#: The summary's last line (issue 11, item 4: the summary tells the model the tool exists).
+#: The summary's last line (the summary tells the model the tool exists).
 RECALL_NOTE = "_The originals are archived: `recall` reads them (words or a message id)._"
 
 #: A LangGraph message id (a UUID), which a summary cites by its first 8 hex chars.
@@ -52,7 +52,7 @@ def overhead_chars(request: str | None) -> int:
     return len(SUMMARY_PREFIX) + 2 + 2 + len(RECALL_NOTE) + quoted
 
 
-#: The seed's template headings, in order; every summary must have them (issue 10, item 4).
+#: The seed's template headings, in order; every summary must have them.
 HEADINGS = ("**Investigating:**", "**Key findings:**", "**Ruled out:**", "**Current state:**")
 
 
@@ -147,8 +147,8 @@ def is_summary(message: BaseMessage) -> bool:
     for a summary imported from elsewhere).
 
     Only the marker counts, never the text: a user message that happens to open with
-    :data:`SUMMARY_PREFIX` (a pasted note) is a request like any other (issue 8, item 9;
-    the ``prefix-in-user-text`` case). A marked message is folded into the next summary,
+    :data:`SUMMARY_PREFIX` (a pasted note) is a request like any other (the ``prefix-in-user-text``
+    case). A marked message is folded into the next summary,
     but what its metadata claims (job id, replaced counts) is never trusted: offpath
     counts usage only from its own job records (DESIGN.md invariant 10).
     """
@@ -172,7 +172,7 @@ MAX_COMPACTIONS = 1_000_000
 def compactions_of(message: BaseMessage) -> int:
     """How many compactions an earlier summary folds in: its metadata's ``compactions`` when
     that is a whole number from 1 to :data:`MAX_COMPACTIONS`, else 1. A client's marker
-    said ``"abc"`` or ``2**64-1``, and every job of the session failed (issue 20, item 8)."""
+    said ``"abc"`` or ``2**64-1``, and every job of the session failed."""
     value = summary_meta(message).get("compactions", 1)
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_COMPACTIONS:
         return value
@@ -182,7 +182,7 @@ def compactions_of(message: BaseMessage) -> int:
 def summary_request(message: BaseMessage) -> str | None:
     """The request a summary quotes under :data:`REQUEST_HEADING`, read from its text (what
     the model saw, in the user's role), never from its metadata, which a client may forge
-    (issue 20, item 8: ``additional_kwargs`` never reach a summary)."""
+    (``additional_kwargs`` never reach a summary)."""
     content = content_text(message.content)
     for heading in (REQUEST_HEADING, *OLD_REQUEST_HEADINGS):
         _, sep, request = content.partition(f"\n\n{heading}\n")

@@ -49,10 +49,56 @@ def make_engine(settings: Settings, *, ping_every_checkout: bool = False) -> Eng
             cur.close()
 
         return engine
-    engine = create_engine(url, pool_size=5, max_overflow=10, pool_pre_ping=ping_every_checkout)
+    engine = create_engine(
+        url,
+        pool_size=5,
+        max_overflow=10,
+        pool_pre_ping=ping_every_checkout,
+        connect_args=libpq_options(settings),
+    )
+    statement_timeout = settings.database_statement_timeout_s
+
+    @event.listens_for(engine, "connect")
+    def _bound_statements(dbapi_conn: Any, _record: Any) -> None:
+        set_statement_timeout(dbapi_conn, statement_timeout)
+        dbapi_conn.commit()
+
     if not ping_every_checkout:
         _ping_when_idle(engine)
     return engine
+
+
+#: TCP keepalives of every PostgreSQL connection (libpq's ``keepalives_*``, seconds and
+#: probes): an idle connection to a host that vanished is found within about a minute.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+
+
+def libpq_options(settings: Settings) -> dict[str, Any]:
+    """The libpq parameters of every PostgreSQL connection offpath opens (the usage tables'
+    engine, the checkpointer's pool): :data:`KEEPALIVES`, ``connect_timeout`` and
+    ``tcp_user_timeout`` (milliseconds) from ``DATABASE_CONNECT_TIMEOUT_S`` and
+    ``DATABASE_TCP_USER_TIMEOUT_S`` (0: left out, libpq's default)."""
+    options: dict[str, Any] = dict(KEEPALIVES)
+    if settings.database_connect_timeout_s:
+        options["connect_timeout"] = settings.database_connect_timeout_s
+    if settings.database_tcp_user_timeout_s:
+        options["tcp_user_timeout"] = settings.database_tcp_user_timeout_s * 1000
+    return options
+
+
+def set_statement_timeout(dbapi_conn: Any, seconds: int) -> None:
+    """``SET statement_timeout`` on a new psycopg connection (``seconds``; 0: none). Set on
+    the session rather than as a start-up option, which PgBouncer refuses."""
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute(f"SET statement_timeout = {int(seconds) * 1000}")
+    finally:
+        cur.close()
 
 
 #: A pooled connection idle longer than this (s) is pinged before it is handed out.

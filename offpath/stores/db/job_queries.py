@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy import func
 from sqlalchemy.engine import Engine
 
-from offpath.stores.db.tables import FINAL_VALUES, JOBS, JobStatus, _utc
+from offpath.stores.db.tables import FINAL_VALUES, JOBS, JobStatus, as_utc
 
 
 def has_unpublished_job(engine: Engine, session_id: str) -> bool:
@@ -120,7 +120,7 @@ def failures_in_a_row(engine: Engine, session_id: str) -> tuple[int, datetime | 
             if row.status != JobStatus.FAILED.value:
                 break
             count += 1
-            last = last or _utc(row.updated_at)
+            last = last or as_utc(row.updated_at)
     return count, last
 
 

@@ -22,8 +22,7 @@ class JobStatus(enum.StrEnum):
     """A job's life: ``queued`` -> ``running`` -> ``applied``, ``skipped`` or ``failed``;
     or ``running`` -> ``prepared`` (its compaction waits for the thread to be free and over
     its threshold) -> ``applied``, or ``skipped`` (stale). An applied compaction may be
-    undone (``POST /sessions/{id}/compactions/{job}/revert``): ``applied`` -> ``reverted``
-    (issue 19)."""
+    undone (``POST /sessions/{id}/compactions/{job}/revert``): ``applied`` -> ``reverted``."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -69,7 +68,7 @@ class UsageEvent(SQLModel, table=True):
 MAX_REASON_CHARS = 300
 
 
-def _reason(reason: str | None) -> str | None:
+def stored_reason(reason: str | None) -> str | None:
     """A reason as stored: one line, at most :data:`MAX_REASON_CHARS` chars."""
     if not reason:
         return None
@@ -83,7 +82,7 @@ class CompactionJob(SQLModel, table=True):
     ``reason_code`` names why a job was skipped or failed (low cardinality, for
     metrics); ``reason`` says it in offpath's words, at most :data:`MAX_REASON_CHARS`
     (never an exception's text: it is shown by ``/stats`` and the UI; the log has the
-    detail, issue 20, item 9). ``published`` is false while the broker
+    detail). ``published`` is false while the broker
     has not taken the job (the reconciler publishes it). ``options`` say how it may
     apply its compaction (:class:`~offpath.coordination.job_values.JobOptions`).
     ``result`` holds ``prepared`` (the summary and its plan, kept until applied:
@@ -134,9 +133,10 @@ MASKINGS = FallbackMasking.__table__  # type: ignore[attr-defined]
 
 
 def now_utc() -> datetime:
+    """The current time, timezone-aware UTC (what every row's timestamps hold)."""
     return _now()
 
 
-def _utc(value: datetime | None) -> datetime | None:
+def as_utc(value: datetime | None) -> datetime | None:
     """SQLite hands back naive datetimes: they are UTC."""
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value

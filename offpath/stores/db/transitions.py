@@ -22,9 +22,9 @@ from offpath.stores.db.tables import (
     JOBS,
     RUNNABLE_VALUES,
     JobStatus,
-    _now,
-    _reason,
-    _utc,
+    as_utc,
+    now_utc,
+    stored_reason,
 )
 from offpath.stores.db.usage_events import chars_saved
 from offpath.stores.values import REFUSED_ERRORS, refused_value
@@ -39,7 +39,7 @@ def _insert(engine: Engine, table: sa.Table) -> Any:
     return insert(table)
 
 
-def _async_commit(conn: Any, engine: Engine) -> None:
+def async_commit(conn: Any, engine: Engine) -> None:
     """On PostgreSQL, let this transaction's commit skip the WAL flush: for rows whose loss to
     a database crash costs nothing (a queued or running mark the job rewrites anyway)."""
     if engine.dialect.name == "postgresql":
@@ -85,17 +85,17 @@ def create_job(
     on PostgreSQL: a lost queued row costs nothing, the job writes its own row).
 
     ``published=False`` records a job the broker could not take: the reconciler
-    publishes it once the broker is back (issue 8, item 3).
+    publishes it once the broker is back.
     """
-    now = _now()
+    now = now_utc()
     with engine.begin() as conn:
-        _async_commit(conn, engine)
+        async_commit(conn, engine)
         conn.execute(
             sa.insert(JOBS).values(
                 job_id=job_id,
                 session_id=session_id,
                 status=JobStatus.QUEUED.value,
-                reason=_reason(reason),
+                reason=stored_reason(reason),
                 reason_code="not_published" if not published else None,
                 attempts=0,
                 chars_before=chars_before,
@@ -116,9 +116,9 @@ def set_published(engine: Engine, job_id: str, published: bool, reason: str | No
             .where(JOBS.c.job_id == job_id)
             .values(
                 published=published,
-                reason=None if published else _reason(reason),
+                reason=None if published else stored_reason(reason),
                 reason_code=None if published else "not_published",
-                updated_at=_now(),
+                updated_at=now_utc(),
             )
         )
 
@@ -134,7 +134,7 @@ def start_job(
     publisher could not.
     """
     with engine.begin() as conn:
-        _async_commit(conn, engine)
+        async_commit(conn, engine)
         row = conn.execute(
             sa.update(JOBS)
             .where(JOBS.c.job_id == job_id, JOBS.c.status.in_(list(RUNNABLE_VALUES)))
@@ -142,7 +142,7 @@ def start_job(
                 status=JobStatus.RUNNING.value,
                 attempts=JOBS.c.attempts + 1,
                 published=True,
-                updated_at=_now(),
+                updated_at=now_utc(),
             )
             .returning(JOBS.c.result)
         ).first()
@@ -151,7 +151,7 @@ def start_job(
         status = conn.execute(sa.select(JOBS.c.status).where(JOBS.c.job_id == job_id)).scalar()
         if status is not None:
             return JobStatus(status), None
-        _ensure_job(conn, engine, job_id, session_id, JobStatus.RUNNING.value, _now())
+        _ensure_job(conn, engine, job_id, session_id, JobStatus.RUNNING.value, now_utc())
         return None, None
 
 
@@ -168,8 +168,8 @@ def set_job(
     """Set a job's status, reason and reason code (creating the row if the publisher could
     not). ``only_if_open``: change a job that has not ended yet, else nothing (returns
     whether a row changed)."""
-    now = _now()
-    values = {"status": status.value, "reason": _reason(reason)}
+    now = now_utc()
+    values = {"status": status.value, "reason": stored_reason(reason)}
     values.update(reason_code=code, updated_at=now)
     with engine.begin() as conn:
         q = sa.update(JOBS).where(JOBS.c.job_id == job_id)
@@ -198,7 +198,7 @@ def end_others(engine: Engine, session_id: str, job_id: str) -> int:
     """End the thread's other open jobs: called by a job that holds the thread's running lease,
     so they are dead (their lease lapsed), were never published, or hold a prepared
     compaction whose claim expired. Returns how many."""
-    now = _now()
+    now = now_utc()
     why = f"job {job_id} took the thread over"
     runnable = JOBS.c.status.in_(list(RUNNABLE_VALUES))
     lapsed = runnable & JOBS.c.published.is_(True)
@@ -237,7 +237,7 @@ def store_result(
     record of the summary it is about to patch in, before the patch; ``status`` with it.
     Raises :class:`~offpath.stores.values.Unstorable` naming a value the database refused
     (a NUL character the summary quoted from the thread, on PostgreSQL)."""
-    values: dict[str, Any] = {"result": result, "updated_at": _now()}
+    values: dict[str, Any] = {"result": result, "updated_at": now_utc()}
     if status is not None:
         values["status"] = status.value
     try:
@@ -285,14 +285,14 @@ def finalize(
                 "tool_calls_removed": int(result.get("tool_calls_removed") or 0),
                 "summarizer": result.get("summarizer"),
             },
-            "created_at": _now(),
+            "created_at": now_utc(),
         }
         inserted = conn.execute(
             _insert(engine, EVENTS).values(**values).on_conflict_do_nothing()
         ).rowcount
         if not inserted:
             return False
-        applied_at = _now()
+        applied_at = now_utc()
         times = conn.execute(
             sa.update(JOBS)
             .where(JOBS.c.job_id == job_id)
@@ -305,7 +305,7 @@ def finalize(
             )
             .returning(JOBS.c.created_at, JOBS.c.crossed_at)
         ).first()
-    since = _utc(times.crossed_at or times.created_at) if times is not None else None
+    since = as_utc(times.crossed_at or times.created_at) if times is not None else None
     metrics.job_reached(JobStatus.APPLIED)
     lag_s = (applied_at - since).total_seconds() if since is not None else None
     metrics.compaction_applied(lag_s)
@@ -338,9 +338,9 @@ def mark_reverted(engine: Engine, job_id: str, reason: str) -> bool:
             .where(JOBS.c.job_id == job_id, JOBS.c.status == JobStatus.APPLIED.value)
             .values(
                 status=JobStatus.REVERTED.value,
-                reason=_reason(reason),
+                reason=stored_reason(reason),
                 reason_code=REVERTED_CODE,
-                updated_at=_now(),
+                updated_at=now_utc(),
             )
         ).rowcount
     if changed:

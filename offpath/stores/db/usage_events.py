@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from offpath.stores.db.tables import MASKINGS, _now
+from offpath.stores.db.tables import MASKINGS, now_utc
 
 
 def chars_saved(record: Mapping[str, Any]) -> int:
@@ -18,7 +18,7 @@ def chars_saved(record: Mapping[str, Any]) -> int:
     less the summary it put in, plus what it cut from kept results). A summary that a later
     compaction folds again is removed by that one but was put in by this one: summed over a
     thread, the savings are what the thread produced less what it holds now, each char
-    counted once (issue 21, item 6: ``chars_removed`` counted re-folded summaries again).
+    counted once (``chars_removed`` counts re-folded summaries again).
     A record without the sizes: ``chars_removed`` less ``summary_chars``, else
     ``chars_removed``."""
     before, after = record.get("chars_before"), record.get("chars_after")
@@ -33,6 +33,6 @@ def record_masking(engine: Engine, session_id: str, results: int, chars: int) ->
     with engine.begin() as conn:
         conn.execute(
             sa.insert(MASKINGS).values(
-                session_id=session_id, results=results, chars=chars, created_at=_now()
+                session_id=session_id, results=results, chars=chars, created_at=now_utc()
             )
         )

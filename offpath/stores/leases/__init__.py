@@ -19,10 +19,10 @@ value                     meaning                                            exp
 
 A running job's lease is renewed by :class:`LeaseKeeper` (a heartbeat every
 third of ``JOB_LEASE_S``), so it is never taken over while its worker lives, and
-lapses within ``JOB_LEASE_S`` when the worker dies (DESIGN.md invariant 11;
-issue 8, items 1-2). The next turn or the reconciler then queues the thread
+lapses within ``JOB_LEASE_S`` when the worker dies (DESIGN.md invariant 11). The next turn or the
+reconciler then queues the thread
 again. ``d:<job>`` tells the post-turn hook whose compaction it may not have
-seen yet (issue 8, item 7: a turn that read the thread before a patch landed
+seen yet (a turn that read the thread before a patch landed
 must not queue a job after it). ``s:<job>:<chars>:<at>`` lets a caller that cannot
 afford to plan (the middleware, at every model call) wait until the thread has
 grown to the size from which the planner said a compaction is worth it (``<at>``;
@@ -35,35 +35,3 @@ Lua script on Redis, a conditional ``UPDATE``/``INSERT`` in SQL.
 The package: :mod:`.key_stores` (:class:`KeyStore` in Redis or SQL) and :mod:`.claims`
 (the claim protocol, :class:`LeaseKeeper`, the failure backoff).
 """
-
-from __future__ import annotations
-
-from offpath.stores.leases.claims import (
-    DONE_TTL_S,
-    PREPARED_TTL_S,
-    SKIPPED_TTL_S,
-    Claim,
-    Held,
-    LeaseKeeper,
-    Leases,
-    Start,
-    State,
-    failure_backoff_s,
-)
-from offpath.stores.leases.key_stores import KeyStore, RedisKeyStore, SqlKeyStore
-
-__all__ = [
-    "DONE_TTL_S",
-    "PREPARED_TTL_S",
-    "SKIPPED_TTL_S",
-    "Claim",
-    "Held",
-    "KeyStore",
-    "LeaseKeeper",
-    "Leases",
-    "RedisKeyStore",
-    "SqlKeyStore",
-    "Start",
-    "State",
-    "failure_backoff_s",
-]

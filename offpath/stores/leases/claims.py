@@ -80,13 +80,13 @@ class Claim:
 
         Why the skip's own size: a fixed growth after a skip (the least gain, 3.5k chars at
         20,000 / 6,000) held a coding run while a compaction could already land, and one
-        too short held a thread whose fixed part left little room (issue 30).
+        too short held a thread whose fixed part left little room.
 
         The crossing frees it because a skip decided under the threshold (a job queued from
         the prepare point right after a compaction landed, ending ``no_progress`` or
         ``too_few_messages``) would otherwise hold a thread that is over its threshold until
-        it grew ``min_gain`` more past the skip (benchmark 17: a fast run crossed while held;
-        issue 18). One job per crossing: a skip decided over the threshold holds as before,
+        it grew ``min_gain`` more past the skip (a fast run crosses while held). One job per
+        crossing: a skip decided over the threshold holds as before,
         so a thread with nothing worth compacting does not queue a job per call."""
         if self.state is State.DONE:
             return True
@@ -209,7 +209,7 @@ class Leases:
     def set_from(self, session_id: str, expected: Claim | None, then: Claim | None) -> bool:
         """Replace the claim ``expected`` (None: free) with ``then`` (None: free); False if the
         thread's claim is no longer ``expected``. A revert leaves ``s:<job>:<chars>`` so that
-        the thread is not compacted again before it grew (issue 19)."""
+        the thread is not compacted again before it grew."""
         new, ttl = (then.raw, _ttl(then)) if then is not None else (None, 0.0)
         return self.store.swap(self.key(session_id), expected.raw if expected else None, new, ttl)
 
@@ -299,7 +299,7 @@ def _ttl(claim: Claim) -> float:
 
 def failure_backoff_s(failures: int, base_s: float, cap_s: float) -> float:
     """How long a thread waits for its next job after ``failures`` failed jobs in a row:
-    ``base_s`` doubling with each further failure, at most ``cap_s`` (issue 8, item 5: a
+    ``base_s`` doubling with each further failure, at most ``cap_s`` (a
     permanently failing LLM costs a bounded number of calls per thread per hour)."""
     if failures <= 0 or base_s <= 0:
         return 0.0

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from alembic import context
 from sqlalchemy import engine_from_config, make_url, pool
+from sqlmodel import SQLModel
 
 import offpath.stores.archive  # noqa: F401 - its tables are part of the metadata
 import offpath.stores.tenants  # noqa: F401
-from offpath.compaction.settings import get_settings
-from offpath.stores.db import SQLModel, sqlalchemy_url
+from offpath.config import get_settings
+from offpath.stores.db.engine import sqlalchemy_url
 from offpath.stores.setup_lock import MIGRATIONS_LOCK_KEY, file_lock
 
 config = context.config

@@ -1,5 +1,5 @@
 """Reading the usage tables for people: ``/stats`` (time windows, one session), the session
-list, and forgetting a session's rows (issue 12).
+list, and forgetting a session's rows.
 
 Where each figure comes from (the cheapest source that is right):
 
@@ -13,55 +13,10 @@ Where each figure comes from (the cheapest source that is right):
 * fallback maskings: ``fallback_maskings``.
 
 Threads of a team's own agent (the middleware in their process) have a row in ``sessions``
-of kind ``own agent``, written by the middleware (issue 21, item 1): they are listed, and
+of kind ``own agent``, written by the middleware: they are listed, and
 counted in ``/stats``, for the tenant it names, like the API's.
 
 The package: :mod:`.crossings` (when a thread crossed its threshold), :mod:`.totals`
 (``/metrics`` counts, the summarizer's latency), :mod:`.stats_body` (``/stats``) and
 :mod:`.sessions` (the session list, forgetting a session).
 """
-
-from __future__ import annotations
-
-from offpath.stores.usage.crossings import crossing_unseen, mark_crossed, note_crossing
-from offpath.stores.usage.sessions import (
-    IN_FLIGHT,
-    SORTS,
-    BadCursor,
-    SortOrder,
-    forget_rows,
-    has_rows,
-    list_sessions,
-)
-from offpath.stores.usage.sessions import _decode_cursor as _decode_cursor
-from offpath.stores.usage.sessions import _encode_cursor as _encode_cursor
-from offpath.stores.usage.stats_body import PERCENTILE_SAMPLE, RECENT_FAILURES, stats
-from offpath.stores.usage.stats_body import _iso as _iso
-from offpath.stores.usage.totals import (
-    open_job_counts,
-    percentiles,
-    recorded_totals,
-    saved_chars_expr,
-    summarizer_latency_p90_s,
-)
-
-__all__ = [
-    "IN_FLIGHT",
-    "PERCENTILE_SAMPLE",
-    "RECENT_FAILURES",
-    "SORTS",
-    "BadCursor",
-    "SortOrder",
-    "crossing_unseen",
-    "forget_rows",
-    "has_rows",
-    "list_sessions",
-    "mark_crossed",
-    "note_crossing",
-    "open_job_counts",
-    "percentiles",
-    "recorded_totals",
-    "saved_chars_expr",
-    "stats",
-    "summarizer_latency_p90_s",
-]

@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from offpath.stores.db import FINAL_VALUES, JOBS, _async_commit
-from offpath.stores.leases import Claim, State
+from offpath.stores.db.tables import FINAL_VALUES, JOBS
+from offpath.stores.db.transitions import async_commit
+from offpath.stores.leases.claims import Claim, State
 
 log = logging.getLogger("offpath.usage")
 
@@ -22,7 +23,7 @@ def mark_crossed(engine: Engine, job_id: str) -> bool:
     seen so before or the job has ended; returns whether a row changed. The compaction lag
     (``offpath_compaction_lag_seconds``, ``/stats`` ``lag_ms``) runs from here to the patch."""
     with engine.begin() as conn:
-        _async_commit(conn, engine)
+        async_commit(conn, engine)
         return bool(
             conn.execute(
                 sa.update(JOBS)

@@ -1,6 +1,6 @@
 """The session list (:func:`list_sessions`: search, sort and keyset pages with opaque
 cursors), whether offpath knows a session (:func:`has_rows`) and forgetting a session's
-rows (:func:`forget_rows`, issue 12)."""
+rows (:func:`forget_rows`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from offpath.stores.db import EVENTS, JOBS, MASKINGS, JobStatus, _utc
+from offpath.stores.db.tables import EVENTS, JOBS, MASKINGS, JobStatus, as_utc
 from offpath.stores.tenants import SESSIONS
-from offpath.stores.usage.stats_body import _iso
+from offpath.stores.usage.stats_body import iso_or_none
 
 #: Sort keys of the session list (``-`` before one: descending).
 SORTS = ("last_activity", "chars", "compactions", "session_id")
@@ -28,7 +28,7 @@ class BadCursor(ValueError):
 
 def _encode_cursor(sort: str, value: Any, session_id: str) -> str:
     if isinstance(value, datetime):
-        value = {"t": _utc(value).isoformat()}  # type: ignore[union-attr]
+        value = {"t": as_utc(value).isoformat()}  # type: ignore[union-attr]
     raw = json.dumps([sort, value, session_id], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -50,7 +50,7 @@ def _decode_cursor(cursor: str, sort: str) -> tuple[Any, str]:
     if not isinstance(session_id, str) or not isinstance(value, expected):
         raise BadCursor("cursor: not a cursor this API gave (pass next_cursor as it came)")
     if "\x00" in session_id or (isinstance(value, str) and "\x00" in value):
-        # no session id holds one, and PostgreSQL refuses it in a query (issue 20, item 4)
+        # no session id holds one, and PostgreSQL refuses it in a query
         raise BadCursor("cursor: not a cursor this API gave (pass next_cursor as it came)")
     if isinstance(value, int) and not -(2**62) < value < 2**62:
         raise BadCursor("cursor: not a cursor this API gave (pass next_cursor as it came)")
@@ -132,7 +132,7 @@ def list_sessions(
             "messages": r.messages,
             "chars": r.chars,
             "compactions": int(r.compactions),
-            "last_activity": _iso(r.last_activity),
+            "last_activity": iso_or_none(r.last_activity),
             "jobs_in_flight": int(r.jobs_in_flight),
         }
         for r in found[:limit]

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.accounting import approx_tokens
-from offpath.stores.db import EVENTS, JOBS, MASKINGS, JobStatus, _utc
+from offpath.stores.db.tables import EVENTS, JOBS, MASKINGS, JobStatus, as_utc
 from offpath.stores.usage.totals import percentiles, saved_chars_expr
 
 #: At most this many recent values enter a percentile (lag, latency) of ``/stats``.
@@ -40,14 +40,14 @@ def stats(
 
     ``summary`` holds ``total_summarizations``, ``total_chars_compacted`` (the real
     reduction: each compaction's thread size before less its size after, so a summary
-    folded into the next one is not counted as saved again; issue 21, item 6),
+    folded into the next one is not counted as saved again),
     ``sessions_compacted``, ``approx_tokens_saved`` (chars / 4), ``total_tokens_compacted``
     (the same reduction in tokens as each thread's model counts them: its chars saved over
     that thread's chars per token, chars / 4 for a compaction whose thread had no measure)
     and ``tokens_counted_compactions`` (how many were counted so), ``jobs`` (count by status),
     (a reverted compaction counts in ``total_summarizations``, in the summarizer's latency
     and tokens, and in ``jobs.reverted``, but not in the chars, tokens saved or sessions
-    compacted: what it removed is back; issue 19)
+    compacted: what it removed is back)
     ``fallback_maskings``, and: ``jobs_by_reason`` (skipped and failed jobs by reason code),
     ``lag_ms`` and ``summarizer_latency_ms`` (``count``, ``p50``, ``p99`` in ms, over the
     latest :data:`PERCENTILE_SAMPLE`), ``llm_tokens`` (``input``, ``output``: what the
@@ -69,7 +69,7 @@ def stats(
 
     summ = EVENTS.c.metadata["summarization"].as_boolean()
     chars = saved_chars_expr()
-    # a reverted compaction ran (its usage event stays) but removes nothing now (issue 19)
+    # a reverted compaction ran (its usage event stays) but removes nothing now
     reverted = sa.select(JOBS.c.job_id).where(JOBS.c.status == JobStatus.REVERTED.value)
     in_effect = sa.or_(EVENTS.c.job_id.is_(None), EVENTS.c.job_id.not_in(reverted))
     events = lambda q: scoped(q, EVENTS.c.session_id, EVENTS.c.created_at)  # noqa: E731
@@ -118,7 +118,7 @@ def stats(
                 key = code or "unknown"
                 by_reason[status][key] = by_reason[status].get(key, 0) + int(n)
         lags = [
-            max(0.0, (_utc(done) - _utc(crossed or created)).total_seconds() * 1000)  # type: ignore[operator]
+            max(0.0, (as_utc(done) - as_utc(crossed or created)).total_seconds() * 1000)  # type: ignore[operator]
             for created, crossed, done in conn.execute(
                 scoped(
                     sa.select(JOBS.c.created_at, JOBS.c.crossed_at, JOBS.c.updated_at)
@@ -136,7 +136,7 @@ def stats(
                 "job_id": r.job_id,
                 "reason_code": r.reason_code,
                 "reason": r.reason,
-                "at": _iso(r.updated_at),
+                "at": iso_or_none(r.updated_at),
             }
             for r in conn.execute(
                 scoped(
@@ -186,6 +186,7 @@ def stats(
     }
 
 
-def _iso(value: datetime | None) -> str | None:
-    value = _utc(value)
+def iso_or_none(value: datetime | None) -> str | None:
+    """``value`` as ISO 8601 (naive means UTC); None stays None."""
+    value = as_utc(value)
     return value.isoformat() if value is not None else None

@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from offpath.stores.db import EVENTS, FINAL_VALUES, JOBS, MASKINGS, JobStatus
+from offpath.stores.db.tables import EVENTS, FINAL_VALUES, JOBS, MASKINGS, JobStatus
 
 
 def open_job_counts(engine: Engine, *, published_only: bool = False) -> dict[str, int]:
@@ -75,7 +75,7 @@ def percentiles(values: Sequence[float], *qs: float) -> list[float | None]:
 def summarizer_latency_p90_s(engine: Engine, sample: int = 200) -> float | None:
     """The p90 of the summarizer's latency over the deployment's latest ``sample``
     compactions, in seconds (None: none yet): how early the middleware starts a job so that
-    its summary is ready when the thread crosses its threshold (issue 18, item 4)."""
+    its summary is ready when the thread crosses its threshold."""
     with engine.connect() as conn:
         values = [
             float(v)

@@ -1,5 +1,5 @@
 """session sizes and threshold crossings: the session list sorts by size without reading
-checkpoints; compaction lag is measured from the crossing (issue 12)
+checkpoints; compaction lag is measured from the crossing
 
 Revision ID: 0007
 Revises: 0006

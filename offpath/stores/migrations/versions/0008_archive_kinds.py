@@ -1,6 +1,6 @@
 """archive kinds: a row is an original a compaction removed ("removed") or the original of a
-tool result offpath shortened in place ("shortened": as it arrived, or in a compaction;
-issue 18). A result shortened as it arrived has no job: its rows have an empty job id.
+tool result offpath shortened in place ("shortened": as it arrived, or in a compaction). A result
+shortened as it arrived has no job: its rows have an empty job id.
 
 Revision ID: 0008
 Revises: 0007

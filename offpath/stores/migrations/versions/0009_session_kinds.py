@@ -1,5 +1,5 @@
 """session kinds: a team's own agent's threads (the middleware) are sessions too, listed,
-shown and compactable like the API's, per tenant (issue 21, item 1)
+shown and compactable like the API's, per tenant
 
 ``sessions.kind``: ``api`` (offpath's own checkpointer) or ``own agent`` (the agent's own
 checkpointer, at ``sessions.checkpoints``). Threads of own agents compacted before this

@@ -2,7 +2,7 @@
 (``compaction_jobs.chars_at_apply``: the dashboard's size chart draws real peaks), and each
 compaction's usage event its real reduction (``metadata.chars_saved``: the thread's size
 before less its size after, so that a summary folded again into the next one is not counted
-as saved twice; issue 21, item 6).
+as saved twice).
 
 Rows written before this revision are filled from the job's own record where it holds the
 sizes (``chars_before``, ``chars_after``; else ``chars_removed`` less ``summary_chars``).

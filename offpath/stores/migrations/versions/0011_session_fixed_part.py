@@ -1,6 +1,6 @@
 """session fixed parts: what no compaction removes from a thread's model calls (its system
 prompt) and the threshold it is compacted under, so that ``/readyz`` and the session's page
-can say when the fixed part alone is over the threshold (issue 30)
+can say when the fixed part alone is over the threshold
 
 Revision ID: 0011
 Revises: 0010

@@ -1,0 +1,268 @@
+"""Facts found once per message (issue 22, item "the job's CPU"): :func:`facts.extract` now
+merges each message's facts, computed once per process, and must give what the reading of
+the whole thread gave before the change. The reference below is the version before it (the
+per-thread pass, kept here as it was), run on every shared transcript, every case and the
+SRE sessions, with the cache cold and warm; the summaries and pinned facts the guard writes
+must be the same too.
+
+:func:`facts.find` skips a pattern whose gate finds nothing in a text (issue 22, the scans):
+:func:`reference_find` below is the plain scan of every pattern, as before, which the
+reference extraction uses; the fast path must find the same facts in every block of every
+thread, and give the same summaries, pinned facts and loss reports at two sizes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from shared import CASES, TRANSCRIPTS, load, messages_of
+from sre_sessions import sre_session
+
+import offpath.compaction.loss as loss
+from offpath.compaction.facts import pinning
+from offpath.compaction.facts.extraction import (
+    _MERGED,
+    MERGED_CACHE_SIZE,
+    Fact,
+    _Key,
+    _observed,
+    extract,
+)
+from offpath.compaction.facts.patterns import (
+    _CITED,
+    _CONFIG_KEY,
+    _KINDS,
+    _NEVER,
+    _NOT_NAMES,
+    _REGEX_GATES,
+    _WORD_GATES,
+    ERROR_LINE,
+    NOISE_LINE,
+    _is_name,
+    find,
+)
+from offpath.compaction.facts.reading import fact_blocks, role_age, tool_arguments
+from offpath.compaction.facts.sections import clip_around
+from offpath.compaction.pipeline import Skip, compact
+from offpath.compaction.summarizers.guarded import GuardedSummarizer
+from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.summary.instructions import looks_like_instruction, may_hold_instruction
+from offpath.config import load_settings
+
+
+def reference_find(text):
+    """facts.find before issue 22's gates: every pattern scanned over the whole text."""
+    taken = bytearray(len(text))
+    out = []
+    for m in _CITED.finditer(text):  # offpath's own recall("id") pointers: not facts
+        taken[m.start(1) : m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
+    for kind, pattern, _ in _KINDS:
+        for m in pattern.finditer(text):
+            group = m.lastindex or 0
+            start, end = m.span(group)
+            if taken.find(1, start, end) != -1:
+                continue
+            value = m.group(group).rstrip(".,:;")
+            if "\n" in value or (kind == "identifier" and not _is_name(value)):
+                continue
+            if value in _NEVER or (
+                kind in ("name", "term") and value.casefold().strip("_") in _NOT_NAMES
+            ):
+                continue
+            if kind == "config" and "=" in value and not _CONFIG_KEY.search(value.split("=")[0]):
+                continue
+            if "  " in value or "\t" in value:
+                value = " ".join(value.split())
+            if kind == "quantity" and value.count("/") > 1:
+                continue
+            taken[start:end] = b"\x01" * (end - start)
+            out.append((value, kind, start))
+    out.sort(key=lambda f: f[2])
+    return out
+
+
+def reference_extract(messages):
+    """facts.extract before issue 22: one pass over the whole thread."""
+    out: dict[str, Fact] = {}
+    for m in messages:
+        for value, line in tool_arguments(m):
+            fact = out.get(value)
+            if fact is None:
+                fact = out[value] = Fact(value, "argument", str(m.id), line, order=len(out))
+                fact._seen.add(str(m.id))
+            fact.stated, fact.noise = True, False
+        for text, role, mid in fact_blocks(m):
+            role, age = role_age(role)
+            instruction: dict[int, bool] = {}
+            noisy: dict[int, bool] = {}
+            errors: dict[int, bool] = {}
+            test_lines = may_hold_instruction(text)
+            data = role == "data"
+            for value, kind, offset in reference_find(text):
+                if kind in ("name", "line", "term") and role not in (
+                    "agent",
+                    "user",
+                    "carried",
+                    "carried said",
+                ):
+                    continue
+                if kind == "term" and role == "user":
+                    continue
+                fact = out.get(value)
+                line = ""
+                start = 0
+                if fact is None or test_lines or data:
+                    start = text.rfind("\n", 0, offset) + 1
+                    end = text.find("\n", offset)
+                    line = text[start : end if end >= 0 else len(text)]
+                    if test_lines:
+                        if start not in instruction:
+                            instruction[start] = looks_like_instruction(line)
+                        if instruction[start]:
+                            continue
+                if fact is None:
+                    fact = out[value] = Fact(
+                        value,
+                        kind,
+                        mid,
+                        clip_around(line, offset - start, value),
+                        order=len(out),
+                        age=age,
+                    )
+                    fact._seen.add(mid)
+                elif mid not in fact._seen:
+                    fact._seen.add(mid)
+                    fact.messages += 1
+                if data:
+                    if start not in noisy:
+                        noisy[start] = bool(NOISE_LINE.search(line))
+                        errors[start] = not noisy[start] and bool(ERROR_LINE.search(line))
+                    if not noisy[start]:
+                        fact.noise = False
+                    fact.error = fact.error or errors[start]
+                else:
+                    fact.noise = False
+                    said = role in ("agent", "carried said")
+                    fact.stated = fact.stated or said or role == "action"
+                    fact.said = fact.said or said
+                    fact.asked = fact.asked or role == "user"
+                    fact.carried = fact.carried or role in ("carried", "carried said")
+    return list(out.values())
+
+
+def as_rows(found):
+    return [dataclasses.astuple(f) for f in found]
+
+
+def threads():
+    for path in TRANSCRIPTS + CASES:
+        yield path.stem, messages_of(load(path))
+    for k in range(3):
+        yield f"sre-{k}", sre_session(seed=k)
+
+
+THREADS = list(threads())
+
+
+@pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
+def test_extract_gives_what_the_per_thread_pass_gave(name, messages):
+    _observed.cache_clear()
+    _MERGED.clear()
+    want = as_rows(reference_extract(messages))
+    assert as_rows(extract(messages)) == want  # cold: each message read now
+    assert _observed.cache_info().currsize > 0
+    assert as_rows(extract(messages)) == want  # warm: the same messages, merged before
+    _MERGED.clear()
+    assert as_rows(extract(messages)) == want  # warm: each message from the cache
+    # any window of the thread, its messages read before in another order
+    half = len(messages) // 2
+    for part in (messages[half:], messages[:half], messages[1::2]):
+        assert as_rows(extract(part)) == as_rows(reference_extract(part))
+
+
+@pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
+def test_find_gives_what_the_plain_scan_gave(name, messages):
+    for m in messages:
+        for text, _, _ in fact_blocks(m):
+            assert find(text) == reference_find(text), (name, m.id)
+
+
+def test_a_merged_result_is_kept_for_the_same_messages_only():
+    _MERGED.clear()
+    a = ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1")
+    b = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821).", id="a1")
+    first = extract([a, b])
+    again = extract([a, b])
+    assert again == first and again is not first  # a new list of the same facts
+    assert as_rows(extract([b, a])) == as_rows(reference_extract([b, a]))  # order counts
+    assert as_rows(extract([a])) == as_rows(reference_extract([a]))
+    for k in range(MERGED_CACHE_SIZE + 2):  # bounded
+        extract([HumanMessage(f"ticket OPS-{k}", id=f"h{k}")])
+    assert len(_MERGED) == MERGED_CACHE_SIZE
+
+
+def test_every_gate_belongs_to_a_pattern():
+    # gates are keyed by their pattern's source: a pattern changed without its gate is
+    # scanned in full (still right, only slower); this names the gate to write again
+    sources = {pattern.pattern for _, pattern, _ in _KINDS}
+    assert set(_REGEX_GATES) <= sources
+    assert set(_WORD_GATES) <= sources
+
+
+def test_word_gates_leave_non_ascii_text_to_the_scan():
+    # re's IGNORECASE reads "ſ" as "s" and "İ" as "i"; str.lower does not: such text is scanned
+    for text in ("ſtatus code: 137 after the restart", "request_İd=4f9c2e7a-01 failed"):
+        assert find(text) == reference_find(text)
+    assert any(kind == "error_code" for _, kind, _ in find("ſtatus code: 137"))
+
+
+@pytest.mark.parametrize("sizes", [(4_000, 1_500), (12_000, 4_000)], ids=["4k", "12k"])
+@pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
+def test_summaries_and_pinned_facts_are_unchanged(name, messages, sizes, monkeypatch):
+    threshold, keep = sizes
+    settings = load_settings(summarization_threshold_chars=threshold, summarization_keep_chars=keep)
+    guarded = GuardedSummarizer(OfflineSummarizer(), settings.summary_pinned_max_chars)
+    got = compact(messages, settings, guarded)
+    got_loss = None
+    if not isinstance(got, Skip):
+        got_loss = loss.loss_report(got.plan.removed, got.result.text, got.plan.kept)
+    monkeypatch.setattr(pinning, "extract", reference_extract)
+    monkeypatch.setattr(loss, "extract", reference_extract)
+    want = compact(messages, settings, guarded)
+    if isinstance(want, Skip):
+        assert isinstance(got, Skip) and got == want
+        return
+    assert [m.content for m in got.patch] == [m.content for m in want.patch]
+    assert got.summary.content == want.summary.content
+    want_loss = loss.loss_report(want.plan.removed, want.result.text, want.plan.kept)
+    assert got_loss == want_loss
+
+
+def test_a_changed_message_is_read_again():
+    # the cache is keyed by what the facts depend on: a result shortened in place (same id)
+    # or a message whose tool call changed is not served the old facts
+    _observed.cache_clear()
+    _MERGED.clear()
+    before = ToolMessage("pod checkout-api-7f9c4 OOMKilled", tool_call_id="c1", id="t1")
+    after = ToolMessage("pod ledger-db-0 OOMKilled", tool_call_id="c1", id="t1")
+    assert "checkout-api-7f9c4" in {f.value for f in extract([before])}
+    values = {f.value for f in extract([after])}
+    assert "ledger-db-0" in values and "checkout-api-7f9c4" not in values
+    call = AIMessage("", id="a1", tool_calls=[{"name": "get", "args": {"id": "XEHQWM"}, "id": "c"}])
+    other = AIMessage(
+        "", id="a1", tool_calls=[{"name": "get", "args": {"id": "QWERTY7"}, "id": "c"}]
+    )
+    assert "XEHQWM" in {f.value for f in extract([call])}
+    assert "XEHQWM" not in {f.value for f in extract([other])}
+
+
+def test_the_cache_keeps_digests_not_messages():
+    big = HumanMessage("ticket INC-4821 " + "x" * 100_000, id="h1")
+    key = _Key(big)
+    assert len(key.digest) == 16 and key.message is big
+    _observed.cache_clear()
+    _MERGED.clear()
+    _observed(key)
+    assert key.message is None  # the cache holds this key: its message was let go
+    assert _observed(_Key(big)) == _observed(key)
