@@ -154,7 +154,7 @@ def test_names_and_line_numbers_the_agent_writes_bare_are_facts_it_said():
 
 
 def summary_of(text, k=0, removed=()):
-    from offpath.compaction.summary import build_summary_message
+    from offpath.compaction.summary.message import build_summary_message
 
     return build_summary_message(
         message_id=f"s{k}",

@@ -207,15 +207,15 @@ def test_a_stated_fact_the_summary_keeps_is_not_lost_and_tool_ids_do_not_count_a
 def test_the_session_page_counts_the_stated_facts_lost_and_the_tool_only_ones_apart():
     from datetime import UTC, datetime
 
-    from api.session_jobs import job_json
-    from api.ui import templates
-    from offpath.stores import db
+    from offpath.api.session_jobs import job_json
+    from offpath.api.ui import templates
+    from offpath.stores.db.tables import JobStatus
 
     loss = loss_report(ranked_removed_part(), "", []).to_json()
     now = datetime(2026, 1, 1, tzinfo=UTC)
     row = {
         "job_id": "j1",
-        "status": db.JobStatus.APPLIED,
+        "status": JobStatus.APPLIED,
         "reason": None,
         "reason_code": None,
         "attempts": 1,
