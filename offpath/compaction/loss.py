@@ -31,6 +31,7 @@ from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.facts.extraction import Fact, extract, rank
+from offpath.compaction.facts.patterns import held_in
 
 #: Most lost facts a report lists (the most important first); ``facts_lost`` counts them all.
 MAX_LISTED = 50
@@ -156,19 +157,23 @@ def loss_report(
     left = [*removed, *before]
     seen = (summary + "\n" + visible_text(kept)).casefold()
     facts = rank(extract(left))
-    lost = [f for f in facts if f.value.casefold() not in seen]
+    held = held_in((f.value.casefold() for f in facts), seen)
+    lost = [f for f in facts if f.value.casefold() not in held]
     lost.sort(key=lambda f: f.tool_only)  # stable: the stated first, each part by rank
     archived = visible_text(left).casefold()
-    recallable = {id(f): f.value.casefold() in archived for f in lost}
+    in_archive = held_in((f.value.casefold() for f in lost), archived)
+    recallable = {id(f): f.value.casefold() in in_archive for f in lost}
 
     def count(part: list[Fact]) -> tuple[int, int]:
         return len(part), sum(recallable[id(f)] for f in part)
 
     truth = None
     if ground_truth is not None:
-        gone = visible_text(left).casefold()
-        present = [g for g in dict.fromkeys(ground_truth) if g and g.casefold() in gone]
-        truth = (len(present), tuple(g for g in present if g.casefold() not in seen))
+        wanted = [g for g in dict.fromkeys(ground_truth) if g]
+        gone = held_in((g.casefold() for g in wanted), archived)
+        present = [g for g in wanted if g.casefold() in gone]
+        kept_in_view = held_in((g.casefold() for g in present), seen)
+        truth = (len(present), tuple(g for g in present if g.casefold() not in kept_in_view))
     stated_lost, stated_recallable = count([f for f in lost if not f.tool_only])
     tool_only_lost, tool_only_recallable = count([f for f in lost if f.tool_only])
     stated_facts = sum(not f.tool_only for f in facts)

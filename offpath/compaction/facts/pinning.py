@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.extraction import Fact, extract, rank
-from offpath.compaction.facts.patterns import find, normal
+from offpath.compaction.facts.patterns import find, held_in, normal
 from offpath.compaction.facts.reading import fact_blocks
 from offpath.compaction.facts.sections import (
     AGE_MARK,
@@ -98,17 +98,23 @@ def pin(
     alike = _alike(ranked)
     if alike:
         ranked = [f for f in ranked if id(f) not in alike]
-    absent: dict[str, bool] = {}  # value -> not in the summary nor the keep window
+    held: set[str] | None = None  # the facts' forms the summary or the keep window holds
+    forms: dict[str, str] = {}  # value -> its form looked for (see ``form``)
+
+    def form(fact: Fact) -> str:
+        # a name is found again only in backticks: a summary that wrote it bare holds it
+        # for the model, but not for the next summary's reading
+        return normal(f"`{fact.value}`" if fact.kind == "name" else fact.value)
 
     def missing(fact: Fact) -> bool:
-        # tested only for a fact that would fit the budget left: the summary and the keep
-        # window are tens of thousands of chars, a thread's facts hundreds
-        if fact.value not in absent:
-            # a name is found again only in backticks: a summary that wrote it bare holds
-            # it for the model, but not for the next summary's reading
-            shown = f"`{fact.value}`" if fact.kind == "name" else fact.value
-            absent[fact.value] = normal(shown) not in present
-        return absent[fact.value]
+        # not in the summary nor the keep window: all the facts are looked for in one pass
+        # over them, the first time one is asked about (tens of thousands of chars, a
+        # thread's facts hundreds)
+        nonlocal held
+        if held is None:
+            forms.update((f.value, form(f)) for f in facts)
+            held = held_in(forms.values(), present)
+        return (forms[fact.value] if fact.value in forms else form(fact)) not in held
 
     pinned = ""  # the values listed and the lines quoted so far
     listed: dict[str, list[Fact]] = {}  # label -> facts listed by value, in rank order
