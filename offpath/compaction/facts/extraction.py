@@ -104,6 +104,10 @@ _SKIPPED: dict[str, frozenset[str]] = {
     "user": frozenset({"term"}),
 }
 
+#: The roles of a summary's lines of values (:func:`~offpath.compaction.facts.pin`), by the
+#: label after their kind: none, ``(stated)``, ``(said)`` by the agent, ``(asked)`` by the user.
+_VALUE_ROLES = frozenset({"values", "stated values", "said values", "asked values"})
+
 #: Kinds of opaque ids: only tool output holding them, they are :attr:`Fact.grouped`.
 _OPAQUE = frozenset({"sha", "trace_id", "uuid"})
 
@@ -154,7 +158,7 @@ def _observe(m: BaseMessage) -> tuple[Seen, ...]:
         entry["stated"] = entry["clear"] = True
     for text, role, mid in fact_blocks(m):
         role, quoted_age = role_age(role)
-        if role in ("values", "stated values"):  # a summary's values by kind: each one
+        if role in _VALUE_ROLES:  # a summary's values by kind: each one
             # carried as it is, stated still if it was
             spans = split_spans(text)
             for age, value in (
@@ -162,7 +166,12 @@ def _observe(m: BaseMessage) -> tuple[Seen, ...]:
                 for k, group in enumerate(spans)
                 for v in split_values(group)
             ):
-                if value not in seen and not looks_like_instruction(value):
+                if value in seen:  # quoted on a line before: how it was used still counts
+                    entry = seen[value]
+                    entry["stated"] = entry["stated"] or role != "values"
+                    entry["asked"] = entry["asked"] or role == "asked values"
+                    entry["said"] = entry["said"] or role == "said values"
+                elif not looks_like_instruction(value):
                     found = find(value)
                     whole = len(found) == 1 and found[0][0] == value
                     seen[value] = {
@@ -170,12 +179,12 @@ def _observe(m: BaseMessage) -> tuple[Seen, ...]:
                         "message_id": mid,
                         "line": value,
                         "found_in": [mid],
-                        "stated": role == "stated values",
-                        "asked": False,
+                        "stated": role != "values",
+                        "asked": role == "asked values",
                         "carried": True,
                         "clear": True,
                         "error": False,
-                        "said": False,
+                        "said": role == "said values",
                         "age": age,
                     }
             continue
