@@ -26,6 +26,8 @@ NOTHING_LOST: dict[str, Any] = {
     "facts_lost": 0,
     "lost": [],
     "ground_truth": None,
+    "stated": {"facts": 0, "lost": 0, "recallable": 0},
+    "tool_only": {"facts": 0, "lost": 0, "recallable": 0},
 }
 
 

@@ -368,16 +368,19 @@ def run(ctx: Context) -> Result:
     jobs = len(rows)
     # summaries paid for (the LLM called) and never applied: prepared and still waiting for
     # their thread to cross the threshold when the load stopped, dropped as stale at the
-    # apply, or superseded after they were prepared
+    # apply, superseded after they were prepared, or ended by the reconciler while prepared
+    # (expired: not applied in time, or its claim gone)
     unused = Counter(
         "prepared, at rest"
         if r["status"] == "prepared"
         else "stale"
         if r["reason_code"] == "stale"
+        else "expired after prepared"
+        if r["reason_code"] == "expired"
         else "superseded after prepared"
         for r in rows
         if r["status"] == "prepared"
-        or r["reason_code"] == "stale"
+        or r["reason_code"] in ("stale", "expired")
         or str(r["reason"] or "").startswith("superseded: never applied")
     )
     under = skipped.get("under_threshold", 0)

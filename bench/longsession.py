@@ -515,6 +515,8 @@ class Point:
     # by loop (its number) and by kind: [stated, in view, found by recall (when asked)]
     by_loop: dict[str, list[int]] = field(default_factory=dict)
     by_kind: dict[str, list[int]] = field(default_factory=dict)
+    ceiling: int = 0  # the most of ``stated`` a summary within its budget could show (budget)
+    room_ceiling: int = 0  # the same in what the summary's other parts leave of its budget
 
 
 @dataclass
@@ -582,6 +584,21 @@ def summary_parts(text: str) -> tuple[dict[str, int], int]:
     return parts, len(lines) - len(set(lines))
 
 
+def budget_ceiling(facts: Sequence[Fact], outside: str, budget: int) -> int:
+    """How many of ``facts`` a request could show at most with a summary of ``budget`` chars:
+    those in view outside the summary (``outside``: the system prompt, the kept messages),
+    and of the rest, shortest first, as many as fit the budget listed bare (each value and
+    a two-char separator), as though the summary held nothing else."""
+    inside = sorted(len(f.value) + 2 for f in facts if not found(f.value, outside))
+    used = fit = 0
+    for chars in inside:
+        if used + chars > budget:
+            break
+        used += chars
+        fit += 1
+    return len(facts) - len(inside) + fit
+
+
 class Tracker:
     """Watches a run's model calls: at each new summary, the facts in view; at the next call
     (when the compaction's archive rows and job record are in), those answerable, at every
@@ -630,6 +647,15 @@ class Tracker:
             summary_chars=message_chars(summary),
         )
         point.summary_parts, point.repeated = summary_parts(str(summary.content))
+        if self.run.budget:
+            outside = "\n".join(text_of(m) for m in messages if m is not summary)
+            point.ceiling = budget_ceiling(facts, outside, self.run.budget)
+            others = sum(
+                n
+                for k, n in point.summary_parts.items()
+                if k not in ("Pinned facts", "Key findings")
+            )
+            point.room_ceiling = budget_ceiling(facts, outside, max(0, self.run.budget - others))
         for f in facts:
             for table, key2 in ((point.by_loop, str(f.loop)), (point.by_kind, f.kind)):
                 row = table.setdefault(key2, [0, 0, 0])
@@ -924,11 +950,15 @@ class Sum:
     in_view: int = 0
     asked: int = 0  # stated, at points where recall was asked
     answerable: int = 0
+    ceiling: int = 0
+    room_ceiling: int = 0
 
     def add(self, p: Point) -> None:
         self.runs += 1
         self.stated += p.stated
         self.in_view += p.in_view
+        self.ceiling += p.ceiling
+        self.room_ceiling += p.room_ceiling
         if p.answerable is not None:
             self.asked += p.stated
             self.answerable += p.answerable
@@ -1118,7 +1148,12 @@ def report(
             share = final.answer_share or 0.0
             checks[f"{name} answerable"] = share >= ANSWERABLE_TARGET
             checks[f"{name} in view"] = final.view_share >= IN_VIEW_TARGET
-            measured.append(f"{name} {final.view_share:.0%} in view, {share:.0%} answerable")
+            ceiling = final.ceiling / final.stated if final.stated else 0.0
+            room = final.room_ceiling / final.stated if final.stated else 0.0
+            measured.append(
+                f"{name} {final.view_share:.0%} in view (ceiling {ceiling:.0%}, in the room "
+                f"the other parts leave {room:.0%}), {share:.0%} answerable"
+            )
     lc = [
         f"{g[0] // 1000}k {g[2]} {f.view_share:.0%}"
         for g, f in finals.items()
@@ -1168,7 +1203,21 @@ def report(
         "a run's last (other facts of the message may be among the context words); "
         "SummarizationMiddleware keeps no archive (in view only)",
         f"budget: SUMMARY_MAX_SHARE x the threshold ({', '.join(f'{t * 0.15:,.0f}' for t, _ in THRESHOLDS)} "
-        "chars at the default 0.15), against the summary message's chars",
+        "chars at the default 0.15), against the summary message's chars; ceiling: the most "
+        "of the stated facts a request could show with a summary within its budget (those in "
+        "view outside the summary, and of the rest, shortest first, as many as fit the budget "
+        "listed bare, each value and two chars, as though the summary held nothing else); in "
+        "the room the other parts leave: the same in the budget less the summary's parts but "
+        "Pinned facts and Key findings (the agent's place, Decisions, Done, the sections added "
+        "at the apply, the archive index, the recall line)",
+        "ceiling by run after its last compaction (in the room the other parts leave): "
+        + "; ".join(
+            f"{r.doc} {r.threshold // 1000}k {r.summarizer} "
+            f"{r.points[-1].ceiling / max(1, r.points[-1].stated):.0%} "
+            f"({r.points[-1].room_ceiling / max(1, r.points[-1].stated):.0%})"
+            for r in runs
+            if r.compactor == "offpath" and r.points
+        ),
         f"machine load: 1/5/15-min load average {'/'.join(f'{x:.1f}' for x in load[0])} before, "
         f"{'/'.join(f'{x:.1f}' for x in load[1])} after, on {os.cpu_count()} cores",
         "offpath jobs (all runs): "

@@ -258,6 +258,7 @@ def _compact(
             plan.removed_chars,
             len(plan.kept),
         )
+        rt.facts.preload(plan.removed)  # the removed messages' facts, found on arrival
         read = with_originals(rt, session_id, plan)  # the summarizer reads what was shortened
         done = prepare(plan, settings, summarizer, job_id=job_id, read=read)
         result, latency_ms = done.result, done.latency_ms

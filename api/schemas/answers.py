@@ -88,6 +88,18 @@ class LostFactOut(BaseModel):
     value: str
     kind: str = Field(description="The fact guard's kind: path, sha, identifier, quantity...")
     message_id: str = Field(description="The message it was first seen in (recall reads it)")
+    stated: bool | None = Field(
+        None, description="The agent or the user stated it (false: only a tool output held it)"
+    )
+    recallable: bool | None = Field(
+        None, description="An original the archive keeps holds it word for word"
+    )
+
+
+class LossPartOut(BaseModel):
+    facts: int = Field(description="Facts of this rank in what left the model's view")
+    lost: int = Field(description="Of them, in neither the summary nor the kept part")
+    recallable: int = Field(description="Of the lost ones, those an archived original holds")
 
 
 class GroundTruthOut(BaseModel):
@@ -106,7 +118,15 @@ class LossOut(BaseModel):
     chars_shortened: int = Field(description="Chars cut from them")
     facts: int = Field(description="Distinct facts in what left the model's view")
     facts_lost: int = Field(description="Of them, in neither the summary nor the kept part")
-    lost: list[LostFactOut] = Field(description="The lost facts, most important first (50 at most)")
+    lost: list[LostFactOut] = Field(
+        description="The lost facts, the stated ones first, most important first (50 at most)"
+    )
+    stated: LossPartOut | None = Field(
+        None, description="The facts the agent or the user stated (by the fact guard's ranking)"
+    )
+    tool_only: LossPartOut | None = Field(
+        None, description="The identifiers only a tool output held, counted apart"
+    )
     ground_truth: GroundTruthOut | None = Field(
         description="Facts chosen independently of the extractor (benchmarks), if given"
     )

@@ -16,7 +16,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from offpath.compaction.facts.sections import PINNED_HEADING, SINCE_HEADING, SWAP_HEADING
+from offpath.compaction.facts.reading import without_one_value
+from offpath.compaction.facts.sections import (
+    ASKED_LABEL,
+    PINNED_HEADING,
+    SAID_LABEL,
+    SINCE_HEADING,
+    SWAP_HEADING,
+)
 from offpath.compaction.frontier.form import DECISIONS_HEADING, DONE_HEADING, ORIGINAL_HEADING
 from offpath.compaction.index import INDEX_HEADING, merge_oldest
 from offpath.compaction.summary.message import HEADINGS, REQUEST_HEADING
@@ -33,21 +40,25 @@ LEFT_OUT = "(left out for space; `recall` finds it)"
 #: 2. ``findings-tail``: Key findings bullets past the first :data:`FIRST_FINDINGS`, the last
 #:    first (the summarizer's prose gives way to the facts: the guard's pins);
 #: 3. ``pinned``: Pinned facts entries: the quoted lines first (a line of ~150 chars holds a
-#:    fact or two), the last first, then the lines of values (denser), the last first;
+#:    fact or two), the last first, then the lines of values (denser), the last first, but
+#:    for those of what the agent said and the user named (``said``, below);
 #: 4. ``findings``: the first Key findings bullets, the last first;
 #: 5. ``notes``: notes in italics other than the recall line (the offline note);
 #: 6. ``state-extra``: the Current state's Done line, then its Next, Instructions in force
 #:    and standing-instructions lines;
 #: 7. ``prose``: the text of the Ruled out and Current state lines (their headings stay,
 #:    saying the text was left out);
-#: 8. ``since-requests``: the since-section's turns, the oldest first (counted in one line);
-#: 9. ``index``: the archive's index, its two oldest spans merged into one line, again and
-#:    again (no span in the middle is dropped);
-#: 10. ``open``: the Current state's Open line;
-#: 11. ``decisions``: the Decisions entries, the oldest first;
-#: 12. ``swap``: the identifiers the check before the swap pinned, the last first (the
+#: 8. ``said``: the Pinned facts lines of what the agent said in its own words and the user
+#:    named give up one value at a time, from their largest span group (no span's values
+#:    all dropped): they outrank the summarizer's prose (DESIGN.md invariant 20);
+#: 9. ``since-requests``: the since-section's turns, the oldest first (counted in one line);
+#: 10. ``index``: the archive's index, its two oldest spans merged into one line, again and
+#:     again (no span in the middle is dropped);
+#: 11. ``open``: the Current state's Open line;
+#: 12. ``decisions``: the Decisions entries, the oldest first;
+#: 13. ``swap``: the identifiers the check before the swap pinned, the last first (the
 #:     caller gives them room by :func:`least_chars` and checks none was dropped);
-#: 13. last, a line still too long is clipped at a word with ``...`` (the Investigating and
+#: 14. last, a line still too long is clipped at a word with ``...`` (the Investigating and
 #:     Original request lines, a quoted request: ``recall`` reads them whole).
 ORDER = (
     "since-facts",
@@ -57,6 +68,7 @@ ORDER = (
     "notes",
     "state-extra",
     "prose",
+    "said",
     "since-requests",
     "index",
     "open",
@@ -74,6 +86,12 @@ _SINCE_TURN = re.compile(
     r"\d+ earlier turn\(s\) went too)"
 )
 _EARLIER_TURNS = re.compile(r"^- (\d+) earlier turn\(s\) went too")
+
+
+def _own(line: str) -> bool:
+    """``line`` lists values the agent said in its own words or the user named."""
+    head = line.split(": ", 1)[0]
+    return head.endswith((SAID_LABEL, ASKED_LABEL)) and line.startswith("- ")
 
 
 def _norm(line: str) -> str:
@@ -198,13 +216,25 @@ def _step(lines: _Lines, name: str, cap: int) -> None:
         while over() and len(found := lines.entries("findings")) > FIRST_FINDINGS:
             lines.drop(found[-1])
     elif name == "pinned":
-        for test in ((lambda ln: ln.startswith("- `")), None):
+        for test in ((lambda ln: ln.startswith("- `")), (lambda ln: not _own(ln))):
             while over() and (found := lines.entries("pinned", test)):
                 lines.drop(found[-1])
+    elif name == "said":
+        # the lines of what the agent said and the user named give up one value at a time,
+        # from their largest span group (each span keeps its share), the longest line first
+        while over() and (found := lines.entries("pinned")):
+            k = max(found, key=lambda i: len(lines.rows[i][1]))
+            shorter = without_one_value(lines.rows[k][1])
+            if shorter is None:
+                lines.drop(found[-1])
+            else:
+                lines.rows[k] = (lines.rows[k][0], shorter, False)
     elif name in ("since-facts", "findings", "swap"):
         section = {"since-facts": "since"}.get(name, name)
-        test = (lambda ln: not _SINCE_TURN.match(ln)) if name == "since-facts" else None
-        while over() and (found := lines.entries(section, test)):
+        droppable: Callable[[str], object] | None = (
+            (lambda ln: not _SINCE_TURN.match(ln)) if name == "since-facts" else None
+        )
+        while over() and (found := lines.entries(section, droppable)):
             lines.drop(found[-1])
     elif name == "notes":
         while over() and (found := lines.entries("note", lambda ln: "`recall`" not in ln)):

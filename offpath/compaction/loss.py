@@ -8,6 +8,13 @@ found by the fact guard's extractor (:func:`offpath.compaction.facts.extract`); 
 pinned facts included, and every kept message: content, tool-call names and arguments),
 compared case-insensitively; otherwise it is *lost* (the archive still has it: ``recall``).
 
+Facts are counted by the guard's ranking (:mod:`offpath.compaction.facts`): what the agent
+or the user stated (in their words, a tool call's argument, a value an earlier summary
+carried) apart from identifiers only a tool output held (request ids, timestamps, paths of
+a listing), which a person reading the report does not act on one by one. Each lost fact
+says whether it is *recallable*: an original the archive keeps (a removed message, the
+original of a shortened result) holds its value word for word.
+
 Facts chosen independently of the extractor (*ground truth*: a benchmark's expected tool
 arguments, an order id a test planted) are checked the same way when given: those that
 occur in what left the view, and which of them were lost.
@@ -23,7 +30,8 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import content_text, message_chars
-from offpath.compaction.facts.extraction import extract, rank
+from offpath.compaction.facts.extraction import Fact, extract, rank
+from offpath.compaction.facts.patterns import held_in
 
 #: Most lost facts a report lists (the most important first); ``facts_lost`` counts them all.
 MAX_LISTED = 50
@@ -33,12 +41,16 @@ MAX_VALUE_CHARS = 200
 
 @dataclass(frozen=True, slots=True)
 class LostFact:
-    """A fact no longer in the model's view: its ``value``, ``kind`` (the extractor's) and the
-    id of the message it was first seen in (its original, for ``recall``)."""
+    """A fact no longer in the model's view: its ``value``, ``kind`` (the extractor's), the
+    id of the message it was first seen in (its original, for ``recall``), whether the agent
+    or the user ``stated`` it (else only a tool output held it) and whether it is
+    ``recallable`` (an archived original holds it word for word)."""
 
     value: str
     kind: str
     message_id: str
+    stated: bool = False
+    recallable: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +61,16 @@ class LossReport:
     as :func:`~offpath.compaction.accounting.message_chars` counts them);
     ``results_shortened``, ``chars_shortened``: kept tool results it shortened in place and
     the chars that cut; ``facts``: distinct facts in what left the view; ``facts_lost``: how
-    many of them neither the summary nor the kept messages hold; ``lost``: those, most
-    important first, at most :data:`MAX_LISTED`; ``ground_truth``: None, or for facts given
-    as ground truth, how many occur in what left the view (``facts``) and which of them
-    were lost (``lost``).
+    many of them neither the summary nor the kept messages hold; ``lost``: those, the
+    stated ones first, each part most important first, at most :data:`MAX_LISTED`;
+    ``ground_truth``: None, or for facts given as ground truth, how many occur in what left
+    the view (``facts``) and which of them were lost (``lost``).
+
+    By rank: ``stated_facts`` / ``stated_lost`` / ``stated_recallable``: the facts the agent
+    or the user stated, those of them lost, and of those the recallable ones;
+    ``tool_only_facts`` / ``tool_only_lost`` / ``tool_only_recallable``: the same for the
+    identifiers only a tool output held. The two parts add up to ``facts`` and
+    ``facts_lost``.
     """
 
     messages_removed: int
@@ -63,6 +81,12 @@ class LossReport:
     facts_lost: int
     lost: tuple[LostFact, ...]
     ground_truth: tuple[int, tuple[str, ...]] | None = None
+    stated_facts: int = 0
+    stated_lost: int = 0
+    stated_recallable: int = 0
+    tool_only_facts: int = 0
+    tool_only_lost: int = 0
+    tool_only_recallable: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -73,8 +97,25 @@ class LossReport:
             "facts": self.facts,
             "facts_lost": self.facts_lost,
             "lost": [
-                {"value": f.value, "kind": f.kind, "message_id": f.message_id} for f in self.lost
+                {
+                    "value": f.value,
+                    "kind": f.kind,
+                    "message_id": f.message_id,
+                    "stated": f.stated,
+                    "recallable": f.recallable,
+                }
+                for f in self.lost
             ],
+            "stated": {
+                "facts": self.stated_facts,
+                "lost": self.stated_lost,
+                "recallable": self.stated_recallable,
+            },
+            "tool_only": {
+                "facts": self.tool_only_facts,
+                "lost": self.tool_only_lost,
+                "recallable": self.tool_only_recallable,
+            },
             "ground_truth": None
             if self.ground_truth is None
             else {"facts": self.ground_truth[0], "lost": list(self.ground_truth[1])},
@@ -116,12 +157,26 @@ def loss_report(
     left = [*removed, *before]
     seen = (summary + "\n" + visible_text(kept)).casefold()
     facts = rank(extract(left))
-    lost = [f for f in facts if f.value.casefold() not in seen]
+    held = held_in((f.value.casefold() for f in facts), seen)
+    lost = [f for f in facts if f.value.casefold() not in held]
+    lost.sort(key=lambda f: f.tool_only)  # stable: the stated first, each part by rank
+    archived = visible_text(left).casefold()
+    in_archive = held_in((f.value.casefold() for f in lost), archived)
+    recallable = {id(f): f.value.casefold() in in_archive for f in lost}
+
+    def count(part: list[Fact]) -> tuple[int, int]:
+        return len(part), sum(recallable[id(f)] for f in part)
+
     truth = None
     if ground_truth is not None:
-        gone = visible_text(left).casefold()
-        present = [g for g in dict.fromkeys(ground_truth) if g and g.casefold() in gone]
-        truth = (len(present), tuple(g for g in present if g.casefold() not in seen))
+        wanted = [g for g in dict.fromkeys(ground_truth) if g]
+        gone = held_in((g.casefold() for g in wanted), archived)
+        present = [g for g in wanted if g.casefold() in gone]
+        kept_in_view = held_in((g.casefold() for g in present), seen)
+        truth = (len(present), tuple(g for g in present if g.casefold() not in kept_in_view))
+    stated_lost, stated_recallable = count([f for f in lost if not f.tool_only])
+    tool_only_lost, tool_only_recallable = count([f for f in lost if f.tool_only])
+    stated_facts = sum(not f.tool_only for f in facts)
     return LossReport(
         messages_removed=len(removed),
         chars_removed=sum(message_chars(m) for m in removed),
@@ -130,7 +185,20 @@ def loss_report(
         facts=len(facts),
         facts_lost=len(lost),
         lost=tuple(
-            LostFact(f.value[:MAX_VALUE_CHARS], f.kind, f.message_id) for f in lost[:MAX_LISTED]
+            LostFact(
+                f.value[:MAX_VALUE_CHARS],
+                f.kind,
+                f.message_id,
+                stated=not f.tool_only,
+                recallable=recallable[id(f)],
+            )
+            for f in lost[:MAX_LISTED]
         ),
         ground_truth=truth,
+        stated_facts=stated_facts,
+        stated_lost=stated_lost,
+        stated_recallable=stated_recallable,
+        tool_only_facts=len(facts) - stated_facts,
+        tool_only_lost=tool_only_lost,
+        tool_only_recallable=tool_only_recallable,
     )

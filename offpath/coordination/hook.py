@@ -10,6 +10,13 @@ loop), so it never slows or fails the turn (DESIGN.md invariant 5):
   taken (a job queued, running or prepared), it does nothing that walks the thread;
 * a compaction prepared ahead and the thread now over its threshold: it applies
   it (a state update, no LLM: milliseconds);
+* under the threshold, a job starts preparing only from the thread's *prepare point*:
+  the prepare floor (``SUMMARIZATION_PREPARE_AT`` x the threshold) for a thread that grows
+  fast, later for one whose growth (chars per second, kept per thread in this process)
+  says the crossing is further away than a job takes (the summarizer's p90 latency and a
+  job's overhead): a summary prepared for a thread that then stops under its threshold is
+  paid for and never applied, and one queued at the crossing of a slow thread is applied
+  before its next turn;
 * otherwise it queues ``compact_session`` for a plan (the planner's threshold,
   prepare-early and no-progress rules), only if the thread's claim is free
   (:mod:`offpath.stores.leases`): no job queued, running or prepared, no
@@ -27,6 +34,10 @@ middleware (:mod:`offpath.agent.middleware`).
 from __future__ import annotations
 
 import logging
+import math
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from langchain_core.messages import BaseMessage
@@ -41,11 +52,55 @@ from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Client
 from offpath.stores.leases.claims import Claim, State
 from offpath.stores.usage.crossings import note_crossing
+from offpath.stores.usage.totals import summarizer_latency_p90_s
 
 log = logging.getLogger("offpath.hook")
 
 #: ``apply(session_id, job_id)`` applies a prepared compaction to offpath's own thread now.
 Applier = Callable[[str, str], str]
+
+#: Weight of the newest sample in a thread's growth rate (exponential moving average).
+RATE_WEIGHT = 0.5
+#: Threads whose growth one hook keeps; the least recently seen is let go first.
+TRACKED_THREADS = 10_000
+#: Seconds a job takes beyond its summarizer: publish, a worker taking it, the thread read,
+#: the result stored.
+JOB_OVERHEAD_S = 1.5
+#: The summarizer's latency assumed before the usage database has any (seconds), and how
+#: often (seconds) its p90 is read again.
+DEFAULT_LATENCY_S = 5.0
+LATENCY_REFRESH_S = 60.0
+#: Margin on the growth a job's time spans: a thread's pace varies from turn to turn.
+LEAD_MARGIN = 1.25
+
+
+class Growth:
+    """Each thread's growth in chars per second, as the turns the hook sees say: an
+    exponential moving average over the intervals in which the thread grew (a compaction,
+    which shrinks it, starts a new interval). Bounded to :data:`TRACKED_THREADS` threads;
+    thread-safe (hooks of several turns run at once)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._seen: OrderedDict[str, tuple[float, int, float]] = OrderedDict()  # t, chars, rate
+        self._lock = threading.Lock()
+
+    def note(self, session_id: str, chars: int) -> float:
+        """Record that thread ``session_id`` is ``chars`` long now; returns its growth rate
+        (chars per second; 0.0 while unknown: fewer than two growing turns seen)."""
+        now = self.clock()
+        with self._lock:
+            last = self._seen.pop(session_id, None)
+            rate = 0.0
+            if last is not None:
+                t, before, rate = last
+                if now > t and chars > before:
+                    sample = (chars - before) / (now - t)
+                    rate = sample if rate <= 0 else RATE_WEIGHT * sample + (1 - RATE_WEIGHT) * rate
+            self._seen[session_id] = (now, chars, rate)
+            while len(self._seen) > TRACKED_THREADS:
+                self._seen.popitem(last=False)
+            return rate
 
 
 def saw_compaction(messages: Sequence[BaseMessage], job_id: str) -> bool:
@@ -61,10 +116,18 @@ class PostTurnHook:
     """``hook(session_id, messages)`` after a turn; ``apply`` (offpath's own threads) applies
     a prepared compaction, None: never (then a prepared one waits for the worker)."""
 
-    def __init__(self, client: Client, apply: Applier | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        apply: Applier | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.settings = client.settings
         self.apply = apply
+        self.clock = clock
+        self.growth = Growth(clock)
+        self._latency = (DEFAULT_LATENCY_S, -math.inf)  # seconds, when read (clock)
 
     def __call__(
         self, session_id: str, messages: Sequence[BaseMessage], chars: int | None = None
@@ -85,8 +148,15 @@ class PostTurnHook:
         if not settings.active:
             return HookResult("skipped", SkipReason.DISABLED)
         size = total_chars(messages) if chars is None else chars
+        rate = self.growth.note(session_id, size)
+        if size > settings.summarization_keep_chars:
+            # a thread past its keep window has messages a compaction will remove: their
+            # facts are found once, here, for the job that removes them
+            self.client.facts.remember(messages)
         if size < settings.prepare_floor_chars:
             return HookResult("skipped", SkipReason.UNDER_THRESHOLD)
+        if size <= settings.summarization_threshold_chars and size < self.prepare_point(rate):
+            return HookResult("skipped", SkipReason.UNDER_THRESHOLD)  # the crossing is far
         holder = self._holder(session_id)
         if size > settings.summarization_threshold_chars:
             note_crossing(self.client.engine, holder)  # the compaction lag runs from here
@@ -112,6 +182,34 @@ class PostTurnHook:
             say_outages=True,
             threshold=settings.summarization_threshold_chars,
         )
+
+    def prepare_point(self, rate: float) -> int:
+        """The size (chars) from which a thread growing at ``rate`` chars per second gets a
+        job before it crosses its threshold: the growth a job's time spans (the summarizer's
+        p90 latency and :data:`JOB_OVERHEAD_S`, with :data:`LEAD_MARGIN`) before the
+        threshold, never before the prepare floor; the floor while the rate is unknown."""
+        s = self.settings
+        floor, threshold = s.prepare_floor_chars, s.summarization_threshold_chars
+        if rate <= 0:
+            return floor
+        lead = rate * (self._latency_p90() + JOB_OVERHEAD_S) * LEAD_MARGIN
+        return max(floor, int(threshold - lead))
+
+    def _latency_p90(self) -> float:
+        """The summarizer's p90 latency (seconds) over the deployment's recent compactions,
+        read at most every :data:`LATENCY_REFRESH_S`; the last figure while the usage
+        database is away."""
+        p90, at = self._latency
+        now = self.clock()
+        if now - at >= LATENCY_REFRESH_S:
+            self._latency = (p90, now)
+            try:
+                value = summarizer_latency_p90_s(self.client.engine)
+            except Exception:
+                value = None
+            if value is not None:
+                self._latency = (value, now)
+        return self._latency[0]
 
     def _holder(self, session_id: str) -> Claim | None:
         """The thread's claim; None if the store is away (queueing records that)."""

@@ -35,6 +35,7 @@ from offpath.stores.checkpoints import (
     thread_config,
 )
 from offpath.stores.db.engine import head_revision, make_engine, migrate, revision_of
+from offpath.stores.facts import FactStore
 from offpath.stores.leases.claims import Leases
 from offpath.stores.leases.key_stores import RedisKeyStore, SqlKeyStore
 
@@ -189,6 +190,12 @@ class Client:
         if self._publish is None:
             self._publish = celery_publisher(self.settings)
         return self._publish
+
+    @cached_property
+    def facts(self) -> FactStore:
+        """Where messages' facts are kept between processes (found as they arrive, read by
+        the job that removes them); it keeps none without Redis as the claim store."""
+        return FactStore(self._redis, self.settings.redis_key_prefix)
 
     @cached_property
     def jobs(self) -> Jobs:

@@ -68,7 +68,7 @@ def test_a_reverted_job_shows_nothing_saved_and_nothing_lost():
 
 
 def test_the_session_page_shows_a_jobs_real_reduction_as_chars_saved():
-    from api.ui import templates
+    from offpath.api.ui import templates
 
     def page(status: str) -> str:
         job = {**job_json(row(status)), "took_s": 1.0, "revertible": False, "forced": False}

@@ -19,6 +19,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from shared import CASES, TRANSCRIPTS, load, messages_of
 from sre_sessions import sre_session
 
+import offpath.compaction.facts.extraction as extraction
 import offpath.compaction.loss as loss
 from offpath.compaction.facts import pinning
 from offpath.compaction.facts.extraction import (
@@ -266,3 +267,96 @@ def test_the_cache_keeps_digests_not_messages():
     _observed(key)
     assert key.message is None  # the cache holds this key: its message was let go
     assert _observed(_Key(big)) == _observed(key)
+
+
+# --- facts found in one process, read in another (the API finds them as a turn arrives,
+# the worker's job reads them from Redis by the message's key) -----------------------------
+
+
+class Held:
+    """A fact store's Redis stand-in for the preload tests: ``mget`` of what was set."""
+
+    def __init__(self, entries):
+        self.entries = entries
+
+    def mget(self, keys):
+        return [self.entries.get(k) for k in keys]
+
+
+def store_of(messages, *, skip=()):
+    from offpath.stores.facts import FactStore, encode
+
+    store = FactStore(None, "p")
+    entries = {store.key(extraction.key_digest(m)): encode(m) for m in messages if m not in skip}
+    store.redis = Held(entries)
+    return store
+
+
+@pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
+def test_facts_found_elsewhere_give_what_finding_them_here_gives(name, messages, monkeypatch):
+    store = store_of(messages)
+    _observed.cache_clear()
+    _MERGED.clear()
+    monkeypatch.setattr(extraction, "_LOADED", type(extraction._LOADED)())
+    assert store.preload(messages) == len({extraction.key_digest(m) for m in messages})
+
+    def found_again(m):
+        raise AssertionError(f"{m.id}: found again, not read from the store")
+
+    monkeypatch.setattr(extraction, "_observe", found_again)
+    assert as_rows(extract(messages)) == as_rows(reference_extract(messages))
+
+
+def test_a_message_the_store_lacks_is_found_here(monkeypatch):
+    from offpath.stores.facts import decode
+
+    a = ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1")
+    b = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821).", id="a1")
+    _observed.cache_clear()
+    _MERGED.clear()
+    monkeypatch.setattr(extraction, "_LOADED", type(extraction._LOADED)())
+    assert store_of([a, b], skip=[b]).preload([a, b]) == 1
+    assert as_rows(extract([a, b])) == as_rows(reference_extract([a, b]))
+    # an entry that is not a message's facts (another version's) is found again
+    _observed.cache_clear()
+    _MERGED.clear()
+    bad = store_of([a])
+    bad.redis.entries = dict.fromkeys(bad.redis.entries, b'{"v": 2}')
+    assert bad.preload([a]) == 0
+    assert as_rows(extract([a])) == as_rows(reference_extract([a]))
+    with pytest.raises(ValueError):
+        decode(b"[[], [[1]]]")
+
+
+def test_the_store_keeps_each_new_message_once_and_says_nothing_when_redis_is_away():
+    import uuid
+
+    import redis
+    from stack import REDIS_URL
+
+    from offpath.stores.facts import FactStore, decode
+
+    client = redis.Redis.from_url(REDIS_URL)
+    prefix = f"factstest-{uuid.uuid4().hex[:6]}"
+    store = FactStore(client, prefix, ttl_s=60)
+    thread = [
+        HumanMessage("why is checkout-api failing? ticket INC-4821", id="h1"),
+        ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c", id="t1"),
+    ]
+    try:
+        assert store.remember(thread) == 2
+        later = AIMessage("Raised the limit of checkout-api-7f9c4 to 512Mi.", id="a1")
+        assert store.remember([*thread, later]) == 1  # only what the turn added
+        assert store.remember([*thread, later]) == 0
+        digests = [extraction.key_digest(m) for m in (*thread, later)]
+        got = store.fetch([*digests, b"\x00" * 16])
+        assert set(got) == set(digests)
+        assert all(0 < client.ttl(store.key(d)) <= 60 for d in digests)
+        assert decode(got[digests[1]]) == _observed(_Key(thread[1]))
+    finally:
+        for key in client.scan_iter(f"{prefix}:*"):
+            client.delete(key)
+        client.close()
+    away = FactStore(redis.Redis(port=1, socket_connect_timeout=0.2), prefix)
+    assert away.fetch(digests) == {}
+    assert away.remember([HumanMessage("ticket OPS-1", id="h9")]) == 0

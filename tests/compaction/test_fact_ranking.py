@@ -151,3 +151,77 @@ def test_names_and_line_numbers_the_agent_writes_bare_are_facts_it_said():
     assert facts["line 222"].said and facts["lines 341-343"].said
     for value in ("ConfigMaps", "new_name", "helpers.py", "line 17", "base.Thing", "e.g"):
         assert value not in facts, value  # tool output's code, and prose
+
+
+def summary_of(text, k=0, removed=()):
+    from offpath.compaction.summary.message import build_summary_message
+
+    return build_summary_message(
+        message_id=f"s{k}",
+        summary_text=text,
+        replaced_ids=[m.id for m in removed] or ["x"],
+        replaced_chars=1_000,
+        summarizer="generic",
+        compactions=k + 1,
+        request=None,
+    )
+
+
+def test_what_the_agent_said_and_the_user_named_stay_so_when_a_summary_carries_them():
+    more = AIMessage(id="a2", content="Also slow: " + ", ".join(f"`q_{k}_scan`" for k in range(80)))
+    text, _ = pin("s", [*session(), more], 1_200)
+    assert "- ids (said): q_0_scan, q_1_scan" in section(text), text
+    facts = {f.value: f for f in extract([summary_of(text)])}
+    for value in ("q_0_scan", "q_1_scan", "867-918m", "build_index"):
+        assert facts[value].said and facts[value].carried, value
+    # a line of values the user named reads back as asked
+    named = f"s\n\n{PINNED_HEADING} (`recall` finds each):\n- ids (asked): release-train-7, OPS-12"
+    facts = {f.value: f for f in extract([summary_of(named)])}
+    assert facts["release-train-7"].asked and facts["OPS-12"].carried
+
+
+def test_the_agent_said_values_are_listed_by_value_before_quoted_lines_and_arguments():
+    """A section that cannot hold every fact lists what the agent said by value first: while
+    some of them wait, its lines are not quoted (a quoted line costs a hundred chars for one
+    or two of them, and a summary over its budget gives quoted lines up first)."""
+    said = AIMessage(
+        id="a9",
+        content="Suspects: " + ", ".join(f"`shard_{k}_lag`" for k in range(60)) + ".",
+    )
+    calls = [
+        AIMessage(
+            id=f"c{k}",
+            content="",
+            tool_calls=[{"id": f"k{k}", "name": "get", "args": {"pod": f"ledger-{k}-x7f2"}}],
+        )
+        for k in range(20)
+    ]
+    text, _ = pin("s", [*calls, said], 1_000)
+    listed = "\n".join(
+        ln for ln in section(text).splitlines() if ln.startswith("- ") and "`" not in ln
+    )
+    shown = [k for k in range(60) if f"shard_{k}_lag" in section(text)]
+    assert len(shown) >= 40 and all(f"shard_{k}_lag" in listed for k in shown), text
+    assert "(a9" not in text  # its line is not quoted while some of its values wait
+
+
+def test_a_summary_over_its_budget_gives_up_said_values_one_at_a_time_every_span_keeping_some():
+    from offpath.compaction.budget import fit_summary
+
+    spans = "; ".join(", ".join(f"fact-{k}-{j}" for j in range(8)) for k in range(6))
+    content = (
+        "[Context from earlier in this session, summarized]\n\n"
+        "**Investigating:** the ledger lag\n\n"
+        f"{PINNED_HEADING} (`recall` finds each):\n"
+        f"- names (said): {spans}\n"
+        "- ids: " + ", ".join(f"tool-id-{k}x" for k in range(20))
+    )
+    cap = len(content) - 500
+    fitted = fit_summary(content, cap)
+    assert len(fitted) <= cap
+    assert "tool-id-" not in fitted  # the identifiers only a tool held went first
+    line = next(ln for ln in fitted.splitlines() if ln.startswith("- names (said): "))
+    groups = line.split(": ", 1)[1].split("; ")
+    assert len(groups) == 6 and all(g for g in groups), line
+    counts = [len(g.split(", ")) for g in groups]
+    assert max(counts) - min(counts) <= 1 and sum(counts) < 48, counts

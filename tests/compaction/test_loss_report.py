@@ -151,3 +151,89 @@ def test_a_report_that_cannot_be_made_never_stops_the_compaction():
     fitted = fit(prepared, messages)
     record = with_loss(fitted, messages, ground_truth=[object()])  # type: ignore[list-item]
     assert set(record["loss"]) == {"error"} and record["summary_id"] == fitted.record["summary_id"]
+
+
+def ranked_removed_part() -> list:
+    """A removed part where the agent concluded in its own words, the user fixed a value, and
+    a tool output held request ids and timestamps no one used."""
+    log_lines = "\n".join(
+        f"2026-03-02T10:0{k}:11Z GET /api/orders request_id=req-{k}a9f3c2e1d4b5{k} 200"
+        for k in range(8)
+    )
+    return [
+        HumanMessage(id="h1", content="Do not touch `pool.yaml`; keep max_conns=200 (CHK-2291)."),
+        call("a1", "c1", cmd="logs checkout-api"),
+        ToolMessage(id="t1", tool_call_id="c1", content=log_lines),
+        AIMessage(id="a2", content="p99 rose to 867-918ms after `retry_budget` dropped to 3."),
+    ]
+
+
+def test_the_agent_and_user_stated_facts_are_counted_apart_from_tool_only_identifiers():
+    report = loss_report(ranked_removed_part(), "", [])
+    by_value = {f.value: f for f in report.lost}
+    # what the agent and the user stated, lost from view, listed first, each recallable
+    stated = [f for f in report.lost if f.stated]
+    assert {"867-918ms", "retry_budget", "pool.yaml", "max_conns=200"} <= set(by_value)
+    assert report.lost[: len(stated)] == tuple(stated)
+    assert all(f.recallable for f in report.lost)
+    assert report.stated_lost == len(stated) == report.stated_facts
+    # identifiers only the tool output held: counted apart, not among the stated losses
+    tool_only = [f for f in report.lost if not f.stated]
+    assert tool_only and report.tool_only_lost == report.tool_only_facts >= len(tool_only)
+    assert all(f.message_id == "t1" for f in tool_only)
+    assert report.stated_facts + report.tool_only_facts == report.facts
+    assert report.stated_lost + report.tool_only_lost == report.facts_lost
+    out = report.to_json()
+    assert out["stated"] == {
+        "facts": report.stated_facts,
+        "lost": report.stated_lost,
+        "recallable": report.stated_lost,
+    }
+    assert out["tool_only"] == {
+        "facts": report.tool_only_facts,
+        "lost": report.tool_only_lost,
+        "recallable": report.tool_only_lost,
+    }
+    assert {"value", "kind", "message_id", "stated", "recallable"} <= set(out["lost"][0])
+
+
+def test_a_stated_fact_the_summary_keeps_is_not_lost_and_tool_ids_do_not_count_as_stated():
+    summary = "Kept `pool.yaml`, max_conns=200 (CHK-2291); p99 867-918ms; `retry_budget` 3 (checkout-api)."
+    report = loss_report(ranked_removed_part(), summary, [])
+    assert report.stated_lost == 0 < report.stated_facts
+    assert report.tool_only_lost > 0 and all(not f.stated for f in report.lost)
+
+
+def test_the_session_page_counts_the_stated_facts_lost_and_the_tool_only_ones_apart():
+    from datetime import UTC, datetime
+
+    from offpath.api.session_jobs import job_json
+    from offpath.api.ui import templates
+    from offpath.stores.db.tables import JobStatus
+
+    loss = loss_report(ranked_removed_part(), "", []).to_json()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    row = {
+        "job_id": "j1",
+        "status": JobStatus.APPLIED,
+        "reason": None,
+        "reason_code": None,
+        "attempts": 1,
+        "published": True,
+        "chars_before": 5_000,
+        "chars_at_apply": 5_000,
+        "result": {"record": {"messages_removed": 4, "chars_removed": 900, "loss": loss}},
+        "created_at": now,
+        "updated_at": now,
+    }
+    job = {**job_json(row), "took_s": 1.0, "revertible": False, "forced": False}
+    page = templates.env.get_template("_jobs.html").render(jobs=[job], session_id="s")
+    stated, tool_only = loss["stated"], loss["tool_only"]
+    assert f'data-stated-lost="{stated["lost"]}"' in page
+    assert (
+        f"{stated['lost']} of {stated['facts']} facts the agent or the user stated left the "
+        f"model's view ({stated['recallable']} recallable)"
+    ) in page
+    assert f"{tool_only['lost']} of {tool_only['facts']} identifiers only tool output held" in page
+    assert page.count('class="stated"') == stated["lost"]
+    assert "tool output only" in page

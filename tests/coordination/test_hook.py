@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 import redis
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from shared import CASES, load, messages_of
 from stack import REDIS_URL
 
@@ -305,3 +305,94 @@ def test_a_job_that_ends_while_its_lease_is_renewed_is_not_reported_lost(parts, 
         keeper.stop()
     assert not held.lost.is_set()
     assert "lost its lease" not in caplog.text
+
+
+class Clock:
+    """A clock the test moves: the hook's growth rates and latency refresh read it."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def grown(turns: int):
+    """A thread of ``turns`` turns of ~1,250 chars each (a request and its answer)."""
+    out = []
+    for k in range(turns):
+        out.append(HumanMessage(f"question {k}: " + "q" * 300, id=f"h{k}"))
+        out.append(AIMessage(f"answer {k}: " + "a" * 930, id=f"a{k}"))
+    return out
+
+
+def drive(hook, session_id, clock, turns, every_s):
+    """Turns appended ``every_s`` seconds apart from 10 turns on, the hook after each;
+    returns ``(size, action)`` for each turn."""
+    from offpath.compaction.accounting import total_chars
+
+    out = []
+    for n in range(10, turns + 1):
+        messages = grown(n)
+        clock.now += every_s
+        out.append((total_chars(messages), hook(session_id, messages).action))
+    return out
+
+
+@pytest.mark.parametrize("leases", ["redis"], indirect=True)
+def test_a_slow_thread_is_prepared_late_and_a_fast_one_at_the_floor(settings, leases):
+    # the prepare floor is 24,000 chars of a 30,000 threshold; the summarizer's p90 is 5 s
+    # (no compaction yet), a job's overhead 1.5 s: a thread growing a turn a minute (~21
+    # chars/s) crosses long after a job would be done, one growing a turn every 0.1 s would
+    # cross before
+    engine = make_engine(settings)
+    published: list[tuple[str, str]] = []
+    client = Client(settings, engine, leases, lambda s, j, o: published.append((s, j)))
+    clock = Clock()
+    hook = PostTurnHook(client, clock=clock)
+    try:
+        slow = drive(hook, "slow", clock, 26, every_s=60.0)
+        first = next(size for size, action in slow if action == "queued")
+        assert all(action == "skipped" for size, action in slow if size < first)
+        # queued within one turn's growth times the lead of the threshold, not at the floor
+        assert first > settings.summarization_threshold_chars - 1_300
+        assert any(size >= settings.prepare_floor_chars for size, a in slow if a == "skipped")
+        fast = drive(hook, "fast", clock, 26, every_s=0.1)
+        queued = [size for size, action in fast if action == "queued"]
+        assert queued and queued[0] < settings.prepare_floor_chars + 1_300  # at the floor
+        assert queued[0] >= settings.prepare_floor_chars
+    finally:
+        engine.dispose()
+
+
+def test_the_prepare_point_is_the_floor_while_the_growth_is_unknown(parts):
+    settings, _, _, hook, _ = parts
+    assert hook.prepare_point(0.0) == settings.prepare_floor_chars
+    assert hook.prepare_point(1e9) == settings.prepare_floor_chars  # fast: never earlier
+    # 1 char/s over 6.5 s (p90 5 s, overhead 1.5 s) x 1.25
+    assert hook.prepare_point(1.0) == int(settings.summarization_threshold_chars - 6.5 * 1.25)
+
+
+def test_the_hook_stores_the_facts_of_a_thread_past_its_keep_window(settings):
+    # the worker's job reads them by each message's key instead of finding them again
+    from offpath.compaction.facts.extraction import key_digest
+
+    engine = make_engine(settings)
+    conn = redis.Redis.from_url(REDIS_URL)
+    prefix = f"hookfacts-{uuid.uuid4().hex[:6]}"
+    leases = Leases(RedisKeyStore(conn), prefix=prefix, lease_s=3, queued_ttl_s=60)
+    client = Client(settings, engine, leases, lambda s, j, o: None, redis_conn=conn)
+    client.settings = settings.model_copy(update={"redis_key_prefix": prefix})
+    hook = PostTurnHook(client)
+    try:
+        small = grown(4)  # ~5,000 chars: under the keep window, nothing a compaction removes
+        hook("s1", small)
+        assert not list(conn.scan_iter(f"{prefix}:facts:*"))
+        large = grown(12)  # ~15,000 chars: past it
+        hook("s1", large)
+        assert conn.exists(*(client.facts.key(key_digest(m)) for m in large)) == len(large)
+    finally:
+        for key in conn.scan_iter(f"{prefix}:*"):
+            conn.delete(key)
+        engine.dispose()
+        conn.close()

@@ -300,3 +300,24 @@ def test_a_loss_report_made_after_the_swap_fills_only_its_own_compactions_record
     assert archive.store_loss(rt.engine, job, record["summary_id"], report)
     stored = job_row(rt.engine, job)["result"]
     assert stored["record"] == {**record, "loss": report} and "prepared" in stored
+
+
+def test_a_late_ending_never_changes_an_applied_or_reverted_job(rt):
+    """Two deliveries of one job (the reconciler re-published it after a broker outage): the
+    second applied it, then the first ends on its lost lease. The row keeps saying what
+    happened to the thread: applied, and after a revert, reverted."""
+    from offpath.coordination.job_values import JobEnded
+
+    session, _ = started(rt)
+    job = compact(rt, session)
+    late = JobEnded(JobStatus.FAILED, "lease_lost", "lease lost before the patch; not applied")
+    assert rt.jobs.end(session, job, late) is False
+    assert job_row(rt.engine, job)["status"] == "applied"
+    revert(rt, session, job)
+    assert rt.jobs.end(session, job, late) is False
+    assert job_row(rt.engine, job)["status"] == "reverted"
+    # an open job still ends as it is told
+    other = uuid.uuid4().hex
+    create_job(rt.engine, other, session, 100)
+    assert rt.jobs.end(session, other, late) is True
+    assert job_row(rt.engine, other)["status"] == "failed"

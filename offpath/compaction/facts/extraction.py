@@ -1,6 +1,8 @@
 """The facts of a list of messages: :class:`Fact`, each message's facts found once per
 process (:func:`warm`, cached by what they depend on), merged in order by :func:`extract`,
-and ranked by what an investigator needs (:func:`rank`)."""
+and ranked by what an investigator needs (:func:`rank`). A message's facts found in another
+process are taken by the message's key (:func:`key_digest`, :func:`found_now`, :func:`take`;
+:mod:`offpath.stores.facts` carries them)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.messages import BaseMessage
 
@@ -102,16 +104,21 @@ _SKIPPED: dict[str, frozenset[str]] = {
     "user": frozenset({"term"}),
 }
 
+#: The roles of a summary's lines of values (:func:`~offpath.compaction.facts.pin`), by the
+#: label after their kind: none, ``(stated)``, ``(said)`` by the agent, ``(asked)`` by the user.
+_VALUE_ROLES = frozenset({"values", "stated values", "said values", "asked values"})
+
 #: Kinds of opaque ids: only tool output holding them, they are :attr:`Fact.grouped`.
 _OPAQUE = frozenset({"sha", "trace_id", "uuid"})
 
 
-@dataclass(frozen=True, slots=True)
-class _Seen:
+class Seen(NamedTuple):
     """One value's occurrences in one message: the first one's kind, line and message id
     (a pinned entry of an earlier summary names its own), the ids of the blocks it was
     found in by :func:`find` (a tool argument alone counts no message), and how it was
-    used there (see :class:`Fact`)."""
+    used there (see :class:`Fact`). A named tuple: a job merges thousands of them, read
+    from the fact store or found, and a tuple is built five times faster than a frozen
+    dataclass."""
 
     value: str
     kind: str
@@ -127,7 +134,7 @@ class _Seen:
     age: int  # a carried value: how many spans older than the last one it was listed in
 
 
-def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
+def _observe(m: BaseMessage) -> tuple[Seen, ...]:
     """The facts of one message, in order of first appearance: what :func:`extract` merges.
     Depends on nothing but the message, so it is computed once per message (cached)."""
     seen: dict[str, dict[str, Any]] = {}
@@ -151,7 +158,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
         entry["stated"] = entry["clear"] = True
     for text, role, mid in fact_blocks(m):
         role, quoted_age = role_age(role)
-        if role in ("values", "stated values"):  # a summary's values by kind: each one
+        if role in _VALUE_ROLES:  # a summary's values by kind: each one
             # carried as it is, stated still if it was
             spans = split_spans(text)
             for age, value in (
@@ -159,7 +166,12 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 for k, group in enumerate(spans)
                 for v in split_values(group)
             ):
-                if value not in seen and not looks_like_instruction(value):
+                if value in seen:  # quoted on a line before: how it was used still counts
+                    entry = seen[value]
+                    entry["stated"] = entry["stated"] or role != "values"
+                    entry["asked"] = entry["asked"] or role == "asked values"
+                    entry["said"] = entry["said"] or role == "said values"
+                elif not looks_like_instruction(value):
                     found = find(value)
                     whole = len(found) == 1 and found[0][0] == value
                     seen[value] = {
@@ -167,12 +179,12 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                         "message_id": mid,
                         "line": value,
                         "found_in": [mid],
-                        "stated": role == "stated values",
-                        "asked": False,
+                        "stated": role != "values",
+                        "asked": role == "asked values",
                         "carried": True,
                         "clear": True,
                         "error": False,
-                        "said": False,
+                        "said": role == "said values",
                         "age": age,
                     }
             continue
@@ -225,7 +237,7 @@ def _observe(m: BaseMessage) -> tuple[_Seen, ...]:
                 entry["asked"] = entry["asked"] or role == "user"
                 entry["carried"] = entry["carried"] or role in ("carried", "carried said")
     return tuple(
-        _Seen(
+        Seen(
             value,
             e["kind"],
             e["message_id"],
@@ -279,11 +291,42 @@ class _Key:
         return isinstance(other, _Key) and other.digest == self.digest
 
 
+#: Facts found by another process (:func:`preload`), by key digest, until first asked for.
+_LOADED: OrderedDict[bytes, tuple[Seen, ...]] = OrderedDict()
+_LOADED_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=OBSERVED_CACHE_SIZE)
-def _observed(key: _Key) -> tuple[_Seen, ...]:
+def _observed(key: _Key) -> tuple[Seen, ...]:
     message, key.message = key.message, None  # the cache keeps the digest, not the text
     assert message is not None
+    with _LOADED_LOCK:
+        loaded = _LOADED.pop(key.digest, None)
+    return _observe(message) if loaded is None else loaded
+
+
+def key_digest(message: BaseMessage) -> bytes:
+    """The key a message's facts are kept by: a digest of what they depend on (type, id,
+    summary marker, content, tool calls; 16 bytes). Not :func:`offpath.compaction.digest.
+    digest`, which gives a shortened result its original's digest: their facts differ."""
+    return _Key(message).digest
+
+
+def found_now(message: BaseMessage) -> tuple[Seen, ...]:
+    """The facts of ``message``, found now and not kept in this process (for a process that
+    hands them on: :class:`offpath.stores.facts.FactStore`)."""
     return _observe(message)
+
+
+def take(digest: bytes, seen: tuple[Seen, ...]) -> None:
+    """Hold ``seen``, the facts of the message whose :func:`key_digest` is ``digest`` as
+    another process found them, until they are first asked for (then cached as if found
+    here); at most :data:`OBSERVED_CACHE_SIZE` are held."""
+    with _LOADED_LOCK:
+        _LOADED[digest] = seen
+        _LOADED.move_to_end(digest)
+        while len(_LOADED) > OBSERVED_CACHE_SIZE:
+            _LOADED.popitem(last=False)
 
 
 #: Results of :func:`extract` kept per process, by the digests of their messages in order.

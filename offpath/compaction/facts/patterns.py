@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from typing import Any
+
+import ahocorasick
 
 # Kinds, most specific first: a span taken by one kind is not matched again by a later one.
 # A kind may have several patterns (tried in turn). Each pattern opens with the char class
@@ -239,6 +242,31 @@ def normal(text: str) -> str:
     """``text`` case-folded with runs of white space as one space: how a fact's presence in
     a summary is tested (``Exit Code: 137`` is in "exit code:   137")."""
     return " ".join(text.casefold().split())
+
+
+#: Below this many values, or this many chars of text, :func:`held_in` tests each value with
+#: ``in``: building an automaton costs more than the few scans it saves.
+_AUTOMATON_MIN_VALUES = 8
+_AUTOMATON_MIN_CHARS = 2_000
+
+
+def held_in(values: Iterable[str], text: str) -> set[str]:
+    """The ``values`` that occur in ``text`` as substrings (as ``value in text`` tests each;
+    the caller case-folds or normalises both alike). One Aho-Corasick pass over ``text``
+    (pyahocorasick, in C) finds them all: a thread's facts are hundreds of values and the
+    text they are looked for in tens of thousands of chars, where one ``in`` per value
+    scans the text once per value."""
+    wanted = set(values)
+    if len(wanted) < _AUTOMATON_MIN_VALUES or len(text) < _AUTOMATON_MIN_CHARS:
+        return {v for v in wanted if v in text}
+    automaton = ahocorasick.Automaton()
+    held = {""} if "" in wanted else set()  # the empty string is in every text
+    for value in wanted:
+        if value:
+            automaton.add_word(value, value)
+    automaton.make_automaton()
+    held.update(value for _, value in automaton.iter(text))
+    return held
 
 
 #: A shortened result's note pointing at its original: ``recall("f6d87949"``.

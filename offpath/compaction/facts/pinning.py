@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.extraction import Fact, extract, rank
-from offpath.compaction.facts.patterns import find, normal
+from offpath.compaction.facts.patterns import find, held_in, normal
 from offpath.compaction.facts.reading import fact_blocks
 from offpath.compaction.facts.sections import (
     AGE_MARK,
+    ASKED_LABEL,
     MAX_LINE_CHARS,
     PINNED_HEADING,
+    SAID_LABEL,
     SAID_MARK,
     SIGNATURE,
     STATED_LABEL,
@@ -96,17 +98,23 @@ def pin(
     alike = _alike(ranked)
     if alike:
         ranked = [f for f in ranked if id(f) not in alike]
-    absent: dict[str, bool] = {}  # value -> not in the summary nor the keep window
+    held: set[str] | None = None  # the facts' forms the summary or the keep window holds
+    forms: dict[str, str] = {}  # value -> its form looked for (see ``form``)
+
+    def form(fact: Fact) -> str:
+        # a name is found again only in backticks: a summary that wrote it bare holds it
+        # for the model, but not for the next summary's reading
+        return normal(f"`{fact.value}`" if fact.kind == "name" else fact.value)
 
     def missing(fact: Fact) -> bool:
-        # tested only for a fact that would fit the budget left: the summary and the keep
-        # window are tens of thousands of chars, a thread's facts hundreds
-        if fact.value not in absent:
-            # a name is found again only in backticks: a summary that wrote it bare holds
-            # it for the model, but not for the next summary's reading
-            shown = f"`{fact.value}`" if fact.kind == "name" else fact.value
-            absent[fact.value] = normal(shown) not in present
-        return absent[fact.value]
+        # not in the summary nor the keep window: all the facts are looked for in one pass
+        # over them, the first time one is asked about (tens of thousands of chars, a
+        # thread's facts hundreds)
+        nonlocal held
+        if held is None:
+            forms.update((f.value, form(f)) for f in facts)
+            held = held_in(forms.values(), present)
+        return (forms[fact.value] if fact.value in forms else form(fact)) not in held
 
     pinned = ""  # the values listed and the lines quoted so far
     listed: dict[str, list[Fact]] = {}  # label -> facts listed by value, in rank order
@@ -167,11 +175,17 @@ def pin(
         used += took
         pinned += "\n" + fact.value
 
-    # 1. values: what the agent or the user stated, then the rest; of each, the carried ones
-    #    first, in up to 60% while new ones wait, each span's in turn (no span's values all
-    #    dropped), then the new ones, then the carried ones left. On a large budget a quarter
-    #    waits for the quoted lines (filled with values after them when they leave it)
+    # 1. values: first what the agent said in its own words and what the user named: every
+    #    span's in turn, the new ones as the newest span (each
+    #    span keeps its share: no middle of the session drops out, the older ones hold fewer
+    #    as spans are added); then what the agent or the user stated otherwise (a tool call's
+    #    argument), then the rest: of each, the carried ones first, in up to 60% while new
+    #    ones wait, each span's in turn, then the new ones, then the carried ones left. On a
+    #    large budget a quarter waits for the quoted lines (filled with values after them
+    #    when they leave it)
     values_room = budget - (budget // 4 if budget >= QUOTED_SHARE_MIN_BUDGET else 0)
+    for fact in _by_span([f for f in ranked if _own(f)], new_last=True):
+        add(fact, values_room)
     carried_room = values_room * 3 // 5 if any(not f.carried for f in ranked) else values_room
     for relied in (True, False):
         carried = _by_span([f for f in ranked if f.carried and _relied(f) == relied])
@@ -185,12 +199,18 @@ def pin(
 
     # 2. quoted lines, what the agent or the user stated first, then by rank, in what the
     #    values leave: a line takes the place of the values listed from it (its message's
-    #    values that are on it)
+    #    values that are on it); while some of what the agent said or the user named found
+    #    no room (``scarce``), those listed stay listed and their own lines are not quoted
+    scarce = any(_own(f) and f.value not in pinned and missing(f) for f in ranked)
     for fact in sorted(ranked, key=lambda f: not _relied(f)):
         if budget - used < 60 and not listed:
             break
         if fact.value in lines_text or fact.line in ("", fact.value) or not missing(fact):
             continue
+        if scarce and _own(fact) and not fact.carried and fact.value in pinned:
+            continue  # listed by value already, while others wait: its line would cost ~100
+            # chars more (a line an earlier summary concluded is quoted still: its words are
+            # the finding)
         signature = SIGNATURE.sub("#", fact.line.casefold())
         if signature in similar:
             similar[signature] += 1
@@ -207,8 +227,14 @@ def pin(
             f"{AGE_MARK}{fact.age + 1}" if fact.carried else ""
         )
         entry = f"\n- `{line}` ({cite(fact.message_id)}{marks})"
+        # while some wait, what the agent said and the user named stays listed by value beside
+        # the line: a summary over its budget gives up quoted lines first
         on_line = {
-            label: [f for f in values if f.message_id == fact.message_id and f.value in line]
+            label: [
+                f
+                for f in values
+                if f.message_id == fact.message_id and f.value in line and not (scarce and _own(f))
+            ]
             for label, values in listed.items()
         }
         freed = sum(
@@ -279,12 +305,14 @@ _LABELS = {
 }
 
 
-def _by_span(facts: Sequence[Fact]) -> list[Fact]:
+def _by_span(facts: Sequence[Fact], new_last: bool = False) -> list[Fact]:
     """``facts`` (carried, in rank order) taking turns by span: the first of each span
-    (:attr:`Fact.age`, oldest first), then the second of each, and so on."""
+    (:attr:`Fact.age`, oldest first), then the second of each, and so on. ``new_last``: the
+    facts not carried are a span of their own, the newest (else they count as the last
+    span's)."""
     spans: dict[int, list[Fact]] = {}
     for f in facts:
-        spans.setdefault(f.age, []).append(f)
+        spans.setdefault(f.age if f.carried or not new_last else -1, []).append(f)
     order = [spans[age] for age in sorted(spans, reverse=True)]
     return [f for turn in itertools.zip_longest(*order) for f in turn if f is not None]
 
@@ -296,6 +324,12 @@ def _spans(facts: Sequence[Fact]) -> str:
     for f in facts:
         groups.setdefault(f.age + 1 if f.carried else 0, []).append(_shown(f.value))
     return "; ".join(", ".join(groups[k]) for k in sorted(groups, reverse=True))
+
+
+def _own(fact: Fact) -> bool:
+    """The agent said ``fact`` in its own words, or the user named it (now, or as a summary's
+    said or asked values): what the section lists first."""
+    return fact.said or fact.asked
 
 
 def _relied(fact: Fact) -> bool:
@@ -313,8 +347,15 @@ def _label(fact: Fact, stated_line: bool = True) -> str:
         found = find(fact.value)
         if len(found) == 1 and found[0][0] == fact.value:
             kind = found[0][1]
-    stated = stated_line and (fact.stated or fact.asked)
-    return _LABELS.get(kind, "ids") + (STATED_LABEL if stated else "")
+    mark = ""
+    if stated_line:
+        if fact.said:
+            mark = SAID_LABEL
+        elif fact.asked:
+            mark = ASKED_LABEL
+        elif fact.stated:
+            mark = STATED_LABEL
+    return _LABELS.get(kind, "ids") + mark
 
 
 def _shown(value: str) -> str:

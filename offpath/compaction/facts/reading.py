@@ -13,13 +13,16 @@ from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.sections import (
     AGE_MARK,
+    ASKED_LABEL,
     EARLIER_PATTERN,
     INDEX_HEADING,
     LISTED_PATTERN,
     PINNED_HEADING,
     QUOTED_PATTERN,
+    SAID_LABEL,
     SAID_MARK,
     SINCE_HEADING,
+    STATED_LABEL,
     SWAP_HEADING,
     VALUES_PATTERN,
 )
@@ -90,7 +93,13 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
             elif compact := EARLIER_PATTERN.match(line.strip()):
                 yield compact["values"].replace("`", ""), "carried", mid
             elif values := VALUES_PATTERN.match(line.strip()):
-                yield values["values"], "stated values" if values["stated"] else "values", mid
+                label = values["stated"]
+                labelled = {
+                    STATED_LABEL: "stated values",
+                    SAID_LABEL: "said values",
+                    ASKED_LABEL: "asked values",
+                }.get(label)
+                yield values["values"], labelled or "values", mid
         return
     role = {"ai": "agent", "human": "user"}.get(message.type, "data")
     text = render_content(message.content)
@@ -140,6 +149,24 @@ def split_values(text: str) -> list[str]:
         if value:
             out.append(value)
     return out
+
+
+def without_one_value(line: str) -> str | None:
+    """``line``, a line of values by kind (``- names (said): a, b; c``), with one value fewer:
+    the last of its span group that holds the most values (of groups as large, the oldest),
+    so that every span keeps its share as the line shrinks. None: it holds one value, or it
+    is not such a line."""
+    values = VALUES_PATTERN.match(line.strip())
+    if values is None:
+        return None
+    groups = [split_values(g) for g in split_spans(values["values"])]
+    if sum(len(g) for g in groups) < 2:
+        return None
+    k = max(range(len(groups)), key=lambda i: (len(groups[i]), -i))
+    groups[k].pop()
+    shown = [", ".join(f"`{v}`" if ", " in v or "; " in v else v for v in g) for g in groups]
+    head = line[: line.index(": ") + 2]
+    return head + "; ".join(x for x in shown if x)
 
 
 #: A tool argument's value that is an identifier by its use: one token, no spaces.

@@ -35,13 +35,20 @@ _EARLIER_LINE = "\n- earlier, each found by `recall`: "
 EARLIER_PATTERN = re.compile(r"^- earlier, each found by `recall`: (?P<values>.*)$")
 #: What follows a kind's label on the line of the values stated (:func:`pin`).
 STATED_LABEL = " (stated)"
+#: What follows it on the line of the values the agent said in its own words (its
+#: conclusions, figures, names): read back as said, they keep the first share of the budget
+#: at every later compaction.
+SAID_LABEL = " (said)"
+#: And on the line of the values the user named or fixed (read back as asked).
+ASKED_LABEL = " (asked)"
 #: A line of values of one kind (:func:`pin`): ``- ids: OBUT9V, credit_card_9513926``; the
 #: values the agent or the user stated are on a line of their own, ``- ids (stated): ...``,
 #: so that a summary that carries them keeps them ranked as stated (a long run's tenth
 #: summary had dropped the names the agent stated for paths that a traceback printed).
 VALUES_PATTERN = re.compile(
     r"^- (?:ids|names|lines|addresses|times|errors|settings|amounts|numbers|versions|paths|urls)"
-    rf"(?P<stated>{re.escape(STATED_LABEL)})?: (?P<values>.+)$"
+    rf"(?P<stated>{'|'.join(re.escape(x) for x in (STATED_LABEL, SAID_LABEL, ASKED_LABEL))})?"
+    r": (?P<values>.+)$"
 )
 
 

@@ -9,6 +9,7 @@ thread would be over its target.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from offpath.compaction.planner.budgets import (
     landing_bound,
     landing_chars,
     least_aim,
+    request_cap_chars,
     step_chars,
     summary_budget_chars,
 )
@@ -195,6 +197,7 @@ def fit(
     copy_of = prepared.request_copy
     if copy_of is not None and (present[0] != copy_of or len(present) < 2):
         return Stale(f"the request {copy_of} to keep is no longer where the summary goes")
+    planned_ids = set(prepared.order)
     sizes = {m.id: message_chars(m) for m in messages}
     before = sum(sizes.values())
     bound = target
@@ -311,6 +314,16 @@ def fit(
             extra, since = more, more_since
             gone = present + extra
             attempt = assemble(gone, since, target)
+    if bound is not None and attempt.after > bound and settings is not None:
+        # a long request that came after the plan (the next task's prompt, sent while the
+        # summary was written) stays, as every request of the turn in progress does; it is
+        # shortened as the plan shortens a long request it keeps (its original archived,
+        # ``recall`` reads the rest), rather than leaving the compaction stale and the thread
+        # over its threshold until another summary is written
+        late = _late_request_caps(messages, planned_ids, extra, request_cap_chars(settings, fixed))
+        if late:
+            prepared = dataclasses.replace(prepared, shorten={**prepared.shorten, **late})
+            attempt = assemble(present + extra, since, target)
     if bound is not None and attempt.after > bound:
         return Stale(
             f"it would leave the thread at {attempt.after} chars, over {bound} "
@@ -510,3 +523,17 @@ def _quoted(message: BaseMessage, limit: int = 120) -> str:
     text = " ".join(content_text(message.content).split())
     quote = text if len(text) <= limit else text[: limit - 3].rsplit(" ", 1)[0] + "..."
     return f'"{quote}" (recall("{cite(str(message.id))}"))'
+
+
+def _late_request_caps(
+    messages: Sequence[BaseMessage], planned: set[Any], gone: Sequence[str], cap: int
+) -> dict[str, int]:
+    """``{id: cap}`` for the requests that came after a compaction's plan (not among
+    ``planned`` nor ``gone``) and are over ``cap`` chars: what a prepared compaction shortens
+    as its plan shortens a long request it keeps."""
+    gone_set = set(gone)
+    return {
+        str(m.id): cap
+        for m in messages
+        if is_request(m) and m.id not in planned and m.id not in gone_set and message_chars(m) > cap
+    }

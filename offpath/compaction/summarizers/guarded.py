@@ -36,6 +36,10 @@ log = logging.getLogger("offpath.summarizer")
 
 #: The least chars the text and pins keep when the archive's index takes its room.
 MIN_TEXT_CHARS = 300
+#: Most of the text's budget the Pinned facts may take from the summarizer's prose: what
+#: the agent said and the user named come first in it, over many compactions the facts of
+#: every span the summaries carry.
+FACTS_SHARE = 0.6
 
 
 class GuardedSummarizer:
@@ -74,11 +78,11 @@ class GuardedSummarizer:
         room = self.pinned_max_chars
         if plan.summary_chars:  # the summary's budget bounds the section too
             room = min(room, max(0, plan.summary_chars - len(text) - 4))
-            # facts before prose: the missing facts may take up to half of the
-            # budget; what they need beyond the room the text left is taken from the
+            # facts before prose: the missing facts may take up to :data:`FACTS_SHARE` of
+            # the budget; what they need beyond the room the text left is taken from the
             # summarizer's prose (its last findings first, then its longest lines; the
             # headings and the agent's place stay)
-            want = min(self.pinned_max_chars, plan.summary_chars // 2)
+            want = min(self.pinned_max_chars, int(plan.summary_chars * FACTS_SHARE))
             if room < want:
                 need = len(pin(text, plan.removed, want, plan.kept)[0]) - len(text.rstrip())
                 short = need - (plan.summary_chars - len(text) - 4)  # the text may be over

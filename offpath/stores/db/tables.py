@@ -35,6 +35,8 @@ class JobStatus(enum.StrEnum):
 
 FINAL = (JobStatus.APPLIED, JobStatus.SKIPPED, JobStatus.FAILED, JobStatus.REVERTED)
 FINAL_VALUES = frozenset(f.value for f in FINAL)
+#: What happened to the thread (its compaction in force, or undone): no ending changes these.
+SETTLED_VALUES = frozenset({JobStatus.APPLIED.value, JobStatus.REVERTED.value})
 #: A delivery of a job in these states runs it; in any other, it has nothing to do.
 RUNNABLE_VALUES = frozenset({JobStatus.QUEUED.value, JobStatus.RUNNING.value})
 

@@ -22,6 +22,7 @@ from offpath.stores.db.tables import (
     FINAL_VALUES,
     JOBS,
     RUNNABLE_VALUES,
+    SETTLED_VALUES,
     JobStatus,
     as_utc,
     now_utc,
@@ -46,20 +47,24 @@ def _ensure_job(
     status: str,
     now: datetime,
     **values: Any,
-) -> None:
-    """Insert the job's row when the publisher could not write it (a row that exists wins)."""
-    conn.execute(
-        insert_for(engine, JOBS)
-        .values(
-            job_id=job_id,
-            session_id=session_id,
-            status=status,
-            attempts=1,
-            created_at=now,
-            updated_at=now,
-            **values,
-        )
-        .on_conflict_do_nothing()
+) -> bool:
+    """Insert the job's row when the publisher could not write it (a row that exists wins);
+    whether it was inserted."""
+    return (
+        conn.execute(
+            insert_for(engine, JOBS)
+            .values(
+                job_id=job_id,
+                session_id=session_id,
+                status=status,
+                attempts=1,
+                created_at=now,
+                updated_at=now,
+                **values,
+            )
+            .on_conflict_do_nothing()
+        ).rowcount
+        > 0
     )
 
 
@@ -158,32 +163,31 @@ def set_job(
     only_if_open: bool = False,
 ) -> bool:
     """Set a job's status, reason and reason code (creating the row if the publisher could
-    not). ``only_if_open``: change a job that has not ended yet, else nothing (returns
-    whether a row changed)."""
+    not); returns whether a row changed. An ``applied`` or ``reverted`` job is never changed
+    here: those say what happened to the thread, and a late ending (a duplicate delivery
+    whose lease was lost after the other one applied) must not take that back.
+    ``only_if_open``: change only a job that has not ended at all."""
     now = now_utc()
     values: dict[str, Any] = {"status": status.value, "reason": stored_reason(reason)}
     values.update(reason_code=code, updated_at=now)
+    kept = FINAL_VALUES if only_if_open else SETTLED_VALUES
     with engine.begin() as conn:
-        q = sa.update(JOBS).where(JOBS.c.job_id == job_id)
-        if only_if_open:
-            q = q.where(JOBS.c.status.not_in(list(FINAL_VALUES)))
-        if conn.execute(q.values(**values)).rowcount:
-            metrics.job_reached(status, code)
-            return True
-        if only_if_open:
-            return False
-        _ensure_job(
-            conn,
-            engine,
-            job_id,
-            session_id,
-            status.value,
-            now,
-            reason=values["reason"],
-            reason_code=code,
-        )
+        q = sa.update(JOBS).where(JOBS.c.job_id == job_id, JOBS.c.status.not_in(list(kept)))
+        changed = conn.execute(q.values(**values)).rowcount > 0
+        if not changed and not only_if_open:
+            changed = _ensure_job(
+                conn,
+                engine,
+                job_id,
+                session_id,
+                status.value,
+                now,
+                reason=values["reason"],
+                reason_code=code,
+            )
+    if changed:
         metrics.job_reached(status, code)
-        return True
+    return changed
 
 
 def end_others(engine: Engine, session_id: str, job_id: str) -> int:
