@@ -56,10 +56,12 @@ from offpath.events import CompactionUpdate
 from offpath.stores.leases.claims import Claim, State
 from offpath.stores.usage.crossings import crossing_unseen, note_crossing
 
-#: At the run's end (``after_agent``: no model call is left to hold up), over the threshold,
-#: the longest (s) it waits for that first read still in flight: a new process's first run
-#: (a Redis client to open on a loaded host) would else end without the compaction the
-#: worker prepared, and a short run has no later call to apply it.
+#: At the run's end (``after_agent``: no model call is left to hold up), over the threshold
+#: or in a team's own agent (where an operator's "compact now" applies under it), the longest
+#: (s) it waits for the thread's first claim read still in flight: a new process's first run
+#: (a Redis client to open, the new messages' facts read ahead, on a loaded host) would else
+#: end without the compaction the worker prepared, and a short run has no later call to
+#: apply it.
 END_READ_WAIT_S = 1.0
 
 
@@ -231,7 +233,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
         over = size.chars + out > s.summarization_threshold_chars
         if s.active and (over or not self.options.patch):
             known, holder = self.claims.claim_of(session_id, urgent=over)
-            if over and not known:
+            if not known:
                 known, holder = self.claims.await_claim(session_id, END_READ_WAIT_S)
             prepared = holder if known and holder and holder.state is State.PREPARED else None
             if prepared is not None and (over or self.claims.forced(session_id)):
