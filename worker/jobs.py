@@ -59,7 +59,7 @@ from offpath.compaction.summarizers.base import Summarizer, SummarizerError
 from offpath.compaction.summary.message import is_summary, summary_meta
 from offpath.compaction.tokens import for_thread, measured_ratio
 from offpath.coordination.faults import failpoint
-from offpath.coordination.job_values import UNSTORABLE, JobEnded, JobOptions, Landed, head_mark
+from offpath.coordination.jobs import UNSTORABLE, JobEnded, JobOptions, Landed, head_mark
 from offpath.coordination.locks import LockUnavailable, RunInProgress
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime

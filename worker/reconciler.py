@@ -58,8 +58,7 @@ from offpath.compaction.patch.fitting import landed
 from offpath.compaction.settings import Settings
 from offpath.coordination import broker
 from offpath.coordination.consumers import holding
-from offpath.coordination.job_values import JobEnded, JobOptions
-from offpath.coordination.jobs import Jobs
+from offpath.coordination.jobs import JobEnded, JobOptions, Jobs
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Publisher, Runtime
 from offpath.coordination.writers import LOSS_PENDING

@@ -20,7 +20,7 @@ from offpath.config import get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.exporter import serve_worker_metrics
 from offpath.coordination.faults import failpoint
-from offpath.coordination.job_values import JobEnded, JobOptions
+from offpath.coordination.jobs import JobEnded, JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.queue import COMPACT_TASK
 from offpath.coordination.runtime import Runtime

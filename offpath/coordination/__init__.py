@@ -3,7 +3,7 @@
 * :mod:`.runtime`: what a process opens to queue, run and apply compactions;
 * :mod:`.hook`: the post-turn hook (the threshold check that queues a job);
 * :mod:`.jobs`: the one owner of a job's life and state (queue, start, prepare, apply,
-  record, end, revert), with :mod:`.job_values` (what a job carries) and :mod:`.writers`
+  record, end, revert) and the values it passes around (what a job carries), with :mod:`.writers`
   (the checkpoint patch and the run's state update a compaction is written by);
 * :mod:`.revert`: undoing one;
 * :mod:`.locks`: thread locks (Redis or SQL); :mod:`.broker`, :mod:`.consumers`: the

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.planner.plans import Skip
-from offpath.coordination.job_values import JobOptions
+from offpath.coordination.jobs import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
 from offpath.coordination.writers import apply_prepared

@@ -47,7 +47,7 @@ from offpath.compaction.planner.budgets import min_gain_chars
 from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.planner.plans import Skip, SkipReason
 from offpath.compaction.summary.message import is_summary, summary_meta
-from offpath.coordination.job_values import HookResult, held
+from offpath.coordination.jobs import HookResult, held
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Client
 from offpath.stores.leases.claims import Claim, State

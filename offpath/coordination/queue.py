@@ -134,7 +134,7 @@ def publisher(settings: Settings) -> Callable[[str, str, dict | None], None]:
 
 def send_job(app: Celery, session_id: str, job_id: str, options: dict | None = None) -> None:
     """Send job ``job_id`` (``compact_session`` of thread ``session_id``; ``options``:
-    :class:`~offpath.coordination.job_values.JobOptions` as JSON) through ``app``: one
+    :class:`~offpath.coordination.jobs.JobOptions` as JSON) through ``app``: one
     quick retry, for a pooled connection that went stale when Redis restarted; each attempt
     is bounded by the transport's socket timeouts (``PUBLISH_TIMEOUT_S``).
 

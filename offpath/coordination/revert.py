@@ -43,7 +43,7 @@ from offpath.compaction.summary.message import is_summary, summary_meta
 from offpath.compaction.tracking import KEY as SIZE_KEY  # the state key of the thread's size
 from offpath.compaction.tracking import ThreadSize
 from offpath.coordination.faults import failpoint
-from offpath.coordination.job_values import JobOptions
+from offpath.coordination.jobs import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive

@@ -27,8 +27,7 @@ from offpath.compaction.accounting import content_text, total_chars
 from offpath.compaction.loss import loss_report
 from offpath.compaction.patch.prepared import Fitted, Stale, patched
 from offpath.coordination.faults import failpoint
-from offpath.coordination.job_values import UNSTORABLE, Applying, JobEnded, JobOptions
-from offpath.coordination.jobs import Jobs
+from offpath.coordination.jobs import UNSTORABLE, Applying, JobEnded, JobOptions, Jobs
 from offpath.coordination.logs import tag
 from offpath.stores.checkpoints import read_thread
 from offpath.stores.db.job_queries import job_row

@@ -548,7 +548,7 @@ def test_a_system_prompt_given_to_the_agent_counts_against_the_threshold(tmp_pat
     from langgraph.checkpoint.memory import InMemorySaver
 
     from offpath.agent.middleware.hooks import OffPathCompaction
-    from offpath.coordination.job_values import JobOptions
+    from offpath.coordination.jobs import JobOptions
     from offpath.stores.db.engine import migrate
 
     class Model(GenericFakeChatModel):

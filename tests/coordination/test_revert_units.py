@@ -25,7 +25,7 @@ from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.planner.plans import Skip
 from offpath.compaction.tracking import KEY, ThreadSize
 from offpath.coordination.hook import PostTurnHook
-from offpath.coordination.job_values import JobOptions
+from offpath.coordination.jobs import JobOptions
 from offpath.coordination.locks import ThreadBusy
 from offpath.coordination.revert import NoSuchJob, RevertRefused, revert
 from offpath.coordination.runtime import Runtime
@@ -266,7 +266,7 @@ def test_a_job_waits_for_the_checkpoint_to_hold_the_runs_latest_apply(rt):
     import time
 
     from offpath.compaction.digest import digest
-    from offpath.coordination.job_values import head_mark
+    from offpath.coordination.jobs import head_mark
     from offpath.worker.jobs import read_caught_up
 
     session, _ = started(rt, turns=2)
@@ -306,7 +306,7 @@ def test_a_late_ending_never_changes_an_applied_or_reverted_job(rt):
     """Two deliveries of one job (the reconciler re-published it after a broker outage): the
     second applied it, then the first ends on its lost lease. The row keeps saying what
     happened to the thread: applied, and after a revert, reverted."""
-    from offpath.coordination.job_values import JobEnded
+    from offpath.coordination.jobs import JobEnded
 
     session, _ = started(rt)
     job = compact(rt, session)

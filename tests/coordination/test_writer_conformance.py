@@ -38,7 +38,7 @@ from offpath.compaction.patch.prepared import Fitted, Prepared, Stale
 from offpath.compaction.planner.cut import plan_compaction
 from offpath.compaction.planner.plans import Skip
 from offpath.compaction.summary.message import is_summary
-from offpath.coordination.job_values import JobOptions, Landed
+from offpath.coordination.jobs import JobOptions, Landed
 from offpath.coordination.runtime import Runtime
 from offpath.coordination.writers import CheckpointWriter, StateUpdate, StateUpdateWriter
 from offpath.stores import archive

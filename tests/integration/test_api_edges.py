@@ -349,7 +349,7 @@ def test_healthz_readyz_and_beat_check_report_the_reconciler_and_the_workers(sta
 
     from integration.test_metrics import scrape, total
     from offpath.compaction.accounting import total_chars
-    from offpath.coordination.job_values import JobOptions
+    from offpath.coordination.jobs import JobOptions
     from offpath.stores.checkpoints import open_checkpoints_url, read_messages
 
     def check(stack):

@@ -23,7 +23,7 @@ from offpath.compaction.patch.fitting import landed
 from offpath.compaction.patch.prepared import Fitted, Stale, patched
 from offpath.compaction.sizing import MessageSizes, SizedThreads
 from offpath.compaction.tracking import KEY
-from offpath.coordination.job_values import JobEnded, Landed
+from offpath.coordination.jobs import JobEnded, Landed
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
 from offpath.coordination.runtime import Client

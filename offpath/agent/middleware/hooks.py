@@ -49,7 +49,7 @@ from offpath.compaction.sizing import SizedThreads, position
 from offpath.compaction.tokens import Calibration
 from offpath.compaction.tracking import KEY, ThreadSize
 from offpath.config import get_settings
-from offpath.coordination.job_values import JobOptions
+from offpath.coordination.jobs import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Client
 from offpath.events import CompactionUpdate

@@ -18,7 +18,7 @@ from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.reports import Reports
 from offpath.agent.middleware.state import outside_of
 from offpath.compaction.planner.budgets import min_gain_chars
-from offpath.coordination.job_values import JobOptions, head_mark
+from offpath.coordination.jobs import JobOptions, head_mark
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
 from offpath.coordination.runtime import Client
@@ -30,8 +30,8 @@ class Publisher:
     Requires: the settings in force, the client (opened on first use: its
     :class:`~offpath.coordination.jobs.Jobs` queues), the background threads, the reports,
     the claims (read again once a job is queued, and its pickup watched), the pacing (the
-    prepare point a job may plan from) and the agent's :class:`~offpath.coordination.
-    job_values.JobOptions`. Provides: :meth:`publish_soon`, :meth:`publishing`."""
+    prepare point a job may plan from) and the agent's
+    :class:`~offpath.coordination.jobs.JobOptions`. Provides: :meth:`publish_soon`, :meth:`publishing`."""
 
     def __init__(
         self,

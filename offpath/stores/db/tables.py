@@ -86,7 +86,7 @@ class CompactionJob(SQLModel, table=True):
     (never an exception's text: it is shown by ``/stats`` and the UI; the log has the
     detail). ``published`` is false while the broker
     has not taken the job (the reconciler publishes it). ``options`` say how it may
-    apply its compaction (:class:`~offpath.coordination.job_values.JobOptions`).
+    apply its compaction (:class:`~offpath.coordination.jobs.JobOptions`).
     ``result`` holds ``prepared`` (the summary and its plan, kept until applied:
     :class:`~offpath.compaction.patch.Prepared`), ``usage`` (what the summarizer
     cost) and ``record``, offpath's own record of the summary about to be patched in
