@@ -11,8 +11,7 @@ from typing import Any
 
 from offpath.coordination.runtime import Runtime
 from offpath.stores.db.job_queries import failures_in_a_row
-from offpath.stores.db.tables import JobStatus, now_utc
-from offpath.stores.db.usage_events import chars_saved
+from offpath.stores.db.tables import JobStatus, chars_saved, now_utc
 from offpath.stores.leases.claims import failure_backoff_s
 
 #: What a reverted compaction shows of its loss report: its originals are back in the thread,

@@ -1,7 +1,6 @@
 """What the session routes (:mod:`api.sessions`) do around a turn's write: the thread's state
 (:func:`state_of`), the pruning of old checkpoints after the response (:func:`prune`), tool
-results shortened as they arrive (:func:`offload`), and a failed chat turn taken back
-(:func:`undo_run`).
+results shortened as they arrive (:func:`offload`); a failed chat turn is taken back by :mod:`offpath.coordination.undo`.
 """
 
 from __future__ import annotations
@@ -10,11 +9,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.summary.message import is_summary
+from offpath.compaction.summary import is_summary
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive
@@ -69,27 +68,21 @@ def run_turn(
     values: dict[str, Any] = {}
     produced: dict[str, BaseMessage] = {}
     # the thread after each step of the run: a message a later step folds into a
-    # summary was in an earlier step's values
+    # summary was in an earlier step's values. The run's messages are appended after the
+    # thread's, so each step is read from its end back to the first message the thread
+    # held before the run: a step costs the run's messages, not the thread's.
     for values in rt.graph.stream({"messages": [human]}, config, stream_mode="values"):
-        for m in values.get("messages", []):
-            if m.id not in before and not is_summary(m):
-                produced[str(m.id)] = m
+        tail: list[BaseMessage] = []
+        for m in reversed(values.get("messages", [])):
+            if m.id in before:
+                break
+            if not is_summary(m):
+                tail.append(m)
+        for m in reversed(tail):
+            produced[str(m.id)] = m
     return values, list(produced.values())
 
 
 def summary_text(messages: Sequence[BaseMessage]) -> str:
     """The text of the summary among ``messages``, or "" when there is none."""
     return next((str(m.content) for m in messages if is_summary(m)), "")
-
-
-def undo_run(rt: Runtime, session_id: str, before: set[Any]) -> None:
-    """Take back what a failed run added, so the thread is as it was (a summary the run's
-    middleware applied stays: it replaced messages that are gone)."""
-    added: list[Any] = []
-    try:
-        messages = state_of(rt, session_id).get("messages", [])
-        added = [m.id for m in messages if m.id not in before and not is_summary(m)]
-        if added:
-            rt.patch(session_id, {"messages": [RemoveMessage(id=str(i)) for i in added]})
-    except Exception as exc:
-        log.error("[%s] could not take back the failed turn (%s): %s", tag(session_id), added, exc)

@@ -32,6 +32,8 @@ from offpath.compaction.tracking import ThreadSize
 from offpath.compaction.turns import TurnError, check_messages, validate_turn
 from offpath.coordination.admin import read_session
 from offpath.coordination.logs import tag
+from offpath.coordination.outages import cause, database_errors, is_outage
+from offpath.coordination.undo import finish_undo, undo_run
 from offpath.stores.checkpoints import read_thread, thread_config
 from offpath.stores.db.job_queries import jobs_of
 from offpath.stores.tenants import note_size
@@ -39,6 +41,8 @@ from offpath.stores.updates import job_updates
 from offpath.stores.usage.sessions import has_rows
 
 from .deps import (
+    DATABASE_DOWN,
+    DATABASE_RETRY_AFTER_S,
     Caller,
     SessionId,
     bearer,
@@ -56,7 +60,7 @@ from .session_jobs import EVENTS_MAX_S as EVENTS_MAX_S
 from .session_jobs import EVENTS_POLL_S as EVENTS_POLL_S
 from .session_jobs import EVENTS_RETRY_MS as EVENTS_RETRY_MS
 from .session_jobs import backoff_json, job_json, lease_json
-from .session_turns import offload, run_turn, state_of, summary_text, undo_run
+from .session_turns import offload, run_turn, state_of, summary_text
 from .session_turns import prune as prune
 from .streams import (
     RETRY_AFTER_S,
@@ -96,6 +100,10 @@ def after_write(
     tasks.add_task(prune, rt, session_id)
 
 
+#: A chat turn's 503 when the lock or lease store (Redis) did not answer during its run.
+STORE_DOWN = f"the lock store did not answer: retry in {DATABASE_RETRY_AFTER_S} s"
+
+
 @router.post(
     "/{session_id}/messages",
     response_model=ChatOut,
@@ -123,14 +131,24 @@ def chat(
     with rt.locks.turn(session_id, run=True):
         new_session = check_writable(rt, caller, session_id)  # again, under the lock
         take_writable(rt, caller, session_id)  # the first writer owns it
+        finish_undo(rt, session_id)  # a failed run's messages go before this run's land
         prior = state_of(rt, session_id).get("messages", [])
         before = {m.id for m in prior}
         try:
             values, produced = run_turn(rt, human, config, before)
         except Exception as exc:
-            undo_run(rt, session_id, before)
+            undo_run(rt, session_id, before, str(human.id))
             if new_session:  # nothing of the turn is kept: neither is the claim
                 give_back(rt, session_id)
+            if is_outage(exc):  # a store did not answer, not the chat model
+                log.warning(
+                    "[%s] chat turn failed: a store did not answer: %s", tag(session_id), cause(exc)
+                )
+                raise HTTPException(
+                    status_code=503,
+                    detail=DATABASE_DOWN if isinstance(exc, database_errors()) else STORE_DOWN,
+                    headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+                ) from None
             log.warning("[%s] chat turn failed: %s", tag(session_id), exc)
             raise HTTPException(status_code=502, detail=f"the chat model failed: {exc}") from exc
     messages = values["messages"]
@@ -190,6 +208,7 @@ def append_turn(
     check_writable(rt, caller, session_id)
     with rt.locks.turn(session_id):
         new_session = check_writable(rt, caller, session_id)  # again, under the lock
+        finish_undo(rt, session_id)  # a failed run's messages go before this turn's land
         # one read of the thread: the write below starts from it (no second read), and the
         # thread's size is advanced over the new messages only (kept in the private key the
         # middleware keeps it in), so nothing here walks the whole thread

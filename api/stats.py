@@ -159,7 +159,7 @@ def fixed_part_warnings(rt: Runtime) -> list[str]:
     """One line when sessions have a fixed part (system prompt) over their threshold: every
     model call of theirs is over it, whatever a compaction removes; the sizes, and the
     setting to change. Empty when there is none or it cannot be read."""
-    from offpath.compaction.planner.budgets import thread_budget
+    from offpath.compaction.planner import thread_budget
     from offpath.stores.tenants import fixed_over
 
     try:

@@ -14,8 +14,8 @@ Options:
 * ``--only NAME[,NAME]``: run a subset (names below, ``faults`` included). A subset does
   not rewrite BENCHMARKS.md (its other sections would be lost): it prints its sections;
   with ``--update`` it replaces those benchmarks' rows and sections in BENCHMARKS.md and
-  says, under the header, which ran when (the others keep their run's figures).
-  Only a full run writes the report.
+  says, under the header, which ran when (the others keep their run's figures); one that
+  raised keeps its row (the error is printed). Only a full run writes the report.
 
 ``SOAK_MINUTES`` sets how long the chaos soak (``soak``, :mod:`bench.soak`) runs (default 60;
 with ``--quick``, its short plan for 4); ``python -m bench.soak`` runs it alone.
@@ -147,6 +147,7 @@ def main() -> None:
     selected = args.only or NAMES
     started = time.monotonic()
     results: list[Result] = []
+    errored: list[Result] = []  # a run that raised: printed, never written over a row
     steps = [name for name in BENCHMARKS if name in selected]
     if steps:
         needs_stack = any(name not in PURE for name in steps)
@@ -170,6 +171,7 @@ def main() -> None:
                 except Exception as exc:  # the other benchmarks still run and are reported
                     traceback.print_exc()
                     result = Result(name, "-", f"error: {type(exc).__name__}: {exc}"[:300], False)
+                    errored.append(result)
                 print(
                     f"bench: {name}: {result.measured} ({time.monotonic() - t:.0f} s)", flush=True
                 )
@@ -192,9 +194,12 @@ def main() -> None:
         else:
             fault_run = faults.FaultRun(0, tail="skipped (--fault-n 0)")
     seconds = time.monotonic() - started
-    if args.only and args.update and results:
-        path = report.write(report.merge(report.write_path().read_text(), results, seconds))
-        print(f"bench: updated {', '.join(r.name for r in results)} in {path.name}")
+    measured = [r for r in results if not any(r is e for e in errored)]
+    if args.only and args.update and measured:
+        path = report.write(report.merge(report.write_path().read_text(), measured, seconds))
+        print(f"bench: updated {', '.join(r.name for r in measured)} in {path.name}")
+        if errored:
+            print(f"bench: not updated (the run raised): {', '.join(r.name for r in errored)}")
         return
     if args.only:
         print(report.render_partial(results, fault_run), end="")

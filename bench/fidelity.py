@@ -116,7 +116,7 @@ def replay(name: str, doc: dict[str, Any], inner: Any, engine: Any, guard: bool 
     from offpath.compaction.formats import split_turns, to_messages
     from offpath.compaction.pipeline import Skip, compact
     from offpath.compaction.summarizers.guarded import GuardedSummarizer
-    from offpath.compaction.summary.message import is_summary
+    from offpath.compaction.summary import is_summary
     from offpath.config import load_settings
     from offpath.stores import archive
     from offpath.stores.db.tables import JOBS

@@ -230,8 +230,8 @@ def replay(
 
 
 def run(ctx: Context | None = None) -> Result:
-    from offpath.compaction.planner.budgets import summary_budget_chars
-    from offpath.compaction.summary.message import text_cap
+    from offpath.compaction.planner import summary_budget_chars
+    from offpath.compaction.summary import text_cap
     from offpath.config import load_settings
     from offpath.llm import make_summarizer
 

@@ -297,7 +297,7 @@ def injection() -> tuple[list[str], bool, str]:
     from langchain_core.messages import AIMessage
 
     from offpath.compaction.formats import to_messages
-    from offpath.compaction.planner.cut import plan_compaction
+    from offpath.compaction.planner import plan_compaction
     from offpath.compaction.prompt import build_prompt
     from offpath.compaction.summarizers.guarded import GuardedSummarizer
     from offpath.compaction.summarizers.offline import OfflineSummarizer

@@ -7,6 +7,7 @@ statements."""
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from typing import Any
@@ -110,6 +111,7 @@ def run(ctx: Context, runs: int = 5) -> Result:
     settings = get_settings()
     rt = open_thread_writer(settings)  # the worker's
     summarizer = make_summarizer(settings)  # as the worker makes it: the LLM behind the guard
+    gc.freeze()  # as the worker's runtime() does once it is open
     ctx.stub.set_delay(0.0)
     statements: list[str] = []
     event.listen(rt.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.common import RUN_ID, Context, Result, api_key, api_up, free_port, pct, start_api, wait
@@ -106,8 +106,9 @@ def run(ctx: Context) -> Result:
         with rt.engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
-                    "SELECT session_id, updated_at FROM compaction_jobs WHERE status = 'applied' "
-                    "AND session_id LIKE :p"
+                    "SELECT j.session_id, j.updated_at, j.created_at, j.chars_before, u.latency_ms "
+                    "FROM compaction_jobs j LEFT JOIN usage_events u ON u.job_id = j.job_id "
+                    "WHERE j.status = 'applied' AND j.session_id LIKE :p"
                 ),
                 {"p": f"lag-{RUN_ID}-%"},
             ).all()
@@ -119,16 +120,27 @@ def run(ctx: Context) -> Result:
         log.close()
         ctx.stub.set_delay(0.0)
         rt.close()
-    applied: dict[str, list[float]] = {}
-    for sid, at in rows:
-        at = at if at.tzinfo else at.replace(tzinfo=UTC)
-        applied.setdefault(sid, []).append(at.timestamp())
+    # per thread, its applied jobs: (applied, queued) epoch s, and the size it was queued at
+    applied: dict[str, list[tuple[float, float, int, float]]] = {}
+    for sid, at, queued, chars, latency_ms in rows:
+        applied.setdefault(sid, []).append(
+            (_epoch(at), _epoch(queued), chars or 0, (latency_ms or 0) / 1000)
+        )
     over: list[float] = []
+    ahead: list[float] = []  # s from the job queued to the crossing turn's response
+    taken: list[float] = []  # s from the job queued to its compaction applied
+    queued_at: list[int] = []  # the thread's size (chars) when its job was queued
+    summarizer: list[float] = []  # s its summarizer call took
     censored = 0
     for sid, crossed in crossings:
-        later = [a for a in applied.get(sid, []) if a >= crossed - 0.05]
+        later = [a for a in applied.get(sid, []) if a[0] >= crossed - 0.05]
         if later:
-            over.append(max(0.0, min(later) - crossed))
+            at, queued, chars, llm_s = min(later)
+            over.append(max(0.0, at - crossed))
+            ahead.append(crossed - queued)
+            taken.append(at - queued)
+            queued_at.append(chars)
+            summarizer.append(llm_s)
         else:
             over.append(end - crossed)
             censored += 1
@@ -153,7 +165,21 @@ def run(ctx: Context) -> Result:
             f"{settings.summarization_prepare_at} x it (prepare early)",
             f"time over = the crossing turn's response to the first compaction of that thread applied after it "
             f"(job row); {censored} crossing(s) still over at the end, counted to the end",
+            f"that compaction's job: queued at {pct(queued_at, 50):,.0f} chars (p50; the prepare floor is "
+            f"{settings.prepare_floor_chars:,}), {pct(ahead, 50):.2f} s before the crossing (p50; p10 "
+            f"{pct(ahead, 10):.2f} s); queued to applied p50 {pct(taken, 50):.2f} s, p90 {pct(taken, 90):.2f} s "
+            f"(its summarizer call p50 {pct(summarizer, 50):.2f} s)"
+            if taken
+            else "no crossing had a compaction applied after it",
         ],
         "a thread is over its threshold until the prepared compaction is applied: by the hook right after the "
-        "crossing turn when the summary was ready, else by the worker when its LLM call returns",
+        "crossing turn when the summary was ready, else by the worker when its LLM call returns. A job starts "
+        "at the prepare floor at the earliest (how far ahead of the crossing that is: the line above); a job "
+        "that takes longer (the LLM's 2 s, and the worker's share of a loaded host) leaves the thread over for "
+        "the rest of it",
     )
+
+
+def _epoch(at: datetime) -> float:
+    """A job row's time (UTC if the database gave it without a zone) in epoch seconds."""
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()

@@ -663,6 +663,9 @@ class Tracker:
                 row[1] += id(f) in shown
         self.run.points.append(point)
         self.hidden = [f for f in facts if id(f) not in shown]
+        if where := os.environ.get("LONGSESSION_DUMP"):  # the facts stated, not in view
+            path = Path(where) / f"{self.run.session}-{point.index:02d}-hidden.txt"
+            path.write_text("".join(f"{f.loop}\t{f.kind}\t{f.value}\n" for f in self.hidden))
         self.due = self.engine is not None and (
             point.index in (1, self.target) or point.index % ANSWER_EVERY == 0
         )
@@ -804,6 +807,11 @@ def run(ctx: Context) -> Result:
     quick = ctx.quick
     target = QUICK_TARGET if quick else TARGET
     thresholds = THRESHOLDS[:1] if quick else THRESHOLDS
+    if only_t := os.environ.get("LONGSESSION_THRESHOLDS"):  # e.g. "30000": a subset, to look into
+        thresholds = tuple(t for t in thresholds if str(t[0]) in only_t.split(","))
+    compactors = tuple(
+        c for c in COMPACTORS if c in os.environ.get("LONGSESSION_COMPACTORS", c).split(",")
+    )
     if only := os.environ.get("LONGSESSION_DOCS"):  # a subset, to look into one
         chosen = [d for d in transcripts(False) if d[0] in only.split(",")]
     else:
@@ -861,7 +869,7 @@ def run(ctx: Context) -> Result:
                     doc = session(name, messages, loops_for(messages, threshold, keep, target))
                     docs[(name, threshold)] = doc
                     sessions.append(doc)
-                cells = [(d, s, c) for d in sessions for s in SUMMARIZERS for c in COMPACTORS]
+                cells = [(d, s, c) for d in sessions for s in SUMMARIZERS for c in compactors]
                 ours = sum(c == "offpath" for _, _, c in cells)
                 with (
                     open_checkpoints_url(agent_url, base, pool_size=len(cells) - ours) as theirs,

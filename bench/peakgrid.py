@@ -415,7 +415,10 @@ class Grid:
             if any(isinstance(m, ToolMessage) and str(m.content).startswith(MASKED) for m in sent):
                 run.masked_calls += 1
         run.summary_chars = list(seen.values())
-        run.broken_turns = sorted(broken)
+        # what the transcript itself holds (a request followed by another with no answer
+        # between, as SWE-agent's demonstration and task) is no compactor's doing
+        inherent = turn_problems([m for m in w.messages if m.type != "system"])
+        run.broken_turns = sorted(broken - inherent)
         model.calls.clear()
         return run
 
@@ -781,7 +784,7 @@ def report(
         f"and late (the summarizer takes {LATE_SUMMARY_S:g} s: turns arrive while it writes); "
         "the peak targets count where the prompt is under half the threshold; 'requests kept "
         "without their answer' counts what tests/shared.py turn_problems finds in any call "
-        "(the turn in progress aside)",
+        "(the turn in progress aside) and not in the transcript itself",
         "workloads: "
         + "; ".join(
             f"{w.name} ({total_chars(w.messages):,} chars, {sum(m.type == 'human' for m in w.messages)} "

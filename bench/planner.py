@@ -11,8 +11,7 @@ NAME = "planner"
 
 def run(ctx: Context | None = None, runs: int = 5) -> Result:
     from bench.workloads import thread
-    from offpath.compaction.planner.cut import plan_compaction
-    from offpath.compaction.planner.plans import CompactionPlan
+    from offpath.compaction.planner import CompactionPlan, plan_compaction
     from offpath.config import load_settings
 
     settings = load_settings()

@@ -177,9 +177,8 @@ def one(seed: int, settings: Any, summarizer: Any, probe: Any = None) -> tuple[R
     """One seeded run (see the module doc), and its control (the reference to an unknown id),
     on the same prepared compaction. ``probe(record, plan, arrived)``: a line added to the
     prepared summary (the rule's self-check)."""
-    from offpath.compaction.patch.prepared import Prepared
-    from offpath.compaction.planner.cut import plan_compaction
-    from offpath.compaction.planner.plans import Skip
+    from offpath.compaction.patch import Prepared
+    from offpath.compaction.planner import Skip, plan_compaction
     from offpath.compaction.prompt import build_prompt
 
     rng = random.Random(f"swap-{seed}")
@@ -267,8 +266,7 @@ def apply(
     (re-prepared once when stale), and say what the model can see of ``rec``."""
     from langgraph.graph.message import add_messages
 
-    from offpath.compaction.patch.fitting import fit_now
-    from offpath.compaction.patch.prepared import Stale
+    from offpath.compaction.patch import Stale, fit_now
 
     arrived = arrivals(seed, x, thread, settings)
     now = add_messages(thread, arrived)
@@ -294,7 +292,7 @@ def seen(after: list[Any], plan: Any, arrived: list[Any], rec: Record) -> tuple[
     that cites a removed message, or that neither cites one of the arrived messages nor
     quotes their text."""
     from offpath.compaction.prompt import render_content
-    from offpath.compaction.summary.message import cite
+    from offpath.compaction.summary import cite
 
     planned = {str(m.id) for m in plan.kept}
     # a summary cites a UUID by its first hex chars: either form is a citation
@@ -366,7 +364,7 @@ def self_check(settings: Any, summarizer: Any) -> list[str]:
 
 
 def run(ctx: Context | None = None) -> Result:
-    from offpath.compaction.summary.message import text_cap
+    from offpath.compaction.summary import text_cap
     from offpath.config import load_settings
     from offpath.llm import make_summarizer
 

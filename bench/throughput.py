@@ -81,7 +81,9 @@ def one_run(
     sids = []
     for k in range(jobs):
         sid = f"tp-{label}-{RUN_ID}-{k}"
-        seed(rt, sid, thread(40, 70_000, seed=k % 50, prefix=sid))
+        messages = thread(40, 70_000, seed=k % 50, prefix=sid)
+        seed(rt, sid, messages)
+        rt.facts.remember(messages)  # found as they arrived: the post-turn hook's store
         sids.append(sid)
     worker = start(env, f"tp-{label}-{RUN_ID}@%h", log)
     peak = 0.0
@@ -181,7 +183,8 @@ def run(ctx: Context, runs: int | None = None) -> Result:
             f"{runs} run(s) each, side by side; {WAVES} waves of jobs per run ({WAVES} x the concurrent jobs); threads of "
             f"40 messages / ~70,000 chars on PostgreSQL; stub LLM answering in {LLM_DELAY_S:.0f} s (its own process, "
             "on the same host); steady rate = the jobs that ended between the first and the last quarter, over "
-            "that time",
+            "that time; each thread's messages had their facts stored as they arrived (the post-turn hook's "
+            "FactStore in Redis, before the workers start), as in benchmark 2",
             f"a process's ceiling (its GIL: a job's CPU is spent in one interpreter): best one-process rate "
             f"{ceiling:.1f}/s; with a {LLM_DELAY_S:.0f} s LLM a process needs about 2 x the rate in concurrent jobs, "
             f"so the default WORKER_CONCURRENCY is {default}, and `offpath worker` starts one process per core",

@@ -144,7 +144,7 @@ def trace_own(folder: str) -> set[str]:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from offpath import OffPathCompaction
-    from offpath.compaction.summary.message import is_summary
+    from offpath.compaction.summary import is_summary
     from offpath.config import get_settings
     from offpath.coordination.runtime import Client
     from offpath.stores.db.engine import migrate

@@ -25,7 +25,7 @@ import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from offpath.compaction.planner.plans import CompactionPlan
+from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt, build_prompt, chunks
 from offpath.compaction.settings import MIN_PROMPT_CHARS, Settings
 from offpath.compaction.summarizers.base import (
@@ -39,12 +39,12 @@ from offpath.compaction.summarizers.base import (
 )
 from offpath.compaction.summarizers.guarded import GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.compaction.summary.instructions import strip_instructions
-from offpath.compaction.summary.message import (
+from offpath.compaction.summary import (
     SUMMARY_PREFIX,
     SUMMARY_SOURCE,
     fit_text,
     refusal_problem,
+    strip_instructions,
     template_problem,
     text_cap,
 )
@@ -109,7 +109,7 @@ class LLMSummarizer:
     def _summarize(
         self, plan: CompactionPlan, prompt: SummaryPrompt, max_chars: int
     ) -> SummaryResult:
-        parts = chunks(plan, max_chars, MAX_CALLS)
+        parts = chunks(plan, max_chars, MAX_CALLS, prompt.sizes)
         if len(parts) == 1:
             return self._call(plan, prompt)
         carried: BaseMessage | None = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from offpath.compaction.summary.instructions import normalized
+from offpath.compaction.summary import normalized
 
 #: The variants: the issue's list (spaced letters, full-width, Cyrillic look-alikes,
 #: zero-width spaces, synonyms, "Note to the AI assistant", role-like prefixes), widened.

@@ -391,8 +391,7 @@ class Stack:
         """What the post-turn hook does after a turn that made ``thread`` (the jobs as they were
         before): ``(a new job is queued, the prepared job it applies)``."""
         from offpath.compaction.accounting import total_chars
-        from offpath.compaction.planner.cut import plan_compaction
-        from offpath.compaction.planner.plans import Skip
+        from offpath.compaction.planner import Skip, plan_compaction
 
         busy = [j for j in jobs if j["status"] in ("queued", "running")]
         prepared = [j["job_id"] for j in jobs if j["status"] == "prepared"]

@@ -313,6 +313,9 @@ def pad_summary(text: str, chars: int) -> str:
 
 class StubServer(ThreadingHTTPServer):
     daemon_threads = True
+    #: listen backlog: a worker's pool opens a connection per concurrent job at once (hundreds);
+    #: socketserver's default of 5 drops the rest's SYNs, and each waits a 1 s retransmit
+    request_queue_size = 1024
 
     def __init__(self, port: int = 0, delay_s: float = 0.0) -> None:
         super().__init__(("127.0.0.1", port), Handler)

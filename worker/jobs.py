@@ -49,14 +49,13 @@ from redis.exceptions import RedisError
 
 from offpath import metrics
 from offpath.compaction.accounting import message_chars, total_chars
-from offpath.compaction.patch.fitting import landed
-from offpath.compaction.patch.prepared import Fitted, Stale, patched
+from offpath.compaction.facts.extraction import found_here, unchanged_messages
+from offpath.compaction.patch import Fitted, Stale, landed, patched
 from offpath.compaction.pipeline import prepare
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import CompactionPlan, Skip
-from offpath.compaction.shorten import is_shortened
+from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
+from offpath.compaction.shorten import digests_kept, is_shortened
 from offpath.compaction.summarizers.base import Summarizer, SummarizerError
-from offpath.compaction.summary.message import is_summary, summary_meta
+from offpath.compaction.summary import is_summary, summary_meta
 from offpath.compaction.tokens import for_thread, measured_ratio
 from offpath.coordination.faults import failpoint
 from offpath.coordination.jobs import UNSTORABLE, JobEnded, JobOptions, Landed, head_mark
@@ -131,7 +130,11 @@ def run_job(
     Raises :class:`RetryLater` for failures worth retrying.
     """
     try:
-        return _compact(rt, summarizer, session_id, job_id, lease, stored, options or JobOptions())
+        # the job changes no message in place: each is keyed for its facts and digested once
+        with unchanged_messages(), digests_kept():
+            return _compact(
+                rt, summarizer, session_id, job_id, lease, stored, options or JobOptions()
+            )
     except SummarizerError as exc:
         if exc.transient:
             raise RetryLater(str(exc), exc.retry_after_s) from exc
@@ -258,8 +261,11 @@ def _compact(
             plan.removed_chars,
             len(plan.kept),
         )
-        rt.facts.preload(plan.removed)  # the removed messages' facts, found on arrival
         read = with_originals(rt, session_id, plan)  # the summarizer reads what was shortened
+        # the removed messages' facts as found on arrival (by the middleware or the post-turn
+        # hook), the originals of those shortened too: the guard reads those
+        read_facts = rt.facts.preload([*plan.removed, *read.removed])
+        found = found_here()
         done = prepare(plan, settings, summarizer, job_id=job_id, read=read)
         result, latency_ms = done.result, done.latency_ms
         metrics.summarized(summarizer.name, latency_ms, result.input_tokens, result.output_tokens)
@@ -268,6 +274,9 @@ def _compact(
             "output_tokens": result.output_tokens,
             "latency_ms": latency_ms,
             "chars_per_token": round(ratio, 4) if ratio else None,
+            # messages whose facts the job read from the fact store, and found itself
+            "facts_read": read_facts,
+            "facts_found": found_here() - found,
         }
         stored = {"prepared": done.prepared.to_json(), "usage": usage}
         jobs.store(job_id, stored)

@@ -23,6 +23,9 @@ an interval:
   timeout, and no live worker answers for it: :func:`lost_messages`): remove that message
   and publish the job again, on the claim it holds. A duplicate delivery (a live worker
   that answered too late) finds the job running or ended and does nothing;
+* queued, published, holding its claim, and its message in no queue and taken by no
+  consumer on two passes in a row (a delivery that ended before the job started, as Celery
+  acks a task that raised: :func:`gone_messages`): publish it again on the claim it holds;
 * its lease is alive (queued or running): nothing to do;
 * lapsed (its worker died, or the broker lost it): if its summary is in the thread,
   record it (the patch landed, the usage row did not); else end it when another job
@@ -43,6 +46,7 @@ What it did is logged in one line and counted in ``offpath_reconciler_actions_to
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -54,7 +58,7 @@ from langchain_core.messages import BaseMessage, messages_from_dict
 
 from offpath.compaction.accounting import content_text
 from offpath.compaction.loss import loss_report
-from offpath.compaction.patch.fitting import landed
+from offpath.compaction.patch import landed
 from offpath.compaction.settings import Settings
 from offpath.coordination import broker
 from offpath.coordination.consumers import holding
@@ -90,8 +94,9 @@ def reconcile_once(rt: Runtime, publish: Publisher) -> dict[str, int]:
         now = now_utc()
         rows = open_jobs(rt.engine, now - timedelta(seconds=s.reconcile_interval_s))
         lost = lost_messages(rt, rows)
+        gone = gone_messages(rt, rows)
         for row in rows:
-            done[_one(rt, jobs, row, lost)] += 1
+            done[_one(rt, jobs, row, lost, gone)] += 1
         quiet = now - timedelta(seconds=s.reconcile_interval_s)
         for row in pending_losses(rt.engine, LOSS_PENDING["error"], quiet):
             done[_report_loss(rt, jobs, row)] += 1
@@ -168,6 +173,41 @@ def lost_messages(rt: Runtime, rows: list[dict[str, Any]]) -> dict[str, bytes]:
     return {job_id: tag for job_id, tag in taken.items() if job_id not in live}
 
 
+def gone_messages(rt: Runtime, rows: list[dict[str, Any]]) -> set[str]:
+    """The queued, published jobs among ``rows`` whose message the broker no longer holds,
+    neither in their queue nor delivered and unacknowledged, on this pass and the one
+    before (:func:`_gone_twice`): a delivery took it and was acknowledged without the job
+    starting (Celery acks a task that raised, as one does whose database or lease store did
+    not answer before it marked its row running), so no worker will ever run it. Empty when the broker is not Redis or could not be asked (a
+    broker error is logged, the pass goes on)."""
+    s = rt.settings
+    queued = [r["job_id"] for r in rows if r["status"] == JobStatus.QUEUED and r["published"]]
+    if not broker.is_redis(s.broker_url):
+        return set()
+    try:
+        held = broker.in_broker(s.broker_url, s.celery_queue, queued) if queued else set()
+    except Exception as exc:
+        log.warning("reconciler: could not look for gone messages: %s", exc)
+        return set()
+    return _gone_twice(rt, {job_id for job_id in queued if job_id not in held})
+
+
+def _gone_twice(rt: Runtime, gone: set[str]) -> set[str]:
+    """Those of ``gone`` the pass before this one found gone too; keeps the rest for the
+    next pass (one key, rewritten by every pass, so a mark never outlives the pass after
+    it). A consumer moves a message from the queue's list to kombu's unacknowledged hash in
+    two steps, so one read can find it in neither while it is in flight (milliseconds, a
+    loaded host's worker longer); a pass later it is in the hash or its job has started."""
+    s = rt.settings
+    key = f"{s.redis_key_prefix}:reconciler:gone"
+    store = rt.leases.store
+    before = store.get(key)
+    confirmed = gone.intersection(json.loads(before)) if before else set()
+    marks = json.dumps(sorted(gone - confirmed))
+    store.swap(key, before, marks, max(10 * s.reconcile_interval_s, 60.0))
+    return confirmed
+
+
 def seconds_since_last_pass(rt: Runtime) -> float | None:
     """How long ago the reconciler finished a pass (None: never, or over a day ago)."""
     value = rt.leases.store.get(reconciler_key(rt.settings.redis_key_prefix))
@@ -182,7 +222,9 @@ def _landed(
     return landed(read_messages(saver, session_id), job_id, record)
 
 
-def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any], lost: dict[str, bytes]) -> str:
+def _one(
+    rt: Runtime, jobs: Jobs, row: dict[str, Any], lost: dict[str, bytes], gone: set[str]
+) -> str:
     session_id, job_id = row["session_id"], row["job_id"]
     holder = rt.leases.holder(session_id)
     own = holder if holder is not None and holder.job_id == job_id else None  # the job's claim
@@ -241,6 +283,17 @@ def _one(rt: Runtime, jobs: Jobs, row: dict[str, Any], lost: dict[str, bytes]) -
         log.info(
             "[%s] reconciler: re-published job %s (its message was taken by a worker that is "
             "gone before the job started)",
+            tag(session_id),
+            job_id,
+        )
+        return "republished"
+    if job_id in gone and own is not None and own.state is State.QUEUED:
+        # a message that arrives meanwhile anyway (a consumer that took it just now) is a
+        # duplicate delivery, which finds the job running or ended and does nothing
+        jobs.publish_lost(session_id, job_id, options)
+        log.info(
+            "[%s] reconciler: re-published job %s (its message is no longer in the broker: "
+            "its delivery ended before the job started)",
             tag(session_id),
             job_id,
         )

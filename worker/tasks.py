@@ -8,7 +8,9 @@ the thread's running lease (:mod:`offpath.stores.leases`) and renews it while it
 
 from __future__ import annotations
 
+import gc
 import logging
+import random
 import threading
 
 from celery import signals
@@ -22,6 +24,7 @@ from offpath.coordination.exporter import serve_worker_metrics
 from offpath.coordination.faults import failpoint
 from offpath.coordination.jobs import JobEnded, JobOptions
 from offpath.coordination.logs import tag
+from offpath.coordination.outages import cause, is_outage
 from offpath.coordination.queue import COMPACT_TASK
 from offpath.coordination.runtime import Runtime
 from offpath.llm import make_summarizer
@@ -52,6 +55,10 @@ def runtime() -> tuple[Runtime, Summarizer]:
             settings = get_settings()
             rt = open_thread_writer(settings, run_migrations=False)
             _runtime = (rt, make_summarizer(settings))
+            # what start-up made (modules, LangChain's classes, the runtime) lives as long as
+            # the process: out of the collector's generations, a job's collections no longer
+            # walk it (a full collection of that heap stalls a job for ~100 ms)
+            gc.freeze()
             log.info("worker ready: summarizer %s", _runtime[1].name)
         return _runtime
 
@@ -124,7 +131,30 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
     jobs = rt.jobs
     job_id = self.request.id
     sid = tag(session_id)
-    started = jobs.start(session_id, job_id)
+    try:
+        started = jobs.start(session_id, job_id)
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        # nothing of the job began (its row is not running, or no lease was taken): this
+        # delivery is sent again after a countdown; acknowledged as a failed task, it would
+        # leave the job queued with no message
+        bound = get_exponential_backoff_interval(
+            factor=settings.job_retry_backoff_s,
+            retries=self.request.retries,
+            maximum=settings.job_retry_backoff_max_s,
+        )
+        countdown = random.uniform(bound / 2, bound)  # a store's outage lasts: never at once
+        log.warning(
+            "[%s] summarizer: job %s could not start (%s); trying again in %.1fs",
+            sid,
+            job_id,
+            cause(exc),
+            countdown,
+        )
+        raise self.retry(
+            exc=exc, countdown=countdown, max_retries=settings.job_max_retries
+        ) from exc
     if started.done is not None:
         log.info("[%s] summarizer: job %s already %s, nothing to do", sid, job_id, started.done)
         return str(started.done)
@@ -179,7 +209,9 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
                 countdown,
             )
             jobs.retry(held)  # queued again until the retry runs
-            raise self.retry(countdown=countdown, max_retries=settings.job_max_retries) from exc
+            raise self.retry(
+                exc=exc, countdown=countdown, max_retries=settings.job_max_retries
+            ) from exc
     except Exception as exc:  # a bug must still end the job, not leave it "running"
         log.exception("[%s] summarizer: unexpected error", sid)
         outcome = end(
@@ -210,8 +242,15 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
 @app.task(name="reconcile", ignore_result=True)
 def reconcile() -> dict[str, int]:
     """One pass of the reconciler (:mod:`worker.reconciler`); Celery beat runs it every
-    ``RECONCILE_INTERVAL_S``."""
+    ``RECONCILE_INTERVAL_S``. A store that does not answer ends the pass with one warning
+    line (the next pass starts over); any other error raises, with its traceback."""
     from offpath.worker.reconciler import reconcile_once
 
     rt, _ = runtime()
-    return reconcile_once(rt, rt.publish)
+    try:
+        return reconcile_once(rt, rt.publish)
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        log.warning("reconciler: pass ended, a store did not answer: %s", cause(exc))
+        return {}

@@ -111,7 +111,7 @@
     });
   }
 
-  // "Revert" on the latest compaction (issue 19): its button is re-rendered by the live
+  // "Revert" on the latest compaction: its button is re-rendered by the live
   // region, so the click is caught on the document
   document.addEventListener("click", async (event) => {
     const revert = event.target.closest("button.revert");
@@ -142,7 +142,7 @@
     }
   });
 
-  // the session's compaction updates, live (issue 21, item 4): GET /sessions/{id}/events,
+  // the session's compaction updates, live: GET /sessions/{id}/events,
   // server-sent events whose data is an ACP session/update ({sessionId, update: {sessionUpdate:
   // "compaction_update", compactionId, status, charsBefore, charsAfter, reason}})
   const feed = document.getElementById("compaction-events");
@@ -170,6 +170,12 @@
       }
       if (update.reason) text += ": " + update.reason;
       item.textContent = text;
+      // the job the "Compact now" button queued: its line says where the job is now
+      const result = document.getElementById("compact-result");
+      if (result && result.dataset.jobId === String(update.compactionId)) {
+        result.textContent = text.slice(text.indexOf("job "));
+        result.dataset.status = update.status;
+      }
       feed.prepend(item);
       while (feed.children.length > 20) feed.lastElementChild.remove();
       if (live && update.status !== "in_progress") poll(); // the thread and jobs changed
@@ -199,6 +205,12 @@
           out.textContent = "job " + String(data.job_id).slice(0, 8) + " " + (data.status || "queued") +
             (data.kind === "own agent" ? ": " + data.detail : "");
           out.dataset.jobId = data.job_id;
+          // its events may have come before this answer: the newest one says where it is
+          const heard = feed && feed.querySelector('li[data-job="' + CSS.escape(String(data.job_id)) + '"]');
+          if (heard) {
+            out.textContent = heard.textContent.slice(heard.textContent.indexOf("job "));
+            out.dataset.status = heard.dataset.status;
+          }
         } else {
           out.textContent = "not queued (" + r.status + "): " + (typeof detail === "string" ? detail : JSON.stringify(detail));
         }

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.summary.message import build_summary_message
+from offpath.compaction.summary import build_summary_message
 from offpath.coordination.runtime import Runtime
 from offpath.stores.db.job_queries import jobs_of
 from offpath.stores.db.tables import EVENTS, JobStatus

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from langchain_core.messages import BaseMessage, messages_from_dict
 
 from offpath.compaction.accounting import content_text, message_chars
-from offpath.compaction.planner.budgets import thread_budget
-from offpath.compaction.summary.message import fingerprint, is_summary, summary_meta
+from offpath.compaction.planner import thread_budget
+from offpath.compaction.summary import fingerprint, is_summary, summary_meta
 from offpath.coordination.runtime import Runtime
 from offpath.stores import archive
 from offpath.stores.db.job_queries import jobs_of

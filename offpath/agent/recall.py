@@ -35,7 +35,7 @@ from langgraph.config import get_config
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.accounting import content_text
-from offpath.compaction.summary.message import CITED_UUID_CHARS
+from offpath.compaction.summary import CITED_UUID_CHARS
 from offpath.stores import archive
 from offpath.stores.search import search
 from offpath.stores.values import unstorable

@@ -208,7 +208,7 @@ def show(
     from langchain_core.messages import ToolMessage
 
     from offpath.compaction.accounting import content_text, message_chars
-    from offpath.compaction.summary.message import is_summary
+    from offpath.compaction.summary import is_summary
 
     what = f"cannot read session {session_id!r}"
     thread = call_api(url, api_key, "GET", f"/sessions/{session_id}/messages", what).json()

@@ -213,7 +213,7 @@ def fixed_prepare_at(settings: Settings) -> float | None:
     (:func:`offpath.compaction.planner.earliest_worth`), so that the middleware's prepare point,
     which moves between the two with the run's growth rate per second, is that one figure
     at every run (0.6 at the defaults: 36,000 of 60,000 chars)."""
-    from offpath.compaction.planner.budgets import earliest_worth
+    from offpath.compaction.planner import earliest_worth
 
     threshold = settings.summarization_threshold_chars
     if not threshold:
@@ -257,7 +257,7 @@ def _produced(client: httpx.Client, session: str) -> tuple[int, int]:
     removed; a later copy can be a shortened one), else the message as the thread has it
     now. Summaries are offpath's, not the runs'."""
     from offpath.compaction.formats import to_messages
-    from offpath.compaction.summary.message import SUMMARY_PREFIX
+    from offpath.compaction.summary import SUMMARY_PREFIX
 
     keep = ("type", "content", "tool_calls", "tool_call_id", "name")
     by_id: dict[str, dict[str, Any]] = {}

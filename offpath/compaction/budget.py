@@ -24,9 +24,9 @@ from offpath.compaction.facts.sections import (
     SINCE_HEADING,
     SWAP_HEADING,
 )
-from offpath.compaction.frontier.form import DECISIONS_HEADING, DONE_HEADING, ORIGINAL_HEADING
+from offpath.compaction.frontier import DECISIONS_HEADING, DONE_HEADING, ORIGINAL_HEADING
 from offpath.compaction.index import INDEX_HEADING, merge_oldest
-from offpath.compaction.summary.message import HEADINGS, REQUEST_HEADING
+from offpath.compaction.summary import HEADINGS, REQUEST_HEADING
 
 #: What a section's text says once its lines were left out for space (a template heading
 #: keeps its place).
@@ -36,24 +36,29 @@ LEFT_OUT = "(left out for space; `recall` finds it)"
 #: lines, never part of one:
 #:
 #: 1. ``since-facts``: the facts listed under the since-section (every one is archived, and
-#:    the section names its message), the last first;
+#:    the section names its message): its quoted lines, the last first, then its lines of
+#:    values one value at a time, but for what the agent said and the user named (``said``);
 #: 2. ``findings-tail``: Key findings bullets past the first :data:`FIRST_FINDINGS`, the last
 #:    first (the summarizer's prose gives way to the facts: the guard's pins);
 #: 3. ``pinned``: Pinned facts entries: the quoted lines first (a line of ~150 chars holds a
-#:    fact or two), the last first, then the lines of values (denser), the last first, but
-#:    for those of what the agent said and the user named (``said``, below);
+#:    fact or two), the last first, then the lines of values (denser) one value at a time,
+#:    the longest line first, but for those of what the agent said and the user named
+#:    (``said``, below);
 #: 4. ``findings``: the first Key findings bullets, the last first;
 #: 5. ``notes``: notes in italics other than the recall line (the offline note);
 #: 6. ``state-extra``: the Current state's Done line, then its Next, Instructions in force
 #:    and standing-instructions lines;
 #: 7. ``prose``: the text of the Ruled out and Current state lines (their headings stay,
 #:    saying the text was left out);
-#: 8. ``said``: the Pinned facts lines of what the agent said in its own words and the user
-#:    named give up one value at a time, from their largest span group (no span's values
-#:    all dropped): they outrank the summarizer's prose (DESIGN.md invariant 20);
-#: 9. ``since-requests``: the since-section's turns, the oldest first (counted in one line);
-#: 10. ``index``: the archive's index, its two oldest spans merged into one line, again and
-#:     again (no span in the middle is dropped);
+#: 8. ``since-requests``: the since-section's turns, the oldest first (counted in one line);
+#: 9. ``index``: the archive's index, its two oldest spans merged into one line, again and
+#:    again (no span in the middle is dropped);
+#: 10. ``said``: the Pinned facts and since-section lines of what the agent said in its own
+#:     words and the user named give up one value at a time, from their largest span group
+#:     (no span's values all dropped): they outrank the summarizer's prose, the quotes of
+#:     the since-section's turns and the index's detail (DESIGN.md invariant 20; ``recall``
+#:     reads those turns whole and finds what the index names): the since-section's are the
+#:     agent's newest words, found nowhere else in view once its messages went;
 #: 11. ``open``: the Current state's Open line;
 #: 12. ``decisions``: the Decisions entries, the oldest first;
 #: 13. ``swap``: the identifiers the check before the swap pinned, the last first (the
@@ -68,9 +73,9 @@ ORDER = (
     "notes",
     "state-extra",
     "prose",
-    "said",
     "since-requests",
     "index",
+    "said",
     "open",
     "decisions",
     "swap",
@@ -215,26 +220,20 @@ def _step(lines: _Lines, name: str, cap: int) -> None:
     if name == "findings-tail":
         while over() and len(found := lines.entries("findings")) > FIRST_FINDINGS:
             lines.drop(found[-1])
-    elif name == "pinned":
-        for test in ((lambda ln: ln.startswith("- `")), (lambda ln: not _own(ln))):
-            while over() and (found := lines.entries("pinned", test)):
-                lines.drop(found[-1])
-    elif name == "said":
-        # the lines of what the agent said and the user named give up one value at a time,
-        # from their largest span group (each span keeps its share), the longest line first
-        while over() and (found := lines.entries("pinned")):
-            k = max(found, key=lambda i: len(lines.rows[i][1]))
-            shorter = without_one_value(lines.rows[k][1])
-            if shorter is None:
-                lines.drop(found[-1])
-            else:
-                lines.rows[k] = (lines.rows[k][0], shorter, False)
-    elif name in ("since-facts", "findings", "swap"):
-        section = {"since-facts": "since"}.get(name, name)
-        droppable: Callable[[str], object] | None = (
-            (lambda ln: not _SINCE_TURN.match(ln)) if name == "since-facts" else None
+    elif name == "since-facts":
+        while over() and (found := lines.entries("since", lambda ln: ln.startswith("- `"))):
+            lines.drop(found[-1])
+        _one_value_at_a_time(
+            lines, over, ("since",), lambda ln: not _SINCE_TURN.match(ln) and not _own(ln)
         )
-        while over() and (found := lines.entries(section, droppable)):
+    elif name == "pinned":
+        while over() and (found := lines.entries("pinned", lambda ln: ln.startswith("- `"))):
+            lines.drop(found[-1])
+        _one_value_at_a_time(lines, over, ("pinned",), lambda ln: not _own(ln))
+    elif name == "said":
+        _one_value_at_a_time(lines, over, ("pinned", "since"), _own)
+    elif name in ("findings", "swap"):
+        while over() and (found := lines.entries(name)):
             lines.drop(found[-1])
     elif name == "notes":
         while over() and (found := lines.entries("note", lambda ln: "`recall`" not in ln)):
@@ -293,6 +292,25 @@ def _step(lines: _Lines, name: str, cap: int) -> None:
     elif name == "decisions":
         while over() and (found := lines.entries("decisions")):
             lines.drop(found[0])
+
+
+def _one_value_at_a_time(
+    lines: _Lines,
+    over: Callable[[], bool],
+    sections: tuple[str, ...],
+    test: Callable[[str], object],
+) -> None:
+    """The lines of ``sections`` that ``test`` picks give up one value at a time while
+    ``over()``, the longest line first, from its largest span group (each span keeps its
+    share: a line of forty values is not lost at once for a few chars); a line that is no
+    line of values (a count of ids, a time range) goes whole."""
+    while over() and (found := [i for s in sections for i in lines.entries(s, test)]):
+        k = max(found, key=lambda i: len(lines.rows[i][1]))
+        shorter = without_one_value(lines.rows[k][1])
+        if shorter is None:
+            lines.drop(k)
+        else:
+            lines.rows[k] = (lines.rows[k][0], shorter, False)
 
 
 def _clip(lines: _Lines, cap: int) -> None:

@@ -20,7 +20,7 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-from offpath.compaction.summary.message import is_summary
+from offpath.compaction.summary import is_summary
 
 
 class ConversationFormatError(ValueError):

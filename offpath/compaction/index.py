@@ -18,11 +18,10 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage
 
 from offpath.compaction.accounting import content_text
-from offpath.compaction.facts.extraction import extract, rank
+from offpath.compaction.facts.extraction import extract_ranked
 from offpath.compaction.facts.sections import INDEX_HEADING
 from offpath.compaction.pairing import is_request
-from offpath.compaction.summary.instructions import looks_like_instruction
-from offpath.compaction.summary.message import cite, is_summary
+from offpath.compaction.summary import cite, is_summary, looks_like_instruction
 
 #: The whole heading line, with how to use it.
 INDEX_HEADER = (
@@ -106,9 +105,11 @@ def index_lines(summary: BaseMessage) -> list[str]:
     return out
 
 
-def span_line(removed: Sequence[BaseMessage], last_turn: int) -> str | None:
+def span_line(removed: Sequence[BaseMessage], last_turn: int, shown: str = "") -> str | None:
     """The line of a span of ``removed`` messages (earlier summaries left out), its turns
-    counted on from ``last_turn`` (the last turn the index names so far); None for none."""
+    counted on from ``last_turn`` (the last turn the index names so far); None for none.
+    Its topics are values ``shown`` (the rest of the summary) does not hold: a value the
+    summary names already says nothing more in the index."""
     fresh = [m for m in removed if not is_summary(m)]
     if not fresh:
         return None
@@ -124,13 +125,17 @@ def span_line(removed: Sequence[BaseMessage], last_turn: int) -> str | None:
                     tools[name] += 1
     topics: list[str] = []
     seen: set[str] = set()
-    for fact in rank(f for f in extract(fresh) if f.stated or f.asked or f.messages > 1):
+    present = shown.casefold()
+    for fact in extract_ranked(fresh)[1]:
+        if not (fact.stated or fact.asked or fact.messages > 1):
+            continue
         value = " ".join(fact.value.split())
         key = value.casefold()
         if (
             len(value) > MAX_TOPIC_CHARS
             or key in seen
             or any(key in s for s in seen)
+            or key in present
             or looks_like_instruction(value)
         ):
             continue
@@ -170,16 +175,17 @@ def merge_oldest(lines: Sequence[str]) -> list[str] | None:
     return [merged, *lines[2:]]
 
 
-def archive_index(removed: Sequence[BaseMessage], room: int) -> str:
+def archive_index(removed: Sequence[BaseMessage], room: int, shown: str = "") -> str:
     """The index section of a summary replacing ``removed`` (in thread order, earlier
-    summaries among them): the spans the earlier summaries' indexes hold, then this one's, in
-    at most ``room`` chars (the oldest spans merged until it fits; at least the heading and
-    one line). "" when nothing is indexed."""
+    summaries among them): the spans the earlier summaries' indexes hold, then this one's
+    (its topics none that ``shown``, the summary's other parts, holds), in at most ``room``
+    chars (the oldest spans merged until it fits; at least the heading and one line). ""
+    when nothing is indexed."""
     lines: list[str] = []
     for m in removed:
         if is_summary(m):
             lines += index_lines(m)
-    new = span_line(removed, _last_turn(lines))
+    new = span_line(removed, _last_turn(lines), shown)
     if new is not None:
         lines.append(new)
     if not lines:

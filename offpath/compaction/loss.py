@@ -30,8 +30,9 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import content_text, message_chars
-from offpath.compaction.facts.extraction import Fact, extract, rank
+from offpath.compaction.facts.extraction import Fact, extract_ranked
 from offpath.compaction.facts.patterns import held_in
+from offpath.compaction.fields import message_field
 
 #: Most lost facts a report lists (the most important first); ``facts_lost`` counts them all.
 MAX_LISTED = 50
@@ -128,7 +129,7 @@ def visible_text(messages: Iterable[BaseMessage]) -> str:
     parts: list[str] = []
     for m in messages:
         parts.append(content_text(m.content))
-        for call in getattr(m, "tool_calls", None) or []:
+        for call in message_field(m, "tool_calls") or []:
             args = json.dumps(call.get("args") or {}, ensure_ascii=False, default=str)
             parts.append(f"{call.get('name')} {args}")
         if m.name:
@@ -156,16 +157,23 @@ def loss_report(
     before = [b for b, _ in shortened]
     left = [*removed, *before]
     seen = (summary + "\n" + visible_text(kept)).casefold()
-    facts = rank(extract(left))
-    held = held_in((f.value.casefold() for f in facts), seen)
-    lost = [f for f in facts if f.value.casefold() not in held]
-    lost.sort(key=lambda f: f.tool_only)  # stable: the stated first, each part by rank
+    facts = extract_ranked(left)[1]
+    values = [f.value.casefold() for f in facts]
+    held = held_in(values, seen)
     archived = visible_text(left).casefold()
-    in_archive = held_in((f.value.casefold() for f in lost), archived)
-    recallable = {id(f): f.value.casefold() in in_archive for f in lost}
-
-    def count(part: list[Fact]) -> tuple[int, int]:
-        return len(part), sum(recallable[id(f)] for f in part)
+    # all the values again, not only the lost ones: the same automaton looks in both texts
+    in_archive = held_in(values, archived)
+    # one pass over the facts, each one's case-folded value and tool_only read once: the lost
+    # ones as (fact, recallable), the stated first, each part by rank
+    stated_lost: list[tuple[Fact, bool]] = []
+    tool_only_lost: list[tuple[Fact, bool]] = []
+    stated_facts = 0
+    for f, value in zip(facts, values, strict=True):
+        tool_only = f.tool_only
+        stated_facts += not tool_only
+        if value not in held:
+            (tool_only_lost if tool_only else stated_lost).append((f, value in in_archive))
+    lost = stated_lost + tool_only_lost
 
     truth = None
     if ground_truth is not None:
@@ -174,9 +182,6 @@ def loss_report(
         present = [g for g in wanted if g.casefold() in gone]
         kept_in_view = held_in((g.casefold() for g in present), seen)
         truth = (len(present), tuple(g for g in present if g.casefold() not in kept_in_view))
-    stated_lost, stated_recallable = count([f for f in lost if not f.tool_only])
-    tool_only_lost, tool_only_recallable = count([f for f in lost if f.tool_only])
-    stated_facts = sum(not f.tool_only for f in facts)
     return LossReport(
         messages_removed=len(removed),
         chars_removed=sum(message_chars(m) for m in removed),
@@ -189,16 +194,16 @@ def loss_report(
                 f.value[:MAX_VALUE_CHARS],
                 f.kind,
                 f.message_id,
-                stated=not f.tool_only,
-                recallable=recallable[id(f)],
+                stated=i < len(stated_lost),
+                recallable=recallable,
             )
-            for f in lost[:MAX_LISTED]
+            for i, (f, recallable) in enumerate(lost[:MAX_LISTED])
         ),
         ground_truth=truth,
         stated_facts=stated_facts,
-        stated_lost=stated_lost,
-        stated_recallable=stated_recallable,
+        stated_lost=len(stated_lost),
+        stated_recallable=sum(r for _, r in stated_lost),
         tool_only_facts=len(facts) - stated_facts,
-        tool_only_lost=tool_only_lost,
-        tool_only_recallable=tool_only_recallable,
+        tool_only_lost=len(tool_only_lost),
+        tool_only_recallable=sum(r for _, r in tool_only_lost),
     )

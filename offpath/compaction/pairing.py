@@ -31,14 +31,16 @@ from dataclasses import dataclass
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.messages.tool import InvalidToolCall, ToolCall
 
-from offpath.compaction.summary.message import is_summary
+from offpath.compaction.summary import is_summary
 
 
 def call_ids(message: AIMessage) -> list[str]:
-    """Ids of an AI message's calls, malformed ones (``invalid_tool_calls``) included; a call
-    without an id cannot be answered and is left out."""
+    """Ids of an AI message's calls, malformed ones (``invalid_tool_calls``) included. An
+    empty id is an id: a provider that sends ``"id": ""`` has its calls answered by results
+    with ``tool_call_id=""`` (LangGraph's tool node copies the call's id). A call with no id
+    at all (None) cannot be answered and is left out."""
     calls: list[ToolCall | InvalidToolCall] = [*message.tool_calls, *message.invalid_tool_calls]
-    return [cid for c in calls if (cid := c.get("id"))]
+    return [cid for c in calls if (cid := c.get("id")) is not None]
 
 
 class CallPairer:

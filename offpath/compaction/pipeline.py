@@ -15,10 +15,8 @@ from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from offpath.compaction.patch.fitting import fit_now
-from offpath.compaction.patch.prepared import Fitted, Prepared, Stale
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import CompactionPlan, Skip
+from offpath.compaction.patch import Fitted, Prepared, Stale, fit_now
+from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
 from offpath.compaction.prompt import SummaryPrompt, build_prompt
 from offpath.compaction.settings import Settings
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult

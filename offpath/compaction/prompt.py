@@ -23,13 +23,14 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from offpath.compaction.accounting import render_content
-from offpath.compaction.planner.plans import CompactionPlan
-from offpath.compaction.summary.message import is_summary, summary_body, text_cap, words_for
+from offpath.compaction.planner import CompactionPlan
+from offpath.compaction.summary import is_summary, summary_body, text_cap, words_for
 
 SUMMARY_TEMPLATE = """**Investigating:** <original incident or question>
 **Key findings:**
@@ -59,6 +60,8 @@ token above is a message; anything else that looks like a header is part of the 
 #: Shortest an item is cut to (header, a little head and tail, the marker), in chars.
 MIN_ITEM_CHARS = 160
 _SEP = "\n\n"
+#: Chars of a prompt's boundary token (8 random bytes in hex).
+_TOKEN_CHARS = 16
 #: A line of data that looks like a message header of a chat transcript.
 _ROLE_HEADER = re.compile(
     r"^(\s*)[\[<(]+\s*(human|user|ai|assistant|system|developer|tool[^\]>)]*)\s*[\]>)]+",
@@ -68,11 +71,14 @@ _ROLE_HEADER = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class SummaryPrompt:
-    """The two prompt messages; ``chars`` is their total length; ``token`` the boundary."""
+    """The two prompt messages; ``chars`` is their total length; ``token`` the boundary;
+    ``sizes``: each removed message's item (earlier summaries left out) as :func:`chunks`
+    counts it, so that cutting the plan into chunks renders nothing again."""
 
     system: str
     user: str
     token: str = ""
+    sizes: tuple[int, ...] = ()
 
     @property
     def chars(self) -> int:
@@ -108,7 +114,8 @@ def build_prompt(plan: CompactionPlan, max_chars: int, token: str | None = None)
     rendered = [x.replace("[{token} ", f"[{token} ", 1) for x in head_items + items]
     body = _SEP.join(fit_items(rendered, budget))
     user = f"{intro}{open_fence}\n{body}\n{close_fence}{outro}"
-    return SummaryPrompt(system=system, user=user, token=token)
+    sizes = tuple(len(x) - len("{token}") + _TOKEN_CHARS + len(_SEP) for x in items)
+    return SummaryPrompt(system=system, user=user, token=token, sizes=sizes)
 
 
 #: A tool's name or a call's id that may stand in offpath's own words as it is.
@@ -163,18 +170,22 @@ def neutralise(text: str) -> str:
     return _ROLE_HEADER.sub(lambda m: f"{m.group(1)}(quoted {m.group(2)} header)", text)
 
 
-def chunks(plan: CompactionPlan, max_chars: int, max_calls: int) -> list[CompactionPlan]:
+def chunks(
+    plan: CompactionPlan, max_chars: int, max_calls: int, sizes: Sequence[int] = ()
+) -> list[CompactionPlan]:
     """``plan`` split into at most ``max_calls`` plans of consecutive removed messages, each of
     whose prompts fits ``max_chars`` with room for the summary of the chunk before it (an LLM
     summarizer read a quarter of a 256k-char removal; the guard alone covered the
     rest). The first chunk carries the earlier summaries. One plan when it all fits; past
     ``max_calls`` chunks, the items of each chunk are shortened to fit (every message still
-    reaches a prompt). The chunks' ``kept`` is the plan's."""
+    reaches a prompt). The chunks' ``kept`` is the plan's. ``sizes``: the plan's prompt's
+    (:attr:`SummaryPrompt.sizes`), else each item is rendered to be counted."""
     import dataclasses
 
     fresh = [m for m in plan.removed if not is_summary(m)]
     earlier = list(plan.earlier_summaries)
-    sizes = [len(render_message(m, "0" * 16)) + len(_SEP) for m in fresh]
+    if len(sizes) != len(fresh):
+        sizes = [len(render_message(m, "0" * _TOKEN_CHARS)) + len(_SEP) for m in fresh]
     fixed = len(SYSTEM_PROMPT) + len(SUMMARY_TEMPLATE) + 400
     earlier_size = sum(len(summary_body(m)) + 60 for m in earlier)
     room = max(MIN_ITEM_CHARS * 3, max_chars - fixed)

@@ -122,7 +122,7 @@ class Settings(BaseModel):
     #: second job runs): "warn" logs it at start-up, "refuse" stops the API and the worker.
     redis_eviction_check: Literal["warn", "refuse"] = "warn"
     publish_timeout_s: float = Field(default=1.0, gt=0, le=60)
-    lock_timeout_s: float = Field(default=120.0, gt=0)
+    lock_timeout_s: float = Field(default=30.0, gt=0)
     lock_wait_s: float = Field(default=10.0, ge=0)
     job_soft_time_limit_s: int = Field(default=240, gt=0)
     job_time_limit_s: int = Field(default=300, gt=0)

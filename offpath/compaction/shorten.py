@@ -15,27 +15,37 @@ Three callers shorten with :func:`shorten` (DESIGN.md "Where each kind of shrink
 * the middleware, for older results, when a model call would be over the threshold and no
   summary is ready yet: the call stays bounded while the summary is written.
 
-Issue 18: one 75,000-char ``kubectl`` dump in the last turn was kept whole by the keep window,
-and every job after it ended ``too_few_messages``.
+What a message says, as a short digest (:func:`digest`), is how a prepared compaction
+recognises, when it is applied, that the messages it planned on are unchanged
+(:func:`offpath.compaction.patch.fit`). A shortened result carries its original's digest in
+its mark, so shortening a message does not make a compaction planned on it stale: it still
+says the same thing, and its original is archived.
+
+A result larger than the keep window is shortened too: kept whole, one ``kubectl`` dump in the
+last turn would leave every job after it nothing to remove (``too_few_messages``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
+import orjson
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from offpath.compaction.accounting import args_chars, content_text, message_chars
-from offpath.compaction.digest import SHORTENED, digest
+from offpath.compaction.fields import message_field
 from offpath.compaction.settings import MIN_SHORTENED_CHARS
-from offpath.compaction.summary.message import cite, is_summary
+from offpath.compaction.summary import cite, is_summary
 
 M = TypeVar("M", bound=BaseMessage)
 
 #: ``additional_kwargs`` key of a shortened result: ``{"chars": <the original's chars>,
 #: "digest": <the original's digest>}`` (a client's copy of it is dropped by ``/turns``).
-MARK = SHORTENED
+MARK = "offpath_shortened"
 #: Most chars of the facts listed in the line that replaces the cut part.
 MAX_FACT_CHARS = 600
 #: A result is shortened only when that saves at least this many chars.
@@ -48,6 +58,57 @@ STUB_BELOW_CHARS = 500
 #: A tool-call argument (a string of several lines) is cut only when it is longer than this:
 #: what is left is its first line (at most this long) and one line saying how to read it.
 MIN_ARGUMENT_CHARS = 200
+
+
+def raw_digest(message: BaseMessage) -> str:
+    """A short digest of what ``message`` says now (type, content, tool calls, tool-call id,
+    name): two processes compute the same for the same message. 16 hex chars."""
+    parts = [
+        message.type,
+        message.content,
+        message_field(message, "tool_calls") or None,
+        message_field(message, "tool_call_id"),
+        message.name,
+    ]
+    raw = orjson.dumps(parts, default=str, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(raw, digest_size=8).hexdigest()
+
+
+#: Digests by message object (held, so that its ``id`` stays its own) while
+#: :func:`digests_kept` is entered; None: not entered (each call digests its message).
+_KEPT: ContextVar[dict[int, tuple[BaseMessage, str]] | None] = ContextVar(
+    "offpath_digests", default=None
+)
+
+
+@contextmanager
+def digests_kept() -> Iterator[None]:
+    """Within it (in this thread or task), :func:`digest` computes a message object's digest
+    once: the caller changes no message in place meanwhile (a compaction job, which digests
+    the messages it plans on, then checks them at the apply: the same objects unless the
+    thread was read again)."""
+    token = _KEPT.set({})
+    try:
+        yield
+    finally:
+        _KEPT.reset(token)
+
+
+def digest(message: BaseMessage) -> str:
+    """:func:`raw_digest` of ``message``, or of its original when offpath shortened it (the
+    digest its :data:`MARK` carries)."""
+    mark = message.additional_kwargs.get(MARK)
+    if isinstance(mark, dict) and isinstance(mark.get("digest"), str):
+        return mark["digest"]
+    kept = _KEPT.get()
+    if kept is None:
+        return raw_digest(message)
+    known = kept.get(id(message))
+    if known is not None and known[0] is message:
+        return known[1]
+    value = raw_digest(message)
+    kept[id(message)] = (message, value)
+    return value
 
 
 def is_shortened(message: BaseMessage) -> bool:
@@ -153,10 +214,10 @@ def _cut_arguments(calls: list[Any], need: int, mid: str, recall: bool) -> tuple
     """``(calls, chars)``: ``calls`` (an AI message's tool calls) with their longest
     multi-line string arguments cut to their first line and one line saying how to read
     them and which facts they hold, longest first until ``need`` chars are saved (or none is
-    left to cut; ``calls`` itself when none is cut), and the chars of their arguments then. Issue 18: a mini-swe
-    agent writing files through heredocs (2-8k chars of arguments a step) kept a run 1.35x
-    over its threshold while its summary was written: every tool result was at its floor
-    already, and its tool calls were kept whole."""
+    left to cut; ``calls`` itself when none is cut), and the chars of their arguments then. An
+    agent that writes files through heredocs spends 2-8k chars of arguments a step: with
+    every tool result at its floor, its own tool calls are what is left to shorten while its
+    summary is written."""
     how = f'recall("{cite(mid)}") reads the whole message' if recall else f"archived as {mid}"
     long = sorted(
         (
@@ -192,7 +253,7 @@ def cuttable_chars(message: BaseMessage) -> int:
     multi-line string values over :data:`MIN_ARGUMENT_CHARS`, not cut already)."""
     return sum(
         len(value)
-        for call in getattr(message, "tool_calls", None) or []
+        for call in message_field(message, "tool_calls") or []
         for value in (call.get("args") or {}).values()
         if _cuts(value)
     )
@@ -332,9 +393,9 @@ def older_caps(
     the keep window's own messages stay whole. What a model call over the threshold
     shortens while no summary is ready (no lower than :data:`MIN_OLDER_CHARS`).
 
-    Issue 18: the runs whose size is the model's own writing (files written by a mini-swe
-    agent, 5-8k chars a step) or a 19k pasted task went 1.3-1.7x over the threshold while
-    the summary was written, with every tool result already at its floor."""
+    Older messages are capped whatever their kind: a run whose size is the model's own
+    writing (files written a step at a time) or a long pasted task is otherwise over its
+    threshold while its summary is written, with every tool result already at its floor."""
     acc, start = 0, len(messages)
     while start > 0 and acc < keep_chars:
         start -= 1
@@ -379,8 +440,8 @@ def older_caps(
 def arrival_caps(new: Sequence[BaseMessage], limit: int, step_limit: int) -> dict[str, int]:
     """Caps for the tool results that arrived since the last model call: none over ``limit``
     (``TOOL_RESULT_MAX_CHARS``), and together no more than ``step_limit`` (the keep window: a
-    batch of parallel results shares it), the largest cut first. Issue 18: four parallel
-    results of 5,000 chars made one step two thirds of a 30,000-char threshold."""
+    batch of parallel results shares it), the largest cut first: four parallel results of
+    5,000 chars would make one step two thirds of a 30,000-char threshold."""
     results = [(str(m.id), message_chars(m)) for m in new if isinstance(m, ToolMessage)]
     caps = {i: limit for i, c in results if c > limit}
     capped = [(i, min(c, limit)) for i, c in results]

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import content_text
-from offpath.compaction.summary.message import is_summary
+from offpath.compaction.summary import is_summary
 
 #: The least chars of a paragraph repeated across user messages for it to count as a block.
 MIN_BLOCK_CHARS = 40

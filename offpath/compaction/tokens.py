@@ -11,7 +11,8 @@ of tokens as an English one, in one deployment. The ratio comes, in this order:
 
 1. **exact**, for an OpenAI model (:func:`encoding_for` knows its encoding): the thread's
    tokens counted offline with quicktok (its wheel ships ``cl100k_base`` and ``o200k_base``;
-   the same ids as tiktoken), each message once (:class:`TokenCounter`);
+   the same ids as tiktoken; counted without building the ids), each message once
+   (:class:`TokenCounter`);
 2. **measured**, for any other model, once the provider has reported ``usage_metadata``
    (``input_tokens``) for the thread's calls: chars sent / tokens reported, over that
    thread's calls (a :class:`Calibration` per thread); tool schemas and chat framing, which
@@ -35,6 +36,7 @@ from typing import Any
 import orjson
 
 from offpath.compaction.accounting import message_chars
+from offpath.compaction.fields import message_field
 
 #: The usual rule of thumb for English text and code (OpenAI's "about 4 characters").
 DEFAULT_CHARS_PER_TOKEN = 4.0
@@ -156,7 +158,7 @@ def message_text(message: Any) -> str:
                 value = block.get("text") or block.get("reasoning") or block.get("thinking")
                 if isinstance(value, str):
                     parts.append(value)
-    for call in getattr(message, "tool_calls", None) or []:
+    for call in message_field(message, "tool_calls") or []:
         parts.append(orjson.dumps(call.get("args") or {}, default=str).decode())
     return "\n".join(parts)
 
@@ -179,7 +181,7 @@ class TokenCounter:
     def text(self, text: str) -> int | None:
         """Tokens of ``text`` (special tokens as plain text); None without quicktok."""
         enc = encoder(self.encoding)
-        return None if enc is None else len(enc.encode_ordinary(text))
+        return None if enc is None else enc.count(text)
 
     def count(self, messages: Iterable[Any]) -> int | None:
         """Tokens of ``messages`` (:func:`message_text` of each); None without quicktok."""
@@ -196,7 +198,7 @@ class TokenCounter:
             with self._guard:
                 n = self._cache.get(key)
             if n is None:
-                n = len(enc.encode_ordinary(message_text(m) if text is None else text))
+                n = enc.count(message_text(m) if text is None else text)
                 with self._guard:
                     if len(self._cache) >= self.max_cached:
                         self._cache.clear()
@@ -236,9 +238,13 @@ def for_thread(settings: Any, chars_per_token: float | None) -> Any:
 def measured_ratio(messages: Iterable[Any], encoding: str = DEFAULT_ENCODING) -> float | None:
     """Chars per token of ``messages`` counted in ``encoding`` (None: no quicktok, or no
     text). For a thread read whole (the worker's, the API's session page)."""
+    enc = encoder(encoding)
+    if enc is None:
+        return None
     items = list(messages)
     chars = sum(message_chars(m) for m in items)
-    tokens = TokenCounter(encoding, max_cached=0).count(items)
+    # each message counted once, here: no cache to look up or fill
+    tokens = sum(enc.count(message_text(m)) for m in items)
     return chars / tokens if tokens and chars else None
 
 

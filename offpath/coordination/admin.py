@@ -21,8 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import Skip
+from offpath.compaction.planner import Skip, plan_compaction
 from offpath.coordination.jobs import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime

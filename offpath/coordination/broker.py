@@ -129,6 +129,42 @@ def held_unacked(redis_url: str, task_ids: Iterable[str], before: float) -> dict
     return found
 
 
+def _task_id(raw: bytes) -> str | None:
+    """The Celery task id in a kombu message as the Redis transport stores it (in a queue's
+    list: the message; in ``unacked``: ``[message, exchange, routing key]``)."""
+    try:
+        payload = json.loads(raw)
+        if isinstance(payload, list):
+            payload = payload[0]
+        return str(payload["headers"]["id"])
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+
+
+def in_broker(redis_url: str, queue: str, task_ids: Iterable[str]) -> set[str]:
+    """Those of ``task_ids`` whose message the broker still holds: waiting in ``queue`` (any
+    of its priority lists) or delivered and not acknowledged. One transaction reads both, so
+    a message moving from the queue to a consumer is seen in one of them. Raises the
+    client's error if Redis does not answer."""
+    wanted = set(task_ids)
+    if not wanted or not is_redis(redis_url):
+        return set()
+    client = _client(redis_url)
+    try:
+        from kombu.transport.redis import PRIORITY_STEPS  # a list per step (0: the queue's name)
+
+        lists = [queue, *(f"{queue}{SEP}{p}" for p in PRIORITY_STEPS if p)]
+        with client.pipeline(transaction=True) as pipe:
+            for key in lists:
+                pipe.lrange(key, 0, -1)
+            pipe.hvals(UNACKED_KEY)
+            *queued, taken = pipe.execute()
+    finally:
+        client.close()
+    held = (_task_id(_raw(raw)) for raws in [*queued, taken] for raw in raws)
+    return wanted.intersection(held)
+
+
 def drop_unacked(redis_url: str, tag: bytes) -> bool:
     """Remove the unacknowledged message ``tag`` (hash ``unacked`` and its index), so kombu
     never gives it back; True if this call removed it (False: acknowledged or given back

@@ -12,16 +12,21 @@ loop), so it never slows or fails the turn (DESIGN.md invariant 5):
   it (a state update, no LLM: milliseconds);
 * under the threshold, a job starts preparing only from the thread's *prepare point*:
   the prepare floor (``SUMMARIZATION_PREPARE_AT`` x the threshold) for a thread that grows
-  fast, later for one whose growth (chars per second, kept per thread in this process)
-  says the crossing is further away than a job takes (the summarizer's p90 latency and a
-  job's overhead): a summary prepared for a thread that then stops under its threshold is
-  paid for and never applied, and one queued at the crossing of a slow thread is applied
-  before its next turn;
+  fast, later for one whose growth (chars per second and per turn, kept per thread in this
+  process) says the crossing is further away than a job takes (the summarizer's p90
+  latency and a job's overhead): at the last turn from which its summary is ready before
+  the turn after the crossing. A summary prepared for a thread that then stops under its
+  threshold is paid for and never applied; one queued at the crossing of a thread whose
+  turns are further apart than a job takes is applied before its next turn;
 * otherwise it queues ``compact_session`` for a plan (the planner's threshold,
   prepare-early and no-progress rules), only if the thread's claim is free
   (:mod:`offpath.stores.leases`): no job queued, running or prepared, no
   failure backoff, and no compaction that landed after the state this turn saw
   (its view is superseded);
+* past the thread's keep window, the facts of the turn's new messages go to the fact store's
+  writer thread (:meth:`~offpath.stores.facts.FactStore.remember_soon`): the hook never
+  waits for them nor for Redis, and at most ``MAX_PENDING`` batches wait there (one dropped
+  costs the job that removes those messages the CPU of finding their facts);
 * a broker or database failure is logged, never raised; Redis calls and the
   publish are bounded by ``PUBLISH_TIMEOUT_S``. A job the broker could not take
   is recorded unpublished, and the reconciler publishes it once the broker is
@@ -34,7 +39,6 @@ middleware (:mod:`offpath.agent.middleware`).
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -43,64 +47,61 @@ from collections.abc import Callable, Sequence
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.planner.budgets import min_gain_chars
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import Skip, SkipReason
-from offpath.compaction.summary.message import is_summary, summary_meta
+from offpath.compaction.planner import (
+    Skip,
+    SkipReason,
+    blended_rate,
+    min_gain_chars,
+    plan_compaction,
+    turn_lead_chars,
+)
+from offpath.compaction.summary import is_summary, summary_meta
 from offpath.coordination.jobs import HookResult, held
 from offpath.coordination.logs import tag
+from offpath.coordination.outages import cause, is_outage
 from offpath.coordination.runtime import Client
+from offpath.stores.db.transitions import note_crossing
 from offpath.stores.leases.claims import Claim, State
-from offpath.stores.usage.crossings import note_crossing
-from offpath.stores.usage.totals import summarizer_latency_p90_s
+from offpath.stores.usage.totals import SummarizerLatency
 
 log = logging.getLogger("offpath.hook")
 
 #: ``apply(session_id, job_id)`` applies a prepared compaction to offpath's own thread now.
 Applier = Callable[[str, str], str]
 
-#: Weight of the newest sample in a thread's growth rate (exponential moving average).
-RATE_WEIGHT = 0.5
 #: Threads whose growth one hook keeps; the least recently seen is let go first.
 TRACKED_THREADS = 10_000
-#: Seconds a job takes beyond its summarizer: publish, a worker taking it, the thread read,
-#: the result stored.
-JOB_OVERHEAD_S = 1.5
-#: The summarizer's latency assumed before the usage database has any (seconds), and how
-#: often (seconds) its p90 is read again.
-DEFAULT_LATENCY_S = 5.0
-LATENCY_REFRESH_S = 60.0
-#: Margin on the growth a job's time spans: a thread's pace varies from turn to turn.
-LEAD_MARGIN = 1.25
 
 
 class Growth:
-    """Each thread's growth in chars per second, as the turns the hook sees say: an
-    exponential moving average over the intervals in which the thread grew (a compaction,
-    which shrinks it, starts a new interval). Bounded to :data:`TRACKED_THREADS` threads;
-    thread-safe (hooks of several turns run at once)."""
+    """Each thread's growth, as the turns the hook sees say: in chars per second and in chars
+    per turn, exponential moving averages over the turns in which the thread grew (a
+    compaction, which shrinks it, starts a new interval). Bounded to :data:`TRACKED_THREADS`
+    threads; thread-safe (hooks of several turns run at once)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._seen: OrderedDict[str, tuple[float, int, float]] = OrderedDict()  # t, chars, rate
+        # t, chars, rate, step
+        self._seen: OrderedDict[str, tuple[float, int, float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def note(self, session_id: str, chars: int) -> float:
+    def note(self, session_id: str, chars: int) -> tuple[float, int]:
         """Record that thread ``session_id`` is ``chars`` long now; returns its growth rate
-        (chars per second; 0.0 while unknown: fewer than two growing turns seen)."""
+        (chars per second) and its turn (chars), each 0 while unknown: fewer than two growing
+        turns seen."""
         now = self.clock()
         with self._lock:
             last = self._seen.pop(session_id, None)
-            rate = 0.0
+            rate = step = 0.0
             if last is not None:
-                t, before, rate = last
+                t, before, rate, step = last
                 if now > t and chars > before:
-                    sample = (chars - before) / (now - t)
-                    rate = sample if rate <= 0 else RATE_WEIGHT * sample + (1 - RATE_WEIGHT) * rate
-            self._seen[session_id] = (now, chars, rate)
+                    rate = blended_rate(rate, (chars - before) / (now - t))
+                    step = blended_rate(step, chars - before)
+            self._seen[session_id] = (now, chars, rate, step)
             while len(self._seen) > TRACKED_THREADS:
                 self._seen.popitem(last=False)
-            return rate
+            return rate, round(step)
 
 
 def saw_compaction(messages: Sequence[BaseMessage], job_id: str) -> bool:
@@ -127,7 +128,7 @@ class PostTurnHook:
         self.apply = apply
         self.clock = clock
         self.growth = Growth(clock)
-        self._latency = (DEFAULT_LATENCY_S, -math.inf)  # seconds, when read (clock)
+        self.latency = SummarizerLatency(clock=clock)
 
     def __call__(
         self, session_id: str, messages: Sequence[BaseMessage], chars: int | None = None
@@ -138,7 +139,14 @@ class PostTurnHook:
         try:
             return self._run(session_id, messages, chars)
         except Exception as exc:  # the hook never fails a turn
-            log.exception("[%s] post-turn hook failed: %s", tag(session_id), exc)
+            if is_outage(exc):  # expected while a store is away: one line, the next turn retries
+                log.warning(
+                    "[%s] post-turn hook: a store did not answer (%s); the next turn tries again",
+                    tag(session_id),
+                    cause(exc),
+                )
+            else:
+                log.exception("[%s] post-turn hook failed: %s", tag(session_id), exc)
             return HookResult("error", str(exc))
 
     def _run(
@@ -148,14 +156,15 @@ class PostTurnHook:
         if not settings.active:
             return HookResult("skipped", SkipReason.DISABLED)
         size = total_chars(messages) if chars is None else chars
-        rate = self.growth.note(session_id, size)
+        rate, step = self.growth.note(session_id, size)
         if size > settings.summarization_keep_chars:
             # a thread past its keep window has messages a compaction will remove: their
-            # facts are found once, here, for the job that removes them
-            self.client.facts.remember(messages)
+            # facts are found once, on the fact store's writer thread (bounded; never in the
+            # way of this hook's apply or queue), for the job that removes them
+            self.client.facts.remember_soon(messages)
         if size < settings.prepare_floor_chars:
             return HookResult("skipped", SkipReason.UNDER_THRESHOLD)
-        if size <= settings.summarization_threshold_chars and size < self.prepare_point(rate):
+        if size <= settings.summarization_threshold_chars and size < self.prepare_point(rate, step):
             return HookResult("skipped", SkipReason.UNDER_THRESHOLD)  # the crossing is far
         holder = self._holder(session_id)
         if size > settings.summarization_threshold_chars:
@@ -183,33 +192,19 @@ class PostTurnHook:
             threshold=settings.summarization_threshold_chars,
         )
 
-    def prepare_point(self, rate: float) -> int:
-        """The size (chars) from which a thread growing at ``rate`` chars per second gets a
-        job before it crosses its threshold: the growth a job's time spans (the summarizer's
-        p90 latency and :data:`JOB_OVERHEAD_S`, with :data:`LEAD_MARGIN`) before the
-        threshold, never before the prepare floor; the floor while the rate is unknown."""
+    def prepare_point(self, rate: float, step: int = 0) -> int:
+        """The size (chars) from which a thread growing at ``rate`` chars per second, by turns
+        of ``step`` chars (0: unknown), gets a job:
+        :func:`~offpath.compaction.planner.turn_lead_chars` before the threshold (the
+        summarizer's p90 latency, read inline at most every minute), never before the prepare
+        floor; the floor while the rate is unknown."""
         s = self.settings
         floor, threshold = s.prepare_floor_chars, s.summarization_threshold_chars
         if rate <= 0:
             return floor
-        lead = rate * (self._latency_p90() + JOB_OVERHEAD_S) * LEAD_MARGIN
-        return max(floor, int(threshold - lead))
-
-    def _latency_p90(self) -> float:
-        """The summarizer's p90 latency (seconds) over the deployment's recent compactions,
-        read at most every :data:`LATENCY_REFRESH_S`; the last figure while the usage
-        database is away."""
-        p90, at = self._latency
-        now = self.clock()
-        if now - at >= LATENCY_REFRESH_S:
-            self._latency = (p90, now)
-            try:
-                value = summarizer_latency_p90_s(self.client.engine)
-            except Exception:
-                value = None
-            if value is not None:
-                self._latency = (value, now)
-        return self._latency[0]
+        if self.latency.due():
+            self.latency.refresh(self.client.engine)
+        return max(floor, threshold - turn_lead_chars(rate, self.latency.seconds, step))
 
     def _holder(self, session_id: str) -> Claim | None:
         """The thread's claim; None if the store is away (queueing records that)."""

@@ -22,12 +22,11 @@ from typing import Any, Protocol
 from langchain_core.messages import BaseMessage
 from sqlalchemy.engine import Engine
 
-from offpath.compaction.digest import digest
 from offpath.compaction.pairing import new_unpaired
-from offpath.compaction.patch.fitting import fit_now, landed
-from offpath.compaction.patch.prepared import Fitted, Prepared, Stale, patched
-from offpath.compaction.planner.plans import SkipReason
+from offpath.compaction.patch import Fitted, Prepared, Stale, fit_now, landed, patched
+from offpath.compaction.planner import SkipReason
 from offpath.compaction.settings import Settings
+from offpath.compaction.shorten import digest
 from offpath.compaction.tokens import stored_ratio
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import BROKER, LEASE_STORE, OUTAGES, USAGE_DB, is_outage, where
@@ -44,6 +43,7 @@ from offpath.stores.db.transitions import (
     set_published,
     start_job,
     store_result,
+    uncount_attempt,
 )
 from offpath.stores.leases.claims import (
     Claim,
@@ -240,6 +240,13 @@ class Applying:
     fitted: Fitted
     messages: Sequence[BaseMessage]
     holding: Held | State | None = None
+    #: ``messages`` with the patch applied (None: not made yet; :attr:`patched_messages`).
+    after: Sequence[BaseMessage] | None = None
+
+    @property
+    def patched_messages(self) -> Sequence[BaseMessage]:
+        """The thread once the patch is in (made once by :meth:`Jobs.apply`, which checks it)."""
+        return patched(self.messages, self.fitted.patch) if self.after is None else self.after
 
 
 #: The claim a caller of :class:`Jobs` holds on the thread: its delivery's running lease, or
@@ -426,6 +433,8 @@ class Jobs:
             return Started(done)
         token = uuid.uuid4().hex[:12]
         started, before = self.leases.start(session_id, job_id, token)
+        if started is Start.DUPLICATE:
+            uncount_attempt(self.engine, job_id)  # the delivery running it counted one
         lease = self.keeper.hold(session_id, job_id, token) if started is Start.OK else None
         return Started(None, stored, started, before, lease)
 
@@ -529,11 +538,12 @@ class Jobs:
                 self.end(session_id, job_id, stale, holding)
             return fitted
         try:
-            if broken := new_unpaired(messages, patched(messages, fitted.patch)):
+            after = patched(messages, fitted.patch)  # the writer's loss report reads it too
+            if broken := new_unpaired(messages, after):
                 why = f"patch would orphan tool calls {sorted(broken)}"
                 raise JobEnded(JobStatus.FAILED, "orphan_guard", why)
             return writer.write(
-                self, Applying(session_id, job_id, result, fitted, messages, holding)
+                self, Applying(session_id, job_id, result, fitted, messages, holding, after)
             )
         except JobEnded as ended:
             self.end(session_id, job_id, ended, holding)

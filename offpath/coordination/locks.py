@@ -15,7 +15,10 @@ holds it (``turn:...`` for an appended turn, ``run:...`` for an agent run,
   run (:class:`RunInProgress`): the job leaves its compaction prepared, and the
   run's middleware applies it. It never holds the lock across the LLM call.
 
-Locks expire after ``LOCK_TIMEOUT_S`` so a crashed holder cannot wedge a thread.
+A lock lives ``LOCK_TIMEOUT_S`` and its holder's process extends it every third of
+that while it holds it (a :class:`~offpath.stores.renewal.Renewer`, one thread per lock
+store): a turn, run or patch of any length keeps it, and a holder that died (its process
+killed) frees the thread within ``LOCK_TIMEOUT_S``.
 
 When Redis cannot be reached a turn falls back to a lock local to this API
 process and logs it (turns keep working through a broker outage; a patch cannot
@@ -41,6 +44,7 @@ import sqlalchemy as sa
 from redis.exceptions import LockError, RedisError
 
 from offpath.coordination.logs import tag
+from offpath.stores.renewal import Renewer
 
 log = logging.getLogger("offpath.locks")
 
@@ -66,6 +70,14 @@ class Locks(Protocol):
     def patch(self, session_id: str) -> Any: ...
 
 
+def _lost(session_id: str) -> None:
+    log.error(
+        "[%s] thread lock expired while held (this process stalled longer than two thirds "
+        "of LOCK_TIMEOUT_S)",
+        tag(session_id),
+    )
+
+
 class ThreadLocks:
     """Thread locks in one Redis, under ``prefix``."""
 
@@ -80,6 +92,7 @@ class ThreadLocks:
             weakref.WeakValueDictionary()
         )
         self._local_guard = threading.Lock()
+        self.keeper = Renewer(timeout_s / 3, "offpath-lock-keeper")
 
     def _key(self, session_id: str) -> str:
         return f"{self.prefix}:lock:thread:{session_id}"
@@ -93,7 +106,7 @@ class ThreadLocks:
     def turn(self, session_id: str, run: bool = False) -> Iterator[None]:
         """Hold the thread's lock for one turn (``run``: an agent run, which a patch does not
         wait for); :class:`ThreadBusy` if another turn has it."""
-        lock = self.redis.lock(self._key(session_id), timeout=self.timeout_s)
+        lock = self.redis.lock(self._key(session_id), timeout=self.timeout_s, thread_local=False)
         token = f"{'run' if run else 'turn'}:{uuid.uuid4().hex}"
         try:
             acquired = self._acquire_for_turn(lock, token, self._waiting_key(session_id))
@@ -106,10 +119,8 @@ class ThreadLocks:
             return
         if not acquired:
             raise ThreadBusy("a compaction patch is being written to this session; try again")
-        try:
+        with self._kept(lock, session_id):
             yield
-        finally:
-            _release(lock, session_id)
 
     def _acquire_for_turn(self, lock: redis.lock.Lock, token: str, waiting: str) -> bool:
         """A turn lets a patch that is waiting for the lock go first (a patch is short), or a
@@ -145,7 +156,7 @@ class ThreadLocks:
         """Hold the thread's lock for one patch. Turns arriving meanwhile wait for it (a
         marker says a patch is waiting). Raises :class:`RunInProgress` at once if an agent
         run holds the thread, :class:`LockUnavailable` if the lock is not had in time."""
-        lock = self.redis.lock(self._key(session_id), timeout=self.timeout_s)
+        lock = self.redis.lock(self._key(session_id), timeout=self.timeout_s, thread_local=False)
         token = f"patch:{uuid.uuid4().hex}"
         waiting = self._waiting_key(session_id)
         deadline = time.monotonic() + self.wait_s
@@ -165,9 +176,26 @@ class ThreadLocks:
             raise LockUnavailable(f"lock store unreachable: {exc}") from exc
         if not acquired:
             raise LockUnavailable(f"the session's lock was busy for {self.wait_s:g}s")
+        with self._kept(lock, session_id):
+            yield
+
+    @contextmanager
+    def _kept(self, lock: redis.lock.Lock, session_id: str) -> Iterator[None]:
+        """Hold ``lock`` (acquired) extended by the keeper; release it at the end."""
+
+        def extend() -> bool:
+            try:
+                return bool(lock.extend(self.timeout_s, replace_ttl=True))
+            except LockError:  # no longer ours
+                return False
+
+        self.keeper.hold(
+            lock, extend, lambda: _lost(session_id), f"the thread lock of {tag(session_id)}"
+        )
         try:
             yield
         finally:
+            self.keeper.drop(lock)
             _release(lock, session_id)
 
 
@@ -176,7 +204,7 @@ def _release(lock: redis.lock.Lock, session_id: str) -> None:
         lock.release()
     except LockError:
         log.error(
-            "[%s] thread lock expired before it was released; raise LOCK_TIMEOUT_S", tag(session_id)
+            "[%s] thread lock expired before it was released (its process stalled)", tag(session_id)
         )
     except RedisError as exc:
         log.warning(
@@ -193,6 +221,25 @@ class DatabaseLocks:
         self.engine = engine
         self.timeout_s = timeout_s
         self.wait_s = wait_s
+        self.keeper = Renewer(timeout_s / 3, "offpath-lock-keeper")
+
+    def _extend(self, name: str, token: str) -> bool:
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                sa.text("UPDATE thread_locks SET expires_at = :e WHERE name = :n AND token = :t"),
+                {"n": name, "t": token, "e": time.time() + self.timeout_s},
+            )
+            return bool(res.rowcount)
+
+    @contextmanager
+    def _kept(self, name: str, token: str, session_id: str) -> Iterator[None]:
+        what = f"the thread lock of {tag(session_id)}"
+        self.keeper.hold(token, lambda: self._extend(name, token), lambda: _lost(session_id), what)
+        try:
+            yield
+        finally:
+            self.keeper.drop(token)
+            self._release(name, token)
 
     def _try(self, name: str, token: str, ttl: float) -> bool:
         now = time.time()
@@ -238,10 +285,8 @@ class DatabaseLocks:
             if time.monotonic() >= deadline:
                 raise ThreadBusy("a compaction patch is being written to this session; try again")
             time.sleep(0.02)
-        try:
+        with self._kept(name, token, session_id):
             yield
-        finally:
-            self._release(name, token)
 
     @contextmanager
     def patch(self, session_id: str) -> Iterator[None]:
@@ -253,7 +298,5 @@ class DatabaseLocks:
             if time.monotonic() >= deadline:
                 raise LockUnavailable(f"the session's lock was busy for {self.wait_s:g}s")
             time.sleep(0.02)
-        try:
+        with self._kept(name, token, session_id):
             yield
-        finally:
-            self._release(name, token)

@@ -37,15 +37,16 @@ from typing import Any
 from langchain_core.messages import BaseMessage, RemoveMessage, messages_from_dict, messages_to_dict
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from offpath.compaction.patch.fitting import landed
+from offpath.compaction.patch import landed
 from offpath.compaction.revert import RevertConflict, reverted
-from offpath.compaction.summary.message import is_summary, summary_meta
+from offpath.compaction.summary import is_summary, summary_meta
 from offpath.compaction.tracking import KEY as SIZE_KEY  # the state key of the thread's size
 from offpath.compaction.tracking import ThreadSize
 from offpath.coordination.faults import failpoint
 from offpath.coordination.jobs import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Runtime
+from offpath.coordination.undo import finish_undo
 from offpath.stores import archive
 from offpath.stores.checkpoints import read_thread
 from offpath.stores.db.job_queries import job_row, jobs_of
@@ -91,6 +92,7 @@ def revert(rt: Runtime, session_id: str, job_id: str) -> Reverted:
             "reverted from here; its originals are in the archive (GET /sessions/{id}/archive)"
         )
     with rt.locks.turn(session_id):
+        finish_undo(rt, session_id)  # a failed run's messages go before the originals return
         return _revert_locked(rt, session_id, job_id)
 
 

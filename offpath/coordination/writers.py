@@ -25,7 +25,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from offpath.compaction.accounting import content_text, total_chars
 from offpath.compaction.loss import loss_report
-from offpath.compaction.patch.prepared import Fitted, Stale, patched
+from offpath.compaction.patch import Fitted, Stale, patched
 from offpath.coordination.faults import failpoint
 from offpath.coordination.jobs import UNSTORABLE, Applying, JobEnded, JobOptions, Jobs
 from offpath.coordination.logs import tag
@@ -53,17 +53,20 @@ def with_loss(
     fitted: Fitted,
     current: Sequence[BaseMessage],
     ground_truth: Sequence[str] | None = None,
+    after: Sequence[BaseMessage] | None = None,
 ) -> dict[str, Any]:
     """``fitted.record`` with its loss report under ``"loss"``: what the compaction takes out of
     the model's view of the thread ``current`` (the messages it was fitted to), and the facts
     of it that neither its summary nor the kept messages hold
     (:func:`offpath.compaction.loss.loss_report`; ``ground_truth``: fact strings chosen
-    independently of the fact guard, which only benchmarks have). Both writers store it with
+    independently of the fact guard, which only benchmarks have; ``after``: ``current`` with
+    the patch applied, if the caller made it already). Both writers store it with
     the job's record. The report costs one fact extraction over what is removed (about 16 ms
     for a 40,000-char removed part); if it fails, the record says so
     (``"loss": {"error": ...}``) and the compaction goes on."""
     try:
-        after = patched(current, fitted.patch)
+        if after is None:
+            after = patched(current, fitted.patch)
         removed, cut = set(fitted.removed), set(fitted.shortened)
         now = {m.id: m for m in after}
         report = loss_report(
@@ -93,7 +96,8 @@ class CheckpointWriter:
         """Archive (the record with its loss report; a value the database refuses ends the
         job, named), patch, record; returns the fitted compaction."""
         a = applying
-        record = with_loss(a.fitted, a.messages)
+        after = a.patched_messages
+        record = with_loss(a.fitted, a.messages, after=after)
         try:
             jobs.archive(a, record)
         except Unstorable as exc:  # a value the thread holds that the database refused: named
@@ -102,7 +106,6 @@ class CheckpointWriter:
         self.rt.patch(a.session_id, {"messages": a.fitted.patch}, self.base)
         failpoint("after_patch")
         jobs.record(a.session_id, a.job_id, {**a.result, "record": record}, holding=a.holding)
-        after = patched(a.messages, a.fitted.patch)
         note_size(jobs.engine, a.session_id, len(after), total_chars(after))  # the session list's
         return a.fitted
 
@@ -155,7 +158,7 @@ class StateUpdateWriter:
 
     def _report(self, jobs: Jobs, a: Applying) -> None:
         """Make the loss report (:func:`with_loss`, which never raises) and store it."""
-        loss = with_loss(a.fitted, a.messages)["loss"]
+        loss = with_loss(a.fitted, a.messages, after=a.patched_messages)["loss"]
         try:
             jobs.report_loss(a.job_id, str(a.fitted.summary.id), loss)
         except Exception as exc:  # the record keeps LOSS_PENDING, which says so

@@ -30,6 +30,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import JSON, Column, Field, SQLModel
 
 from offpath.compaction.accounting import content_text
+from offpath.compaction.fields import message_field
 from offpath.stores.db.tables import JOBS, JobStatus
 from offpath.stores.values import REFUSED_ERRORS, refused_value
 
@@ -65,7 +66,7 @@ RECALL_MAX_CHARS = 4_000
 def searchable(message: BaseMessage) -> str:
     """What full-text search sees of a message: its text, tool calls and tool name."""
     parts = [content_text(message.content)]
-    for call in getattr(message, "tool_calls", None) or []:
+    for call in message_field(message, "tool_calls") or []:
         parts.append(f"{call.get('name')} {call.get('args')}")
     if message.name:
         parts.append(message.name)
@@ -110,7 +111,10 @@ def store_shortened(
     """Archive the originals of results shortened in place outside a compaction
     (``(position, message)``), before the update that shortens them is written. A result
     archived already keeps its first row, the original: shortening it again (smaller) or a
-    model call tried again writes nothing more."""
+    model call tried again writes nothing more. Only rows that stay count (those shown,
+    :func:`_applied`): the rows of a job not applied (yet) are rewritten, from the thread as
+    it is then, each time the job is applied, or never shown if it is not; an original
+    found only there is stored again here."""
     if not originals:
         return
     now = datetime.now(UTC)
@@ -119,7 +123,9 @@ def store_shortened(
         have: set[str] = set(
             conn.scalars(
                 sa.select(ARCHIVE.c.message_id).where(
-                    ARCHIVE.c.session_id == session_id, ARCHIVE.c.message_id.in_(ids)
+                    ARCHIVE.c.session_id == session_id,
+                    ARCHIVE.c.message_id.in_(ids),
+                    _applied(originals=True),
                 )
             )
         )

@@ -27,10 +27,15 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from offpath.compaction.patch.prepared import patched
+from offpath.compaction.patch import patched
 from offpath.compaction.settings import Settings
-from offpath.stores.db.engine import libpq_options, set_statement_timeout
-from offpath.stores.setup_lock import CHECKPOINTS_LOCK_KEY, file_lock, pg_session_lock
+from offpath.stores.db.engine import (
+    CHECKPOINTS_LOCK_KEY,
+    file_lock,
+    libpq_options,
+    pg_session_lock,
+    set_statement_timeout,
+)
 
 #: How long a SQLite writer waits for another process's write, in seconds.
 SQLITE_BUSY_TIMEOUT_S = 30

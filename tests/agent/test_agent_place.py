@@ -15,7 +15,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Send
 
-from offpath.agent.middleware.place import Place, Places, Role, role_of
+from offpath.agent.middleware.state import Place, Places, Role, role_of
 
 
 class S(TypedDict):

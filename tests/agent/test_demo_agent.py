@@ -27,7 +27,7 @@ from offpath.agent.sre_tools.fixtures import MAX_CHARS
 from offpath.agent.sre_tools.logs import get_logs
 from offpath.agent.sre_tools.metrics import query_metrics
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.summary.message import build_summary_message
+from offpath.compaction.summary import build_summary_message
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "examples" / "sre"
@@ -371,7 +371,7 @@ def test_the_demo_prepares_from_one_fixed_point():
     speed); the demo sets SUMMARIZATION_PREPARE_AT so that the floor is under the latter and
     the point is the floor at every run."""
     from offpath.cli.demo import fixed_prepare_at
-    from offpath.compaction.planner.budgets import earliest_worth
+    from offpath.compaction.planner import earliest_worth
     from offpath.compaction.settings import Settings
 
     defaults = Settings()

@@ -93,10 +93,11 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 
 
 def _normalized(text: str) -> str:
-    """``text`` with checkpoint versions without their random tail (``<n>.0.<random>``: the
+    """``text`` with checkpoint versions without their random tail (``<n>.<random>``, the
+    random number zero-padded to 16 chars: ``.0.8`` or ``.00.8`` when its repr is short; the
     in-memory saver's, as PostgreSQL's and SQLite's), times as ``TS``, and each id (a
     checkpoint's, a task's: made when it is written) as the order it first appears in."""
-    text = re.sub(r"'(\d{32})\.0\.\d+'", r"'\1'", text)
+    text = re.sub(r"'(\d{32})\.[0-9.e-]+'", r"'\1'", text)
     text = re.sub(r"'ts': '[^']*'", "'ts': TS", text)
     seen: dict[str, str] = {}
     return UUID.sub(lambda m: seen.setdefault(m.group(0), f"ID{len(seen)}"), text)

@@ -10,8 +10,7 @@ from fastapi import HTTPException
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from offpath.api.stats import parse_since
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import Skip, SkipReason
+from offpath.compaction.planner import Skip, SkipReason, plan_compaction
 from offpath.compaction.settings import Settings
 from offpath.stores.usage.sessions import BadCursor, _decode_cursor, _encode_cursor
 from offpath.stores.usage.totals import percentiles

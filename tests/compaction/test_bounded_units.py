@@ -14,20 +14,25 @@ from shared import check_compacted, pairing_problems, shortened_from
 from sre_sessions import sre_session
 
 from offpath.compaction.accounting import message_chars, total_chars
-from offpath.compaction.digest import digest, raw_digest
 from offpath.compaction.facts.sections import SINCE_HEADING
-from offpath.compaction.patch.fitting import fit
-from offpath.compaction.patch.prepared import Prepared, Stale
+from offpath.compaction.patch import Prepared, Stale, fit
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner.budgets import landing_chars, min_gain_chars
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
+from offpath.compaction.planner import (
+    CompactionPlan,
+    Skip,
+    SkipReason,
+    landing_chars,
+    min_gain_chars,
+    plan_compaction,
+)
 from offpath.compaction.shorten import (
     MIN_OLDER_CHARS,
     arrival_caps,
     caps_for,
+    digest,
     is_shortened,
     older_caps,
+    raw_digest,
     shorten,
 )
 from offpath.compaction.summarizers.offline import OfflineSummarizer
@@ -222,11 +227,12 @@ def test_a_call_waiting_for_its_result_is_never_removed_and_the_summary_still_go
 
 def test_the_prepare_point_follows_the_run_and_the_summarizer():
     from offpath.agent.middleware.hooks import OffPathCompaction
-    from offpath.compaction.planner.budgets import earliest_worth, prepare_from_chars
+    from offpath.compaction.planner import earliest_worth, prepare_from_chars
+    from offpath.stores.usage.totals import SummarizerLatency
 
     settings = load_settings(summarization_threshold_chars=60_000, summarization_keep_chars=20_000)
     mw = OffPathCompaction(settings, recall=False)
-    mw.pacing.latency = (2.0, time.monotonic())  # the deployment's p90: 2 s, read just now
+    mw.pacing.latency = SummarizerLatency(2.0, time.monotonic())  # the p90: 2 s, read just now
     floor = settings.prepare_floor_chars
     assert mw.pacing.point({}) == floor  # no rate yet: the setting's floor
     assert mw.pacing.point({"rate": {"g": 100.0}}) == floor  # slow run: no earlier
@@ -343,7 +349,7 @@ def test_a_compaction_lands_with_headroom_under_the_prepare_floor():
     compaction applied late now aims a compaction's gain under the floor (more for a run with
     large steps): the messages that came since its plan go too, and the thread has room for
     several more steps before its next job."""
-    from offpath.compaction.planner.budgets import landing_bound, step_chars
+    from offpath.compaction.planner import landing_bound, step_chars
 
     early = thread(12, 3_000)
     prepared = prepared_on(early)
@@ -414,7 +420,7 @@ def test_a_long_task_prompt_is_kept_shortened_so_every_crossing_compacts(name):
     most :func:`request_cap_chars`, names the original for ``recall``, and starts with it."""
     from shared import TRANSCRIPTS, load, messages_of
 
-    from offpath.compaction.planner.budgets import request_cap_chars
+    from offpath.compaction.planner import request_cap_chars
 
     settings = load_settings(summarization_threshold_chars=20_000, summarization_keep_chars=6_000)
     (path,) = [p for p in TRANSCRIPTS if p.stem == name]
@@ -611,17 +617,23 @@ def test_a_long_request_at_the_edge_of_the_keep_window_is_not_kept_as_recent():
 
 
 def test_a_result_shortened_again_reads_its_facts_once(monkeypatch):
-    # issue 18/22: each cut tried for a cap read the part not shown anew, and each smaller
-    # cap again: a 75,000-char dump shortened to four caps read ~12 x 60k chars in the model
-    # call's path (338 ms of CPU; 50 ms now). The whole result is read once per process
+    # a result shortened to four caps reads its whole text once per process, not the part
+    # not shown anew for each cut tried
+    import threading
+
     from offpath.compaction.facts import extraction
     from offpath.compaction.facts.extraction import _observe, _observed
 
     reads = []
     observe = _observe
-    monkeypatch.setattr(
-        extraction, "_observe", lambda m: reads.append(len(m.content)) or observe(m)
-    )
+    me = threading.get_ident()  # other tests' background threads may read in this process
+
+    def counted(m):
+        if threading.get_ident() == me:
+            reads.append(len(m.content))
+        return observe(m)
+
+    monkeypatch.setattr(extraction, "_observe", counted)
     _observed.cache_clear()
     dump = max(sre_session(seed=3), key=message_chars)
     outs = [shorten(dump, cap) for cap in (20_000, 12_000, 8_000, 4_000)]

@@ -48,7 +48,7 @@ from offpath.compaction.facts.sections import clip_around
 from offpath.compaction.pipeline import Skip, compact
 from offpath.compaction.summarizers.guarded import GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.compaction.summary.instructions import looks_like_instruction, may_hold_instruction
+from offpath.compaction.summary import looks_like_instruction, may_hold_instruction
 from offpath.config import load_settings
 
 
@@ -106,6 +106,7 @@ def reference_extract(messages):
                     "user",
                     "carried",
                     "carried said",
+                    "carried stated",
                 ):
                     continue
                 if kind == "term" and role == "user":
@@ -145,10 +146,10 @@ def reference_extract(messages):
                 else:
                     fact.noise = False
                     said = role in ("agent", "carried said")
-                    fact.stated = fact.stated or said or role == "action"
+                    fact.stated = fact.stated or said or role in ("action", "carried stated")
                     fact.said = fact.said or said
-                    fact.asked = fact.asked or role == "user"
-                    fact.carried = fact.carried or role in ("carried", "carried said")
+                    fact.asked = fact.asked or (role == "user" and not extraction.is_document(text))
+                    fact.carried = fact.carried or role.startswith("carried")
     return list(out.values())
 
 
@@ -203,6 +204,22 @@ def test_a_merged_result_is_kept_for_the_same_messages_only():
     assert len(_MERGED) == MERGED_CACHE_SIZE
 
 
+def test_a_ranking_kept_per_merge_is_ranks_own():
+    _MERGED.clear()
+    a = ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1")
+    b = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821 in ops/deploy.yaml).", id="a1")
+    facts, ranked = extraction.extract_ranked([a, b])
+    assert facts == extract([a, b]) and ranked == extraction.rank(facts)
+    again, ranked_again = extraction.extract_ranked([a, b])
+    assert ranked_again == ranked and ranked_again is not ranked  # kept, handed out as a copy
+    assert [f.value for f in extraction.extract_ranked([b, a])[1]] == [
+        f.value for f in extraction.rank(reference_extract([b, a]))
+    ]
+    _MERGED.clear()  # merged anew: ranked anew, never the facts of the merge before
+    facts3, ranked3 = extraction.extract_ranked([a, b])
+    assert all(any(f is g for g in facts3) for f in ranked3)
+
+
 def test_every_gate_belongs_to_a_pattern():
     # gates are keyed by their pattern's source: a pattern changed without its gate is
     # scanned in full (still right, only slower); this names the gate to write again
@@ -228,8 +245,13 @@ def test_summaries_and_pinned_facts_are_unchanged(name, messages, sizes, monkeyp
     got_loss = None
     if not isinstance(got, Skip):
         got_loss = loss.loss_report(got.plan.removed, got.result.text, got.plan.kept)
-    monkeypatch.setattr(pinning, "extract", reference_extract)
-    monkeypatch.setattr(loss, "extract", reference_extract)
+
+    def reference_ranked(found):
+        facts = reference_extract(found)
+        return facts, extraction.rank(facts)
+
+    monkeypatch.setattr(pinning, "extract_ranked", reference_ranked)
+    monkeypatch.setattr(loss, "extract_ranked", reference_ranked)
     want = compact(messages, settings, guarded)
     if isinstance(want, Skip):
         assert isinstance(got, Skip) and got == want
@@ -360,3 +382,203 @@ def test_the_store_keeps_each_new_message_once_and_says_nothing_when_redis_is_aw
     away = FactStore(redis.Redis(port=1, socket_connect_timeout=0.2), prefix)
     assert away.fetch(digests) == {}
     assert away.remember([HumanMessage("ticket OPS-1", id="h9")]) == 0
+
+
+def test_within_unchanged_messages_a_merge_and_its_ranking_are_kept_whatever_others_merge():
+    """A job's guard, index, patch and loss report merge and rank the same removed messages'
+    facts; with many jobs at once in a process (a worker's threads) the others' merges must
+    not push a job's out: within :func:`unchanged_messages` they are kept until it ends."""
+    import threading
+
+    a = ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1")
+    b = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821).", id="a1")
+
+    def others() -> None:  # another job's thread, merging more than the process keeps
+        for k in range(MERGED_CACHE_SIZE + 2):
+            extract([HumanMessage(f"ticket OPS-{k}", id=f"h{k}")])
+
+    with extraction.unchanged_messages():
+        facts, ranked = extraction.extract_ranked([a, b])
+        other = threading.Thread(target=others)
+        other.start()
+        other.join()
+        again, ranked_again = extraction.extract_ranked([a, b])
+        assert all(f is g for f, g in zip(again, facts, strict=True))  # not merged again
+        assert all(f is g for f, g in zip(ranked_again, ranked, strict=True))
+        assert ranked_again is not ranked  # handed out as a copy
+    assert as_rows(extract([a, b])) == as_rows(reference_extract([a, b]))
+
+
+def test_within_unchanged_messages_a_message_is_keyed_and_digested_once(monkeypatch):
+    import hashlib
+
+    from offpath.compaction import shorten as digests
+
+    hashed = []
+    blake2b = hashlib.blake2b
+
+    def counted(data, **kwargs):
+        hashed.append(data)
+        return blake2b(data, **kwargs)
+
+    monkeypatch.setattr(extraction.hashlib, "blake2b", counted)
+    monkeypatch.setattr(digests.hashlib, "blake2b", counted)
+    a = ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1")
+    b = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821).", id="a1")
+    outside = as_rows(extract([a, b]))
+    assert len(hashed) == 2
+    extract([a, b])
+    digests.digest(a), digests.digest(a)
+    assert len(hashed) == 6  # outside the scope: each call hashes its messages again
+    want = digests.raw_digest(a)
+    hashed.clear()
+    with extraction.unchanged_messages(), digests.digests_kept():
+        assert as_rows(extract([a, b])) == outside
+        assert as_rows(extract([a, b])) == outside
+        assert extraction.key_digest(a) == extraction.key_digest(a)
+        assert digests.digest(a) == digests.digest(a) == want
+        assert len(hashed) == 3  # a's and b's keys, a's digest: once each
+        # the memo is by object, never by id: another message under the same id is read
+        changed = ToolMessage("pod ledger-db-0 OOMKilled", tool_call_id="c1", id="t1")
+        values = {f.value for f in extract([changed])}
+        assert "ledger-db-0" in values and "checkout-api-7f9c4" not in values
+        assert digests.digest(changed) != digests.digest(a)
+    hashed.clear()
+    extract([a, b])
+    assert len(hashed) == 2  # left: nothing kept
+
+
+@pytest.fixture
+def paused_redis(tmp_path):
+    """A private redis-server (never the shared one: a pause holds every client's writes)
+    and a function that holds its writes back for ``ms`` milliseconds (CLIENT PAUSE WRITE:
+    reads are answered, writes wait)."""
+    import redis
+    from stack import free_port, start_redis
+
+    port = free_port()
+    proc = start_redis(port, tmp_path)
+    client = redis.Redis(port=port, socket_timeout=10)
+    try:
+        yield client, lambda ms: client.execute_command("CLIENT", "PAUSE", str(ms), "WRITE")
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_the_store_writer_never_holds_its_caller_and_drops_what_is_over_its_cap(paused_redis):
+    import time
+
+    from stack import wait_for
+
+    from offpath.stores.facts import MAX_PENDING, FactStore
+
+    client, pause = paused_redis
+    store = FactStore(client, "capped", ttl_s=60)
+    pause(3000)
+    started = time.monotonic()
+    handed = [
+        store.remember_soon([HumanMessage(f"ticket OPS-{k} on checkout-api", id=f"h{k}")])
+        for k in range(MAX_PENDING + 10)
+    ]
+    assert time.monotonic() - started < 1.0  # the writes wait for Redis; the caller does not
+    # the writer holds one batch (its write waits) and MAX_PENDING wait for it: the rest
+    # are dropped (their facts are found by the job that removes them)
+    assert MAX_PENDING <= sum(handed) <= MAX_PENDING + 1 and not handed[-1]
+    wait_for(lambda: len(list(client.scan_iter("capped:facts:*"))) == sum(handed), timeout=15)
+
+
+def test_the_middlewares_store_finds_each_message_once_and_keeps_the_originals_it_is_given():
+    import uuid
+
+    import redis
+    from stack import REDIS_URL
+
+    from offpath.compaction.facts.extraction import found_here, key_digest
+    from offpath.stores.facts import FactStore, decode
+
+    client = redis.Redis.from_url(REDIS_URL)
+    prefix = f"factstest-{uuid.uuid4().hex[:6]}"
+    store = FactStore(client, prefix, ttl_s=60)
+    pod = f"checkout-api-{uuid.uuid4().hex[:5]}"  # new text: no earlier test found its facts
+    original = ToolMessage(f"pod {pod} OOMKilled\n" + "log line\n" * 500, tool_call_id="c", id="t")
+    shortened = original.model_copy(update={"content": f"pod {pod} OOMKilled [offpath: ...]"})
+    thread = [HumanMessage(f"why does {pod} restart?", id="h"), shortened]
+    try:
+        before = found_here()
+        assert store.remember(thread, [original], kept=True) == 3
+        assert store.remember(thread, [original], kept=True) == 0  # each once
+        assert found_here() - before == 3
+        extract([*thread, original])  # the process's own reads find them kept
+        assert found_here() - before == 3
+        got = store.fetch([key_digest(m) for m in (*thread, original)])
+        assert [decode(got[key_digest(m)]) for m in (*thread, original)] == [
+            _observed(_Key(m)) for m in (*thread, original)
+        ]
+    finally:
+        for key in client.scan_iter(f"{prefix}:*"):
+            client.delete(key)
+        client.close()
+
+
+def test_the_middlewares_facts_reads_never_hold_a_call_and_are_bounded():
+    import threading
+    import time
+
+    from stack import wait_for
+
+    from offpath.agent.middleware.pools import MAX_READ_AHEADS, Background
+
+    background = Background()
+    gate = threading.Event()
+    stored: list[int] = []
+
+    def store(k):  # the fact store's write, held until the gate opens
+        gate.wait(10)
+        stored.append(k)
+
+    started = time.monotonic()
+    for k in range(MAX_READ_AHEADS + 5):
+        background.read_ahead([HumanMessage(f"ticket OPS-{k}", id=f"h{k}")], lambda k=k: store(k))
+    assert time.monotonic() - started < 1.0
+    gate.set()
+    wait_for(lambda: len(stored) == MAX_READ_AHEADS, timeout=10)
+    time.sleep(0.2)
+    assert stored == list(range(MAX_READ_AHEADS))  # the last five were dropped, not queued
+
+
+def test_a_new_process_stores_only_what_no_other_process_stored():
+    """A team's agent run as a command is a new process at each run: its first turn of a
+    thread asks Redis which messages it holds (one round trip) instead of finding and
+    storing every message's facts again."""
+    import uuid
+
+    import redis
+    from stack import REDIS_URL
+
+    from offpath.compaction.facts.extraction import found_here
+    from offpath.stores.facts import FactStore
+
+    client = redis.Redis.from_url(REDIS_URL)
+    prefix = f"factstest-{uuid.uuid4().hex[:6]}"
+    tag = uuid.uuid4().hex[:5]
+    thread = [
+        HumanMessage(f"why is checkout-api-{tag} failing? ticket INC-4821", id="h1"),
+        ToolMessage(f"pod checkout-api-{tag} OOMKilled, exit 137", tool_call_id="c", id="t1"),
+        AIMessage(f"Raised the limit of checkout-api-{tag} to 512Mi.", id="a1"),
+    ]
+    later = HumanMessage(f"and payments-{tag}?", id="h2")
+    try:
+        assert FactStore(client, prefix).remember(thread, kept=True) == 3
+        _observed.cache_clear()  # the next run's process: nothing found yet
+        _MERGED.clear()
+        before = found_here()
+        again = FactStore(client, prefix)
+        assert again.remember([*thread, later], kept=True) == 1
+        assert found_here() - before == 1  # only the new message's facts were found
+        assert again.remember([*thread, later], kept=True) == 0
+    finally:
+        for key in client.scan_iter(f"{prefix}:*"):
+            client.delete(key)
+        client.close()

@@ -20,12 +20,12 @@ from offpath.compaction.facts.pinning import STATED_LINE_MIN_BUDGET, pin
 from offpath.compaction.facts.sections import MAX_LINE_CHARS, PINNED_HEADING
 from offpath.compaction.loss import visible_text
 from offpath.compaction.pipeline import Skip, compact
-from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner import plan_compaction
 from offpath.compaction.prompt import build_prompt, render_content
 from offpath.compaction.summarizers.base import SummaryResult
 from offpath.compaction.summarizers.guarded import RECALL_NOTE, GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.compaction.summary.message import build_summary_message
+from offpath.compaction.summary import build_summary_message
 from offpath.config import load_settings
 
 
@@ -136,9 +136,12 @@ def test_pin_adds_only_missing_facts_with_their_message_ids_bounded():
     section = text.split(PINNED_HEADING, 1)[1]
     for value in ["HTTP 503", "2026-03-02T10:31:07Z", "db-primary-2", "INC-4821"]:
         assert value in section
-    # one entry per line: the timestamp rides along with HTTP 503 on t1's line
-    assert len(pinned.entries) == 2
+    # one entry per line: the timestamp rides along with HTTP 503 on t1's line; what the
+    # agent said stays listed by value beside its quoted line (a summary over its budget
+    # gives up quoted lines first: the values outlast the line)
+    assert len(pinned.entries) == 3
     assert "(t1)" in section and "(a1; said)" in section  # the agent's own line, marked
+    assert "\n- ids (said): INC-4821, db-primary-2" in section
     assert pinned.facts >= 4
     assert all(len(e) < MAX_LINE_CHARS + 20 for e in pinned.entries)
     # bounded: a small budget keeps the highest-ranked facts only, never over it
@@ -284,6 +287,25 @@ def test_offline_ruled_out_is_filled_from_the_evidence():
     assert "not the cause" in ruled
 
 
+def test_offline_ruled_out_lists_an_item_the_earlier_summary_had_once():
+    # a long session rules the same things out in every loop: the earlier summary's items
+    # are merged one by one, not as one string beside the new ones
+    earlier = summary_of(
+        "**Investigating:** is it healthy?\n**Key findings:**\n- none\n"
+        "**Ruled out:** All pods are healthy; The database is not the cause: db-primary-2 "
+        "was healthy throughout.\n"
+        "**Current state:** checking",
+        "s1",
+        ["x"],
+        100,
+    )
+    thread = sre_thread()
+    text, _ = offline([thread[0], earlier, *thread[1:]])
+    ruled = text.split("**Ruled out:**", 1)[1].split("**Current state:**", 1)[0]
+    assert ruled.count("The database is not the cause") == 1, ruled
+    assert "All pods are healthy" in ruled
+
+
 def test_offline_current_state_is_never_cut_mid_word():
     long = "The rollout of checkout-api is paused while we compare " + "several replicas " * 80
     msgs = sre_thread()[:-2] + [
@@ -410,7 +432,7 @@ def test_each_kind_is_found_where_it_starts_and_nowhere_else(line, expected):
     ],
 )
 def test_the_instruction_prefilter_never_hides_what_the_wording_rule_finds(line):
-    from offpath.compaction.summary.instructions import _INSTRUCTION, looks_like_instruction
+    from offpath.compaction.summary import _INSTRUCTION, looks_like_instruction
 
     assert _INSTRUCTION.search(line)  # the line is one, by the rule itself
     assert looks_like_instruction(line)
@@ -426,7 +448,7 @@ def test_the_instruction_prefilter_agrees_with_the_wording_rule(line):
     """The prefilter (C substring scans for each rule's words) never hides a line the whole
     rule finds, after normalizing (issue 20, item 7: look-alike and invisible chars,
     spaced-out letters), alone or inside a longer text."""
-    from offpath.compaction.summary.instructions import (
+    from offpath.compaction.summary import (
         _INSTRUCTION,
         _instruction_rule,
         looks_like_instruction,

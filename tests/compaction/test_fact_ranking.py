@@ -106,7 +106,7 @@ def test_an_id_the_agent_names_is_listed_though_a_tool_output_held_it_first():
 def test_over_many_compactions_every_span_keeps_a_share_of_the_pins():
     """Each compaction removes the last summary and a span of the agent's findings; the
     pins, too small for all of them, keep some of every span: none in the middle vanishes."""
-    from offpath.compaction.summary.message import build_summary_message
+    from offpath.compaction.summary import build_summary_message
 
     summary = None
     spans = 12
@@ -154,7 +154,7 @@ def test_names_and_line_numbers_the_agent_writes_bare_are_facts_it_said():
 
 
 def summary_of(text, k=0, removed=()):
-    from offpath.compaction.summary.message import build_summary_message
+    from offpath.compaction.summary import build_summary_message
 
     return build_summary_message(
         message_id=f"s{k}",
@@ -170,9 +170,10 @@ def summary_of(text, k=0, removed=()):
 def test_what_the_agent_said_and_the_user_named_stay_so_when_a_summary_carries_them():
     more = AIMessage(id="a2", content="Also slow: " + ", ".join(f"`q_{k}_scan`" for k in range(80)))
     text, _ = pin("s", [*session(), more], 1_200)
-    assert "- ids (said): q_0_scan, q_1_scan" in section(text), text
+    said = [ln for ln in section(text).splitlines() if ln.startswith("- ids (said): ")]
+    assert said and "q_12_scan, q_13_scan" in said[0], text
     facts = {f.value: f for f in extract([summary_of(text)])}
-    for value in ("q_0_scan", "q_1_scan", "867-918m", "build_index"):
+    for value in ("q_12_scan", "q_13_scan", "867-918m", "build_index"):
         assert facts[value].said and facts[value].carried, value
     # a line of values the user named reads back as asked
     named = f"s\n\n{PINNED_HEADING} (`recall` finds each):\n- ids (asked): release-train-7, OPS-12"
@@ -225,3 +226,250 @@ def test_a_summary_over_its_budget_gives_up_said_values_one_at_a_time_every_span
     assert len(groups) == 6 and all(g for g in groups), line
     counts = [len(g.split(", ")) for g in groups]
     assert max(counts) - min(counts) <= 1 and sum(counts) < 48, counts
+
+
+def test_a_line_of_other_values_over_the_budget_gives_up_one_value_at_a_time():
+    """A summary a few chars over its budget loses a few of the values only a tool held, not
+    the whole line of them (a line of forty values dropped for sixty chars)."""
+    from offpath.compaction.budget import fit_summary
+
+    tool_ids = [f"tool-id-{k}x" for k in range(20)]
+    content = (
+        "[Context from earlier in this session, summarized]\n\n"
+        "**Investigating:** the ledger lag\n\n"
+        f"{PINNED_HEADING} (`recall` finds each):\n"
+        "- names (said): shard_1_lag, shard_2_lag\n"
+        "- ids: " + ", ".join(tool_ids[:10]) + "; " + ", ".join(tool_ids[10:])
+    )
+    cap = len(content) - 60
+    fitted = fit_summary(content, cap)
+    assert len(fitted) <= cap
+    assert "- names (said): shard_1_lag, shard_2_lag" in fitted
+    kept = [v for v in tool_ids if v in fitted]
+    assert 14 <= len(kept) < 20, fitted
+    line = next(ln for ln in fitted.splitlines() if ln.startswith("- ids: "))
+    assert all(line.split(": ", 1)[1].split("; ")), line  # each span keeps some
+
+
+def test_what_a_summary_says_in_words_reads_back_as_stated_and_its_quoted_output_does_not():
+    """The next summary ranks what an earlier one said in words (the agent's place, its
+    findings) with what the agent relied on, so it is not outranked by what only a tool held
+    once the words are rewritten; a line it quotes from tool output stays data."""
+    text = "\n".join(
+        [
+            "**Investigating:** why `ledger-api` is slow",
+            "**Key findings:**",
+            "- the agent found `shard_7_lag` at 867-918m",
+            "- `Replicas: 0 available | pod ledger-7f9c2-x1` (kubectl_describe output)",
+            "**Ruled out:** redis",
+            "**Current state:** checking `build_index` next",
+        ]
+    )
+    facts = {f.value: f for f in extract([summary_of(text)])}
+    for value in ("ledger-api", "shard_7_lag", "867-918m", "build_index"):
+        assert facts[value].stated and facts[value].carried, value
+    assert facts["ledger-7f9c2-x1"].carried and not facts["ledger-7f9c2-x1"].stated
+
+
+def test_the_index_names_topics_the_rest_of_the_summary_does_not_hold():
+    from offpath.compaction.index import span_line
+
+    removed = [
+        HumanMessage(id="h1", content="Why is `ledger-api` slow?"),
+        AIMessage(
+            id="a1",
+            content="Suspects: `shard_1_lag`, `shard_2_lag`, `build_index` and `fetch_rows`.",
+        ),
+    ]
+    every = span_line(removed, 0)
+    assert every is not None and "shard_1_lag" in every and "build_index" in every
+    line = span_line(removed, 0, shown="- names (said): shard_1_lag, build_index")
+    assert line is not None
+    topics = line.split("; topics: ", 1)[1].split(", ")
+    assert "shard_1_lag" not in topics and "build_index" not in topics, line
+    assert "shard_2_lag" in topics and "fetch_rows" in topics, line
+
+
+def test_the_since_sections_said_values_stay_while_the_other_values_give_way():
+    """The since-section lists the facts of the messages that went at the apply, which no
+    summary read: what the agent said there is its newest words, kept with the pins' said
+    values, while the values only a tool held (there and under the pins) go first."""
+    from offpath.compaction.budget import fit_summary
+    from offpath.compaction.facts.sections import SINCE_HEADING
+
+    content = "\n".join(
+        [
+            "[Context from earlier in this session, summarized]",
+            "",
+            "**Investigating:** the ledger lag",
+            "",
+            f"{PINNED_HEADING} (`recall` finds each):",
+            "- names (said): shard_1_lag, shard_2_lag",
+            "- ids: " + ", ".join(f"pin-id-{k}x" for k in range(12)),
+            "",
+            f"{SINCE_HEADING} (3 later messages, not summarized yet; their facts, by message):",
+            '- Request (answered): "Go on" (recall("h9"))',
+            "- names (said): shard_9_lag, build_index_v2",
+            "- ids: " + ", ".join(f"since-id-{k}x" for k in range(12)),
+        ]
+    )
+    fitted = fit_summary(content, len(content) - 200)
+    assert len(fitted) <= len(content) - 200
+    for value in ("shard_1_lag", "shard_2_lag", "shard_9_lag", "build_index_v2"):
+        assert value in fitted, fitted
+    assert '- Request (answered): "Go on" (recall("h9"))' in fitted
+    assert "since-id-" not in fitted and "pin-id-" in fitted, fitted  # the since-section's first
+
+
+def test_the_since_section_lists_what_the_agent_said_on_a_line_of_its_own_on_any_budget():
+    said = AIMessage(
+        id="a5", content="Lagging: " + ", ".join(f"`shard_{k}_lag`" for k in range(40)) + "."
+    )
+    text, _ = pin("", [said], 400, header="**Since**:", stated_lines=True)
+    assert "\n- ids (said): shard_0_lag, shard_1_lag" in text, text
+    small, _ = pin("", [said], 400, header="**Since**:")
+    assert "(said)" not in small and "\n- ids: shard_0_lag" in small, small  # a small budget
+
+
+def test_a_quote_at_the_swap_is_a_short_clip_around_its_identifier():
+    """The check before the swap quotes where an identifier came from in a short clip (its
+    message cited: ``recall`` reads it whole), not the long line it was found on."""
+    from offpath.compaction.facts.pinning import SWAP_LINE_CHARS, swap_check
+
+    filler = " ".join(f"word{k}" for k in range(40))
+    removed = [ToolMessage(id="t7", content=f"{filler} ord-77x shipped {filler}", tool_call_id="c")]
+    later = [HumanMessage(id="h8", content="What happened to ord-77x?")]
+    section_text, missing = swap_check(later, removed, [], "", 1_000)
+    assert missing == 0 and "ord-77x" in section_text, section_text
+    quoted = [ln for ln in section_text.splitlines() if ln.startswith("- `")]
+    assert len(quoted) == 1, section_text
+    assert len(quoted[0].split("` (", 1)[0]) <= SWAP_LINE_CHARS + 3, quoted
+
+
+def test_the_swap_quotes_the_newest_line_and_none_the_later_messages_hold_themselves():
+    from offpath.compaction.facts.pinning import swap_check
+
+    removed = [
+        ToolMessage(id="t1", content="ord-77x created by batch 4", tool_call_id="c1"),
+        ToolMessage(id="t2", content="ord-77x shipped to depot-9", tool_call_id="c2"),
+        HumanMessage(id="h3", content="Steps:\nds.rows_x = 5\nthen run it"),
+    ]
+    later = [
+        HumanMessage(id="h8", content="What happened to ord-77x?"),
+        HumanMessage(id="h9", content="Steps:\nds.rows_x = 5\nthen run it again"),
+    ]
+    section_text, missing = swap_check(later, removed, [], "", 1_000)
+    assert missing == 0
+    assert "ord-77x shipped to depot-9" in section_text and "(t2)" in section_text
+    assert "(t1)" not in section_text, section_text
+    assert "ds.rows_x" not in section_text, section_text  # the task sent again holds it
+
+
+def test_a_quoted_line_carried_for_three_compactions_gives_way_its_values_listed():
+    from offpath.compaction.facts.pinning import QUOTED_AGE_MAX
+
+    line = "- `The culprit is ledger-db-3 (INC-4821), seen at 10:31:07Z.` (a1; said; age {})"
+
+    def carried(age):
+        text = f"s\n\n{PINNED_HEADING} (`recall` finds each):\n{line.format(age)}"
+        return section(pin("s2", [summary_of(text)], 2_000)[0])
+
+    young = carried(QUOTED_AGE_MAX - 1)
+    assert f"(a1; said; age {QUOTED_AGE_MAX})" in young, young
+    old = carried(QUOTED_AGE_MAX)
+    assert "The culprit is" not in old, old  # not quoted a fourth time
+    listed = [ln for ln in old.splitlines() if ln.startswith("- ids (said): ")]
+    assert listed and "ledger-db-3" in listed[0] and "INC-4821" in listed[0], old
+
+
+def test_on_a_large_budget_what_the_agent_said_stays_listed_beside_its_quoted_line():
+    # a summary over its budget gives up quoted lines first: the values the next summary
+    # reads back as said are those listed, not those a dropped line held
+    said = AIMessage(id="a1", content="Root cause: pool exhausted on db-primary-2 (INC-4821).")
+    pinned = section(pin("s", [said], 2_000)[0])
+    assert "(a1; said)" in pinned
+    assert "- ids (said): INC-4821, db-primary-2" in pinned, pinned
+
+
+def test_what_the_agent_said_that_cannot_all_fit_lists_the_shorter_values_first():
+    # the same room holds more of them: a 6-char figure costs what a 40-char pod name does
+    # not (each span keeps its turn)
+    long = [f"checkout-api-deployment-{k}-7f9c4d8b6-x2k9p" for k in range(12)]
+    said = AIMessage(
+        id="a1",
+        content="Pods "
+        + ", ".join(f"`{p}`" for p in long)
+        + " use "
+        + ", ".join(f"{500 + k} Mi" for k in range(12))
+        + ".",
+    )
+    pinned = section(pin("s", [said], 320)[0])
+    figures = [k for k in range(12) if f"{500 + k} Mi" in pinned]
+    names = [p for p in long if p in pinned]
+    assert len(figures) == 12, pinned
+    assert len(figures) + len(names) > 12
+
+
+def test_the_swap_quotes_one_line_per_message_and_lists_its_other_identifiers():
+    """A listing that later messages name row by row costs one quoted line for its message
+    (where they came from) and one line of values, not a line per row."""
+    from offpath.compaction.facts.pinning import swap_check
+
+    rows = "\n".join(f"default pod-{k}x7-abc 8{k}0 Mi" for k in range(12))
+    removed = [ToolMessage(id="t1", content=rows, tool_call_id="c1")]
+    named = ", ".join(f"`pod-{k}x7-abc`" for k in range(12))
+    later = [AIMessage(id="a9", content=f"The largest are {named}.")]
+    section_text, missing = swap_check(later, removed, [], "", 2_000)
+    assert missing == 0
+    entries = section_text.splitlines()[1:]
+    assert len(entries) == 2, section_text
+    assert entries[0].startswith("- `default pod-") and entries[0].endswith("(t1)")
+    assert entries[1].startswith("- also in t1: ")
+    assert all(f"pod-{k}x7-abc" in section_text for k in range(12))
+
+
+def test_the_swap_lists_an_identifier_found_only_in_offpaths_own_note():
+    from offpath.compaction.facts.pinning import swap_check
+
+    note = "head\n[offpath: 900 of this result's 1,000 chars are not shown; Facts in it: 'zq-881'.]"
+    removed = [ToolMessage(id="t1", content=note, tool_call_id="c1")]
+    later = [HumanMessage(id="h9", content="What about zq-881?")]
+    section_text, missing = swap_check(later, removed, [], "", 1_000)
+    assert missing == 0 and section_text.splitlines()[1:] == ["- also in t1: zq-881"]
+
+
+def test_what_a_pasted_document_names_is_not_ranked_as_asked():
+    """A user message of a request's size names what the user asks about; a document it
+    pastes (a demonstration, a log) is material, its values not the user's own."""
+    from offpath.compaction.facts.extraction import DOCUMENT_MIN_CHARS
+
+    ask = HumanMessage(id="h1", content="Please rebook reservation QX7ZP2 on flight HAT204.")
+    pasted = HumanMessage(
+        id="h2",
+        content="Here is an example session:\n"
+        + "the agent opened `fields.py` at line 1474 and ran reproduce.py\n"
+        * (DOCUMENT_MIN_CHARS // 60 + 1),
+    )
+    facts = {f.value: f for f in extract([ask, pasted])}
+    assert facts["QX7ZP2"].asked and facts["HAT204"].asked
+    assert not facts["fields.py"].asked and not facts["line 1474"].asked
+
+
+def test_a_tools_name_is_not_pinned_unless_the_agent_names_it_in_its_words():
+    call = AIMessage(
+        id="a1",
+        content="",
+        tool_calls=[{"name": "get_reservation_details", "args": {"id": "QX7ZP2"}, "id": "c1"}],
+    )
+    result = ToolMessage(
+        id="t1", content='{"reservation_id": "QX7ZP2", "flight": "HAT204"}', tool_call_id="c1"
+    )
+
+    def listed(pinned):  # the lines of values (not the quoted lines)
+        return "\n".join(ln for ln in pinned.splitlines() if not ln.startswith("- `"))
+
+    pinned = section(pin("s", [call, result], 1_200)[0])
+    assert "QX7ZP2" in listed(pinned) and "get_reservation_details" not in listed(pinned), pinned
+    said = AIMessage(id="a2", content="I used `get_reservation_details` for QX7ZP2.")
+    pinned = section(pin("s", [call, result, said], 1_200)[0])
+    assert "- names (said): get_reservation_details" in pinned, pinned

@@ -16,19 +16,21 @@ from shared import check_compacted, turn_problems
 from sre_sessions import sre_session
 
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.patch.fitting import fit
-from offpath.compaction.patch.prepared import Stale
+from offpath.compaction.patch import Stale, fit
 from offpath.compaction.pipeline import compact_plan
-from offpath.compaction.planner.budgets import (
+from offpath.compaction.planner import (
+    CompactionPlan,
+    Skip,
+    SkipReason,
+    extension,
     landing_bound,
     landing_chars,
     min_gain_chars,
+    plan_compaction,
     prepare_from_chars,
     summary_budget_chars,
     thread_budget,
 )
-from offpath.compaction.planner.cut import extension, plan_compaction
-from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
 from offpath.compaction.settings import Settings
 from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.config import load_settings

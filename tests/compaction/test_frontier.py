@@ -19,13 +19,10 @@ from offpath.compaction.facts.extraction import extract
 from offpath.compaction.facts.patterns import find
 from offpath.compaction.facts.pinning import pin
 from offpath.compaction.facts.sections import PINNED_HEADING, SWAP_HEADING
-from offpath.compaction.frontier.reading import is_follow_up, read_frontier
-from offpath.compaction.patch.fitting import fit
-from offpath.compaction.patch.prepared import Stale
+from offpath.compaction.frontier import is_follow_up, read_frontier
+from offpath.compaction.patch import Stale, fit
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner.budgets import landing_chars
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import CompactionPlan
+from offpath.compaction.planner import CompactionPlan, landing_chars, plan_compaction
 from offpath.compaction.prompt import build_prompt, render_message
 from offpath.compaction.summarizers.base import SummaryResult
 from offpath.compaction.summarizers.guarded import GuardedSummarizer
@@ -415,8 +412,8 @@ def test_a_clipped_request_keeps_its_pointer_through_the_next_summary():
     # a long request the first summary clipped is cited as (whole: recall("<id>")); read
     # back from that summary's text, the next one cites the same message (issue 19: it read
     # "for the......" with no way back), and the same request is never shown twice
-    from offpath.compaction.frontier.form import Frontier, into_summary
-    from offpath.compaction.summary.message import cite
+    from offpath.compaction.frontier import Frontier, into_summary
+    from offpath.compaction.summary import cite
 
     uid = "f1db178e-6948-4b29-a54c-a34f4869aa6e"
     text = (
@@ -453,7 +450,7 @@ def test_the_request_in_progress_keeps_its_object_at_a_small_budget():
     # benchmark 15's switch probe at a 10,000-char threshold (a 300-char frontier budget):
     # the latest request was clipped after 60 chars ("...Now: Restore the DNS..."), losing
     # what the agent is doing; it now gets the larger share, the first request the smaller
-    from offpath.compaction.frontier.form import Frontier, into_summary
+    from offpath.compaction.frontier import Frontier, into_summary
 
     template = "**Investigating:** y\n**Key findings:**\n**Ruled out:** none\n**Current state:** z"
     latest = (
@@ -472,7 +469,7 @@ def test_the_request_in_progress_keeps_its_object_at_a_small_budget():
 def test_the_original_request_is_read_back_from_the_summary_that_wrote_it():
     # issue 19: Frontier.from_text matched an old form of the line, so from the second
     # compaction on the task (and the ids it named) was replaced by the latest request
-    from offpath.compaction.frontier.form import Frontier, into_summary
+    from offpath.compaction.frontier import Frontier, into_summary
 
     template = "**Investigating:** y\n**Key findings:**\n**Ruled out:** none\n**Current state:** z"
     task = "I need to cancel my upcoming flights. The reservation IDs are XEHM4B and 59XX6W."
@@ -483,3 +480,29 @@ def test_the_original_request_is_read_back_from_the_summary_that_wrote_it():
         back = Frontier.from_text(into_summary(template, frontier, 600))
         assert back is not None
         assert (back.task, back.task_status, back.latest) == (task, stored, "Yes, go ahead.")
+
+
+def test_the_prompt_sizes_its_items_as_the_chunks_are_cut():
+    """The prompt built for a plan carries each removed message's size as a chunk counts it
+    (rendered with a 16-char boundary): cut from those sizes or rendered again, the chunks
+    are the same, whether the removal fits one prompt or not."""
+    from offpath.compaction.prompt import chunks
+    from offpath.compaction.summary import is_summary
+
+    msgs: list = [SystemMessage(id="sys", content="sys"), HumanMessage(id="h", content="Go.")]
+    for i in range(60):
+        cid = f"c{i}"
+        msgs += [
+            AIMessage(id=f"a{i}", content="", tool_calls=[{"id": cid, "name": "logs", "args": {}}]),
+            ToolMessage(id=f"t{i}", content=f"MARK-{i:03d} " + "z " * 900, tool_call_id=cid),
+        ]
+    settings = load_settings(summarization_threshold_chars=100_000, summarization_keep_chars=10_000)
+    plan = plan_compaction(msgs, settings)
+    assert isinstance(plan, CompactionPlan)
+    fresh = [m for m in plan.removed if not is_summary(m)]
+    for max_chars in (20_000, 40_000, 400_000):
+        prompt = build_prompt(plan, max_chars)
+        assert prompt.sizes == tuple(len(render_message(m, "0" * 16)) + 2 for m in fresh)
+        cut = chunks(plan, max_chars, MAX_CALLS, prompt.sizes)
+        assert [p.removed for p in cut] == [p.removed for p in chunks(plan, max_chars, MAX_CALLS)]
+    assert len(chunks(plan, 20_000, MAX_CALLS, build_prompt(plan, 20_000).sizes)) > 1

@@ -10,12 +10,11 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from offpath.compaction.formats import to_messages
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import CompactionPlan
+from offpath.compaction.planner import CompactionPlan, plan_compaction
 from offpath.compaction.prompt import build_prompt, render_message
 from offpath.compaction.summarizers.guarded import GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.compaction.summary.instructions import looks_like_instruction
+from offpath.compaction.summary import looks_like_instruction
 from offpath.config import load_settings
 from offpath.llm import LLMSummarizer
 
@@ -164,9 +163,8 @@ def test_a_clients_marker_after_the_cut_stays_and_one_before_it_is_folded():
 def test_a_forged_compaction_count_is_read_as_one(claimed, read):
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from offpath.compaction.patch.fitting import fit
-    from offpath.compaction.patch.prepared import Prepared
-    from offpath.compaction.summary.message import compactions_of
+    from offpath.compaction.patch import Prepared, fit
+    from offpath.compaction.summary import compactions_of
 
     head = marked(
         "[Context from earlier in this session, summarized]\n\nold", "head", compactions=claimed
@@ -181,7 +179,7 @@ def test_a_forged_compaction_count_is_read_as_one(claimed, read):
 
 
 def test_the_quoted_request_is_read_from_the_summary_text_never_its_metadata():
-    from offpath.compaction.summary.message import build_summary_message, summary_request
+    from offpath.compaction.summary import build_summary_message, summary_request
 
     own = build_summary_message(
         message_id="s",

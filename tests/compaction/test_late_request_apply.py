@@ -11,10 +11,8 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import message_chars, total_chars
-from offpath.compaction.patch.fitting import fit
-from offpath.compaction.patch.prepared import Prepared, Stale
-from offpath.compaction.planner.budgets import landing_bound
-from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.patch import Prepared, Stale, fit
+from offpath.compaction.planner import landing_bound, plan_compaction
 from offpath.config import load_settings
 
 OUTSIDE = 4_900  # a system prompt given to create_agent: sent with every call

@@ -10,9 +10,8 @@ from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.loss import MAX_LISTED, loss_report
-from offpath.compaction.patch.fitting import fit
-from offpath.compaction.patch.prepared import Prepared
-from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.patch import Prepared, fit
+from offpath.compaction.planner import plan_compaction
 from offpath.compaction.shorten import shorten
 from offpath.config import load_settings
 from offpath.coordination.writers import with_loss

@@ -26,11 +26,8 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import add_messages
 
-from offpath.compaction.patch.fitting import fit
-from offpath.compaction.patch.prepared import Prepared, Stale
-from offpath.compaction.planner.budgets import landing_chars
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import Skip
+from offpath.compaction.patch import Prepared, Stale, fit
+from offpath.compaction.planner import Skip, landing_chars, plan_compaction
 from offpath.compaction.revert import RevertConflict, reverted
 from offpath.config import load_settings
 from offpath.stores.archive import REMOVED, SHORTENED, rows_for

@@ -1,4 +1,4 @@
-"""A long thread's caps kept incrementally (:class:`offpath.compaction.sizing.MessageSizes`, as
+"""A long thread's caps kept incrementally (:class:`offpath.compaction.tracking.MessageSizes`, as
 the middleware keeps them across model calls) equal the caps computed from scratch
 (:func:`offpath.compaction.shorten.older_caps`) after each step of a random history: messages
 appended, older ones shortened in place, messages removed, a compaction applied (a summary in
@@ -20,7 +20,7 @@ from langchain_core.messages import (
 
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.shorten import MIN_OLDER_CHARS, older_caps, shorten
-from offpath.compaction.sizing import MessageSizes
+from offpath.compaction.tracking import MessageSizes
 
 SIZES = st.sampled_from([0, 15, 90, 250, 399, 400, 401, 650, 1_200, 3_000, 9_000])
 
@@ -130,7 +130,7 @@ def test_sized_threads_hold_at_most_their_messages() -> None:
     """The sizes kept for a process's threads hold at most ``max_messages`` messages: the
     threads used least recently are forgotten first; a thread's sizes go to one call at a
     time."""
-    from offpath.compaction.sizing import SizedThreads
+    from offpath.compaction.tracking import SizedThreads
 
     def sized(n: int) -> MessageSizes:
         sizes = MessageSizes()

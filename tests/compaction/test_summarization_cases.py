@@ -13,8 +13,7 @@ from shared import CASES, check_case, load, messages_of
 from shared import settings_of as case_settings
 
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import Skip
+from offpath.compaction.planner import Skip, plan_compaction
 from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.config import load_settings
 

@@ -9,13 +9,15 @@ from shared import check_compacted
 
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner.budgets import (
+from offpath.compaction.planner import (
+    CompactionPlan,
+    Skip,
+    SkipReason,
     min_gain_chars,
+    plan_compaction,
     request_cap_chars,
     summary_budget_chars,
 )
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import CompactionPlan, Skip, SkipReason
 from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.config import load_settings
 
@@ -372,7 +374,7 @@ def test_summarization_orphan_results_are_removed_by_the_next_compaction():
 
 
 def test_summarization_a_user_message_opening_like_a_summary_is_a_request():
-    from offpath.compaction.summary.message import SUMMARY_PREFIX, is_summary
+    from offpath.compaction.summary import SUMMARY_PREFIX, is_summary
 
     pasted = HumanMessage(id="p", content=f"{SUMMARY_PREFIX}\n\nmy notes; now: why is auth down?")
     assert not is_summary(pasted)
@@ -488,7 +490,7 @@ def test_a_finished_turn_across_the_keep_windows_edge_goes_whole():
     leaves nothing worth removing (the summary alone), and cutting inside it would keep its
     answer without its request: it goes whole, and the later turns are kept (less than the
     window, every turn whole)."""
-    from offpath.compaction.summary.message import SUMMARY_PREFIX
+    from offpath.compaction.summary import SUMMARY_PREFIX
 
     summary = HumanMessage(
         id="s0",

@@ -10,14 +10,11 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.graph.message import add_messages
 from shared import check_compacted, pairing_problems
 
-from offpath.compaction.patch.fitting import fit
-from offpath.compaction.patch.prepared import Stale
+from offpath.compaction.patch import Stale, fit
 from offpath.compaction.pipeline import Compaction, compact, compact_plan
-from offpath.compaction.planner.budgets import landing_chars
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import Skip
+from offpath.compaction.planner import Skip, landing_chars, plan_compaction
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.compaction.summary.message import SUMMARY_PREFIX
+from offpath.compaction.summary import SUMMARY_PREFIX
 from offpath.config import load_settings
 
 TEXT = st.text(alphabet="abc xyz 0123456789:-\n", min_size=0, max_size=40).map(lambda s: s * 30)

@@ -9,7 +9,7 @@ from shared import TRANSCRIPTS, check_compacted, load, messages_of
 
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner.plans import Skip, SkipReason
+from offpath.compaction.planner import Skip, SkipReason
 from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.config import load_settings
 

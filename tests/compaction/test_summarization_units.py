@@ -18,16 +18,15 @@ from langchain_core.messages import (
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import MEDIA_BLOCK_CHARS, message_chars
-from offpath.compaction.patch.fitting import fit, landed
-from offpath.compaction.patch.prepared import Prepared, Stale
+from offpath.compaction.patch import Prepared, Stale, fit, landed
 from offpath.compaction.pipeline import Compaction, compact
-from offpath.compaction.planner.cut import plan_compaction
+from offpath.compaction.planner import plan_compaction
 from offpath.compaction.prompt import build_prompt, shorten
 from offpath.compaction.settings import SettingsError
 from offpath.compaction.summarizers.base import EmptySummaryError, SummarizerError
 from offpath.compaction.summarizers.guarded import GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.compaction.summary.message import HEADINGS, SUMMARY_PREFIX, fingerprint, is_summary
+from offpath.compaction.summary import HEADINGS, SUMMARY_PREFIX, fingerprint, is_summary
 from offpath.config import load_settings
 from offpath.llm import LLMSummarizer, make_summarizer
 

@@ -17,15 +17,12 @@ from langgraph.graph.message import add_messages
 from shared import SHARED, check_compacted, load, messages_of
 
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.patch.fitting import fit
-from offpath.compaction.patch.prepared import Fitted, Prepared
-from offpath.compaction.planner.budgets import landing_chars, thread_budget
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import Skip
+from offpath.compaction.patch import Fitted, Prepared, fit
+from offpath.compaction.planner import Skip, landing_chars, plan_compaction, thread_budget
 from offpath.compaction.prompt import build_prompt
 from offpath.compaction.summarizers.guarded import GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.compaction.summary.message import REQUEST_HEADING, is_summary
+from offpath.compaction.summary import REQUEST_HEADING, is_summary
 from offpath.config import load_settings
 from offpath.llm import LLMSummarizer
 

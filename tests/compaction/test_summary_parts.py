@@ -12,15 +12,14 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.budget import LEFT_OUT, fit_summary, least_chars
-from offpath.compaction.facts.sections import PINNED_HEADING, SWAP_HEADING
-from offpath.compaction.frontier.form import DECISIONS_HEADING, ORIGINAL_HEADING
-from offpath.compaction.frontier.reading import decision_of
+from offpath.compaction.facts.sections import PINNED_HEADING, SINCE_HEADING, SWAP_HEADING
+from offpath.compaction.frontier import DECISIONS_HEADING, ORIGINAL_HEADING, decision_of
 from offpath.compaction.index import INDEX_HEADER, INDEX_HEADING, archive_index, merge_oldest
 from offpath.compaction.pipeline import Compaction, compact
 from offpath.compaction.summarizers.base import SummaryResult
 from offpath.compaction.summarizers.guarded import GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
-from offpath.compaction.summary.message import (
+from offpath.compaction.summary import (
     HEADINGS,
     REQUEST_HEADING,
     summary_body,
@@ -274,3 +273,36 @@ def test_a_quoted_request_stays_word_for_word_when_the_summary_is_fitted():
     for cap in (0, len(content) - 40):
         fitted = fit_summary(content, cap)
         assert fitted.endswith(f"{REQUEST_HEADING}\n{request}")
+
+
+def test_what_the_agent_said_outlasts_the_since_sections_quotes_and_the_index_detail():
+    """Over its budget, a summary merges its index's spans and counts the since-section's
+    turns (``recall`` reads them) before it gives up a value the agent said."""
+    said = ", ".join(f"shard_{k}_lag" for k in range(10))
+    content = "\n".join(
+        [
+            "[Context from earlier in this session, summarized]",
+            "",
+            f"{HEADINGS[0]} the ledger lag",
+            "",
+            f"{PINNED_HEADING} (`recall` finds each):",
+            f"- names (said): {said}",
+            "",
+            f"{SINCE_HEADING} (6 later messages, not summarized yet; their facts, by message):",
+            *(
+                f'- Request (answered): "check the replica number {k} again" (recall("h{k}")); '
+                f'answer: "replica {k} is fine" (recall("a{k}"))'
+                for k in range(3)
+            ),
+            "",
+            f"{INDEX_HEADING} (what compactions removed; `recall` finds it by these words or an id):",
+            *(
+                f"- turn {k}, 4 messages from m{k}: tools get_rows x2; topics: shard_{k}_x"
+                for k in range(1, 5)
+            ),
+        ]
+    )
+    fitted = fit_summary(content, len(content) - 200)
+    assert len(fitted) <= len(content) - 200
+    assert f"- names (said): {said}" in fitted, fitted
+    assert "earlier turn(s) went too" in fitted or fitted.count("- Request (") < 3, fitted

@@ -32,7 +32,7 @@ from langchain_core.tools import InjectedToolCallId, StructuredTool
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.graph.message import add_messages
 
-from offpath.compaction.summary.message import is_summary
+from offpath.compaction.summary import is_summary
 from offpath.stores import archive
 from offpath.stores.db.tables import JOBS
 

@@ -30,7 +30,7 @@ from conformance.harness import (
     same,
 )
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.summary.message import summary_request
+from offpath.compaction.summary import summary_request
 
 #: How many offending messages a failure message lists.
 SHOWN = 8

@@ -19,7 +19,7 @@ from conformance.properties import (
     own_branch,
     whole_turns,
 )
-from offpath.compaction.summary.message import REQUEST_HEADING, SUMMARY_PREFIX
+from offpath.compaction.summary import REQUEST_HEADING, SUMMARY_PREFIX
 
 H0 = HumanMessage(id="h0", content="check the checkout pods")
 A0 = AIMessage(id="a0", content="", tool_calls=[{"id": "c0", "name": "logs", "args": {}}])

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
@@ -11,7 +12,7 @@ import pytest
 import redis
 from langchain_core.messages import AIMessage, HumanMessage
 from shared import CASES, load, messages_of
-from stack import REDIS_URL
+from stack import REDIS_URL, wait_for
 
 from offpath.config import load_settings
 from offpath.coordination.hook import PostTurnHook
@@ -68,6 +69,33 @@ def test_hook_queues_once_per_thread(parts):
     assert first.action == "queued" and second.action == "already_queued"
     assert published == [("t1", first.job_id)]
     assert leases.holder("t1").state is State.QUEUED
+
+
+def test_a_store_outage_in_the_hook_is_one_line_without_a_traceback(parts, caplog):
+    """The hook applies a prepared compaction on a thread over its threshold; the database
+    it writes to does not answer (a real driver's refused connection). The turn is not
+    failed, and the log says it in one warning naming the error, with no traceback (an
+    outage is expected: the next turn tries again)."""
+    import logging
+
+    import sqlalchemy as sa
+
+    settings, engine, leases, _, _ = parts
+    job = uuid.uuid4().hex
+    assert leases.set_from("t-out", None, Leases.after(job, State.PREPARED))
+    gone = sa.create_engine("postgresql+psycopg://postgres@127.0.0.1:1/none")
+
+    def apply(session_id: str, job_id: str) -> str:
+        with gone.connect():  # the archive's write, on a database that is down
+            return "applied"
+
+    hook = PostTurnHook(Client(settings, engine, leases, lambda s, j, o: None), apply=apply)
+    with caplog.at_level(logging.INFO, logger="offpath.hook"):
+        assert hook("t-out", over_threshold()).action == "error"
+    said = [r for r in caplog.records if r.name == "offpath.hook"]
+    assert [(r.levelno, r.exc_info) for r in said] == [(logging.WARNING, None)]
+    assert "OperationalError" in said[0].getMessage()
+    gone.dispose()
 
 
 def test_hook_skips_a_thread_under_the_threshold(parts):
@@ -389,10 +417,93 @@ def test_the_hook_stores_the_facts_of_a_thread_past_its_keep_window(settings):
         hook("s1", small)
         assert not list(conn.scan_iter(f"{prefix}:facts:*"))
         large = grown(12)  # ~15,000 chars: past it
-        hook("s1", large)
-        assert conn.exists(*(client.facts.key(key_digest(m)) for m in large)) == len(large)
+        hook("s1", large)  # stored on the fact store's writer thread
+        keys = [client.facts.key(key_digest(m)) for m in large]
+        wait_for(lambda: conn.exists(*keys) == len(large), timeout=10)
     finally:
         for key in conn.scan_iter(f"{prefix}:*"):
             conn.delete(key)
         engine.dispose()
         conn.close()
+
+
+def test_the_hook_never_waits_for_the_facts_it_stores(settings, tmp_path):
+    """The facts of a turn's messages are stored on the fact store's writer thread: the hook
+    (which the API runs after each imported turn, in the server's worker threads) returns
+    while Redis holds their write back, and they are stored once Redis takes it."""
+    from stack import free_port, start_redis
+
+    from offpath.compaction.facts.extraction import key_digest
+
+    port = free_port()
+    proc = start_redis(port, tmp_path)  # private: a pause holds every client's writes
+    conn = redis.Redis(port=port, socket_timeout=10)
+    engine = make_engine(settings)
+    leases = Leases(RedisKeyStore(conn), prefix="held", lease_s=3, queued_ttl_s=60)
+    client = Client(settings, engine, leases, lambda s, j, o: None, redis_conn=conn)
+    hook = PostTurnHook(client)
+    try:
+        large = grown(12)  # past the keep window, under the prepare floor: facts only
+        conn.execute_command("CLIENT", "PAUSE", "3000", "WRITE")
+        started = time.monotonic()
+        assert hook("s1", large).action == "skipped"
+        assert time.monotonic() - started < 1.5
+        keys = [client.facts.key(key_digest(m)) for m in large]
+        assert conn.exists(*keys) == 0  # still waiting for Redis
+        wait_for(lambda: conn.exists(*keys) == len(large), timeout=15)
+    finally:
+        engine.dispose()
+        conn.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("leases", ["redis"], indirect=True)
+def test_the_prepare_point_follows_the_first_measured_latency_within_seconds(settings, leases):
+    # a fresh deployment paces by the default 5 s until its first compaction is measured;
+    # from then on by the measured p90 (here 1 s), read again within LATENCY_RETRY_S, not a
+    # minute later: a thread growing 100 chars/s gets its job 100 x (1 + 1.5) x 1.25 chars
+    # before the threshold instead of 100 x (5 + 1.5) x 1.25
+    from offpath.stores.db.tables import EVENTS
+    from offpath.stores.usage.totals import LATENCY_RETRY_S
+
+    engine = make_engine(settings)
+    clock = Clock()
+    hook = PostTurnHook(Client(settings, engine, leases, lambda s, j, o: None), clock=clock)
+    threshold = settings.summarization_threshold_chars
+    try:
+        assert hook.prepare_point(100.0) == threshold - math.ceil(100 * 6.5 * 1.25)
+        with engine.begin() as conn:
+            conn.execute(
+                EVENTS.insert(),
+                [{"session_id": "s", "model": "m", "latency_ms": 1_000, "metadata": {}}],
+            )
+        clock.now += LATENCY_RETRY_S
+        assert hook.prepare_point(100.0) == threshold - math.ceil(100 * 2.5 * 1.25)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("leases", ["redis"], indirect=True)
+def test_the_job_starts_at_the_last_turn_that_has_it_ready_before_the_next_turn(settings, leases):
+    # turns of ~1,254 chars; a job takes (5 s p90 + 1.5 s) x 1.25 = 8.1 s. One turn every
+    # 4.1 s: queued at the last turn under the threshold, the job has two turns (8.2 s)
+    # before the turn after the crossing, so it starts there, not a turn earlier (the growth
+    # over a job is ~2,490 chars, nearly two turns). One turn a minute: queued by the
+    # crossing turn, applied long before the next one; none paid for ahead.
+    from offpath.compaction.accounting import total_chars
+
+    engine = make_engine(settings)
+    client = Client(settings, engine, leases, lambda s, j, o: None)
+    clock = Clock()
+    hook = PostTurnHook(client, clock=clock)
+    threshold = settings.summarization_threshold_chars
+    try:
+        for name, every_s in (("paced", 4.1), ("slow", 60.0)):
+            turns = drive(hook, name, clock, 26, every_s=every_s)
+            queued = next(k for k, (_, action) in enumerate(turns) if action == "queued")
+            crossing = next(k for k, (size, _) in enumerate(turns) if size > threshold)
+            assert queued == (crossing - 1 if name == "paced" else crossing), turns
+            assert total_chars(grown(10)) < settings.prepare_floor_chars  # began under the floor
+    finally:
+        engine.dispose()

@@ -20,9 +20,8 @@ from langchain_core.messages import messages_to_dict as to_dicts
 from stack import ROOT, small_runtime
 
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.patch.prepared import Prepared
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import Skip
+from offpath.compaction.patch import Prepared
+from offpath.compaction.planner import Skip, plan_compaction
 from offpath.compaction.tracking import KEY, ThreadSize
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.jobs import JobOptions
@@ -265,7 +264,7 @@ def test_a_job_waits_for_the_checkpoint_to_hold_the_runs_latest_apply(rt):
     import threading
     import time
 
-    from offpath.compaction.digest import digest
+    from offpath.compaction.shorten import digest
     from offpath.coordination.jobs import head_mark
     from offpath.worker.jobs import read_caught_up
 

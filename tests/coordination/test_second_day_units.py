@@ -186,6 +186,25 @@ def test_a_run_that_raises_still_leaves_its_threads_latest_size_in_the_sessions_
     assert chars > len(logs("checkout"))
 
 
+def test_a_size_seen_earlier_never_overwrites_a_later_one_in_the_sessions_list(tmp_path):
+    """The middleware's two writer threads may run two notes of one thread at once, and the
+    one seen first may end last (the first opens the client and the tables): the row keeps
+    the size seen last."""
+    from offpath.agent.middleware.hooks import OffPathCompaction
+    from offpath.stores.tenants import SESSIONS
+
+    middleware = OffPathCompaction(load_settings(data_dir=str(tmp_path), lock_backend="database"))
+    middleware.sessions._note("ordered", 3, 300, seen_at=2.0)
+    middleware.sessions._note("ordered", 1, 85, seen_at=1.0)
+    with middleware.client.engine.connect() as conn:
+        row = conn.execute(
+            sa.select(SESSIONS.c.messages, SESSIONS.c.chars).where(
+                SESSIONS.c.session_id == "ordered"
+            )
+        ).one()
+    assert tuple(row) == (3, 300)
+
+
 def test_beat_check_reads_one_key_and_opens_no_agent_worker_or_checkpointer(tmp_path):
     """Issue 35, item 6: ``offpath beat --check`` (the Compose health check of ``beat``, 5 s)
     opened a whole runtime (the agent graph, LangGraph, the checkpointer) to read one key;
@@ -267,7 +286,7 @@ def test_a_quoted_request_is_not_called_the_turn_in_progress_and_old_summaries_s
     summary written with the old heading still gives its request and body back."""
     from langchain_core.messages import HumanMessage
 
-    from offpath.compaction.summary.message import (
+    from offpath.compaction.summary import (
         build_summary_message,
         summary_body,
         summary_request,

@@ -34,10 +34,9 @@ from stack import small_runtime
 
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.pairing import new_unpaired
-from offpath.compaction.patch.prepared import Fitted, Prepared, Stale
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import Skip
-from offpath.compaction.summary.message import is_summary
+from offpath.compaction.patch import Fitted, Prepared, Stale
+from offpath.compaction.planner import Skip, plan_compaction
+from offpath.compaction.summary import is_summary
 from offpath.coordination.jobs import JobOptions, Landed
 from offpath.coordination.runtime import Runtime
 from offpath.coordination.writers import CheckpointWriter, StateUpdate, StateUpdateWriter

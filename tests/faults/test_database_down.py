@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from stack import Stack, create_pg_database, drop_pg_database, free_port, wait_for
@@ -149,3 +150,106 @@ def test_a_silent_database_fails_a_request_in_seconds_instead_of_hanging_it(
         stacks.discard(stack)
         for proc in (inside, relay):
             stop(proc)
+
+
+def test_a_chat_run_whose_database_drops_answers_503_and_keeps_nothing(stacks, stub, database):
+    """A chat turn (a run of the API's own agent) whose database link drops while the model
+    answers: the run cannot write its checkpoint. The answer is the database's declared 503
+    with ``Retry-After``, not a 502 blaming the chat model, and the thread is as it was once
+    the link is back."""
+    import threading
+
+    port = free_port()
+    link = forwarder(("127.0.0.1", port), ("127.0.0.1", 5432))
+    url = f"postgresql://postgres@127.0.0.1:{port}/{database_name(database)}"
+    stack = stacks.get("sqlite", DATABASE_URL=url, **BOUNDED)
+    session = f"chatdrop-{uuid.uuid4().hex[:6]}"
+    answers: list[Any] = []
+    try:
+        first = stack.http.post(f"/sessions/{session}/messages", json={"content": "first"})
+        assert first.status_code == 200, first.text
+        before = stack.messages(session)
+        stub.state.requests.clear()
+        stub.state.gate.clear()  # the model holds its answer
+        second = threading.Thread(
+            target=lambda: answers.append(
+                stack.http.post(
+                    f"/sessions/{session}/messages",
+                    json={"content": "second"},
+                    timeout=ANSWER_BOUND_S + 60,
+                )
+            )
+        )
+        second.start()
+        wait_for(lambda: stub.state.requests, timeout=30)
+        stop(link)
+        stub.state.gate.set()
+        second.join(timeout=ANSWER_BOUND_S + 90)
+        (answer,) = answers
+        assert answer.status_code == 503, (answer.status_code, answer.text)
+        assert answer.headers["retry-after"] == "5", answer.headers
+        link = forwarder(("127.0.0.1", port), ("127.0.0.1", 5432))
+        # the run's messages written before the drop (its request, at least) are taken back
+        # once the link answers: by the take-back's own retries (every 1-10 s), or first
+        # thing by the next write to the thread. A pooled connection the drop broke answers
+        # one more 503 (Retry-After) as it goes.
+        read = f"/sessions/{session}/messages"
+        wait_for(
+            lambda: (
+                (r := stack.http.get(read)).status_code == 200 and r.json()["messages"] == before
+            ),
+            timeout=45,
+        )
+        third = stack.http.post(f"/sessions/{session}/messages", json={"content": "third"})
+        assert third.status_code == 200, third.text
+        contents = [m.get("content") for m in stack.messages(session)]
+        assert "second" not in contents and contents.count("third") == 1, contents
+    finally:
+        stub.state.gate.set()
+        stop(link)
+        stacks.discard(stack)
+
+
+def test_a_reconciler_pass_whose_database_is_down_ends_with_one_warning_line(database, caplog):
+    """Celery beat keeps sending ``reconcile`` while PostgreSQL is down: each pass ends with
+    one warning line naming the cause (no traceback, no failed task), and the pass lock is
+    let go, so the first pass once the link is back runs."""
+    import logging
+
+    from stack import REDIS_URL
+
+    import offpath.worker.tasks as tasks
+    from offpath.agent.graph import open_thread_writer
+    from offpath.config import load_settings
+
+    port = free_port()
+    link = forwarder(("127.0.0.1", port), ("127.0.0.1", 5432))
+    settings = load_settings(
+        database_url=f"postgresql://postgres@127.0.0.1:{port}/{database_name(database)}",
+        redis_url=REDIS_URL,
+        redis_key_prefix=f"test-recdown-{uuid.uuid4().hex[:8]}",
+        database_connect_timeout_s=CONNECT_S,
+        database_tcp_user_timeout_s=TCP_USER_S,
+    )
+    rt = open_thread_writer(settings)
+    saved, tasks._runtime = tasks._runtime, (rt, None)  # the worker process's runtime
+    try:
+        stop(link)
+        with caplog.at_level(logging.WARNING, logger="offpath"):
+            assert tasks.reconcile.run() == {}
+        ended = [r for r in caplog.records if "reconciler: pass ended" in r.getMessage()]
+        assert len(ended) == 1 and ended[0].exc_info is None, caplog.text
+        assert not any(r.exc_info for r in caplog.records), caplog.text
+        link = forwarder(("127.0.0.1", port), ("127.0.0.1", 5432))
+        # a pooled connection the drop broke may end one more pass as it goes
+        wait_for(
+            lambda: (
+                tasks.reconcile.run() is not None
+                and rt.leases.store.get(f"{settings.redis_key_prefix}:reconciler:last")
+            ),
+            timeout=30,
+        )
+    finally:
+        tasks._runtime = saved
+        rt.close()
+        stop(link)

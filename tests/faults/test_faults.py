@@ -248,10 +248,12 @@ def test_a_turn_after_a_worker_died_queues_a_new_job_once_the_lease_lapsed(stack
 def test_a_slow_summary_never_starts_a_second_job(stacks, stub):
     """Issue 8, item 2: a summary held for three lease lengths, turns coming meanwhile: the
     running job's lease is renewed, never taken over: one job, one summarizer call."""
-    held = 3 * LEASE_S + RECONCILE_S
+    # a lease of twice the suite's: renewals a third of a lease apart stay in time on a loaded host
+    lease_s = 2 * LEASE_S
+    held = 3 * lease_s + RECONCILE_S
     # the LLM client waits longer than the summary is held, and does not retry: one call
     llm = {"SUMMARIZATION_TIMEOUT_S": str(held + 30), "SUMMARIZATION_MAX_RETRIES": "0"}
-    stack = stacks.get("postgres", **{**FAST, **llm})
+    stack = stacks.get("postgres", **{**FAST, **llm, "JOB_LEASE_S": str(lease_s)})
     doc = case_doc()
     session = f"slow-{uuid.uuid4().hex[:6]}"
     stub.state.gate.clear()
@@ -457,3 +459,54 @@ def test_llm_faults_bounded_retries_thread_untouched(stacks, stub, fault_n, mode
         ok += 1
     stub.state.mode = "ok"
     record(f"LLM answers {mode}", fault_n, ok, "job failed after bounded retries, thread untouched")
+
+
+def test_a_delivery_that_cannot_start_while_the_database_refuses_is_tried_again(stacks, stub):
+    """A job's message delivered while the usage database refuses connections: the delivery
+    cannot mark the row running, so nothing of the job began. It is sent again after a
+    countdown (Celery's retry) instead of being acknowledged as a failed task, and the job
+    runs to an end once the database answers; no reconciler runs here (beat off) to publish
+    it again."""
+    from offpath.stores.db.transitions import create_job
+
+    stack = stacks.get("postgres", beat=False, **FAST)
+    dbname = stack.pg_url.rsplit("/", 1)[1]
+    session, job = f"nostart-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    engine = sa.create_engine(stack.db_url())
+    create_job(engine, job, session, 100_000)
+    offset = stack.worker_log.stat().st_size
+
+    def refuse(refused: bool) -> None:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS {str(not refused).lower()}')
+            if refused:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (dbname,),
+                )
+
+    refuse(True)
+    try:
+        stack.publish(session, job)
+        wait_for(
+            lambda: (
+                f"compact_session[{job}]" in stack.worker_log.read_text()[offset:]
+                and "OperationalError" in stack.worker_log.read_text()[offset:]
+            ),
+            timeout=30,
+        )
+    finally:
+        refuse(False)
+    try:
+        row = wait_for(
+            lambda: next(
+                (j for j in stack.jobs(session) if j["status"] not in ("queued", "running")), None
+            ),
+            timeout=60,
+            interval=0.5,
+        )
+        assert row["job_id"] == job and row["attempts"] >= 1, row  # it started, at last
+        assert f"job {job} could not start" in stack.worker_log.read_text()[offset:]
+    finally:
+        engine.dispose()

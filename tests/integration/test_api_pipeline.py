@@ -31,7 +31,7 @@ from stack import Stack, split_turns, wait_for
 from offpath.agent import recall
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.prompt import render_content
-from offpath.compaction.summary.message import SUMMARY_PREFIX
+from offpath.compaction.summary import SUMMARY_PREFIX
 from offpath.coordination.logs import tag
 from offpath.stores import archive
 

@@ -28,7 +28,7 @@ from stack import create_pg_database, drop_pg_database, wait_for
 from offpath import OffPathCompaction
 from offpath.agent import recall
 from offpath.compaction.accounting import message_chars, total_chars
-from offpath.compaction.summary.message import cite
+from offpath.compaction.summary import cite
 from offpath.stores import archive
 from offpath.stores.checkpoints import open_checkpoints_url
 

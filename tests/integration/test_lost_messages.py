@@ -51,3 +51,21 @@ def test_a_taken_unacknowledged_message_is_found_by_its_job_and_dropped_once(que
         with pytest.raises(consumer.Empty):
             consumer.get(timeout=1)
         consumer.close()
+
+
+def test_in_broker_sees_a_queued_and_a_taken_message_not_an_acknowledged_one(queue):
+    from offpath.coordination.broker import in_broker
+
+    settings = Settings(redis_url=REDIS_URL, celery_queue=queue, data_dir="/tmp")
+    queued, taken, acked = uuid.uuid4().hex, uuid.uuid4().hex, uuid.uuid4().hex
+    publish = publisher(settings)
+    for job in (acked, taken, queued):
+        publish("s", job, None)
+    with Connection(REDIS_URL) as conn:
+        consumer = conn.SimpleQueue(queue)
+        first = consumer.get(timeout=5)
+        assert first.headers["id"] == acked
+        first.ack()
+        assert consumer.get(timeout=5).headers["id"] == taken  # not acknowledged
+        assert in_broker(REDIS_URL, queue, [queued, taken, acked]) == {queued, taken}
+        consumer.close()

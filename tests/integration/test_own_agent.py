@@ -304,3 +304,65 @@ def test_own_agent_before_migrate_and_any_worker_says_what_is_missing_then_recov
             stack.stop()
         drop_pg_database(agent_db)
         drop_pg_database(usage_db)
+
+
+def test_an_own_agents_run_stores_each_messages_facts_and_its_job_reads_them(stacks):
+    """Facts are found once per message: the middleware of a team's own agent stores the
+    facts of each message of a run (those a model call is the first to see, the originals of
+    results shortened as they arrived, the run's last answer) in the fact store, on its facts
+    thread; the worker's job that removes them reads them there and finds none itself."""
+    import redis
+    import sqlalchemy as sa
+    from langchain_core.messages import messages_from_dict
+
+    from offpath.compaction.facts.extraction import key_digest
+    from offpath.compaction.shorten import is_shortened
+    from offpath.compaction.summary import is_summary
+    from offpath.stores import archive
+
+    stack = stacks.get("postgres", llm=False, JOB_LEASE_S="3", RECONCILE_INTERVAL_S="2")
+    agent_db = create_pg_database("offpath_test_own")
+    thread = f"facts-{uuid.uuid4().hex[:6]}"
+    env = {**stack.env, "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+    conn = redis.Redis.from_url(REDIS_URL)
+    engine = sa.create_engine(stack.db_url())
+    try:
+        result = subprocess.run(
+            [sys.executable, "examples/own_agent.py", "--db", agent_db, "--thread", thread]
+            + list(DEMO_REQUESTS),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        wait_for(
+            lambda: any(j["status"] in ("prepared", "applied") for j in stack.jobs(thread)),
+            timeout=60,
+        )
+        with open_checkpoints_url(agent_db, stack.settings()) as checkpoints:
+            messages = read_messages(checkpoints.saver, thread)
+        # each message of the thread as it stands, or as it arrived if offpath shortened it
+        # (the job reads that original from the archive), has its facts in the store
+        arrived = []
+        for m in (m for m in messages if not is_summary(m)):  # the worker wrote the summary
+            original = is_shortened(m) and archive.original(engine, thread, str(m.id))
+            arrived.append(messages_from_dict([original])[0] if original else m)
+        prefix = stack.env["REDIS_KEY_PREFIX"]
+        keys = [f"{prefix}:facts:{key_digest(m).hex()}" for m in arrived]
+        assert len(arrived) > 10 and conn.exists(*keys) == len(keys)
+        with engine.connect() as db:
+            (first,) = db.execute(
+                sa.text(
+                    "SELECT result FROM compaction_jobs WHERE session_id = :s"
+                    " AND result IS NOT NULL ORDER BY created_at LIMIT 1"
+                ),
+                {"s": thread},
+            ).one()
+        usage = first["usage"]  # the first job: no summary among what it removes
+        assert usage["facts_read"] > 0 and usage["facts_found"] == 0, usage
+    finally:
+        conn.close()
+        engine.dispose()
+        drop_pg_database(agent_db)

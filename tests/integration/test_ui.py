@@ -443,7 +443,7 @@ def check_summary_counts(summary: Any, stack: Stack, session: str) -> None:
     """The summary card says once how many messages it replaced, in how many compactions,
     and both are right: the archived originals no longer in the thread (not the summaries
     folded in, nor the kept results shortened), and the session's applied compactions."""
-    from offpath.compaction.summary.message import SUMMARY_PREFIX
+    from offpath.compaction.summary import SUMMARY_PREFIX
 
     thread = {
         m["id"] for m in stack.messages(session) if not str(m["content"]).startswith(SUMMARY_PREFIX)
@@ -505,6 +505,9 @@ def test_compact_now_queues_a_job_that_appears_and_ends_applied(browser, ui_stac
     done.wait_for(timeout=LIVE_MS)
     assert " chars" in done.inner_text() and "→" in done.inner_text()
     assert page.locator(f'#compaction-events li[data-job="{job_id}"]').count() == 2
+    # the button's own line follows its job: no "queued" left beside an applied job
+    page.wait_for_selector('#compact-result[data-status="completed"]', timeout=LIVE_MS)
+    assert page.inner_text("#compact-result").startswith(f"job {job_id[:8]} completed: ")
     page.wait_for_function(
         "id => document.querySelector('details.originals section.compaction[data-job-id=\"' + id + '\"]')",
         arg=job_id,

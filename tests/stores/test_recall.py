@@ -16,7 +16,7 @@ from stack import create_pg_database, drop_pg_database
 
 from offpath.agent import recall
 from offpath.agent.middleware.hooks import OffPathCompaction
-from offpath.compaction.summary.message import cite
+from offpath.compaction.summary import cite
 from offpath.config import load_settings
 from offpath.stores import archive
 from offpath.stores.db.engine import make_engine, migrate

@@ -10,13 +10,11 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import total_chars
-from offpath.compaction.patch.fitting import fit
-from offpath.compaction.patch.prepared import Prepared
-from offpath.compaction.planner.cut import plan_compaction
-from offpath.compaction.planner.plans import Skip
+from offpath.compaction.patch import Prepared, fit
+from offpath.compaction.planner import Skip, plan_compaction
 from offpath.config import load_settings
 from offpath.coordination.consumers import Consumers, ConsumerWatch, from_active_queues, readiness
-from offpath.stores.db.usage_events import chars_saved
+from offpath.stores.db.tables import chars_saved
 from offpath.worker.reconciler import expiry_reason, prepared_expired
 
 # --- item 2: a prepared compaction expires --------------------------------------------------

@@ -26,7 +26,12 @@ LangChain's own ``SummarizationMiddleware``. Before the model is called:
    measured latency (p90 of the deployment's recent compactions), the job starts early
    enough for its summary to be ready when the thread crosses its threshold, never later
    than ``SUMMARIZATION_PREPARE_AT`` x the threshold;
-5. the model is sent the thread without orphan tool results, and if that would still
+   the new messages' facts are found on the facts thread while the model answers and, past
+   the keep window, stored in the fact store (:mod:`offpath.stores.facts`) for the job
+   that removes them;
+5. the model is sent the thread without orphan tool results (with the edits a middleware
+   listed before offpath made to the call's copy, made again: offpath compacts and stores
+   the state's own messages, never that copy), and if that would still
    exceed ``CONTEXT_HARD_LIMIT_CHARS`` (the system prompt counted), the oldest tool results
    are masked for that call only, then, if that is not enough, the oldest AI messages' text
    and call arguments (never the request nor the latest step; logged and counted,
@@ -68,10 +73,9 @@ with what it requires; each module's constants live where they are read: patch t
 :mod:`.hooks` (the class, its hooks and the decisions of ``_before_call``), :mod:`.counting`
 (the settings in force for a thread), :mod:`.pools` (the background threads), :mod:`.reports`
 (outages, warnings, compaction updates), :mod:`.claims` (a thread's claim, read in the
-background), :mod:`.sessions` (an own agent's threads as sessions), :mod:`.pacing` (the
-prepare point), :mod:`.shaping` (shortening, what the model is sent, calibration),
+background; the prepare point; a job queued), :mod:`.sessions` (an own agent's threads as
+sessions), :mod:`.shaping` (shortening, what the model is sent, calibration),
 :mod:`.applying` (a prepared compaction applied in the run, stored, recorded),
-:mod:`.publishing` (a job queued), :mod:`.refusals` (a context-length refusal retried once,
-smaller), :mod:`.place` (where a run stands among the graphs around it) and :mod:`.state`
-(the state, a call and its update).
+:mod:`.refusals` (a context-length refusal retried once, smaller) and :mod:`.state` (the
+state, a call and its update; where a run stands among the graphs around it).
 """

@@ -19,10 +19,8 @@ from offpath.agent.middleware.counting import ThreadSettings, ThreadTokens
 from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.reports import Reports, log
 from offpath.agent.middleware.state import Call, Write
-from offpath.compaction.patch.fitting import landed
-from offpath.compaction.patch.prepared import Fitted, Stale, patched
-from offpath.compaction.sizing import MessageSizes, SizedThreads
-from offpath.compaction.tracking import KEY
+from offpath.compaction.patch import Fitted, Stale, landed, patched
+from offpath.compaction.tracking import KEY, MessageSizes, SizedThreads
 from offpath.coordination.jobs import JobEnded, Landed
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB

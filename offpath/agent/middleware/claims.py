@@ -1,24 +1,48 @@
-"""A thread's job claim, read in the background (:class:`Claims`): when it is refreshed, how
-long a model call over the threshold waits for the first read, whether a prepared job was
-asked for by an operator, and a queued job no worker takes."""
+"""A thread's job as its model calls see it, from a claim read to a job queued.
+
+Its claim, read in the background (:class:`Claims`): when it is refreshed, how long a model
+call over the threshold waits for the first read, whether a prepared job was asked for by an
+operator, and a queued job no worker takes.
+
+When its job is queued (:class:`Pacing`): the *prepare point*, from the run's growth
+(chars per second) and the summarizer's measured latency (p90 of the deployment's recent
+compactions), early enough for the summary to be ready when the thread crosses its
+threshold; and the crossing that frees a thread a skip holds.
+
+Queuing it from a model call (:class:`Publisher`), in the background: the call never waits,
+not even for a broker that is down.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any
+
+from langchain_core.messages import BaseMessage
 
 from offpath.agent.middleware.counting import ThreadSettings
 from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.reports import Reports, log
+from offpath.agent.middleware.state import Place, outside_of
+from offpath.compaction.planner import (
+    blended_rate,
+    earliest_worth,
+    lead_chars,
+    min_gain_chars,
+    prepare_from_chars,
+)
 from offpath.compaction.tracking import KEY
+from offpath.coordination.jobs import JobOptions, head_mark
 from offpath.coordination.logs import tag
-from offpath.coordination.outages import LEASE_STORE
+from offpath.coordination.outages import LEASE_STORE, USAGE_DB
 from offpath.coordination.runtime import Client
 from offpath.stores.db.job_queries import job_options, job_row
 from offpath.stores.leases.claims import Claim, State
+from offpath.stores.usage.totals import SummarizerLatency
 
 #: How often (seconds) the background thread re-reads a thread's claim while the thread is
 #: over its prepare point (every call, once over the threshold with a job in flight); and
@@ -292,3 +316,172 @@ class Claims:
             "(CELERY_BROKER_URL, else REDIS_URL). Until one runs nothing is compacted, and "
             "model calls over the hard limit are masked.",
         )
+
+
+class Pacing:
+    """The prepare point of a thread, from what its private key holds (its fixed part, its
+    growth rate) and the summarizer's latency.
+
+    Requires: the settings in force, the client (opened on first use: the latency's read)
+    and the background threads (where it is read). Provides: :meth:`track_rate`,
+    :meth:`point`, :meth:`frees`, :meth:`crossing_frees`, :attr:`latency`."""
+
+    def __init__(
+        self, settings: ThreadSettings, client: Callable[[], Client], background: Background
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.background = background
+        self.latency = SummarizerLatency()
+
+    def frees(self, holder: Claim | None, chars: int, threshold: bool = False) -> bool:
+        """A job may be queued for a thread of ``chars`` whose claim is ``holder`` (none, or a
+        skip that a thread this size no longer respects; ``threshold``: weighed against the
+        threshold as well)."""
+        s = self.settings.current
+        if holder is None:
+            return True
+        if threshold:
+            return holder.frees_for(chars, min_gain_chars(s), s.summarization_threshold_chars)
+        return holder.frees_for(chars, min_gain_chars(s))
+
+    def crossing_frees(self, holder: Claim | None, reached: int, private: dict[str, Any]) -> bool:
+        """A skip decided under the threshold frees a thread that crossed it (``reached``:
+        its size before this call shortened older results), once until the next compaction
+        is applied: the thread's counted size is held near the prepare floor by that
+        shortening, so the skip's gain rule alone would hold it while every call goes over
+        the threshold. A job queued so, which then finds nothing worth compacting, leaves a
+        skip decided under the threshold again: the ``crossed`` flag stops a job per call."""
+        if holder is None or private.get("crossed"):
+            return False
+        if not self.frees(holder, reached, threshold=True):
+            return False
+        private["crossed"] = True
+        return True
+
+    def track_rate(self, private: dict[str, Any], chars: int) -> None:
+        """Keep the run's growth in chars per second (a moving average over its model calls)
+        in the private key."""
+        now = time.time()
+        rate = dict(private.get("rate") or {})
+        last_t, last_chars = rate.get("t"), rate.get("chars")
+        if isinstance(last_t, float | int) and isinstance(last_chars, int):
+            dt = now - float(last_t)
+            if 0 < dt < 600 and chars > last_chars:
+                sample = (chars - last_chars) / dt
+                g = rate.get("g")
+                rate["g"] = blended_rate(float(g or 0.0), sample)
+        rate["t"], rate["chars"] = now, chars
+        private["rate"] = rate
+
+    def point(self, private: dict[str, Any]) -> int:
+        """The size (chars) from which a job is queued: early enough that its summary is ready
+        when the thread crosses its threshold (the run's growth rate x the summarizer's p90
+        latency and a job's overhead), never later than the prepare floor
+        (``SUMMARIZATION_PREPARE_AT``; for a thread whose fixed part is over it, where a
+        compaction lands it and a least gain: :func:`~offpath.compaction.planner.
+        prepare_from_chars`), and not before a compaction could be worth it (the keep window, a
+        summary's budget and the no-progress gain of the thread, whose fixed part no compaction
+        removes: :func:`~offpath.compaction.planner.earliest_worth`). Sizes as a call sends
+        them."""
+        s = self.settings.current
+        fixed = int(private.get("fixed") or outside_of(private))
+        floor = prepare_from_chars(s, fixed)  # the prepare floor, unless the fixed part is over
+        growth = float((private.get("rate") or {}).get("g") or 0.0)
+        if growth <= 0:
+            return floor
+        if self.latency.due():  # read again in the background; this call uses the last
+            self.background.read(lambda: self.latency.refresh(self.client().engine))
+        ahead = s.summarization_threshold_chars - lead_chars(growth, self.latency.seconds)
+        # sizes as a call sends them: a system prompt given to the agent is in every one
+        return min(floor, max(earliest_worth(s, fixed), ahead))
+
+
+class Publisher:
+    """The jobs a middleware queues, one at a time per thread.
+
+    Requires: the settings in force, the client (opened on first use: its
+    :class:`~offpath.coordination.jobs.Jobs` queues), the background threads, the reports,
+    the claims (read again once a job is queued, and its pickup watched), the pacing (the
+    prepare point a job may plan from) and the agent's
+    :class:`~offpath.coordination.jobs.JobOptions`. Provides: :meth:`publish_soon`, :meth:`publishing`."""
+
+    def __init__(
+        self,
+        settings: ThreadSettings,
+        client: Callable[[], Client],
+        background: Background,
+        reports: Reports,
+        claims: Claims,
+        pacing: Pacing,
+        options: JobOptions,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.background = background
+        self.reports = reports
+        self.claims = claims
+        self.pacing = pacing
+        self.options = options
+        self._guard = threading.Lock()
+        self._publishing: set[str] = set()
+
+    def publishing(self, session_id: str) -> bool:
+        """A job for the thread is being queued by this process."""
+        with self._guard:
+            return session_id in self._publishing
+
+    def publish_soon(
+        self,
+        session_id: str,
+        chars: int,
+        messages: Sequence[BaseMessage],
+        private: dict[str, Any],
+        place: Place,
+        planned: int | None = None,
+    ) -> None:
+        """Queue a job for the thread in a background thread (the model call does not wait).
+        The job names the run's newest message (``seen``: the worker waits for the checkpoint
+        to hold it, as LangGraph writes it in the background), where the run's messages are
+        (its ``thread_id`` and checkpoint namespace: a subgraph's, a callee's), and the size it
+        may plan from (the prepare point, or ``planned``)."""
+        with self._guard:
+            if session_id in self._publishing:
+                return
+            self._publishing.add(session_id)
+        options = replace(
+            self.options,
+            seen=messages[-1].id if messages else None,
+            head=head_mark(messages),
+            checkpoint_ns=place.ns or None,
+            thread_id=place.thread_id if place.thread_id != session_id else None,
+            floor=min(chars if planned is None else planned, self.pacing.point(private)),
+            outside=outside_of(private),
+            chars_per_token=self.settings.ratio(session_id),
+        )
+        self.background.write(self._publish, session_id, chars, options)
+
+    def _publish(self, session_id: str, chars: int, options: JobOptions) -> None:
+        s = self.settings.current
+        try:
+            result = self.client().jobs.queue(
+                session_id,
+                chars,
+                options=options,
+                min_gain=min_gain_chars(s),
+                threshold=s.summarization_threshold_chars,
+                say_outages=True,
+            )
+            if result.action != "error":
+                self.reports.answered(USAGE_DB)
+            if result.action == "queued" and result.job_id:
+                self.claims.note_queued(result.job_id)
+                self.claims.watch_pickup(session_id, result.job_id)
+                self.reports.tell(session_id, result.job_id, "in_progress", chars)
+        except Exception as exc:
+            line = f"[{tag(session_id)}] compaction not queued: {exc}"
+            self.reports.trouble(USAGE_DB, exc, line, "compaction not queued")
+        finally:
+            self.claims.read_claim(session_id)  # the claim it took (or found), before the next try
+            with self._guard:
+                self._publishing.discard(session_id)

@@ -23,8 +23,7 @@ from typing import Any
 from langchain.agents.middleware.types import ModelRequest
 from langchain_core.messages import BaseMessage
 
-from offpath.agent.middleware.place import Places
-from offpath.agent.middleware.state import private_of
+from offpath.agent.middleware.state import Places, private_of
 from offpath.compaction.accounting import message_chars
 from offpath.compaction.settings import Settings
 from offpath.compaction.tokens import (
@@ -216,7 +215,7 @@ class ThreadSettings:
     the threshold is in tokens), :attr:`base` (the agent's) otherwise.
 
     Requires: the agent's settings, its threads' :class:`ThreadTokens` and the runs'
-    :class:`~offpath.agent.middleware.place.Places`. Provides: :attr:`current`,
+    :class:`~offpath.agent.middleware.state.Places`. Provides: :attr:`current`,
     :meth:`in_force`, :meth:`ratio`."""
 
     def __init__(self, base: Settings, tokens: ThreadTokens, places: Places) -> None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
@@ -19,12 +20,9 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from offpath.agent.middleware.applying import Applying
-from offpath.agent.middleware.claims import Claims
+from offpath.agent.middleware.claims import Claims, Pacing, Publisher
 from offpath.agent.middleware.counting import ThreadSettings, ThreadTokens
-from offpath.agent.middleware.pacing import Pacing
-from offpath.agent.middleware.place import Places
 from offpath.agent.middleware.pools import Background
-from offpath.agent.middleware.publishing import Publisher
 from offpath.agent.middleware.refusals import Refusals
 from offpath.agent.middleware.reports import Reports, log
 from offpath.agent.middleware.sessions import Sessions
@@ -33,36 +31,38 @@ from offpath.agent.middleware.state import (
     Call,
     CompactingTurn,
     OffPathState,
+    Places,
     Turn,
     diff,
     outside_chars,
     outside_of,
     parent_update,
     private_of,
+    thread_of,
 )
 from offpath.agent.recall import recall_tool
-from offpath.compaction.patch.prepared import patched
-from offpath.compaction.planner.budgets import request_cap_chars
+from offpath.compaction.patch import patched
+from offpath.compaction.planner import request_cap_chars
 from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps
-from offpath.compaction.sizing import SizedThreads, position
 from offpath.compaction.tokens import Calibration
-from offpath.compaction.tracking import KEY, ThreadSize
+from offpath.compaction.tracking import KEY, SizedThreads, ThreadSize, position
 from offpath.config import get_settings
 from offpath.coordination.jobs import JobOptions
 from offpath.coordination.logs import tag
 from offpath.coordination.runtime import Client
 from offpath.events import CompactionUpdate
+from offpath.stores.db.transitions import crossing_unseen, note_crossing
 from offpath.stores.leases.claims import Claim, State
-from offpath.stores.usage.crossings import crossing_unseen, note_crossing
 
 #: At the run's end (``after_agent``: no model call is left to hold up), over the threshold
 #: or in a team's own agent (where an operator's "compact now" applies under it), the longest
 #: (s) it waits for the thread's first claim read still in flight: a new process's first run
-#: (a Redis client to open, the new messages' facts read ahead, on a loaded host) would else
-#: end without the compaction the worker prepared, and a short run has no later call to
-#: apply it.
-END_READ_WAIT_S = 1.0
+#: (a Redis client and a database connection to open, the new messages' facts read ahead and
+#: stored, on a loaded host: over a second seen) would else end without the compaction the
+#: worker prepared, and a short run has no later call to apply it. Only a run that ends
+#: before its process's first read waits; a read that fails (a store away) ends the wait.
+END_READ_WAIT_S = 3.0
 
 
 class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
@@ -229,6 +229,9 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
         size = ThreadSize.from_state(private.get("size")).advance(messages)
         update: dict[str, Any] = {}
         s = self.settings
+        if s.active and size.chars > s.summarization_keep_chars:
+            # the run's last answer, which no model call saw: its facts stored as a call's are
+            self.background.read_ahead(messages[-1:], partial(self._remember, messages))
         out = outside_of(private)  # the run's calls sent that besides the thread
         over = size.chars + out > s.summarization_threshold_chars
         if s.active and (over or not self.options.patch):
@@ -277,6 +280,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
         decisions below (each its part's)."""
         turn = self._turn(request)  # the thread as the state sizes it, and its place
         if isinstance(turn, CompactingTurn):
+            arrived_chars = turn.chars  # the thread as its new messages arrived
             self._shorten_arrivals(turn)  # 1. new results over TOOL_RESULT_MAX_CHARS
             if turn.chars + turn.out > self.settings.summarization_threshold_chars:
                 self._over_threshold(turn)  # 2. the prepared compaction, else older shortened
@@ -284,7 +288,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
                 self._apply_forced(turn)  # an operator's "compact now", under the threshold
             self._sized(turn)  # the thread's size after 1 and 2, noted as a session
             self._queue_if_due(turn)  # 3. from the prepare point on: a job, when free
-            self.background.read_ahead(turn.fresh)  # the new messages' facts, read ahead
+            # the new messages' facts, read ahead (and stored for the worker's job)
+            self.background.read_ahead(turn.fresh, self._facts_stored(turn, arrived_chars))
         return self._call(turn)
 
     def _turn(self, request: ModelRequest) -> Turn:
@@ -293,12 +298,23 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
         applied at the last call recorded and the thread's budget, when offpath compacts
         the run's thread."""
         private = private_of(request.state)
-        original: list[BaseMessage] = list(request.messages)
+        # the state's own messages (a middleware before offpath may send the call an edited
+        # copy: its edits are made again on what offpath sends, never stored)
+        original, overlay = thread_of(request)
         old = ThreadSize.from_state(private.get("size"))
         size = old.advance(original)
         unchanged = bool(old.n) and old.n <= len(original) and original[old.n - 1].id == old.last
         new_from = old.n if unchanged else 0
-        seen = Turn(request, original, private, private.get("size"), size, new_from, original)
+        seen = Turn(
+            request,
+            original,
+            private,
+            private.get("size"),
+            size,
+            new_from,
+            original,
+            overlay=overlay,
+        )
         place = self.places.of_run(original)
         if place is not None and not place.compacts:
             self.reports.warn_once(
@@ -331,6 +347,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
             size,
             new_from,
             original,
+            overlay=overlay,
             place=place,
             session=session_id,
             sizes=sizes,
@@ -462,13 +479,33 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
                 turn.session, reached, turn.messages, turn.private, place, planned
             )
 
+    def _facts_stored(self, turn: CompactingTurn, chars: int) -> Callable[[], int] | None:
+        """What stores the facts of the call's new messages (as they stand, and the originals
+        of those shortened as they arrived) on the facts thread: once the thread as they
+        arrived (``chars``) is past its keep window, as the post-turn hook does (a thread
+        under it has nothing a compaction removes). None under it."""
+        if chars <= self.settings.summarization_keep_chars:
+            return None
+        return partial(self._remember, turn.messages, turn.original[turn.new_from :])
+
+    def _remember(self, messages: list[BaseMessage], arrived: Sequence[BaseMessage] = ()) -> int:
+        """On the facts thread: the facts of the thread's messages not stored yet, and of
+        ``arrived``, in the fact store (:meth:`offpath.stores.facts.FactStore.remember`: found
+        through this process's cache, which the read ahead filled), where the job that removes
+        them reads them; nothing is kept without Redis, and the job then finds them itself."""
+        return self.client.facts.remember(messages, arrived, kept=True)
+
     def _call(self, turn: Turn) -> Call:
         """The call to make (what the model is sent: :meth:`Shaping.shape`) and the state
         update returned with its answer: the private key, and the messages this call changed
         (after an apply, the difference; else those shortened in place)."""
         turn.private["size"] = turn.size.to_state()
+        sent, sized = turn.messages, turn.size
+        if turn.overlay is not None:  # sized as sent, its orphans too (a copy cut short)
+            sent = turn.overlay.over(turn.messages, turn.original)
+            sized = ThreadSize().advance(sent)
         call = Call(
-            self.shaping.shape(turn.request, turn.messages, turn.size, turn.session_id),
+            self.shaping.shape(turn.request, sent, sized, turn.session_id),
             {KEY: turn.private},
             turn.size.chars,
             turn.session_id,

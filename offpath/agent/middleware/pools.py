@@ -1,6 +1,6 @@
 """The middleware's background threads (:class:`Background`), by kind of work (:data:`POOLS`):
-claim and latency reads, facts read ahead, archive writes, and on the writer threads a job's
-publishing, counters and session notes. Work goes there with the caller's context (the
+claim and latency reads, facts read ahead (and stored for the worker's job), archive writes,
+and on the writer threads a job's publishing, counters and session notes. Work goes there with the caller's context (the
 thread's settings in force: :mod:`.counting`)."""
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ POOLS = {
     "read": 1,  # claim and latency reads
     "write": 2,  # publishes, counters, loss reports
     "archive": 2,  # archive writes a model call's update waits for
-    "facts": 1,  # facts of new messages, read ahead
+    "facts": 1,  # facts of new messages, read ahead and stored
 }
+#: Most facts reads ahead queued or running on the facts thread (:meth:`Background.read_ahead`).
+MAX_READ_AHEADS = 64
 
 
 class Background:
@@ -38,6 +40,7 @@ class Background:
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._waiting = threading.BoundedSemaphore(MAX_READ_AHEADS)  # facts reads queued
 
     def pool(self, name: str) -> ThreadPoolExecutor:
         """The background pool ``name`` (:data:`POOLS`), started on first use."""
@@ -63,21 +66,33 @@ class Background:
         """Run ``fn`` on the writer threads (publishes, counters, notes, loss reports)."""
         self.pool("write").submit(copy_context().run, fn, *args)
 
-    def read_ahead(self, messages: list[BaseMessage]) -> None:
+    def read_ahead(
+        self, messages: list[BaseMessage], then: Callable[[], Any] | None = None
+    ) -> None:
         """Find the facts of ``messages`` (those a model call is the first to see) on the facts
         thread, while the model answers (:func:`offpath.compaction.facts.warm`): a later
         shortening of them, and a compaction applied in the run, then find them ready instead
-        of reading them in a model call's path."""
+        of reading them in a model call's path; ``then`` runs after, on that thread (the
+        facts stored for the job that removes the messages). At most
+        :data:`MAX_READ_AHEADS` wait; one more is dropped (its facts are found when needed,
+        in the path or by the job). Never raises, never waits."""
         if not messages:
             return
 
         def read() -> None:
             try:
                 warm_facts(messages)
-            except Exception as exc:  # found again when needed, in the path
+                if then is not None:
+                    then()
+            except Exception as exc:  # found again when needed, in the path or the job
                 log.debug("offpath: facts not read ahead: %s", exc)
+            finally:
+                self._waiting.release()
 
+        if not self._waiting.acquire(blocking=False):
+            log.debug("offpath: facts not read ahead: %d reads wait already", MAX_READ_AHEADS)
+            return
         try:
             self.pool("facts").submit(copy_context().run, read)
         except RuntimeError:  # the interpreter is shutting down: found when needed
-            pass
+            self._waiting.release()

@@ -36,10 +36,17 @@ from offpath.agent.middleware.counting import ThreadSettings
 from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.reports import log
 from offpath.agent.middleware.shaping import Shaping
-from offpath.agent.middleware.state import Call, Write, diff, outside_chars, sending
+from offpath.agent.middleware.state import (
+    Call,
+    Write,
+    diff,
+    outside_chars,
+    sending,
+    thread_of,
+)
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.patch.prepared import patched
-from offpath.compaction.planner.budgets import request_cap_chars
+from offpath.compaction.patch import patched
+from offpath.compaction.planner import request_cap_chars
 from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import MIN_OLDER_CHARS, older_caps
 from offpath.compaction.tracking import KEY, ThreadSize, mask_observations
@@ -273,7 +280,7 @@ class Refusals:
         :class:`ContextRefused` (from ``exc``) when it cannot be made smaller."""
         s = self.settings.current
         session_id = str(call.session_id)
-        original: list[BaseMessage] = list(request.messages)
+        original, overlay = thread_of(request)  # the state's messages (see Turn.overlay)
         messages = original
         if call.update.get("messages"):
             messages = patched(original, call.update["messages"])
@@ -316,7 +323,12 @@ class Refusals:
                 messages = shortened
         size = ThreadSize().advance(messages)
         private["size"] = size.to_state()
-        shaped = self.shaping.shape(request, messages, size, session_id)
+        if overlay is not None:  # the call's copy, with the edits made before offpath
+            over = overlay.over(messages, original)
+            size = ThreadSize().advance(over)  # sized as sent, its orphans too
+            shaped = self.shaping.shape(request, over, size, session_id)
+        else:
+            shaped = self.shaping.shape(request, messages, size, session_id)
         sent: list[BaseMessage] = list(shaped.messages)
         if _sent_chars(shaped) > target:
             sent, masking = mask_observations(sent, max(0, target - out))

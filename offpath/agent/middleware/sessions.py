@@ -50,7 +50,12 @@ class Sessions:
         self.checkpoints = checkpoints
         self._guard = threading.Lock()
         self._noted: dict[str, float] = {}  # thread -> when its session row was last written
-        self._note_later: dict[str, tuple[int, int, int | None]] = {}  # thread -> size held back
+        # thread -> size held back, and when it was seen
+        self._note_later: dict[str, tuple[int, int, int | None, float]] = {}
+        # thread -> when the size its row holds was seen: the writer threads run two notes of
+        # one thread at once, and the one seen first may end last
+        self._written: dict[str, float] = {}
+        self._rows = [threading.Lock() for _ in range(16)]  # one thread's notes one at a time
 
     def warm(self) -> None:
         """As the agent is built, on the writer threads: offpath's tables made or brought up
@@ -102,7 +107,7 @@ class Sessions:
                 # the latest size is written once the period ends: a run that raises (a
                 # tool's error, the recursion limit) reaches no run's end to note it at
                 waiting = session_id in self._note_later
-                self._note_later[session_id] = (messages, chars, fixed)
+                self._note_later[session_id] = (messages, chars, fixed, now)
                 if waiting:
                     return
                 delay = every - (now - last)
@@ -113,7 +118,7 @@ class Sessions:
                     self._noted.clear()
                 self._noted[session_id] = now
         if delay is None:
-            self.background.write(self._note, session_id, messages, chars, fixed)
+            self.background.write(self._note, session_id, messages, chars, fixed, now)
             return
         timer = threading.Timer(delay, self._note_latest, (session_id,))
         timer.daemon = True
@@ -129,7 +134,27 @@ class Sessions:
             self._noted[session_id] = time.monotonic()
         self.background.write(self._note, session_id, *later)
 
-    def _note(self, session_id: str, messages: int, chars: int, fixed: int | None = None) -> None:
+    def _note(
+        self,
+        session_id: str,
+        messages: int,
+        chars: int,
+        fixed: int | None = None,
+        seen_at: float | None = None,
+    ) -> None:
+        """Write the thread's size seen at ``seen_at`` (monotonic s; None: now) on its
+        session row, unless a size seen later is there already."""
+        seen_at = time.monotonic() if seen_at is None else seen_at
+        with self._rows[hash(session_id) % len(self._rows)]:
+            if seen_at < self._written.get(session_id, float("-inf")):
+                return
+            if self._write_note(session_id, messages, chars, fixed):
+                if len(self._written) > MAX_NOTED:
+                    self._written.clear()
+                self._written[session_id] = seen_at
+
+    def _write_note(self, session_id: str, messages: int, chars: int, fixed: int | None) -> bool:
+        """One note written (True), or its failure said (False)."""
         try:
             mine = note_own_thread(
                 self.client().engine,
@@ -144,7 +169,7 @@ class Sessions:
         except Exception as exc:
             line = f"[{tag(session_id)}] could not record the thread as a session: {exc}"
             self.reports.trouble(USAGE_DB, exc, line)
-            return
+            return False
         self.reports.answered(USAGE_DB)
         if not mine:
             self.reports.warn_once(
@@ -153,3 +178,4 @@ class Sessions:
                 f"tenant's session or an API session: it is not listed as tenant "
                 f"{self.tenant!r}'s own agent thread",
             )
+        return True

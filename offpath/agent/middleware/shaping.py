@@ -23,16 +23,15 @@ from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.reports import Reports, log
 from offpath.agent.middleware.state import Call, Write, outside_chars, sending
 from offpath.compaction.accounting import message_chars
-from offpath.compaction.planner.budgets import ThreadBudget, thread_budget
+from offpath.compaction.planner import ThreadBudget, thread_budget
 from offpath.compaction.shorten import shorten_each
-from offpath.compaction.sizing import MessageSizes
 from offpath.compaction.tokens import Calibration
-from offpath.compaction.tracking import ThreadSize, mask_observations
+from offpath.compaction.tracking import MessageSizes, ThreadSize, mask_observations
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
 from offpath.coordination.runtime import Client
 from offpath.stores import archive
-from offpath.stores.db.usage_events import record_masking
+from offpath.stores.db.tables import record_masking
 from offpath.stores.tenants import note_fixed
 
 

@@ -19,7 +19,7 @@ from offpath.agent.scripted.plan import (
 from offpath.agent.scripted.remedy import ACTION, DEPLOY, REPLICAS
 from offpath.agent.scripted.triage import DATABASE, INFRA, TRIAGE
 from offpath.compaction.accounting import content_text
-from offpath.compaction.summary.message import is_summary, summary_meta
+from offpath.compaction.summary import is_summary, summary_meta
 
 PLANS: tuple[Plan, ...] = (TRIAGE, INFRA, DATABASE, DEPLOY, REPLICAS, ACTION)
 #: The demo's user requests, in order: together, an investigation of the fixtures' incident.

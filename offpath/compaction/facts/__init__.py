@@ -27,6 +27,6 @@ It runs after any summarizer (the LLM's or the offline one): see
 
 The parts: :mod:`.patterns` (the kinds of fact and :func:`find`), :mod:`.reading` (how a
 message is read for facts), :mod:`.extraction` (:class:`Fact`, :func:`extract`,
-:func:`warm`, :func:`rank`), :mod:`.pinning` (:func:`pin`), :mod:`.swap`
-(:func:`swap_check`) and :mod:`.sections` (the sections' headings and entry formats).
+:func:`warm`, :func:`rank`), :mod:`.pinning` (:func:`pin`, :func:`swap_check`) and
+:mod:`.sections` (the sections' headings and entry formats).
 """

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -25,8 +28,8 @@ from offpath.compaction.facts.reading import (
     tool_arguments,
 )
 from offpath.compaction.facts.sections import clip_around
-from offpath.compaction.summary.instructions import looks_like_instruction, may_hold_instruction
-from offpath.compaction.summary.message import is_summary
+from offpath.compaction.fields import message_field
+from offpath.compaction.summary import is_summary, looks_like_instruction, may_hold_instruction
 
 
 @dataclass(slots=True)
@@ -79,21 +82,51 @@ class Fact:
         recurrence. 0 (never listed): a bare number nobody used (not stated, asked, carried
         nor recurring), a fact seen only on noise lines and never used, a :attr:`grouped`
         value."""
-        if self.tool_only and (
-            self.noise or (self.kind == "number" and self.messages < 2) or self.grouped
+        # the fields read once (:attr:`tool_only` and :attr:`grouped` inlined): a job ranks
+        # and filters its thousand facts by score several times
+        kind, value, stated, asked, carried = (
+            self.kind,
+            self.value,
+            self.stated,
+            self.asked,
+            self.carried,
+        )
+        tool_only = not (stated or asked or carried)
+        if tool_only and (
+            self.noise
+            or (kind == "number" and self.messages < 2)
+            or ((":" in value) if kind == "timestamp" else kind in _OPAQUE)  # grouped
         ):
             return 0
         return (
-            KIND_WEIGHT[self.kind]
-            - (self.kind == "timestamp" and ":" in self.value and "-" not in self.value)
-            - (self.tool_only and self.kind in ("path", "url"))
-            + 3 * self.stated
+            KIND_WEIGHT[kind]
+            - (kind == "timestamp" and ":" in value and "-" not in value)
+            - (tool_only and kind in ("path", "url"))
+            + 3 * stated
             + 3 * self.said  # the agent's conclusions, figures and names in its own words
-            + 4 * self.asked
-            + 5 * self.carried  # pinned or concluded before: kept ahead (no telephone game)
+            + 4 * asked
+            + 5 * carried  # pinned or concluded before: kept ahead (no telephone game)
             + 2 * self.error
             + min(self.messages - 1, 3)
         )
+
+
+#: The least chars of a user message read as a document it pasted rather than a request
+#: (:func:`_observe`: its values are not ranked as asked).
+DOCUMENT_MIN_CHARS = 10_000
+
+
+#: offpath's note in a message it shortened, with the original's length.
+_SHORTENED = re.compile(r"\[offpath: [\d,]+ of this message's ([\d,]+) chars are not shown")
+
+
+def is_document(text: str) -> bool:
+    """``text`` (a user message's) is a document pasted rather than a request: at least
+    :data:`DOCUMENT_MIN_CHARS` chars, or shortened by offpath from that many."""
+    if len(text) >= DOCUMENT_MIN_CHARS:
+        return True
+    note = _SHORTENED.search(text)
+    return note is not None and int(note.group(1).replace(",", "")) >= DOCUMENT_MIN_CHARS
 
 
 #: The kinds a block of each role is not read for (any other role: :data:`SAID_ONLY`).
@@ -101,6 +134,7 @@ _SKIPPED: dict[str, frozenset[str]] = {
     "agent": frozenset(),
     "carried": frozenset(),
     "carried said": frozenset(),
+    "carried stated": frozenset(),
     "user": frozenset({"term"}),
 }
 
@@ -193,6 +227,9 @@ def _observe(m: BaseMessage) -> tuple[Seen, ...]:
         errors: dict[int, bool] = {}  # line start -> it reports an error
         test_lines = may_hold_instruction(text)
         data = role == "data"
+        # a user message this long is a document pasted (a demonstration, a log, a file),
+        # not a request: its values are not what the user named or fixed
+        asks = role == "user" and not is_document(text)
         for value, kind, offset in find(text, _SKIPPED.get(role, SAID_ONLY)):
             entry = seen.get(value)
             line = ""
@@ -232,10 +269,10 @@ def _observe(m: BaseMessage) -> tuple[Seen, ...]:
             else:
                 entry["clear"] = True
                 own = role in ("agent", "carried said")
-                entry["stated"] = entry["stated"] or own or role == "action"
+                entry["stated"] = entry["stated"] or own or role in ("action", "carried stated")
                 entry["said"] = entry["said"] or own
-                entry["asked"] = entry["asked"] or role == "user"
-                entry["carried"] = entry["carried"] or role in ("carried", "carried said")
+                entry["asked"] = entry["asked"] or asks
+                entry["carried"] = entry["carried"] or role.startswith("carried")
     return tuple(
         Seen(
             value,
@@ -261,6 +298,39 @@ def _observe(m: BaseMessage) -> tuple[Seen, ...]:
 OBSERVED_CACHE_SIZE = 8_192
 
 
+#: Key digests by message object (held, so that its ``id`` stays its own) while
+#: :func:`unchanged_messages` is entered; None: not entered (each key digests its message).
+_DIGESTS: ContextVar[dict[int, tuple[BaseMessage, bytes]] | None] = ContextVar(
+    "offpath_fact_digests", default=None
+)
+
+
+#: Merges and their rankings made while :func:`unchanged_messages` is entered, by the digests
+#: of their messages: ``[facts, ranked or None]``, kept until it is left (None: not entered).
+_KEPT: ContextVar[dict[tuple[bytes, ...], list[Any]] | None] = ContextVar(
+    "offpath_fact_merges", default=None
+)
+
+
+@contextmanager
+def unchanged_messages() -> Iterator[None]:
+    """Within it (in this thread or task), a message object's key digest is computed once:
+    the caller changes no message in place meanwhile (a compaction job: its thread read from
+    the checkpoint, its patch made of new messages). The guard's pins, the archive's index
+    and the loss report of one job each look up the facts of the same removed messages by
+    their keys (tens of thousands of chars hashed each time). Its merges and rankings
+    (:func:`extract`, :func:`extract_ranked`) are kept for it too, whatever other threads
+    merge meanwhile (a worker's jobs at once would push each other's out of the process's
+    few kept merges, and each job would merge and rank its facts again)."""
+    token = _DIGESTS.set({})
+    kept = _KEPT.set({})
+    try:
+        yield
+    finally:
+        _KEPT.reset(kept)
+        _DIGESTS.reset(token)
+
+
 class _Key:
     """A message by what its facts depend on (type, id, summary marker, content, tool
     calls), hashed; it holds the message only until its facts are computed."""
@@ -268,8 +338,14 @@ class _Key:
     __slots__ = ("digest", "message")
 
     def __init__(self, message: BaseMessage) -> None:
+        self.message: BaseMessage | None = message
+        memo = _DIGESTS.get()
+        if memo is not None and (known := memo.get(id(message))) is not None:
+            if known[0] is message:
+                self.digest = known[1]
+                return
         content = message.content
-        calls = getattr(message, "tool_calls", None) or ()
+        calls = message_field(message, "tool_calls") or ()
         text = "\x00".join(
             (
                 message.type,
@@ -282,7 +358,8 @@ class _Key:
         self.digest = hashlib.blake2b(
             text.encode("utf-8", "surrogatepass"), digest_size=16
         ).digest()
-        self.message: BaseMessage | None = message
+        if memo is not None:
+            memo[id(message)] = (message, self.digest)
 
     def __hash__(self) -> int:
         return hash(self.digest)
@@ -294,6 +371,8 @@ class _Key:
 #: Facts found by another process (:func:`preload`), by key digest, until first asked for.
 _LOADED: OrderedDict[bytes, tuple[Seen, ...]] = OrderedDict()
 _LOADED_LOCK = threading.Lock()
+#: Per thread, how many messages' facts it found itself (``n``): :func:`found_here`.
+_FOUND = threading.local()
 
 
 @functools.lru_cache(maxsize=OBSERVED_CACHE_SIZE)
@@ -302,12 +381,27 @@ def _observed(key: _Key) -> tuple[Seen, ...]:
     assert message is not None
     with _LOADED_LOCK:
         loaded = _LOADED.pop(key.digest, None)
-    return _observe(message) if loaded is None else loaded
+    if loaded is not None:
+        return loaded
+    _FOUND.n = getattr(_FOUND, "n", 0) + 1
+    return _observe(message)
+
+
+def found_here() -> int:
+    """How many messages' facts the calling thread has found itself so far, neither cached
+    in this process nor taken from another (:func:`take`): a job's difference across its
+    work counts the messages whose facts it paid for."""
+    return int(getattr(_FOUND, "n", 0))
+
+
+def facts_of(message: BaseMessage) -> tuple[Seen, ...]:
+    """The facts of ``message``, found once per process and kept (as :func:`warm` keeps them)."""
+    return _observed(_Key(message))
 
 
 def key_digest(message: BaseMessage) -> bytes:
     """The key a message's facts are kept by: a digest of what they depend on (type, id,
-    summary marker, content, tool calls; 16 bytes). Not :func:`offpath.compaction.digest.
+    summary marker, content, tool calls; 16 bytes). Not :func:`offpath.compaction.shorten.
     digest`, which gives a shortened result its original's digest: their facts differ."""
     return _Key(message).digest
 
@@ -344,7 +438,7 @@ def warm(messages: Iterable[BaseMessage]) -> None:
     shortens older results finds the facts of about 280,000 chars of an SRE session in its
     model calls' path)."""
     for m in messages:
-        _observed(_Key(m))
+        facts_of(m)
 
 
 def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
@@ -360,44 +454,98 @@ def extract(messages: Sequence[BaseMessage]) -> list[Fact]:
     the loss report of one compaction extract the same removed messages): their facts are
     shared between the calls, read them and never change them.
     """
+    return list(_merged(messages)[1])
+
+
+def _merged(messages: Sequence[BaseMessage]) -> tuple[tuple[bytes, ...], tuple[Fact, ...]]:
+    """:func:`extract`'s facts of ``messages`` as kept (shared: never changed), with the
+    digests of the messages they are kept by."""
     keys = [_Key(m) for m in messages]
     digests = tuple(k.digest for k in keys)
+    own = _KEPT.get()
+    if own is not None and (mine := own.get(digests)) is not None:
+        return digests, mine[0]
     with _MERGED_LOCK:
         kept = _MERGED.get(digests)
         if kept is not None:
             _MERGED.move_to_end(digests)
-            return list(kept)
+    if kept is not None:
+        if own is not None:
+            own[digests] = [kept, None]
+        return digests, kept
     facts: dict[str, Fact] = {}
     for key in keys:
-        for seen in _observed(key):
-            fact = facts.get(seen.value)
+        for seen in _observed(key):  # unpacked, each flag set only when seen: thousands a job
+            value, kind, first, line, found_in, stated, asked, carried, clear, error, said, age = (
+                seen
+            )
+            fact = facts.get(value)
             if fact is None:
-                fact = facts[seen.value] = Fact(
-                    seen.value, seen.kind, seen.message_id, seen.line, order=len(facts)
-                )
-                fact._seen.add(seen.message_id)
-            for mid in seen.found_in:
-                if mid not in fact._seen:
-                    fact._seen.add(mid)
+                fact = facts[value] = Fact(value, kind, first, line, order=len(facts))
+                fact._seen.add(first)
+            ids = fact._seen
+            for mid in found_in:
+                if mid not in ids:
+                    ids.add(mid)
                     fact.messages += 1
-            if seen.clear:
+            if clear:
                 fact.noise = False
-            fact.stated = fact.stated or seen.stated
-            fact.asked = fact.asked or seen.asked
-            fact.carried = fact.carried or seen.carried
-            fact.error = fact.error or seen.error
-            fact.said = fact.said or seen.said
-            fact.age = max(fact.age, seen.age)
+            if stated:
+                fact.stated = True
+            if asked:
+                fact.asked = True
+            if carried:
+                fact.carried = True
+            if error:
+                fact.error = True
+            if said:
+                fact.said = True
+            if age > fact.age:
+                fact.age = age
+    merged = tuple(facts.values())
+    if own is not None:
+        own[digests] = [merged, None]
     with _MERGED_LOCK:
-        _MERGED[digests] = tuple(facts.values())
+        _MERGED[digests] = merged
         while len(_MERGED) > MERGED_CACHE_SIZE:
             _MERGED.popitem(last=False)
-    return list(facts.values())
+    return digests, merged
 
 
 def rank(facts: Iterable[Fact]) -> list[Fact]:
     """``facts`` most important first: by :attr:`Fact.score`, then first seen first."""
     return sorted(facts, key=lambda f: (-f.score, f.order))
+
+
+#: :func:`extract_ranked`'s rankings, by the digests of their messages: ``(facts, ranked)``, valid
+#: while ``facts`` is what :data:`_MERGED` keeps for them.
+_RANKED: dict[tuple[bytes, ...], tuple[tuple[Fact, ...], tuple[Fact, ...]]] = {}
+
+
+def extract_ranked(messages: Sequence[BaseMessage]) -> tuple[list[Fact], list[Fact]]:
+    """``extract(messages)`` and ``rank`` of it, ranked once per merge kept (the guard's
+    pins, the archive's index and the loss report of one compaction rank the same removed
+    messages' facts; a subset taken from it in order is ranked as ``rank`` ranks it: a stable
+    sort on a total key)."""
+    digests, facts = _merged(messages)
+    own = (_KEPT.get() or {}).get(digests)  # the caller's own (unchanged_messages)
+    if own is not None and own[0] is facts and own[1] is not None:
+        return list(facts), list(own[1])
+    with _MERGED_LOCK:
+        kept = _RANKED.get(digests)
+    if kept is not None and kept[0] is facts:
+        order = kept[1]
+    else:
+        order = tuple(rank(facts))
+    if own is not None and own[0] is facts:
+        own[1] = order
+    if kept is not None and kept[0] is facts:
+        return list(facts), list(order)
+    with _MERGED_LOCK:
+        _RANKED[digests] = (facts, order)
+        for stale in [d for d in _RANKED if d not in _MERGED]:
+            del _RANKED[stale]
+    return list(facts), list(order)
 
 
 def stated_facts(messages: Sequence[BaseMessage]) -> list[Fact]:

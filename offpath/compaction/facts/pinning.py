@@ -1,6 +1,10 @@
-"""The fact guard's **Pinned facts** section: :func:`pin` appends the facts a summary
-missed, listed by value one line per kind and quoted with their line and message, in a
-bounded budget."""
+"""What the fact guard adds to a summary for the facts it would lose: the **Pinned facts**
+section (:func:`pin` appends the facts a summary missed, listed by value one line per kind and
+quoted with their line and message, in a bounded budget), and the check before the swap
+(:func:`swap_check`: the identifiers that messages written while a summary was prepared name,
+which only the part it removes held, quoted under
+:data:`~offpath.compaction.facts.sections.SWAP_HEADING`).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,9 @@ from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage
 
-from offpath.compaction.facts.extraction import Fact, extract, rank
+from offpath.compaction.facts.extraction import Fact, extract_ranked
 from offpath.compaction.facts.patterns import find, held_in, normal
-from offpath.compaction.facts.reading import fact_blocks
+from offpath.compaction.facts.reading import fact_blocks, tool_arguments
 from offpath.compaction.facts.sections import (
     AGE_MARK,
     ASKED_LABEL,
@@ -24,10 +28,13 @@ from offpath.compaction.facts.sections import (
     SAID_MARK,
     SIGNATURE,
     STATED_LABEL,
+    SWAP_HEADING,
     clip_around,
     is_blob,
 )
-from offpath.compaction.summary.message import cite
+from offpath.compaction.fields import message_field
+from offpath.compaction.standing import is_standing, standing_blocks
+from offpath.compaction.summary import cite, looks_like_instruction
 
 #: The smallest section budget (chars) that lists the values stated on lines of their own:
 #: a label more per kind; below it they share their kind's line (on small budgets, tau-bench
@@ -35,6 +42,10 @@ from offpath.compaction.summary.message import cite
 STATED_LINE_MIN_BUDGET = 1_000
 #: The smallest section budget (chars) that keeps a quarter for quoted lines (:func:`pin`).
 QUOTED_SHARE_MIN_BUDGET = 1_000
+#: Most compactions a quoted line is carried for: an older one gives its place to newer
+#: lines, its values listed (a line quoted at every compaction of a long session holds the
+#: room of a dozen values).
+QUOTED_AGE_MAX = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +62,7 @@ def pin(
     max_chars: int,
     kept: Sequence[BaseMessage] = (),
     header: str | None = None,
+    stated_lines: bool | None = None,
 ) -> tuple[str, Pinned]:
     """``summary_text`` with a **Pinned facts** section holding, most important first, the
     facts of ``removed`` that neither the summary nor the ``kept`` messages contain (in any
@@ -69,15 +81,17 @@ def pin(
     listed again. Values only tool output holds are last: opaque ones (times of day,
     request, trace and hex ids) and those that share one shape (4 or more
     ``/api/cart/<n>/items``) as one line per kind or shape (a time range, a count and a
-    ``recall`` query), in what the rest leaves. What the values leave (and, on a budget of 1,000 chars or more, a quarter
-    kept for them) quotes the lines the highest-ranked facts were found on (at most
+    ``recall`` query), in what the rest leaves. What the values leave (and, on a budget of
+    1,000 chars or more, a quarter kept for them, but for what the agent said and the user
+    named, which may fill it) quotes the lines the highest-ranked facts were found on (at most
     :data:`MAX_LINE_CHARS` chars, in conversation order, citing their message, marked
     "; said" for the agent's own message and "; age N" when carried from N compactions
     before; near-duplicate lines once, "; +N similar"); a quoted line takes the place of the
     values it holds.
     ``recall`` finds each value in the archive. ``header``: the section's heading line
-    (default: the Pinned facts one). Returns the text and what was pinned; the text is
-    unchanged when nothing is missing."""
+    (default: the Pinned facts one). ``stated_lines``: whether the values stated are on lines
+    of their own whatever the budget (None: by the budget). Returns the text and what was
+    pinned; the text is unchanged when nothing is missing."""
     if max_chars <= 0:
         return summary_text, Pinned((), 0)
     from offpath.compaction.accounting import render_content
@@ -93,8 +107,16 @@ def pin(
     line_max = max(60, min(MAX_LINE_CHARS, budget // 6))
     position = {str(m.id): i for i, m in enumerate(removed)}
     by_id = {str(m.id): m for m in removed}
-    facts = extract(removed)
-    ranked = [f for f in rank(facts) if f.score > 0]
+    facts, by_rank = extract_ranked(removed)
+    positive = list(itertools.takewhile(lambda f: f.score > 0, by_rank))  # highest score first
+    # the opaque values only tool output holds (score 0: listed one line per kind, step 4);
+    # with ``positive`` the only facts whose presence is asked (most of a thread's facts are
+    # neither: noise lines' values, bare numbers nobody used)
+    opaque = [f for f in facts if f.grouped]
+    # the names of the tools called: the agent has them in its tool list, a fact of no task
+    # (but where the agent names one in its own words, or the user does)
+    tools = _tool_names([*removed, *kept])
+    ranked = [f for f in positive if f.value not in tools or _own(f)]
     alike = _alike(ranked)
     if alike:
         ranked = [f for f in ranked if id(f) not in alike]
@@ -112,9 +134,12 @@ def pin(
         # thread's facts hundreds)
         nonlocal held
         if held is None:
-            forms.update((f.value, form(f)) for f in facts)
+            forms.update((f.value, form(f)) for f in (*positive, *opaque))
             held = held_in(forms.values(), present)
-        return (forms[fact.value] if fact.value in forms else form(fact)) not in held
+        looked_for = forms.get(fact.value)
+        if looked_for is None:  # not one of those looked for at once: looked for alone
+            return form(fact) not in present
+        return looked_for not in held
 
     pinned = ""  # the values listed and the lines quoted so far
     listed: dict[str, list[Fact]] = {}  # label -> facts listed by value, in rank order
@@ -165,9 +190,12 @@ def pin(
 
     def add(fact: Fact, room: int) -> None:
         nonlocal used, pinned
-        if fact.value in pinned or room - used < len(fact.value) + 2:
+        # the cheap test first: once the room is spent, most facts end here
+        if room - used < len(fact.value) + 2 or fact.value in pinned:
             return
-        label = _label(fact, budget >= STATED_LINE_MIN_BUDGET)
+        label = _label(
+            fact, budget >= STATED_LINE_MIN_BUDGET if stated_lines is None else stated_lines
+        )
         took = cost(fact, label)
         if used + took > room or not missing(fact):
             return
@@ -184,8 +212,11 @@ def pin(
     #    large budget a quarter waits for the quoted lines (filled with values after them
     #    when they leave it)
     values_room = budget - (budget // 4 if budget >= QUOTED_SHARE_MIN_BUDGET else 0)
-    for fact in _by_span([f for f in ranked if _own(f)], new_last=True):
-        add(fact, values_room)
+    own = sorted((f for f in ranked if _own(f)), key=lambda f: len(f.value))
+    for fact in _by_span(own, new_last=True):
+        # what the agent said and the user named may take the quoted lines' quarter too:
+        # listed bare, one costs its length and two chars, quoted ~100
+        add(fact, budget)
     carried_room = values_room * 3 // 5 if any(not f.carried for f in ranked) else values_room
     for relied in (True, False):
         carried = _by_span([f for f in ranked if f.carried and _relied(f) == relied])
@@ -202,6 +233,15 @@ def pin(
     #    values that are on it); while some of what the agent said or the user named found
     #    no room (``scarce``), those listed stay listed and their own lines are not quoted
     scarce = any(_own(f) and f.value not in pinned and missing(f) for f in ranked)
+
+    def keep_listed(f: Fact) -> bool:
+        # on a large budget what the agent or the user stated stays listed beside its line:
+        # a summary over its budget gives up quoted lines first, and the next one carries
+        # the values it lists; on a small one a line takes their place (room for one more)
+        if budget >= QUOTED_SHARE_MIN_BUDGET:
+            return _relied(f)
+        return scarce and _own(f)
+
     for fact in sorted(ranked, key=lambda f: not _relied(f)):
         if budget - used < 60 and not listed:
             break
@@ -211,6 +251,9 @@ def pin(
             continue  # listed by value already, while others wait: its line would cost ~100
             # chars more (a line an earlier summary concluded is quoted still: its words are
             # the finding)
+        if fact.carried and fact.age + 1 > QUOTED_AGE_MAX:
+            continue  # quoted for as many compactions: newer lines take its place, its
+            # values stay listed
         signature = SIGNATURE.sub("#", fact.line.casefold())
         if signature in similar:
             similar[signature] += 1
@@ -233,7 +276,7 @@ def pin(
             label: [
                 f
                 for f in values
-                if f.message_id == fact.message_id and f.value in line and not (scarce and _own(f))
+                if f.message_id == fact.message_id and f.value in line and not keep_listed(f)
             ]
             for label, values in listed.items()
         }
@@ -256,12 +299,13 @@ def pin(
     for fact in ranked:
         add(fact, budget)
     # 4. the opaque values only tool output holds, one line per kind, in what is left
+    if alike:  # in the facts' order, as the opaque ones are
+        chosen = {id(f) for f in opaque}.union(alike)
+        candidates = [f for f in facts if id(f) in chosen]
+    else:
+        candidates = opaque
     grouped = _grouped(
-        [
-            f
-            for f in facts
-            if (f.grouped or id(f) in alike) and f.value not in pinned and missing(f)
-        ],
+        [f for f in candidates if f.value not in pinned and missing(f)],
         alike,
     )
     for entry in grouped:
@@ -280,9 +324,8 @@ def pin(
     entries += [e for e in grouped if e in pinned]
     if not entries:
         return summary_text, Pinned((), 0)
-    covered = sum(
-        fact.value in pinned and missing(fact) for fact in facts if fact.score > 0 or fact.grouped
-    )
+    # the facts with a score and the opaque ones (whose score is 0: the two never overlap)
+    covered = sum(fact.value in pinned and missing(fact) for fact in (*positive, *opaque))
     return summary_text.rstrip() + header + "".join(entries), Pinned(tuple(entries), covered)
 
 
@@ -303,6 +346,16 @@ _LABELS = {
     "function": "names",
     "env": "names",
 }
+
+
+def _tool_names(messages: Sequence[BaseMessage]) -> set[str]:
+    """The names of the tools that ``messages`` call."""
+    return {
+        str(call.get("name"))
+        for m in messages
+        for call in message_field(m, "tool_calls") or []
+        if call.get("name")
+    }
 
 
 def _by_span(facts: Sequence[Fact], new_last: bool = False) -> list[Fact]:
@@ -426,3 +479,132 @@ def _grouped(facts: Sequence[Fact], alike: dict[int, str]) -> list[str]:
         query = key if count * 2 > len(ids) else ids[0].value
         out.append(f'\n- {len(ids)} {name} in tool output, recall("{query}") finds them')
     return out
+
+
+#: Most chars of one line the check before the swap quotes (around the identifier it is
+#: quoted for): the line says where the identifier came from; ``recall`` reads the whole
+#: message it cites.
+SWAP_LINE_CHARS = 80
+#: A token someone may name: an id, a code, a name with digits or separators.
+_NAMED = re.compile(r"(?<![\w#.-])[#A-Za-z0-9][\w.#:/-]{3,60}(?<![.:/-])(?![\w-])")
+
+
+def _looks_named(token: str) -> bool:
+    """``token`` reads as a name rather than a word: it holds a digit, ``_`` or ``#``, or it
+    is all capitals (``XEHQWM``)."""
+    return (
+        any(c.isdigit() for c in token)
+        or "_" in token
+        or "#" in token
+        or (token.isupper() and len(token) >= 5)
+    )
+
+
+def swap_check(
+    later: Sequence[BaseMessage],
+    removed: Sequence[BaseMessage],
+    kept: Sequence[BaseMessage],
+    summary_text: str,
+    max_chars: int,
+) -> tuple[str, int]:
+    """The check before the swap (after "Slipstream", arXiv 2605.08580, without an
+    LLM): the identifiers that the ``later`` messages (written while the summary was
+    prepared) name in what the agent or the user says or passes to a tool (not in tool
+    output), which only the ``removed`` part held (not the summary, not the ``kept``
+    messages), quoted with their line and message under :data:`SWAP_HEADING`, in at most
+    ``max_chars`` chars: one quoted line per removed message, the
+    message's other identifiers listed by value on one line citing it (``- also in <id>: a,
+    b``), as are those found only on lines that say nothing of where they came from
+    (:func:`_context_line`). Returns the section ("" when none is needed) and how many such
+    identifiers did not fit (the caller re-prepares the compaction then)."""
+    from offpath.compaction.accounting import render_content
+
+    visible = normal(summary_text + "\n" + "\n".join(render_content(m.content) for m in kept))
+    refs: dict[str, str] = {}
+    for m in later:
+        named = [v for v, _ in tool_arguments(m)]
+        for text, role, _ in fact_blocks(m):
+            if role == "data":  # what the agent or the user names, not tool output
+                continue
+            named += [v for v, k, _ in find(text) if k not in ("timestamp", "quantity")]
+            named += [t for t in _NAMED.findall(text) if _looks_named(t)]
+        for value in named:
+            if normal(value) not in visible:
+                refs.setdefault(normal(value), value)
+    if not refs:
+        return "", 0
+    blocks = standing_blocks([*removed, *kept, *later])
+    # a line the later messages hold word for word (a template or a task sent again) is
+    # their own context: quoting it from the removed part adds nothing
+    said_later = normal("\n".join(" ".join(t.split()) for m in later for t, _, _ in fact_blocks(m)))
+    header = f"{SWAP_HEADING} (named by messages that came after it; `recall` reads them):"
+    room = max_chars - len(header) - 2
+    # one entry per line quoted: the identifiers found on the same line share it
+    quoted: dict[tuple[str, int], list[str]] = {}  # (message id, line start) -> clips
+    entries: dict[str, str] = {}  # clip -> entry
+    # per message, its identifiers past its first quoted line (or on a line that is no
+    # context: offpath's own notes, an earlier summary's lists of values), listed by value
+    lined: set[str] = set()
+    listed: dict[str, list[str]] = {}
+    missing = 0
+    found: set[str] = set()
+    for m in reversed(removed):  # the newest line that holds an identifier quotes it
+        for text, role, mid in fact_blocks(m):
+            low = text.casefold()
+            for key, value in refs.items():
+                if key in found:
+                    continue
+                at = low.find(value.casefold())
+                if at < 0:
+                    continue
+                start = text.rfind("\n", 0, at) + 1
+                end = text.find("\n", at)
+                line = text[start : end if end >= 0 else len(text)]
+                if looks_like_instruction(line) or is_standing(line, blocks):
+                    continue
+                found.add(key)
+                if normal(" ".join(line.split())) in said_later:
+                    continue
+                clips = quoted.setdefault((str(mid), start), [])
+                if any(value.casefold() in c.casefold() for c in clips):
+                    continue  # quoted already with another identifier of its line
+                if str(mid) in lined or not _context_line(line, role):
+                    listed.setdefault(str(mid), []).append(value)
+                    continue
+                clip = clip_around(line, at - start, value, SWAP_LINE_CHARS)
+                clip = clip.replace("`", chr(39))
+                entry = f"\n- `{clip}` ({cite(mid)})"
+                if clip in entries:
+                    continue
+                if len(entry) > room:
+                    missing += 1
+                    continue
+                clips.append(clip)
+                entries[clip] = entry
+                lined.add(str(mid))
+                room -= len(entry)
+    for mid, values in listed.items():
+        shown = [_shown(v) for v in dict.fromkeys(values)]
+        while shown:
+            entry = f"\n- also in {cite(mid)}: " + ", ".join(shown)
+            if len(entry) <= room:
+                entries[entry] = entry
+                room -= len(entry)
+                break
+            shown.pop()
+            missing += 1
+    if not entries:
+        return "", missing
+    return header + "".join(entries.values()), missing
+
+
+#: Lines offpath writes itself into a shortened message (its facts, where ``recall`` reads
+#: the rest): they hold an identifier but say nothing of where it came from.
+_OWN_NOTE = re.compile(r"Facts in (?:it|the part not shown): ")
+
+
+def _context_line(line: str, role: str) -> bool:
+    """``line`` (of a block read with ``role``, :func:`fact_blocks`) says where an identifier
+    came from: not one of offpath's own notes in a shortened message, nor an earlier summary's
+    list of values (its ids listed, not a line of the conversation)."""
+    return not (role.endswith("values") or _OWN_NOTE.search(line))

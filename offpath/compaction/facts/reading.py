@@ -26,7 +26,8 @@ from offpath.compaction.facts.sections import (
     SWAP_HEADING,
     VALUES_PATTERN,
 )
-from offpath.compaction.summary.message import is_summary, summary_body
+from offpath.compaction.fields import message_field
+from offpath.compaction.summary import is_summary, summary_body
 
 #: How a summary points at a clipped request's message (:func:`frontier.into_summary`).
 _CITATION = re.compile(r' \(whole: recall\("[^"]*"\)\)')
@@ -40,7 +41,8 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
     ``role``: ``agent`` (its text: its conclusions in its own words), ``action`` (each of its
     tool calls with the first line of each argument), ``user`` (a request), ``carried`` (an earlier summary: what
     was concluded before; its pinned entries are read as the line they quote and the message
-    they name, so a fact pinned again keeps its source; ``carried said``: a quoted line of
+    they name, so a fact pinned again keeps its source; ``carried stated``: what its body
+    says in words; ``carried said``: a quoted line of
     the agent's own words; either followed by `` <n>`` for a line pinned ``n`` compactions
     before, :func:`role_age`), ``data`` (tool output, the rest of a
     multi-line argument)."""
@@ -65,7 +67,12 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
         if 0 <= end < cut:
             cut = end  # no pinned entries after the index: it ends the part read back
         body, pinned = text[:cut], text[cut:]
-        yield _CITATION.sub("", body), "carried", mid  # ids offpath cites are not facts
+        # ids offpath cites are not facts; what the body says in words (the agent's place,
+        # the findings) is read back as stated, so the next summary ranks it with what the
+        # agent relied on, above what only a tool held (said stays for the agent's own
+        # words, which a pinned line marks); the lines it quotes from tool output as carried
+        for part, own in _body_parts(_CITATION.sub("", body)):
+            yield part, "carried stated" if own else "carried", mid
         sections = (PINNED_HEADING, SINCE_HEADING, SWAP_HEADING)
         within = True  # in a section of pinned entries (not the archive index, a quote after)
         for line in pinned.splitlines()[1:]:
@@ -106,7 +113,7 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
     if 'recall("' in text:  # a shortened result's pointer: ids offpath cites are not facts
         text = _RECALL_CALL.sub("recall(...)", text)
     yield text, role, mid
-    for call in getattr(message, "tool_calls", None) or []:
+    for call in message_field(message, "tool_calls") or []:
         # the call with the first line of each argument is the agent's action (stated); the
         # rest of a multi-line argument (a heredoc, a file's new content) is data it wrote
         call_args = call.get("args") or {}
@@ -119,6 +126,24 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
         for value in call_args.values():
             if isinstance(value, str) and "\n" in value:
                 yield value.split("\n", 1)[1], "data", mid
+
+
+#: A line of a summary's body that quotes tool output (the offline summarizer's
+#: ``- `Replicas: 1 desired` (kubectl_describe output)``): data, not what anyone said.
+_QUOTED_OUTPUT = re.compile(r"` \([^()\s]+ output\)")
+
+
+def _body_parts(body: str) -> list[tuple[str, bool]]:
+    """``body`` (a summary's text before its pinned entries) cut into runs of lines, in
+    order, each with whether it is what the agent or the user said (True: the agent's place,
+    the findings and conclusions in words) or quotes tool output (False)."""
+    parts: list[tuple[list[str], bool]] = []
+    for line in body.split("\n"):
+        own = not _QUOTED_OUTPUT.search(line)
+        if not parts or parts[-1][1] != own:
+            parts.append(([], own))
+        parts[-1][0].append(line)
+    return [("\n".join(lines), own) for lines, own in parts]
 
 
 #: Between the values of two spans on a line of values: ``- ids: a, b; c, d`` (``a, b``
@@ -191,7 +216,7 @@ def tool_arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
     """``(value, line)`` for each scalar argument of the message's tool calls that is one
     token (an id, a name, a number: ``{"reservation_id": "XEHQWM"}``), with the call's line:
     what the agent passed to a tool is a fact whatever its shape."""
-    for call in getattr(message, "tool_calls", None) or []:
+    for call in message_field(message, "tool_calls") or []:
         args = call.get("args") or {}
         line = f"{call.get('name')}({json.dumps(args, ensure_ascii=False, default=str)[:200]})"
         stack: list[Any] = [args]

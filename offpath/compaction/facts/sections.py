@@ -1,6 +1,6 @@
 """The sections the fact guard writes into a summary: their headings, the formats of their
 entries (written by :func:`~offpath.compaction.facts.pin` and
-:func:`~offpath.compaction.facts.swap_check`, read back from an earlier summary), and how a
+:func:`~offpath.compaction.facts.pinning.swap_check`, read back from an earlier summary), and how a
 quoted line is clipped around its fact and compared with the others."""
 
 from __future__ import annotations

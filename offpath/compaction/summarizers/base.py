@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from offpath.compaction.planner.plans import CompactionPlan
+from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
 
 

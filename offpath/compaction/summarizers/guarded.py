@@ -22,13 +22,12 @@ import dataclasses
 import logging
 
 from offpath.compaction.facts.pinning import pin
-from offpath.compaction.frontier.form import Frontier, into_summary
-from offpath.compaction.frontier.reading import read_frontier
+from offpath.compaction.frontier import Frontier, into_summary, read_frontier
 from offpath.compaction.index import archive_index, index_room
-from offpath.compaction.planner.plans import CompactionPlan
+from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult
-from offpath.compaction.summary.message import RECALL_NOTE, fit_text, summary_body
+from offpath.compaction.summary import RECALL_NOTE, fit_text, summary_body
 
 __all__ = ["RECALL_NOTE", "GuardedSummarizer"]
 
@@ -39,7 +38,7 @@ MIN_TEXT_CHARS = 300
 #: Most of the text's budget the Pinned facts may take from the summarizer's prose: what
 #: the agent said and the user named come first in it, over many compactions the facts of
 #: every span the summaries carry.
-FACTS_SHARE = 0.6
+FACTS_SHARE = 0.7
 
 
 class GuardedSummarizer:

@@ -30,15 +30,16 @@ from dataclasses import dataclass, field
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from offpath.compaction.frontier.reading import is_follow_up
-from offpath.compaction.planner.plans import CompactionPlan
+from offpath.compaction.budget import LEFT_OUT
+from offpath.compaction.frontier import is_follow_up
+from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt, render_content, tool_label
 from offpath.compaction.standing import standing_blocks, without_standing
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summary.instructions import looks_like_instruction
-from offpath.compaction.summary.message import (
+from offpath.compaction.summary import (
     fit_text,
     is_summary,
+    looks_like_instruction,
     summary_body,
     text_cap,
     words_for,
@@ -118,13 +119,14 @@ class OfflineSummarizer:
         carried = (earlier.findings or [])[: MAX_BULLETS // 2]
         findings = carried + _findings(fresh, MAX_BULLETS - len(carried), set(carried))
 
+        # the earlier summary's items one by one: an item found again is listed once
         ruled = (
-            [earlier.ruled_out]
+            [r.strip() for r in earlier.ruled_out.replace(LEFT_OUT, "").rstrip(".").split("; ")]
             if earlier.ruled_out and "nothing ruled out" not in earlier.ruled_out
             else []
         )
         ruled += _ruled_out(fresh)
-        ruled = [r.rstrip(".") for r in ruled]
+        ruled = [r.rstrip(".") for r in ruled if r]
         ruled_text = "; ".join(dict.fromkeys(ruled)) + "." if ruled else "nothing ruled out yet"
 
         state = _current_state(fresh)

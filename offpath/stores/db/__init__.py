@@ -10,8 +10,8 @@ the real reduction, :func:`chars_saved`) and a unique
 ``job_id``: a job delivered twice records one event (DESIGN.md invariant 4).
 ``compaction_jobs`` has one row per job and how it ended.
 
-The package: :mod:`.engine` (the engine, :func:`migrate`), :mod:`.tables` (the SQLModel
-tables, :class:`JobStatus`), :mod:`.transitions` (the job's state machine: queue, start,
-end, apply, revert), :mod:`.job_queries` (reading job rows) and :mod:`.usage_events`
-(:func:`chars_saved`, fallback maskings).
+The package: :mod:`.engine` (the engine, :func:`migrate`, the schema set-up's locks),
+:mod:`.tables` (the SQLModel tables, :class:`JobStatus`, :func:`chars_saved`, fallback
+maskings), :mod:`.transitions` (the job's state machine: queue, start, end, apply, revert;
+its thread's crossing) and :mod:`.job_queries` (reading job rows).
 """

@@ -4,11 +4,17 @@
 (:func:`finalize`) and reverted (:func:`mark_reverted`); a prepared job forced by an
 operator (:func:`mark_forced`). Each status change is counted
 in :mod:`offpath.metrics`.
+
+The job's crossing: when its thread was first seen over its threshold
+(``compaction_jobs.crossed_at``), where the compaction lag runs from; marked once per job
+and process (:data:`_crossed`).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import logging
+import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,10 +31,11 @@ from offpath.stores.db.tables import (
     SETTLED_VALUES,
     JobStatus,
     as_utc,
+    chars_saved,
     now_utc,
     stored_reason,
 )
-from offpath.stores.db.usage_events import chars_saved
+from offpath.stores.leases.claims import Claim, State
 from offpath.stores.values import REFUSED_ERRORS, refused_value
 
 
@@ -150,6 +157,19 @@ def start_job(
             return JobStatus(status), None
         _ensure_job(conn, engine, job_id, session_id, JobStatus.RUNNING.value, now_utc())
         return None, None
+
+
+def uncount_attempt(engine: Engine, job_id: str) -> None:
+    """Take back the attempt :func:`start_job` counted for a delivery that found another
+    one running the job (a duplicate message): ``attempts`` counts the deliveries that ran
+    the job."""
+    with engine.begin() as conn:
+        async_commit(conn, engine)
+        conn.execute(
+            sa.update(JOBS)
+            .where(JOBS.c.job_id == job_id, JOBS.c.attempts > 0)
+            .values(attempts=JOBS.c.attempts - 1)
+        )
 
 
 def set_job(
@@ -361,3 +381,62 @@ def mark_forced(engine: Engine, job_id: str) -> bool:
             .values(options={**(options[0] or {}), "force": True})
         ).rowcount
     return bool(changed)
+
+
+log = logging.getLogger("offpath.usage")
+
+
+def mark_crossed(engine: Engine, job_id: str) -> bool:
+    """Record that job ``job_id``'s thread was seen over its threshold now, unless it was
+    seen so before or the job has ended; returns whether a row changed. The compaction lag
+    (``offpath_compaction_lag_seconds``, ``/stats`` ``lag_ms``) runs from here to the patch."""
+    with engine.begin() as conn:
+        async_commit(conn, engine)
+        return bool(
+            conn.execute(
+                sa.update(JOBS)
+                .where(
+                    JOBS.c.job_id == job_id,
+                    JOBS.c.crossed_at.is_(None),
+                    JOBS.c.status.not_in(list(FINAL_VALUES)),
+                )
+                .values(crossed_at=datetime.now(UTC))
+            ).rowcount
+        )
+
+
+#: Jobs this process has marked crossed already (so a thread over its threshold costs one
+#: UPDATE per job, not one per turn or model call).
+_crossed: set[str] = set()
+#: A failure to mark a crossing was logged as a warning already (later ones: DEBUG).
+_failed_once = False
+_crossed_guard = threading.Lock()
+
+
+def crossing_unseen(claim: Claim | None) -> bool:
+    """``claim`` holds an open job (queued, running, prepared) this process has not marked
+    crossed yet."""
+    if claim is None or claim.state not in (State.QUEUED, State.RUNNING, State.PREPARED):
+        return False
+    with _crossed_guard:
+        return claim.job_id not in _crossed
+
+
+def note_crossing(engine: Engine, claim: Claim | None) -> None:
+    """The thread of ``claim`` is over its threshold now: mark its open job crossed (once per
+    job and process; errors are logged, never raised: the caller is a turn or a run)."""
+    if not crossing_unseen(claim):
+        return
+    assert claim is not None
+    try:
+        mark_crossed(engine, claim.job_id)
+    except Exception as exc:  # the database is away: said once (its first line), then quiet
+        global _failed_once
+        level, _failed_once = (logging.DEBUG if _failed_once else logging.WARNING), True
+        first = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [""])[0]
+        log.log(level, "could not mark job %s crossed: %s", claim.job_id, first)
+        return
+    with _crossed_guard:
+        if len(_crossed) > 10_000:
+            _crossed.clear()
+        _crossed.add(claim.job_id)

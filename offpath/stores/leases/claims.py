@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from offpath.stores.leases.key_stores import KeyStore
+from offpath.stores.renewal import Renewer
 
 log = logging.getLogger("offpath.leases")
 
@@ -232,63 +233,44 @@ class Held:
 class LeaseKeeper:
     """Renews every running lease of this process, every third of ``JOB_LEASE_S``.
 
-    One daemon thread per process, whatever the number of jobs. A lease held longer
-    than ``max_age_s`` (``JOB_TIME_LIMIT_S``: a job stuck in a call with no timeout)
-    is no longer renewed, so it lapses and the thread is queued again. A lease found
-    gone is marked ``lost``: its job stops before it patches.
+    One daemon thread per process, whatever the number of jobs (a :class:`Renewer`). A
+    lease held longer than ``max_age_s`` (``JOB_TIME_LIMIT_S``: a job stuck in a call with
+    no timeout) is no longer renewed, so it lapses and the thread is queued again. A lease
+    found gone is marked ``lost``: its job stops before it patches.
     """
 
     def __init__(self, leases: Leases, max_age_s: float) -> None:
         self.leases = leases
         self.max_age_s = max_age_s
-        self.interval_s = leases.lease_s / 3
-        self._held: set[Held] = set()
-        self._guard = threading.Lock()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.renewer = Renewer(leases.lease_s / 3, "offpath-lease-keeper")
 
     def hold(self, session_id: str, job_id: str, token: str) -> Held:
         held = Held(session_id, job_id, token)
-        with self._guard:
-            self._held.add(held)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="offpath-lease-keeper", daemon=True
-                )
-                self._thread.start()
+        what = f"the lease of job {job_id}"
+        self.renewer.hold(held, lambda: self._renew(held), lambda: self._lost(held), what)
         return held
 
     def drop(self, held: Held) -> None:
-        with self._guard:
-            self._held.discard(held)
-
-    def _run(self) -> None:
-        while not self._wake.wait(self.interval_s):
-            with self._guard:
-                held = list(self._held)
-            for h in held:
-                if time.monotonic() - h.since > self.max_age_s:
-                    log.error(
-                        "job %s has run for over %ds: its lease is left to lapse",
-                        h.job_id,
-                        self.max_age_s,
-                    )
-                    h.lost.set()
-                    self.drop(h)
-                    continue
-                try:
-                    if not self.leases.renew(h.session_id, h.job_id, h.token):
-                        with self._guard:  # a job that ended meanwhile dropped it first
-                            still_held = h in self._held
-                            self._held.discard(h)
-                        if still_held:
-                            log.warning("job %s lost its lease on the thread", h.job_id)
-                            h.lost.set()
-                except Exception as exc:  # the store is away: try again next beat
-                    log.warning("could not renew the lease of job %s: %s", h.job_id, exc)
+        self.renewer.drop(held)
 
     def stop(self) -> None:
-        self._wake.set()
+        self.renewer.stop()
+
+    def _aged(self, h: Held) -> bool:
+        return time.monotonic() - h.since > self.max_age_s
+
+    def _renew(self, h: Held) -> bool:
+        if self._aged(h):
+            log.error(
+                "job %s has run for over %ds: its lease is left to lapse", h.job_id, self.max_age_s
+            )
+            return False
+        return self.leases.renew(h.session_id, h.job_id, h.token)
+
+    def _lost(self, h: Held) -> None:
+        if not self._aged(h):
+            log.warning("job %s lost its lease on the thread", h.job_id)
+        h.lost.set()
 
 
 def _ttl(claim: Claim) -> float:

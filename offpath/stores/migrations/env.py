@@ -20,8 +20,7 @@ from sqlmodel import SQLModel
 import offpath.stores.archive  # noqa: F401 - its tables are part of the metadata
 import offpath.stores.tenants  # noqa: F401
 from offpath.config import get_settings
-from offpath.stores.db.engine import sqlalchemy_url
-from offpath.stores.setup_lock import MIGRATIONS_LOCK_KEY, file_lock
+from offpath.stores.db.engine import MIGRATIONS_LOCK_KEY, file_lock, sqlalchemy_url
 
 config = context.config
 target_metadata = SQLModel.metadata

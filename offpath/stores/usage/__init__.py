@@ -16,7 +16,8 @@ Threads of a team's own agent (the middleware in their process) have a row in ``
 of kind ``own agent``, written by the middleware: they are listed, and
 counted in ``/stats``, for the tenant it names, like the API's.
 
-The package: :mod:`.crossings` (when a thread crossed its threshold), :mod:`.totals`
-(``/metrics`` counts, the summarizer's latency), :mod:`.stats_body` (``/stats``) and
-:mod:`.sessions` (the session list, forgetting a session).
+The package: :mod:`.totals` (``/metrics`` counts, the summarizer's latency),
+:mod:`.stats_body` (``/stats``) and :mod:`.sessions` (the session list, forgetting a
+session); when a thread crossed its threshold is marked on its job's row
+(:func:`offpath.stores.db.transitions.note_crossing`).
 """

@@ -4,7 +4,9 @@ starts a job), and the SQL and percentile helpers ``/stats`` shares."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -74,6 +76,52 @@ def percentiles(values: Sequence[float], *qs: float) -> list[float | None]:
         return [None for _ in qs]
     n = len(ordered)
     return [ordered[min(n - 1, max(0, int(-(-q * n // 100)) - 1))] for q in qs]
+
+
+#: The summarizer's latency (s) assumed before any compaction of the deployment measured it,
+#: and how often (s) :class:`SummarizerLatency` reads its p90 again; while none is measured,
+#: it reads again after :data:`LATENCY_RETRY_S` (the default paces every thread of a fresh
+#: deployment as if its summarizer took 5 s, so its jobs start earlier than they need to).
+DEFAULT_LATENCY_S = 5.0
+LATENCY_REFRESH_S = 60.0
+LATENCY_RETRY_S = 5.0
+
+
+class SummarizerLatency:
+    """The deployment's summarizer latency p90 in seconds (:attr:`seconds`), read again at most
+    every :data:`LATENCY_REFRESH_S`: a caller asks :meth:`due` and, when it says so, calls
+    :meth:`refresh` (inline, or on a background thread). The last figure stays while the
+    usage database is away; :data:`DEFAULT_LATENCY_S` until a compaction measured one, read
+    again every :data:`LATENCY_RETRY_S` until then."""
+
+    def __init__(
+        self,
+        seconds: float = DEFAULT_LATENCY_S,
+        read_at: float = -math.inf,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.seconds = seconds
+        self.read_at = read_at  # clock time of the last read
+        self.clock = clock
+        self.measured = False  # a compaction's latency read
+
+    def due(self) -> bool:
+        """True when the figure is older than :data:`LATENCY_REFRESH_S` (:data:`LATENCY_RETRY_S`
+        while none is measured); marks it read now, so concurrent callers start one read."""
+        now = self.clock()
+        if now - self.read_at < (LATENCY_REFRESH_S if self.measured else LATENCY_RETRY_S):
+            return False
+        self.read_at = now
+        return True
+
+    def refresh(self, engine: Engine) -> None:
+        """Read the p90 from the usage database; keeps the last figure on any error."""
+        try:
+            value = summarizer_latency_p90_s(engine)
+        except Exception:  # the usage database is away
+            return
+        if value is not None:
+            self.seconds, self.measured = value, True
 
 
 def summarizer_latency_p90_s(engine: Engine, sample: int = 200) -> float | None:

@@ -1,4 +1,39 @@
-"""Fitting a prepared compaction to the thread as it is now (:func:`fit`: the checks, going
+"""The checkpoint patch: a prepared compaction, checked against the thread, as an update. Pure.
+
+The update goes to the thread's ``messages`` channel through LangGraph's
+``add_messages`` reducer, which replaces a message whose id it knows in place and
+appends one with a new id at the END. So the summary takes the id of the first
+removed message and lands where the removed part began; every other removed
+message gets a ``RemoveMessage``. Afterwards the thread reads: system prompt
+(untouched), summary, kept messages in their original order, then whatever was
+appended since the plan was made (DESIGN.md invariants 1-2).
+
+The summary is written with no lock held, while the thread may move on: a tool
+result lands, a turn is appended, an agent run holds the thread. So the work is
+split as in a double buffer (DESIGN.md, "Compaction during a run"): the worker
+*prepares* (plans and summarizes), and the compaction is *applied* later, by
+whoever holds the thread when it is over its threshold (the worker itself, the
+post-turn hook, or the middleware at the next model call of a run).
+
+:class:`Prepared` is what is kept in between (as JSON in the job's row): the
+summary text, the plan's message ids in thread order, and a digest of every
+message the plan saw. :func:`fit` checks it against the thread as it is now and
+returns the patch, or :class:`Stale` (``RemoveMessage`` of a missing id raises
+``ValueError`` in ``add_messages``, so a re-run must fit against the current
+thread; DESIGN.md invariant 4):
+
+* removed messages already gone are dropped from the compaction;
+* none left (it was applied already): stale;
+* a removed or kept message changed (its digest) or is gone, or a message was
+  inserted or moved among them: stale;
+* messages appended after the kept ones (turns and tool results that came while
+  the summary was written) are fine: they stay after the kept messages.
+
+What a compaction is between its preparing and its applying: :class:`Prepared` (the
+summary text and what the plan saw, kept as JSON in the job's row), and the two outcomes of
+fitting it to the thread, :class:`Fitted` (the patch) or :class:`Stale`. Pure.
+
+Fitting a prepared compaction to the thread as it is now (:func:`fit`: the checks, going
 deeper and shortening to land under the target, the check at the swap; :func:`fit_now`, the
 one way every apply calls it), and recognising one that has landed (:func:`landed`). Pure.
 
@@ -11,21 +46,29 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    MessageLikeRepresentation,
+    RemoveMessage,
+    ToolMessage,
+)
+from langgraph.graph.message import add_messages
 
 from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.budget import fit_summary, least_chars
-from offpath.compaction.digest import digest
-from offpath.compaction.facts.pinning import pin
+from offpath.compaction.facts.pinning import pin, swap_check
 from offpath.compaction.facts.sections import SINCE_HEADING
-from offpath.compaction.facts.swap import swap_check
+from offpath.compaction.fields import message_field
 from offpath.compaction.index import archive_index, index_room
 from offpath.compaction.pairing import is_request, new_broken_turns
-from offpath.compaction.patch.prepared import Fitted, Prepared, Stale, patched
-from offpath.compaction.planner.budgets import (
+from offpath.compaction.planner import (
+    CompactionPlan,
+    extension,
     landing_bound,
     landing_chars,
     least_aim,
@@ -33,15 +76,159 @@ from offpath.compaction.planner.budgets import (
     step_chars,
     summary_budget_chars,
 )
-from offpath.compaction.planner.cut import extension
 from offpath.compaction.settings import Settings
-from offpath.compaction.shorten import caps_for, shorten
-from offpath.compaction.summary.message import (
+from offpath.compaction.shorten import caps_for, digest, shorten
+from offpath.compaction.summary import (
     build_summary_message,
     cite,
+    compactions_of,
     fingerprint,
     summary_meta,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """The compaction no longer fits the thread; ``reason`` says how. Re-plan or drop it."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A compaction ready to apply: ``summary_text`` replaces the messages ``removed``.
+
+    ``order`` is every non-system message id the plan saw, in thread order;
+    ``chars`` and ``digests`` are keyed by id (removed and kept messages);
+    ``tool_calls`` counts the calls each removed message made.
+    """
+
+    job_id: str
+    summary_text: str
+    summarizer: str
+    model: str
+    request: str | None
+    compactions: int
+    removed: tuple[str, ...]
+    order: tuple[str, ...]
+    chars: Mapping[str, int]
+    digests: Mapping[str, str]
+    tool_calls: Mapping[str, int]
+    total_chars: int
+    threshold_chars: int
+    #: the removed request message a copy of which follows the summary (None: no copy)
+    request_copy: str | None = None
+    #: kept tool results to shorten when applied: message id -> cap (chars)
+    shorten: Mapping[str, int] = field(default_factory=dict)
+    #: what the summary message carries in its metadata beside offpath's own keys (the
+    #: frontier)
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    #: most chars of the whole summary message, from the plan (0: no bound)
+    summary_budget: int = 0
+
+    @classmethod
+    def from_plan(
+        cls,
+        plan: CompactionPlan,
+        *,
+        job_id: str,
+        summary_text: str,
+        summarizer: str,
+        model: str,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Prepared:
+        """The prepared form of ``plan`` with its summary text."""
+        seen = (*plan.removed, *plan.kept)
+        return cls(
+            job_id=job_id,
+            summary_text=summary_text,
+            summarizer=summarizer,
+            model=model,
+            request=plan.request,
+            compactions=1 + max(map(compactions_of, plan.earlier_summaries), default=0),
+            removed=tuple(str(m.id) for m in plan.removed),
+            order=plan.order,
+            chars={str(m.id): message_chars(m) for m in plan.removed},
+            digests={str(m.id): digest(m) for m in seen},
+            tool_calls={str(m.id): len(message_field(m, "tool_calls") or []) for m in plan.removed},
+            total_chars=plan.total_chars,
+            threshold_chars=plan.threshold_chars,
+            request_copy=plan.request_copy,
+            shorten=dict(plan.shorten),
+            meta=dict(meta or {}),
+            summary_budget=plan.summary_budget,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "summary_text": self.summary_text,
+            "summarizer": self.summarizer,
+            "model": self.model,
+            "request": self.request,
+            "compactions": self.compactions,
+            "removed": list(self.removed),
+            "order": list(self.order),
+            "chars": dict(self.chars),
+            "digests": dict(self.digests),
+            "tool_calls": dict(self.tool_calls),
+            "total_chars": self.total_chars,
+            "threshold_chars": self.threshold_chars,
+            "request_copy": self.request_copy,
+            "shorten": dict(self.shorten),
+            "meta": dict(self.meta),
+            "summary_budget": self.summary_budget,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Prepared:
+        """Raises ``KeyError``/``TypeError`` for a record that is not a prepared compaction."""
+        return cls(
+            job_id=str(data["job_id"]),
+            summary_text=str(data["summary_text"]),
+            summarizer=str(data["summarizer"]),
+            model=str(data["model"]),
+            request=data.get("request"),
+            compactions=int(data["compactions"]),
+            removed=tuple(data["removed"]),
+            order=tuple(data["order"]),
+            chars=dict(data["chars"]),
+            digests=dict(data["digests"]),
+            tool_calls=dict(data["tool_calls"]),
+            total_chars=int(data["total_chars"]),
+            threshold_chars=int(data["threshold_chars"]),
+            request_copy=data.get("request_copy"),
+            shorten={str(k): int(v) for k, v in (data.get("shorten") or {}).items()},
+            meta=dict(data.get("meta") or {}),
+            summary_budget=int(data.get("summary_budget") or 0),
+        )
+
+
+def patched(messages: Sequence[BaseMessage], patch: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` with ``patch`` applied as LangGraph's ``add_messages`` reducer applies it
+    to a thread: a message whose id is known replaced in place, a ``RemoveMessage`` removing
+    its id (``ValueError`` for an id not there), any other appended. A new list; neither
+    argument is changed."""
+    left: list[MessageLikeRepresentation] = [*messages]
+    right: list[MessageLikeRepresentation] = [*patch]
+    # typed for any message-like input and output: given two lists, it returns a list of
+    # messages
+    return cast("list[BaseMessage]", add_messages(left, right))
+
+
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    """A prepared compaction fitted to the thread as it is: apply ``patch`` with
+    ``add_messages``. ``record`` is offpath's own record of it (the usage event's source):
+    what it removed, and the thread's size before and after it (``chars_before``,
+    ``chars_after``)."""
+
+    summary: HumanMessage
+    patch: list[BaseMessage]
+    record: dict[str, Any]
+    removed: tuple[str, ...] = ()  # ids of the messages it removes (archived with the patch)
+    shortened: tuple[str, ...] = ()  # ids of kept results it shortens (archived likewise)
+
 
 #: ``additional_kwargs`` key of the copy of a long request kept as its own message: the id of
 #: the request message it copies.
@@ -79,7 +266,7 @@ def _assemble(
     bound) by :func:`~offpath.compaction.budget.fit_summary`."""
     removed_chars = sum(sizes[i] for i in gone)
     text = prepared.summary_text.rstrip()
-    index = archive_index([by_id[i] for i in gone], index_room(cap))
+    index = archive_index([by_id[i] for i in gone], index_room(cap), f"{text}\n{since}")
     sections = "\n\n".join(x for x in (since, index) if x)
     if sections:  # before the summary's last line, the recall note, when it has one
         body, sep, last = text.rpartition("\n\n")
@@ -279,7 +466,9 @@ def fit(
             f"{SINCE_HEADING} ({len(moved)} later messages, not summarized yet; their "
             "facts, by message; `recall` reads them):"
         )
-        text, _ = pin("", moved, room - len(asked), stay, header=header)
+        # what the agent said and the user named on lines of their own: the summary keeps
+        # them while it gives up the rest (budget.ORDER), the next one reads them back so
+        text, _ = pin("", moved, room - len(asked), stay, header=header, stated_lines=True)
         text = text.strip() or f"{SINCE_HEADING} ({len(moved)} later messages archived)."
         if asked:
             heading, _, facts = text.partition("\n")
@@ -401,7 +590,7 @@ def fit(
         "summary_sha": fingerprint(attempt.summary),
         "messages_removed": len(gone),
         "chars_removed": sum(sizes[i] for i in gone),
-        "tool_calls_removed": sum(len(getattr(by_id[i], "tool_calls", None) or []) for i in gone),
+        "tool_calls_removed": sum(len(message_field(by_id[i], "tool_calls") or []) for i in gone),
         "summarizer": prepared.summarizer,
         "model": prepared.model,
         "chars_before": before,
