@@ -15,7 +15,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 
 from offpath.compaction.summary import is_summary
-from offpath.coordination.locks import LockUnavailable, ThreadBusy
+from offpath.coordination.locks import LockUnavailable, RunInProgress
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import cause, is_outage
 from offpath.coordination.runtime import Runtime
@@ -77,9 +77,10 @@ def undo_run(rt: Runtime, session_id: str, before: set[Any], request_id: str) ->
 
     When the checkpointer does not answer (the outage that failed the run), the take-back
     is kept in the lock store (``<prefix>:undo:<thread>``, a day) and tried again on a
-    thread of its own, under the turn lock, every 1-10 s for ``UNDO_RETRY_S``; every later
-    write to the thread (:func:`finish_undo`, under the same lock) completes it first, so
-    no later turn lands beside the failed run's messages."""
+    thread of its own every 1-10 s for ``UNDO_RETRY_S``, holding the thread lock as a patch
+    does (a turn arriving meanwhile waits up to ``LOCK_WAIT_S`` rather than answering 409);
+    every later write to the thread (:func:`finish_undo`, under the same lock) completes it
+    first, so no later turn lands beside the failed run's messages."""
     try:
         _take_back(rt, session_id, before, request_id)
         return
@@ -132,10 +133,11 @@ def _retry_undo(rt: Runtime, session_id: str) -> None:
     while time.monotonic() < deadline:
         time.sleep(gap)
         try:
-            with rt.locks.turn(session_id):
+            # held as a patch is (short): a turn arriving meanwhile waits for it, not a 409
+            with rt.locks.patch(session_id):
                 finish_undo(rt, session_id)
             return
-        except (ThreadBusy, LockUnavailable):
+        except (RunInProgress, LockUnavailable):
             pass  # a write holds the thread: it finishes the take-back first
         except Exception as exc:
             if not is_outage(exc):

@@ -4,6 +4,7 @@ including what the failed step's finished nodes wrote beside the checkpoint."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -90,3 +91,39 @@ def test_the_span_taken_back_is_the_runs_own_and_never_a_later_turns():
     assert run_span(folded, before, "h-2") == ["a-2", "t-2"]
     assert run_span(thread, {m.id for m in thread}, "h-9") == []  # nothing added
 
+
+def test_a_turn_meeting_the_take_backs_retry_waits_for_it_and_lands_alone(tmp_path):
+    """The take-back kept for later (its store did not answer) is retried on a thread of its
+    own; a turn arriving while that retry writes waits for it (``LOCK_WAIT_S``), as a turn
+    meeting a patch does, instead of answering 409, and lands on the thread as it was."""
+    import json
+    import threading
+
+    from offpath.coordination import undo
+
+    with small_runtime("sqlite", tmp_path, "test-undo-wait") as rt:
+        session = "inc-undo-wait"
+        rt.patch(
+            session, {"messages": [HumanMessage("first", id="h-1"), AIMessage("ok", id="a-1")]}
+        )
+        before = set(_ids(rt.graph, session))
+        _failing_run(rt.checkpoints.saver, session, "second")
+        kept = json.dumps({"before": sorted(before), "request": "h-second"})
+        rt.leases.store.swap(undo._undo_key(rt, session), None, kept, 60)
+        writing, patch = threading.Event(), rt.patch
+
+        def slow_patch(*args: Any, **kwargs: Any) -> Any:
+            writing.set()
+            time.sleep(1.0)  # the take-back's write, slow: the turn below arrives meanwhile
+            return patch(*args, **kwargs)
+
+        rt.patch = slow_patch  # type: ignore[method-assign]
+        retry = threading.Thread(target=undo._retry_undo, args=(rt, session), daemon=True)
+        retry.start()
+        assert writing.wait(timeout=15)
+        rt.patch = patch  # type: ignore[method-assign]
+        with rt.locks.turn(session, run=True):  # waits for the retry; ThreadBusy would be a 409
+            finish_undo(rt, session)
+            assert _ids(rt.graph, session) == ["h-1", "a-1"]
+        retry.join(timeout=15)
+        assert rt.leases.store.get(undo._undo_key(rt, session)) is None
