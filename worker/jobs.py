@@ -13,8 +13,10 @@ running lease on the thread (:mod:`offpath.stores.leases`); then :func:`run_job`
    The thread's other open jobs are dead (this job holds the lease): they end.
 2. Plans, from ``SUMMARIZATION_PREPARE_AT`` x the threshold (a skip ends the job
    ``skipped``, with the reason).
-3. Summarizes, with no lock held (the LLM call is the slow part), and stores the
-   prepared compaction (:class:`~offpath.compaction.patch.Prepared`).
+3. Summarizes, with no lock held (the LLM call is the slow part). The prepared compaction
+   (:class:`~offpath.compaction.patch.Prepared`) and the summarizer's usage are stored with
+   the transition that ends the run: ``prepared``, ``applied`` (with the record, before the
+   patch) or its ending.
 4. Applies it now if it may (:meth:`offpath.coordination.jobs.Jobs.apply` with a
    :class:`~offpath.coordination.writers.CheckpointWriter`): the thread is one
    of offpath's own (``patch``), no agent run holds it, and it is over its
@@ -221,6 +223,7 @@ def _compact(
     checkpoints = rt.checkpoints_for(options.checkpoints)
     saver = checkpoints.saver
     ns, thread_id = options.checkpoint_ns, options.thread_of(session_id)
+    bought: dict[str, Any] | None = None  # what this run's summarizer made, not stored yet
     for attempt in range(2):  # a stale compaction is re-planned once
         if attempt == 0:
             thread = read_caught_up(
@@ -252,6 +255,7 @@ def _compact(
                 f"{plan.reason}: {plan.detail}",
                 plan.total_chars,
                 plan.worth_at,
+                result=bought,
             )
         log.info(
             "[%s] summarizer: session=%d chars, removing %d msgs (%d chars), keeping %d msgs",
@@ -263,8 +267,12 @@ def _compact(
         )
         read = with_originals(rt, session_id, plan)  # the summarizer reads what was shortened
         # the removed messages' facts as found on arrival (by the middleware or the post-turn
-        # hook), the originals of those shortened too: the guard reads those
-        read_facts = rt.facts.preload([*plan.removed, *read.removed])
+        # hook), the originals of those shortened too: the guard reads those; and those of the
+        # kept results the plan shortens, whose notes list the facts of the part cut
+        cut = dict(plan.shorten)
+        read_facts = rt.facts.preload(
+            [*plan.removed, *read.removed, *(m for m in plan.kept if m.id in cut)]
+        )
         found = found_here()
         done = prepare(plan, settings, summarizer, job_id=job_id, read=read)
         result, latency_ms = done.result, done.latency_ms
@@ -278,8 +286,10 @@ def _compact(
             "facts_read": read_facts,
             "facts_found": found_here() - found,
         }
-        stored = {"prepared": done.prepared.to_json(), "usage": usage}
-        jobs.store(job_id, stored)
+        # written with the transition that ends this run (prepared, applied with its record,
+        # or ended), in that transition's transaction: a job that dies before it is run again
+        # (it plans on the thread as it is then)
+        stored = bought = {"prepared": done.prepared.to_json(), "usage": usage}
         failpoint("before_lock")
         if not options.patch:  # a user's own agent: its middleware applies it
             why = "the agent's middleware applies it"
@@ -288,9 +298,8 @@ def _compact(
             with rt.locks.patch(session_id):
                 failpoint("in_patch")
                 if lease.lost.is_set():
-                    raise JobEnded(
-                        JobStatus.FAILED, "lease_lost", "lease lost before the patch; not applied"
-                    )
+                    why = "lease lost before the patch; not applied"
+                    raise JobEnded(JobStatus.FAILED, "lease_lost", why, result=bought)
                 # read again only if the thread moved on since it was planned
                 if checkpoints.changed_since(session_id, thread.checkpoint_id):
                     thread = read_thread(saver, session_id)
@@ -310,6 +319,7 @@ def _compact(
                     settings=rt.settings,
                     lease=lease,
                     replan=True,
+                    unsaved=True,
                 )
         except RunInProgress:
             return _prepared(rt, session_id, job_id, lease, stored, "a run holds the thread")
@@ -331,7 +341,8 @@ def _compact(
         )
         after = patched(current, fitted.patch)
         return Outcome(JobStatus.APPLIED, follow_up(after, settings, options.outside))
-    raise JobEnded(JobStatus.SKIPPED, "stale", "stale: the thread changed under the plan twice")
+    why = "stale: the thread changed under the plan twice"
+    raise JobEnded(JobStatus.SKIPPED, "stale", why, result=bought)
 
 
 def with_originals(rt: Runtime, session_id: str, plan: CompactionPlan) -> CompactionPlan:

@@ -14,6 +14,7 @@ thread's lock (the worker, the post-turn hook) or a state update of the run (the
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -162,17 +163,21 @@ UNSTORABLE = "unstorable_value"
 class JobEnded(Exception):
     """The job ended ``failed`` or ``skipped`` with ``code`` and ``reason`` (recorded by the
     caller); ``chars``: the thread's size when a planner skip was decided, ``worth_at``: the
-    size from which its planner found a compaction worth it (0: not known)."""
+    size from which its planner found a compaction worth it (0: not known); ``result``: what
+    the job's run bought that its row does not hold yet (its prepared compaction and the
+    summarizer's usage), stored with its ending."""
 
     def __init__(
-        self, status: JobStatus, code: str, reason: str, chars: int = 0, worth_at: int = 0
-    ) -> None:
+        self, status: JobStatus, code: str, reason: str, chars: int = 0, worth_at: int = 0,
+        result: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(reason)
         self.status = status
         self.code = code
         self.reason = reason
         self.chars = chars
         self.worth_at = worth_at
+        self.result = result
 
 
 #: The options of a job on one of offpath's own threads (its graph, its checkpointer).
@@ -281,6 +286,9 @@ class Jobs:
         self.leases = leases
         self.publish = publish
         self._keeper: LeaseKeeper | None = None
+        #: Jobs whose start found no other open job on their thread (:meth:`supersede_others`)
+        self._alone: set[str] = set()
+        self._guard = threading.Lock()
 
     @property
     def keeper(self) -> LeaseKeeper:
@@ -427,7 +435,14 @@ class Jobs:
     def start(self, session_id: str, job_id: str) -> Started:
         """One delivery of job ``job_id`` starts: its row ``running`` (the attempt counted) and
         the thread's running lease taken and renewed, unless the job is past running."""
-        done, stored = start_job(self.engine, job_id, session_id)
+        done, stored, others = start_job(self.engine, job_id, session_id)
+        with self._guard:
+            if others:
+                self._alone.discard(job_id)
+            else:
+                if len(self._alone) > 10_000:  # entries of starts that never went on
+                    self._alone.clear()
+                self._alone.add(job_id)
         if done is not None:
             self.leases.release_queued(session_id, job_id)  # a re-publish raced its end
             return Started(done)
@@ -449,13 +464,13 @@ class Jobs:
 
     def supersede_others(self, session_id: str, job_id: str) -> int:
         """End the thread's other open jobs (``job_id`` holds its running lease: they are
-        dead); how many."""
+        dead); how many. When the job's start found none, no statement: no job is queued
+        for the thread while this one holds its claim."""
+        with self._guard:
+            if job_id in self._alone:
+                self._alone.discard(job_id)
+                return 0
         return end_others(self.engine, session_id, job_id)
-
-    def store(self, job_id: str, stored: dict[str, Any]) -> None:
-        """Keep the job's prepared compaction in its row (before it is applied). Raises
-        :class:`~offpath.stores.values.Unstorable` naming a value the database refused."""
-        store_result(self.engine, job_id, stored)
 
     def prepare(
         self, session_id: str, job_id: str, stored: dict[str, Any], lease: Held, why: str
@@ -472,13 +487,13 @@ class Jobs:
         self, session_id: str, job_id: str, ended: JobEnded, holding: Holding = None,
         *, only_if_open: bool = False,
     ) -> bool:  # fmt: skip
-        """The job ends as ``ended`` says (``skipped`` or ``failed``, its code and reason), the
-        thread handed on from ``holding`` (see :meth:`_hand_on`): a planner skip leaves
+        """The job ends as ``ended`` says (``skipped`` or ``failed``, its code and reason, and
+        the result its run bought when ``ended`` carries one), the thread handed on from ``holding`` (see :meth:`_hand_on`): a planner skip leaves
         ``s:<job>:<chars>:<at>``, a run that failed the failure backoff. False if
         ``only_if_open`` and the job had ended already (nothing changed)."""
         e = ended
         changed = set_job(self.engine, job_id, session_id, e.status, e.reason, e.code,
-                             only_if_open=only_if_open)  # fmt: skip
+                          only_if_open=only_if_open, result=e.result)  # fmt: skip
         self._hand_on(session_id, job_id, e.status, holding, e.chars, e.worth_at)
         return changed
 
@@ -513,10 +528,13 @@ class Jobs:
         recall: bool = True,
         lease: Held | None = None,
         replan: bool = False,
+        unsaved: bool = False,
     ) -> Any:
         """Apply job ``job_id``'s prepared compaction (``result["prepared"]``) to the thread's
         ``messages`` through ``writer``; the thread is handed on from ``lease`` (the worker's)
         or ``p:<job>`` (None). ``force``, ``outside``, ``recall``: as :func:`fit_now` takes them.
+        ``unsaved``: ``result`` is not in the job's row yet (the worker's run, which stores it
+        with the transition that ends the run): a job that ends here keeps it with its ending.
 
         Returns what ``writer`` wrote; :class:`Landed` (its summary was in ``messages``: now
         recorded); :class:`Stale` (ended ``skipped: stale``, unless ``replan``: the caller
@@ -534,7 +552,8 @@ class Jobs:
                 why = fitted.reason
                 log.info("[%s] prepared compaction of job %s dropped: %s", tag(session_id),
                          job_id, why)  # fmt: skip
-                stale = JobEnded(JobStatus.SKIPPED, "stale", f"stale: {why}")
+                stale = JobEnded(JobStatus.SKIPPED, "stale", f"stale: {why}",
+                                 result=dict(result) if unsaved else None)  # fmt: skip
                 self.end(session_id, job_id, stale, holding)
             return fitted
         try:
@@ -546,6 +565,8 @@ class Jobs:
                 self, Applying(session_id, job_id, result, fitted, messages, holding, after)
             )
         except JobEnded as ended:
+            if unsaved and ended.result is None and ended.code != UNSTORABLE:
+                ended.result = dict(result)
             self.end(session_id, job_id, ended, holding)
             return ended
 
@@ -559,13 +580,15 @@ class Jobs:
 
     def record(
         self, session_id: str, job_id: str, stored: dict[str, Any] | None = None,
-        *, holding: Holding = None,
+        *, holding: Holding = None, size: tuple[int, int] | None = None,
     ) -> bool:  # fmt: skip
         """The job's compaction is in its thread: its usage event (exactly once) and ``applied``,
         the thread handed on to ``d:<job>`` from ``holding`` (see :meth:`_hand_on`).
-        ``stored``: the result the caller wrote to the job's row (saves reading it back).
-        False if it was recorded already. Raises ``LookupError`` for a job with no record."""
-        done = finalize(self.engine, job_id, session_id, stored)
+        ``stored``: the result the caller wrote to the job's row (saves reading it back);
+        ``size``: the thread's size once patched (messages, chars), for the session list, in
+        the same transaction. False if it was recorded already. Raises ``LookupError`` for a
+        job with no record."""
+        done = finalize(self.engine, job_id, session_id, stored, size)
         self._hand_on(session_id, job_id, JobStatus.APPLIED, holding)
         return done
 

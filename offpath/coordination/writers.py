@@ -32,7 +32,6 @@ from offpath.coordination.logs import tag
 from offpath.stores.checkpoints import read_thread
 from offpath.stores.db.job_queries import job_row
 from offpath.stores.db.tables import JobStatus
-from offpath.stores.tenants import note_size
 from offpath.stores.values import Unstorable
 
 if TYPE_CHECKING:
@@ -105,8 +104,9 @@ class CheckpointWriter:
         failpoint("after_archive")
         self.rt.patch(a.session_id, {"messages": a.fitted.patch}, self.base)
         failpoint("after_patch")
-        jobs.record(a.session_id, a.job_id, {**a.result, "record": record}, holding=a.holding)
-        note_size(jobs.engine, a.session_id, len(after), total_chars(after))  # the session list's
+        size = (len(after), total_chars(after))  # the session list's, written with the record
+        jobs.record(a.session_id, a.job_id, {**a.result, "record": record}, holding=a.holding,
+                    size=size)  # fmt: skip
         return a.fitted
 
 

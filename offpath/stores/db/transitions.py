@@ -36,6 +36,7 @@ from offpath.stores.db.tables import (
     stored_reason,
 )
 from offpath.stores.leases.claims import Claim, State
+from offpath.stores.tenants import SESSIONS
 from offpath.stores.values import REFUSED_ERRORS, refused_value
 
 
@@ -127,14 +128,31 @@ def set_published(engine: Engine, job_id: str, published: bool, reason: str | No
         )
 
 
+def _others_open(session_id: str, job_id: str) -> Any:
+    """Whether thread ``session_id`` has an open job besides ``job_id`` (one
+    :func:`end_others` would end), as a scalar subquery."""
+    other = JOBS.alias("other")
+    return (
+        sa.select(other.c.job_id)
+        .where(
+            other.c.session_id == session_id,
+            other.c.job_id != job_id,
+            other.c.status.in_([*RUNNABLE_VALUES, JobStatus.PREPARED.value]),
+        )
+        .limit(1)
+        .exists()
+    )
+
+
 def start_job(
     engine: Engine, job_id: str, session_id: str
-) -> tuple[JobStatus | None, dict[str, Any] | None]:
+) -> tuple[JobStatus | None, dict[str, Any] | None, bool]:
     """Mark the job ``running`` and count the attempt, unless it has finished already.
 
-    Returns ``(status, None)`` for a job that is past running (finished, or prepared:
-    a redelivery has nothing to do), else ``(None, stored result)``: the result a
-    previous delivery recorded before it died, if any. Creates the row if the
+    Returns ``(status, None, _)`` for a job that is past running (finished, or prepared:
+    a redelivery has nothing to do), else ``(None, stored result, others)``: the result a
+    previous delivery recorded before it died, if any, and whether the thread had another
+    open job (one :func:`end_others` ends; True when not known). Creates the row if the
     publisher could not.
     """
     with engine.begin() as conn:
@@ -148,15 +166,15 @@ def start_job(
                 published=True,
                 updated_at=now_utc(),
             )
-            .returning(JOBS.c.result)
+            .returning(JOBS.c.result, _others_open(session_id, job_id).label("others"))
         ).first()
         if row is not None:
-            return None, row.result
+            return None, row.result, bool(row.others)
         status = conn.execute(sa.select(JOBS.c.status).where(JOBS.c.job_id == job_id)).scalar()
         if status is not None:
-            return JobStatus(status), None
+            return JobStatus(status), None, True
         _ensure_job(conn, engine, job_id, session_id, JobStatus.RUNNING.value, now_utc())
-        return None, None
+        return None, None, True
 
 
 def uncount_attempt(engine: Engine, job_id: str) -> None:
@@ -181,30 +199,41 @@ def set_job(
     code: str | None = None,
     *,
     only_if_open: bool = False,
+    result: dict[str, Any] | None = None,
 ) -> bool:
     """Set a job's status, reason and reason code (creating the row if the publisher could
     not); returns whether a row changed. An ``applied`` or ``reverted`` job is never changed
     here: those say what happened to the thread, and a late ending (a duplicate delivery
     whose lease was lost after the other one applied) must not take that back.
-    ``only_if_open``: change only a job that has not ended at all."""
+    ``only_if_open``: change only a job that has not ended at all. ``result``: the job's
+    result (see :func:`store_result`) written with it; one the database refuses (a NUL
+    character the summary quoted) is left out, and the ending is written without it."""
     now = now_utc()
     values: dict[str, Any] = {"status": status.value, "reason": stored_reason(reason)}
     values.update(reason_code=code, updated_at=now)
+    if result is not None:
+        values["result"] = result
     kept = FINAL_VALUES if only_if_open else SETTLED_VALUES
-    with engine.begin() as conn:
-        q = sa.update(JOBS).where(JOBS.c.job_id == job_id, JOBS.c.status.not_in(list(kept)))
-        changed = conn.execute(q.values(**values)).rowcount > 0
-        if not changed and not only_if_open:
-            changed = _ensure_job(
-                conn,
-                engine,
-                job_id,
-                session_id,
-                status.value,
-                now,
-                reason=values["reason"],
-                reason_code=code,
-            )
+    try:
+        with engine.begin() as conn:
+            q = sa.update(JOBS).where(JOBS.c.job_id == job_id, JOBS.c.status.not_in(list(kept)))
+            changed = conn.execute(q.values(**values)).rowcount > 0
+            if not changed and not only_if_open:
+                changed = _ensure_job(
+                    conn,
+                    engine,
+                    job_id,
+                    session_id,
+                    status.value,
+                    now,
+                    reason=values["reason"],
+                    reason_code=code,
+                    **({"result": result} if result is not None else {}),
+                )
+    except REFUSED_ERRORS:
+        if result is None or refused_value([("result", result)]) is None:
+            raise
+        return set_job(engine, job_id, session_id, status, reason, code, only_if_open=only_if_open)
     if changed:
         metrics.job_reached(status, code)
     return changed
@@ -268,11 +297,17 @@ def store_result(
 
 
 def finalize(
-    engine: Engine, job_id: str, session_id: str, stored: dict[str, Any] | None = None
+    engine: Engine,
+    job_id: str,
+    session_id: str,
+    stored: dict[str, Any] | None = None,
+    size: tuple[int, int] | None = None,
 ) -> bool:
     """Record the compaction of ``job_id`` (its usage event, from the job's stored result, never
     from the summary message) and mark the job ``applied``, in one transaction. ``stored``:
     the result the caller wrote to the job's row in this job (saves reading it back).
+    ``size``: the thread's size once patched (messages, chars), written to its session's row
+    (the session list's; a session with no owner row is left alone) in the same transaction.
 
     Returns False (and changes nothing) when it was recorded already (the unique key on
     ``usage_events.job_id`` decides, also between two concurrent deliveries). Raises
@@ -306,6 +341,12 @@ def finalize(
         inserted = conn.execute(
             insert_for(engine, EVENTS).values(**values).on_conflict_do_nothing()
         ).rowcount
+        if size is not None:
+            conn.execute(
+                sa.update(SESSIONS)
+                .where(SESSIONS.c.session_id == session_id)
+                .values(messages=size[0], chars=size[1])
+            )
         if not inserted:
             return False
         applied_at = now_utc()
