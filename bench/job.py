@@ -197,10 +197,10 @@ def run(ctx: Context, runs: int = 5) -> Result:
             f"floor {', '.join(f'{x:.1f}' for x in floor_runs)} ms, CPU {', '.join(f'{x:.1f}' for x in cpu_runs)} ms, "
             f"floor CPU {', '.join(f'{x:.1f}' for x in floor_cpu_runs)} ms",
             "job = the steps of the worker's compact_session: job row to running, running lease (Redis), lease keeper, "
-            "run_job (one checkpoint read, plan, prompt, LLM call through the fact guard, prepared result stored, "
+            "run_job (one checkpoint read, plan, prompt, LLM call through the fact guard, "
             "thread lock, a look-up of the latest checkpoint id (the thread is read again only if it changed), "
-            "fit, archive of the removed originals with offpath's record, patch from the read checkpoint, "
-            "usage row and job applied), hand-on of the lease",
+            "fit, archive of the removed originals with offpath's record and the prepared result, patch from "
+            "the read checkpoint, usage row, job applied and the session's size), hand-on of the lease",
             "true floor = one checkpoint read (PostgresSaver.get_tuple), one checkpoint write (update_state "
             "starting from that read), one usage row insert (SQLAlchemy), same drivers and pools",
             f"CPU = the job's thread CPU time (time.thread_time); SQL statements on the usage database per job: "
@@ -218,6 +218,6 @@ def run(ctx: Context, runs: int = 5) -> Result:
         "facts, one Aho-Corasick pass for which of them the summary and the kept messages hold), reading the "
         "stored facts (one Redis MGET, the facts of ~65 messages decoded), the archive rows (invariant 12: one "
         "per removed message, with its full text for search), the loss report, the fit, and the job row's "
-        f"transitions (running, prepared result, applied); a job whose facts were not stored pays "
+        f"transitions (running; archive, record and prepared result; applied with the usage row); a job whose facts were not stored pays "
         f"{med(per_kchar):.2f} ms of CPU per 1,000 chars of new text on top",
     )

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from sqlalchemy import event
 from stack import small_runtime
 
 from offpath.compaction.summarizers.offline import OfflineSummarizer
@@ -61,3 +62,46 @@ def test_a_prepared_job_hands_its_lease_on_once(rt):
     assert swaps == [True]  # one hand-on, and it took
     holder = rt.leases.holder(session)
     assert holder is not None and holder.state is State.PREPARED and holder.job_id == job
+
+
+def run(rt, session: str, job: str, *, lose_lease: bool = False):
+    """One delivery of ``job`` as ``compact_session`` runs it; ``lose_lease``: the lease is
+    lost once the job started (the check under the thread's lock finds it)."""
+    assert rt.leases.claim(session, job) is None
+    create_job(rt.engine, job, session, 5_000)
+    started = rt.jobs.start(session, job)
+    assert started.start is Start.OK
+    if lose_lease:
+        started.lease.lost.set()
+    try:
+        return run_job(rt, OfflineSummarizer(), session, job, started.lease, started.stored)
+    finally:
+        rt.jobs.let_go(started.lease)
+
+
+def test_a_job_writes_what_its_summary_bought_once_with_the_transition_that_ends_its_run(rt):
+    """The prepared compaction and the summarizer's usage go to the job's row with the
+    transition that ends the run, in its statement: never stored first and then again."""
+    session, job = f"s-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    rt.patch(session, {"messages": under_but_near(session)})
+    writes: list[str] = []
+    event.listen(
+        rt.engine,
+        "before_cursor_execute",
+        lambda _c, _cur, sql, *_: writes.append(sql) if "result=" in sql else None,
+    )
+    assert str(run(rt, session, job).status) == "prepared"
+    assert len(writes) == 1 and "status=" in writes[0], writes
+    row = job_row(rt.engine, job)
+    assert row is not None and row["result"]["prepared"]["job_id"] == job
+    assert set(row["result"]["usage"]) >= {"input_tokens", "output_tokens", "latency_ms"}
+
+
+def test_a_job_that_lost_its_lease_before_the_patch_keeps_what_its_summary_bought(rt):
+    session, job = f"s-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    rt.patch(session, {"messages": under_but_near(session)})
+    assert str(run(rt, session, job, lose_lease=True).status) == "failed"
+    row = job_row(rt.engine, job)
+    assert row is not None and (row["status"], row["reason_code"]) == ("failed", "lease_lost")
+    assert row["result"]["prepared"]["job_id"] == job and "usage" in row["result"]
+    assert rt.leases.holder(session).state is State.BACKOFF  # handed on: the failure backoff
