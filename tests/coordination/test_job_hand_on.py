@@ -105,3 +105,24 @@ def test_a_job_that_lost_its_lease_before_the_patch_keeps_what_its_summary_bough
     assert row is not None and (row["status"], row["reason_code"]) == ("failed", "lease_lost")
     assert row["result"]["prepared"]["job_id"] == job and "usage" in row["result"]
     assert rt.leases.holder(session).state is State.BACKOFF  # handed on: the failure backoff
+
+
+def test_an_applied_job_records_the_threads_new_size_on_its_session(rt):
+    """The session list's size of the thread (``sessions.messages``, ``.chars``) is the
+    patched thread's, written with the job's usage row."""
+    import sqlalchemy as sa
+
+    from offpath.compaction.accounting import total_chars
+    from offpath.stores.checkpoints import read_thread
+    from offpath.stores.tenants import SESSIONS, take_session
+
+    session, job = f"s-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    take_session(rt.engine, session, "team")
+    rt.patch(session, {"messages": under_but_near(session) + under_but_near(f"{session}-2")})
+    assert str(run(rt, session, job).status) == "applied", job_row(rt.engine, job)
+    after = read_thread(rt.checkpoints.saver, session).messages
+    with rt.engine.connect() as conn:
+        row = conn.execute(
+            sa.select(SESSIONS.c.messages, SESSIONS.c.chars).where(SESSIONS.c.session_id == session)
+        ).one()
+    assert (row.messages, row.chars) == (len(after), total_chars(after))
