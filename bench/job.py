@@ -7,7 +7,6 @@ statements."""
 
 from __future__ import annotations
 
-import gc
 import time
 import uuid
 from typing import Any
@@ -106,12 +105,13 @@ def run(ctx: Context, runs: int = 5) -> Result:
     from offpath.config import get_settings
     from offpath.llm import make_summarizer
     from offpath.stores.facts import FactStore
+    from offpath.worker.jobs import settle_heap
 
     per_run = 4 if ctx.quick else 20
     settings = get_settings()
     rt = open_thread_writer(settings)  # the worker's
     summarizer = make_summarizer(settings)  # as the worker makes it: the LLM behind the guard
-    gc.freeze()  # as the worker's runtime() does once it is open
+    settle_heap()  # as the worker's runtime() does once it is open
     ctx.stub.set_delay(0.0)
     statements: list[str] = []
     event.listen(rt.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))

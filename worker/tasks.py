@@ -8,7 +8,6 @@ the thread's running lease (:mod:`offpath.stores.leases`) and renews it while it
 
 from __future__ import annotations
 
-import gc
 import logging
 import random
 import threading
@@ -32,7 +31,7 @@ from offpath.stores.db.engine import migrate
 from offpath.stores.db.tables import JobStatus
 from offpath.stores.leases.claims import Start
 from offpath.worker.celery_app import app
-from offpath.worker.jobs import Outcome, RetryLater, end, run_job
+from offpath.worker.jobs import Outcome, RetryLater, end, run_job, settle_heap
 
 log = logging.getLogger("offpath.worker")
 
@@ -55,10 +54,10 @@ def runtime() -> tuple[Runtime, Summarizer]:
             settings = get_settings()
             rt = open_thread_writer(settings, run_migrations=False)
             _runtime = (rt, make_summarizer(settings))
-            # what start-up made (modules, LangChain's classes, the runtime) lives as long as
-            # the process: out of the collector's generations, a job's collections no longer
-            # walk it (a full collection of that heap stalls a job for ~100 ms)
-            gc.freeze()
+            # what start-up made lives as long as the process: out of the collector's
+            # generations (a full collection of that heap stalls a job for ~100 ms), and a
+            # job's young objects collected less often
+            settle_heap()
             log.info("worker ready: summarizer %s", _runtime[1].name)
         return _runtime
 
