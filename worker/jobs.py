@@ -83,18 +83,19 @@ log = logging.getLogger("offpath.summarizer")
 #: failed after queueing) costs one worker thread this long, once.
 CHECKPOINT_LAG_S = 15.0
 
-#: The worker's collector thresholds once its runtime is open (:func:`settle_heap`): a job
-#: allocates tens of thousands of objects (its messages, their facts), most of them freed
-#: when it ends; at CPython's default (700, 10, 10) a job paid ~9 young and ~0.8 middle
-#: collections, and every ~15 jobs a full one over the process's caches (~50 ms): ~5 ms of
-#: CPU per job. Young garbage waits for at most this many allocations (a few MB).
-JOB_GC_THRESHOLDS = (10_000, 10, 10)
+#: The worker's collector thresholds once its runtime is open (:func:`settle_heap`): a
+#: full collection walks the process's caches (the facts of recent messages, compiled
+#: statements: ~50 ms); at CPython's default (700, 10, 10) one came every ~15 jobs, ~3.4 ms
+#: of a job's ~5 ms of collector CPU. The young and middle generations keep CPython's
+#: thresholds (what a job frees is freed as soon as before); a full collection comes after
+#: 100 middle ones, not 10.
+JOB_GC_THRESHOLDS = (700, 10, 100)
 
 
 def settle_heap() -> None:
     """What start-up made (modules, LangChain's classes, the runtime) lives as long as the
     process: out of the collector's generations (a job's collections no longer walk it), and
-    the young generation collected every :data:`JOB_GC_THRESHOLDS` allocations."""
+    the full collections spaced as :data:`JOB_GC_THRESHOLDS` says."""
     gc.freeze()
     gc.set_threshold(*JOB_GC_THRESHOLDS)
 

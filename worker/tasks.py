@@ -55,8 +55,8 @@ def runtime() -> tuple[Runtime, Summarizer]:
             rt = open_thread_writer(settings, run_migrations=False)
             _runtime = (rt, make_summarizer(settings))
             # what start-up made lives as long as the process: out of the collector's
-            # generations (a full collection of that heap stalls a job for ~100 ms), and a
-            # job's young objects collected less often
+            # generations (a full collection of that heap stalls a job for ~100 ms), and
+            # full collections of what jobs leave spaced
             settle_heap()
             log.info("worker ready: summarizer %s", _runtime[1].name)
         return _runtime
