@@ -660,24 +660,7 @@ def test_values_stated_are_listed_apart_and_read_back_as_stated():
     assert "(stated)" not in small and "\n- ids: K00003Z, K00000Z" in small
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(
-            p,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="9 of the 128 facts the agent stated (the names and line numbers it "
-                "wrote count too) are gone after 9 compactions: at 60,000 / 20,000 the pinned "
-                "section (4,000 chars) keeps what each span stated in turn, not all of it",
-            ),
-        )
-        if p.stem == "miniswe-django-11910"
-        else p
-        for p in TRANSCRIPTS
-    ],
-    ids=lambda p: p.stem,
-)
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.stem)
 def test_every_fact_the_agent_stated_survives_a_compaction_at_each_crossing(path):
     # issue 22 (benchmark 18): in one long run compacted at each crossing of the threshold
     # (miniswe-django-11910: 9 compactions at 60,000 / 20,000), 12 of the 38 facts the
