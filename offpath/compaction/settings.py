@@ -71,7 +71,7 @@ class Settings(BaseModel):
     #: with the facts of the removed messages that the summary missed. 0: no fact guard.
     #: The summary's budget bounds it first (``SUMMARY_MAX_SHARE`` x the threshold, of which
     #: the section takes up to 70% of the text's room): the default lets the facts keep that
-    #: share up to a threshold of about 80,000 chars.
+    #: share up to a threshold of about 85,000 chars.
     summary_pinned_max_chars: int = Field(default=8_000, ge=0, le=20_000)
     #: The whole summary message (template, quoted request, pinned facts, recall line) stays
     #: under this share of the threshold (a summary of a fixed 8.6-12.6k chars eats a
