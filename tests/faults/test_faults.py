@@ -7,6 +7,7 @@ no thread with two summaries, and the thread either fully patched or untouched.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -20,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 from shared import CASES, check_compacted, from_api, load, marked_summary, messages_of
 from stack import PG_ADMIN, Stack, free_port, split_turns, start_redis, wait_for
+from stub_llm import StubServer
 
 from offpath.stores import archive
 
@@ -56,6 +58,22 @@ def record(name: str, runs: int, ok: int, note: str = "", **figures: object) -> 
 
 def case_doc() -> dict:
     return load(next(p for p in CASES if p.stem == "summary-first"))
+
+
+def marked(doc: dict, mark: str) -> dict:
+    """``doc`` with ``mark`` at the start of its first human message: the requests of its
+    session's summarizer calls hold it."""
+    doc = copy.deepcopy(doc)
+    first = next(m for m in doc["messages"] if m["type"] == "human")
+    first["content"] = f"[{mark}] {first['content']}"
+    return doc
+
+
+def calls_for(stub: StubServer, session: str) -> list[dict]:
+    """The stub LLM's requests for ``session`` (its doc :func:`marked` with the session id):
+    a stack an earlier test left running (a job it recovers after a kill) calls the same stub
+    meanwhile."""
+    return [r for r in stub.state.requests if session in json.dumps(r["messages"])]
 
 
 def post_all(stack: Stack, session: str, doc: dict) -> None:
@@ -254,11 +272,12 @@ def test_a_slow_summary_never_starts_a_second_job(stacks, stub):
     # the LLM client waits longer than the summary is held, and does not retry: one call
     llm = {"SUMMARIZATION_TIMEOUT_S": str(held + 30), "SUMMARIZATION_MAX_RETRIES": "0"}
     stack = stacks.get("postgres", **{**FAST, **llm, "JOB_LEASE_S": str(lease_s)})
-    doc = case_doc()
     session = f"slow-{uuid.uuid4().hex[:6]}"
+    doc = marked(case_doc(), session)
+
     stub.state.gate.clear()
     post_all(stack, session, doc)
-    wait_for(lambda: stub.state.requests, timeout=20)
+    wait_for(lambda: calls_for(stub, session), timeout=20)
     deadline = time.monotonic() + held
     i = 0
     while time.monotonic() < deadline:
@@ -269,7 +288,7 @@ def test_a_slow_summary_never_starts_a_second_job(stacks, stub):
     stub.state.gate.set()
     jobs = stack.settle(session, False, 0, timeout=60)
     assert [j["status"] for j in jobs] == ["applied"], jobs
-    assert len(stub.state.requests) == 1, "a second summarizer call"
+    assert len(calls_for(stub, session)) == 1, "a second summarizer call"
 
 
 def _restart_rabbitmq() -> None:
@@ -382,12 +401,12 @@ def test_a_failing_llm_backs_off_per_thread(stacks, stub):
     thread's backoff ends; the backoff is shown in /compactions; then one job again."""
     env = {**FAST, "JOB_MAX_RETRIES": "0", "FAILURE_BACKOFF_S": "6", "FAILURE_BACKOFF_MAX_S": "60"}
     stack = stacks.get("sqlite", **env)
-    doc = case_doc()
     session = f"backoff-{uuid.uuid4().hex[:6]}"
+    doc = marked(case_doc(), session)
     stub.state.mode = "500"
     post_all(stack, session, doc)
     stack.settle(session, True, 0)
-    calls = len(stub.state.requests)
+    calls = len(calls_for(stub, session))
     for i in range(5):  # within the backoff: nothing queued
         turn = [{"type": "human", "content": f"again {i}"}, {"type": "ai", "content": "ok"}]
         assert stack.post_turn(session, turn).status_code == 200
@@ -395,7 +414,7 @@ def test_a_failing_llm_backs_off_per_thread(stacks, stub):
     body = stack.http.get(f"/sessions/{session}/compactions").json()
     assert [j["status"] for j in body["jobs"]] == ["failed"], body
     assert body["backoff"]["failures_in_a_row"] == 1 and body["backoff"]["seconds"] == 6
-    assert len(stub.state.requests) == calls
+    assert len(calls_for(stub, session)) == calls
     # after the backoff, the reconciler queues the thread again, with no new turn
     jobs = wait_for(
         lambda: len(stack.jobs(session)) >= 2 and stack.jobs(session),
