@@ -43,7 +43,7 @@ failed, and its stated next step. Pure.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,10 +102,12 @@ class Frontier:
         }
 
     @classmethod
-    def from_text(cls, text: str) -> Frontier | None:
+    def from_text(cls, text: str, request: str | None = None) -> Frontier | None:
         """The frontier an earlier summary shows, read from its text (what the model saw):
         never from its metadata, which a client can forge. None when it
-        shows none."""
+        shows none. ``request``: the request the summary quotes at its end
+        (:func:`~offpath.compaction.summary.summary_request`), which an Investigating line
+        pointing at it (:data:`QUOTED_BELOW`) stands for."""
         current = original = None
         status = None
         lists: dict[str, tuple[str, ...]] = {}
@@ -143,6 +145,10 @@ class Frontier:
         if current is None:
             return None
         current, current_id = _pointer(current)
+        if (shown := _IN_VIEW.match(current)) is not None:
+            current_id = shown["id"]
+            if shown["where"] == QUOTED_BELOW and request:
+                current = " ".join(request.split())
         original, original_id = _pointer(original) if original else (None, None)
         task, latest = (original, current) if original else (current, None)
         return cls(
@@ -214,6 +220,24 @@ MAX_DECISIONS = 12
 MAX_DECISION_CHARS = 400
 
 
+#: Where the request the Investigating line names is shown whole when it stays in view:
+#: quoted under the summary's :data:`~offpath.compaction.summary.REQUEST_HEADING`, or kept as
+#: among the messages after the summary (a long request's copy). The line then points at it
+#: (``the request of message <id>, quoted at the end of this summary``) instead of repeating
+#: its start.
+QUOTED_BELOW = "quoted at the end of this summary"
+KEPT_AFTER = "kept in view after this summary"
+_IN_VIEW = re.compile(
+    rf"^the request of message (?P<id>\S+), (?P<where>{QUOTED_BELOW}|{KEPT_AFTER})$"
+)
+
+
+def pointer_line(message_id: str, where: str) -> str:
+    """The Investigating line's text for a request shown whole elsewhere in view (``where``:
+    :data:`QUOTED_BELOW` or :data:`KEPT_AFTER`)."""
+    return f"the request of message {cite(message_id)}, {where}"
+
+
 #: A request an earlier summary clipped: its start and the id ``recall`` reads it whole by.
 _POINTER = re.compile(r'^(?P<text>.*\.\.\.) \(whole: recall\("(?P<id>[^"]+)"\)\)$')
 
@@ -225,7 +249,13 @@ def _pointer(text: str) -> tuple[str, str | None]:
     return (found["text"], found["id"]) if found else (text, None)
 
 
-def into_summary(text: str, frontier: Frontier, budget: int) -> str:
+def into_summary(
+    text: str,
+    frontier: Frontier,
+    budget: int,
+    quoted: str | None = None,
+    kept: Collection[str] = (),
+) -> str:
     """``text`` (a summary in the seed's template) with ``frontier`` written into it, in at
     most ``budget`` chars more than the template lines it replaces. **Investigating** says
     the current request, word for word: the task, or the latest request when it differs,
@@ -233,7 +263,13 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
     **Current state** gains the open items (open first), the next step and the
     instructions in force, and :data:`DONE_HEADING` lists what is done. A text too long for
     the budget is clipped, naming its message (``recall`` reads it whole). A summary off the
-    template is returned as it is."""
+    template is returned as it is.
+
+    A request shown whole elsewhere in view is pointed at, not repeated
+    (:func:`pointer_line`): the latest request (or the task when no later request differs)
+    that the summary quotes at its end (``quoted``, the plan's request), or the latest
+    request kept after the summary (``kept``: the ids of the requests the kept messages
+    hold, the plan's request copy among them)."""
     lines = text.splitlines()
     inv = next((i for i, ln in enumerate(lines) if ln.startswith(HEADINGS[0])), None)
     cur = next((i for i, ln in enumerate(lines) if ln.startswith(HEADINGS[3])), None)
@@ -245,8 +281,24 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
     # kept for the record, the smaller one
     latest_quote, quote = max(120, room // 2), max(80, room // 3)
 
-    def verbatim(value: str, mid: str | None, quote: int = quote) -> str:
+    quoted_one = " ".join(quoted.split()) if quoted else None
+    spared = 0  # chars a pointer saved: left to the facts, not to the other frontier lines
+
+    def verbatim(value: str, mid: str | None, quote: int = quote, line: str = "") -> str:
+        # ``line``: "latest" or "task", the Investigating line's request; a request kept as a
+        # copy is pointed at only as the latest one (the task an earlier summary names is
+        # carried by its text: it must read back whole once the copy is gone); a pointer
+        # longer than the words it stands for is not taken
+        nonlocal spared
         one = " ".join(value.split())
+        pointer = None
+        if mid and line and one == quoted_one:
+            pointer = pointer_line(mid, QUOTED_BELOW)
+        elif mid and line == "latest" and mid in kept:
+            pointer = pointer_line(mid, KEPT_AFTER)
+        if pointer is not None and len(pointer) < min(len(one), quote):
+            spared += min(len(one), quote) - len(pointer)
+            return pointer
         if len(one) <= quote:
             if mid and one.endswith("...") and not one.endswith("...."):
                 return f'{one} (whole: recall("{cite(mid)}"))'  # clipped by an earlier summary
@@ -263,12 +315,15 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
                 frontier.task_status or "", "earlier"
             )
             lines[inv] = (
-                f"{HEADINGS[0]} {verbatim(frontier.latest, frontier.latest_id, latest_quote)}\n"
+                f"{HEADINGS[0]} "
+                f"{verbatim(frontier.latest, frontier.latest_id, latest_quote, 'latest')}\n"
                 f"{ORIGINAL_HEADING} ({status}): {verbatim(frontier.task, frontier.task_id)}"
             )
         else:
-            lines[inv] = f"{HEADINGS[0]} {verbatim(frontier.task, frontier.task_id, latest_quote)}"
-    left = room - sum(len(x) for x in lines[inv].splitlines())
+            lines[inv] = (
+                f"{HEADINGS[0]} {verbatim(frontier.task, frontier.task_id, latest_quote, 'task')}"
+            )
+    left = room - sum(len(x) for x in lines[inv].splitlines()) - spared
     if frontier.decisions:  # word for word, outside the frontier's share: budget.ORDER
         lines[inv] += "\n" + "\n".join(
             [
@@ -294,8 +349,15 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
     extra: list[str] = []
     if standing := standing_line(frontier.standing):
         extra.append(standing)
+    # the Investigating line names the latest request: an open item says it is under way
+    # without repeating it
+    named = frontier.latest or frontier.task
+    opened = [
+        UNDER_WAY if named and item == f"{UNDER_WAY}: {one_line(named)}" else item
+        for item in frontier.open
+    ]
     for label, items in (
-        ("Open", frontier.open),
+        ("Open", opened),
         ("Next", (frontier.next,) if frontier.next else ()),
         ("Instructions in force", frontier.instructions[-2:]),
     ):
@@ -310,6 +372,9 @@ def into_summary(text: str, frontier: Frontier, budget: int) -> str:
     return "\n".join([*lines[:end], *extra, *lines[end:]])
 
 
+#: The open item of a latest request the agent has not answered yet (its text follows in
+#: the frontier; a summary's Investigating line names it, the item does not repeat it).
+UNDER_WAY = "the latest request is under way"
 #: A human message that only says to go on: it continues the request before it.
 FOLLOW_UP = re.compile(
     r"^\W*(?:(?:ok(?:ay)?|yes|yep|sure|great|good|thanks?|thank you|please|alright|right)\W+)*"
@@ -394,7 +459,7 @@ def read_frontier(
                     one_line(text, 80) + (" (done: answered)" if answered else " (superseded)")
                 )
         elif not answered and text != task:
-            open_.append(f"the latest request is under way: {one_line(text)}")
+            open_.append(f"{UNDER_WAY}: {one_line(text)}")
     if earlier and earlier.instructions:
         instructions = [*earlier.instructions, *instructions]
     latest = latest_id = None

@@ -64,6 +64,7 @@ from offpath.compaction.budget import fit_summary, least_chars
 from offpath.compaction.facts.pinning import pin, swap_check
 from offpath.compaction.facts.sections import SINCE_HEADING
 from offpath.compaction.fields import message_field
+from offpath.compaction.frontier import KEPT_AFTER, one_line, pointer_line
 from offpath.compaction.index import archive_index, index_room
 from offpath.compaction.pairing import is_request, new_broken_turns
 from offpath.compaction.planner import (
@@ -266,6 +267,16 @@ def _assemble(
     bound) by :func:`~offpath.compaction.budget.fit_summary`."""
     removed_chars = sum(sizes[i] for i in gone)
     text = prepared.summary_text.rstrip()
+    if KEPT_AFTER in text:
+        # the Investigating line points at a request kept after the summary: one that goes
+        # now (a later turn's apply took its turn whole, or the plan's copy stays out) is
+        # quoted by its start again (``recall`` reads it whole)
+        kept_copy = prepared.request_copy if copy else None
+        for mid in gone:
+            pointer = pointer_line(mid, KEPT_AFTER)
+            if mid != kept_copy and by_id[mid].type == "human" and pointer in text:
+                start = one_line(content_text(by_id[mid].content))
+                text = text.replace(pointer, f'{start} (whole: recall("{cite(mid)}"))')
     index = archive_index([by_id[i] for i in gone], index_room(cap), f"{text}\n{since}")
     sections = "\n\n".join(x for x in (since, index) if x)
     if sections:  # before the summary's last line, the recall note, when it has one

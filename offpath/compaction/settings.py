@@ -69,7 +69,10 @@ class Settings(BaseModel):
     context_hard_limit_chars: int = Field(default=0, ge=0)
     #: Most chars of the fact guard's **Pinned facts** section, appended to every summary
     #: with the facts of the removed messages that the summary missed. 0: no fact guard.
-    summary_pinned_max_chars: int = Field(default=4_000, ge=0, le=20_000)
+    #: The summary's budget bounds it first (``SUMMARY_MAX_SHARE`` x the threshold, of which
+    #: the section takes up to 70% of the text's room): the default lets the facts keep that
+    #: share up to a threshold of about 85,000 chars.
+    summary_pinned_max_chars: int = Field(default=8_000, ge=0, le=20_000)
     #: The whole summary message (template, quoted request, pinned facts, recall line) stays
     #: under this share of the threshold (a summary of a fixed 8.6-12.6k chars eats a
     #: 30,000-char thread's room). The planner counts it as the summary's size.

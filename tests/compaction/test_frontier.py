@@ -100,7 +100,9 @@ def test_a_finished_task_is_done_and_the_one_after_it_is_current(kind, seed):
     assert f"**Investigating:** {b}\n" in investigating  # B is current, word for word
     assert f"**Original request** (done): {a}" in investigating  # A, the task: done
     assert a not in state.split("**Done:**")[0]  # never listed as open
-    assert "- Open: the latest request is under way: " + b[:40] in state
+    # open, and not repeated: the Investigating line names it (issue 32: no line repeats
+    # another)
+    assert "- Open: the latest request is under way" in state and b[:40] not in state
 
 
 @pytest.mark.parametrize("kind", SUMMARIZERS)
@@ -482,6 +484,67 @@ def test_the_original_request_is_read_back_from_the_summary_that_wrote_it():
         assert (back.task, back.task_status, back.latest) == (task, stored, "Yes, go ahead.")
 
 
+def test_a_request_in_view_is_pointed_at_not_repeated():
+    # issue 32: the Investigating line repeated the start of a request the summary quotes at
+    # its end, or that the kept messages hold (a mini-swe task: ~400 of a 4,500-char budget);
+    # it points at it, reads back whole from the quote, and a pointer longer than the
+    # request it stands for is not taken
+    from offpath.compaction.frontier import KEPT_AFTER, QUOTED_BELOW, Frontier, into_summary
+
+    template = "**Investigating:** y\n**Key findings:**\n**Ruled out:** none\n**Current state:** z"
+    task = "Fix the migration bug. " + "The rename of a primary key breaks to_field. " * 8
+    latest = "Now the autodetector: " + "it misses the renamed field in the state. " * 8
+    quoted = into_summary(template, Frontier(task=task, task_id="h1"), 600, quoted=task)
+    line = quoted.split("\n")[0]
+    assert line == f"**Investigating:** the request of message h1, {QUOTED_BELOW}"
+    back = Frontier.from_text(quoted, request=task)
+    assert back is not None and (back.task, back.task_id) == (" ".join(task.split()), "h1")
+    both = Frontier(task=task, task_id="h1", latest=latest, latest_id="h7")
+    kept = into_summary(template, both, 600, kept={"h7"})
+    assert kept.split("\n")[0] == f"**Investigating:** the request of message h7, {KEPT_AFTER}"
+    assert "Fix the migration bug." in kept  # the task, not in view, is quoted
+    back = Frontier.from_text(kept)
+    assert back is not None and back.task.startswith("Fix the migration") and back.latest_id == "h7"
+    short = into_summary(template, Frontier(task="Why?", task_id="h1"), 600, quoted="Why?")
+    assert short.split("\n")[0] == "**Investigating:** Why?"
+    # the task is never pointed at by a kept copy: the next summary carries it by its text
+    alone = into_summary(template, Frontier(task=task, task_id="h1"), 600, kept={"h1"})
+    assert KEPT_AFTER not in alone and "Fix the migration bug." in alone
+    # the chars a pointer saves go to the facts, not to more frontier lines
+    steps = tuple(
+        f"step {k}: check the migration of app{k} against the renamed key" for k in range(9)
+    )
+    busy = Frontier(task=task, task_id="h1", latest=latest, latest_id="h7", open=steps)
+    quoting = into_summary(template, busy, 600)
+    pointing = into_summary(template, busy, 600, kept={"h7"})
+    assert len(pointing) < len(quoting) - 100
+    assert pointing.count("step ") == quoting.count("step ") > 0
+
+
+def test_the_id_an_investigating_pointer_names_is_no_fact():
+    # the pointer's message id was read back from the summary as an id and pinned again at
+    # every later compaction (tau-bench at 4,000: "- ids: HAT208; 8858beca; c3fdb0e3")
+    from offpath.compaction.frontier import KEPT_AFTER, QUOTED_BELOW, pointer_line
+    from offpath.compaction.summary import build_summary_message
+
+    for where in (QUOTED_BELOW, KEPT_AFTER):
+        text = (
+            f"**Investigating:** {pointer_line('8858beca', where)}\n**Key findings:**\n"
+            "- HAT208 is booked\n**Ruled out:** none\n**Current state:** z"
+        )
+        summary = build_summary_message(
+            message_id="s1",
+            summary_text=text,
+            replaced_ids=["a"],
+            replaced_chars=10,
+            summarizer="offline",
+            compactions=1,
+            request=None,
+        )
+        values = {f.value for f in extract([summary])}
+        assert "HAT208" in values and "8858beca" not in values, values
+
+
 def test_the_prompt_sizes_its_items_as_the_chunks_are_cut():
     """The prompt built for a plan carries each removed message's size as a chunk counts it
     (rendered with a 16-char boundary): cut from those sizes or rendered again, the chunks
@@ -506,3 +569,46 @@ def test_the_prompt_sizes_its_items_as_the_chunks_are_cut():
         cut = chunks(plan, max_chars, MAX_CALLS, prompt.sizes)
         assert [p.removed for p in cut] == [p.removed for p in chunks(plan, max_chars, MAX_CALLS)]
     assert len(chunks(plan, 20_000, MAX_CALLS, build_prompt(plan, 20_000).sizes)) > 1
+
+
+def test_a_pointer_to_a_request_that_goes_at_the_apply_quotes_it_again():
+    # the Investigating line points at a request kept after the summary; when the apply
+    # takes that request too (its turn went whole, or the plan's copy stays out), the line
+    # quotes the request's start again instead of pointing at nothing
+    from offpath.compaction.frontier import KEPT_AFTER, pointer_line
+    from offpath.compaction.patch import Prepared, _assemble
+
+    msgs = [
+        HumanMessage(id="h1", content="Rotate the TLS certificate of ingress-gw-5."),
+        AIMessage(id="a1", content="Done: rotated."),
+        HumanMessage(id="h2", content="Now restore the DNS record of status-page-6."),
+        AIMessage(id="a2", content="Restored."),
+        HumanMessage(id="h3", content="Thanks, what else is open?"),
+    ]
+    text = (
+        f"**Investigating:** {pointer_line('h2', KEPT_AFTER)}\n**Key findings:**\n- x\n"
+        "**Ruled out:** none\n**Current state:** w"
+    )
+    sizes = {m.id: len(str(m.content)) for m in msgs}
+    prepared = Prepared(
+        job_id="j",
+        summary_text=text,
+        summarizer="offline",
+        model="",
+        request=None,
+        compactions=1,
+        removed=("h1", "a1"),
+        order=tuple(m.id for m in msgs),
+        chars=sizes,
+        digests={},
+        tool_calls={},
+        total_chars=sum(sizes.values()),
+        threshold_chars=1_000,
+    )
+    by_id = {m.id: m for m in msgs}
+    kept = _assemble(prepared, msgs, by_id, ["h1", "a1"], "", True, None, sizes)
+    assert pointer_line("h2", KEPT_AFTER) in str(kept.summary.content)
+    gone = _assemble(prepared, msgs, by_id, ["h1", "a1", "h2", "a2"], "", True, None, sizes)
+    content = str(gone.summary.content)
+    assert KEPT_AFTER not in content
+    assert 'Now restore the DNS record of status-page-6. (whole: recall("h2"))' in content

@@ -204,16 +204,17 @@ def pin(
         pinned += "\n" + fact.value
 
     # 1. values: first what the agent said in its own words and what the user named: every
-    #    span's in turn, the new ones as the newest span (each
-    #    span keeps its share: no middle of the session drops out, the older ones hold fewer
-    #    as spans are added); then what the agent or the user stated otherwise (a tool call's
+    #    span's in turn by the room they take, the shortest first, the new ones as the
+    #    newest span (each span keeps its share of the room: no middle of the session drops
+    #    out, the older ones hold fewer as spans are added; a long URL waits for the short
+    #    values of every span); then what the agent or the user stated otherwise (a tool call's
     #    argument), then the rest: of each, the carried ones first, in up to 60% while new
     #    ones wait, each span's in turn, then the new ones, then the carried ones left. On a
     #    large budget a quarter waits for the quoted lines (filled with values after them
     #    when they leave it)
     values_room = budget - (budget // 4 if budget >= QUOTED_SHARE_MIN_BUDGET else 0)
     own = sorted((f for f in ranked if _own(f)), key=lambda f: len(f.value))
-    for fact in _by_span(own, new_last=True):
+    for fact in _by_share(own):
         # what the agent said and the user named may take the quoted lines' quarter too:
         # listed bare, one costs its length and two chars, quoted ~100
         add(fact, budget)
@@ -358,16 +359,30 @@ def _tool_names(messages: Sequence[BaseMessage]) -> set[str]:
     }
 
 
-def _by_span(facts: Sequence[Fact], new_last: bool = False) -> list[Fact]:
+def _by_span(facts: Sequence[Fact]) -> list[Fact]:
     """``facts`` (carried, in rank order) taking turns by span: the first of each span
-    (:attr:`Fact.age`, oldest first), then the second of each, and so on. ``new_last``: the
-    facts not carried are a span of their own, the newest (else they count as the last
-    span's)."""
+    (:attr:`Fact.age`, oldest first), then the second of each, and so on."""
     spans: dict[int, list[Fact]] = {}
     for f in facts:
-        spans.setdefault(f.age if f.carried or not new_last else -1, []).append(f)
+        spans.setdefault(f.age, []).append(f)
     order = [spans[age] for age in sorted(spans, reverse=True)]
     return [f for turn in itertools.zip_longest(*order) for f in turn if f is not None]
+
+
+def _by_share(facts: Sequence[Fact]) -> list[Fact]:
+    """``facts`` (shortest first) taking turns by span (:attr:`Fact.age`, the facts not
+    carried a span of their own, the newest) by the room they take rather than by count:
+    each value comes at the chars its span has listed with it (its length and two chars,
+    the shorter ones of its span before it), the oldest span first at a tie. Every span
+    keeps its share of the room, and a long value (a 130-char URL holds the room of ten
+    names) waits for the shorter ones of every span."""
+    spans: dict[int, int] = {}  # age -> chars listed so far
+    keyed: list[tuple[int, int, int, Fact]] = []
+    for f in facts:
+        age = f.age if f.carried else -1
+        spans[age] = spans.get(age, 0) + len(f.value) + 2
+        keyed.append((spans[age], -age, len(keyed), f))
+    return [f for *_, f in sorted(keyed, key=lambda k: k[:3])]
 
 
 def _spans(facts: Sequence[Fact]) -> str:

@@ -27,10 +27,16 @@ from offpath.compaction.facts.sections import (
     VALUES_PATTERN,
 )
 from offpath.compaction.fields import message_field
+from offpath.compaction.frontier import KEPT_AFTER, QUOTED_BELOW
 from offpath.compaction.summary import is_summary, summary_body
 
-#: How a summary points at a clipped request's message (:func:`frontier.into_summary`).
-_CITATION = re.compile(r' \(whole: recall\("[^"]*"\)\)')
+#: How a summary points at a clipped request's message, or at a request in view
+#: (:func:`frontier.into_summary`, :func:`frontier.pointer_line`): ids offpath cites.
+_CITATION = re.compile(
+    r' \(whole: recall\("[^"]*"\)\)|(?<=\*\*Investigating:\*\* )the request of message \S+, '
+    rf"(?:{re.escape(QUOTED_BELOW)}|{re.escape(KEPT_AFTER)})$",
+    re.M,
+)
 #: How offpath points at an archived message (a shortened result's marker, a summary):
 #: ``recall("48596bb7", offset=1200)``.
 _RECALL_CALL = re.compile(r'recall\("[^"\n]{1,80}"(?:, offset=\d+)?\)')

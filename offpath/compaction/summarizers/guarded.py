@@ -27,7 +27,7 @@ from offpath.compaction.index import archive_index, index_room
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult
-from offpath.compaction.summary import RECALL_NOTE, fit_text, summary_body
+from offpath.compaction.summary import RECALL_NOTE, fit_text, summary_body, summary_request
 
 __all__ = ["RECALL_NOTE", "GuardedSummarizer"]
 
@@ -67,13 +67,18 @@ class GuardedSummarizer:
             (
                 f
                 for m in reversed(plan.earlier_summaries)
-                if (f := Frontier.from_text(summary_body(m))) is not None
+                if (f := Frontier.from_text(summary_body(m), summary_request(m))) is not None
             ),
             None,
         )
         frontier = read_frontier(plan.removed, plan.kept, earlier)
         share = (plan.summary_chars or 3_000) // 5
-        text = into_summary(result.text, frontier, share)
+        # a request in view (quoted at the summary's end, or kept after it) is pointed at,
+        # not repeated
+        kept = {str(m.id) for m in plan.kept if m.type == "human"}
+        if plan.request_copy is not None:
+            kept.add(plan.request_copy)
+        text = into_summary(result.text, frontier, share, plan.request, kept)
         room = self.pinned_max_chars
         if plan.summary_chars:  # the summary's budget bounds the section too
             room = min(room, max(0, plan.summary_chars - len(text) - 4))
@@ -87,7 +92,7 @@ class GuardedSummarizer:
                 short = need - (plan.summary_chars - len(text) - 4)  # the text may be over
                 if short > 0:
                     inner = fit_text(result.text, max(0, len(result.text) - short))
-                    text = into_summary(inner, frontier, share)
+                    text = into_summary(inner, frontier, share, plan.request, kept)
                     room = min(self.pinned_max_chars, max(0, plan.summary_chars - len(text) - 4))
         text, pinned = pin(text, plan.removed, room, plan.kept)
         if pinned.facts:
