@@ -33,7 +33,9 @@ def run_like_the_worker(rt: Any, summarizer: Any, session_id: str, job_id: str) 
     assert started.start is Start.OK, (started.start, started.before)
     outcome = None
     try:
-        outcome = run_job(rt, summarizer, session_id, job_id, started.lease, started.stored)
+        outcome = run_job(
+            rt, summarizer, session_id, job_id, started.lease, started.stored, others=started.others
+        )
     finally:
         rt.jobs.let_go(started.lease)
     assert outcome is not None

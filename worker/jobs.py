@@ -142,18 +142,21 @@ def run_job(
     lease: Held,
     stored: Mapping[str, Any] | None = None,
     options: JobOptions | None = None,
+    others: bool = True,
 ) -> Outcome:
     """Run compaction job ``job_id`` on thread ``session_id`` under ``lease``; return how it
     ended (recorded in ``compaction_jobs``, the thread handed on from ``lease``).
 
-    ``stored`` is the result a previous delivery of this job stored before it died.
+    ``stored`` is the result a previous delivery of this job stored before it died;
+    ``others``: whether the thread had other open jobs when this one started
+    (:attr:`~offpath.coordination.jobs.Started.others`; they are dead and end here).
     Raises :class:`RetryLater` for failures worth retrying.
     """
     try:
         # the job changes no message in place: each is keyed for its facts and digested once
         with unchanged_messages(), digests_kept():
             return _compact(
-                rt, summarizer, session_id, job_id, lease, stored, options or JobOptions()
+                rt, summarizer, session_id, job_id, lease, stored, options or JobOptions(), others
             )
     except SummarizerError as exc:
         if exc.transient:
@@ -234,6 +237,7 @@ def _compact(
     lease: Held,
     stored: Mapping[str, Any] | None,
     options: JobOptions,
+    others: bool = True,
 ) -> Outcome:
     sid = tag(session_id)
     settings = rt.settings
@@ -256,7 +260,7 @@ def _compact(
         settings = for_thread(rt.settings, ratio)
         if record_landed(rt, session_id, job_id, messages, stored, lease):
             return Outcome(JobStatus.APPLIED)
-        if attempt == 0 and (n := jobs.supersede_others(session_id, job_id)):
+        if attempt == 0 and others and (n := jobs.supersede_others(session_id, job_id)):
             log.info("[%s] summarizer: ended %d dead job(s) of this thread", sid, n)
         plan = plan_compaction(
             messages,

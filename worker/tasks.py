@@ -175,8 +175,9 @@ def compact_session(self, session_id: str, options: dict | None = None) -> str:
         return str(end(rt, session_id, job_id, ended).status)
     outcome: Outcome | None = None
     try:
+        options_ = JobOptions.from_json(options)
         outcome = run_job(
-            rt, summarizer, session_id, job_id, held, started.stored, JobOptions.from_json(options)
+            rt, summarizer, session_id, job_id, held, started.stored, options_, started.others
         )
     except RetryLater as exc:
         attempt = self.request.retries + 1

@@ -14,7 +14,6 @@ thread's lock (the worker, the post-turn hook) or a state update of the run (the
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -217,13 +216,16 @@ def held(holder: Claim, session_id: str) -> HookResult:
 class Started:
     """What :meth:`Jobs.start` found: ``done``, the status of a job past running (nothing to
     do); else ``start`` and the claim ``before`` it, ``stored`` (a previous delivery's
-    result) and, when it started, the running ``lease`` (renewed until the job ends)."""
+    result) and, when it started, the running ``lease`` (renewed until the job ends);
+    ``others``: whether the thread had another open job when it started (True when not
+    known), which :meth:`Jobs.supersede_others` ends."""
 
     done: JobStatus | None
     stored: dict[str, Any] | None = None
     start: Start | None = None
     before: Claim | None = None
     lease: Held | None = None
+    others: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,9 +288,6 @@ class Jobs:
         self.leases = leases
         self.publish = publish
         self._keeper: LeaseKeeper | None = None
-        #: Jobs whose start found no other open job on their thread (:meth:`supersede_others`)
-        self._alone: set[str] = set()
-        self._guard = threading.Lock()
 
     @property
     def keeper(self) -> LeaseKeeper:
@@ -436,13 +435,6 @@ class Jobs:
         """One delivery of job ``job_id`` starts: its row ``running`` (the attempt counted) and
         the thread's running lease taken and renewed, unless the job is past running."""
         done, stored, others = start_job(self.engine, job_id, session_id)
-        with self._guard:
-            if others:
-                self._alone.discard(job_id)
-            else:
-                if len(self._alone) > 10_000:  # entries of starts that never went on
-                    self._alone.clear()
-                self._alone.add(job_id)
         if done is not None:
             self.leases.release_queued(session_id, job_id)  # a re-publish raced its end
             return Started(done)
@@ -451,7 +443,7 @@ class Jobs:
         if started is Start.DUPLICATE:
             uncount_attempt(self.engine, job_id)  # the delivery running it counted one
         lease = self.keeper.hold(session_id, job_id, token) if started is Start.OK else None
-        return Started(None, stored, started, before, lease)
+        return Started(None, stored, started, before, lease, others)
 
     def retry(self, lease: Held) -> None:
         """Running -> queued while the job waits for its retry (its lease no longer renewed)."""
@@ -464,12 +456,8 @@ class Jobs:
 
     def supersede_others(self, session_id: str, job_id: str) -> int:
         """End the thread's other open jobs (``job_id`` holds its running lease: they are
-        dead); how many. When the job's start found none, no statement: no job is queued
-        for the thread while this one holds its claim."""
-        with self._guard:
-            if job_id in self._alone:
-                self._alone.discard(job_id)
-                return 0
+        dead); how many. Called when the job's start found some (:attr:`Started.others`):
+        no job is queued for the thread while this one holds its claim."""
         return end_others(self.engine, session_id, job_id)
 
     def prepare(

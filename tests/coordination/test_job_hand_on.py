@@ -55,7 +55,15 @@ def test_a_prepared_job_hands_its_lease_on_once(rt):
     started = rt.jobs.start(session, job)
     assert started.start is Start.OK
     try:
-        outcome = run_job(rt, OfflineSummarizer(), session, job, started.lease, started.stored)
+        outcome = run_job(
+            rt,
+            OfflineSummarizer(),
+            session,
+            job,
+            started.lease,
+            started.stored,
+            others=started.others,
+        )
     finally:
         rt.jobs.let_go(started.lease)
     assert str(outcome.status) == "prepared", job_row(rt.engine, job)
@@ -74,7 +82,15 @@ def run(rt, session: str, job: str, *, lose_lease: bool = False):
     if lose_lease:
         started.lease.lost.set()
     try:
-        return run_job(rt, OfflineSummarizer(), session, job, started.lease, started.stored)
+        return run_job(
+            rt,
+            OfflineSummarizer(),
+            session,
+            job,
+            started.lease,
+            started.stored,
+            others=started.others,
+        )
     finally:
         rt.jobs.let_go(started.lease)
 
