@@ -54,18 +54,7 @@ def test_a_prepared_job_hands_its_lease_on_once(rt):
     rt.leases.finish = finish
     started = rt.jobs.start(session, job)
     assert started.start is Start.OK
-    try:
-        outcome = run_job(
-            rt,
-            OfflineSummarizer(),
-            session,
-            job,
-            started.lease,
-            started.stored,
-            others=started.others,
-        )
-    finally:
-        rt.jobs.let_go(started.lease)
+    outcome = deliver(rt, session, job, started)
     assert str(outcome.status) == "prepared", job_row(rt.engine, job)
     assert swaps == [True]  # one hand-on, and it took
     holder = rt.leases.holder(session)
@@ -81,15 +70,16 @@ def run(rt, session: str, job: str, *, lose_lease: bool = False):
     assert started.start is Start.OK
     if lose_lease:
         started.lease.lost.set()
+    return deliver(rt, session, job, started)
+
+
+def deliver(rt, session: str, job: str, started):
+    """Run the delivery ``started`` (of :meth:`Jobs.start`) as ``compact_session`` does, then
+    stop renewing its lease."""
     try:
+        summarizer = OfflineSummarizer()
         return run_job(
-            rt,
-            OfflineSummarizer(),
-            session,
-            job,
-            started.lease,
-            started.stored,
-            others=started.others,
+            rt, summarizer, session, job, started.lease, started.stored, others=started.others
         )
     finally:
         rt.jobs.let_go(started.lease)
