@@ -441,8 +441,9 @@ class Publisher:
         planned: int | None = None,
     ) -> None:
         """Queue a job for the thread in a background thread (the model call does not wait).
-        The job names the run's newest message (``seen``: the worker waits for the checkpoint
-        to hold it, as LangGraph writes it in the background), where the run's messages are
+        The job carries the run's ``messages`` (a user's own agent: the job plans on them)
+        and names the run's newest message (``seen``: a job planned on the checkpoint waits
+        for it to hold it, as LangGraph writes it in the background), where the run's messages are
         (its ``thread_id`` and checkpoint namespace: a subgraph's, a callee's), and the size it
         may plan from (the prepare point, or ``planned``)."""
         with self._guard:
@@ -458,6 +459,9 @@ class Publisher:
             floor=min(chars if planned is None else planned, self.pacing.point(private)),
             outside=outside_of(private),
             chars_per_token=self.settings.ratio(session_id),
+            # the thread the run goes on from: the job plans on it, not on a checkpoint that
+            # lags (offpath's own agent's worker patches the checkpoint: it reads it)
+            messages=None if self.options.patch else tuple(messages),
         )
         self.background.write(self._publish, session_id, chars, options)
 
