@@ -911,6 +911,46 @@ def test_a_checkpoint_that_lags_the_run_never_makes_a_prepared_compaction_stale(
     assert sum(s == JobStatus.APPLIED for s, _ in statuses) >= 2, statuses
 
 
+def test_a_call_that_drops_a_stale_compaction_knows_the_freed_claim_at_once(tmp_path, monkeypatch):
+    """A model call over the threshold finds the prepared compaction stale: the job ends
+    and hands the thread on (free). The call knows it at once, not at a later call's
+    background read, so that the same call queues the next job: the thread waits one summary
+    for it, not a call more."""
+    import offpath.agent.middleware.applying as applying
+    from offpath.compaction.patch import Stale
+    from offpath.stores.db.tables import JobStatus
+
+    settings = load_settings(
+        data_dir=str(tmp_path),
+        lock_backend="database",
+        summarization_threshold_chars=6_000,
+        summarization_keep_chars=2_000,
+    )
+    client = Client.open(settings, publish=lambda *_: None)
+    try:
+        mw = OffPathCompaction(settings, client=client, recall=False)
+        sid = "t-stale"
+        assert client.leases.claim(sid, "job1") is None  # queued, then prepared
+        assert client.leases.store.swap(client.leases.key(sid), "q:job1", "p:job1", 60)
+        holder = client.leases.holder(sid)
+        mw.claims.read_claim(sid)  # as the background read gives it to the call
+        assert mw.claims.claim_of(sid) == (True, holder)
+        row = {"status": JobStatus.PREPARED, "result": {"prepared": {}}, "options": {}}
+        monkeypatch.setattr(applying, "job_row", lambda *_: row)
+
+        def stale(writer: Any, session_id: str, job_id: str, *_: Any, **__: Any) -> Stale:
+            client.leases.settle(session_id, job_id, None)  # ended skipped (stale): freed
+            return Stale("message h changed since the summary was prepared")
+
+        monkeypatch.setattr(client.jobs, "apply", stale)
+        messages: list[BaseMessage] = [HumanMessage(id="h", content="x" * 7_000)]
+        after, _ = mw.applying.apply_now(sid, holder, messages, {}, 7_000)
+        assert after is messages
+        assert mw.claims.claim_of(sid) == (True, None)  # as the call's queueing step asks
+    finally:
+        client.close()
+
+
 def test_a_jobs_message_carries_the_runs_messages_and_its_row_does_not():
     """The run's messages travel with the job's message (the worker plans on them), shortened
     results with their marks, so that their digests are the run's; the job's row keeps the

@@ -88,7 +88,8 @@ class Claims:
     Requires: the settings in force, the client (opened on first use), the background
     threads, the reports, and ``patch`` (offpath's own API agent: no job of it is forced).
     Provides: :meth:`claim_of`, :meth:`await_claim`, :meth:`read_claim`, :meth:`now`,
-    :meth:`forced`, :meth:`forget`, :meth:`reading`, :meth:`in_flight`, :meth:`warm`, and the
+    :meth:`forced`, :meth:`freed`, :meth:`forget`, :meth:`reading`, :meth:`in_flight`,
+    :meth:`warm`, and the
     pickup watch (:meth:`check_pickup`, :meth:`note_queued`, :meth:`watch_pickup`)."""
 
     def __init__(
@@ -234,6 +235,15 @@ class Claims:
         with self._guard:
             seen = self._claims.get(session_id)
             return bool(seen and seen.forced)
+
+    def freed(self, session_id: str) -> None:
+        """The thread's claim is known free: this process's call ended its prepared job,
+        which handed the thread on. A job queued on it (:meth:`claim_of` gives no claim) takes
+        the thread unless another claim holds it: the lease store decides."""
+        seen = _Seen(at=time.monotonic())
+        seen.read.set()
+        with self._guard:
+            self._claims[session_id] = seen
 
     def forget(self, session_id: str) -> None:
         """The claim changed (this call applied or dropped a prepared compaction)."""
