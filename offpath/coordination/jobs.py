@@ -63,6 +63,12 @@ _log = logging.getLogger("offpath.hook")  # a turn's "not queued" lines, as the 
 # --- the values a job's life passes around ---------------------------------------------
 
 
+#: The most a job's message carries of its run's messages (bytes of JSON): more (a thread
+#: far past its hard limit, where compaction is far behind) is left out and the job reads
+#: the checkpoint, so that a broker message stays bounded whatever the thread.
+JOB_MESSAGES_MAX_BYTES = 8 * 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class JobOptions:
     """How a job's compaction may be applied (kept in the job's row and message).
@@ -143,17 +149,21 @@ class JobOptions:
     def to_message(self) -> dict[str, Any]:
         """:meth:`to_json` and the run's :attr:`messages` (LangChain's message dicts): what
         the job's message carries to the worker. Messages holding a value JSON cannot carry
-        (an object a tool put in a message's fields) are left out: the job then reads the
-        checkpoint."""
+        (an object a tool put in a message's fields), or more than
+        :data:`JOB_MESSAGES_MAX_BYTES` of it, are left out: the job then reads the checkpoint."""
         data = self.to_json()
         if self.messages is not None:
             dicts = messages_to_dict(self.messages)
             try:
-                orjson.dumps(dicts)
+                size = len(orjson.dumps(dicts))
             except TypeError as exc:
                 log.info("the run's messages are not sent with the job (%s): it reads them", exc)
             else:
-                data["messages"] = dicts
+                if size <= JOB_MESSAGES_MAX_BYTES:
+                    data["messages"] = dicts
+                else:
+                    log.info("the run's messages (%d bytes) are not sent with the job: it reads "
+                             "them", size)  # fmt: skip
         return data
 
     @classmethod

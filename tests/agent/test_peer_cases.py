@@ -954,10 +954,10 @@ def test_a_call_that_drops_a_stale_compaction_knows_the_freed_claim_at_once(tmp_
 def test_a_jobs_message_carries_the_runs_messages_and_its_row_does_not():
     """The run's messages travel with the job's message (the worker plans on them), shortened
     results with their marks, so that their digests are the run's; the job's row keeps the
-    options alone (a job published again reads the checkpoint); a message JSON cannot carry
-    leaves them out."""
+    options alone (a job published again reads the checkpoint); a message JSON cannot carry,
+    or more than the broker message's bound of them, leaves them out."""
     from offpath.compaction.shorten import digest, shorten
-    from offpath.coordination.jobs import JobOptions
+    from offpath.coordination.jobs import JOB_MESSAGES_MAX_BYTES, JobOptions
 
     long = ToolMessage(id="t", content="line of log\n" * 400, tool_call_id="c")
     thread = [HumanMessage(id="h", content="why?"), call("a", ("c", "fetch_logs", {})),
@@ -970,3 +970,5 @@ def test_a_jobs_message_carries_the_runs_messages_and_its_row_does_not():
     odd = HumanMessage(id="x", content="x", additional_kwargs={"seen": object()})
     assert JobOptions.from_json(JobOptions(messages=(odd,)).to_message()).messages is None
     assert JobOptions.from_json(options.to_json()).messages is None
+    big = HumanMessage(id="b", content="x" * (JOB_MESSAGES_MAX_BYTES + 1))
+    assert "messages" not in JobOptions(messages=(big,)).to_message()
