@@ -87,7 +87,7 @@ class Claims:
 
     Requires: the settings in force, the client (opened on first use), the background
     threads, the reports, and ``patch`` (offpath's own API agent: no job of it is forced).
-    Provides: :meth:`claim_of`, :meth:`await_claim`, :meth:`read_claim`, :meth:`now`,
+    Provides: :meth:`claim_of`, :meth:`await_claim`, :meth:`fresh`, :meth:`read_claim`, :meth:`now`,
     :meth:`forced`, :meth:`forget`, :meth:`reading`, :meth:`in_flight`, :meth:`warm`, and the
     pickup watch (:meth:`check_pickup`, :meth:`note_queued`, :meth:`watch_pickup`)."""
 
@@ -342,7 +342,7 @@ class Pacing:
 
     Requires: the settings in force, the client (opened on first use: the latency's read)
     and the background threads (where it is read). Provides: :meth:`track_rate`,
-    :meth:`point`, :meth:`frees`, :meth:`crossing_frees`, :attr:`latency`."""
+    :meth:`idle_s`, :meth:`point`, :meth:`frees`, :meth:`crossing_frees`, :attr:`latency`."""
 
     def __init__(
         self, settings: ThreadSettings, client: Callable[[], Client], background: Background
