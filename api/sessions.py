@@ -10,6 +10,7 @@ write) and :mod:`api.session_jobs` (the jobs as ``/compactions`` and ``/events``
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
@@ -89,12 +90,14 @@ def after_write(
     session_id: str,
     messages: Sequence[BaseMessage],
     chars: int | None = None,
+    idle_s: float | None = None,
 ) -> None:
     """After the response: the post-turn hook (``messages``: an imported turn's thread,
-    ``chars``: its size, if known) and the pruning of old checkpoints."""
+    ``chars``: its size, if known; ``idle_s``: how long the thread was idle before the turn)
+    and the pruning of old checkpoints."""
     rt = rt_of(request)
     if messages:
-        tasks.add_task(request.app.state.hook, session_id, messages, chars)
+        tasks.add_task(request.app.state.hook, session_id, messages, chars, idle_s)
     if chars is not None:  # the session list's size (GET /sessions)
         tasks.add_task(note_size, rt.engine, session_id, len(messages), chars)
     tasks.add_task(prune, rt, session_id)
@@ -213,6 +216,8 @@ def append_turn(
         # thread's size is advanced over the new messages only (kept in the private key the
         # middleware keeps it in), so nothing here walks the whole thread
         thread = read_thread(rt.checkpoints.saver, session_id)
+        written = thread.written_at  # the thread's last write: idle since then
+        idle_s = None if written is None else max(0.0, time.time() - written)
         values = thread.base.checkpoint["channel_values"] if thread.base else {}
         current = thread.messages
         private = values.get(PRIVATE_KEY) or {}
@@ -244,7 +249,7 @@ def append_turn(
             if new_session:  # nothing was written: the id stays free
                 give_back(rt, session_id)
             raise
-    after_write(request, tasks, session_id, messages, size.chars)
+    after_write(request, tasks, session_id, messages, size.chars, idle_s)
     return {
         "session_id": session_id,
         "appended": len(new),

@@ -9,6 +9,12 @@ One API (``uvicorn offpath.api.app:app``), one worker (threads pool, default con
 ``offpath beat``, on a scratch PostgreSQL database and Redis db 14, the stub LLM
 answering in 1 s, ``SUMMARIZATION_THRESHOLD_CHARS=30000`` / ``KEEP_CHARS=10000`` so that
 compactions come every few turns; leases and the reconcile interval at their defaults.
+
+After the drive, a return phase: once every job has settled and each thread has been idle
+``SUMMARIZATION_IDLE_APPLY_S`` (set to :data:`IDLE_APPLY_S` here, 300 s by default), every
+session posts one short turn (a question and an answer, which keeps a thread under its
+threshold), and the summaries never applied are counted again: at the drive's end, and
+after the return turn.
 """
 
 from __future__ import annotations
@@ -57,6 +63,11 @@ TARGET_SHARE = 0.05
 #: Target (issue 33, item 5): at most this share of the summaries paid for (the LLM called)
 #: never applied.
 TARGET_UNUSED = 0.02
+#: SUMMARIZATION_IDLE_APPLY_S of the run (the setting's default, 300 s, is a provider's
+#: prompt-cache life): the return phase comes after it. Longer than any pause between two
+#: turns of the drive on a loaded host (turn latency p99 up to ~15 s seen), so that the
+#: drive's end is measured without it.
+IDLE_APPLY_S = 30.0
 FINAL = ("applied", "skipped", "failed")
 #: At rest as well: a summary prepared early, waiting for its thread to cross the threshold
 #: (a thread that stopped between the prepare floor and the threshold keeps it).
@@ -124,6 +135,65 @@ def drive(url: str, sessions: int, seconds: float) -> tuple[list[Client], float]
     for t in threads:
         t.join()
     return clients, time.monotonic()
+
+
+def come_back(url: str, clients: list[Client]) -> Counter[str]:
+    """Each client posts one short turn to its session (a question and an answer, ~100
+    chars: a thread under its threshold stays under it), all at once, a 409 retried; its
+    ids are added to the client's posted ones. Returns the answers by status code."""
+    import httpx
+
+    answers: Counter[str] = Counter()
+    guard = threading.Lock()
+
+    def post(c: Client) -> None:
+        messages = [
+            {"type": "human", "id": f"{c.session_id}-back-h", "content": "Back: anything new?"},
+            {"type": "ai", "id": f"{c.session_id}-back-a", "content": "Nothing new since."},
+        ]
+        with httpx.Client(base_url=url, timeout=60) as http:
+            for _ in range(200):
+                r = http.post(f"/sessions/{c.session_id}/turns", json={"messages": messages})
+                if r.status_code != 409:
+                    break
+                time.sleep(0.05)
+        with guard:
+            answers[str(r.status_code)] += 1
+        if r.status_code == 200:
+            c.posted += [m["id"] for m in messages]
+            c.turns += 1
+
+    threads = [threading.Thread(target=post, args=(c,), daemon=True) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
+
+
+def never_applied(rows: list[dict[str, Any]]) -> tuple[Counter[str], int, int, float]:
+    """Summaries paid for (the LLM called) and never applied among the job ``rows``: prepared
+    and still waiting for their thread (at rest), dropped as stale at the apply, superseded
+    after they were prepared, or ended by the reconciler while prepared (expired: not
+    applied in time, or its claim gone). Returns them by kind, their number, the summaries
+    paid for (applied, or never), and the share."""
+    status = Counter(r["status"] for r in rows)
+    unused = Counter(
+        "prepared, at rest"
+        if r["status"] == "prepared"
+        else "stale"
+        if r["reason_code"] == "stale"
+        else "expired after prepared"
+        if r["reason_code"] == "expired"
+        else "superseded after prepared"
+        for r in rows
+        if r["status"] == "prepared"
+        or r["reason_code"] in ("stale", "expired")
+        or str(r["reason"] or "").startswith("superseded: never applied")
+    )
+    never = sum(unused.values())
+    paid = status.get("applied", 0) + never
+    return unused, never, paid, never / paid if paid else 0.0
 
 
 def settle(
@@ -326,6 +396,7 @@ def run(ctx: Context) -> Result:
             LOG_LEVEL="INFO",
             # no API keys: this counts wasted jobs, not authentication (API on 127.0.0.1)
             AUTH_DISABLED="true",
+            SUMMARIZATION_IDLE_APPLY_S=str(IDLE_APPLY_S),
         ),
     }
     for key in ("WORKER_POOL", "WORKER_CONCURRENCY", "JOB_LEASE_S", "RECONCILE_INTERVAL_S"):
@@ -352,6 +423,13 @@ def run(ctx: Context) -> Result:
         time.sleep(1.0)  # the last turns' hooks run after their responses
         rows, changed = settle(engine, sids, settings.reconcile_interval_s + 2, timeout=600)
         settled_s = max(0.0, changed - ended)
+        drive_sizes = final_sizes(settings, sids)
+        drive_rows = rows
+        # the return phase: every thread idle SUMMARIZATION_IDLE_APPLY_S, then one short turn
+        time.sleep(max(0.0, IDLE_APPLY_S + 1.0 - (time.monotonic() - changed)))
+        returned = come_back(url, clients)
+        time.sleep(1.0)  # their hooks run after the responses
+        rows, _ = settle(engine, sids, settings.reconcile_interval_s + 2, timeout=600)
         problems, where = check_threads(settings, clients, engine)
         sizes = final_sizes(settings, sids)
     finally:
@@ -374,34 +452,28 @@ def run(ctx: Context) -> Result:
         or (r["status"] == "prepared" and sizes.get(r["session_id"], 0) > THRESHOLD_CHARS)
     ]
     jobs = len(rows)
-    # summaries paid for (the LLM called) and never applied: prepared and still waiting for
-    # their thread to cross the threshold when the load stopped, dropped as stale at the
-    # apply, superseded after they were prepared, or ended by the reconciler while prepared
-    # (expired: not applied in time, or its claim gone)
-    unused = Counter(
-        "prepared, at rest"
+    # summaries paid for (the LLM called) and never applied, at the drive's end and after
+    # the return turn
+    drive_unused, drive_never, drive_paid, drive_share = never_applied(drive_rows)
+    unused, never, paid, unused_share = never_applied(rows)
+    idle_applied = sum(
+        1
+        for r in drive_rows
         if r["status"] == "prepared"
-        else "stale"
-        if r["reason_code"] == "stale"
-        else "expired after prepared"
-        if r["reason_code"] == "expired"
-        else "superseded after prepared"
-        for r in rows
-        if r["status"] == "prepared"
-        or r["reason_code"] in ("stale", "expired")
-        or str(r["reason"] or "").startswith("superseded: never applied")
+        and any(x["job_id"] == r["job_id"] and x["status"] == "applied" for x in rows)
     )
+    drive_status = Counter(r["status"] for r in drive_rows)
     under = skipped.get("under_threshold", 0)
     share = under / jobs if jobs else 0.0
-    never = sum(unused.values())
-    paid = status.get("applied", 0) + never  # summaries written: applied, or never
-    unused_share = never / paid if paid else 0.0
     latencies = [x for c in clients for x in c.latencies_ms]
     turns = sum(c.turns for c in clients)
     refused = sum((c.refused for c in clients), Counter())
     api_log = logs["api"].read_text(errors="replace")
     hook_queued = api_log.count("compaction queued: job")
     hook_superseded = api_log.count("compacted the thread after this turn")
+    # prepared summaries the hook applied under the threshold after an idle time (the drive's
+    # turns too, if one came SUMMARIZATION_IDLE_APPLY_S after its thread's last write)
+    hook_idle = len(re.findall(r"idle \d+ s under the threshold: applying prepared job", api_log))
     errors = log_errors(list(logs.values()))
     retries = Counter(
         m.group(1).split(":")[0]
@@ -432,9 +504,11 @@ def run(ctx: Context) -> Result:
         for t in posted_at.get(sid, [])
         if start.timestamp() < t < end.timestamp()
     )
-    resting = [r for r in rows if r["status"] == "prepared"]
+    resting = [r for r in drive_rows if r["status"] == "prepared"]
     # how far under the threshold a thread with a prepared summary stopped, in turns
-    short_turns = [(THRESHOLD_CHARS - sizes.get(r["session_id"], 0)) / TURN_CHARS for r in resting]
+    short_turns = [
+        (THRESHOLD_CHARS - drive_sizes.get(r["session_id"], 0)) / TURN_CHARS for r in resting
+    ]
     ready_s = [(r["updated_at"] - r["created_at"]).total_seconds() for r in resting]
 
     def counts(c: Counter[Any]) -> str:
@@ -467,11 +541,20 @@ def run(ctx: Context) -> Result:
         f"job retries (worker log): {sum(retries.values())}"
         + (f" ({counts(retries)})" if retries else ""),
         f"under_threshold: {under} of {jobs} jobs ({share:.1%}; target <= {TARGET_SHARE:.0%})",
-        f"summaries prepared and never applied: {never} of {paid} paid for ({unused_share:.1%}; "
-        f"target <= {TARGET_UNUSED:.0%}): {counts(unused)} (a summary prepared on a thread that "
-        "stopped under its threshold waits for the thread's crossing until PREPARED_JOB_TTL_S)",
+        f"summaries prepared and never applied at the drive's end: {drive_never} of {drive_paid} "
+        f"paid for ({drive_share:.1%}): {counts(drive_unused)} (a summary prepared on a thread that "
+        "stopped under its threshold waits for the thread's crossing, or for its next turn after "
+        "SUMMARIZATION_IDLE_APPLY_S, until PREPARED_JOB_TTL_S)",
+        f"return phase: each thread idle {IDLE_APPLY_S:.0f} s or more (SUMMARIZATION_IDLE_APPLY_S="
+        f"{IDLE_APPLY_S:.0f} in this run; default 300), then one short turn (a question and an "
+        f"answer, ~100 chars: under its threshold a thread stays under it); answers: "
+        f"{counts(returned)}; {idle_applied} of the {drive_status.get('prepared', 0)} summaries "
+        f"prepared at rest applied at it; idle applies attempted by the hook in the whole run (API "
+        f"log): {hook_idle}; jobs after it: {counts(status)}",
+        f"summaries prepared and never applied after the return turn: {never} of {paid} paid for "
+        f"({unused_share:.1%}; target <= {TARGET_UNUSED:.0%}): {counts(unused)}",
         (
-            f"prepared summaries at rest: {len(resting)}; their threads stopped {pct(short_turns, 50):.1f} "
+            f"prepared summaries at rest at the drive's end: {len(resting)}; their threads stopped {pct(short_turns, 50):.1f} "
             f"turns under the threshold (p50; max {max(short_turns):.1f}; a turn adds ~{TURN_CHARS:,} chars); "
             f"queued to prepared p50 {pct(ready_s, 50):.1f} s, p90 {pct(ready_s, 90):.1f} s"
             if resting
@@ -517,8 +600,9 @@ def run(ctx: Context) -> Result:
         f"<= {TARGET_SHARE:.0%} of jobs skipped as under_threshold (50 sessions posting turns for 60 s); "
         f"summaries prepared and never applied <= {TARGET_UNUSED:.0%}; every thread consistent",
         f"{under} of {jobs} jobs skipped as under_threshold ({share:.1%}); {status.get('applied', 0)} applied; "
-        f"summaries prepared and never applied: {never} of {paid} ({unused_share:.1%}); "
-        f"{consistent}/{sessions} threads consistent; turn p50 {pct(latencies, 50) if latencies else 0:.0f} ms",
+        f"summaries prepared and never applied: {drive_never} of {drive_paid} ({drive_share:.1%}) at "
+        f"the drive's end, {never} of {paid} ({unused_share:.1%}) after each thread's return turn "
+        f"{IDLE_APPLY_S:.0f} s idle; {consistent}/{sessions} threads consistent; turn p50 {pct(latencies, 50) if latencies else 0:.0f} ms",
         met,
         details,
         "a summary is applied only once its thread crosses the threshold (DESIGN); the post-turn "
@@ -527,6 +611,8 @@ def run(ctx: Context) -> Result:
         "a job's overhead): with a turn every ~2 s and a job of ~3 s, one turn ahead; with turns "
         "further apart than a job takes, at the crossing. Each of the 50 threads stops once, when "
         "the load does, and one that stops in that turn leaves its summary prepared and not "
-        "applied (kept until PREPARED_JOB_TTL_S for the thread's crossing): about one thread in "
-        "the turns from one compaction to the next, against the compactions per thread in 60 s",
+        "applied at the drive's end (kept for the thread's crossing, or for its next turn after "
+        "SUMMARIZATION_IDLE_APPLY_S, until PREPARED_JOB_TTL_S): about one thread in the turns "
+        "from one compaction to the next, against the compactions per thread in 60 s. The return "
+        "phase measures the idle apply with the setting at 30 s, not its 300 s default",
     )

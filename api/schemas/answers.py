@@ -220,6 +220,17 @@ class FailureOut(BaseModel):
     at: str | None = Field(description="When it failed, ISO 8601")
 
 
+class NotApplied(BaseModel):
+    """Summaries paid for and never applied: prepared and waiting for their thread (to cross
+    its threshold, or to come back after SUMMARIZATION_IDLE_APPLY_S), or ended without being
+    applied (stale, expired, superseded, failed)."""
+
+    paid: int = Field(description="Summaries paid for: applied (reverted too), waiting or dropped")
+    waiting: int = Field(description="Prepared, waiting for their thread")
+    dropped: int = Field(description="Ended without being applied")
+    share: float | None = Field(description="(waiting + dropped) / paid; null: none paid for")
+
+
 class StatsSummary(OpenModel):
     total_summarizations: int
     total_chars_compacted: int = Field(
@@ -243,6 +254,9 @@ class StatsSummary(OpenModel):
     summarizer_latency_ms: Spread = Field(description="One summarizer call")
     llm_tokens: LlmTokens
     recent_failures: list[FailureOut] = Field(description="The latest failed jobs, newest first")
+    summaries_not_applied: NotApplied = Field(
+        description="Summaries paid for (the summarizer called) and never applied"
+    )
     since: str | None = Field(description="The window's start (ISO 8601); null: all time")
 
 

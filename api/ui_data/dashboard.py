@@ -45,6 +45,17 @@ WIDGETS: tuple[tuple[str, str, str], ...] = (
     ("summary.fallback_maskings", "fallback maskings", "model calls"),
     ("summary.llm_tokens.input", "LLM tokens in", "reported by {summary.llm_tokens.events}"),
     ("summary.llm_tokens.output", "LLM tokens out", "reported by {summary.llm_tokens.events}"),
+    (
+        "summary.summaries_not_applied.waiting",
+        "summaries waiting to apply",
+        "of {summary.summaries_not_applied.paid} paid for",
+    ),
+    (
+        "summary.summaries_not_applied.dropped",
+        "summaries never applied",
+        "of {summary.summaries_not_applied.paid} paid for",
+    ),
+    ("summary.summaries_not_applied.share", "share not applied", "waiting or never applied"),
 )
 #: Counts shown inside other widgets' units (``{path}`` above), as "N compactions", not as
 #: widgets of their own (a bare "lag ms count" says nothing).
@@ -53,6 +64,7 @@ FOLDED = {
     "summary.summarizer_latency_ms.count",
     "summary.llm_tokens.events",
     "summary.tokens_counted_compactions",
+    "summary.summaries_not_applied.paid",
 }
 #: The widgets whose value is drawn in a colour when it is not 0: (path suffix, tone).
 TONES = ((".failed", "bad"), (".applied", "ok"))

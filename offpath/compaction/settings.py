@@ -64,6 +64,13 @@ class Settings(BaseModel):
     #: A job may start when the thread reaches this share of the threshold, so that its
     #: summary is ready by the time the thread crosses it (applied only over the threshold).
     summarization_prepare_at: float = Field(default=0.8, gt=0, le=1)
+    #: A compaction prepared for a thread still under its threshold is applied at the thread's
+    #: next turn (the post-turn hook; the middleware, before that turn's first model call) once
+    #: the thread has been idle this many seconds and is still over its prepare floor: about
+    #: the life of a provider's prompt cache (5 minutes), after which the thread's prefix is
+    #: sent uncached anyway, so rewriting it costs no cached tokens. 0: never (a prepared
+    #: compaction waits for the crossing, or for ``PREPARED_JOB_TTL_S``).
+    summarization_idle_apply_s: float = Field(default=300.0, ge=0, le=86_400)
     #: No model call goes over this many chars: if one would and no summary is prepared,
     #: the oldest tool results are masked for that call only. 0: 3x the threshold.
     context_hard_limit_chars: int = Field(default=0, ge=0)
@@ -292,6 +299,13 @@ class Settings(BaseModel):
     def prepare_floor_chars(self) -> int:
         """The size at which a job may start preparing (``SUMMARIZATION_PREPARE_AT`` x threshold)."""
         return int(self.summarization_threshold_chars * self.summarization_prepare_at)
+
+    def idle_apply(self, idle_s: float | None) -> bool:
+        """A thread idle ``idle_s`` seconds before its turn (None: unknown) has its prepared
+        compaction applied at that turn under its threshold: ``SUMMARIZATION_IDLE_APPLY_S``
+        or longer (0: never). The caller checks the thread is over its prepare floor."""
+        limit = self.summarization_idle_apply_s
+        return bool(limit) and idle_s is not None and idle_s >= limit
 
     @property
     def summary_budget_chars(self) -> int:

@@ -9,7 +9,10 @@ loop), so it never slows or fails the turn (DESIGN.md invariant 5):
   thread's size passed in (the API keeps it incrementally) and the thread's claim
   taken (a job queued, running or prepared), it does nothing that walks the thread;
 * a compaction prepared ahead and the thread now over its threshold: it applies
-  it (a state update, no LLM: milliseconds);
+  it (a state update, no LLM: milliseconds); the same under the threshold, over the prepare
+  floor, for a thread that was idle ``SUMMARIZATION_IDLE_APPLY_S`` before this turn (a
+  thread that stopped between the prepare floor and its threshold and came back: its
+  provider's prompt cache is cold by then, so the summary costs no cached prefix);
 * under the threshold, a job starts preparing only from the thread's *prepare point*:
   the prepare floor (``SUMMARIZATION_PREPARE_AT`` x the threshold) for a thread that grows
   fast, later for one whose growth (chars per second and per turn, kept per thread in this
@@ -131,13 +134,19 @@ class PostTurnHook:
         self.latency = SummarizerLatency(clock=clock)
 
     def __call__(
-        self, session_id: str, messages: Sequence[BaseMessage], chars: int | None = None
+        self,
+        session_id: str,
+        messages: Sequence[BaseMessage],
+        chars: int | None = None,
+        idle_s: float | None = None,
     ) -> HookResult:
         """``chars``: the size of ``messages`` if the caller keeps it (the API advances it over
         each turn's new messages): then the hook does O(new messages) work unless the
-        thread may get a job (the claim is free), when it plans on the whole thread."""
+        thread may get a job (the claim is free), when it plans on the whole thread.
+        ``idle_s``: seconds the thread was idle before this turn (since its previous write;
+        None: unknown, never idle)."""
         try:
-            return self._run(session_id, messages, chars)
+            return self._run(session_id, messages, chars, idle_s)
         except Exception as exc:  # the hook never fails a turn
             if is_outage(exc):  # expected while a store is away: one line, the next turn retries
                 log.warning(
@@ -150,7 +159,11 @@ class PostTurnHook:
             return HookResult("error", str(exc))
 
     def _run(
-        self, session_id: str, messages: Sequence[BaseMessage], chars: int | None
+        self,
+        session_id: str,
+        messages: Sequence[BaseMessage],
+        chars: int | None,
+        idle_s: float | None = None,
     ) -> HookResult:
         settings = self.settings
         if not settings.active:
@@ -164,17 +177,29 @@ class PostTurnHook:
             self.client.facts.remember_soon(messages)
         if size < settings.prepare_floor_chars:
             return HookResult("skipped", SkipReason.UNDER_THRESHOLD)
-        if size <= settings.summarization_threshold_chars and size < self.prepare_point(rate, step):
-            return HookResult("skipped", SkipReason.UNDER_THRESHOLD)  # the crossing is far
+        over = size > settings.summarization_threshold_chars
+        far = not over and size < self.prepare_point(rate, step)  # the crossing is far
+        idle = settings.idle_apply(idle_s)  # over the prepare floor, back after an idle time
+        if far and not idle:
+            return HookResult("skipped", SkipReason.UNDER_THRESHOLD)
         holder = self._holder(session_id)
-        if size > settings.summarization_threshold_chars:
+        if over:
             note_crossing(self.client.engine, holder)  # the compaction lag runs from here
-        if size > settings.summarization_threshold_chars and self.apply is not None:
+        if (over or idle) and self.apply is not None:
             if holder is not None and holder.state is State.PREPARED:
+                if not over:
+                    log.info(
+                        "[%s] idle %.0f s under the threshold: applying prepared job %s",
+                        tag(session_id),
+                        idle_s,
+                        holder.job_id,
+                    )
                 done = self.apply(session_id, holder.job_id)
                 if done == "applied":
                     return HookResult("applied", job_id=holder.job_id)
                 holder = self._holder(session_id)
+        if far:
+            return HookResult("skipped", SkipReason.UNDER_THRESHOLD)
         threshold = settings.summarization_threshold_chars
         if holder is not None and not holder.frees_for(size, min_gain_chars(settings), threshold):
             return held(holder, session_id)  # no job now: no plan either

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +294,17 @@ class Thread:
     @property
     def checkpoint_id(self) -> str | None:
         return self.base.checkpoint["id"] if self.base is not None else None
+
+    @property
+    def written_at(self) -> float | None:
+        """When its latest checkpoint was written (epoch seconds, from the checkpoint's ``ts``);
+        None for a thread with none, or a ``ts`` that does not parse."""
+        ts = self.base.checkpoint.get("ts") if self.base is not None else None
+        try:
+            at = datetime.fromisoformat(str(ts)) if ts else None
+        except ValueError:
+            return None
+        return None if at is None else (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
 def read_thread(saver: BaseCheckpointSaver, session_id: str, ns: str | None = None) -> Thread:

@@ -105,3 +105,13 @@ def test_a_compaction_takes_one_step_and_a_subsecond_session_spreads_like_a_long
     days = [(t0 + timedelta(days=k), c, w) for k, (_, c, w) in enumerate(quick)]
     days[3] = (days[2][0], *days[3][1:])
     assert steps_of(days) == steps_of(quick)
+
+
+def test_the_summaries_paid_for_and_never_applied_are_shown_against_those_paid_for():
+    unused = {"paid": 41, "waiting": 7, "dropped": 0, "share": 0.1707}
+    shown = {w["path"]: w for w in widgets(body(summaries_not_applied=unused))}
+    assert "summary.summaries_not_applied.paid" not in shown
+    waiting = shown["summary.summaries_not_applied.waiting"]
+    assert (waiting["label"], waiting["text"]) == ("summaries waiting to apply", "7")
+    assert waiting["unit"] == "of 41 compactions paid for"
+    assert shown["summary.summaries_not_applied.share"]["label"] == "share not applied"

@@ -507,3 +507,66 @@ def test_the_job_starts_at_the_last_turn_that_has_it_ready_before_the_next_turn(
             assert total_chars(grown(10)) < settings.prepare_floor_chars  # began under the floor
     finally:
         engine.dispose()
+
+
+def hook_with(settings, leases, applied: list):
+    """A hook whose ``apply`` notes the job it was asked to apply and applies it."""
+    engine = make_engine(settings)
+    client = Client(settings, engine, leases, lambda s, j, o: None)
+    return PostTurnHook(client, apply=lambda s, j: applied.append(j) or "applied"), engine
+
+
+def between_floor_and_threshold(settings) -> tuple[list, int]:
+    """A thread (and its size) over its prepare floor, under its threshold."""
+    messages = over_threshold()
+    size = (settings.prepare_floor_chars + settings.summarization_threshold_chars) // 2
+    return messages[:4], size
+
+
+@pytest.mark.parametrize(
+    ("idle", "expected"), [(None, "never idle"), (-1.0, "idle too short"), (0.0, "idle long")]
+)
+def test_a_prepared_compaction_is_applied_under_the_threshold_once_the_thread_was_idle(
+    settings, leases, idle, expected
+):
+    """A thread that stopped between its prepare floor and its threshold keeps its prepared
+    compaction; back after SUMMARIZATION_IDLE_APPLY_S (or longer) it is applied at that turn,
+    under the threshold; a turn after a shorter pause, or whose pause is unknown, leaves it
+    prepared (it waits for the crossing)."""
+    applied: list[str] = []
+    hook, engine = hook_with(settings, leases, applied)
+    job = uuid.uuid4().hex
+    assert leases.set_from("t-idle", None, Leases.after(job, State.PREPARED))
+    messages, size = between_floor_and_threshold(settings)
+    idle_s = None if idle is None else settings.summarization_idle_apply_s + idle
+    done = hook("t-idle", messages, size, idle_s=idle_s)
+    engine.dispose()
+    if expected == "idle long":
+        assert (done.action, done.job_id, applied) == ("applied", job, [job])
+    else:
+        assert done.action != "applied" and not applied
+        assert leases.holder("t-idle").state is State.PREPARED
+
+
+def test_an_idle_thread_under_its_prepare_floor_or_with_idle_apply_off_keeps_its_compaction(
+    tmp_path, leases
+):
+    """Applying after an idle time needs the thread over its prepare floor (a compaction
+    lands it under it), and SUMMARIZATION_IDLE_APPLY_S=0 turns it off."""
+    on = load_settings(
+        data_dir=str(tmp_path),
+        summarization_threshold_chars=30_000,
+        summarization_keep_chars=10_000,
+    )
+    off = on.model_copy(update={"summarization_idle_apply_s": 0.0})
+    migrate(on)
+    messages, size = between_floor_and_threshold(on)
+    for settings, chars in ((on, on.prepare_floor_chars - 1), (off, size)):
+        applied: list[str] = []
+        hook, engine = hook_with(settings, leases, applied)
+        session = f"t-floor-{uuid.uuid4().hex[:6]}"
+        assert leases.set_from(session, None, Leases.after(uuid.uuid4().hex, State.PREPARED))
+        done = hook(session, messages, chars, idle_s=86_400.0)
+        engine.dispose()
+        assert done.action != "applied" and not applied
+        assert leases.holder(session).state is State.PREPARED

@@ -416,3 +416,53 @@ def test_turns_posted_while_a_job_summarized_leave_no_thread_over_the_threshold(
     assert not turn_problems(thread, quoted_ok=False), turn_problems(thread, quoted_ok=False)
     summary = str(thread[0 if thread[0].type != "system" else 1].content)
     assert '- Request (answered): "the logs of shard' in summary
+
+
+# --- a prepared compaction applied after an idle time ----------------------------------------
+
+
+def test_a_thread_back_after_an_idle_time_under_its_threshold_gets_its_prepared_compaction(
+    stacks,
+):
+    """A thread that stopped between its prepare floor and its threshold keeps the summary
+    prepared for it; its next turn after SUMMARIZATION_IDLE_APPLY_S (here 2 s) applies it,
+    under the threshold (the post-turn hook, through the one apply path): the summary first,
+    the new turn kept after it, the removed originals archived, one usage row."""
+    from bench.workloads import turn_messages
+
+    stack = stacks.get("sqlite", SUMMARIZATION_IDLE_APPLY_S="2", **CASE_SETTINGS)
+    settings = stack.settings()
+    session = f"idle-{uuid.uuid4().hex[:8]}"
+    posted: list = []
+    for i in range(20):
+        turn = turn_messages(i, 3_000, 7, session)
+        assert stack.post_turn(session, turn).status_code == 200
+        posted += turn
+        jobs = stack.settle(session, False, 0)
+        if any(j["status"] == "prepared" for j in jobs):
+            break
+    (job,) = [j["job_id"] for j in jobs if j["status"] == "prepared"]
+    size = total_chars(from_api(stack.messages(session)))
+    assert settings.prepare_floor_chars <= size <= settings.summarization_threshold_chars
+    time.sleep(2.5)  # idle
+    back = [
+        {"type": "human", "content": "back: anything new?", "id": f"{session}-back-h"},
+        {"type": "ai", "content": "Nothing new.", "id": f"{session}-back-a"},
+    ]
+    assert stack.post_turn(session, back).status_code == 200
+    assert size + 200 < settings.summarization_threshold_chars  # still under it
+    wait_for(
+        lambda: any(j["job_id"] == job and j["status"] == "applied" for j in stack.jobs(session))
+    )
+    final = from_api(stack.messages(session))
+    check_compacted(messages_of({"messages": posted + back}), final)
+    assert marked_summary(final[0]) and [m.id for m in final[-2:]] == [m["id"] for m in back]
+    from offpath.stores.db.engine import make_engine
+
+    engine = make_engine(settings)
+    rows, _ = archive.read(engine, session, limit=10_000)
+    engine.dispose()
+    replaced = set(final[0].additional_kwargs["summary"]["replaced_ids"])
+    assert replaced and replaced <= {str(r["message_id"]) for r in rows}
+    usage = stack.http.get(f"/sessions/{session}/stats").json()["summary"]
+    assert usage["total_summarizations"] == 1

@@ -19,7 +19,9 @@ LangChain's own ``SummarizationMiddleware``. Before the model is called:
    thread lands under its prepare floor (kept tool results shortened as needed; else the job
    ends ``skipped: stale`` and a deeper one is prepared); with none ready, older tool
    results (outside the keep window) are shortened instead, so the call stays bounded while
-   the summary is written;
+   the summary is written; under it, a thread over its prepare floor whose last model call
+   was ``SUMMARIZATION_IDLE_APPLY_S`` ago has the compaction prepared for it applied the
+   same way (its claim read anew for it);
 4. from the *prepare point* on, the thread's claim is read and a job is queued, both in
    background threads (the call never waits, not even for a broker that is down). The
    prepare point adapts: from the run's growth (chars per second) and the summarizer's

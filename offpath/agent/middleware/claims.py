@@ -87,9 +87,9 @@ class Claims:
 
     Requires: the settings in force, the client (opened on first use), the background
     threads, the reports, and ``patch`` (offpath's own API agent: no job of it is forced).
-    Provides: :meth:`claim_of`, :meth:`await_claim`, :meth:`read_claim`, :meth:`now`,
-    :meth:`forced`, :meth:`freed`, :meth:`forget`, :meth:`reading`, :meth:`in_flight`,
-    :meth:`warm`, and the
+    Provides: :meth:`claim_of`, :meth:`await_claim`, :meth:`fresh`, :meth:`read_claim`,
+    :meth:`now`, :meth:`forced`, :meth:`freed`, :meth:`forget`, :meth:`reading`,
+    :meth:`in_flight`, :meth:`warm`, and the
     pickup watch (:meth:`check_pickup`, :meth:`note_queued`, :meth:`watch_pickup`)."""
 
     def __init__(
@@ -137,6 +137,25 @@ class Claims:
         job."""
         known, holder = self.claim_of(session_id, urgent)
         return holder if known and holder is not None and holder.state is State.PREPARED else None
+
+    def fresh(self, session_id: str, timeout_s: float) -> tuple[bool, Claim | None]:
+        """``(known, claim)``: the thread's claim read anew now (on the reader thread),
+        waiting at most ``timeout_s``; ``(False, None)`` if the read did not end by then, it
+        failed, or the store failed within :data:`STORE_RETRY_S` (not asked again). For a
+        thread back after an idle time: the claim last read may be that of a job still
+        running then."""
+        with self._guard:
+            seen = self._claims.setdefault(session_id, _Seen())
+            if seen.failed and time.monotonic() - seen.at < STORE_RETRY_S:
+                return False, None
+            seen.reading = True
+        try:
+            self.background.read(self.read_claim, session_id).result(timeout=timeout_s)
+        except Exception:  # still reading: this call goes on without it
+            return False, None
+        with self._guard:
+            seen = self._claims.get(session_id) or seen  # as the read left it
+            return (False, None) if seen.failed else (True, seen.claim)
 
     def warm(self) -> None:
         """Open the client and its lease store's connection (on the reader thread, as the
@@ -334,7 +353,7 @@ class Pacing:
 
     Requires: the settings in force, the client (opened on first use: the latency's read)
     and the background threads (where it is read). Provides: :meth:`track_rate`,
-    :meth:`point`, :meth:`frees`, :meth:`crossing_frees`, :attr:`latency`."""
+    :meth:`idle_s`, :meth:`point`, :meth:`frees`, :meth:`crossing_frees`, :attr:`latency`."""
 
     def __init__(
         self, settings: ThreadSettings, client: Callable[[], Client], background: Background
@@ -383,6 +402,12 @@ class Pacing:
                 rate["g"] = blended_rate(float(g or 0.0), sample)
         rate["t"], rate["chars"] = now, chars
         private["rate"] = rate
+
+    def idle_s(self, private: dict[str, Any]) -> float | None:
+        """Seconds since the thread's last model call (as :meth:`track_rate` noted it in the
+        private key, before this call notes its own); None when no call was noted."""
+        last = (private.get("rate") or {}).get("t")
+        return max(0.0, time.time() - float(last)) if isinstance(last, float | int) else None
 
     def point(self, private: dict[str, Any]) -> int:
         """The size (chars) from which a job is queued: early enough that its summary is ready

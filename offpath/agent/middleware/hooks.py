@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from offpath.agent.middleware.applying import Applying
-from offpath.agent.middleware.claims import Claims, Pacing, Publisher
+from offpath.agent.middleware.claims import FIRST_READ_WAIT_S, Claims, Pacing, Publisher
 from offpath.agent.middleware.counting import ThreadSettings, ThreadTokens
 from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.refusals import Refusals
@@ -284,8 +284,10 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
             self._shorten_arrivals(turn)  # 1. new results over TOOL_RESULT_MAX_CHARS
             if turn.chars + turn.out > self.settings.summarization_threshold_chars:
                 self._over_threshold(turn)  # 2. the prepared compaction, else older shortened
-            elif not self.options.patch:
-                self._apply_forced(turn)  # an operator's "compact now", under the threshold
+            else:
+                if not self.options.patch:
+                    self._apply_forced(turn)  # an operator's "compact now", under the threshold
+                self._apply_idle(turn)  # back after an idle time, over the prepare floor
             self._sized(turn)  # the thread's size after 1 and 2, noted as a session
             self._queue_if_due(turn)  # 3. from the prepare point on: a job, when free
             # the new messages' facts, read ahead (and stored for the worker's job)
@@ -425,6 +427,27 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
         holder = self.claims.prepared(turn.session)
         if holder is not None and self.claims.forced(turn.session):
             self._apply(turn, holder, turn.sizes.chars)
+
+    def _apply_idle(self, turn: CompactingTurn) -> None:
+        """Under the threshold and over the prepare floor, a thread back after an idle time
+        (``SUMMARIZATION_IDLE_APPLY_S`` since its last model call): its prepared compaction
+        applied at this call, its claim read anew for it (at most :data:`FIRST_READ_WAIT_S`:
+        the claim last read may be that of a job still running then)."""
+        s = self.settings
+        if turn.applied or turn.chars + turn.out < s.prepare_floor_chars:
+            return
+        idle_s = self.pacing.idle_s(turn.private)
+        if not s.idle_apply(idle_s):
+            return
+        known, holder = self.claims.fresh(turn.session, FIRST_READ_WAIT_S)
+        if known and holder is not None and holder.state is State.PREPARED:
+            log.info(
+                "[%s] idle %.0f s under the threshold: applying prepared job %s",
+                tag(turn.session),
+                idle_s,
+                holder.job_id,
+            )
+            self._apply(turn, holder, turn.chars)
 
     def _apply(self, turn: CompactingTurn, holder: Claim, chars: int) -> int:
         """The prepared compaction of ``holder`` applied to the turn's messages (of ``chars``),

@@ -53,7 +53,8 @@ def stats(
     latest :data:`PERCENTILE_SAMPLE`), ``llm_tokens`` (``input``, ``output``: what the
     summarizer's LLM reported, over ``events`` compactions that reported any; the prompt
     holds the removed messages, so ``input`` is the real-token counterpart of the chars
-    estimate), ``recent_failures`` (the latest failed jobs) and ``since`` (ISO, or None).
+    estimate), ``recent_failures`` (the latest failed jobs), ``summaries_not_applied`` (the
+    summaries paid for and never applied: :func:`_not_applied`) and ``since`` (ISO, or None).
     """
     from offpath.stores.tenants import SESSIONS
 
@@ -158,6 +159,22 @@ def stats(
                 )
             )
         ]
+        # summaries paid for (the job's row holds the compaction it prepared) and not applied:
+        # still waiting for their thread, or ended without applying it
+        bought = JOBS.c.result["prepared"].as_string().is_not(None)
+        waiting_q = JOBS.c.status == JobStatus.PREPARED.value
+        dropped_q = JOBS.c.status.in_([JobStatus.SKIPPED.value, JobStatus.FAILED.value])
+        used_q = JOBS.c.status.in_([JobStatus.APPLIED.value, JobStatus.REVERTED.value])
+        bought_row: tuple[Any, ...] = conn.execute(
+            jobs(
+                sa.select(
+                    sa.func.count().filter(waiting_q),
+                    sa.func.count().filter(dropped_q & bought),
+                    sa.func.count().filter(used_q),
+                )
+            )
+        ).one()
+        waiting, dropped, used = bought_row
         maskings = conn.execute(
             scoped(
                 sa.select(sa.func.count(MASKINGS.c.id)),
@@ -184,9 +201,20 @@ def stats(
                 "events": int(reported),
             },
             "recent_failures": failures,
+            "summaries_not_applied": _not_applied(int(waiting), int(dropped), int(used)),
             "since": since.isoformat() if since is not None else None,
         }
     }
+
+
+def _not_applied(waiting: int, dropped: int, used: int) -> dict[str, Any]:
+    """The summaries paid for (``paid``: applied, waiting or dropped), those prepared and
+    waiting for their thread (``waiting``), those ended without being applied (``dropped``:
+    stale, expired, superseded, failed), and the share never applied so far (``share``:
+    waiting and dropped over paid; None when none was paid for)."""
+    paid = used + waiting + dropped
+    share = round((waiting + dropped) / paid, 4) if paid else None
+    return {"paid": paid, "waiting": waiting, "dropped": dropped, "share": share}
 
 
 def iso_or_none(value: datetime | None) -> str | None:
