@@ -75,8 +75,10 @@ from offpath.stores.values import Unstorable
 
 log = logging.getLogger("offpath.summarizer")
 
-#: How long (s) a job queued from inside a run waits for the run's checkpoint to catch up
-#: with what the run had seen (:func:`read_caught_up`; no wait once it has). A plan on a
+#: How long (s) a job planned on the checkpoint (offpath's own threads; a job published again,
+#: or whose run's messages could not be sent with it: a middleware's job plans on those)
+#: waits for the run's checkpoint to catch up with what the run had seen
+#: (:func:`read_caught_up`; no wait once it has). A plan on a
 #: lagging read is wasted (the thread found under its threshold, or stale at the swap), so
 #: waiting costs nothing the job would otherwise deliver; a loaded host stalls a run's
 #: checkpoint writes for seconds at once. A job whose run never writes the message (it
@@ -247,12 +249,16 @@ def _compact(
     ns, thread_id = options.checkpoint_ns, options.thread_of(session_id)
     bought: dict[str, Any] | None = None  # what this run's summarizer made, not stored yet
     for attempt in range(2):  # a stale compaction is re-planned once
-        if attempt == 0:
-            thread = read_caught_up(
-                saver, thread_id, options.seen, CHECKPOINT_LAG_S, ns, options.head
-            )
+        if attempt == 0 and options.messages is not None and not options.patch:
+            thread = Thread(list(options.messages))  # the run's, as its middleware queued it
+            source = "the run's messages as it queued the job"
         else:
-            thread = read_thread(saver, thread_id, ns)
+            thread = (
+                read_caught_up(saver, thread_id, options.seen, CHECKPOINT_LAG_S, ns, options.head)
+                if attempt == 0
+                else read_thread(saver, thread_id, ns)
+            )
+            source = f"checkpoint {thread.checkpoint_id}"
         messages = thread.messages
         # the thread's chars per token, as the agent's middleware measured it or counted here
         # (o200k_base); with the threshold in tokens its sizes scale by it (compaction.tokens)
@@ -311,7 +317,12 @@ def _compact(
         # written with the transition that ends this run (prepared, applied with its record,
         # or ended), in that transition's transaction: a job that dies before it is run again
         # (it plans on the thread as it is then)
-        stored = bought = {"prepared": done.prepared.to_json(), "usage": usage}
+        # what it planned on, named in the line that says it stale if it is found so
+        stored = bought = {
+            "prepared": done.prepared.to_json(),
+            "usage": usage,
+            "planned_on": source,
+        }
         failpoint("before_lock")
         if not options.patch:  # a user's own agent: its middleware applies it
             why = "the agent's middleware applies it"

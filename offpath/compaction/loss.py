@@ -160,19 +160,33 @@ def loss_report(
     facts = extract_ranked(left)[1]
     values = [f.value.casefold() for f in facts]
     held = held_in(values, seen)
-    archived = visible_text(left).casefold()
-    # all the values again, not only the lost ones: the same automaton looks in both texts
-    in_archive = held_in(values, archived)
+    # what the archive keeps, message by message: their texts joined are what it keeps
+    # whole (each message gives its text at least, and case folding maps char by char)
+    texts = [visible_text([m]).casefold() for m in left]
+    by_id = {str(m.id): text for m, text in zip(left, texts, strict=True)}
+    archived = "\n".join(texts)
     # one pass over the facts, each one's case-folded value and tool_only read once: the lost
-    # ones as (fact, recallable), the stated first, each part by rank
-    stated_lost: list[tuple[Fact, bool]] = []
-    tool_only_lost: list[tuple[Fact, bool]] = []
+    # ones, the stated first, each part by rank
+    stated_gone: list[tuple[Fact, str]] = []
+    tool_only_gone: list[tuple[Fact, str]] = []
     stated_facts = 0
     for f, value in zip(facts, values, strict=True):
         tool_only = f.tool_only
         stated_facts += not tool_only
         if value not in held:
-            (tool_only_lost if tool_only else stated_lost).append((f, value in in_archive))
+            (tool_only_gone if tool_only else stated_gone).append((f, value))
+    # recallable: an original holds it word for word. The message a fact was first seen in
+    # mostly does; the lost values it does not hold are looked for in all of them at once
+    elsewhere = {
+        value
+        for f, value in (*stated_gone, *tool_only_gone)
+        if value not in by_id.get(f.message_id, "")
+    }
+    in_archive = held_in(elsewhere, archived) if elsewhere else set()
+    stated_lost = [(f, value not in elsewhere or value in in_archive) for f, value in stated_gone]
+    tool_only_lost = [
+        (f, value not in elsewhere or value in in_archive) for f, value in tool_only_gone
+    ]
     lost = stated_lost + tool_only_lost
 
     truth = None

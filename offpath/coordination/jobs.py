@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from langchain_core.messages import BaseMessage
+import orjson
+from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 from sqlalchemy.engine import Engine
 
 from offpath.compaction.pairing import new_unpaired
@@ -60,6 +61,12 @@ _log = logging.getLogger("offpath.hook")  # a turn's "not queued" lines, as the 
 
 
 # --- the values a job's life passes around ---------------------------------------------
+
+
+#: The most a job's message carries of its run's messages (bytes of JSON): more (a thread
+#: far past its hard limit, where compaction is far behind) is left out and the job reads
+#: the checkpoint, so that a broker message stays bounded whatever the thread.
+JOB_MESSAGES_MAX_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +112,15 @@ class JobOptions:
     #: The thread's chars per token as its model counts them (:mod:`offpath.compaction.tokens`;
     #: None: not known, the worker counts the thread it reads)
     chars_per_token: float | None = None
+    #: The run's messages when its middleware queued the job (a user's own agent): the job
+    #: plans on them, the thread the run goes on from (later steps only add messages and
+    #: shorten results in place, which a plan's digests allow), not on the checkpoint, which
+    #: LangGraph writes in the background and which falls seconds behind a run on a loaded
+    #: database: a plan on it names a thread the run no longer has (found stale at the swap,
+    #: "message <first id> changed", or skipped under the threshold), and the next job
+    #: waits for it again. Sent with the job's message (:meth:`to_message`), never kept in
+    #: its row: a job published again (the reconciler) reads the checkpoint. None: read it.
+    messages: tuple[BaseMessage, ...] | None = None
 
     def thread_of(self, session_id: str) -> str:
         """The ``thread_id`` the checkpoints of ``session_id``'s messages are kept under."""
@@ -130,6 +146,26 @@ class JobOptions:
             data["chars_per_token"] = self.chars_per_token
         return data
 
+    def to_message(self) -> dict[str, Any]:
+        """:meth:`to_json` and the run's :attr:`messages` (LangChain's message dicts): what
+        the job's message carries to the worker. Messages holding a value JSON cannot carry
+        (an object a tool put in a message's fields), or more than
+        :data:`JOB_MESSAGES_MAX_BYTES` of it, are left out: the job then reads the checkpoint."""
+        data = self.to_json()
+        if self.messages is not None:
+            dicts = messages_to_dict(self.messages)
+            try:
+                size = len(orjson.dumps(dicts))
+            except TypeError as exc:
+                log.info("the run's messages are not sent with the job (%s): it reads them", exc)
+            else:
+                if size <= JOB_MESSAGES_MAX_BYTES:
+                    data["messages"] = dicts
+                else:
+                    log.info("the run's messages (%d bytes) are not sent with the job: it reads "
+                             "them", size)  # fmt: skip
+        return data
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> JobOptions:
         if not data:
@@ -145,7 +181,20 @@ class JobOptions:
             outside=max(0, data["outside"]) if isinstance(data.get("outside"), int) else 0,
             thread_id=data["thread_id"] if isinstance(data.get("thread_id"), str) else None,
             chars_per_token=stored_ratio(data.get("chars_per_token")),
+            messages=_messages_of(data.get("messages")),
         )
+
+
+def _messages_of(data: Any) -> tuple[BaseMessage, ...] | None:
+    """The messages of a job's message (:meth:`JobOptions.to_message`); None when it has none
+    or they cannot be read (the job reads the checkpoint)."""
+    if not isinstance(data, list):
+        return None
+    try:
+        return tuple(messages_from_dict(data))
+    except Exception as exc:  # a message of a newer or older LangChain: the checkpoint's
+        log.warning("the run's messages sent with a job could not be read: %s", exc)
+        return None
 
 
 def head_mark(messages: Sequence[BaseMessage]) -> str | None:
@@ -153,6 +202,13 @@ def head_mark(messages: Sequence[BaseMessage]) -> str | None:
     as :attr:`JobOptions.head` names it."""
     first = next((m for m in messages if m.type != "system"), None)
     return None if first is None else f"{first.id}:{digest(first)}"
+
+
+def planned_head(prepared: Prepared) -> str | None:
+    """``"<id>:<digest>"`` of the first message after the system prompt of the thread
+    ``prepared`` was planned on (:func:`head_mark` of it; None: it saw none)."""
+    first = prepared.order[0] if prepared.order else None
+    return None if first is None else f"{first}:{prepared.digests.get(first)}"
 
 
 #: The reason code of a job that failed on a value of its thread the database refused.
@@ -393,7 +449,7 @@ class Jobs:
             self.leases.release_queued(session_id, job_id)
             return HookResult("error", f"database error: {exc}")
         try:
-            self.publish(session_id, job_id, opts)
+            self.publish(session_id, job_id, options.to_message())
         except Exception as exc:
             # the claim stays, so later turns do not pile up jobs; the reconciler publishes it
             failed(BROKER, exc, "compaction not queued: publish failed")
@@ -538,8 +594,16 @@ class Jobs:
         if isinstance(fitted, Stale):
             if not replan:
                 why = fitted.reason
-                log.info("[%s] prepared compaction of job %s dropped: %s", tag(session_id),
-                         job_id, why)  # fmt: skip
+                log.info(
+                    "[%s] prepared compaction of job %s dropped: %s (planned on %s, whose "
+                    "first message was %s; the thread's is %s)",
+                    tag(session_id),
+                    job_id,
+                    why,
+                    result.get("planned_on") or "a thread not named",
+                    planned_head(prepared),
+                    head_mark(messages),
+                )
                 stale = JobEnded(JobStatus.SKIPPED, "stale", f"stale: {why}",
                                  result=dict(result) if unsaved else None)  # fmt: skip
                 self.end(session_id, job_id, stale, holding)

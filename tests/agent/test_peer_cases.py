@@ -869,3 +869,106 @@ def test_an_async_run_with_a_middleware_before_offpath_compacts_and_pairs(agent_
     check_kept(p, requests)
     check_results_whole(p, pages_of(replies))
     assert compactions(p) == 1, jobs_of(p)
+
+
+def lagging(saver: Any, lag_s: float) -> Any:
+    """``saver`` with each checkpoint written ``lag_s`` late (LangGraph writes a run's
+    checkpoints in the background, one after another: on a loaded database they fall seconds
+    behind the run)."""
+    put = saver.put
+
+    def late(*args: Any, **kw: Any) -> Any:
+        time.sleep(lag_s)
+        return put(*args, **kw)
+
+    saver.put = late
+    return saver
+
+
+def test_a_checkpoint_that_lags_the_run_never_makes_a_prepared_compaction_stale(
+    agent_parts, monkeypatch
+):
+    """The run's checkpoints fall behind it (each written 0.3 s late) further than a job waits
+    for them: a job planned on what the checkpoint held then was prepared on a thread the run
+    no longer had (the summary of the compaction it applied meanwhile at the same id), found
+    stale at the swap, or on one still under its threshold (skipped), and the thread stayed
+    over its threshold until another was prepared. A job queued by the run plans on the
+    thread the run had when it queued it."""
+    import offpath.worker.jobs as jobs
+    from offpath.stores.db.tables import JobStatus
+
+    monkeypatch.setattr(jobs, "CHECKPOINT_LAG_S", 0.05)
+    p = agent_parts
+    saver = lagging(p.saver, 0.3)
+    replies = [m for t in range(3) for m in reads(f"t{t}", 6)]
+    agent = create_agent(p.model(replies), [logs_tool()], middleware=[p.middleware],
+                         checkpointer=saver)  # fmt: skip
+    run_checked(p, agent, 3)
+    statuses = jobs_of(p)
+    # nor one planned on a checkpoint that did not hold the run's messages yet
+    wasted = [r for _, r in statuses if (r or "").startswith(("stale", "under_threshold"))]
+    assert not wasted, statuses
+    assert sum(s == JobStatus.APPLIED for s, _ in statuses) >= 2, statuses
+
+
+def test_a_call_that_drops_a_stale_compaction_knows_the_freed_claim_at_once(tmp_path, monkeypatch):
+    """A model call over the threshold finds the prepared compaction stale: the job ends
+    and hands the thread on (free). The call knows it at once, not at a later call's
+    background read, so that the same call queues the next job: the thread waits one summary
+    for it, not a call more."""
+    import offpath.agent.middleware.applying as applying
+    from offpath.compaction.patch import Stale
+    from offpath.stores.db.tables import JobStatus
+
+    settings = load_settings(
+        data_dir=str(tmp_path),
+        lock_backend="database",
+        summarization_threshold_chars=6_000,
+        summarization_keep_chars=2_000,
+    )
+    client = Client.open(settings, publish=lambda *_: None)
+    try:
+        mw = OffPathCompaction(settings, client=client, recall=False)
+        sid = "t-stale"
+        assert client.leases.claim(sid, "job1") is None  # queued, then prepared
+        assert client.leases.store.swap(client.leases.key(sid), "q:job1", "p:job1", 60)
+        holder = client.leases.holder(sid)
+        mw.claims.read_claim(sid)  # as the background read gives it to the call
+        assert mw.claims.claim_of(sid) == (True, holder)
+        row = {"status": JobStatus.PREPARED, "result": {"prepared": {}}, "options": {}}
+        monkeypatch.setattr(applying, "job_row", lambda *_: row)
+
+        def stale(writer: Any, session_id: str, job_id: str, *_: Any, **__: Any) -> Stale:
+            client.leases.settle(session_id, job_id, None)  # ended skipped (stale): freed
+            return Stale("message h changed since the summary was prepared")
+
+        monkeypatch.setattr(client.jobs, "apply", stale)
+        messages: list[BaseMessage] = [HumanMessage(id="h", content="x" * 7_000)]
+        after, _ = mw.applying.apply_now(sid, holder, messages, {}, 7_000)
+        assert after is messages
+        assert mw.claims.claim_of(sid) == (True, None)  # as the call's queueing step asks
+    finally:
+        client.close()
+
+
+def test_a_jobs_message_carries_the_runs_messages_and_its_row_does_not():
+    """The run's messages travel with the job's message (the worker plans on them), shortened
+    results with their marks, so that their digests are the run's; the job's row keeps the
+    options alone (a job published again reads the checkpoint); a message JSON cannot carry,
+    or more than the broker message's bound of them, leaves them out."""
+    from offpath.compaction.shorten import digest, shorten
+    from offpath.coordination.jobs import JOB_MESSAGES_MAX_BYTES, JobOptions
+
+    long = ToolMessage(id="t", content="line of log\n" * 400, tool_call_id="c")
+    thread = [HumanMessage(id="h", content="why?"), call("a", ("c", "fetch_logs", {})),
+              shorten(long, 600)]  # fmt: skip
+    options = JobOptions(patch=False, messages=tuple(thread))
+    assert "messages" not in options.to_json()
+    sent = JobOptions.from_json(options.to_message())
+    assert sent.messages is not None
+    assert [(m.id, digest(m)) for m in sent.messages] == [(m.id, digest(m)) for m in thread]
+    odd = HumanMessage(id="x", content="x", additional_kwargs={"seen": object()})
+    assert JobOptions.from_json(JobOptions(messages=(odd,)).to_message()).messages is None
+    assert JobOptions.from_json(options.to_json()).messages is None
+    big = HumanMessage(id="b", content="x" * (JOB_MESSAGES_MAX_BYTES + 1))
+    assert "messages" not in JobOptions(messages=(big,)).to_message()

@@ -16,7 +16,7 @@ from shared import CASES, TRANSCRIPTS, load, messages_of
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.facts.extraction import extract, rank
 from offpath.compaction.facts.patterns import find
-from offpath.compaction.facts.pinning import STATED_LINE_MIN_BUDGET, pin
+from offpath.compaction.facts.pinning import STATED_LINE_MIN_BUDGET, pin, whole_kind
 from offpath.compaction.facts.sections import MAX_LINE_CHARS, PINNED_HEADING
 from offpath.compaction.loss import visible_text
 from offpath.compaction.pipeline import Skip, compact
@@ -770,3 +770,10 @@ def test_facts_only_a_tool_held_stay_within_the_facts_share():
     body = GuardedSummarizer(Wordy(), 8_000).summarize(plan, build_prompt(plan, 60_000)).text
     section = body.removesuffix(RECALL_NOTE).rstrip().split(PINNED_HEADING, 1)[-1]
     assert len(section) <= plan.summary_chars * FACTS_SHARE + 40
+
+
+def test_a_tool_arguments_kind_is_the_one_fact_find_gives_all_of_it():
+    assert whole_kind("2024-05-20") == "timestamp"
+    assert whole_kind("checkout on 2024-05-20") is None  # a fact in it, not all of it
+    assert whole_kind("OPS-4711") == "ticket"
+    assert whole_kind("look it up") is None  # no fact in it: its kind stays argument

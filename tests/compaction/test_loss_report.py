@@ -236,3 +236,15 @@ def test_the_session_page_counts_the_stated_facts_lost_and_the_tool_only_ones_ap
     assert f"{tool_only['lost']} of {tool_only['facts']} identifiers only tool output held" in page
     assert page.count('class="stated"') == stated["lost"]
     assert "tool output only" in page
+
+
+def test_a_lost_value_is_recallable_when_any_original_holds_it_word_for_word():
+    # a tool call's arguments are archived as JSON, a tab in a value escaped: the call does
+    # not hold the value word for word; a later message quoting it does
+    value = "#W23\t78156"
+    alone = [HumanMessage(id="h1", content="look up the order"), call("a1", "c1", order=value)]
+    quoted = [*alone, AIMessage(id="a2", content=f"Order {value} is late.")]
+    lost = {f.value: f for f in loss_report(alone, "", []).lost}
+    assert lost[value].message_id == "a1" and not lost[value].recallable
+    lost = {f.value: f for f in loss_report(quoted, "", []).lost}
+    assert lost[value].message_id == "a1" and lost[value].recallable

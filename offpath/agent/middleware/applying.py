@@ -25,7 +25,7 @@ from offpath.coordination.jobs import JobEnded, Landed
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
 from offpath.coordination.runtime import Client
-from offpath.coordination.writers import StateUpdateWriter
+from offpath.coordination.writers import StateUpdate, StateUpdateWriter
 from offpath.stores.db.job_queries import job_row
 from offpath.stores.db.tables import JobStatus
 from offpath.stores.leases.claims import Claim, State
@@ -104,9 +104,9 @@ class Applying:
         chars the call sends besides them): the messages and their size after it (unchanged
         if it did not apply). ``writes``: see :meth:`_apply`."""
         applied = self.apply(session_id, holder.job_id, messages, out, writes)
-        self.claims.forget(session_id)
-        if applied is None:
+        if applied is None:  # the claim as :meth:`apply` left it
             return messages, chars
+        self.claims.forget(session_id)
         fitted, pending = applied
         private["pending"] = pending
         private["removed"] = True
@@ -179,14 +179,22 @@ class Applying:
         it removes are stored (invariant 12) first, or, given ``writes``, while the model
         answers (see :meth:`~offpath.agent.middleware.shaping.Shaping.shorten`); its loss
         report after that, on the writer thread
-        (:data:`~offpath.coordination.writers.LOSS_PENDING` until then)."""
+        (:data:`~offpath.coordination.writers.LOSS_PENDING` until then).
+
+        When it returns None, the thread's claim is known free if the job handed it on
+        (found stale, ended, or recorded as landed: :meth:`Claims.freed`), so that the same
+        call queues the next job, not a later one once a background read tells it (a thread
+        over its threshold then waits one summary, not a call more); else it is forgotten
+        (read again in the background)."""
         client = self.client()
         with self._guard:
             if job_id in self._storing:  # an earlier call's write of it is still running
+                self.claims.forget(session_id)
                 return None
         try:
             row = job_row(client.engine, job_id)
             if row is None or row["status"] != JobStatus.PREPARED or not row["result"]:
+                self.claims.forget(session_id)
                 return None
             writer = StateUpdateWriter(
                 writes, self.background.write, partial(self.reports.trouble, USAGE_DB)
@@ -208,7 +216,10 @@ class Applying:
                 USAGE_DB, exc, f"[{tag(session_id)}] could not apply job {job_id}: {exc}"
             )
             self.reports.tell(session_id, job_id, "failed", reason=f"not applied: {exc}")
+            self.claims.forget(session_id)
             return None
+        if not isinstance(done, StateUpdate):  # the job handed the thread on
+            self.claims.freed(session_id)
         if isinstance(done, Landed):  # a crashed run had applied it: recorded now
             record = done.record
             chars = record.get("chars_before"), record.get("chars_after")

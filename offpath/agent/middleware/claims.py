@@ -88,7 +88,8 @@ class Claims:
     Requires: the settings in force, the client (opened on first use), the background
     threads, the reports, and ``patch`` (offpath's own API agent: no job of it is forced).
     Provides: :meth:`claim_of`, :meth:`await_claim`, :meth:`read_claim`, :meth:`now`,
-    :meth:`forced`, :meth:`forget`, :meth:`reading`, :meth:`in_flight`, :meth:`warm`, and the
+    :meth:`forced`, :meth:`freed`, :meth:`forget`, :meth:`reading`, :meth:`in_flight`,
+    :meth:`warm`, and the
     pickup watch (:meth:`check_pickup`, :meth:`note_queued`, :meth:`watch_pickup`)."""
 
     def __init__(
@@ -234,6 +235,15 @@ class Claims:
         with self._guard:
             seen = self._claims.get(session_id)
             return bool(seen and seen.forced)
+
+    def freed(self, session_id: str) -> None:
+        """The thread's claim is known free: this process's call ended its prepared job,
+        which handed the thread on. A job queued on it (:meth:`claim_of` gives no claim) takes
+        the thread unless another claim holds it: the lease store decides."""
+        seen = _Seen(at=time.monotonic())
+        seen.read.set()
+        with self._guard:
+            self._claims[session_id] = seen
 
     def forget(self, session_id: str) -> None:
         """The claim changed (this call applied or dropped a prepared compaction)."""
@@ -441,8 +451,9 @@ class Publisher:
         planned: int | None = None,
     ) -> None:
         """Queue a job for the thread in a background thread (the model call does not wait).
-        The job names the run's newest message (``seen``: the worker waits for the checkpoint
-        to hold it, as LangGraph writes it in the background), where the run's messages are
+        The job carries the run's ``messages`` (a user's own agent: the job plans on them)
+        and names the run's newest message (``seen``: a job planned on the checkpoint waits
+        for it to hold it, as LangGraph writes it in the background), where the run's messages are
         (its ``thread_id`` and checkpoint namespace: a subgraph's, a callee's), and the size it
         may plan from (the prepare point, or ``planned``)."""
         with self._guard:
@@ -458,6 +469,9 @@ class Publisher:
             floor=min(chars if planned is None else planned, self.pacing.point(private)),
             outside=outside_of(private),
             chars_per_token=self.settings.ratio(session_id),
+            # the thread the run goes on from: the job plans on it, not on a checkpoint that
+            # lags (offpath's own agent's worker patches the checkpoint: it reads it)
+            messages=None if self.options.patch else tuple(messages),
         )
         self.background.write(self._publish, session_id, chars, options)
 

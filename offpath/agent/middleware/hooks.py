@@ -241,8 +241,8 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
             prepared = holder if known and holder and holder.state is State.PREPARED else None
             if prepared is not None and (over or self.claims.forced(session_id)):
                 applied = self.applying.apply(session_id, prepared.job_id, messages, out)
-                self.claims.forget(session_id)
-                if applied is not None:
+                if applied is not None:  # else the claim as it left it: a job queued below
+                    self.claims.forget(session_id)
                     fitted, private["pending"] = applied
                     update["messages"] = fitted.patch
                     messages = patched(messages, fitted.patch)

@@ -480,9 +480,25 @@ def _merged(messages: Sequence[BaseMessage]) -> tuple[tuple[bytes, ...], tuple[F
                 seen
             )
             fact = facts.get(value)
-            if fact is None:
-                fact = facts[value] = Fact(value, kind, first, line, order=len(facts))
-                fact._seen.add(first)
+            if fact is None:  # most values: made whole at once
+                ids = {first, *found_in}
+                facts[value] = Fact(
+                    value,
+                    kind,
+                    first,
+                    line,
+                    len(ids),
+                    bool(stated),
+                    len(facts),
+                    bool(asked),
+                    bool(carried),
+                    not clear,
+                    bool(error),
+                    bool(said),
+                    age if age > 0 else 0,
+                    ids,
+                )
+                continue
             ids = fact._seen
             for mid in found_in:
                 if mid not in ids:

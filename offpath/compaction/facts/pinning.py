@@ -8,6 +8,7 @@ which only the part it removes held, quoted under
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections import Counter
@@ -190,14 +191,15 @@ def pin(
 
     def add(fact: Fact, room: int) -> None:
         nonlocal used, pinned
-        # the cheap test first: once the room is spent, most facts end here
-        if room - used < len(fact.value) + 2 or fact.value in pinned:
+        # the cheap tests first: once the room is spent, most facts end here; a fact the
+        # summary or the keep window holds needs no label
+        if room - used < len(fact.value) + 2 or fact.value in pinned or not missing(fact):
             return
         label = _label(
             fact, budget >= STATED_LINE_MIN_BUDGET if stated_lines is None else stated_lines
         )
         took = cost(fact, label)
-        if used + took > room or not missing(fact):
+        if used + took > room:
             return
         listed.setdefault(label, []).append(fact)
         used += took
@@ -412,9 +414,7 @@ def _label(fact: Fact, stated_line: bool = True) -> str:
     ``stated_line`` (its own line: the next summary reads it back as stated)."""
     kind = fact.kind
     if kind == "argument":
-        found = find(fact.value)
-        if len(found) == 1 and found[0][0] == fact.value:
-            kind = found[0][1]
+        kind = whole_kind(fact.value) or kind
     mark = ""
     if stated_line:
         if fact.said:
@@ -424,6 +424,14 @@ def _label(fact: Fact, stated_line: bool = True) -> str:
         elif fact.stated:
             mark = STATED_LABEL
     return _LABELS.get(kind, "ids") + mark
+
+
+@functools.lru_cache(maxsize=4_096)
+def whole_kind(value: str) -> str | None:
+    """The kind :func:`find` gives ``value`` when it finds one fact that is all of it, else
+    None (asked once per value: a thread's tool arguments repeat across its compactions)."""
+    found = find(value)
+    return found[0][1] if len(found) == 1 and found[0][0] == value else None
 
 
 def _shown(value: str) -> str:
