@@ -580,18 +580,34 @@ def _call(call: Mapping[str, Any]) -> str:
     return f"{call.get('name')}({one_line(args, 100)})"
 
 
+#: Code spans, and what is left of an item once they are gone.
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_WORD = re.compile(r"[^\W\d_]{3,}")
+
+
+def _says_what(step: str) -> bool:
+    """``step`` (a numbered item's text) says something to do: a word outside its code
+    spans. ``1. `catalogue-f7687cb4-zsngc`:`` heads the details of one item of a report."""
+    return _WORD.search(_CODE_SPAN.sub(" ", step)) is not None
+
+
 def _plan(
     messages: Sequence[BaseMessage], carried: Mapping[int, tuple[str, str]] | None = None
 ) -> tuple[list[str], list[str]]:
     """The agent's latest plan (a numbered list of two steps or more in its text; else the one
     an earlier summary listed, ``carried``: step -> (text, status)): the steps it reported
     done, and the others, the one under way first."""
-    plan: dict[int, str] = {n: text for n, (text, _) in (carried or {}).items()}
-    status: dict[int, str] = {n: st for n, (_, st) in (carried or {}).items()}
+    carried = {n: step for n, step in (carried or {}).items() if _says_what(step[0])}
+    plan: dict[int, str] = {n: text for n, (text, _) in carried.items()}
+    status: dict[int, str] = {n: st for n, (_, st) in carried.items()}
     at = 0
     for i, m in enumerate(messages):
         if isinstance(m, AIMessage):
-            steps = {int(n): s.strip() for n, s in _STEP.findall(content_text(m.content))}
+            steps = {
+                int(n): s.strip()
+                for n, s in _STEP.findall(content_text(m.content))
+                if _says_what(s)
+            }
             if len(steps) >= 2 and 1 in steps:
                 plan, at = steps, i
                 status = {n: "done" if _CHECKED.search(x) else "" for n, x in steps.items()}

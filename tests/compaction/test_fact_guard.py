@@ -20,10 +20,10 @@ from offpath.compaction.facts.pinning import STATED_LINE_MIN_BUDGET, pin, whole_
 from offpath.compaction.facts.sections import MAX_LINE_CHARS, PINNED_HEADING
 from offpath.compaction.loss import visible_text
 from offpath.compaction.pipeline import Skip, compact
-from offpath.compaction.planner import plan_compaction
+from offpath.compaction.planner import CompactionPlan, plan_compaction
 from offpath.compaction.prompt import build_prompt, render_content
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summarizers.guarded import RECALL_NOTE, GuardedSummarizer
+from offpath.compaction.summarizers.guarded import FACTS_SHARE, RECALL_NOTE, GuardedSummarizer
 from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.compaction.summary import build_summary_message
 from offpath.config import load_settings
@@ -711,6 +711,65 @@ def test_what_the_agent_and_the_user_named_shares_the_room_by_chars():
     text, _ = pin("s", [earlier], 200)
     assert "mod_00" in text and "mod_09" in text, text
     assert "github.com" not in text, text
+
+
+def test_what_the_agent_said_takes_the_prose_room_past_the_facts_share():
+    # issue 32 (benchmark 20): over a long session the agent's own figures and names filled
+    # the facts' share while the summarizer's prose, which names none of them, kept the rest
+    names = [f"svc-{k:02d}-node-{k * 37 % 1000:03d}" for k in range(150)]
+    report = "Pods checked:\n" + "\n".join(f"- `{n}`: {100 + k} Mi" for k, n in enumerate(names))
+    plan = CompactionPlan(
+        cut=3,
+        boundary="turn",
+        removed=(
+            HumanMessage(id="h1", content="List the memory requests of every pod."),
+            AIMessage(id="a1", content=report),
+        ),
+        kept=(HumanMessage(id="h2", content="thanks"),),
+        order=("h1", "a1", "h2"),
+        request=None,
+        total_chars=8_000,
+        removed_chars=7_000,
+        estimated_chars_after=3_000,
+        threshold_chars=30_000,
+        summary_chars=3_000,
+    )
+    body = GuardedSummarizer(Wordy(), 8_000).summarize(plan, build_prompt(plan, 60_000)).text
+    body = body.removesuffix(RECALL_NOTE).rstrip()
+    assert len(body) <= plan.summary_chars
+    section = body.split(PINNED_HEADING, 1)[1]
+    assert len(section) > plan.summary_chars * FACTS_SHARE  # past the share: the agent's words
+    assert "part 39" not in body  # the prose that names nothing gave way, its last first
+    assert body.startswith("**Investigating:** List the memory requests of every pod.")
+
+
+def test_facts_only_a_tool_held_stay_within_the_facts_share():
+    # the summarizer's prose keeps what the facts' share leaves when no one said the values
+    rows = "\n".join(f"node-{k:03d}-x{k * 7919 % 10_000:04d} ready 10{k} Mi" for k in range(150))
+    plan = CompactionPlan(
+        cut=4,
+        boundary="turn",
+        removed=(
+            HumanMessage(id="h1", content="List the nodes."),
+            AIMessage(
+                id="a1",
+                content="",
+                tool_calls=[{"id": "c", "name": "nodes", "args": {}}],
+            ),
+            ToolMessage(id="t1", content=rows, tool_call_id="c"),
+        ),
+        kept=(HumanMessage(id="h2", content="thanks"),),
+        order=("h1", "a1", "t1", "h2"),
+        request=None,
+        total_chars=8_000,
+        removed_chars=7_000,
+        estimated_chars_after=3_000,
+        threshold_chars=30_000,
+        summary_chars=3_000,
+    )
+    body = GuardedSummarizer(Wordy(), 8_000).summarize(plan, build_prompt(plan, 60_000)).text
+    section = body.removesuffix(RECALL_NOTE).rstrip().split(PINNED_HEADING, 1)[-1]
+    assert len(section) <= plan.summary_chars * FACTS_SHARE + 40
 
 
 def test_a_tool_arguments_kind_is_the_one_fact_find_gives_all_of_it():

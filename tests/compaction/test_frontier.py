@@ -136,6 +136,28 @@ def test_a_plan_with_three_steps_done_names_the_fourth_as_under_way(kind):
 
 
 @pytest.mark.parametrize("kind", SUMMARIZERS)
+def test_a_numbered_list_of_names_is_no_plan(kind):
+    # "1. `pod-a`:" heads the details of one item: it says nothing to do (a plan's step does),
+    # and listing it as an open step costs the summary's room and misleads the agent
+    report = (
+        "Memory usage details for catalogue pods:\n\n1. `catalogue-f7687cb4-zsngc`:\n"
+        "   - Memory Requests: 100 Mi\n\n2. `catalogue-db-c948fd796-w4vzl`:\n"
+        "   - No explicit memory requests or limits configured."
+    )
+    msgs = [
+        SystemMessage(id="sys", content="sys"),
+        HumanMessage(id="h", content="Get the memory usage of the catalogue pods."),
+        AIMessage(id="report", content=report),
+        HumanMessage(id="h2", content="Now check the orders pods."),
+    ]
+    for i in range(12):
+        msgs += tool_step("s", i)
+    text, _ = summary_of(msgs, kind)
+    _, state = sections(text)
+    assert "step 1" not in state and "step 2" not in state
+
+
+@pytest.mark.parametrize("kind", SUMMARIZERS)
 def test_an_instruction_revised_later_is_the_one_in_force(kind):
     msgs = [
         SystemMessage(id="sys", content="sys"),

@@ -22,6 +22,7 @@ import dataclasses
 import logging
 
 from offpath.compaction.facts.pinning import pin
+from offpath.compaction.facts.sections import ASKED_LABEL, SAID_LABEL
 from offpath.compaction.frontier import Frontier, into_summary, read_frontier
 from offpath.compaction.index import archive_index, index_room
 from offpath.compaction.planner import CompactionPlan
@@ -39,6 +40,10 @@ MIN_TEXT_CHARS = 300
 #: the agent said and the user named come first in it, over many compactions the facts of
 #: every span the summaries carry.
 FACTS_SHARE = 0.7
+#: Most of it they may take while what the agent said in its own words and the user named
+#: (the lines of values marked so) do not fit in :data:`FACTS_SHARE`: their values outrank a
+#: summarizer's prose that left them out.
+OWN_FACTS_SHARE = 0.85
 
 
 class GuardedSummarizer:
@@ -86,7 +91,7 @@ class GuardedSummarizer:
             # the budget; what they need beyond the room the text left is taken from the
             # summarizer's prose (its last findings first, then its longest lines; the
             # headings and the agent's place stay)
-            want = min(self.pinned_max_chars, int(plan.summary_chars * FACTS_SHARE))
+            want = min(self.pinned_max_chars, _facts_room(text, plan))
             if room < want:
                 need = len(pin(text, plan.removed, want, plan.kept)[0]) - len(text.rstrip())
                 short = need - (plan.summary_chars - len(text) - 4)  # the text may be over
@@ -108,3 +113,26 @@ class GuardedSummarizer:
             output_tokens=result.output_tokens,
             meta={**result.meta, "frontier": frontier.to_json()},
         )
+
+
+def _facts_room(text: str, plan: CompactionPlan) -> int:
+    """Chars the Pinned facts may take of ``plan``'s text budget beside ``text``:
+    :data:`FACTS_SHARE` of it, or up to :data:`OWN_FACTS_SHARE` as far as the lines of what
+    the agent said and the user named need (listed first, they fill the share when they do
+    not fit in it)."""
+    share = int(plan.summary_chars * FACTS_SHARE)
+    most = int(plan.summary_chars * OWN_FACTS_SHARE)
+    _, pinned = pin(text, plan.removed, share, plan.kept)
+    own = sum(len(e) for e in pinned.entries if _own_line(e))
+    if own < share * 9 // 10:  # they fit, with room to spare: the share holds
+        return share
+    _, wider = pin(text, plan.removed, most, plan.kept)
+    own = sum(len(e) for e in wider.entries if _own_line(e))
+    rest = sum(len(e) for e in pinned.entries if not _own_line(e))
+    return max(share, min(most, own + rest + 64))
+
+
+def _own_line(entry: str) -> bool:
+    """A pinned entry lists values the agent said or the user named."""
+    head = entry.strip().split(": ", 1)[0]
+    return head.startswith("- ") and head.endswith((SAID_LABEL, ASKED_LABEL))
