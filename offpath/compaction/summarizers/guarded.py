@@ -91,9 +91,12 @@ class GuardedSummarizer:
             # the budget; what they need beyond the room the text left is taken from the
             # summarizer's prose (its last findings first, then its longest lines; the
             # headings and the agent's place stay)
-            want = min(self.pinned_max_chars, _facts_room(text, plan))
+            most = min(self.pinned_max_chars, int(plan.summary_chars * OWN_FACTS_SHARE))
+            want, pinned_text = (
+                _facts_room(text, plan, self.pinned_max_chars) if room < most else (room, "")
+            )
             if room < want:
-                need = len(pin(text, plan.removed, want, plan.kept)[0]) - len(text.rstrip())
+                need = len(pinned_text) - len(text.rstrip())
                 short = need - (plan.summary_chars - len(text) - 4)  # the text may be over
                 if short > 0:
                     inner = fit_text(result.text, max(0, len(result.text) - short))
@@ -115,21 +118,25 @@ class GuardedSummarizer:
         )
 
 
-def _facts_room(text: str, plan: CompactionPlan) -> int:
-    """Chars the Pinned facts may take of ``plan``'s text budget beside ``text``:
-    :data:`FACTS_SHARE` of it, or up to :data:`OWN_FACTS_SHARE` as far as the lines of what
-    the agent said and the user named need (listed first, they fill the share when they do
-    not fit in it)."""
-    share = int(plan.summary_chars * FACTS_SHARE)
-    most = int(plan.summary_chars * OWN_FACTS_SHARE)
-    _, pinned = pin(text, plan.removed, share, plan.kept)
+def _facts_room(text: str, plan: CompactionPlan, cap: int) -> tuple[int, str]:
+    """Chars the Pinned facts may take of ``plan``'s text budget beside ``text`` (at most
+    ``cap``), and ``text`` with the section :func:`pin` makes in them:
+    :data:`FACTS_SHARE` of the budget, or up to :data:`OWN_FACTS_SHARE` as far as the lines
+    of what the agent said and the user named need (listed first, they fill the share when
+    they do not fit in it)."""
+    share = min(cap, int(plan.summary_chars * FACTS_SHARE))
+    most = min(cap, int(plan.summary_chars * OWN_FACTS_SHARE))
+    at_share, pinned = pin(text, plan.removed, share, plan.kept)
     own = sum(len(e) for e in pinned.entries if _own_line(e))
-    if own < share * 9 // 10:  # they fit, with room to spare: the share holds
-        return share
-    _, wider = pin(text, plan.removed, most, plan.kept)
+    if own < share * 9 // 10 or most <= share:  # they fit, with room to spare: the share holds
+        return share, at_share
+    at_most, wider = pin(text, plan.removed, most, plan.kept)
     own = sum(len(e) for e in wider.entries if _own_line(e))
     rest = sum(len(e) for e in pinned.entries if not _own_line(e))
-    return max(share, min(most, own + rest + 64))
+    want = max(share, min(most, own + rest + 64))
+    if want == most:
+        return want, at_most
+    return want, pin(text, plan.removed, want, plan.kept)[0]
 
 
 def _own_line(entry: str) -> bool:
