@@ -428,6 +428,7 @@ def run(ctx: Context) -> Result:
         # the return phase: every thread idle SUMMARIZATION_IDLE_APPLY_S, then one short turn
         time.sleep(max(0.0, IDLE_APPLY_S + 1.0 - (time.monotonic() - changed)))
         returned = come_back(url, clients)
+        by_status = ", ".join(f"{n} x HTTP {code}" for code, n in sorted(returned.items()))
         time.sleep(1.0)  # their hooks run after the responses
         rows, _ = settle(engine, sids, settings.reconcile_interval_s + 2, timeout=600)
         problems, where = check_threads(settings, clients, engine)
@@ -547,8 +548,8 @@ def run(ctx: Context) -> Result:
         "SUMMARIZATION_IDLE_APPLY_S, until PREPARED_JOB_TTL_S)",
         f"return phase: each thread idle {IDLE_APPLY_S:.0f} s or more (SUMMARIZATION_IDLE_APPLY_S="
         f"{IDLE_APPLY_S:.0f} in this run; default 300), then one short turn (a question and an "
-        f"answer, ~100 chars: under its threshold a thread stays under it); answers: "
-        f"{counts(returned)}; {idle_applied} of the {drive_status.get('prepared', 0)} summaries "
+        f"answer, ~100 chars: under its threshold a thread stays under it); return turns "
+        f"answered: {by_status}; {idle_applied} of the {drive_status.get('prepared', 0)} summaries "
         f"prepared at rest applied at it; idle applies attempted by the hook in the whole run (API "
         f"log): {hook_idle}; jobs after it: {counts(status)}",
         f"summaries prepared and never applied after the return turn: {never} of {paid} paid for "
