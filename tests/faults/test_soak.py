@@ -18,7 +18,7 @@ from bench.soak import KINDS, SILENT_S, Figures, Plan, soak
 
 @pytest.fixture(scope="module")
 def soaked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Figures, str]:
-    figures = soak(Plan.short(minutes=3), tmp_path_factory.mktemp("soak"))
+    figures = soak(Plan.short(minutes=2), tmp_path_factory.mktemp("soak"))
     return figures, "\n".join([*figures.table(), *figures.details()])
 
 

@@ -222,8 +222,8 @@ def test_own_agent_before_migrate_and_any_worker_says_what_is_missing_then_recov
     `offpath migrate`, before any worker) makes offpath's tables itself and prints no SQL;
     once its job has waited PICKUP_WARN_S, a run says in one line that no worker takes it,
     naming the queue and the broker; a wrong DATABASE_URL and an unreachable Redis are one
-    line each, naming them. Once a worker runs, the job is prepared and the next run applies
-    it, with nothing restarted."""
+    line each, naming them. Once a worker runs, the job is prepared and a later run applies
+    it (or, found stale, a fresh one), with nothing restarted."""
     from offpath.agent.middleware.claims import PICKUP_WARN_S
 
     usage_db = create_pg_database("offpath_test_fresh")  # never migrated
@@ -263,6 +263,15 @@ def test_own_agent_before_migrate_and_any_worker_says_what_is_missing_then_recov
                 (thread,),
             ).fetchall()
 
+    def reasons() -> list[tuple[str, str, Any]]:
+        """Each job's status and why, in the order queued (what a failure shows)."""
+        with psycopg.connect(usage_db) as conn:
+            return conn.execute(
+                "SELECT status, reason_code, reason FROM compaction_jobs WHERE session_id = %s"
+                " ORDER BY created_at",
+                (thread,),
+            ).fetchall()
+
     stack = None
     try:
         lines = run(*DEMO_REQUESTS)
@@ -292,13 +301,18 @@ def test_own_agent_before_migrate_and_any_worker_says_what_is_missing_then_recov
         stack = Stack("sqlite", tmp_path, same, beat=False)
         wait_for(lambda: [s for _, s, _ in jobs()] == ["prepared"], timeout=120)
         # as in the test above: a run applies it, or finds it stale and a fresh one is
-        # prepared for the next run
-        for question in ("Anything else?", "And now?", "Last question."):
-            run(question)
+        # queued (by that run or the next) and prepared for a later run; each run waits for
+        # the worker to have taken what the one before queued
+        said: list[str] = []
+        for question in ("Anything else?", "And now?", "Last question.", "One more."):
+            said += [f"{question!r}: {line}" for line in run(question)]
             if "applied" in [s for _, s, _ in jobs()]:
                 break
-            wait_for(lambda: "prepared" in [s for _, s, _ in jobs()], timeout=60)
-        assert "applied" in [s for _, s, _ in jobs()], jobs()
+            try:
+                wait_for(lambda: not {s for _, s, _ in jobs()} & {"queued", "running"}, timeout=120)
+            except AssertionError:
+                pytest.fail(f"a job stays open: {reasons()}; the runs said {said}")
+        assert "applied" in [s for _, s, _ in jobs()], (reasons(), said)
     finally:
         if stack is not None:
             stack.stop()
