@@ -27,10 +27,6 @@ from offpath.compaction.summary import cite, is_summary, looks_like_instruction
 INDEX_HEADER = (
     f"{INDEX_HEADING} (what compactions removed; `recall` finds it by these words or an id):"
 )
-#: The heading line of a summary whose budget is under :data:`SHORT_HEADER_BUDGET`: the
-#: chars it saves go to the pinned facts, the span lines keep the room they had.
-INDEX_SHORT_HEADER = f"{INDEX_HEADING} (`recall` finds these words):"
-SHORT_HEADER_BUDGET = 8_000
 #: Most tools and topics one span line names.
 MAX_TOOLS = 4
 MAX_TOPICS = 6
@@ -53,19 +49,8 @@ _LINE = re.compile(
 
 def index_room(budget: int) -> int:
     """Most chars the index of a summary with a ``budget`` (chars of the whole message; 0: no
-    bound) may take: its heading (:func:`index_header`) and its span lines."""
-    if not budget:
-        return 10**9
-    room = max(INDEX_MIN_CHARS, budget // INDEX_SHARE)
-    if budget < SHORT_HEADER_BUDGET:
-        room -= len(INDEX_HEADER) - len(INDEX_SHORT_HEADER)
-    return room
-
-
-def index_header(room: int) -> str:
-    """The heading line of an index in ``room`` chars (:func:`index_room`): the short one
-    below the room of a :data:`SHORT_HEADER_BUDGET` budget."""
-    return INDEX_SHORT_HEADER if room < index_room(SHORT_HEADER_BUDGET) else INDEX_HEADER
+    bound) may take."""
+    return max(INDEX_MIN_CHARS, budget // INDEX_SHARE) if budget else 10**9
 
 
 def _tools(text: str) -> Counter[str]:
@@ -205,10 +190,9 @@ def archive_index(removed: Sequence[BaseMessage], room: int, shown: str = "") ->
         lines.append(new)
     if not lines:
         return ""
-    header = index_header(room)
-    while len(header) + sum(len(x) + 1 for x in lines) > room:
+    while len(INDEX_HEADER) + sum(len(x) + 1 for x in lines) > room:
         merged = merge_oldest(lines)
         if merged is None:
             break
         lines = merged
-    return "\n".join([header, *lines])
+    return "\n".join([INDEX_HEADER, *lines])

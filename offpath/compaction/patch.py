@@ -65,7 +65,7 @@ from offpath.compaction.facts.pinning import pin, swap_check
 from offpath.compaction.facts.sections import SINCE_HEADING
 from offpath.compaction.fields import message_field
 from offpath.compaction.frontier import KEPT_AFTER, one_line, pointer_line
-from offpath.compaction.index import SHORT_HEADER_BUDGET, archive_index, index_room
+from offpath.compaction.index import archive_index, index_room
 from offpath.compaction.pairing import is_request, new_broken_turns
 from offpath.compaction.planner import (
     CompactionPlan,
@@ -232,6 +232,9 @@ class Fitted:
     shortened: tuple[str, ...] = ()  # ids of kept results it shortens (archived likewise)
 
 
+#: The least summary budget whose since-section heading says how it was made; below it the
+#: short heading leaves its chars to the facts under it.
+SHORT_HEADER_BUDGET = 8_000
 #: ``additional_kwargs`` key of the copy of a long request kept as its own message: the id of
 #: the request message it copies.
 REQUEST_COPY = "offpath_request_of"

@@ -306,20 +306,3 @@ def test_what_the_agent_said_outlasts_the_since_sections_quotes_and_the_index_de
     assert len(fitted) <= len(content) - 200
     assert f"- names (said): {said}" in fitted, fitted
     assert "earlier turn(s) went too" in fitted or fitted.count("- Request (") < 3, fitted
-
-
-def test_a_small_budgets_index_has_the_short_heading_and_its_lines_keep_their_room():
-    """Under an 8,000-char summary budget the index's heading is the short one: the chars it
-    saves go to the pins (the index's room shrinks by them), its span lines keep theirs."""
-    from offpath.compaction.index import INDEX_SHORT_HEADER, index_room
-
-    removed = [HumanMessage(id="h1", content="why is `ledger-api` slow?")]
-    removed += [AIMessage(id="a1", content="`shard_7_lag` is at 867-918m in `ledger-api`")]
-    saved = len(INDEX_HEADER) - len(INDEX_SHORT_HEADER)
-    assert saved > 0
-    for budget, header in ((4_500, INDEX_SHORT_HEADER), (9_000, INDEX_HEADER)):
-        room = index_room(budget)
-        text = archive_index(removed, room)
-        assert text.splitlines()[0] == header and len(text) <= room
-        lines_room = room - len(header)
-        assert lines_room == max(200, budget // 8) - len(INDEX_HEADER)
