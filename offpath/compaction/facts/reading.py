@@ -141,7 +141,7 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
 
 #: A line of a summary's body that quotes tool output (the offline summarizer's
 #: ``- `Replicas: 1 desired` (kubectl_describe output)``): data, not what anyone said.
-_QUOTED_OUTPUT = re.compile(r"` \([^()\s]+ output\)")
+QUOTED_OUTPUT = re.compile(r"` \([^()\s]+ output\)")
 
 
 def _body_parts(body: str) -> list[tuple[str, str]]:
@@ -155,7 +155,7 @@ def _body_parts(body: str) -> list[tuple[str, str]]:
     for line in body.split("\n"):
         if line.startswith("**"):
             findings = line.startswith(HEADINGS[1])
-        if _QUOTED_OUTPUT.search(line):
+        if QUOTED_OUTPUT.search(line):
             role = "carried"
         else:
             role = "carried stated" if findings else "carried said"
