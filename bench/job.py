@@ -184,6 +184,7 @@ def _time_the_parts(summarizer: Any) -> dict[str, list[float]]:
         ("pins", guarded, "pin"),
         ("token count", worker_jobs, "measured_ratio"),
         ("stored facts", FactStore, "preload"),
+        ("stored facts", FactStore, "thread"),
         ("frontier", guarded, "read_frontier"),
         ("frontier", guarded, "into_summary"),
         ("archive index", guarded, "archive_index"),

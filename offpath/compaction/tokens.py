@@ -28,7 +28,7 @@ Only arithmetic and a cached count of each new message on the hot path (quicktok
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -235,16 +235,33 @@ def for_thread(settings: Any, chars_per_token: float | None) -> Any:
     )
 
 
-def measured_ratio(messages: Iterable[Any], encoding: str = DEFAULT_ENCODING) -> float | None:
+def message_tokens(message: Any, encoding: str = DEFAULT_ENCODING) -> int | None:
+    """Tokens of ``message`` (:func:`message_text`) in ``encoding``; None without quicktok."""
+    enc = encoder(encoding)
+    return None if enc is None else int(enc.count(message_text(message)))
+
+
+def measured_ratio(
+    messages: Iterable[Any],
+    encoding: str = DEFAULT_ENCODING,
+    counted: Sequence[int | None] | None = None,
+) -> float | None:
     """Chars per token of ``messages`` counted in ``encoding`` (None: no quicktok, or no
-    text). For a thread read whole (the worker's, the API's session page)."""
+    text). For a thread read whole (the worker's, the API's session page). ``counted``: the
+    tokens of each message in :data:`DEFAULT_ENCODING` as :func:`message_tokens` counted them
+    before (where it arrived: :class:`offpath.stores.facts.FactStore`), None for one not
+    counted; those not given are counted here."""
     enc = encoder(encoding)
     if enc is None:
         return None
     items = list(messages)
     chars = sum(message_chars(m) for m in items)
+    if counted is None or encoding != DEFAULT_ENCODING or len(counted) != len(items):
+        counted = [None] * len(items)
     # each message counted once, here: no cache to look up or fill
-    tokens = sum(enc.count(message_text(m)) for m in items)
+    tokens = sum(
+        enc.count(message_text(m)) if n is None else n for m, n in zip(items, counted, strict=True)
+    )
     return chars / tokens if tokens and chars else None
 
 
