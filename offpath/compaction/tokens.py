@@ -130,6 +130,10 @@ def encoding_for(model: str | None) -> str | None:
     return None
 
 
+#: The encodings this process has loaded (:func:`encoder`).
+_LOADED: set[str] = set()
+
+
 @lru_cache(maxsize=4)
 def encoder(name: str = DEFAULT_ENCODING) -> Any | None:
     """quicktok's encoding ``name`` (its vocabulary is in its wheel: nothing is downloaded),
@@ -138,7 +142,9 @@ def encoder(name: str = DEFAULT_ENCODING) -> Any | None:
         import quicktok
     except ImportError:
         return None
-    return quicktok.get_encoding(name)
+    enc = quicktok.get_encoding(name)
+    _LOADED.add(name)
+    return enc
 
 
 def message_text(message: Any) -> str:
@@ -235,8 +241,14 @@ def for_thread(settings: Any, chars_per_token: float | None) -> Any:
     )
 
 
-def message_tokens(message: Any, encoding: str = DEFAULT_ENCODING) -> int | None:
-    """Tokens of ``message`` (:func:`message_text`) in ``encoding``; None without quicktok."""
+def message_tokens(
+    message: Any, encoding: str = DEFAULT_ENCODING, *, load: bool = True
+) -> int | None:
+    """Tokens of ``message`` (:func:`message_text`) in ``encoding``; None without quicktok,
+    or, with ``load`` False, when this process has not loaded ``encoding`` (its vocabulary
+    takes ~64 MiB: a process that counts no tokens otherwise does not load it for this)."""
+    if not load and encoding not in _LOADED:
+        return None
     enc = encoder(encoding)
     return None if enc is None else int(enc.count(message_text(message)))
 

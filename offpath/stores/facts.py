@@ -55,15 +55,16 @@ _new = tuple.__new__
 
 def encode(message: BaseMessage, *, kept: bool = False) -> bytes:
     """The facts of ``message`` as bytes for :func:`decode` in another process: its tokens
-    (:func:`~offpath.compaction.tokens.message_tokens`, -1 without quicktok) on a line of
-    their own, read without the facts (:func:`stored_tokens`), then JSON, ``[lines, facts]``,
+    (:func:`~offpath.compaction.tokens.message_tokens`, where this process counts tokens
+    already; else -1, and the job counts them) on a line of their own, read without the facts
+    (:func:`stored_tokens`), then JSON, ``[lines, facts]``,
     each fact an array that names its line by index (the facts of one log line share it).
     ``kept``: found through this process's cache (a process that reads them itself too: the
     middleware), else found now and not kept (the API's hook)."""
     lines: dict[str, int] = {}
     seen = facts_of(message) if kept else found_now(message)
     facts = [(*s[:3], lines.setdefault(s.line, len(lines)), *s[4:]) for s in seen]
-    tokens = message_tokens(message)
+    tokens = message_tokens(message, load=False)
     return b"%d\n" % (-1 if tokens is None else tokens) + orjson.dumps([list(lines), facts])
 
 

@@ -386,6 +386,20 @@ def test_an_entry_stored_without_tokens_still_gives_its_facts():
     assert stored_tokens(b"-1\n" + old) is None  # counted without quicktok: not known
 
 
+def test_a_process_that_counts_no_tokens_stores_none(monkeypatch):
+    """A process that has not loaded the tokenizer (an API that only imports turns) does not
+    load it to store tokens with the facts (~64 MiB): the job counts them."""
+    from offpath.compaction import tokens
+    from offpath.stores.facts import decode, encode, stored_tokens
+
+    m = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821).", id="a1")
+    assert tokens.encoder() is not None  # this process counts tokens: they are stored
+    assert stored_tokens(encode(m)) == tokens.message_tokens(m)
+    monkeypatch.setattr(tokens, "_LOADED", set())
+    raw = encode(m)
+    assert stored_tokens(raw) is None and decode(raw) == extraction.found_now(m)
+
+
 def test_the_store_keeps_each_new_message_once_and_says_nothing_when_redis_is_away():
     import uuid
 
