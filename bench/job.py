@@ -79,31 +79,101 @@ def floor(rt: Any, session_id: str, patch: list[Any]) -> None:
 
 def _time_the_parts(summarizer: Any) -> dict[str, list[float]]:
     """Time (thread CPU, ms) the parts of the jobs that follow, each call counted in the part
-    of the outermost timed function it runs in (a part inside another is not counted twice):
-    part name -> the times of its calls, cleared by the caller per job (bench-only
-    instrumentation of the worker's modules)."""
+    of the outermost timed function it runs in (a part inside another is not counted twice),
+    the collector's passes in the job's thread as a part of their own ("GC", taken out of the
+    part they interrupt): part name -> the times of its calls, cleared by the caller per job
+    (bench-only instrumentation of the worker's modules)."""
+    import gc
+
+    import offpath.compaction.pipeline as pipeline
     import offpath.compaction.summarizers.guarded as guarded
+    import offpath.coordination.jobs as coordination_jobs
     import offpath.coordination.writers as writers
+    import offpath.metrics as metrics
     import offpath.stores.archive as archive
     import offpath.worker.jobs as worker_jobs
+    from offpath.compaction.patch import Prepared
+    from offpath.coordination.jobs import Jobs
+    from offpath.coordination.locks import ThreadLocks
+    from offpath.coordination.runtime import Runtime
+    from offpath.stores.checkpoints import Checkpoints
     from offpath.stores.facts import FactStore
 
     times: dict[str, list[float]] = {}
     depth = threading.local()
+    job_thread = threading.get_ident()
+    collected = [0.0, 0.0]  # the collector's CPU in the job's thread (ms), when it started
+
+    gc_ms = times.setdefault("GC", [])
+
+    def collector(phase: str, _info: dict[str, Any]) -> None:
+        if threading.get_ident() != job_thread:
+            return
+        if phase == "start":
+            collected[1] = time.thread_time()
+            return
+        ms = (time.thread_time() - collected[1]) * 1000
+        collected[0] += ms
+        if not getattr(depth, "n", 0):  # in no part: the part that ends takes out its own
+            gc_ms.append(ms)
+
+    gc.callbacks.append(collector)
+
+    def begin() -> tuple[float, float] | None:
+        """Starts a part unless one runs: (CPU, collector CPU) at its start, or None."""
+        if getattr(depth, "n", 0):
+            return None
+        depth.n = 1
+        return time.thread_time(), collected[0]
+
+    def end(spent: list[float], started: tuple[float, float] | None) -> None:
+        if started is None:
+            return
+        in_gc = collected[0] - started[1]
+        spent.append((time.thread_time() - started[0]) * 1000 - in_gc)
+        gc_ms.append(in_gc)
+        depth.n = 0
 
     def wrap(part: str, fn: Any) -> Any:
         spent = times.setdefault(part, [])
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if getattr(depth, "n", 0):
-                return fn(*args, **kwargs)
-            depth.n = 1
-            started = time.thread_time()
+            started = begin()
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent.append((time.thread_time() - started) * 1000)
-                depth.n = 0
+                end(spent, started)
+
+        return timed
+
+    def wrap_context(part: str, fn: Any) -> Any:
+        """A context manager's making, entering and leaving timed as ``part`` (not its body)."""
+        spent = times.setdefault(part, [])
+
+        class Timed:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                started = begin()
+                try:
+                    self.inner = fn(*args, **kwargs)
+                finally:
+                    end(spent, started)
+
+            def __enter__(self) -> Any:
+                started = begin()
+                try:
+                    return self.inner.__enter__()
+                finally:
+                    end(spent, started)
+
+            def __exit__(self, *exc: Any) -> Any:
+                started = begin()
+                try:
+                    return self.inner.__exit__(*exc)
+                finally:
+                    end(spent, started)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            return Timed(*args, **kwargs)
 
         return timed
 
@@ -114,6 +184,7 @@ def _time_the_parts(summarizer: Any) -> dict[str, list[float]]:
         ("pins", guarded, "pin"),
         ("token count", worker_jobs, "measured_ratio"),
         ("stored facts", FactStore, "preload"),
+        ("stored facts", FactStore, "thread"),
         ("frontier", guarded, "read_frontier"),
         ("frontier", guarded, "into_summary"),
         ("archive index", guarded, "archive_index"),
@@ -121,8 +192,39 @@ def _time_the_parts(summarizer: Any) -> dict[str, list[float]]:
         ("archive rows", archive, "store_record"),
         ("loss report", writers, "loss_report"),
         ("loss report", archive, "store_loss"),
+        ("job start (row, lease)", Jobs, "start"),
+        ("hand-on (lease)", Jobs, "_hand_on"),
+        ("hand-on (lease)", Jobs, "let_go"),
+        ("usage row and applied", coordination_jobs, "finalize"),
+        ("latest checkpoint id", Checkpoints, "changed_since"),
+        ("fit", coordination_jobs, "fit_now"),
+        ("patched in memory", coordination_jobs, "patched"),
+        ("patched in memory", worker_jobs, "patched"),
+        ("patched in memory", writers, "patched"),
+        ("orphan check", coordination_jobs, "new_unpaired"),
+        ("landed check", worker_jobs, "record_landed"),
+        ("landed check", coordination_jobs, "landed"),
+        ("patch write", Runtime, "patch"),
+        ("prompt", pipeline, "build_prompt"),
+        ("prepared (made, to and from JSON)", Prepared, "to_json"),
+        ("originals", worker_jobs, "with_originals"),
+        ("sizes", worker_jobs, "total_chars"),
+        ("sizes", writers, "total_chars"),
+        ("follow-up", worker_jobs, "follow_up"),
+        ("metrics", metrics, "summarized"),
+        ("metrics", metrics, "job_reached"),
+        ("metrics", metrics, "compaction_applied"),
     ):
         setattr(owner, name, wrap(part, getattr(owner, name)))
+    for name in ("from_plan", "from_json"):  # classmethods: kept callable on the class
+        setattr(Prepared, name, staticmethod(wrap("prepared (made, to and from JSON)",
+                                                  getattr(Prepared, name))))  # fmt: skip
+    for part, owner, name in (
+        ("lock", ThreadLocks, "patch"),
+        ("job's caches", worker_jobs, "unchanged_messages"),
+        ("job's caches", worker_jobs, "digests_kept"),
+    ):
+        setattr(owner, name, wrap_context(part, getattr(owner, name)))
     inner = getattr(summarizer, "inner", None)
     if inner is not None:  # the LLM behind the guard: its client's CPU
         inner.summarize = wrap("LLM client", inner.summarize)
@@ -239,10 +341,12 @@ def run(ctx: Context, runs: int = 5) -> Result:
             f"floor {', '.join(f'{x:.1f}' for x in floor_runs)} ms, CPU {', '.join(f'{x:.1f}' for x in cpu_runs)} ms, "
             f"floor CPU {', '.join(f'{x:.1f}' for x in floor_cpu_runs)} ms",
             f"CPU per job by part (thread CPU, median of {len(cpu_runs) * per_run} jobs; a call "
-            "counted in the outermost part it runs in): "
+            "counted in the outermost part it runs in, the collector's passes in GC whatever part "
+            "they interrupt): "
             + ", ".join(f"{part} {med(spent):.1f}" for part, spent in parts)
-            + f" ms; the rest, not timed by part (job rows and leases, lock, fit, patch, usage row, "
-            f"prompt, LLM request's serialising, GC) {cpu - sum(med(spent) for _, spent in parts):.1f} ms",
+            + f" ms; the rest, not timed by part (the steps' own code between the parts: logging, "
+            f"settings, the guard's and the writer's glue) "
+            f"{cpu - sum(med(spent) for _, spent in parts):.1f} ms",
             "job = the steps of the worker's compact_session: job row to running, running lease (Redis), lease keeper, "
             "run_job (one checkpoint read, plan, prompt, LLM call through the fact guard, "
             "thread lock, a look-up of the latest checkpoint id (the thread is read again only if it changed), "

@@ -35,6 +35,14 @@ metric                                    type       labels, unit
 ``offpath_fallback_maskings_total``       counter    model calls whose old tool results were
                                                      masked (over the hard limit), by any
                                                      process: read at scrape; API only
+``offpath_summaries_paid_total``          counter    summaries prepared (an LLM call paid
+                                                     for): applied, waiting or dropped; from
+                                                     the job rows at scrape; API only
+``offpath_summaries_dropped_total``       counter    of those, ended without being applied
+                                                     (stale, expired, superseded): paid for
+                                                     and never used; the share never applied
+                                                     is (this + ``offpath_jobs_open``
+                                                     prepared) / paid; API only
 ``offpath_reconciler_actions_total``      counter    ``action``
 ``offpath_api_event_loop_lag_seconds``    histogram  the API's event loop waking late (sampled
                                                      every 50 ms): how long no request could be

@@ -261,8 +261,13 @@ def _compact(
             source = f"checkpoint {thread.checkpoint_id}"
         messages = thread.messages
         # the thread's chars per token, as the agent's middleware measured it or counted here
-        # (o200k_base); with the threshold in tokens its sizes scale by it (compaction.tokens)
-        ratio = options.chars_per_token or measured_ratio(messages)
+        # (o200k_base, each message's tokens as stored with its facts where it arrived, read
+        # in one round trip with them, or counted now); with the threshold in tokens its
+        # sizes scale by it (compaction.tokens)
+        stored_facts = None if options.chars_per_token else rt.facts.thread(messages)
+        ratio = options.chars_per_token or measured_ratio(
+            messages, counted=stored_facts.tokens() if stored_facts else None
+        )
         settings = for_thread(rt.settings, ratio)
         if record_landed(rt, session_id, job_id, messages, stored, lease):
             return Outcome(JobStatus.APPLIED)
@@ -299,7 +304,7 @@ def _compact(
         # kept results the plan shortens, whose notes list the facts of the part cut
         cut = dict(plan.shorten)
         read_facts = rt.facts.preload(
-            [*plan.removed, *read.removed, *(m for m in plan.kept if m.id in cut)]
+            [*plan.removed, *read.removed, *(m for m in plan.kept if m.id in cut)], stored_facts
         )
         found = found_here()
         done = prepare(plan, settings, summarizer, job_id=job_id, read=read)

@@ -129,9 +129,14 @@ def is_duration(path: str) -> bool:
 
 
 def shown(path: str, value: Any) -> str:
-    """The text of a widget for the figure at ``path``: a duration by :func:`fmt_ms`, any
-    other figure by :func:`fmt`."""
-    return fmt_ms(value) if is_duration(path) else fmt(value)
+    """The text of a widget for the figure at ``path``: a duration by :func:`fmt_ms`, a
+    share (``....share``, 0..1) as a percentage to one decimal (``"3.5%"``), any other
+    figure by :func:`fmt`."""
+    if is_duration(path):
+        return fmt_ms(value)
+    if path.endswith(".share") and isinstance(value, float | int) and not isinstance(value, bool):
+        return f"{value:.1%}"
+    return fmt(value)
 
 
 def label_of(path: str) -> str:

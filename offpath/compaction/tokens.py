@@ -28,7 +28,7 @@ Only arithmetic and a cached count of each new message on the hot path (quicktok
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -130,6 +130,10 @@ def encoding_for(model: str | None) -> str | None:
     return None
 
 
+#: The encodings this process has loaded (:func:`encoder`).
+_LOADED: set[str] = set()
+
+
 @lru_cache(maxsize=4)
 def encoder(name: str = DEFAULT_ENCODING) -> Any | None:
     """quicktok's encoding ``name`` (its vocabulary is in its wheel: nothing is downloaded),
@@ -138,7 +142,9 @@ def encoder(name: str = DEFAULT_ENCODING) -> Any | None:
         import quicktok
     except ImportError:
         return None
-    return quicktok.get_encoding(name)
+    enc = quicktok.get_encoding(name)
+    _LOADED.add(name)
+    return enc
 
 
 def message_text(message: Any) -> str:
@@ -235,16 +241,39 @@ def for_thread(settings: Any, chars_per_token: float | None) -> Any:
     )
 
 
-def measured_ratio(messages: Iterable[Any], encoding: str = DEFAULT_ENCODING) -> float | None:
+def message_tokens(
+    message: Any, encoding: str = DEFAULT_ENCODING, *, load: bool = True
+) -> int | None:
+    """Tokens of ``message`` (:func:`message_text`) in ``encoding``; None without quicktok,
+    or, with ``load`` False, when this process has not loaded ``encoding`` (its vocabulary
+    takes ~64 MiB: a process that counts no tokens otherwise does not load it for this)."""
+    if not load and encoding not in _LOADED:
+        return None
+    enc = encoder(encoding)
+    return None if enc is None else int(enc.count(message_text(message)))
+
+
+def measured_ratio(
+    messages: Iterable[Any],
+    encoding: str = DEFAULT_ENCODING,
+    counted: Sequence[int | None] | None = None,
+) -> float | None:
     """Chars per token of ``messages`` counted in ``encoding`` (None: no quicktok, or no
-    text). For a thread read whole (the worker's, the API's session page)."""
+    text). For a thread read whole (the worker's, the API's session page). ``counted``: the
+    tokens of each message in :data:`DEFAULT_ENCODING` as :func:`message_tokens` counted them
+    before (where it arrived: :class:`offpath.stores.facts.FactStore`), None for one not
+    counted; those not given are counted here."""
     enc = encoder(encoding)
     if enc is None:
         return None
     items = list(messages)
     chars = sum(message_chars(m) for m in items)
+    if counted is None or encoding != DEFAULT_ENCODING or len(counted) != len(items):
+        counted = [None] * len(items)
     # each message counted once, here: no cache to look up or fill
-    tokens = sum(enc.count(message_text(m)) for m in items)
+    tokens = sum(
+        enc.count(message_text(m)) if n is None else n for m, n in zip(items, counted, strict=True)
+    )
     return chars / tokens if tokens and chars else None
 
 

@@ -27,14 +27,17 @@ READ_AT_SCRAPE = (
     "offpath_compactions_reverted_total",
     "offpath_chars_restored_total",
     "offpath_fallback_maskings_total",
+    "offpath_summaries_paid_total",
+    "offpath_summaries_dropped_total",
 )
 
 
 class QueueCollector(Collector):
     """``offpath_queue_depth`` and ``offpath_queue_consumers`` from the broker;
     ``offpath_jobs_open``, ``offpath_compactions_total``, ``offpath_chars_saved_total``,
-    ``offpath_compactions_reverted_total``, ``offpath_chars_restored_total`` and
-    ``offpath_fallback_maskings_total`` from the usage database; read when Prometheus
+    ``offpath_compactions_reverted_total``, ``offpath_chars_restored_total``,
+    ``offpath_fallback_maskings_total``, ``offpath_summaries_paid_total`` and
+    ``offpath_summaries_dropped_total`` from the usage database; read when Prometheus
     scrapes (registered by the API only).
 
     Queue depth: the Redis list(s) kombu keeps the queue in (``LLEN``), or RabbitMQ's
@@ -107,6 +110,18 @@ class QueueCollector(Collector):
                 "fallback_maskings",
                 "Model calls over CONTEXT_HARD_LIMIT_CHARS with no summary ready (old tool "
                 "results masked), by any process, from the usage tables",
+            ),
+            (
+                "offpath_summaries_paid",
+                "summaries_paid",
+                "Summaries prepared (paid for): applied, waiting for their thread "
+                '(offpath_jobs_open{status="prepared"}) or dropped, from the job rows',
+            ),
+            (
+                "offpath_summaries_dropped",
+                "summaries_dropped",
+                "Summaries prepared and ended without being applied (stale, expired, "
+                "superseded), from the job rows: paid for and never used",
             ),
         ):
             yield CounterMetricFamily(name, doc, value=float(totals[key]))

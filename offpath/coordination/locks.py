@@ -153,25 +153,27 @@ class ThreadLocks:
 
     @contextmanager
     def patch(self, session_id: str) -> Iterator[None]:
-        """Hold the thread's lock for one patch. Turns arriving meanwhile wait for it (a
-        marker says a patch is waiting). Raises :class:`RunInProgress` at once if an agent
+        """Hold the thread's lock for one patch. Turns arriving meanwhile wait for it (while
+        the patch waits for the lock, a marker says so). Raises :class:`RunInProgress` at once if an agent
         run holds the thread, :class:`LockUnavailable` if the lock is not had in time."""
         lock = self.redis.lock(self._key(session_id), timeout=self.timeout_s, thread_local=False)
         token = f"patch:{uuid.uuid4().hex}"
         waiting = self._waiting_key(session_id)
         deadline = time.monotonic() + self.wait_s
         try:
-            self.redis.set(waiting, token, px=max(1, int(self.wait_s * 1000)))
-            try:
-                while not (acquired := lock.acquire(blocking=False, token=token)):
-                    holder = self.redis.get(lock.name)
-                    if isinstance(holder, bytes) and holder.startswith(b"run:"):
-                        raise RunInProgress("an agent run holds the thread")
-                    if time.monotonic() >= deadline:
-                        break
-                    time.sleep(0.005)
-            finally:
-                self.redis.delete(waiting)
+            # a free lock is taken at once; a patch that must wait for it says so meanwhile
+            if not (acquired := lock.acquire(blocking=False, token=token)):
+                self.redis.set(waiting, token, px=max(1, int(self.wait_s * 1000)))
+                try:
+                    while not (acquired := lock.acquire(blocking=False, token=token)):
+                        holder = self.redis.get(lock.name)
+                        if isinstance(holder, bytes) and holder.startswith(b"run:"):
+                            raise RunInProgress("an agent run holds the thread")
+                        if time.monotonic() >= deadline:
+                            break
+                        time.sleep(0.005)
+                finally:
+                    self.redis.delete(waiting)
         except RedisError as exc:
             raise LockUnavailable(f"lock store unreachable: {exc}") from exc
         if not acquired:

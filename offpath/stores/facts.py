@@ -20,12 +20,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import orjson
 import redis
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.extraction import Seen, facts_of, found_now, key_digest, take
+from offpath.compaction.tokens import message_tokens
 
 log = logging.getLogger("offpath.facts")
 
@@ -52,18 +54,33 @@ _new = tuple.__new__
 
 
 def encode(message: BaseMessage, *, kept: bool = False) -> bytes:
-    """The facts of ``message`` as bytes for :func:`decode` in another process: JSON,
-    ``[lines, facts]``, each fact an array that names its line by index (the facts of one log
-    line share it). ``kept``: found through this process's cache (a process that reads them
-    itself too: the middleware), else found now and not kept (the API's hook)."""
+    """The facts of ``message`` as bytes for :func:`decode` in another process: its tokens
+    (:func:`~offpath.compaction.tokens.message_tokens`, where this process counts tokens
+    already; else -1, and the job counts them) on a line of their own, read without the facts
+    (:func:`stored_tokens`), then JSON, ``[lines, facts]``,
+    each fact an array that names its line by index (the facts of one log line share it).
+    ``kept``: found through this process's cache (a process that reads them itself too: the
+    middleware), else found now and not kept (the API's hook)."""
     lines: dict[str, int] = {}
     seen = facts_of(message) if kept else found_now(message)
     facts = [(*s[:3], lines.setdefault(s.line, len(lines)), *s[4:]) for s in seen]
-    return orjson.dumps([list(lines), facts])
+    tokens = message_tokens(message, load=False)
+    return b"%d\n" % (-1 if tokens is None else tokens) + orjson.dumps([list(lines), facts])
+
+
+def stored_tokens(raw: bytes | None) -> int | None:
+    """The tokens of a message as :func:`encode` stored them with its facts; None: none
+    stored (no entry, one written without them, or counted without quicktok)."""
+    if not raw or raw[:1] == b"[":
+        return None
+    head = raw.partition(b"\n")[0]
+    return int(head) if head.isdigit() else None
 
 
 def decode(raw: bytes) -> tuple[Seen, ...]:
     """What :func:`encode` wrote, as the facts of its message; ValueError if it is not."""
+    if raw[:1] != b"[":  # the tokens' line first (an entry written without it has none)
+        raw = raw.partition(b"\n")[2]
     try:
         lines, facts = orjson.loads(raw)
         out = []
@@ -212,6 +229,11 @@ class FactStore:
 
     def fetch(self, digests: list[bytes]) -> Mapping[bytes, bytes]:
         """The stored facts of those of ``digests`` Redis holds (``{}`` with Redis away)."""
+        return {d: v for d, v in self.lookup(digests).items() if v is not None}
+
+    def lookup(self, digests: list[bytes]) -> dict[bytes, bytes | None]:
+        """Each of ``digests`` and its stored entry (None: Redis holds none), in one round
+        trip; ``{}`` with Redis away (or none given)."""
         if not digests or self.redis is None:
             return {}
         try:
@@ -220,17 +242,45 @@ class FactStore:
             log.warning("facts not read (%d messages): %s", len(digests), exc)
             return {}
         # bytes: the client does not decode responses
-        return {d: v for d, v in zip(digests, values, strict=True) if isinstance(v, bytes)}
+        return {
+            d: v if isinstance(v, bytes) else None for d, v in zip(digests, values, strict=True)
+        }
 
-    def preload(self, messages: Sequence[BaseMessage]) -> int:
+    def thread(self, messages: Sequence[BaseMessage]) -> Stored:
+        """What the store holds of each of a thread's ``messages`` (one round trip): their
+        tokens (:meth:`Stored.tokens`) and facts (:meth:`preload` takes them from it)."""
+        digests = [key_digest(m) for m in messages]
+        return Stored(digests, self.lookup(list(dict.fromkeys(digests))))
+
+    def preload(self, messages: Sequence[BaseMessage], read: Stored | None = None) -> int:
         """Take the stored facts of ``messages`` into this process's extraction cache (a job,
-        before its guard reads them); one it lacks is found when asked for. Returns how many
-        were taken."""
+        before its guard reads them); one it lacks is found when asked for. ``read``: what was
+        read of the thread already (:meth:`thread`): only the others are read now. Returns how
+        many were taken."""
+        digests = list(dict.fromkeys(key_digest(m) for m in messages))
+        got = dict(read.entries) if read is not None else {}
+        if missing := [d for d in digests if d not in got]:
+            got.update(self.lookup(missing))
         taken = 0
-        for digest, raw in self.fetch(list(dict.fromkeys(key_digest(m) for m in messages))).items():
+        for digest in digests:
+            if (raw := got.get(digest)) is None:
+                continue
             try:
                 take(digest, decode(raw))
             except ValueError:
                 continue  # an entry of another version: found again
             taken += 1
         return taken
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What :meth:`FactStore.thread` read of a thread: ``digests``, each message's key digest
+    in thread order, and ``entries``, each digest looked up and its entry (None: none)."""
+
+    digests: list[bytes]
+    entries: Mapping[bytes, bytes | None]
+
+    def tokens(self) -> list[int | None]:
+        """Each message's tokens as stored with its facts (None: not stored)."""
+        return [stored_tokens(self.entries.get(d)) for d in self.digests]

@@ -114,4 +114,8 @@ def test_the_summaries_paid_for_and_never_applied_are_shown_against_those_paid_f
     waiting = shown["summary.summaries_not_applied.waiting"]
     assert (waiting["label"], waiting["text"]) == ("summaries waiting to apply", "7")
     assert waiting["unit"] == "of 41 compactions paid for"
-    assert shown["summary.summaries_not_applied.share"]["label"] == "share not applied"
+    share = shown["summary.summaries_not_applied.share"]
+    assert (share["label"], share["text"]) == ("share not applied", "17.1%")  # 7 of 41
+    none_paid = {"paid": 0, "waiting": 0, "dropped": 0, "share": None}
+    shown = {w["path"]: w for w in widgets(body(summaries_not_applied=none_paid))}
+    assert shown["summary.summaries_not_applied.share"]["text"] == "—"

@@ -350,6 +350,56 @@ def test_a_message_the_store_lacks_is_found_here(monkeypatch):
         decode(b"[[], [[1]]]")
 
 
+@pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
+def test_a_threads_tokens_are_read_with_its_facts(name, messages, monkeypatch):
+    """Each message's tokens are stored with its facts where it arrives: a job reads them with
+    the facts (one round trip for the thread) and counts only what the store lacks; its ratio
+    is the one counting every message gives, and its facts are taken from what it read."""
+    from offpath.compaction.tokens import encoder, measured_ratio, message_text
+
+    enc = encoder()
+    assert enc is not None  # quicktok is a dependency
+    lacking = messages[1::3]
+    store = store_of(messages, skip=lacking)
+    stored = store.thread(messages)
+    counts = stored.tokens()
+    assert counts == [None if m in lacking else enc.count(message_text(m)) for m in messages]
+    assert measured_ratio(messages, counted=counts) == measured_ratio(messages)
+    _observed.cache_clear()
+    _MERGED.clear()
+    monkeypatch.setattr(extraction, "_LOADED", type(extraction._LOADED)())
+    store.redis = None  # read once: the preload takes the facts from what was read
+    held = {extraction.key_digest(m) for m in messages if m not in lacking}
+    assert store.preload(messages, stored) == len(held)
+
+
+def test_an_entry_stored_without_tokens_still_gives_its_facts():
+    """An entry written before tokens were stored with the facts (the JSON alone): its
+    message's tokens are counted by the job, its facts read as before."""
+    from offpath.stores.facts import decode, encode, stored_tokens
+
+    m = ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1")
+    raw = encode(m)
+    old = raw.partition(b"\n")[2]
+    assert old.startswith(b"[") and stored_tokens(old) is None and stored_tokens(None) is None
+    assert decode(old) == decode(raw) == extraction.found_now(m)
+    assert stored_tokens(b"-1\n" + old) is None  # counted without quicktok: not known
+
+
+def test_a_process_that_counts_no_tokens_stores_none(monkeypatch):
+    """A process that has not loaded the tokenizer (an API that only imports turns) does not
+    load it to store tokens with the facts (~64 MiB): the job counts them."""
+    from offpath.compaction import tokens
+    from offpath.stores.facts import decode, encode, stored_tokens
+
+    m = AIMessage("Restarting checkout-api-7f9c4 (ticket INC-4821).", id="a1")
+    assert tokens.encoder() is not None  # this process counts tokens: they are stored
+    assert stored_tokens(encode(m)) == tokens.message_tokens(m)
+    monkeypatch.setattr(tokens, "_LOADED", set())
+    raw = encode(m)
+    assert stored_tokens(raw) is None and decode(raw) == extraction.found_now(m)
+
+
 def test_the_store_keeps_each_new_message_once_and_says_nothing_when_redis_is_away():
     import uuid
 

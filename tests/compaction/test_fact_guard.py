@@ -718,26 +718,32 @@ def test_what_the_agent_and_the_user_named_shares_the_room_by_chars():
     assert "github.com" not in text, text
 
 
-def test_what_the_agent_said_takes_the_prose_room_past_the_facts_share():
-    # issue 32 (benchmark 20): over a long session the agent's own figures and names filled
-    # the facts' share while the summarizer's prose, which names none of them, kept the rest
-    names = [f"svc-{k:02d}-node-{k * 37 % 1000:03d}" for k in range(150)]
-    report = "Pods checked:\n" + "\n".join(f"- `{n}`: {100 + k} Mi" for k, n in enumerate(names))
-    plan = CompactionPlan(
-        cut=3,
+def thanked_plan(*removed):
+    """A 30,000-char thread's plan that removes ``removed`` (7,000 chars of 8,000) and keeps
+    a "thanks": a summary of at most 3,000 chars."""
+    return CompactionPlan(
+        cut=len(removed) + 1,
         boundary="turn",
-        removed=(
-            HumanMessage(id="h1", content="List the memory requests of every pod."),
-            AIMessage(id="a1", content=report),
-        ),
+        removed=removed,
         kept=(HumanMessage(id="h2", content="thanks"),),
-        order=("h1", "a1", "h2"),
+        order=(*(m.id for m in removed), "h2"),
         request=None,
         total_chars=8_000,
         removed_chars=7_000,
         estimated_chars_after=3_000,
         threshold_chars=30_000,
         summary_chars=3_000,
+    )
+
+
+def test_what_the_agent_said_takes_the_prose_room_past_the_facts_share():
+    # issue 32 (benchmark 20): over a long session the agent's own figures and names filled
+    # the facts' share while the summarizer's prose, which names none of them, kept the rest
+    names = [f"svc-{k:02d}-node-{k * 37 % 1000:03d}" for k in range(150)]
+    report = "Pods checked:\n" + "\n".join(f"- `{n}`: {100 + k} Mi" for k, n in enumerate(names))
+    plan = thanked_plan(
+        HumanMessage(id="h1", content="List the memory requests of every pod."),
+        AIMessage(id="a1", content=report),
     )
     body = GuardedSummarizer(Wordy(), 8_000).summarize(plan, build_prompt(plan, 60_000)).text
     body = body.removesuffix(RECALL_NOTE).rstrip()
@@ -751,26 +757,10 @@ def test_what_the_agent_said_takes_the_prose_room_past_the_facts_share():
 def test_facts_only_a_tool_held_stay_within_the_facts_share():
     # the summarizer's prose keeps what the facts' share leaves when no one said the values
     rows = "\n".join(f"node-{k:03d}-x{k * 7919 % 10_000:04d} ready 10{k} Mi" for k in range(150))
-    plan = CompactionPlan(
-        cut=4,
-        boundary="turn",
-        removed=(
-            HumanMessage(id="h1", content="List the nodes."),
-            AIMessage(
-                id="a1",
-                content="",
-                tool_calls=[{"id": "c", "name": "nodes", "args": {}}],
-            ),
-            ToolMessage(id="t1", content=rows, tool_call_id="c"),
-        ),
-        kept=(HumanMessage(id="h2", content="thanks"),),
-        order=("h1", "a1", "t1", "h2"),
-        request=None,
-        total_chars=8_000,
-        removed_chars=7_000,
-        estimated_chars_after=3_000,
-        threshold_chars=30_000,
-        summary_chars=3_000,
+    plan = thanked_plan(
+        HumanMessage(id="h1", content="List the nodes."),
+        AIMessage(id="a1", content="", tool_calls=[{"id": "c", "name": "nodes", "args": {}}]),
+        ToolMessage(id="t1", content=rows, tool_call_id="c"),
     )
     body = GuardedSummarizer(Wordy(), 8_000).summarize(plan, build_prompt(plan, 60_000)).text
     section = body.removesuffix(RECALL_NOTE).rstrip().split(PINNED_HEADING, 1)[-1]

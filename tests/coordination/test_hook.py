@@ -128,6 +128,20 @@ def test_a_second_delivery_of_a_running_job_is_a_duplicate_and_another_job_is_su
     assert leases.renew("t4", "j1", "a") and not leases.renew("t4", "j1", "b")
 
 
+def test_a_delivery_that_finds_its_own_queued_claim_starts_in_one_round_trip(leases):
+    """The usual start: the thread's claim is the job's own queued one, swapped for the running
+    lease without reading it first; what held it before is that claim."""
+    reads = []
+    get = leases.store.get
+    leases.store.get = lambda key: reads.append(key) or get(key)
+    assert leases.claim("t10", "j1") is None
+    reads.clear()
+    started, before = leases.start("t10", "j1", "a")
+    assert (started, before.raw, reads) == (Start.OK, "q:j1", [])
+    assert leases.holder("t10").raw == "r:j1:a"
+    assert leases.start("t10", "j2", "b")[0] is Start.SUPERSEDED  # another's: read, as before
+
+
 def test_a_retry_keeps_the_thread_and_a_failure_holds_it_for_the_backoff(leases):
     assert leases.claim("t5", "j1") is None
     leases.start("t5", "j1", "a")

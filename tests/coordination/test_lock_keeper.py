@@ -91,3 +91,41 @@ def test_a_holder_killed_frees_the_thread_within_the_locks_time_to_live(kind, tm
                 time.sleep(0.05)
     finally:
         holder.kill()
+
+
+def test_a_patch_says_it_waits_only_while_it_waits_and_a_turn_lets_it_go_first():
+    """A patch takes a free lock at once, writing no marker; one that must wait for a turn
+    marks the thread while it waits, so that the next turn lets it go first, and takes the lock
+    once the turn ends."""
+    import threading
+
+    prefix = f"marker-{uuid.uuid4().hex[:6]}"
+    turns = _locks("redis", Path("."), prefix)
+    patches = ThreadLocks(redis.Redis.from_url(REDIS_URL), timeout_s=TTL_S, wait_s=5, prefix=prefix)
+    assert isinstance(turns, ThreadLocks)
+    marked: list[str] = []
+    real_set = patches.redis.set
+    patches.redis.set = lambda key, *a, **k: marked.append(key) or real_set(key, *a, **k)
+    waiting = patches._waiting_key("t")
+    with patches.patch("t"):
+        assert waiting not in marked  # free: taken at once
+    entered = threading.Event()
+
+    def patch() -> None:
+        with patches.patch("t"):
+            entered.set()
+
+    with turns.turn("t"):
+        worker = threading.Thread(target=patch)
+        worker.start()
+        deadline = time.monotonic() + 5
+        while not turns.redis.exists(waiting) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert marked.count(waiting) == 1 and not entered.is_set()
+    worker.join(10)
+    assert entered.is_set() and not turns.redis.exists(waiting)
+    turns.redis.set(waiting, "patch:x", px=5_000)  # what a waiting patch leaves
+    started = time.monotonic()
+    with turns.turn("t"):  # a turn lets a waiting patch go first, for up to its wait
+        assert time.monotonic() - started >= turns.wait_s
+    turns.redis.delete(waiting)

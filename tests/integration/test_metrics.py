@@ -122,6 +122,20 @@ def test_metrics_of_api_and_worker_add_up_to_the_job_rows(stacks):
     assert saved == sum(rec["chars_before"] - rec["chars_after"] for _, rec in sizes) > 0
     (maskings,) = rows(stack, "SELECT count(*) FROM fallback_maskings")
     assert total(api, "offpath_fallback_maskings_total") == maskings[0]
+    # the summaries paid for and never applied (issue 33, item 5): /stats' figures, from the rows
+    # (each applied, reverted or prepared job paid for one; an ended one that holds what it
+    # prepared paid for one it never used)
+    every = rows(stack, "SELECT status, result FROM compaction_jobs")
+    used = sum(1 for status, _ in every if status in ("applied", "reverted", "prepared"))
+    dropped = sum(
+        1
+        for status, result in every
+        if status in ("skipped", "failed") and result and json.loads(result).get("prepared")
+    )
+    paid = used + dropped
+    not_applied = stack.http.get("/stats").json()["summary"]["summaries_not_applied"]
+    assert total(api, "offpath_summaries_paid_total") == paid == not_applied["paid"] > 0
+    assert total(api, "offpath_summaries_dropped_total") == dropped == not_applied["dropped"]
     lags = total(api, "offpath_compaction_lag_seconds_count") + total(
         worker, "offpath_compaction_lag_seconds_count"
     )

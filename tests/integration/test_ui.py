@@ -89,7 +89,7 @@ def flatten(body: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def shown(path: str, value: Any) -> str:
     """How the UI prints the figure at ``path`` (api/ui_data.shown): milliseconds rounded,
-    in seconds from 1 s on; other figures with thousands separators."""
+    in seconds from 1 s on; a share as a percentage; other figures with thousands separators."""
     if value is None:
         return "—"
     if path.rsplit(".", 1)[0].endswith("_ms"):  # lag_ms.p50 ...: a duration
@@ -99,6 +99,8 @@ def shown(path: str, value: Any) -> str:
             return f"{value / 1000:.1f} s"
         minutes, seconds = divmod(round(value / 1000), 60)
         return f"{minutes:,} min {seconds:02d} s"
+    if path.endswith(".share"):  # summaries_not_applied.share: 0..1
+        return f"{round(value * 100, 1)}%"
     if isinstance(value, float):
         return f"{value:,.1f}"
     return f"{value:,}"
@@ -273,6 +275,7 @@ def test_dashboard_sessions_list_and_session_page_in_a_browser(browser, ui_stack
             for s in ("queued", "running", "prepared", "applied", "skipped", "failed")
         ),
         *(f"summary.{f}.{p}" for f in ("lag_ms", "summarizer_latency_ms") for p in ("p50", "p99")),
+        *(f"summary.summaries_not_applied.{p}" for p in ("waiting", "dropped", "share")),
     }
     for since in (None, "1h"):
         page.goto(f"{stack.url}/ui" + (f"?since={since}" if since else ""))

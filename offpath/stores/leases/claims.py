@@ -155,6 +155,10 @@ class Leases:
         """Take the running lease for one delivery of ``job_id``; also returns what held the
         thread before (None: free, e.g. a lapsed claim)."""
         key, value = self.key(session_id), f"r:{job_id}:{token}"
+        # what a queued job's delivery mostly finds: its own queued claim (one round trip)
+        queued = f"q:{job_id}"
+        if self.store.swap(key, queued, value, self.lease_s):
+            return Start.OK, Claim.parse(queued)
         for _ in range(5):
             current = self.holder(session_id)
             if current is not None:

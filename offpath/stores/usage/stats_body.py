@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 
 from offpath.compaction.accounting import approx_tokens
 from offpath.stores.db.tables import EVENTS, JOBS, MASKINGS, JobStatus, as_utc
-from offpath.stores.usage.totals import percentiles, saved_chars_expr
+from offpath.stores.usage.totals import bought_counts, percentiles, saved_chars_expr
 
 #: At most this many recent values enter a percentile (lag, latency) of ``/stats``.
 PERCENTILE_SAMPLE = 10_000
@@ -159,21 +159,9 @@ def stats(
                 )
             )
         ]
-        # summaries paid for (the job's row holds the compaction it prepared) and not applied:
-        # still waiting for their thread, or ended without applying it
-        bought = JOBS.c.result["prepared"].as_string().is_not(None)
-        waiting_q = JOBS.c.status == JobStatus.PREPARED.value
-        dropped_q = JOBS.c.status.in_([JobStatus.SKIPPED.value, JobStatus.FAILED.value])
-        used_q = JOBS.c.status.in_([JobStatus.APPLIED.value, JobStatus.REVERTED.value])
-        bought_row: tuple[Any, ...] = conn.execute(
-            jobs(
-                sa.select(
-                    sa.func.count().filter(waiting_q),
-                    sa.func.count().filter(dropped_q & bought),
-                    sa.func.count().filter(used_q),
-                )
-            )
-        ).one()
+        # summaries paid for and not applied: still waiting for their thread, or ended
+        # without applying it
+        bought_row: tuple[Any, ...] = conn.execute(jobs(sa.select(*bought_counts()))).one()
         waiting, dropped, used = bought_row
         maskings = conn.execute(
             scoped(

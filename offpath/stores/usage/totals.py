@@ -29,6 +29,19 @@ def open_job_counts(engine: Engine, *, published_only: bool = False) -> dict[str
         return {str(status): int(n) for status, n in rows}
 
 
+def bought_counts() -> tuple[Any, Any, Any]:
+    """The SQL of the summaries paid for, counted over job rows by where they went:
+    ``(waiting, dropped, used)``: prepared and waiting for their thread; ended ``skipped`` or
+    ``failed`` with the compaction they prepared in their row (stale, expired, superseded,
+    not applied); applied (or reverted since)."""
+    bought = JOBS.c.result["prepared"].as_string().is_not(None)
+    waiting = JOBS.c.status == JobStatus.PREPARED.value
+    dropped = JOBS.c.status.in_([JobStatus.SKIPPED.value, JobStatus.FAILED.value]) & bought
+    used = JOBS.c.status.in_([JobStatus.APPLIED.value, JobStatus.REVERTED.value])
+    count = sa.func.count
+    return count().filter(waiting), count().filter(dropped), count().filter(used)
+
+
 def saved_chars_expr() -> Any:
     """The SQL of one usage event's chars saved: its ``chars_saved`` (the real reduction,
     :func:`offpath.stores.db.chars_saved`), else (a row no record could fill, migration
@@ -45,7 +58,9 @@ def recorded_totals(engine: Engine) -> dict[str, int]:
     ``compactions`` (usage events of compactions, reverted ones too: they happened),
     ``chars_saved`` (their real reduction), ``compactions_reverted`` and ``chars_restored``
     (the same two of the reverted ones: ``/stats`` counts ``compactions - compactions_reverted``
-    and ``chars_saved - chars_restored``; a counter never goes down) and ``fallback_maskings``."""
+    and ``chars_saved - chars_restored``; a counter never goes down), ``fallback_maskings``,
+    ``summaries_paid`` (summaries prepared: applied, waiting or dropped since) and
+    ``summaries_dropped`` (ended without being applied: :func:`bought_counts`)."""
     summ = EVENTS.c.metadata["summarization"].as_boolean()
     counted = sa.select(
         sa.func.count(EVENTS.c.id), sa.func.coalesce(sa.func.sum(saved_chars_expr()), 0)
@@ -60,12 +75,16 @@ def recorded_totals(engine: Engine) -> dict[str, int]:
         compactions, saved = counts
         undone, restored = reverts
         maskings = conn.execute(sa.select(sa.func.count(MASKINGS.c.id))).scalar()
+        bought: tuple[Any, ...] = conn.execute(sa.select(*bought_counts()).select_from(JOBS)).one()
+        waiting, dropped, used = (int(n) for n in bought)
     return {
         "compactions": int(compactions),
         "chars_saved": int(saved),
         "compactions_reverted": int(undone),
         "chars_restored": int(restored),
         "fallback_maskings": int(maskings or 0),
+        "summaries_paid": waiting + dropped + used,
+        "summaries_dropped": dropped,
     }
 
 
