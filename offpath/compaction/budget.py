@@ -19,6 +19,7 @@ from collections.abc import Callable
 from offpath.compaction.facts.reading import without_one_value
 from offpath.compaction.facts.sections import (
     ASKED_LABEL,
+    LEFT_OUT,
     PINNED_HEADING,
     SAID_LABEL,
     SINCE_HEADING,
@@ -27,10 +28,6 @@ from offpath.compaction.facts.sections import (
 from offpath.compaction.frontier import DECISIONS_HEADING, DONE_HEADING, ORIGINAL_HEADING
 from offpath.compaction.index import INDEX_HEADING, merge_oldest
 from offpath.compaction.summary import HEADINGS, REQUEST_HEADING
-
-#: What a section's text says once its lines were left out for space (a template heading
-#: keeps its place).
-LEFT_OUT = "(left out for space; `recall` finds it)"
 
 #: The sections, in the order they are shortened (the first one first); each gives up whole
 #: lines, never part of one:

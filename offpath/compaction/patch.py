@@ -79,6 +79,7 @@ from offpath.compaction.planner import (
 )
 from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import caps_for, digest, shorten
+from offpath.compaction.standing import read_standing, standing_blocks, without_standing
 from offpath.compaction.summary import (
     build_summary_message,
     cite,
@@ -231,6 +232,9 @@ class Fitted:
     shortened: tuple[str, ...] = ()  # ids of kept results it shortens (archived likewise)
 
 
+#: The least summary budget whose since-section heading says how it was made; below it the
+#: short heading leaves its chars to the facts under it.
+SHORT_HEADER_BUDGET = 8_000
 #: ``additional_kwargs`` key of the copy of a long request kept as its own message: the id of
 #: the request message it copies.
 REQUEST_COPY = "offpath_request_of"
@@ -471,11 +475,16 @@ def fit(
         ids = [str(messages[i].id) for i in grown]
         moved = [messages[i] for i in grown]
         stay = [m for m in messages if m.id not in removed and m.id not in set(ids)]
-        room = max(400, summary_budget_chars(settings, fixed) // 3)
-        asked = _requests_of(moved, room // 2)
+        budget = summary_budget_chars(settings, fixed)
+        room = max(400, budget // 3)
+        # the instructions sent with every user message are named once, by the frontier
+        blocks = standing_blocks(messages, read_standing(prepared.summary_text))
+        asked = _requests_of(moved, room // 2, blocks)
         header = (
             f"{SINCE_HEADING} ({len(moved)} later messages, not summarized yet; their "
             "facts, by message; `recall` reads them):"
+            if budget >= SHORT_HEADER_BUDGET
+            else f"{SINCE_HEADING} ({len(moved)} later messages; `recall` reads them):"
         )
         # what the agent said and the user named on lines of their own: the summary keeps
         # them while it gives up the rest (budget.ORDER), the next one reads them back so
@@ -666,14 +675,15 @@ def _holds(content: str, section: str) -> bool:
     return all(e in lines for e in entries)
 
 
-def _requests_of(moved: Sequence[BaseMessage], room: int) -> str:
+def _requests_of(moved: Sequence[BaseMessage], room: int, blocks: Sequence[str] = ()) -> str:
     """Lines for the turns among ``moved`` (the messages a late apply removes beyond its
     plan), in at most ``room`` chars: the rest of a turn begun before them (the one the plan
     cut into, its request quoted above) and each request, with its status (answered: a model message follows it among
     them) and where ``recall`` reads it whole. A request leaves the model's view only with its
     answer, and the summary says so (DESIGN.md invariant 17). Quotes shrink (the answers' first,
     then the requests') until every turn fits; past that, the newest turns are listed and the
-    older ones counted."""
+    older ones counted. A request is quoted without the standing ``blocks`` it holds
+    (:func:`~offpath.compaction.standing.without_standing`)."""
     starts = [i for i, m in enumerate(moved) if is_request(m)]
     spans: list[tuple[int | None, int, int]] = (
         [(None, 0, starts[0] if starts else len(moved))] if not starts or starts[0] else []
@@ -697,7 +707,7 @@ def _requests_of(moved: Sequence[BaseMessage], room: int) -> str:
             return f"- The turn quoted above ended: {_quoted(found, quote)}" if found else None
         answered = any(isinstance(x, AIMessage) for x in moved[begin:end])
         text = f"- Request ({'answered' if answered else 'not answered yet'}): "
-        text += _quoted(moved[request], quote)
+        text += _quoted(moved[request], quote, blocks)
         if found is not None and answer:
             text += f"; answer: {_quoted(found, answer)}"
         return text
@@ -718,9 +728,13 @@ def _requests_of(moved: Sequence[BaseMessage], room: int) -> str:
     return "\n".join(kept)
 
 
-def _quoted(message: BaseMessage, limit: int = 120) -> str:
-    """``"<the message's text, clipped>" (recall("<its id>"))``."""
-    text = " ".join(content_text(message.content).split())
+def _quoted(message: BaseMessage, limit: int = 120, blocks: Sequence[str] = ()) -> str:
+    """``"<the message's text, clipped>" (recall("<its id>"))``, the standing ``blocks`` it
+    holds left out."""
+    text = content_text(message.content)
+    if blocks:
+        text = without_standing(text, blocks) or text
+    text = " ".join(text.split())
     quote = text if len(text) <= limit else text[: limit - 3].rsplit(" ", 1)[0] + "..."
     return f'"{quote}" (recall("{cite(str(message.id))}"))'
 

@@ -1002,3 +1002,42 @@ def test_a_request_kept_in_place_goes_with_the_rest_of_its_turn_once_it_ended():
     check_compacted(grown, after)
     ids = [m.id for m in after]
     assert "task0" not in ids and "done0" not in ids and ids[-1] == "t1-2"
+
+
+def test_the_since_section_quotes_a_request_without_the_instructions_sent_with_every_one():
+    """A block an agent framework appends to every user message is named once (the agent's
+    place, "Standing instructions"): a request the apply removes too is quoted by its own
+    words, not by the block."""
+    block = "Global Instructions (use if relevant): " + "always query the metrics store. " * 8
+    msgs = [
+        SystemMessage(id="sys", content="sys"),
+        HumanMessage(id="req", content=f"find the leak\n\n{block}"),
+    ]
+    for i in range(30):
+        msgs += [
+            AIMessage(
+                id=f"a{i}", content="", tool_calls=[{"id": f"c{i}", "name": "logs", "args": {}}]
+            ),
+            ToolMessage(
+                id=f"t{i}", content=f"heap at step {i}: " + "z" * 1_500, tool_call_id=f"c{i}"
+            ),
+        ]
+    prepared = compact(msgs, S, OfflineSummarizer()).prepared
+    grown = [*msgs, AIMessage(id="answer", content="the leak is the LRU cache in the parser")]
+    for k, ask in enumerate(("now check the database", "and the cache", "and the queue")):
+        grown += [
+            HumanMessage(id=f"next{k}", content=f"{ask}\n\n{block}"),
+            AIMessage(
+                id=f"a-db{k}",
+                content="",
+                tool_calls=[{"id": f"c-db{k}", "name": "sql", "args": {}}],
+            ),
+            ToolMessage(id=f"t-db{k}", content="d" * 8_000, tool_call_id=f"c-db{k}"),
+            AIMessage(id=f"answer{k}", content=f"checked, step {k} is fine"),
+        ]
+    fitted = fit(prepared, grown, target=landing_chars(S), settings=S)
+    assert not isinstance(fitted, Stale), fitted
+    summary = str(fitted.summary.content)
+    requests = [ln for ln in summary.splitlines() if ln.startswith("- Request (")]
+    assert any('"now check the database" (recall("next0"))' in ln for ln in requests), summary
+    assert not any("Global Instructions" in ln for ln in requests), requests

@@ -23,7 +23,12 @@ from offpath.compaction.pipeline import Skip, compact
 from offpath.compaction.planner import CompactionPlan, plan_compaction
 from offpath.compaction.prompt import build_prompt, render_content
 from offpath.compaction.summarizers.base import SummaryResult
-from offpath.compaction.summarizers.guarded import FACTS_SHARE, RECALL_NOTE, GuardedSummarizer
+from offpath.compaction.summarizers.guarded import (
+    FACTS_SHARE,
+    OWN_FACTS_SHARE,
+    RECALL_NOTE,
+    GuardedSummarizer,
+)
 from offpath.compaction.summarizers.offline import OfflineSummarizer
 from offpath.compaction.summary import build_summary_message
 from offpath.config import load_settings
@@ -767,3 +772,52 @@ def test_a_tool_arguments_kind_is_the_one_fact_find_gives_all_of_it():
     assert whole_kind("checkout on 2024-05-20") is None  # a fact in it, not all of it
     assert whole_kind("OPS-4711") == "ticket"
     assert whole_kind("look it up") is None  # no fact in it: its kind stays argument
+
+
+class Quoting:
+    """An offline-shaped summarizer: findings in words first, then lines quoting tool output
+    (``- `...` (nodes output)``), as long as the summarizer's text cap lets it."""
+
+    name = "quoting"
+
+    def summarize(self, plan, prompt):
+        said = "- the agent compared the memory requests of the pods"
+        quotes = "\n".join(
+            f"- `node-{k:03d}-x{k * 7919 % 10_000:04d} ready` (nodes output)" for k in range(20)
+        )
+        return SummaryResult(
+            text=f"**Investigating:** the request\n**Key findings:**\n{said}\n{quotes}\n"
+            "**Ruled out:** nothing ruled out yet\n**Current state:** working on it",
+            model="quoting",
+        )
+
+
+def test_lines_quoting_tool_output_give_their_room_to_what_the_agent_said():
+    # issue 32 (benchmark 20): past the agent's share of the room, the offline summarizer's
+    # lines quoting tool output kept 600 chars of identifiers only a tool held while the
+    # agent's own figures found no room
+    names = [f"svc-{k:02d}-node-{k * 37 % 1000:03d}" for k in range(150)]
+    report = "Pods checked:\n" + "\n".join(f"- `{n}`: {100 + k} Mi" for k, n in enumerate(names))
+    plan = CompactionPlan(
+        cut=3,
+        boundary="turn",
+        removed=(
+            HumanMessage(id="h1", content="List the memory requests of every pod."),
+            AIMessage(id="a1", content=report),
+        ),
+        kept=(HumanMessage(id="h2", content="thanks"),),
+        order=("h1", "a1", "h2"),
+        request=None,
+        total_chars=8_000,
+        removed_chars=7_000,
+        estimated_chars_after=3_000,
+        threshold_chars=30_000,
+        summary_chars=3_000,
+    )
+    body = GuardedSummarizer(Quoting(), 8_000).summarize(plan, build_prompt(plan, 60_000)).text
+    body = body.removesuffix(RECALL_NOTE).rstrip()
+    assert len(body) <= plan.summary_chars
+    section = body.split(PINNED_HEADING, 1)[1]
+    assert len(section) > plan.summary_chars * OWN_FACTS_SHARE  # the quotes' room too
+    assert "(nodes output)" not in body.split(PINNED_HEADING, 1)[0]
+    assert "the agent compared the memory requests" in body  # the findings in words stay

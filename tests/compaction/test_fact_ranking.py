@@ -251,24 +251,31 @@ def test_a_line_of_other_values_over_the_budget_gives_up_one_value_at_a_time():
     assert all(line.split(": ", 1)[1].split("; ")), line  # each span keeps some
 
 
-def test_what_a_summary_says_in_words_reads_back_as_stated_and_its_quoted_output_does_not():
-    """The next summary ranks what an earlier one said in words (the agent's place, its
-    findings) with what the agent relied on, so it is not outranked by what only a tool held
-    once the words are rewritten; a line it quotes from tool output stays data."""
+def test_a_summarys_place_reads_back_as_said_its_findings_as_stated_its_quotes_as_data():
+    """The next summary ranks the agent's place an earlier one kept (its request, state,
+    plan: their words) with what the agent said, so it is not outranked by the values still
+    listed as said once those lines are rewritten; its findings in words with what the agent
+    relied on; a line it quotes from tool output stays data, and offpath's own words (a note
+    in italics, a section left out for space) are no fact."""
     text = "\n".join(
         [
             "**Investigating:** why `ledger-api` is slow",
             "**Key findings:**",
             "- the agent found `shard_7_lag` at 867-918m",
             "- `Replicas: 0 available | pod ledger-7f9c2-x1` (kubectl_describe output)",
-            "**Ruled out:** redis",
+            "**Ruled out:** (left out for space; `recall` finds it)",
             "**Current state:** checking `build_index` next",
+            "",
+            "_Offline summary (no LLM): lines taken from the messages._",
         ]
     )
     facts = {f.value: f for f in extract([summary_of(text)])}
-    for value in ("ledger-api", "shard_7_lag", "867-918m", "build_index"):
-        assert facts[value].stated and facts[value].carried, value
+    for value in ("ledger-api", "build_index"):
+        assert facts[value].said and facts[value].carried, value
+    for value in ("shard_7_lag", "867-918m"):
+        assert facts[value].stated and not facts[value].said and facts[value].carried, value
     assert facts["ledger-7f9c2-x1"].carried and not facts["ledger-7f9c2-x1"].stated
+    assert "recall" not in facts and "messages._" not in facts, sorted(facts)
 
 
 def test_the_index_names_topics_the_rest_of_the_summary_does_not_hold():
@@ -436,6 +443,24 @@ def test_the_swap_lists_an_identifier_found_only_in_offpaths_own_note():
     later = [HumanMessage(id="h9", content="What about zq-881?")]
     section_text, missing = swap_check(later, removed, [], "", 1_000)
     assert missing == 0 and section_text.splitlines()[1:] == ["- also in t1: zq-881"]
+
+
+def test_the_swap_lists_what_only_an_earlier_summarys_own_text_held_without_quoting_it():
+    """An earlier summary's line (its agent's place, its findings) is offpath's words citing
+    the summary itself: the identifier is listed by value, its line not quoted."""
+    from offpath.compaction.facts.pinning import swap_check
+    from offpath.compaction.summary import cite
+
+    earlier = summary_of(
+        "**Investigating:** x\n**Current state:** the graph is drawn. Last tool call: "
+        '`query_metrics({"query": "avg:kube.mem{pod:zq-881}"})`.'
+    )
+    later = [HumanMessage(id="h9", content="What about zq-881?")]
+    section_text, missing = swap_check(later, [earlier], [], "", 1_000)
+    assert missing == 0
+    assert section_text.splitlines()[1:] == [f"- also in {cite(str(earlier.id))}: zq-881"], (
+        section_text
+    )
 
 
 def test_what_a_pasted_document_names_is_not_ranked_as_asked():

@@ -35,7 +35,7 @@ from offpath.compaction.facts.sections import (
 )
 from offpath.compaction.fields import message_field
 from offpath.compaction.standing import is_standing, standing_blocks
-from offpath.compaction.summary import cite, looks_like_instruction
+from offpath.compaction.summary import cite, is_summary, looks_like_instruction
 
 #: The smallest section budget (chars) that lists the values stated on lines of their own:
 #: a label more per kind; below it they share their kind's line (on small budgets, tau-bench
@@ -572,6 +572,7 @@ def swap_check(
     missing = 0
     found: set[str] = set()
     for m in reversed(removed):  # the newest line that holds an identifier quotes it
+        own = str(m.id) if is_summary(m) else None
         for text, role, mid in fact_blocks(m):
             low = text.casefold()
             for key, value in refs.items():
@@ -591,7 +592,9 @@ def swap_check(
                 clips = quoted.setdefault((str(mid), start), [])
                 if any(value.casefold() in c.casefold() for c in clips):
                     continue  # quoted already with another identifier of its line
-                if str(mid) in lined or not _context_line(line, role):
+                # a line of an earlier summary's own text (its agent's place, its findings:
+                # offpath's words, citing the summary) is no record either: listed by value
+                if str(mid) in lined or not _context_line(line, role) or str(mid) == own:
                     listed.setdefault(str(mid), []).append(value)
                     continue
                 clip = clip_around(line, at - start, value, SWAP_LINE_CHARS)

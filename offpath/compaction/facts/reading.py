@@ -16,6 +16,7 @@ from offpath.compaction.facts.sections import (
     ASKED_LABEL,
     EARLIER_PATTERN,
     INDEX_HEADING,
+    LEFT_OUT,
     LISTED_PATTERN,
     PINNED_HEADING,
     QUOTED_PATTERN,
@@ -28,7 +29,7 @@ from offpath.compaction.facts.sections import (
 )
 from offpath.compaction.fields import message_field
 from offpath.compaction.frontier import KEPT_AFTER, QUOTED_BELOW
-from offpath.compaction.summary import is_summary, summary_body
+from offpath.compaction.summary import HEADINGS, is_summary, summary_body
 
 #: How a summary points at a clipped request's message, or at a request in view
 #: (:func:`frontier.into_summary`, :func:`frontier.pointer_line`): ids offpath cites.
@@ -37,6 +38,10 @@ _CITATION = re.compile(
     rf"(?:{re.escape(QUOTED_BELOW)}|{re.escape(KEPT_AFTER)})$",
     re.M,
 )
+#: offpath's own words in a summary's body: a note in italics on a line of its own (the
+#: offline summarizer's, the recall line) and what a section says once its lines were left
+#: out for space. They name no fact of the session (``recall``, ``messages._``).
+_OWN_WORDS = re.compile(rf"^_[^\n]*_$|{re.escape(LEFT_OUT)}", re.M)
 #: How offpath points at an archived message (a shortened result's marker, a summary):
 #: ``recall("48596bb7", offset=1200)``.
 _RECALL_CALL = re.compile(r'recall\("[^"\n]{1,80}"(?:, offset=\d+)?\)')
@@ -45,13 +50,12 @@ _RECALL_CALL = re.compile(r'recall\("[^"\n]{1,80}"(?:, offset=\d+)?\)')
 def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
     """``(text, role, message_id)`` for each block of a message worth reading for facts.
     ``role``: ``agent`` (its text: its conclusions in its own words), ``action`` (each of its
-    tool calls with the first line of each argument), ``user`` (a request), ``carried`` (an earlier summary: what
-    was concluded before; its pinned entries are read as the line they quote and the message
-    they name, so a fact pinned again keeps its source; ``carried stated``: what its body
-    says in words; ``carried said``: a quoted line of
-    the agent's own words; either followed by `` <n>`` for a line pinned ``n`` compactions
-    before, :func:`role_age`), ``data`` (tool output, the rest of a
-    multi-line argument)."""
+    tool calls with the first line of each argument), ``user`` (a request), ``carried`` (an
+    earlier summary: what was concluded before; its pinned entries are read as the line they
+    quote and the message they name, so a fact pinned again keeps its source; ``carried
+    said``: the agent's place its body keeps, offpath's own words left out, and a quoted line
+    of the agent's own words; ``carried stated``: its findings in words; either followed by `` <n>`` for a line pinned ``n`` compactions
+    before, :func:`role_age`), ``data`` (tool output, the rest of a multi-line argument)."""
     from offpath.compaction.accounting import render_content
 
     mid = str(message.id)
@@ -73,12 +77,13 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
         if 0 <= end < cut:
             cut = end  # no pinned entries after the index: it ends the part read back
         body, pinned = text[:cut], text[cut:]
-        # ids offpath cites are not facts; what the body says in words (the agent's place,
-        # the findings) is read back as stated, so the next summary ranks it with what the
-        # agent relied on, above what only a tool held (said stays for the agent's own
-        # words, which a pinned line marks); the lines it quotes from tool output as carried
-        for part, own in _body_parts(_CITATION.sub("", body)):
-            yield part, "carried stated" if own else "carried", mid
+        # ids offpath cites are not facts; the agent's place the body keeps (its request,
+        # state, plan, what is done: their words) is read back as said, so that a value the
+        # agent said keeps its rank beside the values listed as said once the body that held
+        # it is rewritten; the findings in words as stated, ranked with what the agent relied
+        # on, above what only a tool held; the lines it quotes from tool output as carried
+        for part, role in _body_parts(_OWN_WORDS.sub("", _CITATION.sub("", body))):
+            yield part, role, mid
         sections = (PINNED_HEADING, SINCE_HEADING, SWAP_HEADING)
         within = True  # in a section of pinned entries (not the archive index, a quote after)
         for line in pinned.splitlines()[1:]:
@@ -136,20 +141,28 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
 
 #: A line of a summary's body that quotes tool output (the offline summarizer's
 #: ``- `Replicas: 1 desired` (kubectl_describe output)``): data, not what anyone said.
-_QUOTED_OUTPUT = re.compile(r"` \([^()\s]+ output\)")
+QUOTED_OUTPUT = re.compile(r"` \([^()\s]+ output\)")
 
 
-def _body_parts(body: str) -> list[tuple[str, bool]]:
+def _body_parts(body: str) -> list[tuple[str, str]]:
     """``body`` (a summary's text before its pinned entries) cut into runs of lines, in
-    order, each with whether it is what the agent or the user said (True: the agent's place,
-    the findings and conclusions in words) or quotes tool output (False)."""
-    parts: list[tuple[list[str], bool]] = []
+    order, each with its role: ``carried said`` for the agent's place (the request, the
+    state, the plan, what is done: the agent's and the user's words, word for word),
+    ``carried stated`` for the findings in words (what the summarizer chose to say), and
+    ``carried`` for a line quoting tool output."""
+    parts: list[tuple[list[str], str]] = []
+    findings = False
     for line in body.split("\n"):
-        own = not _QUOTED_OUTPUT.search(line)
-        if not parts or parts[-1][1] != own:
-            parts.append(([], own))
+        if line.startswith("**"):
+            findings = line.startswith(HEADINGS[1])
+        if QUOTED_OUTPUT.search(line):
+            role = "carried"
+        else:
+            role = "carried stated" if findings else "carried said"
+        if not parts or parts[-1][1] != role:
+            parts.append(([], role))
         parts[-1][0].append(line)
-    return [("\n".join(lines), own) for lines, own in parts]
+    return [("\n".join(lines), role) for lines, role in parts]
 
 
 #: Between the values of two spans on a line of values: ``- ids: a, b; c, d`` (``a, b``

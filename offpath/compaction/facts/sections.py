@@ -19,6 +19,9 @@ SWAP_HEADING = "**Named since this summary was written**"
 #: The heading of the archive index at a summary's end (:mod:`offpath.compaction.index`): the
 #: index is offpath's own table of contents, never read back as facts.
 INDEX_HEADING = "**Archive index**"
+#: What a section's text says once its lines were left out for space (a template heading
+#: keeps its place): offpath's words, never read back as a fact.
+LEFT_OUT = "(left out for space; `recall` finds it)"
 #: Most chars of one pinned entry's quoted line.
 MAX_LINE_CHARS = 160
 #: An entry of an earlier summary's Pinned facts: a quoted line, or values by message.

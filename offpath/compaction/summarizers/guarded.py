@@ -9,7 +9,9 @@ Whatever wrote the summary (an LLM, the offline extractor):
 * the facts of the removed messages that it missed are appended as a bounded **Pinned
   facts** section (:func:`offpath.compaction.facts.pin`); on a small budget they come
   before the summarizer's prose, which is clipped to make room for them (up to half the
-  budget: at a 4,000-char threshold an LLM's 400 chars of prose left them none);
+  budget: at a 4,000-char threshold an LLM's 400 chars of prose left them none; past
+  :data:`OWN_FACTS_SHARE`, the summarizer's lines quoting tool output give way to what the
+  agent said and the user named, the rest of its text stays);
 * a last line tells the model that the originals can be searched with the ``recall`` tool;
 * the archive's index, which the summary gets when it is applied
   (:func:`offpath.compaction.index.archive_index`), takes its room from the plan's budget
@@ -22,6 +24,7 @@ import dataclasses
 import logging
 
 from offpath.compaction.facts.pinning import pin
+from offpath.compaction.facts.reading import QUOTED_OUTPUT
 from offpath.compaction.facts.sections import ASKED_LABEL, SAID_LABEL
 from offpath.compaction.frontier import Frontier, into_summary, read_frontier
 from offpath.compaction.index import archive_index, index_room
@@ -91,15 +94,25 @@ class GuardedSummarizer:
             # the budget; what they need beyond the room the text left is taken from the
             # summarizer's prose (its last findings first, then its longest lines; the
             # headings and the agent's place stay)
-            most = min(self.pinned_max_chars, int(plan.summary_chars * OWN_FACTS_SHARE))
+            # the lines quoting tool output give way too, past the share: the pins may take
+            # all the room but the rest of the text's
+            own_most = int(plan.summary_chars * OWN_FACTS_SHARE)
+            rest = len(text) - _output_chars(result.text)
+            beyond = max(0, plan.summary_chars - rest - 4 - own_most)
+            most = min(self.pinned_max_chars, own_most + beyond)
             want, pinned_text = (
-                _facts_room(text, plan, self.pinned_max_chars) if room < most else (room, "")
+                _facts_room(text, plan, self.pinned_max_chars, beyond)
+                if room < most
+                else (room, "")
             )
             if room < want:
                 need = len(pinned_text) - len(text.rstrip())
                 short = need - (plan.summary_chars - len(text) - 4)  # the text may be over
                 if short > 0:
-                    inner = fit_text(result.text, max(0, len(result.text) - short))
+                    inner = fit_text(
+                        _without_output(result.text, short),
+                        max(0, len(result.text) - short),
+                    )
                     text = into_summary(inner, frontier, share, plan.request, kept)
                     room = min(self.pinned_max_chars, max(0, plan.summary_chars - len(text) - 4))
         text, pinned = pin(text, plan.removed, room, plan.kept)
@@ -118,14 +131,15 @@ class GuardedSummarizer:
         )
 
 
-def _facts_room(text: str, plan: CompactionPlan, cap: int) -> tuple[int, str]:
+def _facts_room(text: str, plan: CompactionPlan, cap: int, beyond: int = 0) -> tuple[int, str]:
     """Chars the Pinned facts may take of ``plan``'s text budget beside ``text`` (at most
     ``cap``), and ``text`` with the section :func:`pin` makes in them:
-    :data:`FACTS_SHARE` of the budget, or up to :data:`OWN_FACTS_SHARE` as far as the lines
-    of what the agent said and the user named need (listed first, they fill the share when
-    they do not fit in it)."""
+    :data:`FACTS_SHARE` of the budget, or up to :data:`OWN_FACTS_SHARE` and ``beyond`` it
+    (what the summarizer's lines quoting tool output hold, :func:`_output_chars`) as far as
+    the lines of what the agent said and the user named need (listed first, they fill the
+    share when they do not fit in it)."""
     share = min(cap, int(plan.summary_chars * FACTS_SHARE))
-    most = min(cap, int(plan.summary_chars * OWN_FACTS_SHARE))
+    most = min(cap, int(plan.summary_chars * OWN_FACTS_SHARE) + beyond)
     at_share, pinned = pin(text, plan.removed, share, plan.kept)
     own = sum(len(e) for e in pinned.entries if _own_line(e))
     if own < share * 9 // 10 or most <= share:  # they fit, with room to spare: the share holds
@@ -143,3 +157,22 @@ def _own_line(entry: str) -> bool:
     """A pinned entry lists values the agent said or the user named."""
     head = entry.strip().split(": ", 1)[0]
     return head.startswith("- ") and head.endswith((SAID_LABEL, ASKED_LABEL))
+
+
+def _output_chars(text: str) -> int:
+    """Chars of the lines of a summarizer's ``text`` that quote tool output (the offline
+    summarizer's ``- `...` (kubectl_describe output)``): identifiers only a tool held, which
+    give way to what the agent said and the user named beyond :data:`OWN_FACTS_SHARE`."""
+    return sum(len(line) + 1 for line in text.splitlines() if QUOTED_OUTPUT.search(line))
+
+
+def _without_output(text: str, short: int) -> str:
+    """``text`` less its lines quoting tool output, the last first, until ``short`` chars went
+    (or none is left): what gives way first when the pins need room from the prose."""
+    lines = text.splitlines()
+    quoted = [i for i, line in enumerate(lines) if QUOTED_OUTPUT.search(line)]
+    gone = 0
+    while quoted and gone < short:
+        gone += len(lines[quoted[-1]]) + 1
+        del lines[quoted.pop()]
+    return "\n".join(lines)
