@@ -436,7 +436,8 @@ def fit(
         nonlocal copy
         gone = removed | {messages[i].id for i in grown}
         starts = [i for i, m in enumerate(messages) if is_request(m)]
-        ends = dict(zip(starts, [*starts[1:], None], strict=True))
+        # no request left in the thread (the last one summarized): no turn to take whole
+        ends = dict(zip(starts, [*starts[1:], None], strict=True)) if starts else {}
         extra = set(grown)
         for i in starts:
             end = ends[i]
