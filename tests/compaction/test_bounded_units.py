@@ -922,6 +922,21 @@ def test_results_shortened_twice_in_one_call_keep_their_originals_in_the_archive
         engine.dispose()
 
 
+def heap_steps(n):
+    """``n`` tool calls to ``logs``, each answered by 1,500 chars of heap readings."""
+    out = []
+    for i in range(n):
+        out += [
+            AIMessage(
+                id=f"a{i}", content="", tool_calls=[{"id": f"c{i}", "name": "logs", "args": {}}]
+            ),
+            ToolMessage(
+                id=f"t{i}", content=f"heap at step {i}: " + "z" * 1_500, tool_call_id=f"c{i}"
+            ),
+        ]
+    return out
+
+
 def test_a_plan_cut_into_a_turn_that_has_ended_since_moves_to_whole_turns():
     """DESIGN.md invariant 17: a plan made while one long turn was in progress cuts between its
     tool groups (the request quoted in the summary). Applied after that turn ended and the
@@ -930,15 +945,7 @@ def test_a_plan_cut_into_a_turn_that_has_ended_since_moves_to_whole_turns():
     turn goes whole), as a plan made now would, even when the next turn alone fills the keep
     window."""
     msgs = [SystemMessage(id="sys", content="sys"), HumanMessage(id="req", content="find the leak")]
-    for i in range(30):
-        msgs += [
-            AIMessage(
-                id=f"a{i}", content="", tool_calls=[{"id": f"c{i}", "name": "logs", "args": {}}]
-            ),
-            ToolMessage(
-                id=f"t{i}", content=f"heap at step {i}: " + "z" * 1_500, tool_call_id=f"c{i}"
-            ),
-        ]
+    msgs += heap_steps(30)
     plan = plan_compaction(msgs, S)
     assert isinstance(plan, CompactionPlan) and plan.boundary == "tool_group" and plan.request
     prepared = compact(msgs, S, OfflineSummarizer()).prepared
@@ -1013,15 +1020,7 @@ def test_the_since_section_quotes_a_request_without_the_instructions_sent_with_e
         SystemMessage(id="sys", content="sys"),
         HumanMessage(id="req", content=f"find the leak\n\n{block}"),
     ]
-    for i in range(30):
-        msgs += [
-            AIMessage(
-                id=f"a{i}", content="", tool_calls=[{"id": f"c{i}", "name": "logs", "args": {}}]
-            ),
-            ToolMessage(
-                id=f"t{i}", content=f"heap at step {i}: " + "z" * 1_500, tool_call_id=f"c{i}"
-            ),
-        ]
+    msgs += heap_steps(30)
     prepared = compact(msgs, S, OfflineSummarizer()).prepared
     grown = [*msgs, AIMessage(id="answer", content="the leak is the LRU cache in the parser")]
     for k, ask in enumerate(("now check the database", "and the cache", "and the queue")):
