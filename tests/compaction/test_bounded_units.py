@@ -922,10 +922,11 @@ def test_results_shortened_twice_in_one_call_keep_their_originals_in_the_archive
         engine.dispose()
 
 
-def heap_steps(n):
-    """``n`` tool calls to ``logs``, each answered by 1,500 chars of heap readings."""
+def heap_steps(n, first=0):
+    """``n`` tool calls to ``logs`` (numbered from ``first``), each answered by 1,500 chars of
+    heap readings."""
     out = []
-    for i in range(n):
+    for i in range(first, first + n):
         out += [
             AIMessage(
                 id=f"a{i}", content="", tool_calls=[{"id": f"c{i}", "name": "logs", "args": {}}]
@@ -935,6 +936,21 @@ def heap_steps(n):
             ),
         ]
     return out
+
+
+def test_a_late_apply_on_a_thread_with_no_request_left_fits():
+    """A thread whose requests were all summarized (an agent going on with tool calls alone)
+    has no turn to take whole at a late apply: the compaction fits and orphans no call (it
+    raised ValueError from the turns' ends, and the run went past its bound)."""
+    from offpath.compaction.pairing import new_unpaired
+    from offpath.compaction.patch import Fitted, fit_now, patched
+
+    msgs = [SystemMessage(id="sys", content="sys"), *heap_steps(30)]
+    prepared = compact(msgs, S, OfflineSummarizer()).prepared
+    grown = msgs + heap_steps(10, first=30)
+    fitted = fit_now(prepared, grown, S, force=False, outside_chars=0)
+    assert isinstance(fitted, Fitted), fitted
+    assert not new_unpaired(grown, patched(grown, fitted.patch))
 
 
 def test_a_plan_cut_into_a_turn_that_has_ended_since_moves_to_whole_turns():
