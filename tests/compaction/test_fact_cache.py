@@ -167,6 +167,12 @@ def threads():
 THREADS = list(threads())
 
 
+def test_the_merge_makes_each_fact_with_its_fields_in_the_dataclass_order():
+    """The merge passes a new Fact's fields positionally, in FACT_FIELDS' order: a field added
+    or moved in Fact fails here before it is given another field's value."""
+    assert extraction.FACT_FIELDS == tuple(f.name for f in dataclasses.fields(extraction.Fact))
+
+
 @pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
 def test_extract_gives_what_the_per_thread_pass_gave(name, messages):
     _observed.cache_clear()
