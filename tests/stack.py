@@ -447,14 +447,26 @@ def dump(obj: Any) -> str:
     return json.dumps(obj, indent=1)[:3000]
 
 
-def wait_for(predicate: Any, timeout: float = 30, interval: float = 0.05) -> Any:
+def wait_for(predicate: Any, timeout: float = 30, interval: float = 0.05, what: Any = "") -> Any:
+    """``predicate()``'s first truthy value, tried every ``interval`` s for ``timeout`` s;
+    AssertionError naming ``what`` (a string, or a callable giving one when it fails; else
+    the predicate's source line) and its last value."""
     deadline = time.monotonic() + timeout
+    value = None
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError("condition not met in time")
+    said = (what() if callable(what) else what) or _where(predicate)
+    raise AssertionError(f"condition not met in {timeout:g}s: {said}; last {value!r:.300}")
+
+
+def _where(predicate: Any) -> str:
+    code = getattr(predicate, "__code__", None)
+    if code is None:
+        return repr(predicate)
+    return f"{Path(code.co_filename).name}:{code.co_firstlineno}"
 
 
 def ids(messages: Iterable[dict[str, Any]]) -> list[str]:

@@ -59,7 +59,7 @@ from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
 from offpath.compaction.shorten import digests_kept, is_shortened
 from offpath.compaction.summarizers.base import Summarizer, SummarizerError
 from offpath.compaction.summary import is_summary, summary_meta
-from offpath.compaction.tokens import for_thread, measured_ratio
+from offpath.compaction.tokens import DEFAULT_ENCODING, encoder, for_thread, measured_ratio
 from offpath.coordination.faults import failpoint
 from offpath.coordination.jobs import UNSTORABLE, JobEnded, JobOptions, Landed, head_mark
 from offpath.coordination.locks import LockUnavailable, RunInProgress
@@ -92,6 +92,15 @@ CHECKPOINT_LAG_S = 15.0
 #: thresholds (what a job frees is freed as soon as before); a full collection comes after
 #: 100 middle ones, not 10.
 JOB_GC_THRESHOLDS = (700, 10, 100)
+
+
+def load_job_path() -> None:
+    """Load what every job reads a thread with, before the first job rather than inside it:
+    the token encoder of :data:`~offpath.compaction.tokens.DEFAULT_ENCODING` (its
+    vocabulary: ~0.5 s of CPU holding the GIL, ~64 MiB, once per process). Loaded inside a
+    job it held back this process's lease renewals (every third of ``JOB_LEASE_S``, on
+    another thread) and the first compaction's end."""
+    encoder(DEFAULT_ENCODING)
 
 
 def settle_heap() -> None:

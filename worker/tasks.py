@@ -31,7 +31,7 @@ from offpath.stores.db.engine import migrate
 from offpath.stores.db.tables import JobStatus
 from offpath.stores.leases.claims import Start
 from offpath.worker.celery_app import app
-from offpath.worker.jobs import Outcome, RetryLater, end, run_job, settle_heap
+from offpath.worker.jobs import Outcome, RetryLater, end, load_job_path, run_job, settle_heap
 
 log = logging.getLogger("offpath.worker")
 
@@ -54,6 +54,7 @@ def runtime() -> tuple[Runtime, Summarizer]:
             settings = get_settings()
             rt = open_thread_writer(settings, run_migrations=False)
             _runtime = (rt, make_summarizer(settings))
+            load_job_path()  # not inside the first job, while its lease is renewed
             # what start-up made lives as long as the process: out of the collector's
             # generations (a full collection of that heap stalls a job for ~100 ms), and
             # full collections of what jobs leave spaced

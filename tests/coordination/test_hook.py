@@ -18,7 +18,7 @@ from offpath.config import load_settings
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.runtime import Client
 from offpath.stores.db.engine import make_engine, migrate
-from offpath.stores.leases.claims import LeaseKeeper, Leases, Start, State, failure_backoff_s
+from offpath.stores.leases.claims import Held, LeaseKeeper, Leases, Start, State, failure_backoff_s
 from offpath.stores.leases.key_stores import RedisKeyStore, SqlKeyStore
 
 
@@ -347,6 +347,32 @@ def test_a_job_that_ends_while_its_lease_is_renewed_is_not_reported_lost(parts, 
         keeper.stop()
     assert not held.lost.is_set()
     assert "lost its lease" not in caplog.text
+
+
+def test_a_lost_lease_says_whether_it_lapsed_or_was_taken_over(parts, caplog):
+    """The warning of a lost lease names its kind: another holder replaced it while it was
+    renewed in time ("taken over"), or no renewal came for a whole lease ("lapsed": the
+    process was held up); an operator (and a test on a loaded host) tells them apart."""
+    _, _, leases, hook, _ = parts
+    job = hook("t10", over_threshold()).job_id
+    assert leases.start("t10", job, "tok")[0] is Start.OK
+    keeper = LeaseKeeper(leases, max_age_s=60)
+    held = keeper.hold("t10", job, "tok")
+    try:
+        with caplog.at_level("WARNING", logger="offpath"):
+            time.sleep(leases.lease_s / 2)  # renewed at least once meanwhile
+            leases.store.swap(leases.key("t10"), f"r:{job}:tok", f"r:{job}:other", leases.lease_s)
+            assert held.lost.wait(leases.lease_s)
+    finally:
+        keeper.stop()
+    said = [r.getMessage() for r in caplog.records if "lost its lease" in r.getMessage()]
+    assert len(said) == 1 and f"job {job} lost its lease on the thread (taken over" in said[0]
+    # a lease last renewed a lease length or more before the renewal that found it gone
+    late = Held("t10", job, "tok", renewed=100.0)
+    assert keeper.why_lost(late, now=100.0 + leases.lease_s + 0.5).startswith(
+        f"lapsed: renewed {leases.lease_s + 0.5:.1f}s ago"
+    )
+    assert keeper.why_lost(late, now=100.5).startswith("taken over: renewed 0.5s ago")
 
 
 class Clock:

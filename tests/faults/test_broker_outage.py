@@ -42,9 +42,11 @@ def applied(stack, session: str) -> bool:
 
 def deliveries_ended(log: str) -> bool:
     """Every ``compact_session`` delivery the worker's log shows received has ended (succeeded,
-    raised or failed): a delivery taken before the outage acks through the lost connection."""
+    raised, failed, or rejected: one whose start found the lease store away and whose retry
+    could not be sent either; the reconciler publishes its job again): a delivery taken
+    before the outage acks through the lost connection."""
     received = re.findall(r"compact_session\[(\w+)\] received", log)
-    ended = re.findall(r"compact_session\[(\w+)\] (?:succeeded|raised|failed)", log)
+    ended = re.findall(r"compact_session\[(\w+)\] (?:succeeded|raised|failed|reject)", log)
     return all(received.count(t) <= ended.count(t) for t in set(received))
 
 

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from datetime import UTC, datetime, timedelta
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -255,3 +257,35 @@ def test_the_worker_settles_its_heap_and_spaces_its_full_collections():
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_the_worker_loads_the_token_encoder_before_its_first_job(tmp_path):
+    """The encoder every job counts a thread's tokens with is loaded when the worker's
+    runtime opens (``load_job_path``), not inside the first job: there its load held the
+    GIL for ~0.5 s while another thread renewed the job's running lease. Run in a fresh
+    interpreter (this one may have loaded it already), on SQLite under ``tmp_path``."""
+    import subprocess
+    import sys
+
+    from stack import REDIS_URL
+
+    code = (
+        "from offpath.compaction import tokens\n"
+        "from offpath.worker import tasks\n"
+        "before = tokens.DEFAULT_ENCODING in tokens._LOADED\n"
+        "rt, _ = tasks.runtime()\n"
+        "print(before, tokens.DEFAULT_ENCODING in tokens._LOADED)\n"
+        "rt.close()\n"
+    )
+    env = {
+        **os.environ,
+        "DATA_DIR": str(tmp_path),
+        "DATABASE_URL": "",
+        "REDIS_URL": REDIS_URL,
+        "REDIS_KEY_PREFIX": f"test-warm-{uuid.uuid4().hex[:8]}",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"]

@@ -232,6 +232,8 @@ class Held:
     token: str
     since: float = field(default_factory=time.monotonic)
     lost: threading.Event = field(default_factory=threading.Event)
+    #: when the lease was last taken or renewed (``time.monotonic()`` before the call)
+    renewed: float = field(default_factory=time.monotonic)
 
 
 class LeaseKeeper:
@@ -269,12 +271,24 @@ class LeaseKeeper:
                 "job %s has run for over %ds: its lease is left to lapse", h.job_id, self.max_age_s
             )
             return False
-        return self.leases.renew(h.session_id, h.job_id, h.token)
+        asked = time.monotonic()
+        kept = self.leases.renew(h.session_id, h.job_id, h.token)
+        if kept:
+            h.renewed = asked
+        return kept
 
     def _lost(self, h: Held) -> None:
         if not self._aged(h):
-            log.warning("job %s lost its lease on the thread", h.job_id)
+            log.warning("job %s lost its lease on the thread (%s)", h.job_id, self.why_lost(h))
         h.lost.set()
+
+    def why_lost(self, h: Held, now: float | None = None) -> str:
+        """Why a renewal found ``h`` gone: ``lapsed`` (not renewed for a whole lease: this
+        process was held up, e.g. starved of CPU) or ``taken over`` (renewed in time, so
+        another holder replaced it), with the seconds since its last renewal."""
+        ago = (time.monotonic() if now is None else now) - h.renewed
+        how = "lapsed" if ago >= self.leases.lease_s else "taken over"
+        return f"{how}: renewed {ago:.1f}s ago, lease {self.leases.lease_s:g}s"
 
 
 def _ttl(claim: Claim) -> float:
