@@ -517,6 +517,8 @@ class Point:
     by_kind: dict[str, list[int]] = field(default_factory=dict)
     ceiling: int = 0  # the most of ``stated`` a summary within its budget could show (budget)
     room_ceiling: int = 0  # the same in what the summary's other parts leave of its budget
+    # stated, not in view, by where they were last in view (:func:`last_seen`)
+    lost: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -584,6 +586,27 @@ def summary_parts(text: str) -> tuple[dict[str, int], int]:
     return parts, len(lines) - len(set(lines))
 
 
+#: Where a fact not in view at a point was last in view at an earlier point: in the summary,
+#: only in the rest of the request (the kept messages), or at none (stated and gone between two
+#: points).
+PLACES = ("summary", "kept", "never")
+
+
+def last_seen(
+    facts: Sequence[Fact], shown: set[int], summary: str, seen: dict[int, str]
+) -> dict[str, int]:
+    """Of ``facts`` (stated before a point), those not in view (``shown``: the ids of those in
+    view) counted by where they were last in view at an earlier point (:data:`PLACES`), from
+    ``seen`` (a fact's id: "summary" or "kept"), which this point's facts in view update
+    (in the ``summary``'s text, else in the rest of the request). A fact dropped from a
+    summary and one that left the kept part without being pinned are lost for two reasons."""
+    for f in facts:
+        if id(f) in shown:
+            seen[id(f)] = "summary" if found(f.value, summary) else "kept"
+    lost = Counter(seen.get(id(f), "never") for f in facts if id(f) not in shown)
+    return {place: lost[place] for place in PLACES if lost[place]}
+
+
 def budget_ceiling(facts: Sequence[Fact], outside: str, budget: int) -> int:
     """How many of ``facts`` a request could show at most with a summary of ``budget`` chars:
     those in view outside the summary (``outside``: the system prompt, the kept messages),
@@ -614,6 +637,7 @@ class Tracker:
         self.last: tuple[str, int] | None = None
         self.hidden: list[Fact] = []  # of the last point: stated, not in view
         self.due = False  # the last point is to be asked at the next call
+        self.seen: dict[int, str] = {}  # fact id -> where it was last in view (last_seen)
 
     def __call__(self, call: int, messages: list[Any]) -> None:
         from bench.compacting import is_summary_message, text_of
@@ -647,6 +671,7 @@ class Tracker:
             summary_chars=message_chars(summary),
         )
         point.summary_parts, point.repeated = summary_parts(str(summary.content))
+        point.lost = last_seen(facts, shown, text_of(summary), self.seen)
         if self.run.budget:
             outside = "\n".join(text_of(m) for m in messages if m is not summary)
             point.ceiling = budget_ceiling(facts, outside, self.run.budget)
@@ -1225,6 +1250,17 @@ def report(
             f"({r.points[-1].room_ceiling / max(1, r.points[-1].stated):.0%})"
             for r in runs
             if r.compactor == "offpath" and r.points
+        ),
+        f"stated facts not in view after the {target}th compaction, by where they were last in "
+        "view at an earlier compaction (in the summary: dropped from it; only in the kept "
+        "messages: never pinned when they went; at none): "
+        + "; ".join(
+            f"{g[0] // 1000}k {g[2]} {LABELS[g[3]]} "
+            + " / ".join(
+                str(sum(p.lost.get(place, 0) for r in of(g) if (p := r.at(target)) is not None))
+                for place in PLACES
+            )
+            for g in groups
         ),
         f"machine load: 1/5/15-min load average {'/'.join(f'{x:.1f}' for x in load[0])} before, "
         f"{'/'.join(f'{x:.1f}' for x in load[1])} after, on {os.cpu_count()} cores",

@@ -274,12 +274,17 @@ def _assemble(
     if KEPT_AFTER in text:
         # the Investigating line points at a request kept after the summary: one that goes
         # now (a later turn's apply took its turn whole, or the plan's copy stays out) is
-        # quoted by its start again (``recall`` reads it whole)
+        # quoted by its start again (``recall`` reads it whole), in its own words: the block
+        # an agent framework sends with every user message is named once, by the frontier
         kept_copy = prepared.request_copy if copy else None
+        blocks: tuple[str, ...] | None = None
         for mid in gone:
             pointer = pointer_line(mid, KEPT_AFTER)
             if mid != kept_copy and by_id[mid].type == "human" and pointer in text:
-                start = one_line(content_text(by_id[mid].content))
+                if blocks is None:
+                    blocks = standing_blocks(messages, read_standing(text))
+                words = content_text(by_id[mid].content)
+                start = one_line(without_standing(words, blocks) or words)
                 text = text.replace(pointer, f'{start} (whole: recall("{cite(mid)}"))')
     index = archive_index([by_id[i] for i in gone], index_room(cap), f"{text}\n{since}")
     sections = "\n\n".join(x for x in (since, index) if x)
@@ -565,7 +570,10 @@ def fit(
         if bound is not None:
             room = min(room, bound - attempt.after + len(content) - least_chars(content) - 2)
         removed_part = [by_id[i] for i in gone if i not in later_ids]
-        section, unpinned = swap_check(later, removed_part, kept, prepared.summary_text, room)
+        # what the messages that stay in view name: one that went at the apply names nothing
+        # the model reads (its own facts are listed by the since-section)
+        naming = [m for m in later if m.id not in gone_set]
+        section, unpinned = swap_check(naming, removed_part, kept, prepared.summary_text, room)
         problem = None
         if unpinned:
             problem = (

@@ -1056,3 +1056,38 @@ def test_the_since_section_quotes_a_request_without_the_instructions_sent_with_e
     requests = [ln for ln in summary.splitlines() if ln.startswith("- Request (")]
     assert any('"now check the database" (recall("next0"))' in ln for ln in requests), summary
     assert not any("Global Instructions" in ln for ln in requests), requests
+
+
+def test_the_check_before_the_swap_quotes_nothing_for_a_message_that_went_at_the_apply():
+    """Benchmark 20: a turn that came while the summary was written and went whole at the
+    apply named what only the removed part held, and the check before the swap quoted that
+    record under "Named since" (never given up: ~200 chars of every other summary), though
+    no message left in view names it. What the messages that stay name is pinned; a message
+    that went names nothing the model reads (the since-section lists its own facts)."""
+    from offpath.compaction.facts.sections import SWAP_HEADING
+
+    early = thread(12)
+    for m in early:
+        if isinstance(m, ToolMessage):
+            k = int(str(m.id)[1:])
+            m.content = f"rollout of build qz{k}w-{k * 7919} held at canary\n" + str(m.content)
+    prepared = prepared_on(early)
+    named = [f"qz{k}w-{k * 7919}" for k in range(12) if f"t{k}" in prepared.removed]
+    named = [n for n in named if n not in prepared.summary_text]
+    assert named  # held only by the removed part
+    grown = early + [
+        HumanMessage(id="h-new", content=f"resume the rollout of {named[0]}"),
+        AIMessage(
+            id="a-new", content="", tool_calls=[{"id": "c-new", "name": "resume", "args": {}}]
+        ),
+        ToolMessage(id="t-new", content="resumed " + "r" * 3_000, tool_call_id="c-new"),
+        AIMessage(id="f-new", content="resumed it"),
+    ]
+    for i in range(12, 22):
+        grown += thread(i + 1)[-4:]
+    fitted = fit(prepared, grown, target=landing_chars(S), settings=S)
+    assert not isinstance(fitted, Stale), fitted
+    after = add_messages(grown, fitted.patch)
+    check_compacted(grown, after)
+    assert "h-new" not in {m.id for m in after}  # the naming turn went at the apply
+    assert SWAP_HEADING not in str(fitted.summary.content), fitted.summary.content

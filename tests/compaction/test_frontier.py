@@ -634,3 +634,45 @@ def test_a_pointer_to_a_request_that_goes_at_the_apply_quotes_it_again():
     content = str(gone.summary.content)
     assert KEPT_AFTER not in content
     assert 'Now restore the DNS record of status-page-6. (whole: recall("h2"))' in content
+
+
+def test_a_pointer_quoted_again_at_the_apply_leaves_out_the_instructions_sent_with_every_request():
+    # the request quoted again when its pointer's message goes at the apply is the user's own
+    # words: the block an agent framework appends to every user message is named once by
+    # the summary (Standing instructions), never as the request (it took ~100 chars of the
+    # Investigating line from the facts)
+    from offpath.compaction.frontier import KEPT_AFTER, pointer_line
+    from offpath.compaction.patch import Prepared, _assemble
+
+    block = "Global Instructions (use if relevant): " + "always query the metrics store. " * 4
+    msgs = [
+        HumanMessage(id="h1", content=f"Rotate the TLS certificate of ingress-gw-5.\n\n{block}"),
+        AIMessage(id="a1", content="Done: rotated."),
+        HumanMessage(id="h2", content=f"Restore the DNS record of status-page-6.\n\n{block}"),
+        AIMessage(id="a2", content="Restored."),
+        HumanMessage(id="h3", content=f"Thanks, what else is open?\n\n{block}"),
+    ]
+    text = (
+        f"**Investigating:** {pointer_line('h2', KEPT_AFTER)}\n**Key findings:**\n- x\n"
+        "**Ruled out:** none\n**Current state:** w"
+    )
+    sizes = {m.id: len(str(m.content)) for m in msgs}
+    prepared = Prepared(
+        job_id="j",
+        summary_text=text,
+        summarizer="offline",
+        model="",
+        request=None,
+        compactions=1,
+        removed=("h1", "a1"),
+        order=tuple(m.id for m in msgs),
+        chars=sizes,
+        digests={},
+        tool_calls={},
+        total_chars=sum(sizes.values()),
+        threshold_chars=1_000,
+    )
+    by_id = {m.id: m for m in msgs}
+    gone = _assemble(prepared, msgs, by_id, ["h1", "a1", "h2", "a2"], "", True, None, sizes)
+    investigating = str(gone.summary.content).split("**Investigating:** ", 1)[1].split("\n")[0]
+    assert investigating == 'Restore the DNS record of status-page-6. (whole: recall("h2"))'
