@@ -570,10 +570,7 @@ def fit(
         if bound is not None:
             room = min(room, bound - attempt.after + len(content) - least_chars(content) - 2)
         removed_part = [by_id[i] for i in gone if i not in later_ids]
-        # what the messages that stay in view name: one that went at the apply names nothing
-        # the model reads (its own facts are listed by the since-section)
-        naming = [m for m in later if m.id not in gone_set]
-        section, unpinned = swap_check(naming, removed_part, kept, prepared.summary_text, room)
+        section, unpinned = swap_check(later, removed_part, kept, prepared.summary_text, room)
         problem = None
         if unpinned:
             problem = (
