@@ -31,6 +31,7 @@ from sqlmodel import JSON, Column, Field, SQLModel
 
 from offpath.compaction.accounting import content_text
 from offpath.compaction.fields import message_field
+from offpath.stores.db.engine import json_bytes
 from offpath.stores.db.tables import JOBS, JobStatus
 from offpath.stores.values import REFUSED_ERRORS, refused_value
 
@@ -144,9 +145,8 @@ def store_shortened(
             for position, m in originals
             if str(m.id) not in have
         ]
-        if rows:
-            with refusing(rows):
-                conn.execute(sa.insert(ARCHIVE), rows)
+        with refusing(rows):
+            insert_rows(conn, rows)
 
 
 @contextmanager
@@ -206,6 +206,48 @@ _RECORD = (
 )
 _UNARCHIVE = sa.delete(ARCHIVE).where(ARCHIVE.c.job_id == sa.bindparam("b_job"))
 _ARCHIVE_ROWS = sa.insert(ARCHIVE)
+#: The row fields :func:`insert_rows` writes (the table's columns but ``id`` and ``tsv``).
+_ROW_FIELDS = (
+    "session_id", "job_id", "summary_id", "position", "message_id", "message", "text",
+    "created_at", "kind",
+)  # fmt: skip
+_ROW_KEYS = frozenset(_ROW_FIELDS)
+#: On PostgreSQL, a job's rows in one statement with one parameter: their JSON, which the
+#: server reads into rows (in the order given: ``id`` follows it). An executemany binds and
+#: sends each row's nine values as a statement of its own: about twice the client's CPU.
+_ARCHIVE_JSON_ROWS = sa.text(
+    f"INSERT INTO archive ({', '.join(_ROW_FIELDS)}) "
+    f"SELECT {', '.join(_ROW_FIELDS)} FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS ("
+    "session_id text, job_id text, summary_id text, position integer, message_id text, "
+    "message jsonb, text text, created_at timestamptz, kind text"
+    ")) WITH ORDINALITY AS r(" + ", ".join(_ROW_FIELDS) + ", n) ORDER BY n"
+)
+
+
+def _plain_row(row: dict[str, Any]) -> bool:
+    """``row`` holds the archive's columns but ``id`` (no more), its ``created_at`` aware."""
+    at = row.keys() == _ROW_KEYS and row["created_at"]
+    return isinstance(at, datetime) and at.tzinfo is not None
+
+
+def insert_rows(conn: sa.Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert archive ``rows`` (:func:`rows_for`'s dicts: each column but ``id``, an aware
+    ``created_at``) in their order: on PostgreSQL as one JSON parameter
+    (:data:`_ARCHIVE_JSON_ROWS`), else (SQLite, other dicts, or values JSON does not carry:
+    the driver's own error then names them, as :func:`refusing` expects) by an executemany.
+    The same rows either way."""
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql" and all(_plain_row(r) for r in rows):
+        try:  # the JSON the message column's own serializer writes, of all the rows at once
+            data = json_bytes([{**r, "created_at": r["created_at"].isoformat()} for r in rows])
+        except (TypeError, ValueError):
+            pass  # a value JSON does not carry: bound row by row, its error named as before
+        else:
+            text = data.decode() if isinstance(data, bytes) else data
+            conn.execute(_ARCHIVE_JSON_ROWS, {"rows": text})
+            return
+    conn.execute(_ARCHIVE_ROWS, list(rows))
 
 
 def store_record(
@@ -217,8 +259,7 @@ def store_record(
     with refusing(rows, result), engine.begin() as conn:
         conn.execute(_RECORD, {"b_job": job_id, "b_result": result, "b_now": datetime.now(UTC)})
         conn.execute(_UNARCHIVE, {"b_job": job_id})
-        if rows:
-            conn.execute(_ARCHIVE_ROWS, rows)
+        insert_rows(conn, rows)
 
 
 def store_loss(engine: Engine, job_id: str, summary_id: str, loss: dict[str, Any]) -> bool:

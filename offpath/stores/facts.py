@@ -26,7 +26,14 @@ import orjson
 import redis
 from langchain_core.messages import BaseMessage
 
-from offpath.compaction.facts.extraction import Seen, facts_of, found_now, key_digest, take
+from offpath.compaction.facts.extraction import (
+    Kept,
+    Seen,
+    facts_of,
+    found_now,
+    key_digest,
+    take,
+)
 from offpath.compaction.tokens import message_tokens
 
 log = logging.getLogger("offpath.facts")
@@ -48,9 +55,6 @@ MAX_PENDING = 64
 
 #: Fields of one fact as :func:`encode` writes it (those of :class:`Seen`).
 _FIELDS = len(Seen._fields)
-#: Builds a :class:`Seen` from a list of its fields without the named tuple's keyword
-#: signature (a third of the cost of ``Seen(*fields)``); :func:`decode` checks the count.
-_new = tuple.__new__
 
 
 def encode(message: BaseMessage, *, kept: bool = False) -> bytes:
@@ -77,19 +81,21 @@ def stored_tokens(raw: bytes | None) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def decode(raw: bytes) -> tuple[Seen, ...]:
-    """What :func:`encode` wrote, as the facts of its message; ValueError if it is not."""
+def decode(raw: bytes) -> Kept:
+    """What :func:`encode` wrote, as the facts of its message (each one's :class:`Seen`
+    fields as a plain tuple, as the process keeps them: :data:`~offpath.compaction.facts.
+    extraction.Kept`); ValueError if it is not."""
     if raw[:1] != b"[":  # the tokens' line first (an entry written without it has none)
         raw = raw.partition(b"\n")[2]
     try:
         lines, facts = orjson.loads(raw)
         out = []
-        for f in facts:  # each fact's array made its Seen in place: a job decodes thousands
+        for f in facts:  # each fact's array made its tuple in place: a job decodes thousands
             if type(f) is not list or len(f) != _FIELDS:
                 raise ValueError(f"not a fact of {_FIELDS} fields: {str(f)[:60]}")
             f[3] = lines[f[3]]
             f[4] = tuple(f[4])
-            out.append(_new(Seen, f))
+            out.append(tuple(f))
         return tuple(out)
     except (TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"not a message's facts: {exc}") from exc

@@ -13,6 +13,7 @@ thread, and give the same summaries, pinned facts and loss reports at two sizes.
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -167,6 +168,12 @@ def threads():
 THREADS = list(threads())
 
 
+def test_the_merge_makes_each_fact_with_its_fields_in_the_dataclass_order():
+    """The merge passes a new Fact's fields positionally, in FACT_FIELDS' order: a field added
+    or moved in Fact fails here before it is given another field's value."""
+    assert extraction.FACT_FIELDS == tuple(f.name for f in dataclasses.fields(extraction.Fact))
+
+
 @pytest.mark.parametrize(("name", "messages"), THREADS, ids=[n for n, _ in THREADS])
 def test_extract_gives_what_the_per_thread_pass_gave(name, messages):
     _observed.cache_clear()
@@ -289,6 +296,27 @@ def test_the_cache_keeps_digests_not_messages():
     _observed(key)
     assert key.message is None  # the cache holds this key: its message was let go
     assert _observed(_Key(big)) == _observed(key)
+
+
+def test_kept_facts_leave_the_collectors_generations_at_its_first_passes():
+    """The facts a process keeps (found here, or read from the store) are plain tuples of
+    strings, numbers and tuples: the collector stops tracking them at its first passes (a
+    tuple once the tuples it holds are), so a full collection does not walk the ~170,000
+    that the cache's messages hold. Named tuples it tracked for good."""
+    from offpath.stores.facts import decode, encode
+
+    found = ToolMessage("ERR-5012 on db-primary-2 at 10:31:02 UTC", tool_call_id="c1", id="t1")
+    stored = ToolMessage("checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c2", id="t2")
+    _observed.cache_clear()
+    extraction.take(extraction.key_digest(stored), decode(encode(stored)))
+    kept = [*_observed(_Key(found)), *_observed(_Key(stored))]
+    assert len(kept) >= 4 and all(type(s) is tuple for s in kept)
+    gc.collect()
+    gc.collect()
+    assert not any(gc.is_tracked(s) for s in kept)
+    # the public form keeps its names
+    assert extraction.facts_of(found) == extraction.found_now(found)
+    assert "OOMKilled" in {s.value for s in extraction.facts_of(stored)}
 
 
 # --- facts found in one process, read in another (the API finds them as a turn arrives,

@@ -1,0 +1,129 @@
+"""Archive rows as :func:`offpath.stores.archive.insert_rows` writes them: on PostgreSQL all of
+a job's rows as one JSON parameter, read back exactly as the row-by-row insert writes them
+(values, order, search), and a value the database refuses still named."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from stack import create_pg_database, drop_pg_database
+
+from offpath.config import load_settings
+from offpath.stores import archive
+from offpath.stores.db.engine import make_engine, migrate
+from offpath.stores.db.tables import JOBS
+from offpath.stores.db.transitions import create_job
+from offpath.stores.search import search
+from offpath.stores.values import Unstorable
+
+
+def migrated(tmp_path, backend: str) -> Iterator[Any]:
+    url = create_pg_database() if backend == "postgres" else ""
+    settings = load_settings(data_dir=str(tmp_path), database_url=url)
+    migrate(settings)
+    engine = make_engine(settings)
+    yield engine
+    engine.dispose()
+    if url:
+        drop_pg_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine(request, tmp_path):
+    yield from migrated(tmp_path, request.param)
+
+
+@pytest.fixture
+def pg_engine(tmp_path):
+    yield from migrated(tmp_path, "postgres")
+
+
+def thread() -> list[Any]:
+    """Messages with what JSON and text columns must carry whole: quotes, backslashes,
+    newlines, tabs, non-ASCII, emoji, numbers, nested tool calls, empty content."""
+    return [
+        SystemMessage(id="sys", content="You are an SRE assistant."),
+        HumanMessage(id="h1", content='why does "checkout" 502?\n\tsince 10:30 UTC — ünïcode 🚒'),
+        AIMessage(
+            id="a1",
+            content="",
+            tool_calls=[
+                {"id": "c1", "name": "kubectl_logs", "args": {"pod": "web-x\\1", "n": 3.5}},
+                {"id": "c2", "name": "grep", "args": {"pattern": "ERR-5012", "flags": [1, None]}},
+            ],
+        ),
+        ToolMessage(id="t1", content="ERR-5012 at db-primary-2\n" * 40, tool_call_id="c1"),
+        ToolMessage(id="t2", content=[{"type": "text", "text": "part"}], tool_call_id="c2"),
+        HumanMessage(id="h2", content="kept"),
+    ]
+
+
+def stored(engine, job_id: str) -> list[tuple[Any, ...]]:
+    cols = [c for c in archive.ARCHIVE.c if c.name not in ("id", "job_id", "tsv")]
+    with engine.connect() as conn:
+        return [
+            tuple(r)
+            for r in conn.execute(
+                sa.select(*cols)
+                .where(archive.ARCHIVE.c.job_id == job_id)
+                .order_by(archive.ARCHIVE.c.id)
+            )
+        ]
+
+
+def test_rows_read_back_as_the_row_by_row_insert_writes_them(engine):
+    messages = thread()
+    removed, shortened = ["h1", "a1", "t2", "t1"], ["h2"]
+    for job in ("one-statement", "row-by-row"):
+        create_job(engine, job, "s-1", 100)
+    rows = archive.rows_for("s-1", "one-statement", "h1", messages, removed, shortened)
+    with engine.begin() as conn:
+        archive.insert_rows(conn, rows)
+        conn.execute(
+            sa.insert(archive.ARCHIVE),
+            archive.rows_for("s-1", "row-by-row", "h1", messages, removed, shortened),
+        )
+    one, each = stored(engine, "one-statement"), stored(engine, "row-by-row")
+    # in thread order, every value as given (created_at aside: one clock read per call)
+    assert [r[3] for r in one] == ["h1", "a1", "t1", "t2", "h2"]
+    assert [r[:-2] + r[-1:] for r in one] == [r[:-2] + r[-1:] for r in each]
+    assert [r[4] for r in one] == [row["message"] for row in rows]
+    assert [r[-2].replace(tzinfo=None) for r in one] == [
+        row["created_at"].replace(tzinfo=None) for row in rows
+    ]
+
+
+def test_a_compactions_rows_are_searchable_as_before(engine):
+    create_job(engine, "job-1", "s-1", 100)
+    rows = archive.rows_for("s-1", "job-1", "h1", thread(), ["h1", "a1", "t1"])
+    archive.store_record(engine, "job-1", {"summary": "s"}, rows)
+    with engine.begin() as conn:
+        conn.execute(sa.update(JOBS).where(JOBS.c.job_id == "job-1").values(status="applied"))
+    found = search(engine, "s-1", "ERR-5012")
+    assert [f["message_id"] for f in found] == ["t1", "a1"], found
+    assert archive.original(engine, "s-1", "a1") == rows[1]["message"]
+
+
+def test_a_nul_in_a_removed_message_is_refused_and_named(pg_engine):
+    engine = pg_engine  # PostgreSQL's text and jsonb refuse it (SQLite keeps it)
+    create_job(engine, "job-1", "s-1", 100)
+    bad = ToolMessage(id="t-nul", content="ok\x00then", tool_call_id="c1")
+    rows = archive.rows_for("s-1", "job-1", "h1", [*thread(), bad], ["h1", "t-nul"])
+    with pytest.raises(Unstorable, match='message "t-nul"'):
+        archive.store_record(engine, "job-1", {"summary": "s"}, rows)
+    assert stored(engine, "job-1") == []  # nothing of the job written
+
+
+def test_rows_of_other_shapes_are_written_row_by_row_as_before(pg_engine):
+    create_job(pg_engine, "job-1", "s-1", 100)
+    rows = archive.rows_for("s-1", "job-1", "h1", thread(), ["h1", "a1"])
+    for row in rows:
+        del row["kind"]  # the column's default
+    with pg_engine.begin() as conn:
+        archive.insert_rows(conn, rows)
+    got = stored(pg_engine, "job-1")
+    assert [(r[3], r[-1]) for r in got] == [("h1", archive.REMOVED), ("a1", archive.REMOVED)]
