@@ -52,6 +52,7 @@ stub, offpath >= 30 points above LangChain's middleware.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ from bench.compacting import (
     Archive,
     OffpathCompactor,
     data_dir,
+    is_summary_message,
     names_nothing,
     recall_hits,
     stub_summarizer,
@@ -176,10 +178,39 @@ class LangChain:
         return add_messages(thread, update["messages"]), True
 
 
+def lost_entry(
+    label: str, value: str, key: str, posted: list[Any], thread: list[Any], at: int
+) -> str:
+    """What :data:`DUMP` writes of a fact out of view: the run, the fact and its argument,
+    the message that first held it (its type, a tool result's tool), the model call it was
+    first out of view at, and the summary in view then (what it held instead)."""
+    first = next((m for m in posted if value in view([m])), None)
+    source = "?" if first is None else first.type
+    if first is not None and first.type == "tool":
+        source += f" {first.name}"
+    summary = next((m for m in thread if is_summary_message(m)), None)
+    held = "(no summary)" if summary is None else str(summary.content)
+    return f"=== {label} {value!r} ({key}) first in {source}; out of view at message {at}\n" + (
+        "    " + held.replace("\n", "\n    ") + "\n"
+    )
+
+
+#: A directory: each configuration's facts not visible are written there, one entry each
+#: (:func:`lost_entry`), to look into.
+DUMP = os.environ.get("GROUNDTRUTH_DUMP")
+
+
 def replay(
-    label: str, run: dict[str, Any], compactor: Any, threshold: int, tally: Tally, engine: Any
+    label: str,
+    run: dict[str, Any],
+    compactor: Any,
+    threshold: int,
+    tally: Tally,
+    engine: Any,
+    dump: list[str] | None = None,
 ) -> None:
-    """Replay ``run`` through ``compactor`` (see the module doc) and count its facts."""
+    """Replay ``run`` through ``compactor`` (see the module doc) and count its facts;
+    ``dump``: where to add an entry for each fact out of view (:func:`lost_entry`)."""
     from langgraph.graph.message import add_messages
 
     from offpath.agent import recall
@@ -207,6 +238,8 @@ def replay(
                 if value in said and value not in original:
                     away.add(value)
                     if value not in shown:
+                        if dump is not None and value not in lost:
+                            dump.append(lost_entry(label, value, facts[value], posted, thread, i))
                         lost.add(value)
         if not last:
             thread = add_messages(thread, [posted[i]])
@@ -278,8 +311,12 @@ def run(ctx: Context | None = None) -> Result:
             for name, make in compactors.items():
                 tally = Tally()
                 engine = archive.engine if name.startswith("offpath") else None
+                dump: list[str] | None = [] if DUMP else None
                 for label, doc in runs:
-                    replay(label, doc, make(), threshold, tally, engine)
+                    replay(label, doc, make(), threshold, tally, engine, dump)
+                if DUMP and dump is not None:
+                    where_to = Path(DUMP) / f"{threshold}-{name.replace(', ', '-')}-lost.txt"
+                    where_to.write_text("".join(dump))
                 rows.append((threshold, keep, name, tally))
                 print(
                     f"bench: {NAME}: {threshold}/{keep} {name}: visible "

@@ -50,6 +50,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from offpath.compaction.accounting import content_text
+from offpath.compaction.facts.sections import head_before
 from offpath.compaction.fields import message_field
 from offpath.compaction.standing import (
     read_standing,
@@ -202,7 +203,10 @@ def one_line(text: str, limit: int = MAX_ITEM_CHARS) -> str:
     """``text`` on one line (whitespace runs made one space), cut at a word to at most
     ``limit`` chars with "..." when longer."""
     line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3].rsplit(" ", 1)[0] + "..."
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 3]  # at a word; with no space in it, before the word it splits
+    return (cut.rsplit(" ", 1)[0] if " " in cut else head_before(line, limit - 3)) + "..."
 
 
 #: The line that keeps the session's first request when a later request is the current one.
@@ -303,7 +307,8 @@ def into_summary(
             if mid and one.endswith("...") and not one.endswith("...."):
                 return f'{one} (whole: recall("{cite(mid)}"))'  # clipped by an earlier summary
             return one
-        cut = one[: quote - 40].rsplit(" ", 1)[0]
+        cut = one[: quote - 40]
+        cut = cut.rsplit(" ", 1)[0] if " " in cut else head_before(one, quote - 40)
         return f'{cut}... (whole: recall("{cite(mid)}"))' if mid else f"{cut}..."
 
     if frontier.task:

@@ -37,6 +37,7 @@ import orjson
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from offpath.compaction.accounting import args_chars, content_text, message_chars
+from offpath.compaction.facts.sections import ARGUMENT_HEAD_CHARS, run_after, run_before
 from offpath.compaction.fields import message_field
 from offpath.compaction.settings import MIN_SHORTENED_CHARS
 from offpath.compaction.summary import cite, is_summary
@@ -57,7 +58,7 @@ MIN_OLDER_CHARS = 200
 STUB_BELOW_CHARS = 500
 #: A tool-call argument (a string of several lines) is cut only when it is longer than this:
 #: what is left is its first line (at most this long) and one line saying how to read it.
-MIN_ARGUMENT_CHARS = 200
+MIN_ARGUMENT_CHARS = ARGUMENT_HEAD_CHARS
 
 
 def raw_digest(message: BaseMessage) -> str:
@@ -238,8 +239,11 @@ def _cut_arguments(calls: list[Any], need: int, mid: str, recall: bool) -> tuple
             break
         value = out[k]["args"][key]
         first = value.split("\n", 1)[0][:MIN_ARGUMENT_CHARS]
+        shown = first
+        if len(first) >= MIN_ARGUMENT_CHARS:  # cut, maybe mid-word: its last run is not read
+            shown = first[: run_before(first, len(first))]
         probe = ToolMessage(content=value, tool_call_id="-", id="-")
-        facts = _facts(probe, value, first, MAX_FACT_CHARS // 2)
+        facts = _facts(probe, value, shown, MAX_FACT_CHARS // 2)
         listed = f" Facts in it: {facts}." if facts else ""
         out[k]["args"][key] = (
             f"{first}\n[offpath: {n:,} chars of this argument not shown; {how}.{listed}]"
@@ -303,7 +307,11 @@ def _marker(
         )
     else:
         how = f"offpath archived the whole {noun} as message {mid}"
-    facts = _facts(message, text, text[:head_end] + text[tail_start:], facts_max)
+    # a value the cuts may have split is not shown: the reader leaves out the runs of chars
+    # next to them (:func:`~offpath.compaction.facts.sections.without_cut_runs`), the note
+    # lists it
+    shown = text[: run_before(text, head_end)] + "\n" + text[run_after(text, tail_start) :]
+    facts = _facts(message, text, shown, facts_max)
     listed = f" Facts in the part not shown: {facts}." if facts else ""
     return (
         f"[offpath: {len(hidden):,} of this {noun}'s {total:,} chars are not shown here; "

@@ -338,6 +338,12 @@ def unchanged_messages() -> Iterator[None]:
         _DIGESTS.reset(token)
 
 
+#: How a message is read for facts, in the key its facts are kept by: a change of the reading
+#: (text cut by offpath read without the runs its cuts split) makes the facts another
+#: process stored before it (:mod:`offpath.stores.facts`) be found again, not taken.
+_READING = "cuts-1"
+
+
 class _Key:
     """A message by what its facts depend on (type, id, summary marker, content, tool
     calls), hashed; it holds the message only until its facts are computed."""
@@ -355,6 +361,7 @@ class _Key:
         calls = message_field(message, "tool_calls") or ()
         text = "\x00".join(
             (
+                _READING,
                 message.type,
                 str(message.id),
                 "s" if is_summary(message) else "",

@@ -26,6 +26,8 @@ from offpath.compaction.facts.sections import (
     STATED_LABEL,
     SWAP_HEADING,
     VALUES_PATTERN,
+    argument_head,
+    without_cut_runs,
 )
 from offpath.compaction.fields import message_field
 from offpath.compaction.frontier import KEPT_AFTER, QUOTED_BELOW
@@ -60,7 +62,7 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
 
     mid = str(message.id)
     if is_summary(message):
-        text = summary_body(message)
+        text = without_cut_runs(summary_body(message))
         cut = min(
             (
                 i
@@ -120,7 +122,7 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
                 yield values["values"], labelled or "values", mid
         return
     role = {"ai": "agent", "human": "user"}.get(message.type, "data")
-    text = render_content(message.content)
+    text = without_cut_runs(render_content(message.content))  # no value cut mid-word
     if 'recall("' in text:  # a shortened result's pointer: ids offpath cites are not facts
         text = _RECALL_CALL.sub("recall(...)", text)
     yield text, role, mid
@@ -128,7 +130,7 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
         # the call with the first line of each argument is the agent's action (stated); the
         # rest of a multi-line argument (a heredoc, a file's new content) is data it wrote
         call_args = call.get("args") or {}
-        heads = {k: v.split("\n", 1)[0] if isinstance(v, str) else v for k, v in call_args.items()}
+        heads = {k: argument_head(v) if isinstance(v, str) else v for k, v in call_args.items()}
         yield (
             f"{call.get('name')}({json.dumps(heads, ensure_ascii=False, default=str)})",
             "action",

@@ -79,10 +79,119 @@ def clip_around(line: str, offset: int, value: str, most: int = MAX_LINE_CHARS) 
     start = max(0, offset - room // 2)
     end = min(len(line), start + most)
     start = max(0, end - most)
-    if start > 0:
+    if start > 0:  # at a space, else at a char no value holds, else where the value starts
         cut = line.find(" ", start, offset)
-        start = cut + 1 if cut >= 0 else start
-    if end < len(line):
+        if cut < 0:
+            cut = next((i for i in range(start, offset) if line[i] in _BREAKS), offset - 1)
+        start = cut + 1
+    if end < len(line):  # the same at the end: never inside a word
         cut = line.rfind(" ", offset + len(value), end)
-        end = cut if cut > 0 else end
+        if cut <= 0:
+            cut = next(
+                (i for i in range(end - 1, offset + len(value) - 1, -1) if line[i] in _BREAKS),
+                offset + len(value),
+            )
+        end = cut
     return ("..." if start else "") + line[start:end] + ("..." if end < len(line) else "")
+
+
+#: Chars no fact's value holds (:mod:`.patterns`): a cut next to one splits no value.
+_BREAKS = frozenset(" \t\n\r\f\v\"'`<>[]{}|")
+
+
+def run_before(text: str, at: int) -> int:
+    """Where the run of chars that ends at ``at`` in ``text`` starts: the chars a value cut
+    at ``at`` may hold (``at`` itself when a char no value holds, :data:`_BREAKS`, is before
+    it)."""
+    i = at
+    while i > 0 and text[i - 1] not in _BREAKS:
+        i -= 1
+    return i
+
+
+def run_after(text: str, at: int) -> int:
+    """Where the run of chars that starts at ``at`` in ``text`` ends (see :func:`run_before`)."""
+    j = at
+    while j < len(text) and text[j] not in _BREAKS:
+        j += 1
+    return j
+
+
+def head_before(text: str, at: int, most: int | None = None) -> str:
+    """``text`` cut at ``at``, less the run of chars the cut splits (``text[:at]`` when the
+    cut is next to a char no value holds): a head that ends on no part of a word. ``most``:
+    the most chars given up so (a longer run, a blob of data, or a head that is one run, is
+    cut where it is)."""
+    if 0 < at < len(text) and text[at] not in _BREAKS:
+        start = run_before(text, at)
+        if most is None or (0 < start and at - start <= most):
+            return text[:start]
+    return text[:at]
+
+
+def tail_from(text: str, at: int, most: int | None = None) -> str:
+    """``text`` from ``at`` on, less the run of chars a cut at ``at`` splits (see
+    :func:`head_before`)."""
+    if 0 < at < len(text) and text[at - 1] not in _BREAKS:
+        end = run_after(text, at)
+        if most is None or (end < len(text) and end - at <= most):
+            return text[end:]
+    return text[at:]
+
+
+#: offpath's note where it cut a shortened message's text
+#: (:func:`offpath.compaction.shorten.shorten`): its head ends before it, its tail starts on
+#: the line after it. A stub's note (``... reads it]``, ``... archived it as message <id>]``)
+#: follows only a first line, cut with "..." when it was.
+_SHORTENED_NOTE = re.compile(
+    r"\n\[offpath: [\d,]+ of this (?:result|message)'s [\d,]+ chars are not shown here;[^\n]*"
+)
+_STUB_NOTE = re.compile(r"(?: reads it| archived it as message \S+)\]$")
+#: A media part's reference clipped (``[image_url: at https://...]``,
+#: :func:`offpath.compaction.accounting.content_text`): the reference is cut.
+_CLIPPED_REFERENCE = re.compile(r"\[[\w-]+: at (\S+?)\.\.\.\]")
+
+
+def without_cut_runs(text: str) -> str:
+    """``text`` with the chars next to each cut offpath made in it (a shortened message's
+    head and tail around its note, a clipped media reference) blanked, so that no value cut
+    there is read as a fact (``PixelRepresentati``). The offsets of the rest are kept; a
+    value whole on a cut's side is listed in the note (:func:`offpath.compaction.shorten.
+    shorten` counts it as not shown). Text with no such cut is returned as it is."""
+    if "[offpath: " not in text and "...]" not in text:
+        return text
+    spans: list[tuple[int, int]] = []
+    for note in _SHORTENED_NOTE.finditer(text):
+        at = note.start()
+        if not _STUB_NOTE.search(note.group()) or text.endswith("...", 0, at):
+            spans.append((run_before(text, at), at))
+        tail = note.end() + 1
+        if tail < len(text) and text[tail - 1] == "\n":
+            spans.append((tail, run_after(text, tail)))
+    spans += [m.span(1) for m in _CLIPPED_REFERENCE.finditer(text)]
+    if not spans:
+        return text
+    out, last = [], 0
+    for start, end in sorted(spans):
+        start = max(start, last)
+        if end > start:
+            out += [text[last:start], " " * (end - start)]
+            last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
+#: Most chars of an argument's first line that offpath keeps when it cuts the argument
+#: (:func:`offpath.compaction.shorten.shorten`), its note on the next line.
+ARGUMENT_HEAD_CHARS = 200
+_CUT_ARGUMENT = re.compile(r"\[offpath: [\d,]+ chars of this argument not shown;")
+
+
+def argument_head(value: str) -> str:
+    """The first line of a tool call's argument ``value``; of an argument offpath cut, whose
+    first line it kept to :data:`ARGUMENT_HEAD_CHARS`, without the run of chars the cut may
+    have split (listed whole in the note, if a fact)."""
+    head, _, rest = value.partition("\n")
+    if len(head) >= ARGUMENT_HEAD_CHARS and _CUT_ARGUMENT.match(rest):
+        return head[: run_before(head, len(head))]
+    return head

@@ -27,10 +27,12 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
 from offpath.compaction.budget import LEFT_OUT
+from offpath.compaction.facts.sections import head_before, without_cut_runs
 from offpath.compaction.frontier import is_follow_up
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt, render_content, tool_label
@@ -176,7 +178,7 @@ def _last_request(messages: list[BaseMessage]) -> str:
     standing = standing_blocks(messages)
     for m in reversed(messages):
         if m.type == "human":
-            text = without_standing(render_content(m.content), standing)
+            text = without_standing(_text(m.content), standing)
             if text and not is_follow_up(text):
                 return text.split("\n\n")[0]
     return ""
@@ -188,7 +190,7 @@ def _findings(messages: list[BaseMessage], limit: int, seen: set[str]) -> list[s
     candidates: list[tuple[str, str, int, bool]] = []  # (line, signature, order, the agent's)
     sources: dict[str, str] = {}  # line -> the tool whose output it quotes
     for m in messages:
-        text = render_content(m.content)
+        text = _text(m.content)
         if m.type == "ai":
             lines = _sentences(text)
         elif m.type == "tool":
@@ -239,14 +241,14 @@ def _ruled_out(messages: list[BaseMessage]) -> list[str]:
     out = []
     for m in messages:
         if m.type == "ai":
-            for sentence in _sentences(render_content(m.content)):
+            for sentence in _sentences(_text(m.content)):
                 sentence = _plain(sentence)
                 if looks_like_instruction(sentence) or _ASKS.search(sentence):
                     continue
                 if _RULED_OUT.search(sentence) and not sentence.endswith(":"):
                     out.append(_clip(sentence, MAX_BULLET_CHARS))
         elif m.type == "tool":
-            for line in render_content(m.content).splitlines():
+            for line in _text(m.content).splitlines():
                 line = _plain(line)
                 if (
                     _HEALTHY.search(line) or _RULED_OUT.search(line)
@@ -268,7 +270,7 @@ def _current_state(messages: list[BaseMessage]) -> str:
             if not said:
                 sentences = [
                     _plain(x)
-                    for x in _sentences(render_content(m.content))
+                    for x in _sentences(_text(m.content))
                     if not looks_like_instruction(x) and not _ASKS.search(x)
                 ]
                 said = _whole_sentences([x for x in sentences if x], 300)
@@ -300,6 +302,12 @@ def _whole_sentences(sentences: list[str], limit: int) -> str:
     return out or (_clip(sentences[0], limit) if sentences else "")
 
 
+def _text(content: Any) -> str:
+    """A message's text as the summary quotes it: no run of chars that a cut offpath made
+    may have split (a shortened result's head and tail), so no word cut mid-way is quoted."""
+    return without_cut_runs(render_content(content))
+
+
 def _plain(text: str) -> str:
     """A line without markdown emphasis, list marks or heading marks."""
     text = re.sub(r"\s+", " ", text.replace("**", "").replace("`", ""))
@@ -313,4 +321,6 @@ def _clip(text: str, limit: int) -> str:
     cut = text[: limit - 3]
     if " " in cut and not text[limit - 3].isspace():
         cut = cut.rsplit(" ", 1)[0]
+    elif " " not in cut:  # one run of chars: before the word the cut splits, if it does
+        cut = head_before(text, limit - 3)
     return cut.rstrip(" ,;:") + "..."
