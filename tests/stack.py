@@ -542,3 +542,19 @@ def small_runtime(
         runtime.close()
         if url:
             drop_pg_database(url)
+
+
+def migrated_engine(folder: Path, backend: str) -> Iterator[Any]:
+    """A migrated usage database's engine on ``backend`` ("sqlite": under ``folder``;
+    "postgres": a scratch database, dropped after); for a generator fixture."""
+    from offpath.config import load_settings
+    from offpath.stores.db.engine import make_engine, migrate
+
+    url = create_pg_database() if backend == "postgres" else ""
+    settings = load_settings(data_dir=str(folder), database_url=url)
+    migrate(settings)
+    engine = make_engine(settings)
+    yield engine
+    engine.dispose()
+    if url:
+        drop_pg_database(url)

@@ -593,20 +593,12 @@ def test_the_prompt_sizes_its_items_as_the_chunks_are_cut():
     assert len(chunks(plan, 20_000, MAX_CALLS, build_prompt(plan, 20_000).sizes)) > 1
 
 
-def test_a_pointer_to_a_request_that_goes_at_the_apply_quotes_it_again():
-    # the Investigating line points at a request kept after the summary; when the apply
-    # takes that request too (its turn went whole, or the plan's copy stays out), the line
-    # quotes the request's start again instead of pointing at nothing
+def pointing_at_h2(msgs):
+    """A compaction prepared on ``msgs`` (removing h1, a1) whose Investigating line points at
+    request h2 kept after the summary; with each message's size in chars."""
     from offpath.compaction.frontier import KEPT_AFTER, pointer_line
-    from offpath.compaction.patch import Prepared, _assemble
+    from offpath.compaction.patch import Prepared
 
-    msgs = [
-        HumanMessage(id="h1", content="Rotate the TLS certificate of ingress-gw-5."),
-        AIMessage(id="a1", content="Done: rotated."),
-        HumanMessage(id="h2", content="Now restore the DNS record of status-page-6."),
-        AIMessage(id="a2", content="Restored."),
-        HumanMessage(id="h3", content="Thanks, what else is open?"),
-    ]
     text = (
         f"**Investigating:** {pointer_line('h2', KEPT_AFTER)}\n**Key findings:**\n- x\n"
         "**Ruled out:** none\n**Current state:** w"
@@ -627,6 +619,24 @@ def test_a_pointer_to_a_request_that_goes_at_the_apply_quotes_it_again():
         total_chars=sum(sizes.values()),
         threshold_chars=1_000,
     )
+    return prepared, sizes
+
+
+def test_a_pointer_to_a_request_that_goes_at_the_apply_quotes_it_again():
+    # the Investigating line points at a request kept after the summary; when the apply
+    # takes that request too (its turn went whole, or the plan's copy stays out), the line
+    # quotes the request's start again instead of pointing at nothing
+    from offpath.compaction.frontier import KEPT_AFTER, pointer_line
+    from offpath.compaction.patch import _assemble
+
+    msgs = [
+        HumanMessage(id="h1", content="Rotate the TLS certificate of ingress-gw-5."),
+        AIMessage(id="a1", content="Done: rotated."),
+        HumanMessage(id="h2", content="Now restore the DNS record of status-page-6."),
+        AIMessage(id="a2", content="Restored."),
+        HumanMessage(id="h3", content="Thanks, what else is open?"),
+    ]
+    prepared, sizes = pointing_at_h2(msgs)
     by_id = {m.id: m for m in msgs}
     kept = _assemble(prepared, msgs, by_id, ["h1", "a1"], "", True, None, sizes)
     assert pointer_line("h2", KEPT_AFTER) in str(kept.summary.content)
@@ -641,8 +651,7 @@ def test_a_pointer_quoted_again_at_the_apply_leaves_out_the_instructions_sent_wi
     # words: the block an agent framework appends to every user message is named once by
     # the summary (Standing instructions), never as the request (it took ~100 chars of the
     # Investigating line from the facts)
-    from offpath.compaction.frontier import KEPT_AFTER, pointer_line
-    from offpath.compaction.patch import Prepared, _assemble
+    from offpath.compaction.patch import _assemble
 
     block = "Global Instructions (use if relevant): " + "always query the metrics store. " * 4
     msgs = [
@@ -652,26 +661,7 @@ def test_a_pointer_quoted_again_at_the_apply_leaves_out_the_instructions_sent_wi
         AIMessage(id="a2", content="Restored."),
         HumanMessage(id="h3", content=f"Thanks, what else is open?\n\n{block}"),
     ]
-    text = (
-        f"**Investigating:** {pointer_line('h2', KEPT_AFTER)}\n**Key findings:**\n- x\n"
-        "**Ruled out:** none\n**Current state:** w"
-    )
-    sizes = {m.id: len(str(m.content)) for m in msgs}
-    prepared = Prepared(
-        job_id="j",
-        summary_text=text,
-        summarizer="offline",
-        model="",
-        request=None,
-        compactions=1,
-        removed=("h1", "a1"),
-        order=tuple(m.id for m in msgs),
-        chars=sizes,
-        digests={},
-        tool_calls={},
-        total_chars=sum(sizes.values()),
-        threshold_chars=1_000,
-    )
+    prepared, sizes = pointing_at_h2(msgs)
     by_id = {m.id: m for m in msgs}
     gone = _assemble(prepared, msgs, by_id, ["h1", "a1", "h2", "a2"], "", True, None, sizes)
     investigating = str(gone.summary.content).split("**Investigating:** ", 1)[1].split("\n")[0]

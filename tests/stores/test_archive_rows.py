@@ -4,42 +4,28 @@ a job's rows as one JSON parameter, read back exactly as the row-by-row insert w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-from stack import create_pg_database, drop_pg_database
+from stack import migrated_engine
 
-from offpath.config import load_settings
 from offpath.stores import archive
-from offpath.stores.db.engine import make_engine, migrate
 from offpath.stores.db.tables import JOBS
 from offpath.stores.db.transitions import create_job
 from offpath.stores.search import search
 from offpath.stores.values import Unstorable
 
 
-def migrated(tmp_path, backend: str) -> Iterator[Any]:
-    url = create_pg_database() if backend == "postgres" else ""
-    settings = load_settings(data_dir=str(tmp_path), database_url=url)
-    migrate(settings)
-    engine = make_engine(settings)
-    yield engine
-    engine.dispose()
-    if url:
-        drop_pg_database(url)
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def engine(request, tmp_path):
-    yield from migrated(tmp_path, request.param)
+    yield from migrated_engine(tmp_path, request.param)
 
 
 @pytest.fixture
 def pg_engine(tmp_path):
-    yield from migrated(tmp_path, "postgres")
+    yield from migrated_engine(tmp_path, "postgres")
 
 
 def thread() -> list[Any]:

@@ -12,7 +12,7 @@ from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from stack import create_pg_database, drop_pg_database
+from stack import migrated_engine
 
 from offpath.agent import recall
 from offpath.agent.middleware.hooks import OffPathCompaction
@@ -208,14 +208,7 @@ def test_reconciler_purges_the_archive_past_its_retention_once_an_hour(tmp_path)
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request, tmp_path):
     """A migrated archive on each backend (real SQLite, real PostgreSQL)."""
-    url = create_pg_database() if request.param == "postgres" else ""
-    settings = load_settings(data_dir=str(tmp_path), database_url=url)
-    migrate(settings)
-    engine = make_engine(settings)
-    yield engine
-    engine.dispose()
-    if url:
-        drop_pg_database(url)
+    yield from migrated_engine(tmp_path, request.param)
 
 
 def archive_in_turn(engine, thread: str, *messages) -> None:
