@@ -111,7 +111,10 @@ def span_line(removed: Sequence[BaseMessage], last_turn: int, shown: str = "") -
     Its topics are the span's :data:`MAX_TOPICS` highest-ranked values less those ``shown``
     (the rest of the summary) holds: a value the summary names already says nothing more in
     the index, and none further down takes its place, so the line is never longer than the
-    one made without ``shown`` (the guard fits the summary's text beside that one)."""
+    one made without ``shown`` (the guard fits the summary's text beside that one). An
+    opaque value only tool output holds (a time of day, a request id:
+    :attr:`~offpath.compaction.facts.extraction.Fact.grouped`) is no topic, however often
+    it recurs."""
     fresh = [m for m in removed if not is_summary(m)]
     if not fresh:
         return None
@@ -129,7 +132,7 @@ def span_line(removed: Sequence[BaseMessage], last_turn: int, shown: str = "") -
     seen: set[str] = set()
     present = shown.casefold()
     for fact in extract_ranked(fresh)[1]:
-        if not (fact.stated or fact.asked or fact.messages > 1):
+        if fact.grouped or not (fact.stated or fact.asked or fact.messages > 1):
             continue
         value = " ".join(fact.value.split())
         key = value.casefold()

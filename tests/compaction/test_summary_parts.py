@@ -330,3 +330,31 @@ def test_the_index_made_beside_the_summary_is_no_longer_than_the_one_it_was_fitt
     shown = archive_index(removed, 10_000, "- ids (said): T-000, T-100, T-200")
     assert "T-000" not in shown and "T-300" in shown
     assert len(shown) <= len(plain)
+
+
+def test_the_index_names_no_opaque_value_only_tool_output_held():
+    # times of day that recur across search results (every flight leaves at 14:00:00) are
+    # listed by the pins as one range, never one by one; as topics they took the index's room
+    # from the ids the agent used (benchmark 14: "topics: 02:00:00, 11:00:00, 22:00:00")
+    results = [
+        ToolMessage(
+            id=f"t{k}",
+            content=f'[{{"flight": "ZA{k}01", "departs": "14:00:00", "arrives": "22:00:00"}}]',
+            tool_call_id=f"c{k}",
+        )
+        for k in range(3)
+    ]
+    calls = [
+        AIMessage(
+            id=f"a{k}",
+            content="",
+            tool_calls=[{"id": f"c{k}", "name": "search", "args": {"day": f"2024-05-1{k}"}}],
+        )
+        for k in range(3)
+    ]
+    removed = [HumanMessage(id="h1", content="Find me a flight, booking QX77RT.")]
+    for call, result in zip(calls, results, strict=True):
+        removed += [call, result]
+    index = archive_index(removed, 10_000)
+    assert "QX77RT" in index and "2024-05-10" in index
+    assert "14:00:00" not in index and "22:00:00" not in index
