@@ -878,9 +878,11 @@ def test_a_tool_call_a_summary_quotes_keeps_its_arguments_and_not_its_syntax():
     assert "get_reservation_details" not in facts and "reservation_id" not in facts
     said = summary_of(
         "**Investigating:** the bookings.\n**Key findings:**\n- the lookup in "
-        "`booking_store` failed\n**Ruled out:**\n**Current state:** checking.",
+        '`booking_store` failed in parse_config() when it read "retry_limit": 0\n'
+        "**Ruled out:**\n**Current state:** checking.",
         "s2",
         ["a1"],
         900,
     )
-    assert "booking_store" in {f.value for f in extract([said])}  # a name in words stays
+    named = {f.value for f in extract([said])}  # names in words stay
+    assert {"booking_store", "parse_config()", "retry_limit"} <= named

@@ -124,19 +124,24 @@ DOCUMENT_MIN_CHARS = 10_000
 
 
 #: What follows a tool call's name (``get_booking({``) or an argument's key (``"booking":``)
-#: where a summary quotes a call.
-_CALL_NAME_AFTER = ("({", "()")
+#: where a summary quotes a call (its arguments as JSON; a function named in words,
+#: ``parse_config()``, is no call).
+_CALL_NAME_AFTER = "({"
 _KEY_AFTER = '":'
 
 
 def _call_syntax(text: str, value: str, offset: int) -> bool:
     """``value`` at ``offset`` of ``text`` (an earlier summary's) is the syntax of a tool call
-    it quotes: the call's name or an argument's key. The agent has its tools' names and their
-    parameters; the call was read for facts where it was made (its arguments are)."""
+    it quotes: the call's name, or an argument's key inside the call. The agent has its
+    tools' names and their parameters; the call was read for facts where it was made (its
+    arguments are)."""
     end = offset + len(value)
     if text.startswith(_CALL_NAME_AFTER, end):
         return True
-    return offset > 0 and text[offset - 1] == '"' and text.startswith(_KEY_AFTER, end)
+    if not (offset > 0 and text[offset - 1] == '"' and text.startswith(_KEY_AFTER, end)):
+        return False
+    opened = text.rfind(_CALL_NAME_AFTER, 0, offset)
+    return opened > max(text.rfind("})", 0, offset), text.rfind("\n", 0, offset))
 
 
 #: offpath's note in a message it shortened, with the original's length.
