@@ -483,7 +483,8 @@ def estimate_summary_chars(
 def earliest_worth(settings: Settings, fixed: int = 0) -> int:
     """The smallest thread (chars, its ``fixed`` part counted) a compaction is likely worth it
     on: the fixed part, then what the planner's gain rule needs removed, ``max(budget + gain,
-    2 x gain)`` (a summary is at most the budget and at most half of what it replaces), and
+    2 x gain)`` (a summary is at most the budget, and at most half of what it replaces or a
+    least gain under it), and
     half a tool result's allowance for the group the cut ends in, past the keep window *of a
     plan made that early* (:func:`early_keep_chars`: the window less what must still come
     before the apply, at least :data:`EARLY_KEEP_SHARE` of it); the budget is the thread's
