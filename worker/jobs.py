@@ -88,12 +88,10 @@ CHECKPOINT_LAG_S = 15.0
 #: The worker's collector thresholds once its runtime is open (:func:`settle_heap`): a
 #: full collection walks the process's caches (the facts of recent messages, compiled
 #: statements: ~50 ms); at CPython's default (700, 10, 10) one came every ~15 jobs, ~3.4 ms
-#: of a job's ~5 ms of collector CPU; a full collection comes after 100 middle ones, not 10.
-#: The young generation is collected every 1,000 allocations, not 700: a job allocates tens
-#: of thousands of objects (messages, facts) that live until it ends, and at 700 it walked
-#: them young more often (benchmark 2: ~3 ms of a job's CPU); 2,000 saved no more CPU and
-#: grew benchmark 6's worker by ~70 MiB (612 MiB after 2,048 jobs, 553 at 1,000, 539 at 700).
-JOB_GC_THRESHOLDS = (1_000, 10, 100)
+#: of a job's ~5 ms of collector CPU. The young and middle generations keep CPython's
+#: thresholds (what a job frees is freed as soon as before); a full collection comes after
+#: 100 middle ones, not 10.
+JOB_GC_THRESHOLDS = (700, 10, 100)
 
 
 def load_job_path() -> None:
