@@ -108,8 +108,13 @@ def index_lines(summary: BaseMessage) -> list[str]:
 def span_line(removed: Sequence[BaseMessage], last_turn: int, shown: str = "") -> str | None:
     """The line of a span of ``removed`` messages (earlier summaries left out), its turns
     counted on from ``last_turn`` (the last turn the index names so far); None for none.
-    Its topics are values ``shown`` (the rest of the summary) does not hold: a value the
-    summary names already says nothing more in the index."""
+    Its topics are the span's :data:`MAX_TOPICS` highest-ranked values less those ``shown``
+    (the rest of the summary) holds: a value the summary names already says nothing more in
+    the index, and none further down takes its place, so the line is never longer than the
+    one made without ``shown`` (the guard fits the summary's text beside that one). An
+    opaque value only tool output holds (a time of day, a request id:
+    :attr:`~offpath.compaction.facts.extraction.Fact.grouped`) is no topic, however often
+    it recurs."""
     fresh = [m for m in removed if not is_summary(m)]
     if not fresh:
         return None
@@ -123,11 +128,11 @@ def span_line(removed: Sequence[BaseMessage], last_turn: int, shown: str = "") -
                 name = str(call.get("name") or "")
                 if re.fullmatch(r"[\w.-]{1,40}", name):
                     tools[name] += 1
-    topics: list[str] = []
+    topics: list[tuple[str, str]] = []  # (key, as shown)
     seen: set[str] = set()
     present = shown.casefold()
     for fact in extract_ranked(fresh)[1]:
-        if not (fact.stated or fact.asked or fact.messages > 1):
+        if fact.grouped or not (fact.stated or fact.asked or fact.messages > 1):
             continue
         value = " ".join(fact.value.split())
         key = value.casefold()
@@ -135,15 +140,15 @@ def span_line(removed: Sequence[BaseMessage], last_turn: int, shown: str = "") -
             len(value) > MAX_TOPIC_CHARS
             or key in seen
             or any(key in s for s in seen)
-            or key in present
             or looks_like_instruction(value)
         ):
             continue
         seen.add(key)
-        topics.append(value.replace("`", "'").replace(";", ","))
+        topics.append((key, value.replace("`", "'").replace(";", ",")))
         if len(topics) >= MAX_TOPICS:
             break
-    return _line(first, last, len(fresh), cite(str(fresh[0].id)), tools, topics)
+    named = [text for key, text in topics if key not in present]
+    return _line(first, last, len(fresh), cite(str(fresh[0].id)), tools, named)
 
 
 def merge_oldest(lines: Sequence[str]) -> list[str] | None:

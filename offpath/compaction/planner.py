@@ -457,14 +457,24 @@ def _summary_setting(settings: Settings) -> int:
     return max(MIN_SUMMARY_CHARS, settings.summary_budget_chars, min(SMALL_SUMMARY_CHARS, room))
 
 
-def estimate_summary_chars(budget: int, removed_chars: int, request: str | None) -> tuple[int, int]:
+def estimate_summary_chars(
+    budget: int, removed_chars: int, request: str | None, carried: int = 0, least_gain: int = 0
+) -> tuple[int, int]:
     """``(most chars the summary message will hold, chars left for its text and pinned
     facts)``. The summary is bounded by ``budget`` and by half the chars it replaces (at
     least :data:`MIN_SUMMARY_CHARS`), and its summarizer keeps to that, so the planner counts
     a safe upper bound, not a guess (a 6,670-char removal got a 4,777-char summary and left
-    its thread over the threshold: gemini-cli#15225). A quoted ``request`` and the
-    fixed lines (prefix, recall line) take their share of it."""
-    size = min(budget, max(MIN_SUMMARY_CHARS, removed_chars // 2))
+    its thread over the threshold: gemini-cli#15225). Of the chars it replaces, those of the
+    earlier summaries it folds in (``carried``) count whole: the new summary carries what
+    they held, their pinned facts first; halved at every compaction, a session's facts drop
+    out of view one compaction after they were pinned. It stays ``least_gain`` chars under
+    what it replaces (the least gain a cut must bring; 0: no such bound), never under half
+    of it. A quoted ``request`` and the fixed lines (prefix, recall line) take their share
+    of it."""
+    whole = carried + (removed_chars - carried) // 2
+    if least_gain:
+        whole = min(whole, removed_chars - least_gain)
+    size = min(budget, max(MIN_SUMMARY_CHARS, removed_chars // 2, whole))
     if request:
         size = max(size, overhead_chars(request) + MIN_SUMMARY_CHARS // 2)
     return size, max(100, size - overhead_chars(request))
@@ -473,7 +483,8 @@ def estimate_summary_chars(budget: int, removed_chars: int, request: str | None)
 def earliest_worth(settings: Settings, fixed: int = 0) -> int:
     """The smallest thread (chars, its ``fixed`` part counted) a compaction is likely worth it
     on: the fixed part, then what the planner's gain rule needs removed, ``max(budget + gain,
-    2 x gain)`` (a summary is at most the budget and at most half of what it replaces), and
+    2 x gain)`` (a summary is at most the budget, and at most half of what it replaces or a
+    least gain under it), and
     half a tool result's allowance for the group the cut ends in, past the keep window *of a
     plan made that early* (:func:`early_keep_chars`: the window less what must still come
     before the apply, at least :data:`EARLY_KEEP_SHARE` of it); the budget is the thread's
@@ -634,11 +645,13 @@ class _Scan:
         quote_max: int,
         request_cap: int,
         target: int | None = None,
+        least_gain: int = 0,
     ) -> _Candidate:
         """The compaction that cuts at ``cut``: what it removes (earlier summaries after it
         folded in; messages kept in place left out), the request it quotes or keeps (over
         ``request_cap`` chars: shortened), the kept results it shortens, and the thread's size
-        after it."""
+        after it, its summary's size bound kept ``least_gain`` under what it removes
+        (:func:`estimate_summary_chars`)."""
         head, sizes = self.head, self.sizes
         late = [i for i in self.anywhere if i >= cut]
         staying = {i for i in self.kept_anywhere if i < cut and i not in self.removed_anywhere} | {
@@ -676,7 +689,10 @@ class _Scan:
         kept_chars = total - chars + (sizes[copy] if copy is not None else 0)
         if own is not None:
             kept_chars -= sizes[own] - request_kept
-        summary_size, summary_chars = estimate_summary_chars(budget, chars, request)
+        carried = sum(sizes[i] for i in removed if self.summary[i])
+        summary_size, summary_chars = estimate_summary_chars(
+            budget, chars, request, carried, least_gain
+        )
         results = [
             (str(self.ids[i]), sizes[i])
             for i in range(cut, len(sizes))
@@ -884,7 +900,15 @@ def plan_compaction(
         if cut is None:
             return None
         return scan.evaluate(
-            cut, boundary, total, budget, systems + kept_budget, quote_max, request_cap, target
+            cut,
+            boundary,
+            total,
+            budget,
+            systems + kept_budget,
+            quote_max,
+            request_cap,
+            target,
+            min_gain,
         )
 
     turn = evaluate(turn_cut, "turn")

@@ -821,3 +821,68 @@ def test_lines_quoting_tool_output_give_their_room_to_what_the_agent_said():
     assert len(section) > plan.summary_chars * OWN_FACTS_SHARE  # the quotes' room too
     assert "(nodes output)" not in body.split(PINNED_HEADING, 1)[0]
     assert "the agent compared the memory requests" in body  # the findings in words stay
+
+
+def booking_call(mid, ref):
+    """The agent looking a booking up by ``ref``, and the result."""
+    return [
+        AIMessage(
+            id=f"a{mid}",
+            content="",
+            tool_calls=[{"id": f"c{mid}", "name": "get_booking", "args": {"booking": ref}}],
+        ),
+        ToolMessage(
+            id=f"t{mid}",
+            content=f'{{"booking": "{ref}", "status": "active"}}',
+            tool_call_id=f"c{mid}",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("budget", [400, 550, 700])
+def test_a_quoted_line_holds_for_the_next_summary_only_what_it_reads_back_from_it(budget):
+    # the kept messages name TT0P9A: the profile line that holds it is quoted, and with it
+    # PUNERT, which the agent passed to a tool (no digit: only its use makes it a fact). The
+    # line holds it for the model, but the next summary reads that line for facts and finds
+    # none in PUNERT: it stays listed by value, or the summary after loses it (tau-bench
+    # airline at 4,000 / 1,500: four runs lost a reservation so)
+    removed = [
+        HumanMessage(id="h", content="Check my bookings."),
+        ToolMessage(
+            id="t0",
+            content='{"owner": "lee_park_4410", "born": "1984-02-11", "bookings": ["Q7RZ2K", '
+            '"PUNERT", "TT0P9A"], "card": "card_7731920"}',
+            tool_call_id="c0",
+        ),
+        *booking_call(1, "PUNERT"),
+    ]
+    first, _ = pin("s", removed, budget, booking_call(2, "TT0P9A"))
+    section = first.split(PINNED_HEADING, 1)[1]
+    assert '"PUNERT", "TT0P9A"]' in section  # the record the kept messages name, quoted
+    summary = summary_of(first, "s1", [m.id for m in removed], 3_000)
+    second, _ = pin("s2", [summary], budget)
+    assert "PUNERT" in second.split(PINNED_HEADING, 1)[1]
+
+
+def test_a_tool_call_a_summary_quotes_keeps_its_arguments_and_not_its_syntax():
+    # the agent's place quotes its last call; the argument was a fact by its use (no digit:
+    # no pattern finds PUNERT), the call's name and its key are the call's syntax (the agent
+    # has its tools), not facts a later summary pins in their place
+    text = (
+        "**Investigating:** the bookings.\n**Key findings:**\n**Ruled out:**\n"
+        '**Current state:** Last tool call: `get_reservation_details({"reservation_id": '
+        '"PUNERT"})`.'
+    )
+    facts = {f.value: f for f in extract([summary_of(text, "s1", ["a1"], 900)])}
+    assert facts["PUNERT"].carried and facts["PUNERT"].stated
+    assert "get_reservation_details" not in facts and "reservation_id" not in facts
+    said = summary_of(
+        "**Investigating:** the bookings.\n**Key findings:**\n- the lookup in "
+        '`booking_store` failed in parse_config() when it read "retry_limit": 0\n'
+        "**Ruled out:**\n**Current state:** checking.",
+        "s2",
+        ["a1"],
+        900,
+    )
+    named = {f.value for f in extract([said])}  # names in words stay
+    assert {"booking_store", "parse_config()", "retry_limit"} <= named

@@ -7,7 +7,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.graph.message import add_messages
 from shared import check_compacted
 
-from offpath.compaction.accounting import total_chars
+from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.pipeline import Compaction, compact
 from offpath.compaction.planner import (
     CompactionPlan,
@@ -19,6 +19,7 @@ from offpath.compaction.planner import (
     summary_budget_chars,
 )
 from offpath.compaction.summarizers.offline import OfflineSummarizer
+from offpath.compaction.summary import build_summary_message, overhead_chars
 from offpath.config import load_settings
 
 S = load_settings(summarization_threshold_chars=10_000, summarization_keep_chars=3_000)
@@ -515,3 +516,35 @@ def test_a_finished_turn_across_the_keep_windows_edge_goes_whole():
         outcome = compact(msgs, S, OfflineSummarizer()) if not force else None
         if outcome is not None:
             check_compacted(msgs, add_messages(msgs, outcome.patch))
+
+
+def test_an_earlier_summary_folded_in_is_room_the_new_summary_keeps():
+    """A compaction that removes an earlier summary replaces it: the new summary carries what
+    it held (its pinned facts), so its size bound counts it whole and halves only the rest.
+    Halving the earlier one too left this 1,352-char summary's successor 911 chars at 4,000 /
+    1,500 and dropped the ids it listed (benchmark 14: 15 of one run's ground-truth facts out
+    of view at once). The cut stays worth its least gain and lands under the floor, deeper
+    if it must."""
+    settings = load_settings(summarization_threshold_chars=4_000, summarization_keep_chars=1_500)
+    ids = ", ".join(f"K{k:03d}X9" for k in range(150))
+    text = (
+        "**Investigating:** the bookings.\n**Key findings:**\n**Ruled out:**\n"
+        f"**Current state:** checking.\n\n**Pinned facts** (`recall` finds each):\n- ids: {ids}"
+    )
+    earlier = build_summary_message(
+        message_id="s0",
+        summary_text=text[:1_300],
+        replaced_ids=["x"],
+        replaced_chars=9_000,
+        summarizer="generic",
+        compactions=1,
+        request=None,
+    )
+    thread = [earlier, *turn(1, 400), *turn(2, 1_200), *turn(3, 1_200)]
+    total = total_chars(thread)
+    plan = plan_compaction(thread, settings)
+    assert isinstance(plan, CompactionPlan) and earlier in plan.removed
+    size = plan.summary_chars + overhead_chars(plan.request)
+    assert size >= min(summary_budget_chars(settings), message_chars(earlier))
+    assert total - plan.estimated_chars_after >= min_gain_chars(settings)
+    assert plan.estimated_chars_after <= settings.prepare_floor_chars

@@ -306,3 +306,55 @@ def test_what_the_agent_said_outlasts_the_since_sections_quotes_and_the_index_de
     assert len(fitted) <= len(content) - 200
     assert f"- names (said): {said}" in fitted, fitted
     assert "earlier turn(s) went too" in fitted or fitted.count("- Request (") < 3, fitted
+
+
+def test_the_index_made_beside_the_summary_is_no_longer_than_the_one_it_was_fitted_with():
+    # the guard fits the text and the pins beside the index made without the summary's text;
+    # the apply makes it again with that text (shown topics left out): a topic the pins hold
+    # is not replaced by a longer one further down, or the summary lands over its budget
+    # and gives up a pinned line for a few chars
+    said = [AIMessage(id=f"s{k}", content=f"Ticket T-{k}00 is the one.") for k in range(6)]
+    calls = [
+        AIMessage(
+            id=f"a{k}",
+            content="",
+            tool_calls=[
+                {"id": f"c{k}", "name": "lookup", "args": {"ref": f"ledger-entry-{k:04d}-x"}}
+            ],
+        )
+        for k in range(4)
+    ]
+    removed = [HumanMessage(id="h1", content="Check the tickets."), *said, *calls]
+    plain = archive_index(removed, 10_000)
+    assert "T-000" in plain and "ledger-entry" not in plain  # six topics, the said ones first
+    shown = archive_index(removed, 10_000, "- ids (said): T-000, T-100, T-200")
+    assert "T-000" not in shown and "T-300" in shown
+    assert len(shown) <= len(plain)
+
+
+def test_the_index_names_no_opaque_value_only_tool_output_held():
+    # times of day that recur across search results (every flight leaves at 14:00:00) are
+    # listed by the pins as one range, never one by one; as topics they took the index's room
+    # from the ids the agent used (benchmark 14: "topics: 02:00:00, 11:00:00, 22:00:00")
+    results = [
+        ToolMessage(
+            id=f"t{k}",
+            content=f'[{{"flight": "ZA{k}01", "departs": "14:00:00", "arrives": "22:00:00"}}]',
+            tool_call_id=f"c{k}",
+        )
+        for k in range(3)
+    ]
+    calls = [
+        AIMessage(
+            id=f"a{k}",
+            content="",
+            tool_calls=[{"id": f"c{k}", "name": "search", "args": {"day": f"2024-05-1{k}"}}],
+        )
+        for k in range(3)
+    ]
+    removed = [HumanMessage(id="h1", content="Find me a flight, booking QX77RT.")]
+    for call, result in zip(calls, results, strict=True):
+        removed += [call, result]
+    index = archive_index(removed, 10_000)
+    assert "QX77RT" in index and "2024-05-10" in index
+    assert "14:00:00" not in index and "22:00:00" not in index

@@ -123,6 +123,27 @@ FACT_FIELDS = (
 DOCUMENT_MIN_CHARS = 10_000
 
 
+#: What follows a tool call's name (``get_booking({``) or an argument's key (``"booking":``)
+#: where a summary quotes a call (its arguments as JSON; a function named in words,
+#: ``parse_config()``, is no call).
+_CALL_NAME_AFTER = "({"
+_KEY_AFTER = '":'
+
+
+def _call_syntax(text: str, value: str, offset: int) -> bool:
+    """``value`` at ``offset`` of ``text`` (an earlier summary's) is the syntax of a tool call
+    it quotes: the call's name, or an argument's key inside the call. The agent has its
+    tools' names and their parameters; the call was read for facts where it was made (its
+    arguments are)."""
+    end = offset + len(value)
+    if text.startswith(_CALL_NAME_AFTER, end):
+        return True
+    if not (offset > 0 and text[offset - 1] == '"' and text.startswith(_KEY_AFTER, end)):
+        return False
+    opened = text.rfind(_CALL_NAME_AFTER, 0, offset)
+    return opened > max(text.rfind("})", 0, offset), text.rfind("\n", 0, offset))
+
+
 #: offpath's note in a message it shortened, with the original's length.
 _SHORTENED = re.compile(r"\[offpath: [\d,]+ of this message's ([\d,]+) chars are not shown")
 
@@ -237,7 +258,10 @@ def _observe(m: BaseMessage) -> tuple[Seen, ...]:
         # a user message this long is a document pasted (a demonstration, a log, a file),
         # not a request: its values are not what the user named or fixed
         asks = role == "user" and not is_document(text)
+        carried = role.startswith("carried")
         for value, kind, offset in find(text, _SKIPPED.get(role, SAID_ONLY)):
+            if carried and kind in SAID_ONLY and _call_syntax(text, value, offset):
+                continue
             entry = seen.get(value)
             line = ""
             start = 0
@@ -341,7 +365,7 @@ def unchanged_messages() -> Iterator[None]:
 #: How a message is read for facts, in the key its facts are kept by: a change of the reading
 #: (text cut by offpath read without the runs its cuts split) makes the facts another
 #: process stored before it (:mod:`offpath.stores.facts`) be found again, not taken.
-_READING = "cuts-1"
+_READING = "cuts-2"
 
 
 class _Key:

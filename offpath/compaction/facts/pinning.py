@@ -19,7 +19,7 @@ from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.extraction import Fact, extract_ranked
 from offpath.compaction.facts.patterns import find, held_in, normal
-from offpath.compaction.facts.reading import fact_blocks, tool_arguments
+from offpath.compaction.facts.reading import fact_blocks, read_back, tool_arguments
 from offpath.compaction.facts.sections import (
     AGE_MARK,
     ASKED_LABEL,
@@ -88,7 +88,9 @@ def pin(
     :data:`MAX_LINE_CHARS` chars, in conversation order, citing their message, marked
     "; said" for the agent's own message and "; age N" when carried from N compactions
     before; near-duplicate lines once, "; +N similar"); a quoted line takes the place of the
-    values it holds.
+    values it holds that the next summary reads back from it
+    (:func:`~offpath.compaction.facts.reading.read_back`): one known only as a tool's
+    argument stays listed.
     ``recall`` finds each value in the archive. ``header``: the section's heading line
     (default: the Pinned facts one). ``stated_lines``: whether the values stated are on lines
     of their own whatever the budget (None: by the budget). Returns the text and what was
@@ -148,6 +150,8 @@ def pin(
     quoted: list[tuple[int, int, str, str]] = []
     similar: dict[str, int] = {}
     lines_text = ""
+    values_text = ""  # the values listed so far
+    read: set[str] = set()  # the values the next summary reads back from the quoted lines
 
     # 0. what the kept messages name (the agent's or the user's words, a tool's argument)
     #    that a removed tool result holds: that line (its record) is quoted first, in up to
@@ -185,15 +189,22 @@ def pin(
             used += len(entry) + 14
             lines_text += "\n" + line
             pinned += "\n" + line
+            read.update(read_back(line))
+
+    def carried_on(value: str) -> bool:
+        # listed already (or inside a value listed), or on a quoted line the next summary
+        # reads it back from: a value a line holds but no reading finds there (an id known
+        # only as a tool's argument) is listed still, or the summary after loses it
+        return value in values_text or (value in lines_text and any(value in v for v in read))
 
     def cost(fact: Fact, label: str) -> int:
         return len(_shown(fact.value)) + (2 if listed.get(label) else len(label) + 5)
 
     def add(fact: Fact, room: int) -> None:
-        nonlocal used, pinned
+        nonlocal used, pinned, values_text
         # the cheap tests first: once the room is spent, most facts end here; a fact the
         # summary or the keep window holds needs no label
-        if room - used < len(fact.value) + 2 or fact.value in pinned or not missing(fact):
+        if room - used < len(fact.value) + 2 or carried_on(fact.value) or not missing(fact):
             return
         label = _label(
             fact, budget >= STATED_LINE_MIN_BUDGET if stated_lines is None else stated_lines
@@ -204,6 +215,7 @@ def pin(
         listed.setdefault(label, []).append(fact)
         used += took
         pinned += "\n" + fact.value
+        values_text += "\n" + fact.value
 
     # 1. values: first what the agent said in its own words and what the user named: every
     #    span's in turn by the room they take, the shortest first, the new ones as the
@@ -274,12 +286,17 @@ def pin(
         )
         entry = f"\n- `{line}` ({cite(fact.message_id)}{marks})"
         # while some wait, what the agent said and the user named stays listed by value beside
-        # the line: a summary over its budget gives up quoted lines first
+        # the line: a summary over its budget gives up quoted lines first. A value the next
+        # summary would not read back from the line (one known only as a tool's argument,
+        # of no shape of its own) stays listed too
+        found = read_back(line)
         on_line = {
             label: [
                 f
                 for f in values
-                if f.message_id == fact.message_id and f.value in line and not keep_listed(f)
+                if f.message_id == fact.message_id
+                and any(f.value in v for v in found)
+                and not keep_listed(f)
             ]
             for label, values in listed.items()
         }
@@ -298,6 +315,7 @@ def pin(
         used += len(entry) + 14 - freed
         lines_text += "\n" + line
         pinned += "\n" + line
+        read.update(found)
     # 3. the values that still fit, in what the quoted lines left
     for fact in ranked:
         add(fact, budget)

@@ -11,6 +11,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from offpath.compaction.facts.patterns import find
 from offpath.compaction.facts.sections import (
     AGE_MARK,
     ASKED_LABEL,
@@ -57,7 +58,9 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
     quote and the message they name, so a fact pinned again keeps its source; ``carried
     said``: the agent's place its body keeps, offpath's own words left out, and a quoted line
     of the agent's own words; ``carried stated``: its findings in words; either followed by `` <n>`` for a line pinned ``n`` compactions
-    before, :func:`role_age`), ``data`` (tool output, the rest of a multi-line argument)."""
+    before, :func:`role_age`; ``stated values``: the scalar arguments of a tool call it
+    quotes, in its body or on a pinned line), ``data`` (tool output, the rest of a
+    multi-line argument)."""
     from offpath.compaction.accounting import render_content
 
     mid = str(message.id)
@@ -86,6 +89,10 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
         # on, above what only a tool held; the lines it quotes from tool output as carried
         for part, role in _body_parts(_OWN_WORDS.sub("", _CITATION.sub("", body))):
             yield part, role, mid
+            # a tool call its body quotes (the agent's place: its last call): the arguments
+            # were facts by their use, whatever their shape, as on a quoted line below
+            if named := _call_arguments(part):
+                yield named, "stated values", mid
         sections = (PINNED_HEADING, SINCE_HEADING, SWAP_HEADING)
         within = True  # in a section of pinned entries (not the archive index, a quote after)
         for line in pinned.splitlines()[1:]:
@@ -103,11 +110,10 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
                     f"{role} {age}" if age.isdigit() and age != "0" else role,
                     (quoted["id"]),
                 )
-                if args := _CALL_ARGS.findall(quoted["line"]):  # a quoted tool call: its
-                    # arguments were facts by their use, whatever their shape (SDZQKO)
-                    named = [a or b for a, b in args if _is_token(a or b)]
-                    if named:
-                        yield ", ".join(named), "stated values", quoted["id"]
+                # a quoted tool call: its arguments were facts by their use, whatever their
+                # shape (SDZQKO)
+                if named := _call_arguments(quoted["line"]):
+                    yield named, "stated values", quoted["id"]
             elif listed := LISTED_PATTERN.match(line.strip()):
                 yield listed["values"].replace("`", ""), "carried", listed["id"]
             elif compact := EARLIER_PATTERN.match(line.strip()):
@@ -231,6 +237,23 @@ def _is_token(text: str) -> bool:
     return bool(_TOKEN_VALUE.match(text) and not text.isalpha()) or (
         text.isupper() and 4 <= len(text) <= 12
     )
+
+
+def _call_arguments(text: str) -> str:
+    """The scalar arguments of the tool calls ``text`` quotes that name something
+    (:func:`_is_token`), as a line of values (``, `` between them); "" for none."""
+    return ", ".join(a or b for a, b in _CALL_ARGS.findall(text) if _is_token(a or b))
+
+
+def read_back(line: str) -> frozenset[str]:
+    """The values the next summary reads from ``line`` when an earlier one quoted it
+    (:func:`fact_blocks`: the facts :func:`find` gives, and a quoted tool call's scalar
+    arguments), as they are written there. A value a tool call passed is a fact by its use,
+    whatever its shape (``PUNERT``); on a quoted line of output :func:`find` alone reads it,
+    and one of no shape of its own is not read back."""
+    values = {v for v, _, _ in find(line)}
+    values.update(v for v in _call_arguments(line).split(", ") if v)
+    return frozenset(values)
 
 
 def tool_arguments(message: BaseMessage) -> Iterable[tuple[str, str]]:
