@@ -69,7 +69,7 @@ class LLMSummarizer:
     ) -> None:
         self.model = model
         self.model_name = model_name
-        self.name = f"llm:{model_name}"
+        self.name = f"llm:{model_name}"  # summarizer_name says it from the settings
         self.max_prompt_chars = max(max_prompt_chars, MIN_PROMPT_CHARS)
 
     @classmethod
@@ -211,3 +211,11 @@ def make_summarizer(settings: Settings) -> Summarizer:
     else:
         inner = OfflineSummarizer()
     return GuardedSummarizer(inner, settings.summary_pinned_max_chars)
+
+
+def summarizer_name(settings: Settings) -> str:
+    """The ``name`` of :func:`make_summarizer`'s summarizer for ``settings`` (what jobs record
+    and start-up lines say), without making it: no ChatOpenAI client is made for a name."""
+    if settings.llm_configured:
+        return f"llm:{settings.summarization_model}"
+    return OfflineSummarizer.name

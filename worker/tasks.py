@@ -26,7 +26,7 @@ from offpath.coordination.logs import tag
 from offpath.coordination.outages import cause, is_outage
 from offpath.coordination.queue import COMPACT_TASK
 from offpath.coordination.runtime import Runtime
-from offpath.llm import make_summarizer
+from offpath.llm import make_summarizer, summarizer_name
 from offpath.stores.db.engine import migrate
 from offpath.stores.db.tables import JobStatus
 from offpath.stores.leases.claims import Start
@@ -96,7 +96,7 @@ def _ready(**_: object) -> None:
         log.warning("could not queue a reconciler pass at start-up: %s", exc)
     log.info(
         "offpath worker ready: summarizer %s, threshold %d chars, keep %d chars, queue %s",
-        make_summarizer(settings).name,
+        summarizer_name(settings),  # no second client made for its name
         settings.summarization_threshold_chars,
         settings.summarization_keep_chars,
         settings.celery_queue,

@@ -491,6 +491,23 @@ def test_make_summarizer_picks_llm_only_when_configured():
     assert llm.model.request_timeout == 3 and llm.model.max_retries == 1
 
 
+def test_the_summarizers_name_is_known_without_making_its_client(monkeypatch):
+    """The worker's start-up line names its summarizer: read from the settings, with no
+    ChatOpenAI client made (making one loads the openai SDK's client and its httpx pool, as
+    the one the jobs use was made already)."""
+    from offpath import llm
+
+    offline, configured = load_settings(), load_settings(openai_base_url="http://127.0.0.1:9/v1")
+    names = [make_summarizer(offline).name, make_summarizer(configured).name]
+
+    def no_client(settings):
+        raise AssertionError("a client was made for a name")
+
+    monkeypatch.setattr(llm.LLMSummarizer, "from_settings", no_client)
+    assert [llm.summarizer_name(offline), llm.summarizer_name(configured)] == names
+    assert names == ["offline", "llm:gpt-4o-mini"]
+
+
 def test_offline_summary_is_deterministic_labelled_and_filled():
     msgs = thread()
     plan = dataclasses.replace(plan_compaction(msgs, S), summary_chars=6_000)

@@ -610,3 +610,67 @@ def test_an_idle_thread_under_its_prepare_floor_or_with_idle_apply_off_keeps_its
         engine.dispose()
         assert done.action != "applied" and not applied
         assert leases.holder(session).state is State.PREPARED
+
+
+#: One claim's life and a thread's facts through a Redis client: what the worker's job reads.
+_CLAIMS_AND_FACTS = """
+import json, sys, uuid
+import redis
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from offpath.compaction.tokens import encoder
+from offpath.stores.facts import FactStore
+from offpath.stores.leases.claims import Leases
+from offpath.stores.leases.key_stores import RedisKeyStore
+
+encoder()  # tokens are stored with the facts where the process counts them
+conn = redis.Redis.from_url(sys.argv[1])
+prefix = f"parsers-{uuid.uuid4().hex[:6]}"
+leases = Leases(RedisKeyStore(conn), prefix=prefix, lease_s=5, queued_ttl_s=60)
+store = FactStore(conn, prefix, ttl_s=60)
+thread = [
+    HumanMessage("why is checkout-api failing? ticket INC-4821", id="h1"),
+    AIMessage("Looking at pod checkout-api-7f9c4.", id="a1"),
+    ToolMessage("pod checkout-api-7f9c4 OOMKilled, exit code 137", tool_call_id="c1", id="t1"),
+]
+try:
+    out = {"claimed": leases.claim("s1", "j1") is None, "again": str(leases.claim("s1", "j2"))}
+    start, before = leases.start("s1", "j1", "tok")
+    out |= {"start": str(start), "before": str(before), "renewed": leases.renew("s1", "j1", "tok")}
+    out |= {"holder": str(leases.holder("s1")), "finished": leases.finish("s1", "j1", "tok", None)}
+    out |= {"after": str(leases.holder("s1")), "stored": store.remember(thread)}
+    read = store.thread(thread)
+    out |= {"tokens": read.tokens(), "taken": store.preload(thread[1:], read)}
+    out |= {"missing": store.lookup([b"\\x00" * 16])[b"\\x00" * 16]}
+    out["hiredis"] = type(conn.connection_pool.get_connection()._parser).__name__
+    print(json.dumps(out))
+finally:
+    for key in conn.scan_iter(f"{prefix}:*"):
+        conn.delete(key)
+"""
+
+
+def test_without_hiredis_redis_py_s_own_parser_gives_the_same_claims_and_facts():
+    """hiredis (a dependency) parses Redis's replies and packs commands in C; without it
+    (a platform with no wheel, a trimmed install) redis-py's own code does: a claim's life and
+    a thread's facts and tokens read the same either way."""
+    import json
+    import subprocess
+    import sys
+
+    def run(*blocked: str) -> dict:
+        code = "import sys\n" + "".join(f"sys.modules[{b!r}] = None\n" for b in blocked)
+        done = subprocess.run(
+            [sys.executable, "-c", code + _CLAIMS_AND_FACTS, REDIS_URL],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    with_c, without = run(), run("hiredis")
+    assert with_c.pop("hiredis") == "_HiredisParser"
+    assert without.pop("hiredis") != "_HiredisParser"
+    assert with_c == without
+    assert with_c["claimed"] and with_c["finished"] and with_c["taken"] == 2
+    assert with_c["stored"] == 3 and all(isinstance(n, int) for n in with_c["tokens"])
