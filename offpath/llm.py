@@ -69,7 +69,7 @@ class LLMSummarizer:
     ) -> None:
         self.model = model
         self.model_name = model_name
-        self.name = f"llm:{model_name}"  # summarizer_name says it from the settings
+        self.name = llm_name(model_name)
         self.max_prompt_chars = max(max_prompt_chars, MIN_PROMPT_CHARS)
 
     @classmethod
@@ -217,5 +217,11 @@ def summarizer_name(settings: Settings) -> str:
     """The ``name`` of :func:`make_summarizer`'s summarizer for ``settings`` (what jobs record
     and start-up lines say), without making it: no ChatOpenAI client is made for a name."""
     if settings.llm_configured:
-        return f"llm:{settings.summarization_model}"
+        return llm_name(settings.summarization_model)
     return OfflineSummarizer.name
+
+
+def llm_name(model_name: str) -> str:
+    """The name an :class:`LLMSummarizer` of ``model_name`` goes by (``llm:<model>``), in
+    jobs' records and start-up lines."""
+    return f"llm:{model_name}"
