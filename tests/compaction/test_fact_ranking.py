@@ -498,3 +498,24 @@ def test_a_tools_name_is_not_pinned_unless_the_agent_names_it_in_its_words():
     said = AIMessage(id="a2", content="I used `get_reservation_details` for QX7ZP2.")
     pinned = section(pin("s", [call, result, said], 1_200)[0])
     assert "- names (said): get_reservation_details" in pinned, pinned
+
+
+def test_a_value_held_only_inside_a_longer_name_is_still_pinned():
+    """``loki`` inside ``loki-0`` (listed) or ``loki-chunks-cache`` (a kept tool output)
+    names another thing: the namespace the agent named stays pinned, as does what a summary
+    carried."""
+    import re
+
+    def alone(value, text):
+        return re.search(rf"(?<![\w.-]){re.escape(value)}(?![\w-])", text) is not None
+
+    kept = [ToolMessage(id="t9", content="loki-chunks-cache memcached-0 Running", tool_call_id="c")]
+    said = AIMessage(id="a1", content="The `loki` namespace runs `loki-0`; `memcached` too.")
+    pinned = section(pin("s", [said], 1_000, kept)[0])
+    assert all(alone(v, pinned) for v in ("loki", "loki-0", "memcached")), pinned
+    # carried by a summary: the next one keeps them though the kept part (and the value
+    # listed beside) holds longer names that start with them
+    listed = "- names (said): loki, loki-0, memcached"
+    carried = summary_of(f"s\n\n{PINNED_HEADING} (`recall` finds each):\n{listed}")
+    again = section(pin("s2", [carried], 1_000, kept)[0])
+    assert all(alone(v, again) for v in ("loki", "loki-0", "memcached")), again

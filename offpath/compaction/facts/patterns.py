@@ -251,17 +251,57 @@ _AUTOMATON_MIN_VALUES = 8
 _AUTOMATON_MIN_CHARS = 2_000
 
 
-def held_in(values: Iterable[str], text: str) -> set[str]:
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def stands_at(text: str, start: int, end: int) -> bool:
+    """``text[start:end]`` stands as a token of its own: no letter, digit or ``_`` right
+    before or after it, nor a ``-`` or ``.`` joining it to one (``loki`` does not stand in
+    ``loki-0``, nor ``api`` in ``checkout-api``; ``loki`` stands in "the loki namespace",
+    ``5m`` in ``[5m]``)."""
+    if start > 0:
+        before = text[start - 1]
+        if _word_char(before) or (before in "-." and start > 1 and _word_char(text[start - 2])):
+            return False
+    if end < len(text):
+        after = text[end]
+        if _word_char(after) or (
+            after in "-." and end + 1 < len(text) and _word_char(text[end + 1])
+        ):
+            return False
+    return True
+
+
+def stands_in(value: str, text: str) -> bool:
+    """``value`` occurs in ``text`` as a token of its own (:func:`stands_at`) at least once:
+    a value found only inside a longer name names another thing."""
+    at = text.find(value)
+    while at >= 0:
+        if stands_at(text, at, at + len(value)):
+            return True
+        at = text.find(value, at + 1)
+    return False
+
+
+def held_in(values: Iterable[str], text: str, whole: bool = False) -> set[str]:
     """The ``values`` that occur in ``text`` as substrings (as ``value in text`` tests each;
-    the caller case-folds or normalises both alike). One Aho-Corasick pass over ``text``
-    (pyahocorasick, in C) finds them all: a thread's facts are hundreds of values and the
-    text they are looked for in tens of thousands of chars, where one ``in`` per value
-    scans the text once per value."""
+    the caller case-folds or normalises both alike); ``whole``: as tokens of their own
+    (:func:`stands_in`). One Aho-Corasick pass over ``text`` (pyahocorasick, in C) finds
+    them all: a thread's facts are hundreds of values and the text they are looked for in
+    tens of thousands of chars, where one ``in`` per value scans the text once per value."""
     wanted = frozenset(values)
     if len(wanted) < _AUTOMATON_MIN_VALUES or len(text) < _AUTOMATON_MIN_CHARS:
+        if whole:
+            return {v for v in wanted if stands_in(v, text)}
         return {v for v in wanted if v in text}
     held = {""} if "" in wanted else set()  # the empty string is in every text
-    held.update(map(itemgetter(1), _automaton(wanted).iter(text)))  # (end, value) per match
+    if not whole:
+        held.update(map(itemgetter(1), _automaton(wanted).iter(text)))  # (end, value) per match
+        return held
+    for end, value in _automaton(wanted).iter(text):
+        if value not in held and stands_at(text, end + 1 - len(value), end + 1):
+            held.add(value)
     return held
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from langchain_core.messages import BaseMessage
 
 from offpath.compaction.facts.extraction import Fact, extract_ranked
-from offpath.compaction.facts.patterns import find, held_in, normal
+from offpath.compaction.facts.patterns import find, held_in, normal, stands_in
 from offpath.compaction.facts.reading import fact_blocks, read_back, tool_arguments
 from offpath.compaction.facts.sections import (
     AGE_MARK,
@@ -67,7 +67,9 @@ def pin(
 ) -> tuple[str, Pinned]:
     """``summary_text`` with a **Pinned facts** section holding, most important first, the
     facts of ``removed`` that neither the summary nor the ``kept`` messages contain (in any
-    letter case), in at most ``max_chars`` chars (0: no section).
+    letter case, as a token of its own: :func:`~offpath.compaction.facts.patterns.stands_in`;
+    ``loki`` inside ``loki-0`` names another thing), in at most ``max_chars`` chars (0: no
+    section).
 
     The facts are listed by value first, densely, one line per kind (``- ids: OBUT9V,
     credit_card_9513926``; ``- times: 2024-05-20``): an identifier costs its length and two
@@ -78,8 +80,8 @@ def pin(
     first (no telephone game), in up to 60% of the budget while new facts wait, those the
     agent or the user stated first and each span's in turn (a line of values keeps one group
     per span, ``; `` between them, oldest first); then the new ones, stated first, by rank
-    (:func:`rank`); then the carried ones left. A fact inside a value listed already is not
-    listed again. Values only tool output holds are last: opaque ones (times of day,
+    (:func:`rank`); then the carried ones left. A fact listed already (as a token of its own) is
+    not listed again. Values only tool output holds are last: opaque ones (times of day,
     request, trace and hex ids) and those that share one shape (4 or more
     ``/api/cart/<n>/items``) as one line per kind or shape (a time range, a count and a
     ``recall`` query), in what the rest leaves. What the values leave (and, on a budget of
@@ -138,10 +140,10 @@ def pin(
         nonlocal held
         if held is None:
             forms.update((f.value, form(f)) for f in (*positive, *opaque))
-            held = held_in(forms.values(), present)
+            held = held_in(forms.values(), present, whole=True)
         looked_for = forms.get(fact.value)
         if looked_for is None:  # not one of those looked for at once: looked for alone
-            return form(fact) not in present
+            return not stands_in(form(fact), present)
         return looked_for not in held
 
     pinned = ""  # the values listed and the lines quoted so far
@@ -172,7 +174,7 @@ def pin(
         for fact in ranked:
             if budget // 4 - used < 60:
                 break
-            if fact.message_id not in data_ids or fact.value in lines_text:
+            if fact.message_id not in data_ids or stands_in(fact.value, lines_text):
                 continue
             value = normal(fact.value)
             if value not in named or value in said:
@@ -192,10 +194,12 @@ def pin(
             read.update(read_back(line))
 
     def carried_on(value: str) -> bool:
-        # listed already (or inside a value listed), or on a quoted line the next summary
+        # listed already (as a token of its own), or on a quoted line the next summary
         # reads it back from: a value a line holds but no reading finds there (an id known
         # only as a tool's argument) is listed still, or the summary after loses it
-        return value in values_text or (value in lines_text and any(value in v for v in read))
+        return stands_in(value, values_text) or (
+            stands_in(value, lines_text) and any(stands_in(value, v) for v in read)
+        )
 
     def cost(fact: Fact, label: str) -> int:
         return len(_shown(fact.value)) + (2 if listed.get(label) else len(label) + 5)
@@ -247,7 +251,7 @@ def pin(
     #    values leave: a line takes the place of the values listed from it (its message's
     #    values that are on it); while some of what the agent said or the user named found
     #    no room (``scarce``), those listed stay listed and their own lines are not quoted
-    scarce = any(_own(f) and f.value not in pinned and missing(f) for f in ranked)
+    scarce = any(_own(f) and not stands_in(f.value, pinned) and missing(f) for f in ranked)
 
     def keep_listed(f: Fact) -> bool:
         # on a large budget what the agent or the user stated stays listed beside its line:
@@ -260,9 +264,9 @@ def pin(
     for fact in sorted(ranked, key=lambda f: not _relied(f)):
         if budget - used < 60 and not listed:
             break
-        if fact.value in lines_text or fact.line in ("", fact.value) or not missing(fact):
+        if stands_in(fact.value, lines_text) or fact.line in ("", fact.value) or not missing(fact):
             continue
-        if scarce and _own(fact) and not fact.carried and fact.value in pinned:
+        if scarce and _own(fact) and not fact.carried and stands_in(fact.value, pinned):
             continue  # listed by value already, while others wait: its line would cost ~100
             # chars more (a line an earlier summary concluded is quoted still: its words are
             # the finding)
@@ -346,7 +350,7 @@ def pin(
     if not entries:
         return summary_text, Pinned((), 0)
     # the facts with a score and the opaque ones (whose score is 0: the two never overlap)
-    covered = sum(fact.value in pinned and missing(fact) for fact in (*positive, *opaque))
+    covered = sum(stands_in(fact.value, pinned) and missing(fact) for fact in (*positive, *opaque))
     return summary_text.rstrip() + header + "".join(entries), Pinned(tuple(entries), covered)
 
 
