@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from offpath.compaction.facts.reading import without_one_value
+from offpath.compaction.facts.reading import give_up_cost, without_one_value
 from offpath.compaction.facts.sections import (
     ASKED_LABEL,
     LEFT_OUT,
@@ -298,11 +298,13 @@ def _one_value_at_a_time(
     test: Callable[[str], object],
 ) -> None:
     """The lines of ``sections`` that ``test`` picks give up one value at a time while
-    ``over()``, the longest line first, from its largest span group (each span keeps its
-    share: a line of forty values is not lost at once for a few chars); a line that is no
-    line of values (a count of ids, a time range) goes whole."""
+    ``over()``, from the line whose value to give up is the longest
+    (:func:`~offpath.compaction.facts.reading.give_up_cost`: the fewest facts go for the
+    chars freed), the longest line at a tie, each from its largest span group (each span
+    keeps its share: a line of forty values is not lost at once for a few chars); a line
+    that is no line of values (a count of ids, a time range) goes whole."""
     while over() and (found := [i for s in sections for i in lines.entries(s, test)]):
-        k = max(found, key=lambda i: len(lines.rows[i][1]))
+        k = max(found, key=lambda i: (give_up_cost(lines.rows[i][1]), len(lines.rows[i][1])))
         shorter = without_one_value(lines.rows[k][1])
         if shorter is None:
             lines.drop(k)

@@ -251,6 +251,32 @@ def test_a_line_of_other_values_over_the_budget_gives_up_one_value_at_a_time():
     assert all(line.split(": ", 1)[1].split("; ")), line  # each span keeps some
 
 
+def test_a_summary_over_its_budget_gives_up_the_longest_said_values_first():
+    """Freeing chars, a summary gives up the dearest of what the agent said first: a 40-char
+    pod name frees the room of four 8-char figures, so fewer facts go; every span keeps
+    some of each line."""
+    from offpath.compaction.budget import fit_summary
+
+    # the line of figures is the longer one: 72 figures, 12 pod names
+    figures = [[f"{100 + 20 * k + j} Mi" for j in range(12)] for k in range(6)]
+    pods = [[f"checkout-api-{k}{j}-7f9c4d8b6-x2k9p-ledger" for j in range(2)] for k in range(6)]
+    content = (
+        "[Context from earlier in this session, summarized]\n\n"
+        "**Investigating:** the memory limits\n\n"
+        f"{PINNED_HEADING} (`recall` finds each):\n"
+        "- amounts (said): " + "; ".join(", ".join(g) for g in figures) + "\n"
+        "- ids (said): " + "; ".join(", ".join(g) for g in pods)
+    )
+    cap = len(content) - 150  # about four of the pod names
+    fitted = fit_summary(content, cap)
+    assert len(fitted) <= cap
+    assert all(v in fitted for g in figures for v in g), fitted  # no figure went
+    line = next(ln for ln in fitted.splitlines() if ln.startswith("- ids (said): "))
+    groups = line.split(": ", 1)[1].split("; ")
+    assert len(groups) == 6 and all(groups), line  # each span keeps some of its pods
+    assert sum(v in fitted for g in pods for v in g) >= 12 - 5, fitted
+
+
 def test_a_summarys_place_reads_back_as_said_its_findings_as_stated_its_quotes_as_data():
     """The next summary ranks the agent's place an earlier one kept (its request, state,
     plan: their words) with what the agent said, so it is not outranked by the values still

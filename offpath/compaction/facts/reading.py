@@ -203,11 +203,10 @@ def split_values(text: str) -> list[str]:
     return out
 
 
-def without_one_value(line: str) -> str | None:
-    """``line``, a line of values by kind (``- names (said): a, b; c``), with one value fewer:
-    the last of its span group that holds the most values (of groups as large, the oldest),
-    so that every span keeps its share as the line shrinks. None: it holds one value, or it
-    is not such a line."""
+def _one_value_less(line: str) -> tuple[str, str] | None:
+    """``line`` (a line of values by kind) with one value fewer, and that value: the longest
+    (the last at a tie) of its span group that holds the most values (of groups as large, the
+    oldest). None: it holds one value, or it is not such a line."""
     values = VALUES_PATTERN.match(line.strip())
     if values is None:
         return None
@@ -215,10 +214,30 @@ def without_one_value(line: str) -> str | None:
     if sum(len(g) for g in groups) < 2:
         return None
     k = max(range(len(groups)), key=lambda i: (len(groups[i]), -i))
-    groups[k].pop()
+    group = groups[k]
+    j = max(range(len(group)), key=lambda i: (len(group[i]), i))
+    gone = group.pop(j)
     shown = [", ".join(f"`{v}`" if ", " in v or "; " in v else v for v in g) for g in groups]
     head = line[: line.index(": ") + 2]
-    return head + "; ".join(x for x in shown if x)
+    return head + "; ".join(x for x in shown if x), gone
+
+
+def without_one_value(line: str) -> str | None:
+    """``line``, a line of values by kind (``- names (said): a, b; c``), with one value fewer:
+    the longest of its span group that holds the most values (of groups as large, the
+    oldest), so that every span keeps its share as the line shrinks and the fewest facts go
+    for the chars freed. None: it holds one value, or it is not such a line."""
+    less = _one_value_less(line)
+    return None if less is None else less[0]
+
+
+def give_up_cost(line: str) -> int:
+    """Chars a fact given up from ``line`` frees: the value :func:`without_one_value` would
+    take out of it (and its separator), or the whole line when it is no line of values (or
+    holds one value). A summary over its budget gives up the dearest first: the fewest facts
+    go for the chars it must free (a 40-char pod name before four 8-char figures)."""
+    less = _one_value_less(line)
+    return len(line) if less is None else len(less[1]) + 2
 
 
 #: A tool argument's value that is an identifier by its use: one token, no spaces.
