@@ -545,3 +545,22 @@ def test_a_value_held_only_inside_a_longer_name_is_still_pinned():
     carried = summary_of(f"s\n\n{PINNED_HEADING} (`recall` finds each):\n{listed}")
     again = section(pin("s2", [carried], 1_000, kept)[0])
     assert all(alone(v, again) for v in ("loki", "loki-0", "memcached")), again
+
+
+def test_what_the_agent_said_stays_pinned_while_only_a_kept_tool_output_holds_it():
+    """A kept tool output holding a value the agent said goes at a later compaction, and tool
+    output is not read for names: unpinned now, the value would go with it. A value the
+    agent's kept words hold is in view and read again when they go."""
+    listed = "- names (said): arrays, PVSystem"
+    carried = summary_of(f"s\n\n{PINNED_HEADING} (`recall` finds each):\n{listed}")
+    kept = [
+        ToolMessage(
+            id="t9", content="def __init__(self, arrays=None, name=None):", tool_call_id="c"
+        ),
+        AIMessage(id="a2", content="Next I check PVSystem in the docs."),
+    ]
+    text = pin("s2", [carried], 1_000, kept)[0]
+    assert PINNED_HEADING in text, text  # on its own line, not "held" by the tool output
+    pinned = section(text)
+    assert "arrays" in pinned, pinned  # only the tool output kept holds it
+    assert "PVSystem" not in pinned, pinned  # the agent's kept words hold it

@@ -126,6 +126,11 @@ def pin(
     if alike:
         ranked = [f for f in ranked if id(f) not in alike]
     held: set[str] | None = None  # the facts' forms the summary or the keep window holds
+    # ... and those the summary or the agent's and the user's words in the keep window hold:
+    # what the agent said or the user named, carried by an earlier summary, stays pinned
+    # while only a kept tool output holds it too (that output goes at a later compaction,
+    # and tool output is not read for names: the value would go with it)
+    held_said: set[str] | None = None
     forms: dict[str, str] = {}  # value -> its form looked for (see ``form``)
 
     def form(fact: Fact) -> str:
@@ -137,10 +142,22 @@ def pin(
         # not in the summary nor the keep window: all the facts are looked for in one pass
         # over them, the first time one is asked about (tens of thousands of chars, a
         # thread's facts hundreds)
-        nonlocal held
+        nonlocal held, held_said
         if held is None:
             forms.update((f.value, form(f)) for f in (*positive, *opaque))
             held = held_in(forms.values(), present, whole=True)
+        if _own(fact) and fact.carried:
+            if held_said is None:
+                words = "\n".join(
+                    t for m in kept for t, role, _ in fact_blocks(m) if role != "data"
+                )
+                said = normal(summary_text + "\n" + words)
+                held_said = held_in(
+                    (forms.get(f.value) or form(f) for f in positive if _own(f) and f.carried),
+                    said,
+                    whole=True,
+                )
+            return (forms.get(fact.value) or form(fact)) not in held_said
         looked_for = forms.get(fact.value)
         if looked_for is None:  # not one of those looked for at once: looked for alone
             return not stands_in(form(fact), present)
