@@ -99,10 +99,12 @@ def test_a_subagent_run_from_a_tool_is_a_callee_with_a_session_of_its_own(saver)
     run(g.compile(checkpointer=saver), saver, [HumanMessage(id="req", content="investigate")])
     (place,) = seen
     assert place.role is Role.CALLEE and not place.hands_up and not place.listed
+    assert not place.hands_whole  # its output goes to the tool, not to the parent's reducer
     assert place.session_id == f"t|{place.ns}" and place.ns.startswith("tools:")
 
 
-def test_a_send_fan_out_with_messages_of_its_own_is_a_callee(saver):
+def test_a_send_fan_out_with_messages_of_its_own_is_fanned(saver):
+    """Its output is merged into the parent's messages: it hands them whole at its end."""
     seen: list[Place] = []
     places = Places()
     g = StateGraph(S)
@@ -112,8 +114,10 @@ def test_a_send_fan_out_with_messages_of_its_own_is_a_callee(saver):
         lambda s: [Send("worker", {"messages": [HumanMessage(f"part {k}")]}) for k in range(2)],
     )
     run(g.compile(checkpointer=saver), saver, [HumanMessage("split this")])
-    assert len(seen) == 2 and all(p.role is Role.CALLEE for p in seen)
+    assert len(seen) == 2 and all(p.role is Role.FANNED for p in seen)
+    assert all(p.hands_whole and not p.hands_up and not p.listed for p in seen)
     assert len({p.session_id for p in seen}) == 2  # each its own session
+    assert all(p.session_id == f"t|{p.ns}" for p in seen)
 
 
 def test_a_node_given_part_of_its_callers_messages_is_refused(saver):
@@ -134,4 +138,4 @@ def test_role_of_reads_the_parent_and_the_runs_own_messages():
     assert role_of([h1], [h1]) is Role.SHARED
     assert role_of([h1, call], [h1, call, h2]) is Role.CALLEE  # run from the open call's tool
     assert role_of([h1, h2], [h2]) is Role.REFUSED
-    assert role_of([h1], [h2]) is Role.CALLEE
+    assert role_of([h1], [h2]) is Role.FANNED  # a list of its own, no call open

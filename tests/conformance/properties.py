@@ -307,6 +307,20 @@ def own_compactions(run: Run, thread: Thread) -> set[str]:
     }
 
 
+def held_compactions(run: Run, thread: Thread) -> set[str]:
+    """The applied compactions of the messages ``thread`` held: jobs of the summaries it held
+    that replaced a message it held. A callee's, whatever the messages' home (a fanned run
+    hands its caller its messages whole at its end: their home is then the caller's)."""
+    held = {str(m.id) for m in thread.ever}
+    return {
+        str(job)
+        for s in thread.ever
+        if is_summary(s)
+        and (job := job_of(s)) in run.applied
+        and any(i in held and i != str(s.id) for i in replaced_ids(s))
+    }
+
+
 #: The properties by name, in the order the report shows them.
 PROPERTIES: dict[str, Callable[[Run], None]] = {
     "nothing_lost": nothing_lost,

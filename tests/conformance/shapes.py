@@ -25,11 +25,11 @@ from typing import Annotated, Any
 
 import sqlalchemy as sa
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, StructuredTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Send, interrupt
 from stack import Stack, create_pg_database, drop_pg_database, wait_for
 from stub_llm import StubServer
 
@@ -625,6 +625,105 @@ def fast_loop(env: Env) -> Run:
         return c.observe()
 
 
+class Dispatch(ScriptedModel):
+    """One model for an agent run several times at once (a ``Send`` fan-out): each call is
+    answered by the :class:`ScriptedModel` whose key is in the call's first request (the
+    runs of a superstep take their replies in no fixed order, each from its own script)."""
+
+    name: str = "dispatch"
+    replies: list[AIMessage] = []
+    by_key: dict[str, ScriptedModel] = {}
+
+    def _pick(self, messages: Any) -> ScriptedModel:
+        first = next((m for m in messages if m.type == "human"), None)
+        text = str(first.content) if first is not None else ""
+        for key, model in self.by_key.items():
+            if key in text:
+                return model
+        raise RuntimeError(f"{self.name}: no script for a call whose request is {text[:60]!r}")
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
+        return self._pick(messages)._generate(messages, stop, run_manager, **kw)
+
+    async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
+        return await self._pick(messages)._agenerate(messages, stop, run_manager, **kw)
+
+
+class FanState(MessagesState):
+    """A map-reduce graph's state: the thread, and the services to hand out (one ``Send``
+    each) before the writer answers."""
+
+    services: list[str]
+
+
+#: The services a fan-out hands out, one researcher run each.
+SERVICES = ("payments", "search", "cart")
+
+
+def send_fanout(env: Env) -> Run:
+    """Map-reduce with the ``Send`` API (LangGraph's how-to): a parent
+    ``StateGraph`` whose first turn sends each of three services to a ``researcher`` node
+    (a ``create_agent`` with ``OffPathCompaction`` and no checkpointer of its own), given a
+    message list of its own (``Send("researcher", {"messages": [...]})``): the three runs
+    share one superstep, their model calls interleave, and each compacts its own thread.
+    What each returns is merged into the parent's ``messages`` (its reducer), then the
+    ``writer`` node (a ``create_agent`` with ``OffPathCompaction`` sharing the parent's
+    messages) answers. Two more turns go to the writer alone (five reads each): the
+    parent's thread, which now holds the researchers' work, compacts."""
+    with case(env, "send_fanout") as c:
+        script = c.script("agent")
+        request = script.request("Have the payments, search and cart logs read")
+        script.answer(f"{request.id} done: the researchers found nothing new.")
+        _turns(script, 2, [RESULT] * 5)
+        sub_mw, mw = c.middleware(), c.middleware()
+        by_key: dict[str, ScriptedModel] = {}
+        for service in SERVICES:
+            sub_script = c.script(f"sub-{service}")
+            for _ in range(7):
+                sub_script.step("fetch_logs", [RESULT])
+            sub_script.answer(f"The {service} logs show nothing new.")
+            by_key[f"the {service} logs"] = c.model(sub_script, sub_mw, name=f"sub-{service}")
+        researcher = create_agent(
+            Dispatch(by_key=by_key),
+            [c.logs()],
+            system_prompt=SUB_PROMPT,
+            middleware=[sub_mw],
+        )
+        writer = c.agent(c.model(script, mw), mw, checkpointer=None)
+
+        def fan_out(state: FanState) -> list[Send] | str:
+            services = state.get("services") or []
+            if not services:
+                return "writer"
+            return [
+                Send(
+                    "researcher",
+                    {
+                        "messages": [
+                            HumanMessage(
+                                id=f"{c.tag}-ask-{s}", content=f"Read every page of the {s} logs"
+                            )
+                        ]
+                    },
+                )
+                for s in services
+            ]
+
+        parent = StateGraph(FanState)
+        parent.add_node("researcher", researcher)
+        parent.add_node("writer", writer)
+        parent.add_conditional_edges(START, fan_out, ["researcher", "writer"])
+        parent.add_edge("researcher", "writer")
+        graph = parent.compile(checkpointer=c.saver)
+        for k, request in enumerate(script.requests):
+            services = list(SERVICES) if k == 0 else []
+            graph.invoke({"messages": [request], "services": services}, c.config)
+        run = c.observe(callee_tools=["researcher"])
+        # the caller's thread before the researchers ran: the first turn's request
+        run.caller_before = next((s for s in run.root.states if s), [])
+        return run
+
+
 @dataclass(frozen=True)
 class Shape:
     run: Callable[[Env], Run]
@@ -651,6 +750,7 @@ SHAPES: dict[str, Shape] = {
     "fork": Shape(fork),
     "late_apply": Shape(late_apply),
     "fast_loop": Shape(fast_loop),
+    "send_fanout": Shape(send_fanout, caller=True),
     "plain_postgres": Shape(lambda env: plain(env, "postgres")),
 }
 

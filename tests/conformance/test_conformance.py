@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from conformance.harness import Run
-from conformance.properties import PROPERTIES, own_compactions
+from conformance.properties import PROPERTIES, held_compactions, own_compactions
 from conformance.shapes import SHAPES, Env, reset_stub
 
 pytestmark = pytest.mark.usefixtures("stub_server")
@@ -81,7 +81,7 @@ def test_shape_compacts(runs, shape: str) -> None:
     if not own_compactions(run, run.root):
         problems.append("the root thread had no compaction of its own applied")
     callees = [t for ns, t in run.threads.items() if ns]
-    if SHAPES[shape].caller and not any(own_compactions(run, t) for t in callees):
+    if SHAPES[shape].caller and not any(held_compactions(run, t) for t in callees):
         problems.append(f"none of the {len(callees)} callee threads had a compaction applied")
     assert not problems, (
         f"{shape}: "

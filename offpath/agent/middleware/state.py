@@ -23,9 +23,13 @@ checkpoint namespace of its own). Inside another run it is one of:
   langgraph#5755);
 * **a callee with messages of its own**: run from inside a tool (deepagents' ``task``, a plain
   ``sub.invoke`` in a tool: the parent's last model message has a call still open, the one
-  running it), or a node given a message list of its own (``Send`` fan-out). It compacts its
-  own messages under a session of its own (``<thread_id>|<namespace>``), never writes its
-  caller's state, and is never listed as a session;
+  running it), or a node given a message list of its own (``Send`` fan-out: *fanned*). It
+  compacts its own messages under a session of its own (``<thread_id>|<namespace>``), never
+  writes its caller's state, and is never listed as a session. A fanned run's messages become
+  its caller's when the caller's reducer merges its output: at its end it puts back the
+  originals its compactions removed (from its archive), so that the caller receives its
+  messages whole, as without offpath, and compacts them as its own (never a callee's summary
+  in the caller's thread);
 * **a node given part of its caller's messages** (some of the parent's message ids, not all,
   and its output merged back by the parent's reducer): a compaction would replace or remove
   the caller's messages there, so it is refused: the run goes on uncompacted, and the
@@ -73,7 +77,8 @@ class Role(StrEnum):
 
     ROOT = "root"
     SHARED = "shared"  # a node whose messages are its parent's
-    CALLEE = "callee"  # messages of its own
+    CALLEE = "callee"  # messages of its own, run from a tool
+    FANNED = "fanned"  # messages of its own, merged into its caller's by the caller's reducer
     REFUSED = "refused"  # part of its caller's messages: not compacted
 
 
@@ -90,7 +95,7 @@ class Place:
     def session_id(self) -> str:
         """The thread's session: the ``thread_id`` itself, or for a callee
         ``<thread_id>|<namespace>`` (a callee's messages are not its caller's thread)."""
-        if self.role is Role.CALLEE:
+        if self.role in (Role.CALLEE, Role.FANNED):
             return f"{self.thread_id}{SESSION_SEP}{self.ns}"
         return self.thread_id
 
@@ -107,6 +112,13 @@ class Place:
     def hands_up(self) -> bool:
         """A run that removed messages hands its parent the thread whole."""
         return self.role is Role.SHARED
+
+    @property
+    def hands_whole(self) -> bool:
+        """A run that removed messages ends with its originals back (from the archive): its
+        messages are its caller's once the caller's reducer merges them, and a compaction of
+        its own is for its own model calls, never for its caller's thread."""
+        return self.role is Role.FANNED
 
 
 def graph_ns(config: RunnableConfig) -> str:
@@ -133,7 +145,7 @@ def role_of(parent: Sequence[BaseMessage] | None, own: Sequence[BaseMessage]) ->
         return Role.SHARED
     if set(theirs) & set(mine):
         return Role.REFUSED
-    return Role.CALLEE
+    return Role.FANNED
 
 
 class Places:
