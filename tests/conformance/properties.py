@@ -77,9 +77,12 @@ def nothing_lost(run: Run) -> None:
     namespace and branch, pending writes included, and every reply the models returned and
     result the tools returned) is at the head of its home thread's branch byte for byte, or
     there shortened in place (marked ``offpath_shortened``) with its original in the
-    archive, or in the archive byte for byte (DESIGN.md invariants 1 and 12). Versions
+    archive, or in the archive byte for byte (DESIGN.md invariants 1 and 12); a reply or a
+    result that no checkpoint ever held (a run with ``durability="exit"`` checkpoints only its
+    end: what a compaction in the run removed never reached one) is in the archive. Versions
     offpath made (a summary, a request's copy, a shortened message) are derived, not
-    originals: they are not required to stay."""
+    originals: they are not required to stay; nor are the versions the application removed or
+    replaced itself (``Run.dropped``)."""
     homes_ = homes(run)
     problems: list[str] = []
     seen: set[tuple[str, str]] = set()
@@ -87,7 +90,7 @@ def nothing_lost(run: Run) -> None:
         for m in _originals(thread.ever):
             home = homes_[str(m.id)]
             key = (str(m.id), repr((m.type, m.content)))
-            if home != thread.ns or key in seen:
+            if home != thread.ns or key in seen or key in run.dropped:
                 continue
             seen.add(key)
             if _kept_or_archived(run, run.threads[home], m):
@@ -96,15 +99,16 @@ def nothing_lost(run: Run) -> None:
             problems.append(f"{describe(m)}{where}")
     ever = [m for t in run.threads.values() for m in t.ever]
     ids = {m.id for m in ever}
+    archived = [row.message for rows in run.archived.values() for row in rows]
     for reply in run.produced:
-        if reply.id not in ids:
+        if reply.id not in ids and not _archived_whole(run, reply):
             problems.append(f"model reply {describe(reply)}: never reached the thread")
     for result in run.returned:
         if not any(
             m.type == "tool"
             and m.tool_call_id == result.tool_call_id
             and m.content == result.content
-            for m in ever
+            for m in [*ever, *archived]
         ):
             problems.append(f"result of call {result.tool_call_id}: never reached the thread")
     _fail("messages in neither the thread nor the archive", problems)
@@ -147,6 +151,19 @@ def turns_of(messages: list[BaseMessage]) -> list[list[BaseMessage]]:
     return turns
 
 
+def _quoted_in(request: BaseMessage, quoted: set[str]) -> bool:
+    """A summary quotes ``request``: its text exactly; for content as a list of blocks, its
+    text blocks joined by newlines, then (a line each) whatever stands for its other blocks
+    (an image is quoted by a placeholder, never its payload)."""
+    content = request.content
+    if isinstance(content, str):
+        return content.strip() in quoted
+    text = "\n".join(
+        str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"
+    ).strip()
+    return bool(text) and any(q == text or q.startswith(f"{text}\n") for q in quoted)
+
+
 def whole_turns(run: Run) -> None:
     """Turns stay whole (DESIGN.md invariant 17). The messages ever in each thread are cut
     into turns (:func:`turns_of`); for every turn except the thread's last one (the turn in
@@ -186,9 +203,7 @@ def whole_turns(run: Run) -> None:
                     f"{where}request {request.id} kept, its answer {replies[-1].id} removed"
                 )
             held = [m for m in answer if kept(m)]
-            if held and not (
-                kept(request) or request.id in copies or str(request.content).strip() in quoted
-            ):
+            if held and not (kept(request) or request.id in copies or _quoted_in(request, quoted)):
                 problems.append(
                     f"{where}{len(held)} answer message(s) of request {request.id} kept "
                     f"({', '.join(str(m.id) for m in held[:3])}), the request neither kept, "
@@ -273,8 +288,10 @@ def own_branch(run: Run) -> None:
     thread's (a subgraph's own steps, which an agent added as a node hands to its parent
     compacted). A compaction prepared on another branch (before a time travel or a fork) is
     never applied here: no summary in a final thread is the work of a job prepared on
-    another branch (``Run.other_branch``)."""
+    another branch (``Run.other_branch``). An id no checkpoint of the run held (a message
+    that lived only inside a run with ``durability="exit"``) is on no other branch."""
     problems: list[str] = []
+    checkpointed = {str(m.id) for t in run.threads.values() for m in t.ever}
     for thread in run.threads.values():
         allowed = set(thread.lineage)
         for ns, inner in run.threads.items():
@@ -283,7 +300,8 @@ def own_branch(run: Run) -> None:
         for s in (m for m in thread.final if is_summary(m)):
             if job_of(s) in run.other_branch:
                 problems.append(f"summary {s.id} is job {job_of(s)}'s, prepared on another branch")
-            foreign = [i for i in replaced_ids(s) if i not in allowed]
+            # a message no checkpoint held (``durability="exit"``) is no other branch's
+            foreign = [i for i in replaced_ids(s) if i not in allowed and i in checkpointed]
             if foreign:
                 where = f"namespace {thread.ns!r}: " if thread.ns else ""
                 problems.append(

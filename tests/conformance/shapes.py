@@ -25,7 +25,7 @@ from typing import Annotated, Any
 
 import sqlalchemy as sa
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, StructuredTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import START, MessagesState, StateGraph
@@ -724,6 +724,144 @@ def send_fanout(env: Env) -> Run:
         return run
 
 
+def app_edits(env: Env) -> Run:
+    """The application edits the thread between turns (``graph.update_state``) while a
+    compaction is prepared on it: it redacts an old tool result in place (same id, new
+    content: a PII scrub) and removes a whole old step (``RemoveMessage`` of a call and its
+    result, as LangGraph's "delete messages" how-to does). The prepared compaction, planned
+    on the thread before the edits, must not land the old version nor remove again what is
+    gone; the redacted version is what is kept or archived."""
+    with case(env, "app_edits") as c:
+        script = c.script("agent")
+        script.turn("Find the slow pods", [RESULT] * 4)  # over the prepare point, not the threshold
+        _turns(script, 2, [RESULT] * 5)
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw)
+        agent.invoke({"messages": [script.requests[0]]}, c.config)
+        idle_gate(mw, c.thread_id)()
+        assert c.jobs("prepared"), "no compaction was prepared before the edits"
+        messages = agent.get_state(c.config).values["messages"]
+        result, call, gone = messages[2], messages[5], messages[6]
+        assert result.type == "tool" and call.type == "ai" and gone.type == "tool"
+        redacted = ToolMessage(
+            id=result.id, content="[redacted by the operator]", tool_call_id=result.tool_call_id
+        )
+        agent.update_state(
+            c.config,
+            {
+                "messages": [
+                    redacted,
+                    RemoveMessage(id=str(call.id)),
+                    RemoveMessage(id=str(gone.id)),
+                ]
+            },
+        )
+        for request in script.requests[1:]:
+            agent.invoke({"messages": [request]}, c.config)
+        run = c.observe()
+        run.dropped = {(str(m.id), repr((m.type, m.content))) for m in (result, call, gone)}
+        return run
+
+
+def durability(env: Env) -> Run:
+    """Checkpoints written only at a run's end (``durability="exit"``), or in the background
+    (``"async"``): three turns of five steps, exit, async, exit. The worker reads a thread
+    that is a whole run behind the agent's state."""
+
+    def run(c: Case, script: Script, build: Callable[..., Any]) -> None:
+        agent = build(c.saver)
+        for request, mode in zip(script.requests, ["exit", "async", "exit"], strict=True):
+            agent.invoke({"messages": [request]}, c.config, durability=mode)
+
+    return _three_turns(env, "durability", run)
+
+
+#: A small picture, as a data URL (multimodal requests carry one).
+PIXEL = "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4" * 20
+
+
+def multimodal(env: Env) -> Run:
+    """Content as lists of blocks, as Anthropic's and OpenAI's v1 messages carry it: each
+    request is a text block and an image, each model step a text block beside its tool
+    calls (and a ``tool_use`` block naming each), each tool result a list of text blocks
+    (an MCP tool's shape)."""
+    with case(env, "multimodal") as c:
+        script = c.script("agent")
+        _turns(script, 3, [RESULT] * 5, tool="read_blocks")
+        for h in script.requests:
+            h.content = [
+                {"type": "text", "text": str(h.content)},
+                {"type": "image_url", "image_url": {"url": PIXEL}},
+            ]
+        for a in script.replies:
+            blocks: list[Any] = [{"type": "text", "text": str(a.content) or "Reading on."}]
+            blocks += [
+                {"type": "tool_use", "id": t["id"], "name": t["name"], "input": t["args"]}
+                for t in a.tool_calls
+            ]
+            a.content = blocks
+        results = c.results
+
+        def read_blocks(
+            page: str, chars: int, tool_call_id: Annotated[str, InjectedToolCallId]
+        ) -> list[dict[str, str]]:
+            half = filler(page, chars)
+            cut = len(half) // 2
+            blocks = [{"type": "text", "text": half[:cut]}, {"type": "text", "text": half[cut:]}]
+            return results.record(tool_call_id, blocks)
+
+        tool = StructuredTool.from_function(read_blocks, description="Read one page of logs.")
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw, tools=[tool])
+        for request in script.requests:
+            agent.invoke({"messages": [request]}, c.config)
+        return c.observe()
+
+
+def reused_call_ids(env: Env) -> Run:
+    """A provider that numbers tool calls per response (``call_0``, ``call_1`` in every
+    response, as some OpenAI-compatible servers do): every step calls the logs tool twice,
+    with the same two call ids as every other step."""
+    with case(env, "reused_call_ids") as c:
+        script = c.script("agent")
+        _turns(script, 3, [[600, 600]] * 4)
+        for a in script.replies:
+            for j, t in enumerate(a.tool_calls):
+                t["id"] = f"call_{j}"
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw)
+        for request in script.requests:
+            agent.invoke({"messages": [request]}, c.config)
+        return c.observe()
+
+
+def structured(env: Env) -> Run:
+    """``create_agent(response_format=ToolStrategy(Report))``: each turn ends with the model
+    calling the structured-output tool, which the agent answers itself (a tool message of
+    its own) and returns as ``structured_response``."""
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import BaseModel
+
+    class Report(BaseModel):
+        """What the agent found."""
+
+        summary: str
+
+    with case(env, "structured") as c:
+        script = c.script("agent")
+        for k in range(3):
+            request = script.request(f"Check the checkout latency, part {k}")
+            for _ in range(5):
+                script.step("fetch_logs", [RESULT])
+            script.call("Report", summary=f"{request.id} done: nothing new.")
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw, response_format=ToolStrategy(Report))
+        for request in script.requests:
+            out = agent.invoke({"messages": [request]}, c.config)
+            assert isinstance(out.get("structured_response"), Report), out.keys()
+        return c.observe()
+
+
 @dataclass(frozen=True)
 class Shape:
     run: Callable[[Env], Run]
@@ -751,6 +889,11 @@ SHAPES: dict[str, Shape] = {
     "late_apply": Shape(late_apply),
     "fast_loop": Shape(fast_loop),
     "send_fanout": Shape(send_fanout, caller=True),
+    "app_edits": Shape(app_edits),
+    "durability": Shape(durability),
+    "multimodal": Shape(multimodal),
+    "reused_call_ids": Shape(reused_call_ids),
+    "structured": Shape(structured),
     "plain_postgres": Shape(lambda env: plain(env, "postgres")),
 }
 
