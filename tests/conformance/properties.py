@@ -127,12 +127,22 @@ def _kept_or_archived(run: Run, thread: Thread, m: BaseMessage) -> bool:
 def no_orphans(run: Run) -> None:
     """In every thread's final state, no tool result lacks its call and no call lacks its
     result (DESIGN.md invariant 3); a call left open by an interrupt the run still waits on
-    is allowed."""
+    is allowed, and so is, in a subgraph's namespace, a call whose result that namespace never
+    held and another one did (a handoff tool's ``Command(graph=Command.PARENT)`` writes its
+    result to the parent only: LangGraph leaves the subgraph's last checkpoint so)."""
     problems: list[str] = []
+    results = {
+        ns: {str(m.tool_call_id) for m in t.ever if m.type == "tool"}
+        for ns, t in run.threads.items()
+    }
     for thread in run.threads.values():
         found = pairing_problems(thread.final)
         if thread.interrupted:
             found -= pending_calls(thread.final)
+        if thread.ns:
+            elsewhere = set().union(*(r for ns, r in results.items() if ns != thread.ns))
+            handed = elsewhere - results[thread.ns]
+            found = {p for p in found if not (p.startswith("call:") and p.split(":")[-1] in handed)}
         where = f"namespace {thread.ns!r}: " if thread.ns else ""
         problems += [f"{where}{p}" for p in sorted(found)]
     _fail("orphan calls or results in the final thread", problems)
@@ -286,7 +296,8 @@ def own_branch(run: Run) -> None:
     """A summary replaces only messages of its own branch: every id it names as replaced
     was on its thread's final checkpoint's parent chain, or in a namespace nested in that
     thread's (a subgraph's own steps, which an agent added as a node hands to its parent
-    compacted). A compaction prepared on another branch (before a time travel or a fork) is
+    compacted). A summary a subgraph's thread was given at its start (a node sharing its
+    parent's messages starts with the parent's thread) is checked where it was made. A compaction prepared on another branch (before a time travel or a fork) is
     never applied here: no summary in a final thread is the work of a job prepared on
     another branch (``Run.other_branch``). An id no checkpoint of the run held (a message
     that lived only inside a run with ``durability="exit"``) is on no other branch."""
@@ -297,7 +308,13 @@ def own_branch(run: Run) -> None:
         for ns, inner in run.threads.items():
             if nested(thread.ns, ns):
                 allowed |= {str(m.id) for m in inner.ever}
+        # a node sharing its parent's messages starts with the parent's thread: a summary it
+        # was given is checked where it was made
+        first = next((state for state in thread.states if state), [])
+        given = {(m.id, repr(m.content)) for m in first if is_summary(m)} if thread.ns else set()
         for s in (m for m in thread.final if is_summary(m)):
+            if (s.id, repr(s.content)) in given:
+                continue
             if job_of(s) in run.other_branch:
                 problems.append(f"summary {s.id} is job {job_of(s)}'s, prepared on another branch")
             # a message no checkpoint held (``durability="exit"``) is no other branch's

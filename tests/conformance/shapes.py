@@ -25,6 +25,7 @@ from typing import Annotated, Any
 
 import sqlalchemy as sa
 from langchain.agents import create_agent
+from langchain.tools import ToolRuntime
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, StructuredTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -862,6 +863,64 @@ def structured(env: Env) -> Run:
         return c.observe()
 
 
+class HandoffState(MessagesState):
+    """A handoffs graph's state: the thread, and the agent that answers the next turn."""
+
+    active: str
+
+
+def handoffs(env: Env) -> Run:
+    """Multi-agent handoffs (LangChain's "handoffs" how-to, langgraph-swarm's shape): two
+    ``create_agent`` nodes, each with ``OffPathCompaction`` of its own, share the parent's
+    ``messages``. ``triage`` answers the first turn by calling ``transfer_to_sre``, a tool
+    that returns ``Command(goto="sre", graph=Command.PARENT)`` with its call and result;
+    ``sre`` then reads logs and answers, and takes the next turns (``active``): both agents
+    compact the one thread, from two namespaces."""
+    with case(env, "handoffs") as c:
+        triage, sre = c.script("triage"), c.script("agent")
+        for k in range(3):
+            # the second pastes the logs it saw: the thread is over its threshold at triage's
+            # call, where a compaction is applied in a run that ends by a handoff
+            paste = f": {filler(f'paste-{k}', 4_500)}" if k == 1 else ""
+            request = triage.request(f"The checkout is slow again, part {k}{paste}")
+            triage.call("transfer_to_sre")
+            for _ in range(5):
+                sre.step("fetch_logs", [RESULT])
+            sre.answer(f"{request.id} done: the pages read show nothing new.")
+
+        def transfer_to_sre(runtime: ToolRuntime) -> Command:
+            last = next(m for m in reversed(runtime.state["messages"]) if m.type == "ai")
+            done = ToolMessage(
+                content="Transferred to the SRE agent", tool_call_id=runtime.tool_call_id
+            )
+            return Command(
+                goto="sre",
+                update={"active": "sre", "messages": [last, done]},
+                graph=Command.PARENT,
+            )
+
+        handoff = StructuredTool.from_function(
+            transfer_to_sre, description="Hand the conversation to the SRE agent."
+        )
+        triage_mw, mw = c.middleware(), c.middleware()
+        triage_agent = create_agent(
+            c.model(triage, triage_mw, name="triage"),
+            [handoff],
+            system_prompt="You are the triage agent: hand incidents to the SRE agent.",
+            middleware=[triage_mw],
+        )
+        sre_agent = c.agent(c.model(sre, mw), mw, checkpointer=None)
+        parent = StateGraph(HandoffState)
+        parent.add_node("triage", triage_agent, destinations=("sre",))
+        parent.add_node("sre", sre_agent)
+        parent.add_edge(START, "triage")
+        graph = parent.compile(checkpointer=c.saver)
+        for human in triage.requests:
+            idle_gate(mw, c.thread_id)()  # the job queued at the last run's end is prepared
+            graph.invoke({"messages": [human]}, c.config)
+        return c.observe()
+
+
 @dataclass(frozen=True)
 class Shape:
     run: Callable[[Env], Run]
@@ -894,6 +953,7 @@ SHAPES: dict[str, Shape] = {
     "multimodal": Shape(multimodal),
     "reused_call_ids": Shape(reused_call_ids),
     "structured": Shape(structured),
+    "handoffs": Shape(handoffs),
     "plain_postgres": Shape(lambda env: plain(env, "postgres")),
 }
 

@@ -128,6 +128,15 @@ def test_no_orphans() -> None:
     waiting = run_of([H0, A0])
     waiting.root.interrupted = True
     no_orphans(waiting)
+    # a subgraph whose call's result was handed to its parent (Command(graph=PARENT))
+    handed = run_of(EVER)
+    sub = Thread("sub:1", [H0, A0], [H0, A0], [[H0, A0]], [[H0, A0]], {"h0", "a0"})
+    handed.threads["sub:1"] = sub
+    no_orphans(handed)
+    dropped = run_of(EVER)
+    held = [H0, A0, T0]
+    dropped.threads["sub:1"] = Thread("sub:1", held, [H0, A0], [[H0, A0]], [held], {"h0"})
+    fails(no_orphans, dropped, "call:a0:c0")  # its result was there, and is gone
 
 
 def test_whole_turns_reads_a_request_of_content_blocks() -> None:
@@ -197,4 +206,15 @@ def test_own_branch() -> None:
     fails(own_branch, forked, "x9")
     # an id no checkpoint held (a message that lived only in a run with durability="exit")
     own_branch(run_of(other))
+    # a node sharing its parent's messages starts with the parent's summary
+    shared = run_of(COMPACTED)
+    start = [summary(["h0", "a0"]), *EVER[2:]]
+    shared.threads["agent:2"] = Thread("agent:2", start, start, [start], [start], {"t0"})
+    own_branch(shared)
+    # one it made itself, of a message another branch held
+    shared.root.ever.append(x9)
+    made = summary(["h0", "x9"], id_="h0")
+    made.content = f"{made.content} (made here)"
+    shared.threads["agent:2"].final = [made, *EVER[2:]]
+    fails(own_branch, shared, "x9")
     fails(own_branch, run_of(COMPACTED, other_branch={"job"}), "prepared on another branch")
