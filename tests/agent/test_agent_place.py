@@ -120,6 +120,38 @@ def test_a_send_fan_out_with_messages_of_its_own_is_fanned(saver):
     assert all(p.session_id == f"t|{p.ns}" for p in seen)
 
 
+def test_parallel_sends_given_the_parents_whole_thread_are_fanned(saver):
+    """Several runs of one node in a superstep, each given the parent's whole thread (and an
+    ask of its own): a compaction handed up whole (``REMOVE_ALL_MESSAGES``) by one would wipe
+    what its siblings write to the parent in the same step. Each is fanned: it compacts under
+    a session of its own and hands its messages whole."""
+    seen: list[Place] = []
+    places = Places()
+    g = StateGraph(S)
+    g.add_node("worker", probe_graph(seen, places))
+    g.add_conditional_edges(
+        START,
+        lambda s: [
+            Send("worker", {"messages": [*s["messages"], HumanMessage(f"part {k}")]})
+            for k in range(2)
+        ],
+    )
+    run(g.compile(checkpointer=saver), saver, [HumanMessage("split this")])
+    assert len(seen) == 2 and all(p.role is Role.FANNED and not p.hands_up for p in seen)
+    assert len({p.session_id for p in seen}) == 2
+
+
+def test_one_send_given_the_parents_whole_thread_shares_it(saver):
+    seen: list[Place] = []
+    places = Places()
+    g = StateGraph(S)
+    g.add_node("worker", probe_graph(seen, places))
+    g.add_conditional_edges(START, lambda s: [Send("worker", {"messages": s["messages"]})])
+    run(g.compile(checkpointer=saver), saver, [HumanMessage("all of it")])
+    (place,) = seen
+    assert place.role is Role.SHARED and place.session_id == "t"
+
+
 def test_a_node_given_part_of_its_callers_messages_is_refused(saver):
     seen: list[Place] = []
     places = Places()
@@ -136,6 +168,7 @@ def test_role_of_reads_the_parent_and_the_runs_own_messages():
     call = AIMessage(id="a1", content="", tool_calls=[{"id": "c", "name": "task", "args": {}}])
     assert role_of(None, [h1]) is Role.CALLEE  # the parent's checkpoint could not be read
     assert role_of([h1], [h1]) is Role.SHARED
+    assert role_of([h1], [h1, h2], siblings=2) is Role.FANNED  # one of several Sends
     assert role_of([h1, call], [h1, call, h2]) is Role.CALLEE  # run from the open call's tool
     assert role_of([h1, h2], [h2]) is Role.REFUSED
     assert role_of([h1], [h2]) is Role.FANNED  # a list of its own, no call open

@@ -636,12 +636,12 @@ class Dispatch(ScriptedModel):
     by_key: dict[str, ScriptedModel] = {}
 
     def _pick(self, messages: Any) -> ScriptedModel:
-        first = next((m for m in messages if m.type == "human"), None)
-        text = str(first.content) if first is not None else ""
-        for key, model in self.by_key.items():
-            if key in text:
-                return model
-        raise RuntimeError(f"{self.name}: no script for a call whose request is {text[:60]!r}")
+        for m in reversed(messages):
+            text = str(m.content) if m.type == "human" else ""
+            for key, model in self.by_key.items():
+                if key in text:
+                    return model
+        raise RuntimeError(f"{self.name}: no script for a call of {len(messages)} messages")
 
     def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
         return self._pick(messages)._generate(messages, stop, run_manager, **kw)
@@ -661,7 +661,7 @@ class FanState(MessagesState):
 SERVICES = ("payments", "search", "cart")
 
 
-def send_fanout(env: Env) -> Run:
+def send_fanout(env: Env, context: bool = False) -> Run:
     """Map-reduce with the ``Send`` API (LangGraph's how-to): a parent
     ``StateGraph`` whose first turn sends each of three services to a ``researcher`` node
     (a ``create_agent`` with ``OffPathCompaction`` and no checkpointer of its own), given a
@@ -670,17 +670,27 @@ def send_fanout(env: Env) -> Run:
     What each returns is merged into the parent's ``messages`` (its reducer), then the
     ``writer`` node (a ``create_agent`` with ``OffPathCompaction`` sharing the parent's
     messages) answers. Two more turns go to the writer alone (five reads each): the
-    parent's thread, which now holds the researchers' work, compacts."""
-    with case(env, "send_fanout") as c:
+    parent's thread, which now holds the researchers' work, compacts.
+
+    ``context``: each researcher is given the parent's whole thread and its own ask
+    (``Send("researcher", {"messages": [*state["messages"], ask]})``, so that it knows the
+    conversation), in the third turn, after two turns of the writer's: three runs sharing
+    the parent's messages in one superstep, over its threshold (three reads each)."""
+    shape = "send_context" if context else "send_fanout"
+    with case(env, shape) as c:
         script = c.script("agent")
+        if context:
+            _turns(script, 2, [RESULT] * 5)
         request = script.request("Have the payments, search and cart logs read")
         script.answer(f"{request.id} done: the researchers found nothing new.")
-        _turns(script, 2, [RESULT] * 5)
+        if not context:
+            _turns(script, 2, [RESULT] * 5)
+        fan_at = len(script.requests) - 1 if context else 0
         sub_mw, mw = c.middleware(), c.middleware()
         by_key: dict[str, ScriptedModel] = {}
         for service in SERVICES:
             sub_script = c.script(f"sub-{service}")
-            for _ in range(7):
+            for _ in range(3 if context else 7):
                 sub_script.step("fetch_logs", [RESULT])
             sub_script.answer(f"The {service} logs show nothing new.")
             by_key[f"the {service} logs"] = c.model(sub_script, sub_mw, name=f"sub-{service}")
@@ -696,14 +706,16 @@ def send_fanout(env: Env) -> Run:
             services = state.get("services") or []
             if not services:
                 return "writer"
+            given = list(state["messages"]) if context else []
             return [
                 Send(
                     "researcher",
                     {
                         "messages": [
+                            *given,
                             HumanMessage(
                                 id=f"{c.tag}-ask-{s}", content=f"Read every page of the {s} logs"
-                            )
+                            ),
                         ]
                     },
                 )
@@ -717,11 +729,13 @@ def send_fanout(env: Env) -> Run:
         parent.add_edge("researcher", "writer")
         graph = parent.compile(checkpointer=c.saver)
         for k, request in enumerate(script.requests):
-            services = list(SERVICES) if k == 0 else []
+            services = list(SERVICES) if k == fan_at else []
+            idle_gate(mw, c.thread_id)()
             graph.invoke({"messages": [request], "services": services}, c.config)
         run = c.observe(callee_tools=["researcher"])
-        # the caller's thread before the researchers ran: the first turn's request
-        run.caller_before = next((s for s in run.root.states if s), [])
+        # the caller's thread before the researchers ran: up to the fan-out turn's request
+        asked = script.requests[fan_at].id
+        run.caller_before = next((s for s in run.root.states if s and s[-1].id == asked), [])
         return run
 
 
@@ -948,6 +962,7 @@ SHAPES: dict[str, Shape] = {
     "late_apply": Shape(late_apply),
     "fast_loop": Shape(fast_loop),
     "send_fanout": Shape(send_fanout, caller=True),
+    "send_context": Shape(lambda env: send_fanout(env, context=True)),
     "app_edits": Shape(app_edits),
     "durability": Shape(durability),
     "multimodal": Shape(multimodal),

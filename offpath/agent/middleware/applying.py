@@ -274,11 +274,12 @@ class Applying:
     def whole(self, session_id: str, messages: list[BaseMessage]) -> list[BaseMessage] | None:
         """The thread ``messages`` with every compaction of session ``session_id`` in it
         undone from the archive (:func:`~offpath.compaction.revert.reverted`, the newest
-        summary first, until none is left) and every result shortened in place put back as
-        archived: the messages as they would be had offpath never compacted the run. A
-        fanned run (a ``Send`` fan-out) hands its caller these. None, logged, when the
-        archive cannot give them (a summary not of this session's jobs, a row missing, the
-        database down): the caller then receives the thread as it is."""
+        summary first, until none is left but one the run was given: a summary of no job of
+        this session, its caller's) and every result it shortened in place put back as archived:
+        the messages as they would be had offpath never compacted the run. A fanned run (a
+        ``Send`` fan-out) hands its caller these. None, logged, when the archive cannot give
+        them (a row missing, the database down): the caller then receives the thread as it
+        is."""
         try:
             engine = self.client().engine
             out = list(messages)
@@ -289,7 +290,7 @@ class Applying:
                 job_id = str(summary_meta(summary).get("job_id") or "")
                 row = job_row(engine, job_id) if job_id else None
                 if row is None or row["session_id"] != session_id:
-                    raise RevertConflict(f"summary {summary.id} is no job's of this session")
+                    break  # the run was given it (its caller's summary): not the run's to undo
                 record = (row["result"] or {}).get("record") or {}
                 rows = archive.job_rows(engine, session_id, job_id)
                 removed = [
@@ -308,9 +309,8 @@ class Applying:
             for k, m in enumerate(out):
                 if isinstance(m.additional_kwargs.get(SHORTENED_MARK), dict):
                     first = archive.original(engine, session_id, str(m.id))
-                    if first is None:
-                        raise RevertConflict(f"the original of result {m.id} is not archived")
-                    (out[k],) = messages_from_dict([first])
+                    if first is not None:  # else the run was given it shortened
+                        (out[k],) = messages_from_dict([first])
             return out
         except Exception as exc:  # the caller gets the thread as it is
             self.reports.trouble(

@@ -30,6 +30,9 @@ checkpoint namespace of its own). Inside another run it is one of:
   originals its compactions removed (from its archive), so that the caller receives its
   messages whole, as without offpath, and compacts them as its own (never a callee's summary
   in the caller's thread);
+* **one of several runs of a node sent the parent's whole thread** (``Send`` packets to its
+  node, each with the parent's messages and an ask of its own): fanned, not shared, since a
+  thread one of them handed up whole would wipe what the others write in the same step;
 * **a node given part of its caller's messages** (some of the parent's message ids, not all,
   and its output merged back by the parent's reducer): a compaction would replace or remove
   the caller's messages there, so it is refused: the run goes on uncompacted, and the
@@ -55,7 +58,7 @@ from langchain.agents.middleware.types import ModelRequest, OmitFromSchema, Priv
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
-from langgraph.constants import CONFIG_KEY_CHECKPOINTER
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER, TASKS
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from offpath.compaction.accounting import message_chars
@@ -129,9 +132,14 @@ def graph_ns(config: RunnableConfig) -> str:
     return ns.rsplit("|", 1)[0] if "|" in ns else ""
 
 
-def role_of(parent: Sequence[BaseMessage] | None, own: Sequence[BaseMessage]) -> Role:
+def role_of(
+    parent: Sequence[BaseMessage] | None, own: Sequence[BaseMessage], siblings: int = 1
+) -> Role:
     """The :class:`Role` of a run inside another graph's run whose parent holds ``parent``
-    (None: not readable) and whose own messages are ``own`` at its first look. Pure."""
+    (None: not readable) and whose own messages are ``own`` at its first look; ``siblings``:
+    how many runs of its node the parent's step sends (``Send`` packets). A run given the
+    parent's whole thread is fanned, not shared, when it is one of several: a thread handed
+    up whole by one of them would wipe what the others write in the same step. Pure."""
     if not parent:
         return Role.CALLEE
     last_ai = next((m for m in reversed(parent) if isinstance(m, AIMessage)), None)
@@ -142,7 +150,7 @@ def role_of(parent: Sequence[BaseMessage] | None, own: Sequence[BaseMessage]) ->
     theirs = [m.id for m in parent]
     mine = [m.id for m in own]
     if mine[: len(theirs)] == theirs:
-        return Role.SHARED
+        return Role.FANNED if siblings > 1 else Role.SHARED
     if set(theirs) & set(mine):
         return Role.REFUSED
     return Role.FANNED
@@ -176,7 +184,8 @@ class Places:
         elif messages is None:
             return Place(str(thread), ns, Role.CALLEE)  # not remembered: looked at again
         else:
-            role = role_of(_parent_messages(config, str(thread), ns), messages)
+            parent, siblings = _parent_step(config, str(thread), ns)
+            role = role_of(parent, messages, siblings)
         place = self._known[key] = Place(str(thread), ns, role)
         while len(self._known) > PLACES_KEPT:
             self._known.popitem(last=False)
@@ -189,10 +198,27 @@ class Places:
         return place.session_id if place is not None else None
 
 
-def _parent_messages(config: RunnableConfig, thread: str, ns: str) -> list[BaseMessage] | None:
+def _parent_step(
+    config: RunnableConfig, thread: str, ns: str
+) -> tuple[list[BaseMessage] | None, int]:
     """The messages of the graph that runs the agent's graph, as its checkpoint of the current
-    step holds them (the input the agent got, if it is a node sharing them); None when the
-    checkpoint cannot be read within :data:`PARENT_READ_WAIT_S`."""
+    step holds them (the input the agent got, if it is a node sharing them; None when the
+    checkpoint cannot be read within :data:`PARENT_READ_WAIT_S`), and how many ``Send``
+    packets that step has for the agent's node (0 when it cannot be read)."""
+    tup = _parent_checkpoint(config, thread, ns)
+    if tup is None:
+        return None, 0
+    values = tup.checkpoint.get("channel_values", {})
+    messages = values.get("messages")
+    node = ns.rsplit("|", 1)[-1].split(":", 1)[0]
+    packets = values.get(TASKS)
+    sends = sum(getattr(p, "node", None) == node for p in packets or [])
+    return (list(messages) if isinstance(messages, list) else None), sends
+
+
+def _parent_checkpoint(config: RunnableConfig, thread: str, ns: str) -> Any:
+    """The checkpoint tuple of the parent graph's current step, or None when it cannot be
+    read within :data:`PARENT_READ_WAIT_S`."""
     conf = config.get("configurable", {})
     saver = conf.get(CONFIG_KEY_CHECKPOINTER)
     parent_ns = ns.rsplit("|", 1)[0] if "|" in ns else ""
@@ -208,8 +234,7 @@ def _parent_messages(config: RunnableConfig, thread: str, ns: str) -> list[BaseM
         except Exception:  # a saver that cannot read it: taken for a callee
             return None
         if tup is not None:
-            messages = tup.checkpoint.get("channel_values", {}).get("messages")
-            return list(messages) if isinstance(messages, list) else None
+            return tup
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.02)
