@@ -141,6 +141,22 @@ def test_parallel_sends_given_the_parents_whole_thread_are_fanned(saver):
     assert len({p.session_id for p in seen}) == 2
 
 
+def test_parallel_nodes_sharing_the_parents_messages_are_fanned(saver):
+    """Two agent nodes run from ``START`` in one superstep, both given the parent's thread:
+    one's thread handed up whole would wipe the other's messages of that step."""
+    seen: list[Place] = []
+    places = Places()
+    g = StateGraph(S)
+    g.add_node("logs", probe_graph(seen, places))
+    g.add_node("metrics", probe_graph(seen, places))
+    g.add_edge(START, "logs")
+    g.add_edge(START, "metrics")
+    graph = g.compile(checkpointer=saver)
+    for i in range(2):  # the second run: the step's triggers read against what was seen
+        run(graph, saver, [HumanMessage(f"look {i}")])
+    assert len(seen) == 4 and all(p.role is Role.FANNED for p in seen)
+
+
 def test_one_send_given_the_parents_whole_thread_shares_it(saver):
     seen: list[Place] = []
     places = Places()

@@ -935,6 +935,41 @@ def handoffs(env: Env) -> Run:
         return c.observe()
 
 
+def parallel_agents(env: Env) -> Run:
+    """Two ``create_agent`` nodes run in parallel from ``START`` (``add_edge(START, "logs")``
+    and ``add_edge(START, "metrics")``), each with ``OffPathCompaction`` of its own, both
+    sharing the parent's ``messages``: every turn both read (five and three steps) in the
+    same superstep and their outputs are merged by the parent's reducer; the thread crosses
+    its threshold inside both runs. Both are fanned (one's thread handed up whole would wipe
+    the other's messages of the step): they compact their own calls and hand the parent
+    their messages whole, so the parent's thread itself is never compacted (``compacts`` is
+    a known xfail, :data:`~conformance.test_conformance.KNOWN`)."""
+    with case(env, "parallel_agents") as c:
+        logs, metrics = c.script("agent"), c.script("metrics")
+        for k in range(3):
+            request = logs.request(f"Check the checkout latency, part {k}")
+            for _ in range(5):
+                logs.step("fetch_logs", [RESULT])
+            logs.answer(f"{request.id} done: the logs show nothing new.")
+            for _ in range(3):
+                metrics.step("fetch_logs", [RESULT])
+            metrics.answer(f"{request.id}: the metrics show nothing new.")
+        logs_mw, metrics_mw = c.middleware(), c.middleware()
+        parent = StateGraph(MessagesState)
+        parent.add_node("logs", c.agent(c.model(logs, logs_mw), logs_mw, checkpointer=None))
+        parent.add_node(
+            "metrics",
+            c.agent(c.model(metrics, metrics_mw, name="metrics"), metrics_mw, checkpointer=None),
+        )
+        parent.add_edge(START, "logs")
+        parent.add_edge(START, "metrics")
+        graph = parent.compile(checkpointer=c.saver)
+        for request in logs.requests:
+            idle_gate(logs_mw, c.thread_id)()
+            graph.invoke({"messages": [request]}, c.config)
+        return c.observe()
+
+
 @dataclass(frozen=True)
 class Shape:
     run: Callable[[Env], Run]
@@ -969,6 +1004,7 @@ SHAPES: dict[str, Shape] = {
     "reused_call_ids": Shape(reused_call_ids),
     "structured": Shape(structured),
     "handoffs": Shape(handoffs),
+    "parallel_agents": Shape(parallel_agents),
     "plain_postgres": Shape(lambda env: plain(env, "postgres")),
 }
 

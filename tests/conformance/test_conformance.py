@@ -21,8 +21,16 @@ from conformance.shapes import SHAPES, Env, reset_stub
 pytestmark = pytest.mark.usefixtures("stub_server")
 
 #: (shape, property) -> the known fault that breaks it today, as ``xfail(strict=True)``
-#: (property ``compacts``: :func:`test_shape_compacts`). Empty: every pair passes.
-KNOWN: dict[tuple[str, str], str] = {}
+#: (property ``compacts``: :func:`test_shape_compacts`).
+KNOWN: dict[tuple[str, str], str] = {
+    ("parallel_agents", "compacts"): (
+        "two agent nodes sharing the parent's messages in one superstep are fanned (a thread "
+        "one handed up whole would wipe the other's messages of that step): each compacts its "
+        "own model calls and hands the parent its messages whole, so the parent's stored "
+        "thread is compacted only by a node that runs alone in its step (none here); it grows "
+        "turn after turn, every call still bounded"
+    ),
+}
 
 
 #: The name :data:`KNOWN` gives :func:`test_shape_compacts`.

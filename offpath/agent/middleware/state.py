@@ -30,9 +30,12 @@ checkpoint namespace of its own). Inside another run it is one of:
   originals its compactions removed (from its archive), so that the caller receives its
   messages whole, as without offpath, and compacts them as its own (never a callee's summary
   in the caller's thread);
-* **one of several runs of a node sent the parent's whole thread** (``Send`` packets to its
-  node, each with the parent's messages and an ask of its own): fanned, not shared, since a
-  thread one of them handed up whole would wipe what the others write in the same step;
+* **a node given the parent's whole thread in a step that runs other nodes too** (several
+  ``Send`` packets, each with the parent's messages and an ask of its own; two agent nodes
+  run in parallel from one edge; any node beside it in that step): fanned, not shared, since
+  a thread one run handed up whole would wipe what the others write in the same step. Its
+  compactions serve its own model calls; the parent's thread is compacted by a node that runs
+  alone in its step;
 * **a node given part of its caller's messages** (some of the parent's message ids, not all,
   and its output merged back by the parent's reducer): a compaction would replace or remove
   the caller's messages there, so it is refused: the run goes on uncompacted, and the
@@ -137,9 +140,10 @@ def role_of(
 ) -> Role:
     """The :class:`Role` of a run inside another graph's run whose parent holds ``parent``
     (None: not readable) and whose own messages are ``own`` at its first look; ``siblings``:
-    how many runs of its node the parent's step sends (``Send`` packets). A run given the
-    parent's whole thread is fanned, not shared, when it is one of several: a thread handed
-    up whole by one of them would wipe what the others write in the same step. Pure."""
+    how many node runs the parent's step makes, this one included (``Send`` packets and nodes
+    an edge triggered). A run given the parent's whole thread is fanned, not shared, when it
+    is one of several: a thread handed up whole by one run would wipe what the others write
+    to the parent in the same step (any of them may write messages). Pure."""
     if not parent:
         return Role.CALLEE
     last_ai = next((m for m in reversed(parent) if isinstance(m, AIMessage)), None)
@@ -203,17 +207,27 @@ def _parent_step(
 ) -> tuple[list[BaseMessage] | None, int]:
     """The messages of the graph that runs the agent's graph, as its checkpoint of the current
     step holds them (the input the agent got, if it is a node sharing them; None when the
-    checkpoint cannot be read within :data:`PARENT_READ_WAIT_S`), and how many ``Send``
-    packets that step has for the agent's node (0 when it cannot be read)."""
+    checkpoint cannot be read within :data:`PARENT_READ_WAIT_S`), and how many node runs that
+    step makes (:func:`runs_in_step`; 0 when it cannot be read)."""
     tup = _parent_checkpoint(config, thread, ns)
     if tup is None:
         return None, 0
     values = tup.checkpoint.get("channel_values", {})
     messages = values.get("messages")
-    node = ns.rsplit("|", 1)[-1].split(":", 1)[0]
-    packets = values.get(TASKS)
-    sends = sum(getattr(p, "node", None) == node for p in packets or [])
-    return (list(messages) if isinstance(messages, list) else None), sends
+    return (list(messages) if isinstance(messages, list) else None), runs_in_step(tup.checkpoint)
+
+
+#: The channel an edge writes to trigger a node (LangGraph's ``branch:to:<node>``).
+BRANCH_TO = "branch:to:"
+
+
+def runs_in_step(checkpoint: Mapping[str, Any]) -> int:
+    """How many node runs the step after ``checkpoint`` makes: its ``Send`` packets, and the
+    nodes an edge or a ``Command(goto=...)`` triggered (their ``branch:to:<node>`` channel
+    holds a value until the node has run). Pure."""
+    values = checkpoint.get("channel_values", {})
+    sends = len(values.get(TASKS) or [])
+    return sends + sum(1 for channel in values if channel.startswith(BRANCH_TO))
 
 
 def _parent_checkpoint(config: RunnableConfig, thread: str, ns: str) -> Any:
