@@ -970,6 +970,50 @@ def parallel_agents(env: Env) -> Run:
         return c.observe()
 
 
+def interrupt_parallel(env: Env) -> Run:
+    """``interrupt()`` in one of two parallel tool calls: the step reads a page and asks for
+    approval at once, the read's result waits as a pending write while the run stops with
+    the thread over its prepare point; the operator takes a while (the compaction is
+    prepared meanwhile), then the run resumes (``Command(resume=...)``) and goes on over
+    its threshold, where the prepared compaction lands with the resumed step's results."""
+    with case(env, "interrupt_parallel") as c:
+        script = c.script("agent")
+        request = script.request("Restart the checkout pods if the logs say so")
+        for _ in range(4):
+            script.step("fetch_logs", [RESULT])
+        n = len(script.replies)
+        both = script.step("fetch_logs", [RESULT])
+        both.tool_calls.append(
+            {
+                "id": f"{script.tag}-c{n}-restart",
+                "name": "restart",
+                "args": {"service": "checkout-api"},
+                "type": "tool_call",
+            }
+        )
+        for _ in range(3):
+            script.step("fetch_logs", [RESULT])
+        script.answer(f"{request.id} done: restarted after approval.")
+        _turns(script, 2, [RESULT] * 4)
+        results = c.results
+
+        def restart(service: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+            answer = interrupt({"approve": f"restart {service}?"})
+            return results.record(tool_call_id, f"restart of {service}: {answer}")
+
+        tool = StructuredTool.from_function(restart, name="restart", description="Restart pods.")
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw, tools=[tool])
+        out = agent.invoke({"messages": [script.requests[0]]}, c.config)
+        assert "__interrupt__" in out, "the run did not stop at the approval"
+        idle_gate(mw, c.thread_id)()
+        assert c.jobs("prepared"), "no compaction was prepared while the run waited"
+        agent.invoke(Command(resume="approved"), c.config)
+        for request in script.requests[1:]:
+            agent.invoke({"messages": [request]}, c.config)
+        return c.observe()
+
+
 @dataclass(frozen=True)
 class Shape:
     run: Callable[[Env], Run]
@@ -1004,6 +1048,7 @@ SHAPES: dict[str, Shape] = {
     "reused_call_ids": Shape(reused_call_ids),
     "structured": Shape(structured),
     "handoffs": Shape(handoffs),
+    "interrupt_parallel": Shape(interrupt_parallel),
     "parallel_agents": Shape(parallel_agents),
     "plain_postgres": Shape(lambda env: plain(env, "postgres")),
 }
