@@ -1014,6 +1014,33 @@ def interrupt_parallel(env: Env) -> Run:
         return c.observe()
 
 
+def app_reset(env: Env) -> Run:
+    """The application starts the conversation afresh between turns, keeping its last
+    exchange (``update_state`` with ``RemoveMessage(REMOVE_ALL_MESSAGES)``, the first request
+    and the last three messages, as LangChain's trimming example keeps) while a compaction is
+    prepared on the thread it had; two more turns follow."""
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+    with case(env, "app_reset") as c:
+        script = c.script("agent")
+        script.turn("Find the slow pods", [RESULT] * 4)  # over the prepare point, not the threshold
+        _turns(script, 2, [RESULT] * 5)
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw)
+        agent.invoke({"messages": [script.requests[0]]}, c.config)
+        idle_gate(mw, c.thread_id)()
+        assert c.jobs("prepared"), "no compaction was prepared before the reset"
+        messages = agent.get_state(c.config).values["messages"]
+        kept = [messages[0], *messages[-3:]]  # the request; the last call, its result, the answer
+        assert [m.type for m in kept] == ["human", "ai", "tool", "ai"], kept
+        agent.update_state(c.config, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept]})
+        for request in script.requests[1:]:
+            agent.invoke({"messages": [request]}, c.config)
+        run = c.observe()
+        run.dropped = {(str(m.id), repr((m.type, m.content))) for m in messages[1:-3]}
+        return run
+
+
 @dataclass(frozen=True)
 class Shape:
     run: Callable[[Env], Run]
@@ -1043,6 +1070,7 @@ SHAPES: dict[str, Shape] = {
     "send_fanout": Shape(send_fanout, caller=True),
     "send_context": Shape(lambda env: send_fanout(env, context=True)),
     "app_edits": Shape(app_edits),
+    "app_reset": Shape(app_reset),
     "durability": Shape(durability),
     "multimodal": Shape(multimodal),
     "reused_call_ids": Shape(reused_call_ids),
