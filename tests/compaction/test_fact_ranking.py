@@ -564,3 +564,11 @@ def test_what_the_agent_said_stays_pinned_while_only_a_kept_tool_output_holds_it
     pinned = section(text)
     assert "arrays" in pinned, pinned  # only the tool output kept holds it
     assert "PVSystem" not in pinned, pinned  # the agent's kept words hold it
+
+
+def test_a_directory_is_held_by_a_path_it_starts_a_name_is_not_by_a_longer_name():
+    from offpath.compaction.facts.patterns import stands_in
+
+    assert stands_in("/srv/app/", "see /srv/app/main.py")  # its last edge is no letter
+    assert not stands_in("loki", "see loki-0") and not stands_in("api", "checkout-api up")
+    assert stands_in("loki", "the loki namespace") and stands_in("5m", "rate[5m]")

@@ -259,12 +259,13 @@ def stands_at(text: str, start: int, end: int) -> bool:
     """``text[start:end]`` stands as a token of its own: no letter, digit or ``_`` right
     before or after it, nor a ``-`` or ``.`` joining it to one (``loki`` does not stand in
     ``loki-0``, nor ``api`` in ``checkout-api``; ``loki`` stands in "the loki namespace",
-    ``5m`` in ``[5m]``)."""
-    if start > 0:
+    ``5m`` in ``[5m]``). Only an edge of the value that is a letter, digit or ``_`` is
+    tested: a directory (``/srv/app/``) stands in a path it starts (``/srv/app/main.py``)."""
+    if start > 0 and (start >= end or _word_char(text[start])):
         before = text[start - 1]
         if _word_char(before) or (before in "-." and start > 1 and _word_char(text[start - 2])):
             return False
-    if end < len(text):
+    if end < len(text) and (start >= end or _word_char(text[end - 1])):
         after = text[end]
         if _word_char(after) or (
             after in "-." and end + 1 < len(text) and _word_char(text[end + 1])
