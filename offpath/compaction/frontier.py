@@ -201,12 +201,17 @@ class Frontier:
 
 def one_line(text: str, limit: int = MAX_ITEM_CHARS) -> str:
     """``text`` on one line (whitespace runs made one space), cut at a word to at most
-    ``limit`` chars with "..." when longer."""
+    ``limit`` chars with "..." when longer. The cut splits no value (an id, a URL: a run of
+    ASCII chars): it ends at a space, before the run it would split, or after a char of a
+    script written without spaces (CJK, Thai), whichever keeps more; so a request in such a
+    script keeps its head rather than only "..."."""
     line = " ".join(text.split())
     if len(line) <= limit:
         return line
     cut = line[: limit - 3]  # at a word; with no space in it, before the word it splits
-    return (cut.rsplit(" ", 1)[0] if " " in cut else head_before(line, limit - 3)) + "..."
+    head = cut.rsplit(" ", 1)[0] if " " in cut else head_before(line, limit - 3)
+    unspaced = max((i + 1 for i, ch in enumerate(cut) if not ch.isascii()), default=0)
+    return (cut[:unspaced] if unspaced > len(head) else head) + "..."
 
 
 #: The line that keeps the session's first request when a later request is the current one.

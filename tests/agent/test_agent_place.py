@@ -99,10 +99,12 @@ def test_a_subagent_run_from_a_tool_is_a_callee_with_a_session_of_its_own(saver)
     run(g.compile(checkpointer=saver), saver, [HumanMessage(id="req", content="investigate")])
     (place,) = seen
     assert place.role is Role.CALLEE and not place.hands_up and not place.listed
+    assert not place.hands_whole  # its output goes to the tool, not to the parent's reducer
     assert place.session_id == f"t|{place.ns}" and place.ns.startswith("tools:")
 
 
-def test_a_send_fan_out_with_messages_of_its_own_is_a_callee(saver):
+def test_a_send_fan_out_with_messages_of_its_own_is_fanned(saver):
+    """Its output is merged into the parent's messages: it hands them whole at its end."""
     seen: list[Place] = []
     places = Places()
     g = StateGraph(S)
@@ -112,8 +114,58 @@ def test_a_send_fan_out_with_messages_of_its_own_is_a_callee(saver):
         lambda s: [Send("worker", {"messages": [HumanMessage(f"part {k}")]}) for k in range(2)],
     )
     run(g.compile(checkpointer=saver), saver, [HumanMessage("split this")])
-    assert len(seen) == 2 and all(p.role is Role.CALLEE for p in seen)
+    assert len(seen) == 2 and all(p.role is Role.FANNED for p in seen)
+    assert all(p.hands_whole and not p.hands_up and not p.listed for p in seen)
     assert len({p.session_id for p in seen}) == 2  # each its own session
+    assert all(p.session_id == f"t|{p.ns}" for p in seen)
+
+
+def test_parallel_sends_given_the_parents_whole_thread_are_fanned(saver):
+    """Several runs of one node in a superstep, each given the parent's whole thread (and an
+    ask of its own): a compaction handed up whole (``REMOVE_ALL_MESSAGES``) by one would wipe
+    what its siblings write to the parent in the same step. Each is fanned: it compacts under
+    a session of its own and hands its messages whole."""
+    seen: list[Place] = []
+    places = Places()
+    g = StateGraph(S)
+    g.add_node("worker", probe_graph(seen, places))
+    g.add_conditional_edges(
+        START,
+        lambda s: [
+            Send("worker", {"messages": [*s["messages"], HumanMessage(f"part {k}")]})
+            for k in range(2)
+        ],
+    )
+    run(g.compile(checkpointer=saver), saver, [HumanMessage("split this")])
+    assert len(seen) == 2 and all(p.role is Role.FANNED and not p.hands_up for p in seen)
+    assert len({p.session_id for p in seen}) == 2
+
+
+def test_parallel_nodes_sharing_the_parents_messages_are_fanned(saver):
+    """Two agent nodes run from ``START`` in one superstep, both given the parent's thread:
+    one's thread handed up whole would wipe the other's messages of that step."""
+    seen: list[Place] = []
+    places = Places()
+    g = StateGraph(S)
+    g.add_node("logs", probe_graph(seen, places))
+    g.add_node("metrics", probe_graph(seen, places))
+    g.add_edge(START, "logs")
+    g.add_edge(START, "metrics")
+    graph = g.compile(checkpointer=saver)
+    for i in range(2):  # the second run: the step's triggers read against what was seen
+        run(graph, saver, [HumanMessage(f"look {i}")])
+    assert len(seen) == 4 and all(p.role is Role.FANNED for p in seen)
+
+
+def test_one_send_given_the_parents_whole_thread_shares_it(saver):
+    seen: list[Place] = []
+    places = Places()
+    g = StateGraph(S)
+    g.add_node("worker", probe_graph(seen, places))
+    g.add_conditional_edges(START, lambda s: [Send("worker", {"messages": s["messages"]})])
+    run(g.compile(checkpointer=saver), saver, [HumanMessage("all of it")])
+    (place,) = seen
+    assert place.role is Role.SHARED and place.session_id == "t"
 
 
 def test_a_node_given_part_of_its_callers_messages_is_refused(saver):
@@ -132,6 +184,7 @@ def test_role_of_reads_the_parent_and_the_runs_own_messages():
     call = AIMessage(id="a1", content="", tool_calls=[{"id": "c", "name": "task", "args": {}}])
     assert role_of(None, [h1]) is Role.CALLEE  # the parent's checkpoint could not be read
     assert role_of([h1], [h1]) is Role.SHARED
+    assert role_of([h1], [h1, h2], siblings=2) is Role.FANNED  # one of several Sends
     assert role_of([h1, call], [h1, call, h2]) is Role.CALLEE  # run from the open call's tool
     assert role_of([h1, h2], [h2]) is Role.REFUSED
-    assert role_of([h1], [h2]) is Role.CALLEE
+    assert role_of([h1], [h2]) is Role.FANNED  # a list of its own, no call open

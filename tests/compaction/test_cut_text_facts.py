@@ -132,3 +132,14 @@ def test_a_line_clipped_with_no_space_ends_before_the_word_it_would_split():
         cut = prompt_shorten(f"{WORD} " * 40 + url + " done", limit)
         shown = re.sub(r"\n\[\.\.\. \d+ chars omitted \.\.\.\]\n", " ", cut)
         assert all(whole(w, f"{WORD} {url} done") for w in shown.split()), limit
+
+
+def test_a_request_in_a_script_without_spaces_keeps_its_head():
+    """A request in Chinese (no spaces to cut at) keeps the most of its head that fits, not
+    only "..."; a cut after such a char splits no ASCII value (an id, a path)."""
+    request = "请检查支付服务的日志并找出过去一小时内所有超时错误的根本原因" * 4
+    line = one_line(request, 60)
+    assert line == request[:57] + "..."
+    mixed = one_line("调查 checkout-api-7f9c 的错误日志并说明原因" + "再" * 60, 40)
+    assert mixed.startswith("调查 checkout-api-7f9c 的错误日志") and len(mixed) <= 40
+    assert one_line("调查 " + "checkout-api-" * 9, 40) == "调查..."  # the ASCII run is not split

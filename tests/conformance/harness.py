@@ -203,7 +203,7 @@ class Results:
     def __init__(self) -> None:
         self.returned: list[ToolMessage] = []
 
-    def record(self, tool_call_id: str, content: str) -> str:
+    def record(self, tool_call_id: str, content: Any) -> Any:
         self.returned.append(ToolMessage(content=content, tool_call_id=tool_call_id))
         return content
 
@@ -329,6 +329,9 @@ class Run:
     caller_before: list[BaseMessage] = field(default_factory=list)
     #: jobs prepared on another branch of the thread (before a fork)
     other_branch: set[str] = field(default_factory=set)
+    #: versions the application itself removed or replaced (``update_state``), as
+    #: ``(id, repr((type, content)))``: not offpath's to keep
+    dropped: set[tuple[str, str]] = field(default_factory=set)
     #: jobs whose summary reached a thread, and those of them applied
     compactions: set[str] = field(default_factory=set)
     applied: set[str] = field(default_factory=set)

@@ -77,9 +77,12 @@ def nothing_lost(run: Run) -> None:
     namespace and branch, pending writes included, and every reply the models returned and
     result the tools returned) is at the head of its home thread's branch byte for byte, or
     there shortened in place (marked ``offpath_shortened``) with its original in the
-    archive, or in the archive byte for byte (DESIGN.md invariants 1 and 12). Versions
+    archive, or in the archive byte for byte (DESIGN.md invariants 1 and 12); a reply or a
+    result that no checkpoint ever held (a run with ``durability="exit"`` checkpoints only its
+    end: what a compaction in the run removed never reached one) is in the archive. Versions
     offpath made (a summary, a request's copy, a shortened message) are derived, not
-    originals: they are not required to stay."""
+    originals: they are not required to stay; nor are the versions the application removed or
+    replaced itself (``Run.dropped``)."""
     homes_ = homes(run)
     problems: list[str] = []
     seen: set[tuple[str, str]] = set()
@@ -87,7 +90,7 @@ def nothing_lost(run: Run) -> None:
         for m in _originals(thread.ever):
             home = homes_[str(m.id)]
             key = (str(m.id), repr((m.type, m.content)))
-            if home != thread.ns or key in seen:
+            if home != thread.ns or key in seen or key in run.dropped:
                 continue
             seen.add(key)
             if _kept_or_archived(run, run.threads[home], m):
@@ -96,15 +99,16 @@ def nothing_lost(run: Run) -> None:
             problems.append(f"{describe(m)}{where}")
     ever = [m for t in run.threads.values() for m in t.ever]
     ids = {m.id for m in ever}
+    archived = [row.message for rows in run.archived.values() for row in rows]
     for reply in run.produced:
-        if reply.id not in ids:
+        if reply.id not in ids and not _archived_whole(run, reply):
             problems.append(f"model reply {describe(reply)}: never reached the thread")
     for result in run.returned:
         if not any(
             m.type == "tool"
             and m.tool_call_id == result.tool_call_id
             and m.content == result.content
-            for m in ever
+            for m in [*ever, *archived]
         ):
             problems.append(f"result of call {result.tool_call_id}: never reached the thread")
     _fail("messages in neither the thread nor the archive", problems)
@@ -123,12 +127,22 @@ def _kept_or_archived(run: Run, thread: Thread, m: BaseMessage) -> bool:
 def no_orphans(run: Run) -> None:
     """In every thread's final state, no tool result lacks its call and no call lacks its
     result (DESIGN.md invariant 3); a call left open by an interrupt the run still waits on
-    is allowed."""
+    is allowed, and so is, in a subgraph's namespace, a call whose result that namespace never
+    held and another one did (a handoff tool's ``Command(graph=Command.PARENT)`` writes its
+    result to the parent only: LangGraph leaves the subgraph's last checkpoint so)."""
     problems: list[str] = []
+    results = {
+        ns: {str(m.tool_call_id) for m in t.ever if m.type == "tool"}
+        for ns, t in run.threads.items()
+    }
     for thread in run.threads.values():
         found = pairing_problems(thread.final)
         if thread.interrupted:
             found -= pending_calls(thread.final)
+        if thread.ns:
+            elsewhere = set().union(*(r for ns, r in results.items() if ns != thread.ns))
+            handed = elsewhere - results[thread.ns]
+            found = {p for p in found if not (p.startswith("call:") and p.split(":")[-1] in handed)}
         where = f"namespace {thread.ns!r}: " if thread.ns else ""
         problems += [f"{where}{p}" for p in sorted(found)]
     _fail("orphan calls or results in the final thread", problems)
@@ -145,6 +159,19 @@ def turns_of(messages: list[BaseMessage]) -> list[list[BaseMessage]]:
         elif turns and m.type in ("ai", "tool"):
             turns[-1].append(m)
     return turns
+
+
+def _quoted_in(request: BaseMessage, quoted: set[str]) -> bool:
+    """A summary quotes ``request``: its text exactly; for content as a list of blocks, its
+    text blocks joined by newlines, then (a line each) whatever stands for its other blocks
+    (an image is quoted by a placeholder, never its payload)."""
+    content = request.content
+    if isinstance(content, str):
+        return content.strip() in quoted
+    text = "\n".join(
+        str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"
+    ).strip()
+    return bool(text) and any(q == text or q.startswith(f"{text}\n") for q in quoted)
 
 
 def whole_turns(run: Run) -> None:
@@ -186,9 +213,7 @@ def whole_turns(run: Run) -> None:
                     f"{where}request {request.id} kept, its answer {replies[-1].id} removed"
                 )
             held = [m for m in answer if kept(m)]
-            if held and not (
-                kept(request) or request.id in copies or str(request.content).strip() in quoted
-            ):
+            if held and not (kept(request) or request.id in copies or _quoted_in(request, quoted)):
                 problems.append(
                     f"{where}{len(held)} answer message(s) of request {request.id} kept "
                     f"({', '.join(str(m.id) for m in held[:3])}), the request neither kept, "
@@ -271,19 +296,29 @@ def own_branch(run: Run) -> None:
     """A summary replaces only messages of its own branch: every id it names as replaced
     was on its thread's final checkpoint's parent chain, or in a namespace nested in that
     thread's (a subgraph's own steps, which an agent added as a node hands to its parent
-    compacted). A compaction prepared on another branch (before a time travel or a fork) is
+    compacted). A summary a subgraph's thread was given at its start (a node sharing its
+    parent's messages starts with the parent's thread) is checked where it was made. A compaction prepared on another branch (before a time travel or a fork) is
     never applied here: no summary in a final thread is the work of a job prepared on
-    another branch (``Run.other_branch``)."""
+    another branch (``Run.other_branch``). An id no checkpoint of the run held (a message
+    that lived only inside a run with ``durability="exit"``) is on no other branch."""
     problems: list[str] = []
+    checkpointed = {str(m.id) for t in run.threads.values() for m in t.ever}
     for thread in run.threads.values():
         allowed = set(thread.lineage)
         for ns, inner in run.threads.items():
             if nested(thread.ns, ns):
                 allowed |= {str(m.id) for m in inner.ever}
+        # a node sharing its parent's messages starts with the parent's thread: a summary it
+        # was given is checked where it was made
+        first = next((state for state in thread.states if state), [])
+        given = {(m.id, repr(m.content)) for m in first if is_summary(m)} if thread.ns else set()
         for s in (m for m in thread.final if is_summary(m)):
+            if (s.id, repr(s.content)) in given:
+                continue
             if job_of(s) in run.other_branch:
                 problems.append(f"summary {s.id} is job {job_of(s)}'s, prepared on another branch")
-            foreign = [i for i in replaced_ids(s) if i not in allowed]
+            # a message no checkpoint held (``durability="exit"``) is no other branch's
+            foreign = [i for i in replaced_ids(s) if i not in allowed and i in checkpointed]
             if foreign:
                 where = f"namespace {thread.ns!r}: " if thread.ns else ""
                 problems.append(
@@ -304,6 +339,20 @@ def own_compactions(run: Run, thread: Thread) -> set[str]:
         if is_summary(s)
         and (job := job_of(s)) in run.applied
         and any(home.get(i) == thread.ns for i in replaced_ids(s))
+    }
+
+
+def held_compactions(run: Run, thread: Thread) -> set[str]:
+    """The applied compactions of the messages ``thread`` held: jobs of the summaries it held
+    that replaced a message it held. A callee's, whatever the messages' home (a fanned run
+    hands its caller its messages whole at its end: their home is then the caller's)."""
+    held = {str(m.id) for m in thread.ever}
+    return {
+        str(job)
+        for s in thread.ever
+        if is_summary(s)
+        and (job := job_of(s)) in run.applied
+        and any(i in held and i != str(s.id) for i in replaced_ids(s))
     }
 
 

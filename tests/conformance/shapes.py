@@ -25,11 +25,12 @@ from typing import Annotated, Any
 
 import sqlalchemy as sa
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage, ToolMessage
+from langchain.tools import ToolRuntime
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, StructuredTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Send, interrupt
 from stack import Stack, create_pg_database, drop_pg_database, wait_for
 from stub_llm import StubServer
 
@@ -625,6 +626,421 @@ def fast_loop(env: Env) -> Run:
         return c.observe()
 
 
+class Dispatch(ScriptedModel):
+    """One model for an agent run several times at once (a ``Send`` fan-out): each call is
+    answered by the :class:`ScriptedModel` whose key is in the call's first request (the
+    runs of a superstep take their replies in no fixed order, each from its own script)."""
+
+    name: str = "dispatch"
+    replies: list[AIMessage] = []
+    by_key: dict[str, ScriptedModel] = {}
+
+    def _pick(self, messages: Any) -> ScriptedModel:
+        for m in reversed(messages):
+            text = str(m.content) if m.type == "human" else ""
+            for key, model in self.by_key.items():
+                if key in text:
+                    return model
+        raise RuntimeError(f"{self.name}: no script for a call of {len(messages)} messages")
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
+        return self._pick(messages)._generate(messages, stop, run_manager, **kw)
+
+    async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
+        return await self._pick(messages)._agenerate(messages, stop, run_manager, **kw)
+
+
+class FanState(MessagesState):
+    """A map-reduce graph's state: the thread, and the services to hand out (one ``Send``
+    each) before the writer answers."""
+
+    services: list[str]
+
+
+#: The services a fan-out hands out, one researcher run each.
+SERVICES = ("payments", "search", "cart")
+
+
+def send_fanout(env: Env, context: bool = False) -> Run:
+    """Map-reduce with the ``Send`` API (LangGraph's how-to): a parent
+    ``StateGraph`` whose first turn sends each of three services to a ``researcher`` node
+    (a ``create_agent`` with ``OffPathCompaction`` and no checkpointer of its own), given a
+    message list of its own (``Send("researcher", {"messages": [...]})``): the three runs
+    share one superstep, their model calls interleave, and each compacts its own thread.
+    What each returns is merged into the parent's ``messages`` (its reducer), then the
+    ``writer`` node (a ``create_agent`` with ``OffPathCompaction`` sharing the parent's
+    messages) answers. Two more turns go to the writer alone (five reads each): the
+    parent's thread, which now holds the researchers' work, compacts.
+
+    ``context``: each researcher is given the parent's whole thread and its own ask
+    (``Send("researcher", {"messages": [*state["messages"], ask]})``, so that it knows the
+    conversation), in the third turn, after two turns of the writer's: three runs sharing
+    the parent's messages in one superstep, over its threshold (three reads each)."""
+    shape = "send_context" if context else "send_fanout"
+    with case(env, shape) as c:
+        script = c.script("agent")
+        if context:
+            _turns(script, 2, [RESULT] * 5)
+        request = script.request("Have the payments, search and cart logs read")
+        script.answer(f"{request.id} done: the researchers found nothing new.")
+        if not context:
+            _turns(script, 2, [RESULT] * 5)
+        fan_at = len(script.requests) - 1 if context else 0
+        sub_mw, mw = c.middleware(), c.middleware()
+        by_key: dict[str, ScriptedModel] = {}
+        for service in SERVICES:
+            sub_script = c.script(f"sub-{service}")
+            for _ in range(3 if context else 7):
+                sub_script.step("fetch_logs", [RESULT])
+            sub_script.answer(f"The {service} logs show nothing new.")
+            by_key[f"the {service} logs"] = c.model(sub_script, sub_mw, name=f"sub-{service}")
+        researcher = create_agent(
+            Dispatch(by_key=by_key),
+            [c.logs()],
+            system_prompt=SUB_PROMPT,
+            middleware=[sub_mw],
+        )
+        writer = c.agent(c.model(script, mw), mw, checkpointer=None)
+
+        def fan_out(state: FanState) -> list[Send] | str:
+            services = state.get("services") or []
+            if not services:
+                return "writer"
+            given = list(state["messages"]) if context else []
+            return [
+                Send(
+                    "researcher",
+                    {
+                        "messages": [
+                            *given,
+                            HumanMessage(
+                                id=f"{c.tag}-ask-{s}", content=f"Read every page of the {s} logs"
+                            ),
+                        ]
+                    },
+                )
+                for s in services
+            ]
+
+        parent = StateGraph(FanState)
+        parent.add_node("researcher", researcher)
+        parent.add_node("writer", writer)
+        parent.add_conditional_edges(START, fan_out, ["researcher", "writer"])
+        parent.add_edge("researcher", "writer")
+        graph = parent.compile(checkpointer=c.saver)
+        for k, request in enumerate(script.requests):
+            services = list(SERVICES) if k == fan_at else []
+            idle_gate(mw, c.thread_id)()
+            graph.invoke({"messages": [request], "services": services}, c.config)
+        run = c.observe(callee_tools=["researcher"])
+        # the caller's thread before the researchers ran: up to the fan-out turn's request
+        asked = script.requests[fan_at].id
+        run.caller_before = next((s for s in run.root.states if s and s[-1].id == asked), [])
+        return run
+
+
+def app_edits(env: Env) -> Run:
+    """The application edits the thread between turns (``graph.update_state``) while a
+    compaction is prepared on it: it redacts an old tool result in place (same id, new
+    content: a PII scrub) and removes a whole old step (``RemoveMessage`` of a call and its
+    result, as LangGraph's "delete messages" how-to does). The prepared compaction, planned
+    on the thread before the edits, must not land the old version nor remove again what is
+    gone; the redacted version is what is kept or archived."""
+    with case(env, "app_edits") as c:
+        script = c.script("agent")
+        script.turn("Find the slow pods", [RESULT] * 4)  # over the prepare point, not the threshold
+        _turns(script, 2, [RESULT] * 5)
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw)
+        agent.invoke({"messages": [script.requests[0]]}, c.config)
+        idle_gate(mw, c.thread_id)()
+        assert c.jobs("prepared"), "no compaction was prepared before the edits"
+        messages = agent.get_state(c.config).values["messages"]
+        result, call, gone = messages[2], messages[5], messages[6]
+        assert result.type == "tool" and call.type == "ai" and gone.type == "tool"
+        redacted = ToolMessage(
+            id=result.id, content="[redacted by the operator]", tool_call_id=result.tool_call_id
+        )
+        agent.update_state(
+            c.config,
+            {
+                "messages": [
+                    redacted,
+                    RemoveMessage(id=str(call.id)),
+                    RemoveMessage(id=str(gone.id)),
+                ]
+            },
+        )
+        for request in script.requests[1:]:
+            agent.invoke({"messages": [request]}, c.config)
+        run = c.observe()
+        run.dropped = {(str(m.id), repr((m.type, m.content))) for m in (result, call, gone)}
+        return run
+
+
+def durability(env: Env) -> Run:
+    """Checkpoints written only at a run's end (``durability="exit"``), or in the background
+    (``"async"``): three turns of five steps, exit, async, exit. The worker reads a thread
+    that is a whole run behind the agent's state."""
+
+    def run(c: Case, script: Script, build: Callable[..., Any]) -> None:
+        agent = build(c.saver)
+        for request, mode in zip(script.requests, ["exit", "async", "exit"], strict=True):
+            agent.invoke({"messages": [request]}, c.config, durability=mode)
+
+    return _three_turns(env, "durability", run)
+
+
+#: A small picture, as a data URL (multimodal requests carry one).
+PIXEL = "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4" * 20
+
+
+def multimodal(env: Env) -> Run:
+    """Content as lists of blocks, as Anthropic's and OpenAI's v1 messages carry it: each
+    request is a text block and an image, each model step a text block beside its tool
+    calls (and a ``tool_use`` block naming each), each tool result a list of text blocks
+    (an MCP tool's shape)."""
+    with case(env, "multimodal") as c:
+        script = c.script("agent")
+        _turns(script, 3, [RESULT] * 5, tool="read_blocks")
+        for h in script.requests:
+            h.content = [
+                {"type": "text", "text": str(h.content)},
+                {"type": "image_url", "image_url": {"url": PIXEL}},
+            ]
+        for a in script.replies:
+            blocks: list[Any] = [{"type": "text", "text": str(a.content) or "Reading on."}]
+            blocks += [
+                {"type": "tool_use", "id": t["id"], "name": t["name"], "input": t["args"]}
+                for t in a.tool_calls
+            ]
+            a.content = blocks
+        results = c.results
+
+        def read_blocks(
+            page: str, chars: int, tool_call_id: Annotated[str, InjectedToolCallId]
+        ) -> list[dict[str, str]]:
+            half = filler(page, chars)
+            cut = len(half) // 2
+            blocks = [{"type": "text", "text": half[:cut]}, {"type": "text", "text": half[cut:]}]
+            return results.record(tool_call_id, blocks)
+
+        tool = StructuredTool.from_function(read_blocks, description="Read one page of logs.")
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw, tools=[tool])
+        for request in script.requests:
+            agent.invoke({"messages": [request]}, c.config)
+        return c.observe()
+
+
+def reused_call_ids(env: Env) -> Run:
+    """A provider that numbers tool calls per response (``call_0``, ``call_1`` in every
+    response, as some OpenAI-compatible servers do): every step calls the logs tool twice,
+    with the same two call ids as every other step."""
+    with case(env, "reused_call_ids") as c:
+        script = c.script("agent")
+        _turns(script, 3, [[600, 600]] * 4)
+        for a in script.replies:
+            for j, t in enumerate(a.tool_calls):
+                t["id"] = f"call_{j}"
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw)
+        for request in script.requests:
+            agent.invoke({"messages": [request]}, c.config)
+        return c.observe()
+
+
+def structured(env: Env) -> Run:
+    """``create_agent(response_format=ToolStrategy(Report))``: each turn ends with the model
+    calling the structured-output tool, which the agent answers itself (a tool message of
+    its own) and returns as ``structured_response``."""
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import BaseModel
+
+    class Report(BaseModel):
+        """What the agent found."""
+
+        summary: str
+
+    with case(env, "structured") as c:
+        script = c.script("agent")
+        for k in range(3):
+            request = script.request(f"Check the checkout latency, part {k}")
+            for _ in range(5):
+                script.step("fetch_logs", [RESULT])
+            script.call("Report", summary=f"{request.id} done: nothing new.")
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw, response_format=ToolStrategy(Report))
+        for request in script.requests:
+            out = agent.invoke({"messages": [request]}, c.config)
+            assert isinstance(out.get("structured_response"), Report), out.keys()
+        return c.observe()
+
+
+class HandoffState(MessagesState):
+    """A handoffs graph's state: the thread, and the agent that answers the next turn."""
+
+    active: str
+
+
+def handoffs(env: Env) -> Run:
+    """Multi-agent handoffs (LangChain's "handoffs" how-to, langgraph-swarm's shape): two
+    ``create_agent`` nodes, each with ``OffPathCompaction`` of its own, share the parent's
+    ``messages``. ``triage`` answers the first turn by calling ``transfer_to_sre``, a tool
+    that returns ``Command(goto="sre", graph=Command.PARENT)`` with its call and result;
+    ``sre`` then reads logs and answers, and takes the next turns (``active``): both agents
+    compact the one thread, from two namespaces."""
+    with case(env, "handoffs") as c:
+        triage, sre = c.script("triage"), c.script("agent")
+        for k in range(3):
+            # the second pastes the logs it saw: the thread is over its threshold at triage's
+            # call, where a compaction is applied in a run that ends by a handoff
+            paste = f": {filler(f'paste-{k}', 4_500)}" if k == 1 else ""
+            request = triage.request(f"The checkout is slow again, part {k}{paste}")
+            triage.call("transfer_to_sre")
+            for _ in range(5):
+                sre.step("fetch_logs", [RESULT])
+            sre.answer(f"{request.id} done: the pages read show nothing new.")
+
+        def transfer_to_sre(runtime: ToolRuntime) -> Command:
+            last = next(m for m in reversed(runtime.state["messages"]) if m.type == "ai")
+            done = ToolMessage(
+                content="Transferred to the SRE agent", tool_call_id=runtime.tool_call_id
+            )
+            return Command(
+                goto="sre",
+                update={"active": "sre", "messages": [last, done]},
+                graph=Command.PARENT,
+            )
+
+        handoff = StructuredTool.from_function(
+            transfer_to_sre, description="Hand the conversation to the SRE agent."
+        )
+        triage_mw, mw = c.middleware(), c.middleware()
+        triage_agent = create_agent(
+            c.model(triage, triage_mw, name="triage"),
+            [handoff],
+            system_prompt="You are the triage agent: hand incidents to the SRE agent.",
+            middleware=[triage_mw],
+        )
+        sre_agent = c.agent(c.model(sre, mw), mw, checkpointer=None)
+        parent = StateGraph(HandoffState)
+        parent.add_node("triage", triage_agent, destinations=("sre",))
+        parent.add_node("sre", sre_agent)
+        parent.add_edge(START, "triage")
+        graph = parent.compile(checkpointer=c.saver)
+        for human in triage.requests:
+            idle_gate(mw, c.thread_id)()  # the job queued at the last run's end is prepared
+            graph.invoke({"messages": [human]}, c.config)
+        return c.observe()
+
+
+def parallel_agents(env: Env) -> Run:
+    """Two ``create_agent`` nodes run in parallel from ``START`` (``add_edge(START, "logs")``
+    and ``add_edge(START, "metrics")``), each with ``OffPathCompaction`` of its own, both
+    sharing the parent's ``messages``: every turn both read (five and three steps) in the
+    same superstep and their outputs are merged by the parent's reducer; the thread crosses
+    its threshold inside both runs. Both are fanned (one's thread handed up whole would wipe
+    the other's messages of the step): they compact their own calls and hand the parent
+    their messages whole, so the parent's thread itself is never compacted (``compacts`` is
+    a known xfail, :data:`~conformance.test_conformance.KNOWN`)."""
+    with case(env, "parallel_agents") as c:
+        logs, metrics = c.script("agent"), c.script("metrics")
+        for k in range(3):
+            request = logs.request(f"Check the checkout latency, part {k}")
+            for _ in range(5):
+                logs.step("fetch_logs", [RESULT])
+            logs.answer(f"{request.id} done: the logs show nothing new.")
+            for _ in range(3):
+                metrics.step("fetch_logs", [RESULT])
+            metrics.answer(f"{request.id}: the metrics show nothing new.")
+        logs_mw, metrics_mw = c.middleware(), c.middleware()
+        parent = StateGraph(MessagesState)
+        parent.add_node("logs", c.agent(c.model(logs, logs_mw), logs_mw, checkpointer=None))
+        parent.add_node(
+            "metrics",
+            c.agent(c.model(metrics, metrics_mw, name="metrics"), metrics_mw, checkpointer=None),
+        )
+        parent.add_edge(START, "logs")
+        parent.add_edge(START, "metrics")
+        graph = parent.compile(checkpointer=c.saver)
+        for request in logs.requests:
+            idle_gate(logs_mw, c.thread_id)()
+            graph.invoke({"messages": [request]}, c.config)
+        return c.observe()
+
+
+def interrupt_parallel(env: Env) -> Run:
+    """``interrupt()`` in one of two parallel tool calls: the step reads a page and asks for
+    approval at once, the read's result waits as a pending write while the run stops with
+    the thread over its prepare point; the operator takes a while (the compaction is
+    prepared meanwhile), then the run resumes (``Command(resume=...)``) and goes on over
+    its threshold, where the prepared compaction lands with the resumed step's results."""
+    with case(env, "interrupt_parallel") as c:
+        script = c.script("agent")
+        request = script.request("Restart the checkout pods if the logs say so")
+        for _ in range(4):
+            script.step("fetch_logs", [RESULT])
+        n = len(script.replies)
+        both = script.step("fetch_logs", [RESULT])
+        both.tool_calls.append(
+            {
+                "id": f"{script.tag}-c{n}-restart",
+                "name": "restart",
+                "args": {"service": "checkout-api"},
+                "type": "tool_call",
+            }
+        )
+        for _ in range(3):
+            script.step("fetch_logs", [RESULT])
+        script.answer(f"{request.id} done: restarted after approval.")
+        _turns(script, 2, [RESULT] * 4)
+        results = c.results
+
+        def restart(service: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+            answer = interrupt({"approve": f"restart {service}?"})
+            return results.record(tool_call_id, f"restart of {service}: {answer}")
+
+        tool = StructuredTool.from_function(restart, name="restart", description="Restart pods.")
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw, tools=[tool])
+        out = agent.invoke({"messages": [script.requests[0]]}, c.config)
+        assert "__interrupt__" in out, "the run did not stop at the approval"
+        idle_gate(mw, c.thread_id)()
+        assert c.jobs("prepared"), "no compaction was prepared while the run waited"
+        agent.invoke(Command(resume="approved"), c.config)
+        for request in script.requests[1:]:
+            agent.invoke({"messages": [request]}, c.config)
+        return c.observe()
+
+
+def app_reset(env: Env) -> Run:
+    """The application starts the conversation afresh between turns, keeping its last
+    exchange (``update_state`` with ``RemoveMessage(REMOVE_ALL_MESSAGES)``, the first request
+    and the last three messages, as LangChain's trimming example keeps) while a compaction is
+    prepared on the thread it had; two more turns follow."""
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+    with case(env, "app_reset") as c:
+        script = c.script("agent")
+        script.turn("Find the slow pods", [RESULT] * 4)  # over the prepare point, not the threshold
+        _turns(script, 2, [RESULT] * 5)
+        mw = c.middleware()
+        agent = c.agent(c.model(script, mw), mw)
+        agent.invoke({"messages": [script.requests[0]]}, c.config)
+        idle_gate(mw, c.thread_id)()
+        assert c.jobs("prepared"), "no compaction was prepared before the reset"
+        messages = agent.get_state(c.config).values["messages"]
+        kept = [messages[0], *messages[-3:]]  # the request; the last call, its result, the answer
+        assert [m.type for m in kept] == ["human", "ai", "tool", "ai"], kept
+        agent.update_state(c.config, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept]})
+        for request in script.requests[1:]:
+            agent.invoke({"messages": [request]}, c.config)
+        run = c.observe()
+        run.dropped = {(str(m.id), repr((m.type, m.content))) for m in messages[1:-3]}
+        return run
+
+
 @dataclass(frozen=True)
 class Shape:
     run: Callable[[Env], Run]
@@ -651,6 +1067,17 @@ SHAPES: dict[str, Shape] = {
     "fork": Shape(fork),
     "late_apply": Shape(late_apply),
     "fast_loop": Shape(fast_loop),
+    "send_fanout": Shape(send_fanout, caller=True),
+    "send_context": Shape(lambda env: send_fanout(env, context=True)),
+    "app_edits": Shape(app_edits),
+    "app_reset": Shape(app_reset),
+    "durability": Shape(durability),
+    "multimodal": Shape(multimodal),
+    "reused_call_ids": Shape(reused_call_ids),
+    "structured": Shape(structured),
+    "handoffs": Shape(handoffs),
+    "interrupt_parallel": Shape(interrupt_parallel),
+    "parallel_agents": Shape(parallel_agents),
     "plain_postgres": Shape(lambda env: plain(env, "postgres")),
 }
 

@@ -15,14 +15,22 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from conformance.harness import Run
-from conformance.properties import PROPERTIES, own_compactions
+from conformance.properties import PROPERTIES, held_compactions, own_compactions
 from conformance.shapes import SHAPES, Env, reset_stub
 
 pytestmark = pytest.mark.usefixtures("stub_server")
 
 #: (shape, property) -> the known fault that breaks it today, as ``xfail(strict=True)``
-#: (property ``compacts``: :func:`test_shape_compacts`). Empty: every pair passes.
-KNOWN: dict[tuple[str, str], str] = {}
+#: (property ``compacts``: :func:`test_shape_compacts`).
+KNOWN: dict[tuple[str, str], str] = {
+    ("parallel_agents", "compacts"): (
+        "two agent nodes sharing the parent's messages in one superstep are fanned (a thread "
+        "one handed up whole would wipe the other's messages of that step): each compacts its "
+        "own model calls and hands the parent its messages whole, so the parent's stored "
+        "thread is compacted only by a node that runs alone in its step (none here); it grows "
+        "turn after turn, every call still bounded"
+    ),
+}
 
 
 #: The name :data:`KNOWN` gives :func:`test_shape_compacts`.
@@ -81,7 +89,7 @@ def test_shape_compacts(runs, shape: str) -> None:
     if not own_compactions(run, run.root):
         problems.append("the root thread had no compaction of its own applied")
     callees = [t for ns, t in run.threads.items() if ns]
-    if SHAPES[shape].caller and not any(own_compactions(run, t) for t in callees):
+    if SHAPES[shape].caller and not any(held_compactions(run, t) for t in callees):
         problems.append(f"none of the {len(callees)} callee threads had a compaction applied")
     assert not problems, (
         f"{shape}: "

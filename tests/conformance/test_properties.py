@@ -106,6 +106,15 @@ def test_nothing_lost() -> None:
     fails(nothing_lost, run_of(EVER, produced=[reply]), "never reached the thread")
     result = ToolMessage(content="what the tool said", tool_call_id="c9")
     fails(nothing_lost, run_of(EVER, returned=[result]), "c9")
+    # a reply and a result no checkpoint held (durability="exit"), archived whole
+    kept = ToolMessage(id="t9", content="what the tool said", tool_call_id="c9")
+    inside = run_of(EVER, [row(reply), row(kept)], produced=[reply], returned=[result])
+    nothing_lost(inside)
+    changed = reply.model_copy(update={"content": "lost on the way, edited"})
+    fails(nothing_lost, run_of(EVER, [row(changed)], produced=[reply]), "never reached")
+    # a version the application removed or replaced itself is not offpath's to keep
+    fails(nothing_lost, run_of([H0, A0, *EVER[3:]]), "tool t0")
+    nothing_lost(run_of([H0, A0, *EVER[3:]], dropped={("t0", repr(("tool", T0.content)))}))
     # a graph's input written before it had its id is the message with its id
     unnamed = HumanMessage(content=H0.content)
     nothing_lost(run_of(EVER, ever=[unnamed, *EVER]))
@@ -119,6 +128,27 @@ def test_no_orphans() -> None:
     waiting = run_of([H0, A0])
     waiting.root.interrupted = True
     no_orphans(waiting)
+    # a subgraph whose call's result was handed to its parent (Command(graph=PARENT))
+    handed = run_of(EVER)
+    sub = Thread("sub:1", [H0, A0], [H0, A0], [[H0, A0]], [[H0, A0]], {"h0", "a0"})
+    handed.threads["sub:1"] = sub
+    no_orphans(handed)
+    dropped = run_of(EVER)
+    held = [H0, A0, T0]
+    dropped.threads["sub:1"] = Thread("sub:1", held, [H0, A0], [[H0, A0]], [held], {"h0"})
+    fails(no_orphans, dropped, "call:a0:c0")  # its result was there, and is gone
+
+
+def test_whole_turns_reads_a_request_of_content_blocks() -> None:
+    """A request whose content is a list of blocks is quoted by its text (an image by a
+    placeholder line): the quote stands for it; another text does not."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    h0 = HumanMessage(id="h0", content=[{"type": "text", "text": "check the pods"}, image])
+    ever = [h0, *EVER[1:]]
+    quoted = summary(["h0"], quote="check the pods\n[image_url: 26 chars not shown]")
+    whole_turns(run_of([quoted, *EVER[1:]], ever=ever))
+    other = summary(["h0"], quote="check the nodes")
+    fails(whole_turns, run_of([other, *EVER[1:]], ever=ever), "neither kept, copied nor quoted")
 
 
 def test_whole_turns() -> None:
@@ -169,5 +199,22 @@ def test_one_summary() -> None:
 def test_own_branch() -> None:
     own_branch(run_of(COMPACTED))
     other = [summary(["h0", "x9"]), *EVER[1:]]
-    fails(own_branch, run_of(other), "x9")
+    # x9 was held on another branch (a checkpoint off the final one's parent chain)
+    x9 = AIMessage(id="x9", content="on the other branch")
+    forked = run_of(other)
+    forked.threads[""].ever.append(x9)
+    fails(own_branch, forked, "x9")
+    # an id no checkpoint held (a message that lived only in a run with durability="exit")
+    own_branch(run_of(other))
+    # a node sharing its parent's messages starts with the parent's summary
+    shared = run_of(COMPACTED)
+    start = [summary(["h0", "a0"]), *EVER[2:]]
+    shared.threads["agent:2"] = Thread("agent:2", start, start, [start], [start], {"t0"})
+    own_branch(shared)
+    # one it made itself, of a message another branch held
+    shared.root.ever.append(x9)
+    made = summary(["h0", "x9"], id_="h0")
+    made.content = f"{made.content} (made here)"
+    shared.threads["agent:2"].final = [made, *EVER[2:]]
+    fails(own_branch, shared, "x9")
     fails(own_branch, run_of(COMPACTED, other_branch={"job"}), "prepared on another branch")

@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, messages_from_dict
 
 from offpath.agent.middleware.claims import Claims
 from offpath.agent.middleware.counting import ThreadSettings, ThreadTokens
@@ -20,16 +20,23 @@ from offpath.agent.middleware.pools import Background
 from offpath.agent.middleware.reports import Reports, log
 from offpath.agent.middleware.state import Call, Write
 from offpath.compaction.patch import Fitted, Stale, landed, patched
+from offpath.compaction.revert import RevertConflict, reverted
+from offpath.compaction.shorten import MARK as SHORTENED_MARK
+from offpath.compaction.summary import is_summary, summary_meta
 from offpath.compaction.tracking import KEY, MessageSizes, SizedThreads
+from offpath.compaction.turns import OWN_MARKS
 from offpath.coordination.jobs import JobEnded, Landed
 from offpath.coordination.logs import tag
 from offpath.coordination.outages import USAGE_DB
 from offpath.coordination.runtime import Client
 from offpath.coordination.writers import StateUpdate, StateUpdateWriter
+from offpath.stores import archive
 from offpath.stores.db.job_queries import job_row
 from offpath.stores.db.tables import JobStatus
 from offpath.stores.leases.claims import Claim, State
 
+#: Most compactions :meth:`Applying.whole` undoes in one thread (each its own archive read).
+WHOLE_MAX_UNDONE = 1_000
 #: The longest (s) a model call's answer waits, once the model has answered, for the archive
 #: writes of that call's shortenings and apply (they overlap the model call; the state update
 #: that shortens or compacts the thread is returned only once its originals are archived).
@@ -263,3 +270,63 @@ class Applying:
             record.get("chars_before"),
             record.get("chars_after"),
         )
+
+    def whole(self, session_id: str, messages: list[BaseMessage]) -> list[BaseMessage] | None:
+        """The thread ``messages`` with every compaction of session ``session_id`` in it
+        undone from the archive (:func:`~offpath.compaction.revert.reverted`, the newest
+        summary first, until none is left but one the run was given: a summary of no job of
+        this session, its caller's) and every result it shortened in place put back as archived:
+        the messages as they would be had offpath never compacted the run. A fanned run (a
+        ``Send`` fan-out) hands its caller these. None, logged, when the archive cannot give
+        them (a row missing, the database down): the caller then receives the thread as it
+        is."""
+        try:
+            engine = self.client().engine
+            out = list(messages)
+            for _ in range(WHOLE_MAX_UNDONE):
+                summary = next((m for m in out if is_summary(m)), None)
+                if summary is None:
+                    break
+                job_id = str(summary_meta(summary).get("job_id") or "")
+                row = job_row(engine, job_id) if job_id else None
+                if row is None or row["session_id"] != session_id:
+                    break  # the run was given it (its caller's summary): not the run's to undo
+                record = (row["result"] or {}).get("record") or {}
+                rows = archive.job_rows(engine, session_id, job_id)
+                removed = [
+                    (r["position"], _message(r)) for r in rows if r["kind"] == archive.REMOVED
+                ]
+                shortened = [_message(r) for r in rows if r["kind"] == archive.SHORTENED]
+                out = reverted(
+                    out,
+                    str(record.get("summary_id") or summary.id),
+                    removed,
+                    shortened,
+                    request_copy=record.get("request_copy"),
+                )
+            else:
+                raise RevertConflict(f"more than {WHOLE_MAX_UNDONE} compactions to undo")
+            for k, m in enumerate(out):
+                if isinstance(m.additional_kwargs.get(SHORTENED_MARK), dict):
+                    first = archive.original(engine, session_id, str(m.id))
+                    if first is not None:  # else the run was given it shortened
+                        (out[k],) = messages_from_dict([first])
+            return out
+        except Exception as exc:  # the caller gets the thread as it is
+            self.reports.trouble(
+                USAGE_DB,
+                exc,
+                f"[{tag(session_id)}] could not put the run's originals back: {exc}",
+            )
+            return None
+
+
+def made_by_offpath(message: BaseMessage) -> bool:
+    """A version offpath wrote in a thread: a summary, a request's copy, a result shortened in
+    place (its original archived)."""
+    return is_summary(message) or any(k in message.additional_kwargs for k in OWN_MARKS)
+
+
+def _message(row: dict[str, Any]) -> BaseMessage:
+    (m,) = messages_from_dict([row["message"]])
+    return m

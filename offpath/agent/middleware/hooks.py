@@ -15,11 +15,12 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, RemoveMessage
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from offpath.agent.middleware.applying import Applying
+from offpath.agent.middleware.applying import Applying, made_by_offpath
 from offpath.agent.middleware.claims import FIRST_READ_WAIT_S, Claims, Pacing, Publisher
 from offpath.agent.middleware.counting import ThreadSettings, ThreadTokens
 from offpath.agent.middleware.pools import Background
@@ -234,6 +235,17 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
             self.background.read_ahead(messages[-1:], partial(self._remember, messages))
         out = outside_of(private)  # the run's calls sent that besides the thread
         over = size.chars + out > s.summarization_threshold_chars
+        if place.hands_whole and any(map(made_by_offpath, messages)):
+            # a fanned run's messages become its caller's: handed whole, never compacted
+            whole = self.applying.whole(session_id, messages)
+            if whole is not None:
+                return {
+                    "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *whole],
+                    KEY: {**private, "size": ThreadSize().advance(whole).to_state()}
+                    | {"removed": False},
+                }
+        if place.hands_whole:
+            return {**update, KEY: {**private, "size": size.to_state(), "removed": False}}
         if s.active and (over or not self.options.patch):
             known, holder = self.claims.claim_of(session_id, urgent=over)
             if not known:

@@ -23,9 +23,19 @@ checkpoint namespace of its own). Inside another run it is one of:
   langgraph#5755);
 * **a callee with messages of its own**: run from inside a tool (deepagents' ``task``, a plain
   ``sub.invoke`` in a tool: the parent's last model message has a call still open, the one
-  running it), or a node given a message list of its own (``Send`` fan-out). It compacts its
-  own messages under a session of its own (``<thread_id>|<namespace>``), never writes its
-  caller's state, and is never listed as a session;
+  running it), or a node given a message list of its own (``Send`` fan-out: *fanned*). It
+  compacts its own messages under a session of its own (``<thread_id>|<namespace>``), never
+  writes its caller's state, and is never listed as a session. A fanned run's messages become
+  its caller's when the caller's reducer merges its output: at its end it puts back the
+  originals its compactions removed (from its archive), so that the caller receives its
+  messages whole, as without offpath, and compacts them as its own (never a callee's summary
+  in the caller's thread);
+* **a node given the parent's whole thread in a step that runs other nodes too** (several
+  ``Send`` packets, each with the parent's messages and an ask of its own; two agent nodes
+  run in parallel from one edge; any node beside it in that step): fanned, not shared, since
+  a thread one run handed up whole would wipe what the others write in the same step. Its
+  compactions serve its own model calls; the parent's thread is compacted by a node that runs
+  alone in its step;
 * **a node given part of its caller's messages** (some of the parent's message ids, not all,
   and its output merged back by the parent's reducer): a compaction would replace or remove
   the caller's messages there, so it is refused: the run goes on uncompacted, and the
@@ -51,7 +61,7 @@ from langchain.agents.middleware.types import ModelRequest, OmitFromSchema, Priv
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
-from langgraph.constants import CONFIG_KEY_CHECKPOINTER
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER, TASKS
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from offpath.compaction.accounting import message_chars
@@ -73,7 +83,8 @@ class Role(StrEnum):
 
     ROOT = "root"
     SHARED = "shared"  # a node whose messages are its parent's
-    CALLEE = "callee"  # messages of its own
+    CALLEE = "callee"  # messages of its own, run from a tool
+    FANNED = "fanned"  # messages of its own, merged into its caller's by the caller's reducer
     REFUSED = "refused"  # part of its caller's messages: not compacted
 
 
@@ -90,7 +101,7 @@ class Place:
     def session_id(self) -> str:
         """The thread's session: the ``thread_id`` itself, or for a callee
         ``<thread_id>|<namespace>`` (a callee's messages are not its caller's thread)."""
-        if self.role is Role.CALLEE:
+        if self.role in (Role.CALLEE, Role.FANNED):
             return f"{self.thread_id}{SESSION_SEP}{self.ns}"
         return self.thread_id
 
@@ -108,6 +119,13 @@ class Place:
         """A run that removed messages hands its parent the thread whole."""
         return self.role is Role.SHARED
 
+    @property
+    def hands_whole(self) -> bool:
+        """A run that removed messages ends with its originals back (from the archive): its
+        messages are its caller's once the caller's reducer merges them, and a compaction of
+        its own is for its own model calls, never for its caller's thread."""
+        return self.role is Role.FANNED
+
 
 def graph_ns(config: RunnableConfig) -> str:
     """The checkpoint namespace of the graph a node runs in: ``""`` for a root graph, a
@@ -117,9 +135,15 @@ def graph_ns(config: RunnableConfig) -> str:
     return ns.rsplit("|", 1)[0] if "|" in ns else ""
 
 
-def role_of(parent: Sequence[BaseMessage] | None, own: Sequence[BaseMessage]) -> Role:
+def role_of(
+    parent: Sequence[BaseMessage] | None, own: Sequence[BaseMessage], siblings: int = 1
+) -> Role:
     """The :class:`Role` of a run inside another graph's run whose parent holds ``parent``
-    (None: not readable) and whose own messages are ``own`` at its first look. Pure."""
+    (None: not readable) and whose own messages are ``own`` at its first look; ``siblings``:
+    how many node runs the parent's step makes, this one included (``Send`` packets and nodes
+    an edge triggered). A run given the parent's whole thread is fanned, not shared, when it
+    is one of several: a thread handed up whole by one run would wipe what the others write
+    to the parent in the same step (any of them may write messages). Pure."""
     if not parent:
         return Role.CALLEE
     last_ai = next((m for m in reversed(parent) if isinstance(m, AIMessage)), None)
@@ -130,10 +154,10 @@ def role_of(parent: Sequence[BaseMessage] | None, own: Sequence[BaseMessage]) ->
     theirs = [m.id for m in parent]
     mine = [m.id for m in own]
     if mine[: len(theirs)] == theirs:
-        return Role.SHARED
+        return Role.FANNED if siblings > 1 else Role.SHARED
     if set(theirs) & set(mine):
         return Role.REFUSED
-    return Role.CALLEE
+    return Role.FANNED
 
 
 class Places:
@@ -164,7 +188,8 @@ class Places:
         elif messages is None:
             return Place(str(thread), ns, Role.CALLEE)  # not remembered: looked at again
         else:
-            role = role_of(_parent_messages(config, str(thread), ns), messages)
+            parent, siblings = _parent_step(config, str(thread), ns)
+            role = role_of(parent, messages, siblings)
         place = self._known[key] = Place(str(thread), ns, role)
         while len(self._known) > PLACES_KEPT:
             self._known.popitem(last=False)
@@ -177,10 +202,37 @@ class Places:
         return place.session_id if place is not None else None
 
 
-def _parent_messages(config: RunnableConfig, thread: str, ns: str) -> list[BaseMessage] | None:
+def _parent_step(
+    config: RunnableConfig, thread: str, ns: str
+) -> tuple[list[BaseMessage] | None, int]:
     """The messages of the graph that runs the agent's graph, as its checkpoint of the current
-    step holds them (the input the agent got, if it is a node sharing them); None when the
-    checkpoint cannot be read within :data:`PARENT_READ_WAIT_S`."""
+    step holds them (the input the agent got, if it is a node sharing them; None when the
+    checkpoint cannot be read within :data:`PARENT_READ_WAIT_S`), and how many node runs that
+    step makes (:func:`runs_in_step`; 0 when it cannot be read)."""
+    tup = _parent_checkpoint(config, thread, ns)
+    if tup is None:
+        return None, 0
+    values = tup.checkpoint.get("channel_values", {})
+    messages = values.get("messages")
+    return (list(messages) if isinstance(messages, list) else None), runs_in_step(tup.checkpoint)
+
+
+#: The channel an edge writes to trigger a node (LangGraph's ``branch:to:<node>``).
+BRANCH_TO = "branch:to:"
+
+
+def runs_in_step(checkpoint: Mapping[str, Any]) -> int:
+    """How many node runs the step after ``checkpoint`` makes: its ``Send`` packets, and the
+    nodes an edge or a ``Command(goto=...)`` triggered (their ``branch:to:<node>`` channel
+    holds a value until the node has run). Pure."""
+    values = checkpoint.get("channel_values", {})
+    sends = len(values.get(TASKS) or [])
+    return sends + sum(1 for channel in values if channel.startswith(BRANCH_TO))
+
+
+def _parent_checkpoint(config: RunnableConfig, thread: str, ns: str) -> Any:
+    """The checkpoint tuple of the parent graph's current step, or None when it cannot be
+    read within :data:`PARENT_READ_WAIT_S`."""
     conf = config.get("configurable", {})
     saver = conf.get(CONFIG_KEY_CHECKPOINTER)
     parent_ns = ns.rsplit("|", 1)[0] if "|" in ns else ""
@@ -196,8 +248,7 @@ def _parent_messages(config: RunnableConfig, thread: str, ns: str) -> list[BaseM
         except Exception:  # a saver that cannot read it: taken for a callee
             return None
         if tup is not None:
-            messages = tup.checkpoint.get("channel_values", {}).get("messages")
-            return list(messages) if isinstance(messages, list) else None
+            return tup
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.02)
