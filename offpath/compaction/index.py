@@ -30,6 +30,8 @@ INDEX_HEADER = (
 #: Most tools and topics one span line names.
 MAX_TOOLS = 4
 MAX_TOPICS = 6
+#: Tools a span line keeps named while its topics give way (:func:`shorter_line`).
+LEAST_TOOLS = 2
 #: Most chars of one topic named in a span line.
 MAX_TOPIC_CHARS = 40
 #: The index takes at most a ``1/INDEX_SHARE`` of the summary's budget (its oldest spans
@@ -180,6 +182,31 @@ def merge_oldest(lines: Sequence[str]) -> list[str] | None:
     return [merged, *lines[2:]]
 
 
+def shorter_line(line: str) -> str | None:
+    """Span ``line`` naming less: its least-called tool past the first :data:`LEAST_TOOLS`
+    (the agent has its tools listed; the entities are what only the index names), then its
+    last topic, then its tools but the first; None when it names one tool and no topic (or
+    is no span line). Its turns, messages and first id stay: what the span is and where
+    ``recall`` starts."""
+    found = _LINE.match(line)
+    if found is None:
+        return None
+    topics = [t for t in (found["topics"] or "").split(", ") if t]
+    tools = [t for t in (found["tools"] or "").split(", ") if t]
+    if len(tools) > LEAST_TOOLS or (not topics and len(tools) > 1):
+        tools.pop()
+    elif topics:
+        topics.pop()
+    else:
+        return None
+    head = line[: found.end("id")] + (f" ({found['spans']} spans)" if found["spans"] else "")
+    return (
+        head
+        + (": tools " + ", ".join(tools) if tools else "")
+        + ("; topics: " + ", ".join(topics) if topics else "")
+    )
+
+
 def archive_index(removed: Sequence[BaseMessage], room: int, shown: str = "") -> str:
     """The index section of a summary replacing ``removed`` (in thread order, earlier
     summaries among them): the spans the earlier summaries' indexes hold, then this one's
@@ -200,4 +227,11 @@ def archive_index(removed: Sequence[BaseMessage], room: int, shown: str = "") ->
         if merged is None:
             break
         lines = merged
+    # one line still over: it names fewer topics and tools, never fewer turns
+    while len(INDEX_HEADER) + sum(len(x) + 1 for x in lines) > room:
+        k = max(range(len(lines)), key=lambda i: len(lines[i]))
+        less = shorter_line(lines[k])
+        if less is None:
+            break
+        lines[k] = less
     return "\n".join([INDEX_HEADER, *lines])

@@ -14,7 +14,13 @@ from langgraph.graph.message import add_messages
 from offpath.compaction.budget import LEFT_OUT, fit_summary, least_chars
 from offpath.compaction.facts.sections import PINNED_HEADING, SINCE_HEADING, SWAP_HEADING
 from offpath.compaction.frontier import DECISIONS_HEADING, ORIGINAL_HEADING, decision_of
-from offpath.compaction.index import INDEX_HEADER, INDEX_HEADING, archive_index, merge_oldest
+from offpath.compaction.index import (
+    INDEX_HEADER,
+    INDEX_HEADING,
+    archive_index,
+    merge_oldest,
+    shorter_line,
+)
 from offpath.compaction.pipeline import Compaction, compact
 from offpath.compaction.summarizers.base import SummaryResult
 from offpath.compaction.summarizers.guarded import GuardedSummarizer
@@ -186,6 +192,34 @@ def test_the_archive_index_keeps_a_line_per_span_and_merges_the_oldest():
     ]
     room = len(INDEX_HEADER) + 80
     assert archive_index([], room) == ""
+
+
+def test_a_span_line_over_the_index_room_names_fewer_tools_then_topics_never_fewer_turns():
+    line = (
+        "- turns 1-40, 300 messages from a1 (12 spans): tools get x9, logs x5, describe x2; "
+        "topics: pod-7, 512 Mi"
+    )
+    steps = [line]
+    while (less := shorter_line(steps[-1])) is not None:
+        steps.append(less)
+    assert steps[1:] == [
+        "- turns 1-40, 300 messages from a1 (12 spans): tools get x9, logs x5; topics: pod-7, 512 Mi",
+        "- turns 1-40, 300 messages from a1 (12 spans): tools get x9, logs x5; topics: pod-7",
+        "- turns 1-40, 300 messages from a1 (12 spans): tools get x9, logs x5",
+        "- turns 1-40, 300 messages from a1 (12 spans): tools get x9",
+    ]
+    assert shorter_line("- turn 3, 4 messages from b1") is None
+    assert shorter_line("not a span line") is None
+    # an earlier summary's index whose one line is over the room: the line is shortened to fit
+    earlier = HumanMessage(
+        id="s1",
+        content=f"[Context from earlier in this session, summarized]\n\n{INDEX_HEADER}\n{line}",
+        additional_kwargs={"lc_source": "summarization"},
+    )
+    room = len(INDEX_HEADER) + 1 + len(steps[3])
+    index = archive_index([earlier], room)
+    assert index.splitlines() == [INDEX_HEADER, steps[3]]
+    assert len(index) <= room
 
 
 def test_a_summary_over_its_budget_gives_up_whole_lines_in_order():
