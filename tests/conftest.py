@@ -108,7 +108,7 @@ def no_broker_bindings_left_behind() -> Iterator[None]:
     of earlier runs are removed first; at the end only what appeared during this session
     is checked (and removed)."""
     import redis
-    from leftovers import abandoned, everything, forget
+    from leftovers import REPLY_QUEUE, abandoned, everything, forget
 
     try:
         forget(REDIS_URL, abandoned(REDIS_URL))
@@ -126,6 +126,10 @@ def no_broker_bindings_left_behind() -> Iterator[None]:
         found = {(b.key, b.member) for b in left}
         left = [b for b in abandoned(REDIS_URL) if (b.key, b.member) in found]
     forget(REDIS_URL, left)
+    # a process killed during a remote-control ask (the reconciler's, the API's readiness
+    # ask; 1 s) never unbinds its reply queue: kombu sweeps that table an hour after its last
+    # use. Removed above, not a test's leftover.
+    left = [b for b in left if not REPLY_QUEUE.fullmatch(b.queue)]
     if left:
         pytest.fail(
             "the tests left kombu bindings or unacked messages in Redis (now removed): "

@@ -21,6 +21,9 @@ from offpath.coordination.broker import UNACKED_KEY, Binding, bindings, forget_q
 
 TOKEN = re.compile(r"^(?:test|demo|w)-([0-9a-f]{6,})")
 FLOWER_QUEUE = re.compile(r"celeryev\.[0-9a-f-]{36}|[0-9a-f-]{36}\.reply\.celery\.pidbox")
+#: A remote-control reply queue: Flower's, or any process's that asked the workers (the
+#: reconciler, the API's readiness); one killed during its ask leaves it bound.
+REPLY_QUEUE = re.compile(r"[0-9a-f-]{36}\.reply\.celery\.pidbox")
 
 
 def _running() -> tuple[str, bool]:
