@@ -330,6 +330,29 @@ def parallel(env: Env) -> Run:
         return c.observe()
 
 
+def _approved_restart(c: Case, script: Script) -> Run:
+    """Run ``script``'s turns on an agent whose ``restart`` tool waits for the operator's
+    approval (``interrupt()``); the operator answers once the thread's compaction job ended
+    (a compaction prepared while the run waited), then the later turns run."""
+    results = c.results
+
+    def restart(service: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+        answer = interrupt({"approve": f"restart {service}?"})
+        return results.record(tool_call_id, f"restart of {service}: {answer}")
+
+    tool = StructuredTool.from_function(restart, name="restart", description="Restart pods.")
+    mw = c.middleware()
+    agent = c.agent(c.model(script, mw), mw, tools=[tool])
+    out = agent.invoke({"messages": [script.requests[0]]}, c.config)
+    assert "__interrupt__" in out, "the run did not stop at the approval"
+    idle_gate(mw, c.thread_id)()  # the operator takes a while: the job ends meanwhile
+    assert c.jobs("prepared"), "no compaction was prepared while the run waited"
+    agent.invoke(Command(resume="approved"), c.config)
+    for request in script.requests[1:]:
+        agent.invoke({"messages": [request]}, c.config)
+    return c.observe()
+
+
 def human_in_the_loop(env: Env) -> Run:
     """A tool that asks for approval with ``interrupt()`` once the thread is over its
     prepare point: the run stops with the call open while the compaction is prepared, and
@@ -344,24 +367,7 @@ def human_in_the_loop(env: Env) -> Run:
             script.step("fetch_logs", [RESULT])
         script.answer(f"{request.id} done: restarted after approval.")
         _turns(script, 2, [RESULT] * 4)
-        results = c.results
-
-        def restart(service: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
-            answer = interrupt({"approve": f"restart {service}?"})
-            return results.record(tool_call_id, f"restart of {service}: {answer}")
-
-        tool = StructuredTool.from_function(restart, name="restart", description="Restart pods.")
-        mw = c.middleware()
-        agent = c.agent(c.model(script, mw), mw, tools=[tool])
-        out = agent.invoke({"messages": [script.requests[0]]}, c.config)
-        assert "__interrupt__" in out, "the run did not stop at the approval"
-        # the operator takes a while: the thread's compaction job ends meanwhile
-        idle_gate(mw, c.thread_id)()
-        assert c.jobs("prepared"), "no compaction was prepared while the run waited"
-        agent.invoke(Command(resume="approved"), c.config)
-        for request in script.requests[1:]:
-            agent.invoke({"messages": [request]}, c.config)
-        return c.observe()
+        return _approved_restart(c, script)
 
 
 def goto(env: Env) -> Run:
@@ -995,23 +1001,7 @@ def interrupt_parallel(env: Env) -> Run:
             script.step("fetch_logs", [RESULT])
         script.answer(f"{request.id} done: restarted after approval.")
         _turns(script, 2, [RESULT] * 4)
-        results = c.results
-
-        def restart(service: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
-            answer = interrupt({"approve": f"restart {service}?"})
-            return results.record(tool_call_id, f"restart of {service}: {answer}")
-
-        tool = StructuredTool.from_function(restart, name="restart", description="Restart pods.")
-        mw = c.middleware()
-        agent = c.agent(c.model(script, mw), mw, tools=[tool])
-        out = agent.invoke({"messages": [script.requests[0]]}, c.config)
-        assert "__interrupt__" in out, "the run did not stop at the approval"
-        idle_gate(mw, c.thread_id)()
-        assert c.jobs("prepared"), "no compaction was prepared while the run waited"
-        agent.invoke(Command(resume="approved"), c.config)
-        for request in script.requests[1:]:
-            agent.invoke({"messages": [request]}, c.config)
-        return c.observe()
+        return _approved_restart(c, script)
 
 
 def app_reset(env: Env) -> Run:
