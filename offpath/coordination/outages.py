@@ -107,7 +107,10 @@ def database_unavailable(exc: BaseException) -> bool:
     lost (``connection_invalidated``: a dropped or silent link can surface as a
     ``DatabaseError`` or ``ProgrammingError`` as well as an ``OperationalError``), or an error
     raised from one of these (its ``__cause__`` or ``__context__``: a library that wraps the
-    driver's error in its own)."""
+    driver's error in its own). A bare psycopg ``DatabaseError`` with no SQLSTATE is libpq's
+    own word on the link (the server sent no error: a result cut short, a receive that
+    timed out), whoever raised it (psycopg's pool under a checkpointer raises it unwrapped)."""
+    import psycopg
     import sqlalchemy.exc
 
     seen: set[int] = set()
@@ -117,6 +120,8 @@ def database_unavailable(exc: BaseException) -> bool:
         if isinstance(current, database_errors()) or (
             isinstance(current, sqlalchemy.exc.DBAPIError) and current.connection_invalidated
         ):
+            return True
+        if type(current) is psycopg.DatabaseError and current.sqlstate is None:
             return True
         current = current.__cause__ or current.__context__
     return False

@@ -87,3 +87,13 @@ def test_a_statement_the_database_refuses_is_not_an_outage():
     assert not caught.value.connection_invalidated
     assert not database_unavailable(caught.value)
     assert not database_unavailable(ValueError("not a database error"))
+
+
+def test_libpq_s_own_word_on_the_link_is_an_outage_even_unwrapped():
+    """A checkpointer on psycopg's pool raises the driver's errors as they are."""
+    assert database_unavailable(psycopg.DatabaseError("server closed the connection unexpectedly"))
+    with psycopg.connect(PG_ADMIN) as conn, pytest.raises(psycopg.Error) as caught:
+        conn.execute("select * from no_such_table_here")
+    assert caught.value.sqlstate == "42P01"  # the server's word: not the link's
+    assert not database_unavailable(caught.value)
+    assert not database_unavailable(psycopg.ProgrammingError("the query has 1 placeholder"))
