@@ -97,3 +97,21 @@ def test_libpq_s_own_word_on_the_link_is_an_outage_even_unwrapped():
     assert caught.value.sqlstate == "42P01"  # the server's word: not the link's
     assert not database_unavailable(caught.value)
     assert not database_unavailable(psycopg.ProgrammingError("the query has 1 placeholder"))
+
+
+def test_a_job_whose_database_link_was_lost_is_run_again_later_whatever_the_error_s_class():
+    from redis.exceptions import ConnectionError as RedisDown
+
+    from offpath.worker.jobs import transient_store_error
+
+    lost = psycopg.DatabaseError("could not receive data from server: Connection timed out")
+    assert transient_store_error(
+        sqlalchemy.exc.DBAPIError.instance(
+            "select 1", None, lost, psycopg.Error, connection_invalidated=True
+        )
+    )
+    assert transient_store_error(RedisDown("Connection refused"))
+    constraint = sqlalchemy.exc.DBAPIError.instance(
+        "insert", None, psycopg.IntegrityError("duplicate key"), psycopg.Error
+    )
+    assert not transient_store_error(constraint)  # a fault of ours: the job fails, named
