@@ -231,7 +231,8 @@ def flower(
         str, typer.Option(help="Interface to bind; 0.0.0.0 needs FLOWER_BASIC_AUTH")
     ] = "127.0.0.1",
 ) -> None:
-    """Run Flower on the broker, with basic auth from FLOWER_BASIC_AUTH."""
+    """Run Flower on the broker, with basic auth from FLOWER_BASIC_AUTH (empty: no password,
+    pages and HTTP API, on 127.0.0.1 only)."""
     settings = settings_or_exit()
     if not settings.flower_basic_auth and address not in ("127.0.0.1", "localhost", "::1"):
         fail(f"FLOWER_BASIC_AUTH is empty: set user:password before binding Flower to {address}")
@@ -239,8 +240,14 @@ def flower(
         err.print(
             "warning: FLOWER_BASIC_AUTH is empty; Flower has no password (only 127.0.0.1 can reach it)"
         )
-    # Flower reads FLOWER_BASIC_AUTH itself: the password stays out of the process list
-    os.environ["FLOWER_BASIC_AUTH"] = settings.flower_basic_auth
+    # Flower reads FLOWER_BASIC_AUTH itself: the password stays out of the process list.
+    # Set but empty, Flower takes it for basic auth on and refuses every request: unset it,
+    # and open its HTTP API too (loopback only, as the pages are)
+    if settings.flower_basic_auth:
+        os.environ["FLOWER_BASIC_AUTH"] = settings.flower_basic_auth
+    else:
+        os.environ.pop("FLOWER_BASIC_AUTH", None)
+        os.environ["FLOWER_UNAUTHENTICATED_API"] = "true"
     # Celery's flower command, with its no-worker-yet warnings said once (flower_run)
     cmd = [
         sys.executable,

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -22,12 +24,13 @@ pytestmark = pytest.mark.usefixtures("stub")
 FLOWER_EXCHANGES = {"celeryev", "reply.celery.pidbox"}
 
 
-def test_flower_lists_the_worker_and_a_finished_compaction(stacks, stub):
-    stack = stacks.get(
-        "sqlite", SUMMARIZATION_THRESHOLD_CHARS="30000", SUMMARIZATION_KEEP_CHARS="10000"
-    )
+@contextmanager
+def running_flower(stack, basic_auth: str) -> Iterator[httpx.Client]:
+    """``offpath flower`` on ``stack``'s broker with ``FLOWER_BASIC_AUTH=basic_auth``, once
+    it answers ``/api/workers`` with that user and password (none when empty); stopped, and
+    the queues it bound forgotten, on exit."""
     port = free_port()
-    env = {**stack.env, "FLOWER_BASIC_AUTH": "ops:s3cret", "FLOWER_PORT": str(port)}
+    env = {**stack.env, "FLOWER_BASIC_AUTH": basic_auth, "FLOWER_PORT": str(port)}
     before = {b.member for b in bindings(stack.env["REDIS_URL"])}
     log = open(stack.tmp / f"flower-{port}.log", "wb")
     flower = subprocess.Popen(
@@ -39,17 +42,59 @@ def test_flower_lists_the_worker_and_a_finished_compaction(stacks, stub):
         start_new_session=True,
     )
     try:
-        auth = ("ops", "s3cret")
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+        user, _, password = basic_auth.partition(":")
+        client = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}",
+            timeout=10,
+            auth=(user, password) if basic_auth else None,
+        )
 
         def up():
             try:
-                return client.get("/api/workers", auth=auth).status_code == 200
+                return client.get("/api/workers").status_code == 200
             except httpx.TransportError:
                 return False
 
-        wait_for(up, timeout=30, interval=0.2)
-        assert client.get("/api/workers").status_code == 401, "basic auth is not enforced"
+        wait_for(
+            up,
+            timeout=30,
+            interval=0.2,
+            what=lambda: (stack.tmp / f"flower-{port}.log").read_text(),
+        )
+        yield client
+    finally:
+        os.killpg(flower.pid, signal.SIGTERM)
+        try:
+            flower.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(flower.pid, signal.SIGKILL)
+        log.close()
+        # Flower's event receiver (celeryev.<uuid>) and remote-control reply queues stay
+        # bound after it stops (issue 8, item 12)
+        for b in bindings(stack.env["REDIS_URL"]):
+            if b.member not in before and b.exchange in FLOWER_EXCHANGES:
+                forget_queue(stack.env["REDIS_URL"], b.queue)
+
+
+def test_flower_without_a_password_answers_on_127_0_0_1(stacks):
+    """``FLOWER_BASIC_AUTH`` empty (as ``.env.example`` ships it): Flower, bound to
+    127.0.0.1 only, answers without a password as the CLI's warning says, instead of a 401
+    to every request (Flower takes a set but empty variable for basic auth on)."""
+    stack = stacks.get("sqlite")
+    with running_flower(stack, "") as client:
+        assert client.get("/api/workers").status_code == 200
+        assert client.get("/").status_code == 200
+
+
+def test_flower_lists_the_worker_and_a_finished_compaction(stacks, stub):
+    stack = stacks.get(
+        "sqlite", SUMMARIZATION_THRESHOLD_CHARS="30000", SUMMARIZATION_KEEP_CHARS="10000"
+    )
+    with running_flower(stack, "ops:s3cret") as client:
+        auth = ("ops", "s3cret")
+        assert httpx.get(client.base_url.join("/api/workers"), timeout=10).status_code == 401, (
+            "basic auth is not enforced"
+        )
         workers = wait_for(
             lambda: client.get("/api/workers", params={"refresh": 1}, auth=auth).json(),
             timeout=20,
@@ -85,15 +130,3 @@ def test_flower_lists_the_worker_and_a_finished_compaction(stacks, stub):
         assert failed["status"] == "failed"
         info = wait_for(lambda: task(failed["job_id"], "FAILURE"), timeout=20, interval=0.3)
         assert "JobFailed" in str(info.get("exception")), info
-    finally:
-        os.killpg(flower.pid, signal.SIGTERM)
-        try:
-            flower.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(flower.pid, signal.SIGKILL)
-        log.close()
-        # Flower's event receiver (celeryev.<uuid>) and remote-control reply queues stay
-        # bound after it stops (issue 8, item 12)
-        for b in bindings(stack.env["REDIS_URL"]):
-            if b.member not in before and b.exchange in FLOWER_EXCHANGES:
-                forget_queue(stack.env["REDIS_URL"], b.queue)
