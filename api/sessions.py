@@ -313,8 +313,8 @@ def read_compactions(session_id: SessionId, request: Request, caller: Caller) ->
     rt = rt_of(request)
     check_readable(rt, caller, session_id)
     rows = jobs_of(rt.engine, session_id)
-    if not rows and not state_of(rt, session_id):
-        raise no_session(session_id)
+    if not rows and not has_rows(rt.engine, session_id) and not state_of(rt, session_id):
+        raise no_session(session_id)  # a team's own agent's thread has its owner row
     return {
         "session_id": session_id,
         "jobs": [job_json(r) for r in rows],

@@ -16,8 +16,8 @@ from offpath.api.schemas.answers import SessionStatsOut, StatsOut
 from offpath.api.schemas.problems import READ, errors
 from offpath.compaction.accounting import total_chars
 from offpath.compaction.tokens import TokenCounter
+from offpath.coordination.admin import read_session
 from offpath.coordination.runtime import Runtime
-from offpath.stores.checkpoints import read_messages
 from offpath.stores.db.engine import ping
 from offpath.stores.usage.sessions import has_rows
 from offpath.stores.usage.stats_body import stats
@@ -83,11 +83,12 @@ def read_session_stats(
     session_id: SessionId, request: Request, caller: Caller, since: Since = None
 ) -> dict[str, Any]:
     """One session's ``/stats`` figures (``since``: a time window), and its thread now
-    (messages, chars and tokens in ``o200k_base``, read from its checkpoint)."""
+    (messages, chars and tokens in ``o200k_base``, read from its checkpoint: offpath's, or
+    a team's own agent's checkpointer)."""
     start = parse_since(since)
     rt = rt_of(request)
     check_readable(rt, caller, session_id)
-    messages = read_messages(rt.checkpoints.saver, session_id)
+    messages = read_session(rt, session_id)[1].messages
     if not messages and not has_rows(rt.engine, session_id):
         raise no_session(session_id)
     body = stats(rt.engine, since=start, session_id=session_id)

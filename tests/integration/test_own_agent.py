@@ -138,6 +138,14 @@ def test_own_agent_example_compacts_in_its_own_checkpointer(stacks):
         never = {"SUMMARIZATION_THRESHOLD_CHARS": "10000000"}
         run(DEMO_REQUESTS[1], DEMO_REQUESTS[4], thread=second, **never)
         assert not stack.jobs(second)
+        # with no job yet it reads like any session, from the agent's checkpointer: its
+        # compactions (none) and its figures now
+        r = stack.http.get(f"/sessions/{second}/compactions", headers=mine)
+        assert r.status_code == 200 and r.json()["jobs"] == [], r.text
+        shown = stack.http.get(f"/sessions/{second}/messages", headers=mine).json()
+        figures = stack.http.get(f"/sessions/{second}/stats", headers=mine).json()
+        assert shown["messages"] and figures["messages"] == len(shown["messages"]), figures
+        assert figures["chars"] == shown["chars"] and figures["tokens"], figures
         updates: list[dict[str, Any]] = []
         reader = threading.Thread(
             target=read_events, args=(stack.url, mine, second, updates), daemon=True
