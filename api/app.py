@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
+import sqlalchemy.exc
 from fastapi import Depends, FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
@@ -35,7 +37,7 @@ from offpath.config import get_settings
 from offpath.coordination.eviction import EvictingRedis, check_eviction
 from offpath.coordination.hook import PostTurnHook
 from offpath.coordination.locks import RunInProgress, ThreadBusy
-from offpath.coordination.outages import cause, database_errors
+from offpath.coordination.outages import cause, database_errors, database_unavailable
 from offpath.coordination.runtime import Publisher, Runtime
 from offpath.coordination.writers import apply_prepared
 
@@ -218,8 +220,11 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
 
     async def _database_down(_: Request, exc: Exception) -> JSONResponse:
         """A database did not answer (refused, dropped or silent connection, statement
-        timeout): 503 with ``Retry-After`` on every route (each declares it), the driver's
-        words in the log only."""
+        timeout; :func:`~offpath.coordination.outages.database_unavailable`): 503 with
+        ``Retry-After`` on every route (each declares it), the driver's words in the log
+        only. Any other database error (a constraint, a bad statement) stays a 500."""
+        if not database_unavailable(exc):
+            raise exc
         log.warning("503: a database did not answer: %s", cause(exc))
         return JSONResponse(
             status_code=503,
@@ -227,7 +232,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
             headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
         )
 
-    for kind in database_errors():
+    for kind in (*database_errors(), sqlalchemy.exc.DBAPIError, psycopg.Error):
         app.add_exception_handler(kind, _database_down)
 
     @app.exception_handler(ThreadBusy)

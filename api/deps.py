@@ -20,7 +20,7 @@ from fastapi.security.utils import get_authorization_scheme_param
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
-from offpath.coordination.outages import cause, database_errors
+from offpath.coordination.outages import cause, database_unavailable
 from offpath.coordination.runtime import Runtime
 from offpath.stores.tenants import (
     DEFAULT_TENANT,
@@ -118,7 +118,9 @@ async def body_gate(scope: dict[str, Any]) -> str | None:
         return MISSING_KEY
     try:
         found = await run_in_threadpool(principal_of, rt.engine, key)
-    except database_errors() as exc:
+    except Exception as exc:
+        if not database_unavailable(exc):
+            raise
         log.warning("API key not checked: %s", cause(exc))
         raise GateUnavailable(DATABASE_DOWN, DATABASE_RETRY_AFTER_S) from None
     return None if found is not None else UNKNOWN_KEY

@@ -33,7 +33,7 @@ from offpath.compaction.tracking import ThreadSize
 from offpath.compaction.turns import TurnError, check_messages, validate_turn
 from offpath.coordination.admin import read_session
 from offpath.coordination.logs import tag
-from offpath.coordination.outages import cause, database_errors, is_outage
+from offpath.coordination.outages import cause, database_unavailable, is_outage
 from offpath.coordination.undo import finish_undo, undo_run
 from offpath.stores.checkpoints import read_thread, thread_config
 from offpath.stores.db.job_queries import jobs_of
@@ -149,7 +149,7 @@ def chat(
                 )
                 raise HTTPException(
                     status_code=503,
-                    detail=DATABASE_DOWN if isinstance(exc, database_errors()) else STORE_DOWN,
+                    detail=DATABASE_DOWN if database_unavailable(exc) else STORE_DOWN,
                     headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
                 ) from None
             log.warning("[%s] chat turn failed: %s", tag(session_id), exc)

@@ -147,11 +147,11 @@ def no_broker_bindings_left_behind() -> Iterator[None]:
 SLOW_FIRST = (  # seconds each took in one run (--junitxml), 2,290 s in all
     "faults/test_soak.py",  # 311: a short chaos soak (three minutes of load, then checks)
     "integration/test_cli.py",  # 295: the demo, start to end, four times
+    "conformance/test_conformance.py",  # 222 (in one process): 28 agent shapes, a real run each
     "faults/test_faults.py",  # 270
     "integration/test_api_pipeline.py",  # 225
     "integration/test_api_edges.py",  # 186
     "integration/test_middleware_runs.py",  # 110
-    "conformance/test_conformance.py",  # ~100: 17 agent shapes, one real run each
     "integration/test_bounded_runs.py",  # 98
     "integration/test_ui.py",  # 91
     "integration/test_startup.py",  # 90
@@ -165,6 +165,7 @@ SLOW_FIRST = (  # seconds each took in one run (--junitxml), 2,290 s in all
     "coordination/test_hook.py",  # 51
     "integration/test_own_agent.py",  # 49
     "compaction/test_revert_property.py",  # 46: one test of 1,000 examples
+    "test_types.py",  # 41-70: mypy over the product, one test (it ended the suite as a unit test)
 )
 
 

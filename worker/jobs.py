@@ -65,6 +65,7 @@ from offpath.coordination.faults import failpoint
 from offpath.coordination.jobs import UNSTORABLE, JobEnded, JobOptions, Landed, head_mark
 from offpath.coordination.locks import LockUnavailable, RunInProgress
 from offpath.coordination.logs import tag
+from offpath.coordination.outages import database_unavailable
 from offpath.coordination.runtime import Runtime
 from offpath.coordination.writers import CheckpointWriter
 from offpath.stores import archive
@@ -124,6 +125,13 @@ TRANSIENT_STORE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+def transient_store_error(exc: BaseException) -> bool:
+    """``exc`` is a store's that may pass (the job is run again later, like an LLM timeout):
+    one of :data:`TRANSIENT_STORE_ERRORS`, or a database that did not answer whatever the
+    error's class (:func:`~offpath.coordination.outages.database_unavailable`)."""
+    return isinstance(exc, TRANSIENT_STORE_ERRORS) or database_unavailable(exc)
+
+
 class RetryLater(Exception):
     """A transient failure: run the job again later (after ``retry_after_s`` if given)."""
 
@@ -180,7 +188,9 @@ def run_job(
     except Unstorable as exc:  # the summary quoted a value the database refused: named
         ended = JobEnded(JobStatus.FAILED, UNSTORABLE, f"not stored: {exc}")
         return end(rt, session_id, job_id, ended, lease)
-    except TRANSIENT_STORE_ERRORS as exc:
+    except Exception as exc:
+        if isinstance(exc, RetryLater) or not transient_store_error(exc):
+            raise
         # the row says what failed; the error's text (SQL, hosts) goes to the log only
         log.warning("[%s] summarizer: store error: %s", tag(session_id), exc)
         raise RetryLater(f"store error ({type(exc).__name__})") from exc

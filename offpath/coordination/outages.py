@@ -71,7 +71,11 @@ def is_outage(exc: BaseException) -> bool:
         TimeoutError,
         TablesUnavailable,
     )
-    return isinstance(exc, store_errors) or isinstance(getattr(exc, "orig", None), OSError)
+    return (
+        isinstance(exc, store_errors)
+        or isinstance(getattr(exc, "orig", None), OSError)
+        or database_unavailable(exc)
+    )
 
 
 def database_errors() -> tuple[type[Exception], ...]:
@@ -95,6 +99,32 @@ def database_errors() -> tuple[type[Exception], ...]:
         psycopg.InterfaceError,
         sqlite3.OperationalError,
     )
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """``exc`` says a database could not be reached or did not answer, whatever its class: one
+    of :func:`database_errors`, or any driver error SQLAlchemy raised on a connection it found
+    lost (``connection_invalidated``: a dropped or silent link can surface as a
+    ``DatabaseError`` or ``ProgrammingError`` as well as an ``OperationalError``), or an error
+    raised from one of these (its ``__cause__`` or ``__context__``: a library that wraps the
+    driver's error in its own). A bare psycopg ``DatabaseError`` with no SQLSTATE is libpq's
+    own word on the link (the server sent no error: a result cut short, a receive that
+    timed out), whoever raised it (psycopg's pool under a checkpointer raises it unwrapped)."""
+    import psycopg
+    import sqlalchemy.exc
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, database_errors()) or (
+            isinstance(current, sqlalchemy.exc.DBAPIError) and current.connection_invalidated
+        ):
+            return True
+        if type(current) is psycopg.DatabaseError and current.sqlstate is None:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 class TablesUnavailable(RuntimeError):

@@ -34,7 +34,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage, RemoveMessage, messages_from_dict, messages_to_dict
+from langchain_core.messages import BaseMessage, RemoveMessage, messages_to_dict
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from offpath.compaction.patch import landed
@@ -112,8 +112,7 @@ def _revert_locked(rt: Runtime, session_id: str, job_id: str) -> Reverted:
     messages = thread.messages
     record = (row["result"] or {}).get("record") or {}
     rows = archive.job_rows(rt.engine, session_id, job_id)
-    removed = [(r["position"], _message(r)) for r in rows if r["kind"] == archive.REMOVED]
-    shortened = [_message(r) for r in rows if r["kind"] == archive.SHORTENED]
+    removed, shortened = archive.originals_of(rows)
     if not landed(messages, job_id, record) and _put_back(
         messages, rows, str(record.get("summary_id"))
     ):
@@ -219,11 +218,6 @@ def _put_back(messages: list[BaseMessage], rows: list[dict[str, Any]], summary_i
     )
     now = next((m for m in messages if str(m.id) == summary_id), None)
     return first is not None and now is not None and messages_to_dict([now])[0] == first["message"]
-
-
-def _message(row: dict[str, Any]) -> BaseMessage:
-    (m,) = messages_from_dict([row["message"]])
-    return m
 
 
 def _note_size(rt: Runtime, session_id: str, messages: list[BaseMessage], chars: int) -> None:

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from langchain_core.messages import BaseMessage, messages_to_dict
+from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 from sqlalchemy.engine import Engine
 from sqlmodel import JSON, Column, Field, SQLModel
 
@@ -342,6 +342,23 @@ def job_rows(engine: Engine, session_id: str, job_id: str) -> list[dict[str, Any
     )
     with engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def originals_of(
+    rows: Iterable[dict[str, Any]],
+) -> tuple[list[tuple[int, BaseMessage]], list[BaseMessage]]:
+    """:func:`job_rows`' rows as messages, in thread order: the removed ones with their
+    positions then (``(position, message)``), and the results shortened in place. What a
+    revert puts back, and what a fanned run hands its caller."""
+    removed: list[tuple[int, BaseMessage]] = []
+    shortened: list[BaseMessage] = []
+    for row in rows:
+        (message,) = messages_from_dict([row["message"]])
+        if row["kind"] == REMOVED:
+            removed.append((row["position"], message))
+        elif row["kind"] == SHORTENED:
+            shortened.append(message)
+    return removed, shortened
 
 
 def original(engine: Engine, session_id: str, message_id: str) -> dict[str, Any] | None:

@@ -76,7 +76,13 @@ def assert_unavailable(stack: Stack, session: str) -> float:
         r = stack.http.request(method, path, json=body, timeout=ANSWER_BOUND_S + 60)
         took = time.monotonic() - started
         slowest = max(slowest, took)
-        assert r.status_code == 503, (method, path, r.status_code, r.text)
+        assert r.status_code == 503, (
+            method,
+            path,
+            r.status_code,
+            r.text,
+            stack.api_log.read_text(errors="replace")[-4000:],  # the traceback of a 500
+        )
         assert r.headers["retry-after"] == "5", r.headers
         assert spec_503 in r.json()["detail"], r.text
         assert took < ANSWER_BOUND_S, f"{method} {path} answered after {took:.1f} s"

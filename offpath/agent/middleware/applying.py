@@ -292,11 +292,9 @@ class Applying:
                 if row is None or row["session_id"] != session_id:
                     break  # the run was given it (its caller's summary): not the run's to undo
                 record = (row["result"] or {}).get("record") or {}
-                rows = archive.job_rows(engine, session_id, job_id)
-                removed = [
-                    (r["position"], _message(r)) for r in rows if r["kind"] == archive.REMOVED
-                ]
-                shortened = [_message(r) for r in rows if r["kind"] == archive.SHORTENED]
+                removed, shortened = archive.originals_of(
+                    archive.job_rows(engine, session_id, job_id)
+                )
                 out = reverted(
                     out,
                     str(record.get("summary_id") or summary.id),
@@ -325,8 +323,3 @@ def made_by_offpath(message: BaseMessage) -> bool:
     """A version offpath wrote in a thread: a summary, a request's copy, a result shortened in
     place (its original archived)."""
     return is_summary(message) or any(k in message.additional_kwargs for k in OWN_MARKS)
-
-
-def _message(row: dict[str, Any]) -> BaseMessage:
-    (m,) = messages_from_dict([row["message"]])
-    return m
