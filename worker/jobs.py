@@ -53,6 +53,7 @@ from redis.exceptions import RedisError
 from offpath import metrics
 from offpath.compaction.accounting import message_chars, total_chars
 from offpath.compaction.facts.extraction import found_here, unchanged_messages
+from offpath.compaction.loss import lost_again
 from offpath.compaction.patch import Fitted, Stale, landed, patched
 from offpath.compaction.pipeline import prepare
 from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
@@ -69,7 +70,7 @@ from offpath.coordination.runtime import Runtime
 from offpath.coordination.writers import CheckpointWriter
 from offpath.stores import archive
 from offpath.stores.checkpoints import Thread, read_thread
-from offpath.stores.db.job_queries import job_row
+from offpath.stores.db.job_queries import job_row, lost_of
 from offpath.stores.db.tables import FINAL_VALUES, JobStatus
 from offpath.stores.leases.claims import Held
 from offpath.stores.values import Unstorable
@@ -318,6 +319,7 @@ def _compact(
             len(plan.kept),
         )
         read = with_originals(rt, session_id, plan)  # the summarizer reads what was shortened
+        read = with_lost(rt, session_id, read)  # and the guard what earlier ones lost
         # the removed messages' facts as found on arrival (by the middleware or the post-turn
         # hook), the originals of those shortened too: the guard reads those; and those of the
         # kept results the plan shortens, whose notes list the facts of the part cut
@@ -419,6 +421,21 @@ def with_originals(rt: Runtime, session_id: str, plan: CompactionPlan) -> Compac
             (originals[str(m.id)],) = messages_from_dict([stored])
     removed = tuple(originals.get(str(m.id), m) for m in plan.removed)
     return dataclasses.replace(plan, removed=removed)
+
+
+def with_lost(rt: Runtime, session_id: str, plan: CompactionPlan) -> CompactionPlan:
+    """``plan`` with the facts the thread's earlier compactions took out of view, as their
+    loss reports (the job rows) list them: the fact guard pins again what the agent said or
+    the user named of them that nothing in view holds. A plan that folds in no earlier
+    summary, or whose reports cannot be read, stays as it is."""
+    if not plan.earlier_summaries:
+        return plan
+    try:
+        lost = lost_again(lost_of(rt.engine, session_id))
+    except Exception as exc:  # the summary is written without them
+        log.warning("[%s] earlier compactions' loss reports not read: %s", tag(session_id), exc)
+        return plan
+    return dataclasses.replace(plan, lost=lost) if lost else plan
 
 
 def _prepared(

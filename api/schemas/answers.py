@@ -91,6 +91,8 @@ class LostFactOut(BaseModel):
     stated: bool | None = Field(
         None, description="The agent or the user stated it (false: only a tool output held it)"
     )
+    said: bool | None = Field(None, description="The agent said it in its own words")
+    asked: bool | None = Field(None, description="The user named it in a request")
     recallable: bool | None = Field(
         None, description="An original the archive keeps holds it word for word"
     )

@@ -44,7 +44,9 @@ MAX_VALUE_CHARS = 200
 class LostFact:
     """A fact no longer in the model's view: its ``value``, ``kind`` (the extractor's), the
     id of the message it was first seen in (its original, for ``recall``), whether the agent
-    or the user ``stated`` it (else only a tool output held it) and whether it is
+    or the user ``stated`` it (else only a tool output held it), whether the agent ``said`` it
+    in its own words or the user ``asked`` with it (what a later summary pins again first:
+    :func:`offpath.compaction.facts.pinning.pin`'s ``lost``), and whether it is
     ``recallable`` (an archived original holds it word for word)."""
 
     value: str
@@ -52,6 +54,8 @@ class LostFact:
     message_id: str
     stated: bool = False
     recallable: bool = True
+    said: bool = False
+    asked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,8 @@ class LossReport:
                     "kind": f.kind,
                     "message_id": f.message_id,
                     "stated": f.stated,
+                    "said": f.said,
+                    "asked": f.asked,
                     "recallable": f.recallable,
                 }
                 for f in self.lost
@@ -210,6 +216,8 @@ def loss_report(
                 f.message_id,
                 stated=i < len(stated_lost),
                 recallable=recallable,
+                said=f.said,
+                asked=f.asked,
             )
             for i, (f, recallable) in enumerate(lost[:MAX_LISTED])
         ),
@@ -221,3 +229,34 @@ def loss_report(
         tool_only_lost=len(tool_only_lost),
         tool_only_recallable=sum(r for _, r in tool_only_lost),
     )
+
+
+def lost_again(reports: Sequence[Sequence[Any]]) -> tuple[Fact, ...]:
+    """The facts that the agent said in its own words or the user named, from the ``lost``
+    lists of a thread's loss reports (:meth:`LossReport.to_json`, oldest first; an entry
+    without ``said`` or ``asked`` is not one), as the fact guard pins them again
+    (:attr:`~offpath.compaction.planner.CompactionPlan.lost`): each value once, carried, its
+    age the reports after the newest that lists it, plus one (what the summary before that
+    compaction listed)."""
+    out: dict[str, Fact] = {}
+    for age, lost in enumerate(reversed(reports), start=1):  # the newest first
+        for entry in lost:
+            if not isinstance(entry, dict):
+                continue
+            value, said, asked = entry.get("value"), entry.get("said"), entry.get("asked")
+            if not isinstance(value, str) or not value or not (said or asked):
+                continue
+            if len(value) >= MAX_VALUE_CHARS or value.casefold() in out:
+                continue  # clipped in the report; or lost again by a later compaction
+            out[value.casefold()] = Fact(
+                value,
+                str(entry.get("kind") or "name"),
+                str(entry.get("message_id") or ""),
+                "",
+                stated=bool(said),
+                asked=bool(asked),
+                carried=True,
+                said=bool(said),
+                age=age,
+            )
+    return tuple(out.values())

@@ -120,6 +120,7 @@ from typing import Literal, TypeGuard
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from offpath.compaction.accounting import content_text, message_chars, text_only
+from offpath.compaction.facts.extraction import Fact
 from offpath.compaction.pairing import CallPairer, call_ids
 from offpath.compaction.settings import MIN_SHORTENED_CHARS, Settings
 from offpath.compaction.shorten import MIN_SAVING_CHARS, caps_for, saving
@@ -187,6 +188,11 @@ class CompactionPlan:
     #: most chars of the whole summary message (the thread's budget,
     #: :func:`~offpath.compaction.planner.thread_budget`; 0: no bound)
     summary_budget: int = 0
+    #: facts the thread's earlier compactions took out of view, from their loss reports
+    #: (offpath's own records, which the worker reads): what the agent said or the user
+    #: named of them, nothing in view holding it, the fact guard pins again
+    #: (:func:`~offpath.compaction.facts.pinning.pin`); empty: none known
+    lost: tuple[Fact, ...] = ()
 
     @property
     def fits(self) -> bool:

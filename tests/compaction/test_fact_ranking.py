@@ -572,3 +572,38 @@ def test_a_directory_is_held_by_a_path_it_starts_a_name_is_not_by_a_longer_name(
     assert stands_in("/srv/app/", "see /srv/app/main.py")  # its last edge is no letter
     assert not stands_in("loki", "see loki-0") and not stands_in("api", "checkout-api up")
     assert stands_in("loki", "the loki namespace") and stands_in("5m", "rate[5m]")
+
+
+def test_what_the_agent_said_that_an_earlier_compaction_lost_is_pinned_before_tool_output():
+    """Values the agent said that earlier compactions took out of view (their loss reports),
+    which the removed part no longer holds, take the room before identifiers only a tool output
+    holds; one the kept messages hold, or one only a tool output held, is not pinned again."""
+    from offpath.compaction.facts.extraction import Fact
+
+    out = "\n".join(
+        f"ERROR volume /srv/data/shard-{k}/wal.log on host node-{k}-east failed" for k in range(40)
+    )
+    removed = [ToolMessage(id="t1", content=out, tool_call_id="c")]
+    kept = [AIMessage(id="a9", content="Still looking at `wal_rotate`.")]
+
+    def lost(value, age, said=True):
+        return Fact(value, "name", "a0", "", stated=said, said=said, carried=True, age=age)
+
+    gone = [
+        lost("ledger_sync", 3),
+        lost("flush_batch", 2),
+        lost("wal_rotate", 1),
+        lost("tool_only_9x", 1, said=False),
+    ]
+    for budget in (200, 1_200):
+        before = section(pin("s", removed, budget, kept)[0])
+        assert "ledger_sync" not in before
+        text, _ = pin("s", removed, budget, kept, lost=gone)
+        pinned = section(text)
+        assert "ledger_sync" in pinned and "flush_batch" in pinned, pinned
+        assert "wal_rotate" not in pinned and "tool_only_9x" not in pinned, pinned
+        # the room they took was that of what only the tool output held
+        tool_values = [f"node-{k}-east" for k in range(40)]
+        assert sum(v in pinned for v in tool_values) < sum(v in before for v in tool_values)
+        assert len(text) - len("s") <= budget
+    assert "- names (said): ledger_sync; flush_batch" in pinned, pinned

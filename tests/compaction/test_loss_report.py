@@ -248,3 +248,23 @@ def test_a_lost_value_is_recallable_when_any_original_holds_it_word_for_word():
     assert lost[value].message_id == "a1" and not lost[value].recallable
     lost = {f.value: f for f in loss_report(quoted, "", []).lost}
     assert lost[value].message_id == "a1" and lost[value].recallable
+
+
+def test_what_the_agent_said_or_the_user_named_of_the_lost_facts_is_read_back_newest_first():
+    from offpath.compaction.loss import lost_again
+
+    report = loss_report(removed_part(), "Investigated it.", [])
+    out = report.to_json()["lost"]
+    flags = {f["value"]: (f["said"], f["asked"]) for f in out}
+    assert flags["checkout-api-7f9c4-x450"] == (True, False)  # the agent's own words
+    assert flags["OPS-4711"] == (False, True)  # the user's request
+    assert flags["/etc/checkout/pool.yaml"] == (False, False)  # only the tool output
+    older = [{"value": "ledger-7", "kind": "name", "message_id": "a0", "said": True}]
+    older.append({"value": "OPS-4711", "kind": "ticket", "message_id": "h0", "asked": True})
+    facts = {f.value: f for f in lost_again([older, out])}
+    assert {"checkout-api-7f9c4-x450", "OPS-4711", "ledger-7"} <= set(facts)
+    assert "/etc/checkout/pool.yaml" not in facts and "9f3e2a1c" not in facts
+    assert facts["checkout-api-7f9c4-x450"].said and facts["OPS-4711"].asked
+    # each value once, aged by the newest report that lists it
+    assert facts["OPS-4711"].age == 1 and facts["ledger-7"].age == 2
+    assert all(f.carried for f in facts.values())

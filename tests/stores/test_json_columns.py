@@ -75,3 +75,26 @@ def test_a_stored_result_reads_back_as_it_was_given(tmp_path):
         assert stored["nan"] != stored["nan"]  # NaN kept as SQLite's text holds it, not null
     finally:
         engine.dispose()
+
+
+def test_the_lost_facts_of_a_sessions_applied_jobs_are_read_oldest_first(tmp_path):
+    from offpath.stores.db.job_queries import lost_of
+    from offpath.stores.db.tables import JobStatus
+
+    settings = load_settings(data_dir=str(tmp_path))
+    migrate(settings)
+    engine = make_engine(settings)
+    try:
+        lost = {"j1": [{"value": "ledger-7", "said": True}], "j3": [{"value": "OPS-4711"}]}
+        for job_id, status in (("j1", "applied"), ("j2", "failed"), ("j3", "applied")):
+            create_job(engine, job_id, "s1", 100)
+            loss = {"lost": lost[job_id]} if job_id in lost else {"error": "not made"}
+            store_result(engine, job_id, {"record": {"loss": loss}}, JobStatus(status))
+        create_job(engine, "j4", "s1", 100)  # applied, its report not there yet
+        store_result(engine, "j4", {"record": {"loss": {"error": "x"}}}, JobStatus.APPLIED)
+        create_job(engine, "k1", "s2", 100)  # another session's
+        store_result(engine, "k1", {"record": {"loss": {"lost": [{"v": 1}]}}}, JobStatus.APPLIED)
+        assert lost_of(engine, "s1") == [lost["j1"], lost["j3"], []]
+        assert lost_of(engine, "s1", limit=2) == [lost["j3"], []]
+    finally:
+        engine.dispose()

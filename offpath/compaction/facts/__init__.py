@@ -13,7 +13,9 @@ line numbers are facts too. :func:`rank` orders them by what the agent relies on
 the agent in its own words (its conclusions, figures and ranges with units, the names it
 chose), asked by the user, passed to a tool, then seen in several messages, then what only
 tool output holds; a fact carried from an earlier summary stays ahead of new ones (no
-telephone game), each span's in turn. Opaque values only tool output holds (times of day,
+telephone game), each span's in turn, and what the agent said or the user named that an
+earlier compaction took out of view (its loss report) is pinned again ahead of identifiers
+only tool output holds. Opaque values only tool output holds (times of day,
 request, trace and hex ids) are never listed one by one: :func:`pin` writes a time range
 and counts. Facts seen only on noise lines (healthy rows of a table, directory listings,
 ``kubectl describe`` boilerplate) are not pinned unless used elsewhere.

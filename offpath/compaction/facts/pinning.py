@@ -64,6 +64,7 @@ def pin(
     kept: Sequence[BaseMessage] = (),
     header: str | None = None,
     stated_lines: bool | None = None,
+    lost: Sequence[Fact] = (),
 ) -> tuple[str, Pinned]:
     """``summary_text`` with a **Pinned facts** section holding, most important first, the
     facts of ``removed`` that neither the summary nor the ``kept`` messages contain (in any
@@ -95,8 +96,12 @@ def pin(
     argument stays listed.
     ``recall`` finds each value in the archive. ``header``: the section's heading line
     (default: the Pinned facts one). ``stated_lines``: whether the values stated are on lines
-    of their own whatever the budget (None: by the budget). Returns the text and what was
-    pinned; the text is unchanged when nothing is missing."""
+    of their own whatever the budget (None: by the budget). ``lost``: facts earlier
+    compactions took out of view (their loss reports), which ``removed`` may no longer hold:
+    those the agent said or the user named, in neither the summary nor the ``kept``
+    messages, are listed again right after what ``removed`` holds of the kind, each span's in
+    turn (:attr:`Fact.age`), ahead of arguments and of identifiers only tool output holds.
+    Returns the text and what was pinned; the text is unchanged when nothing is missing."""
     if max_chars <= 0:
         return summary_text, Pinned((), 0)
     from offpath.compaction.accounting import render_content
@@ -138,11 +143,21 @@ def pin(
         # for the model, but not for the next summary's reading
         return normal(f"`{fact.value}`" if fact.kind == "name" else fact.value)
 
+    # what earlier compactions lost that the agent said or the user named, and nothing in
+    # view holds: its values, as the summaries that dropped them listed them
+    again = [f for f in lost if _own(f) and f.value not in tools]
+    if again:
+        shown = held_in((normal(f.value) for f in again), present, whole=True)
+        again = [f for f in again if normal(f.value) not in shown]
+    again_ids = {id(f) for f in again}
+
     def missing(fact: Fact) -> bool:
         # not in the summary nor the keep window: all the facts are looked for in one pass
         # over them, the first time one is asked about (tens of thousands of chars, a
         # thread's facts hundreds)
         nonlocal held, held_said
+        if id(fact) in again_ids:  # looked for above
+            return True
         if held is None:
             forms.update((f.value, form(f)) for f in (*positive, *opaque))
             held = held_in(forms.values(), present, whole=True)
@@ -253,6 +268,10 @@ def pin(
         # what the agent said and the user named may take the quoted lines' quarter too:
         # listed bare, one costs its length and two chars, quoted ~100
         add(fact, budget)
+    # then what they said or named that an earlier compaction took out of view: ahead of a
+    # tool's arguments and of what only tool output holds, each span's in turn
+    for fact in _by_share(again):
+        add(fact, values_room)
     carried_room = values_room * 3 // 5 if any(not f.carried for f in ranked) else values_room
     for relied in (True, False):
         carried = _by_span([f for f in ranked if f.carried and _relied(f) == relied])
@@ -338,7 +357,7 @@ def pin(
         pinned += "\n" + line
         read.update(found)
     # 3. the values that still fit, in what the quoted lines left
-    for fact in ranked:
+    for fact in (*_by_share(again), *ranked):
         add(fact, budget)
     # 4. the opaque values only tool output holds, one line per kind, in what is left
     if alike:  # in the facts' order, as the opaque ones are

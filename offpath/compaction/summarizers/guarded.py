@@ -115,7 +115,7 @@ class GuardedSummarizer:
                     )
                     text = into_summary(inner, frontier, share, plan.request, kept)
                     room = min(self.pinned_max_chars, max(0, plan.summary_chars - len(text) - 4))
-        text, pinned = pin(text, plan.removed, room, plan.kept)
+        text, pinned = pin(text, plan.removed, room, plan.kept, lost=plan.lost)
         if pinned.facts:
             log.info(
                 "fact guard: pinned %d fact(s) the summary missed (%d entries)",
@@ -140,17 +140,17 @@ def _facts_room(text: str, plan: CompactionPlan, cap: int, beyond: int = 0) -> t
     share when they do not fit in it)."""
     share = min(cap, int(plan.summary_chars * FACTS_SHARE))
     most = min(cap, int(plan.summary_chars * OWN_FACTS_SHARE) + beyond)
-    at_share, pinned = pin(text, plan.removed, share, plan.kept)
+    at_share, pinned = pin(text, plan.removed, share, plan.kept, lost=plan.lost)
     own = sum(len(e) for e in pinned.entries if _own_line(e))
     if own < share * 9 // 10 or most <= share:  # they fit, with room to spare: the share holds
         return share, at_share
-    at_most, wider = pin(text, plan.removed, most, plan.kept)
+    at_most, wider = pin(text, plan.removed, most, plan.kept, lost=plan.lost)
     own = sum(len(e) for e in wider.entries if _own_line(e))
     rest = sum(len(e) for e in pinned.entries if not _own_line(e))
     want = max(share, min(most, own + rest + 64))
     if want == most:
         return want, at_most
-    return want, pin(text, plan.removed, want, plan.kept)[0]
+    return want, pin(text, plan.removed, want, plan.kept, lost=plan.lost)[0]
 
 
 def _own_line(entry: str) -> bool:

@@ -129,3 +129,23 @@ def jobs_of(engine: Engine, session_id: str) -> list[dict[str, Any]]:
     q = sa.select(JOBS).where(JOBS.c.session_id == session_id).order_by(JOBS.c.created_at)
     with engine.connect() as conn:
         return [dict(row._mapping) for row in conn.execute(q)]
+
+
+#: Most of a session's applied jobs whose lost facts :func:`lost_of` reads (the newest).
+LOST_JOBS = 64
+
+
+def lost_of(engine: Engine, session_id: str, limit: int = LOST_JOBS) -> list[list[Any]]:
+    """The facts each of a session's ``limit`` newest applied jobs lost from view, as their
+    loss reports list them (``record.loss.lost``: a list of dicts, or None where the report is
+    not there), oldest first; the rest of each row (the summary, the plan) is not read."""
+    lost = JOBS.c.result["record"]["loss"]["lost"]
+    q = (
+        sa.select(lost)
+        .where(JOBS.c.session_id == session_id, JOBS.c.status == JobStatus.APPLIED.value)
+        .order_by(JOBS.c.created_at.desc())
+        .limit(limit)
+    )
+    with engine.connect() as conn:
+        rows = [r[0] for r in conn.execute(q)]
+    return [r if isinstance(r, list) else [] for r in reversed(rows)]
