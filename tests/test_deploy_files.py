@@ -36,6 +36,21 @@ def test_env_example_lists_every_setting_with_a_comment():
             assert lines[i - 1].startswith("# "), f"{line} has no comment line above it"
 
 
+def test_the_derived_tool_result_limit_the_docs_give_is_the_settings_own():
+    """``TOOL_RESULT_MAX_CHARS=0`` is derived from the threshold and the keep window: the
+    figure README.md and .env.example give for it at the defaults is the one the code uses."""
+    limit = Settings(_env_file=None).tool_result_limit_chars
+    readme = next(
+        line
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("| `TOOL_RESULT_MAX_CHARS`")
+    )
+    example = (ROOT / ".env.example").read_text().split("TOOL_RESULT_MAX_CHARS=")[0]
+    for where, text in (("README.md", readme), (".env.example", example)):
+        said = re.findall(r"\(([\d,]+) at the defaults\)", text)
+        assert said and int(said[-1].replace(",", "")) == limit, (where, said, limit)
+
+
 def test_env_example_defaults_match_the_settings():
     defaults = Settings.model_construct()
     for key, value in env_example().items():
