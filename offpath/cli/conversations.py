@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -88,6 +89,10 @@ def stats(url: UrlOption = None, api_key: ApiKeyOption = None) -> None:
     print_stats(r.json())
 
 
+#: ``offpath sessions``' page size when none is given (the API's own default).
+SESSIONS_PER_PAGE = 50
+
+
 @app.command()
 def sessions(
     url: UrlOption = None,
@@ -101,7 +106,7 @@ def sessions(
             help="last_activity, chars, compactions or session_id; a leading - sorts descending"
         ),
     ] = "-last_activity",
-    limit: Annotated[int, typer.Option(help="Sessions per page (1-200)")] = 50,
+    limit: Annotated[int, typer.Option(help="Sessions per page (1-200)")] = SESSIONS_PER_PAGE,
     cursor: Annotated[
         str | None, typer.Option(help="Start at this page (the cursor a previous list printed)")
     ] = None,
@@ -120,11 +125,15 @@ def sessions(
             console.print(NO_SESSIONS_HINT, highlight=False, markup=False)
         return
     print_sessions(body["sessions"])
-    if body["next_cursor"]:
+    if body["next_cursor"]:  # the next page, with this page's options
+        again = ["offpath", "sessions", "--sort", sort]
+        again += ["--limit", str(limit)] if limit != SESSIONS_PER_PAGE else []
+        again += ["-q", search] if search else []
         console.print(
-            f"more: offpath sessions --sort {sort} --cursor {body['next_cursor']}",
+            "more: " + shlex.join([*again, "--cursor", body["next_cursor"]]),
             highlight=False,
             soft_wrap=True,
+            markup=False,
         )
 
 

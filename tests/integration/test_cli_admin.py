@@ -5,6 +5,7 @@ and exit 1."""
 from __future__ import annotations
 
 import re
+import shlex
 import uuid
 
 import httpx
@@ -31,6 +32,22 @@ def test_sessions_compact_and_show_against_a_running_api(stacks, stub):
     listed = run(["sessions"], env=env)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert session in listed.stdout and f"cli-{run_id}" in listed.stdout
+
+    # a page's "more:" line is the command for the next page with the same options
+    others = [f"cli-adm{n}-{run_id}" for n in (2, 3)]
+    with httpx.Client(
+        base_url=stack.url, timeout=30, headers={"Authorization": f"Bearer {key}"}
+    ) as http:
+        for other in (*others, f"unlisted-{uuid.uuid4().hex[:6]}"):  # the last not matching -q
+            post_turns(http, other, 1, 400)
+    pages = [run(["sessions", "--limit", "1", "-q", f"-{run_id}"], env=env).stdout]
+    while more := [ln for ln in pages[-1].splitlines() if ln.startswith("more: ")]:
+        args = shlex.split(more[0].removeprefix("more: "))
+        assert args[0] == "offpath" and len(pages) < 5, more
+        pages.append(run(args[1:], env=env).stdout)
+    per_page = [[s for s in (session, *others) if s in page] for page in pages]
+    assert sorted(map(len, per_page)) == [1, 1, 1], pages  # one per page, each once
+    assert not any("unlisted-" in page for page in pages), pages
 
     compacted = run(["compact", session], env=env)
     assert compacted.returncode == 0, compacted.stdout + compacted.stderr
