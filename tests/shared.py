@@ -20,7 +20,10 @@ CASES = sorted((SHARED / "cases").glob("*.json"))
 TRANSCRIPTS = sorted((SHARED / "transcripts").glob("*.json"))
 
 if not CASES or not TRANSCRIPTS:
-    raise RuntimeError(f"../shared with cases/ and transcripts/ not found at {SHARED}")
+    raise RuntimeError(
+        f"../shared with cases/ and transcripts/ not found at {SHARED}: clone the project beside "
+        "it, or set SHARED_DIR to its folder"
+    )
 
 
 def load(path: Path) -> dict[str, Any]:

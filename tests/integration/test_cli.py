@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -386,6 +387,18 @@ def test_migrate_says_what_it_did_and_database_errors_are_one_line(tmp_path):
     assert "Is the server running" in closed.stderr, closed.stderr
     wrong = run(["migrate"], env={"DATABASE_URL": "mysql://root@127.0.0.1/x"})
     assert wrong.returncode == 2 and "DATABASE_URL" in wrong.stderr
+
+
+def test_api_on_a_port_in_use_says_so_in_one_line_before_starting(tmp_path):
+    """``offpath api`` on a port another process listens on: one line naming the port, exit
+    1, before the migration and the start-up (uvicorn said it after both, exit 3)."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        r = run(["api", "--port", str(port)], env={"DATA_DIR": str(tmp_path)}, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"127.0.0.1:{port}" in r.stderr and "--port" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not list(tmp_path.iterdir()), "it migrated a database before refusing"
 
 
 def test_flower_refuses_to_listen_beyond_localhost_without_a_password():
