@@ -9,6 +9,7 @@ imports no other module of ``offpath.cli``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -26,7 +27,7 @@ from offpath.compaction.formats import (
     split_turns,
     to_messages,
 )
-from offpath.compaction.settings import Settings, SettingsError
+from offpath.compaction.settings import API_URL_PATTERN, Settings, SettingsError
 from offpath.config import ClientSettings, load_client_settings, load_settings
 
 app = typer.Typer(
@@ -175,7 +176,19 @@ ApiKeyOption = Annotated[
     str | None,
     typer.Option("--api-key", help="API key (default: OFFPATH_API_KEY)", show_default=False),
 ]
-UrlOption = Annotated[str | None, typer.Option(help="API URL (default: API_URL)")]
+
+
+def _api_url(value: str | None) -> str | None:
+    """``--url`` as given, once it names a scheme (``localhost:8765`` alone would be read as
+    a URL of scheme ``localhost``). Raises ``typer.BadParameter`` (exit 2) otherwise."""
+    if value is not None and not re.match(API_URL_PATTERN, value):
+        raise typer.BadParameter(f"{value!r}: give the API's URL with http:// or https://")
+    return value
+
+
+UrlOption = Annotated[
+    str | None, typer.Option(help="API URL (default: API_URL)", callback=_api_url)
+]
 
 
 def api_client(

@@ -84,6 +84,10 @@ def test_sessions_compact_and_show_against_a_running_api(stacks, stub):
         r = run(args, env=env)
         err = r.stderr.strip()
         assert r.returncode == 1 and expected in err and len(err.splitlines()) == 1, (args, err)
+    for command in (["stats"], ["sessions"], ["show", session]):  # no scheme: said, exit 2
+        r = run([*command, "--url", stack.url.removeprefix("http://")], env=env)
+        assert r.returncode == 2 and "http://" in r.stderr, (command, r.stderr)
+        assert "unsupported protocol" not in r.stderr, r.stderr
     wrong_key = run(["sessions"], env={**env, "OFFPATH_API_KEY": "op_wrong"})
     assert wrong_key.returncode == 1 and "refused the key" in wrong_key.stderr
     # issue 35, item 6: the hint how to make a key, once (the API's 401 says it as well)
