@@ -772,6 +772,9 @@ def test_a_tool_arguments_kind_is_the_one_fact_find_gives_all_of_it():
     assert whole_kind("checkout on 2024-05-20") is None  # a fact in it, not all of it
     assert whole_kind("OPS-4711") == "ticket"
     assert whole_kind("look it up") is None  # no fact in it: its kind stays argument
+    # a time of day alone is a time as an argument ({"since": "14:15"}), not an id
+    assert whole_kind("14:15") == whole_kind("09:30:05.5") == "timestamp"
+    assert whole_kind("25:61") is None and whole_kind("3:1") is None
 
 
 class Quoting:

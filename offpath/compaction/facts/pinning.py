@@ -484,12 +484,20 @@ def _label(fact: Fact, stated_line: bool = True) -> str:
     return _LABELS.get(kind, "ids") + mark
 
 
+#: A time of day alone (``14:15``, ``09:30:05``): :func:`find` leaves it to the words around
+#: it in prose, but a tool's argument that is all of it is a time (``"since": "14:15"``).
+_CLOCK = re.compile(r"^(?:[01]?\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d+)?)?$")
+
+
 @functools.lru_cache(maxsize=4_096)
 def whole_kind(value: str) -> str | None:
-    """The kind :func:`find` gives ``value`` when it finds one fact that is all of it, else
-    None (asked once per value: a thread's tool arguments repeat across its compactions)."""
+    """The kind :func:`find` gives ``value`` when it finds one fact that is all of it (a time
+    of day alone: ``timestamp``), else None (asked once per value: a thread's tool arguments
+    repeat across its compactions)."""
     found = find(value)
-    return found[0][1] if len(found) == 1 and found[0][0] == value else None
+    if len(found) == 1 and found[0][0] == value:
+        return found[0][1]
+    return "timestamp" if _CLOCK.match(value) else None
 
 
 def _shown(value: str) -> str:
