@@ -214,6 +214,14 @@ DASHBOARD_REGIONS = {
 }
 
 
+def not_understood(request: Request, exc: HTTPException, back: str) -> Response:
+    """A page's 422 (a ``?since=`` or a cursor it cannot read) as a page saying why, with a
+    link to ``back`` (the page without the query); any other error raised as it is."""
+    if exc.status_code != 422:
+        raise exc
+    return page(request, "bad_request.html", {"detail": exc.detail, "back": back}, status=422)
+
+
 @router.get("")
 @router.get("/")
 def dashboard(request: Request, since: Since = None) -> Response:
@@ -223,7 +231,10 @@ def dashboard(request: Request, since: Since = None) -> Response:
         caller = caller_of(request)
     except LoginNeeded:
         return to_login(request)
-    context = dashboard_context(request, caller, since)
+    try:
+        context = dashboard_context(request, caller, since)
+    except HTTPException as exc:
+        return not_understood(request, exc, "/ui")
     live = "/ui/live/dashboard" + (f"?since={quote(since)}" if since else "")
     return page(request, "dashboard.html", {**context, "live": live})
 
@@ -279,7 +290,10 @@ def sessions_page(
         caller = caller_of(request)
     except LoginNeeded:
         return to_login(request)
-    context = sessions_context(request, caller, q, sort, order, cursor)
+    try:
+        context = sessions_context(request, caller, q, sort, order, cursor)
+    except HTTPException as exc:
+        return not_understood(request, exc, "/ui/sessions")
     live = f"/ui/live/sessions?{request.url.query}" if request.url.query else "/ui/live/sessions"
     return page(request, "sessions.html", {**context, "live": live})
 

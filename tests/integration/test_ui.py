@@ -544,6 +544,23 @@ def test_session_of_another_tenant_is_not_found(browser, ui_stack):
     context.close()
 
 
+def test_a_page_query_it_cannot_read_is_a_page_that_says_why(browser, ui_stack):
+    """``/ui?since=bogus`` and a forged sessions cursor: a 422 page naming the parameter,
+    with a link back to the page without it (not the API's JSON)."""
+    page = logged_in(browser, ui_stack)
+    for path, back, word in (
+        ("/ui?since=bogus", "/ui", "since"),
+        ("/ui/sessions?cursor=forged", "/ui/sessions", "cursor"),
+    ):
+        answer = page.goto(f"{ui_stack.url}{path}")
+        assert answer.status == 422, path
+        assert answer.headers["content-type"].startswith("text/html"), answer.headers
+        assert word in page.locator("main").inner_text(), page.content()[:500]
+        page.click("main a")
+        page.wait_for_url(f"{ui_stack.url}{back}")
+    page.context.close()
+
+
 def test_revert_button_puts_the_latest_compaction_back(browser, ui_stack):
     """Issue 19: the session page's latest applied compaction has a Revert button; after a
     confirmation the job reads ``reverted``, the button is gone and the thread is the one
