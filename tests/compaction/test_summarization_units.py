@@ -523,3 +523,21 @@ def test_offline_summary_is_deterministic_labelled_and_filled():
     # a small budget goes to the facts: no label (the job's record names the summarizer)
     small = dataclasses.replace(plan, summary_chars=900)
     assert "Offline summary" not in OfflineSummarizer().summarize(small, prompt).text
+
+
+def test_offline_summary_reads_a_markdown_table_row_by_row_with_its_headings():
+    """A table in the agent's answer: each row a line of heading: cell pairs, never a bare
+    heading row or its rule (``- | | first timeout | ...``, ``|---|---|``)."""
+    msgs = thread()
+    table = (
+        "The replicas went in turn; all three are saturated now.\n"
+        "| | first slow connection acquire | first timeout | p99 > 2 s from |\n"
+        "|---|---|:---:|---|\n"
+        "| -2 | 14:04:51.2 | 14:05:04.7 | 14:05 |\n"
+        "| -1 | 14:06:12 | 14:06:38 | 14:07 |\n"
+    )
+    msgs[4] = msgs[4].model_copy(update={"content": table})
+    plan = dataclasses.replace(plan_compaction(msgs, S), summary_chars=6_000)
+    text = OfflineSummarizer().summarize(plan, build_prompt(plan, 60_000)).text
+    assert "| |" not in text and "---|" not in text, text
+    assert "-2; first slow connection acquire: 14:04:51.2; first timeout: 14:05:04.7" in text

@@ -304,14 +304,58 @@ def _whole_sentences(sentences: list[str], limit: int) -> str:
 
 def _text(content: Any) -> str:
     """A message's text as the summary quotes it: no run of chars that a cut offpath made
-    may have split (a shortened result's head and tail), so no word cut mid-way is quoted."""
-    return without_cut_runs(render_content(content))
+    may have split (a shortened result's head and tail), so no word cut mid-way is quoted;
+    its markdown tables one line per row (:func:`_untabled`)."""
+    return _untabled(without_cut_runs(render_content(content)))
+
+
+#: A markdown table's row, and the rule under its heading row (``|---|:--:|``).
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?\s*$")
+
+
+def _untabled(text: str) -> str:
+    """``text`` with each markdown table written one line per row, each cell after its
+    column's heading (``first timeout: 14:05:04.7; p99 > 2 s from: 14:05``): quoted alone, a
+    row's pipes, a heading row and the rule under it say nothing (``| | first timeout |``)."""
+    if "|" not in text:
+        return text
+    lines = text.split("\n")
+    out: list[str] = []
+    k = 0
+    while k < len(lines):
+        if k + 1 < len(lines) and _TABLE_ROW.match(lines[k]) and _TABLE_RULE.match(lines[k + 1]):
+            heading = _cells(lines[k])
+            k += 2
+            while k < len(lines) and _TABLE_ROW.match(lines[k]):
+                cells = _cells(lines[k])
+                pairs = [
+                    f"{name}: {cell}" if name else cell
+                    for name, cell in zip([*heading, *[""] * len(cells)], cells, strict=False)
+                    if cell
+                ]
+                if pairs:
+                    out.append("; ".join(pairs))
+                k += 1
+            continue
+        out.append(lines[k])
+        k += 1
+    return "\n".join(out)
+
+
+def _cells(row: str) -> list[str]:
+    """A markdown table row's cells, stripped (``| a | b |`` -> ``["a", "b"]``)."""
+    return [cell.strip() for cell in row.strip().removeprefix("|").removesuffix("|").split("|")]
 
 
 def _plain(text: str) -> str:
-    """A line without markdown emphasis, list marks or heading marks."""
-    text = re.sub(r"\s+", " ", text.replace("**", "").replace("`", ""))
-    return text.strip().strip("-*#> ").strip()
+    """A line without markdown emphasis, list marks or heading marks; a number's minus sign
+    that starts it stays (``-2`` the replica, ``-5%``)."""
+    text = re.sub(r"\s+", " ", text.replace("**", "").replace("`", "")).strip()
+    lead = len(text) - len(text.lstrip("-*#> "))
+    if lead and text[lead - 1] == "-" and text[lead : lead + 1].isdigit():
+        lead -= 1
+    return text[lead:].rstrip("-*#> ").strip()
 
 
 def _clip(text: str, limit: int) -> str:
