@@ -31,6 +31,7 @@ from starlette.routing import Match
 from offpath.agent.graph import open_runtime
 from offpath.api.limits.checks import short
 from offpath.api.limits.middleware import BodyLimit, HostCheck
+from offpath.api.schemas.messages import SHAPE_TAGS
 from offpath.api.schemas.problems import Invalid
 from offpath.compaction.settings import Settings
 from offpath.config import get_settings
@@ -191,7 +192,9 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
                 loc, msg = loc[:1], f"not valid JSON{at}" + (f" ({why})" if why else "")
             errors.append({"loc": loc, "msg": short(msg, 300), "type": e.get("type")})
         detail = "; ".join(
-            f"{'.'.join(p for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in errors
+            f"{'.'.join(p for p in e['loc'] if p != 'body' and p not in SHAPE_TAGS) or 'body'}: "
+            f"{e['msg']}"
+            for e in errors
         )
         sent = request.headers.get("content-type", "")
         media = sent.split(";")[0].strip().lower()

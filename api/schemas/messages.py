@@ -235,6 +235,12 @@ SerializedMessage = Annotated[
 ]
 
 
+#: The tags of the message (and tool call) shapes: a validation error's location names the
+#: one it was read as (``messages.0.openai.content``), which a person sending the body never
+#: wrote (the 422's one line leaves them out).
+SHAPE_TAGS = frozenset({"openai", "langchain", "serialized"})
+
+
 def shape_of(item: Any) -> str | None:
     """Which shape a message dict is, as :func:`offpath.compaction.formats.to_messages` reads
     it: ``type`` with an object ``data``: serialized; else ``role``: OpenAI; else ``type``:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 import time
 import uuid
 
@@ -103,6 +104,7 @@ BAD_TURNS = {
     "empty list": ({"messages": []}, 422),
     "no role or type": ({"messages": [{"content": "x"}]}, 422),
     "unknown type": ({"messages": [{"type": "wizard", "content": "x"}]}, 422),
+    "unknown role": ({"messages": [{"role": "robot", "content": "x"}]}, 422),
     # OpenAI's deprecated function result is read (issue 19, item 6), but it needs its name
     "function message without a name": ({"messages": [{"role": "function", "content": "x"}]}, 422),
     "custom tool call without input": (
@@ -200,6 +202,8 @@ def test_bad_requests_get_4xx_with_a_message_and_change_nothing(stacks, backend)
         detail = r.json()["detail"]
         assert isinstance(detail, str) and detail, f"{name}: no one-line message"
         assert "Traceback" not in detail and "missing 1 required" not in detail, f"{name}: {detail}"
+        # the shape a message was read as is a tag the sender never wrote
+        assert not re.search(r"\.(openai|langchain|serialized)\b", detail), f"{name}: {detail}"
         assert stack.session(session) == before, f"{name} changed the thread"
     assert (
         stack.http.post(
