@@ -225,7 +225,7 @@ def archived_json(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "message_id": row["message_id"],
         "summary_id": row["summary_id"],
-        "job_id": row["job_id"],
+        "job_id": row["job_id"] or None,  # "" in the table: shortened on arrival
         "position": row["position"],
         "created_at": at.isoformat() if at is not None else None,
         "type": m["type"],

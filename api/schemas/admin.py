@@ -58,7 +58,10 @@ class ArchivedOut(BaseModel):
 
     message_id: str
     summary_id: str = Field(description="The id of the summary message that replaced it")
-    job_id: str
+    job_id: str | None = Field(
+        description="The compaction job that removed it; null: a tool result shortened as it "
+        "arrived, before any job"
+    )
     position: int = Field(description="Its index in the thread when it was removed")
     created_at: str | None = Field(description="When it was archived, ISO 8601")
     type: str

@@ -273,3 +273,4 @@ def test_turns_shortens_an_oversized_tool_result_as_it_arrives(stacks, backend):
     page = stack.http.get(f"/sessions/{session}/archive").json()
     (original,) = [m for m in page["messages"] if m["message_id"] == "dump"]
     assert original["content"] == dump.content
+    assert original["job_id"] is None  # shortened as it arrived: no job did it
