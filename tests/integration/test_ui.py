@@ -458,7 +458,7 @@ def check_summary_counts(summary: Any, stack: Stack, session: str) -> None:
         if r["message_id"] not in thread and not str(r["content"]).startswith(SUMMARY_PREFIX)
     }
     applied = [j for j in stack.jobs(session) if j["status"] == "applied"]
-    assert {r["job_id"] for r in rows} - {""} == {j["job_id"] for j in applied}
+    assert {r["job_id"] for r in rows} - {None} == {j["job_id"] for j in applied}
     head = summary.locator(":scope > details.originals > summary")
     assert int(head.get_attribute("data-replaced")) == len(replaced) > 0
     assert int(head.get_attribute("data-compactions")) == len(applied)
