@@ -447,6 +447,17 @@ def dump(obj: Any) -> str:
     return json.dumps(obj, indent=1)[:3000]
 
 
+def stop_group(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """Stop the process group ``proc`` leads (started with ``start_new_session=True``):
+    SIGTERM, then SIGKILL after ``timeout`` s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def wait_for(predicate: Any, timeout: float = 30, interval: float = 0.05, what: Any = "") -> Any:
     """``predicate()``'s first truthy value, tried every ``interval`` s for ``timeout`` s;
     AssertionError naming ``what`` (a string, or a callable giving one when it fails; else

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -176,6 +177,20 @@ ApiKeyOption = Annotated[
     str | None,
     typer.Option("--api-key", help="API key (default: OFFPATH_API_KEY)", show_default=False),
 ]
+
+
+def cannot_listen(host: str, port: int) -> str | None:
+    """Why a server could not bind ``host``:``port`` (another process listens there, or the
+    address is not this machine's), or None; bound as uvicorn binds (``SO_REUSEADDR``), then
+    let go (``offpath api``, the demo's ``--port``)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _api_url(value: str | None) -> str | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import redis
 
-from offpath.cli.common import CliError
+from offpath.cli.common import CliError, cannot_listen
 from offpath.coordination.broker import forget_queue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,12 +31,7 @@ def free_port() -> int:
 
 def port_free(port: int) -> bool:
     """Nothing listens on ``port`` of 127.0.0.1 (the demo's API may bind it)."""
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    return cannot_listen("127.0.0.1", port) is None
 
 
 def redis_answers(url: str) -> bool:

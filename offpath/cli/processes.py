@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import typer
 
 from offpath.cli.common import (
     app,
+    cannot_listen,
     console,
     err,
     fail,
@@ -35,7 +35,7 @@ def api(
 ) -> None:
     """Run the chat API (uvicorn)."""
     settings = settings_or_exit()
-    taken = _cannot_listen(host, port)
+    taken = cannot_listen(host, port)
     if taken:
         fail(f"cannot listen on {host}:{port}: {taken}; choose another with --port")
     migrate_or_exit(settings)
@@ -48,20 +48,6 @@ def api(
     import uvicorn
 
     uvicorn.run("offpath.api.app:app", host=host, port=port, log_level=settings.log_level.lower())
-
-
-def _cannot_listen(host: str, port: int) -> str | None:
-    """Why the API could not bind ``host``:``port`` (another process listens there, or the
-    address is not this machine's), or None; bound as uvicorn binds (``SO_REUSEADDR``), then
-    let go."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
 
 
 @app.command()

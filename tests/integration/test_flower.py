@@ -3,8 +3,6 @@ lists the test worker and shows a finished compaction task with its outcome."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -14,7 +12,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 from shared import CASES, load
-from stack import ROOT, free_port, split_turns, wait_for
+from stack import ROOT, free_port, split_turns, stop_group, wait_for
 
 from offpath.coordination.broker import bindings, forget_queue
 
@@ -63,11 +61,7 @@ def running_flower(stack, basic_auth: str) -> Iterator[httpx.Client]:
         )
         yield client
     finally:
-        os.killpg(flower.pid, signal.SIGTERM)
-        try:
-            flower.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(flower.pid, signal.SIGKILL)
+        stop_group(flower, timeout=10)
         log.close()
         # Flower's event receiver (celeryev.<uuid>) and remote-control reply queues stay
         # bound after it stops (issue 8, item 12)

@@ -5,7 +5,6 @@ Redis is down says so at start-up."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from stack import BIN, ROOT, create_pg_database, drop_pg_database, free_port, wait_for
+from stack import BIN, ROOT, create_pg_database, drop_pg_database, free_port, stop_group, wait_for
 
 N = 6
 
@@ -139,9 +138,4 @@ def test_api_warns_at_start_up_when_redis_is_down(tmp_path):
         assert "broker and lock store" in line, line
         assert "compaction jobs are not queued until it is back" in line, line
     finally:
-        os.killpg(api.pid, signal.SIGTERM)
-        try:
-            api.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(api.pid, signal.SIGKILL)
-            api.wait()
+        stop_group(api)
