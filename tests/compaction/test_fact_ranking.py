@@ -566,6 +566,34 @@ def test_what_the_agent_said_stays_pinned_while_only_a_kept_tool_output_holds_it
     assert "PVSystem" not in pinned, pinned  # the agent's kept words hold it
 
 
+def test_what_the_agent_just_said_is_pinned_while_only_a_kept_tool_output_holds_it():
+    """The same for a value the agent said in the removed part: a kept tool output that
+    echoes it (the file it just edited) is shortened or goes at a later compaction, unread
+    for names, and the value with it. Pinned now; a value the agent's kept words hold is in
+    view and is not."""
+    removed = [
+        AIMessage(
+            id="a1",
+            content="I will exclude 'PixelRepresentation' from the required elements when "
+            "'FloatPixelData' or 'DoubleFloatPixelData' is present.\n"
+            "The check is in `numpy_handler.py`.",
+        )
+    ]
+    kept = [
+        ToolMessage(
+            id="t9",
+            content="41: if 'FloatPixelData' in ds or 'DoubleFloatPixelData' in ds:\n"
+            "42:     required.remove('PixelRepresentation')",
+            tool_call_id="c",
+        ),
+        AIMessage(id="a2", content="Now I run the tests for `numpy_handler.py`."),
+    ]
+    pinned = section(pin("s", removed, 1_000, kept)[0])
+    for value in ("PixelRepresentation", "FloatPixelData", "DoubleFloatPixelData"):
+        assert value in pinned, (value, pinned)  # only the kept tool output holds it
+    assert "numpy_handler.py" not in pinned, pinned  # the agent's kept words hold it
+
+
 def test_a_directory_is_held_by_a_path_it_starts_a_name_is_not_by_a_longer_name():
     from offpath.compaction.facts.patterns import stands_in
 

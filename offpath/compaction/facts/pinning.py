@@ -70,7 +70,9 @@ def pin(
     facts of ``removed`` that neither the summary nor the ``kept`` messages contain (in any
     letter case, as a token of its own: :func:`~offpath.compaction.facts.patterns.stands_in`;
     ``loki`` inside ``loki-0`` names another thing), in at most ``max_chars`` chars (0: no
-    section).
+    section). What the agent said or the user named counts as contained only in the summary
+    or in the agent's and the user's kept words: a kept tool output that echoes it is
+    shortened, or goes at a later compaction, unread for names.
 
     The facts are listed by value first, densely, one line per kind (``- ids: OBUT9V,
     credit_card_9513926``; ``- times: 2024-05-20``): an identifier costs its length and two
@@ -132,10 +134,12 @@ def pin(
         ranked = [f for f in ranked if id(f) not in alike]
     held: set[str] | None = None  # the facts' forms the summary or the keep window holds
     # ... and those the summary or the agent's and the user's words in the keep window hold:
-    # what the agent said or the user named, carried by an earlier summary, stays pinned
-    # while only a kept tool output holds it too (that output goes at a later compaction,
-    # and tool output is not read for names: the value would go with it)
+    # what the agent said or the user named (now, or carried by an earlier summary) is pinned
+    # while only a kept tool output holds it too (that output is shortened, or goes at a
+    # later compaction, and tool output is not read for names: the value would go with it)
     held_said: set[str] | None = None
+    words = "\n".join(t for m in kept for t, role, _ in fact_blocks(m) if role != "data")
+    said_text = normal(summary_text + "\n" + words)
     forms: dict[str, str] = {}  # value -> its form looked for (see ``form``)
 
     def form(fact: Fact) -> str:
@@ -147,7 +151,7 @@ def pin(
     # view holds: its values, as the summaries that dropped them listed them
     again = [f for f in lost if _own(f) and f.value not in tools]
     if again:
-        shown = held_in((normal(f.value) for f in again), present, whole=True)
+        shown = held_in((normal(f.value) for f in again), said_text, whole=True)
         again = [f for f in again if normal(f.value) not in shown]
     again_ids = {id(f) for f in again}
 
@@ -161,15 +165,11 @@ def pin(
         if held is None:
             forms.update((f.value, form(f)) for f in (*positive, *opaque))
             held = held_in(forms.values(), present, whole=True)
-        if _own(fact) and fact.carried:
+        if _own(fact):
             if held_said is None:
-                words = "\n".join(
-                    t for m in kept for t, role, _ in fact_blocks(m) if role != "data"
-                )
-                said = normal(summary_text + "\n" + words)
                 held_said = held_in(
-                    (forms.get(f.value) or form(f) for f in positive if _own(f) and f.carried),
-                    said,
+                    (forms.get(f.value) or form(f) for f in positive if _own(f)),
+                    said_text,
                     whole=True,
                 )
             return (forms.get(fact.value) or form(fact)) not in held_said
