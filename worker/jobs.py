@@ -46,7 +46,7 @@ from typing import Any
 import psycopg
 import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
-from langchain_core.messages import BaseMessage, messages_from_dict
+from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from redis.exceptions import RedisError
 
@@ -408,17 +408,13 @@ def with_originals(rt: Runtime, session_id: str, plan: CompactionPlan) -> Compac
     """``plan`` with each removed tool result that offpath shortened replaced by its archived
     original (the same id and digest): the summarizer and the fact guard read what the agent
     saw, not the shortened copy. A result whose original cannot be read stays as it is."""
-    short = [m for m in plan.removed if is_shortened(m)]
+    short = [str(m.id) for m in plan.removed if is_shortened(m)]
     if not short:
         return plan
-    originals: dict[str, BaseMessage] = {}
-    for m in short:
-        try:
-            stored = archive.original(rt.engine, session_id, str(m.id))
-        except Exception:  # the summary is written from the shortened copy
-            stored = None
-        if stored is not None:
-            (originals[str(m.id)],) = messages_from_dict([stored])
+    try:
+        originals = archive.originals(rt.engine, session_id, short)
+    except Exception:  # the summary is written from the shortened copies
+        return plan
     removed = tuple(originals.get(str(m.id), m) for m in plan.removed)
     return dataclasses.replace(plan, removed=removed)
 

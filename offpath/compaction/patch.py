@@ -45,7 +45,7 @@ thread would be over its target.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -78,7 +78,7 @@ from offpath.compaction.planner import (
     summary_budget_chars,
 )
 from offpath.compaction.settings import Settings
-from offpath.compaction.shorten import caps_for, digest, shorten
+from offpath.compaction.shorten import caps_for, digest, is_shortened, shorten
 from offpath.compaction.standing import read_standing, standing_blocks, without_standing
 from offpath.compaction.summary import (
     build_summary_message,
@@ -87,6 +87,10 @@ from offpath.compaction.summary import (
     fingerprint,
     summary_meta,
 )
+
+#: Reads the archived originals of messages shortened in place: message ids -> the originals
+#: found, by id (:func:`offpath.stores.archive.originals`, bound to a thread).
+Originals = Callable[[Sequence[str]], Mapping[str, BaseMessage]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +370,7 @@ def fit(
     recall: bool = True,
     settings: Settings | None = None,
     outside_chars: int = 0,
+    originals: Originals | None = None,
 ) -> Fitted | Stale:
     """``prepared`` checked against the thread's ``messages`` now (see the module doc).
     ``outside_chars``: what each model call sends besides the thread (a system prompt given
@@ -383,6 +388,10 @@ def fit(
     target itself without ``settings``) is :class:`Stale` (re-plan it). None: no bound (an
     operator's "compact now").
     ``recall``: shortened results name the ``recall`` tool (the agent has it).
+    ``originals``: reads the archived originals of messages offpath shortened in place, by
+    id (those it cannot read left out): the since-section lists what a message that goes
+    beyond the plan said before it was shortened (the agent's own words shortened over the
+    threshold keep none of their facts). None: from the messages as they are.
     """
     by_id = {m.id: m for m in messages}
     present = [i for i in prepared.removed if i in by_id]
@@ -427,6 +436,14 @@ def fit(
     cap = summary_budget_chars(settings, fixed) if settings is not None else prepared.summary_budget
     since = ""
     extra: list[str] = []
+    read: dict[str, BaseMessage] = {}  # originals read so far, by message id
+
+    def as_said(moved: list[BaseMessage]) -> list[BaseMessage]:
+        """``moved`` with each message shortened in place as it was first (``originals``)."""
+        wanted = [str(m.id) for m in moved if is_shortened(m) and str(m.id) not in read]
+        if wanted and originals is not None:
+            read.update(originals(wanted))
+        return [read.get(str(m.id), m) for m in moved]
 
     copy = True  # a long request kept as a copy after the summary (the plan's request_copy)
 
@@ -494,7 +511,7 @@ def fit(
         )
         # what the agent said and the user named on lines of their own: the summary keeps
         # them while it gives up the rest (budget.ORDER), the next one reads them back so
-        text, _ = pin("", moved, room - len(asked), stay, header=header, stated_lines=True)
+        text, _ = pin("", as_said(moved), room - len(asked), stay, header=header, stated_lines=True)
         text = text.strip() or f"{SINCE_HEADING} ({len(moved)} later messages archived)."
         if asked:
             heading, _, facts = text.partition("\n")
@@ -640,6 +657,7 @@ def fit_now(
     force: bool = False,
     outside_chars: int = 0,
     recall: bool = True,
+    originals: Originals | None = None,
 ) -> Fitted | Stale:
     """``prepared`` fitted to the thread's ``messages`` as it is now, the one way a compaction
     is fitted before it is applied (by the worker, the post-turn hook, the middleware, and
@@ -647,7 +665,8 @@ def fit_now(
     (:func:`~compaction.planner.landing_chars` of ``settings``), or with no bound when an
     operator asked for it (``force``: "compact now"). ``outside_chars``: what each model call
     sends besides the thread (a system prompt given to ``create_agent``, which the job
-    carries); ``recall``: shortened results name the ``recall`` tool. See :func:`fit`."""
+    carries); ``recall``: shortened results name the ``recall`` tool; ``originals``: reads
+    the originals of messages shortened in place. See :func:`fit`."""
     return fit(
         prepared,
         messages,
@@ -655,6 +674,7 @@ def fit_now(
         recall=recall,
         settings=settings,
         outside_chars=outside_chars,
+        originals=originals,
     )
 
 

@@ -17,6 +17,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import orjson
@@ -590,7 +591,7 @@ class Jobs:
             return Landed(result["record"])
         prepared = Prepared.from_json(result["prepared"])
         fitted = fit_now(prepared, messages, settings, force=force, outside_chars=outside,
-                         recall=recall)  # fmt: skip
+                         recall=recall, originals=partial(self.originals, session_id))  # fmt: skip
         if isinstance(fitted, Stale):
             if not replan:
                 why = fitted.reason
@@ -621,6 +622,16 @@ class Jobs:
                 ended.result = dict(result)
             self.end(session_id, job_id, ended, holding)
             return ended
+
+    def originals(self, session_id: str, message_ids: Sequence[str]) -> dict[str, BaseMessage]:
+        """The archived originals of the thread's messages shortened in place, by id
+        (:func:`~offpath.stores.archive.originals`); none when the archive cannot be read:
+        the summary then lists what their shortened copies show."""
+        try:
+            return archive.originals(self.engine, session_id, message_ids)
+        except Exception as exc:
+            log.warning("[%s] originals of shortened messages not read: %s", tag(session_id), exc)
+            return {}
 
     def archive(self, applying: Applying, record: dict[str, Any]) -> None:
         """Store the job's ``record`` of the summary it patches in, and the originals it removes

@@ -380,6 +380,30 @@ def original(engine: Engine, session_id: str, message_id: str) -> dict[str, Any]
         return conn.execute(q).scalar()
 
 
+def originals(
+    engine: Engine, session_id: str, message_ids: Sequence[str]
+) -> dict[str, BaseMessage]:
+    """The originals of a thread's messages by id, each as :func:`original` reads it (the
+    first row archived under the id), in one query: ``{message id: message}``, those not
+    archived (or whose compaction never applied) left out."""
+    if not message_ids:
+        return {}
+    q = (
+        sa.select(ARCHIVE.c.message_id, ARCHIVE.c.message)
+        .where(
+            ARCHIVE.c.session_id == session_id,
+            ARCHIVE.c.message_id.in_(list(dict.fromkeys(message_ids))),
+            _applied(originals=True),
+        )
+        .order_by(ARCHIVE.c.id)
+    )
+    found: dict[str, dict[str, Any]] = {}
+    with engine.connect() as conn:
+        for row in conn.execute(q):
+            found.setdefault(str(row.message_id), row.message)
+    return {i: messages_from_dict([m])[0] for i, m in found.items()}
+
+
 def ids_cited(engine: Engine, session_id: str, prefix: str) -> list[str]:
     """The archived message ids of a thread that are UUIDs starting with ``prefix`` (how a
     summary cites them: :func:`offpath.compaction.summary.cite`), at most two (two: the

@@ -182,6 +182,44 @@ def test_a_compaction_applied_late_also_removes_what_came_after_its_plan():
     assert kept_requests and all(f"f{r[1:]}" in ids for r in kept_requests[:-1])
 
 
+def test_a_late_apply_lists_what_the_agent_said_in_a_message_shortened_since_the_plan():
+    """A message that goes at the apply beyond the plan may be one the agent's model calls
+    shortened in place meanwhile (over the threshold, its original archived): the
+    since-section lists what the agent said in its original (read through ``originals``),
+    not what the shortened copy still shows."""
+    early = thread(12)
+    prepared = prepared_on(early)
+    grown = list(early)
+    originals = {}
+    for i in range(12, 24):
+        turn = thread(i + 1)[-4:]
+        said = AIMessage(
+            id=f"f{i}",
+            content=f"service {i}: I read the pools.\n{'z' * 1_500}\n"
+            f"The pool `ledger_pool_{i}` is exhausted.",
+        )
+        originals[said.id] = said
+        turn[-1] = shorten(said, MIN_OLDER_CHARS, floor=MIN_OLDER_CHARS)  # as a model call does
+        grown += turn
+    asked: list[list[str]] = []
+
+    def read(ids):
+        asked.append(list(ids))
+        return {i: originals[i] for i in ids if i in originals}
+
+    fitted = fit(prepared, grown, target=landing_chars(S), settings=S, originals=read)
+    assert not isinstance(fitted, Stale), fitted
+    moved = [i for i in fitted.removed if i in originals]
+    assert moved and asked and set(moved) <= {i for ids in asked for i in ids}
+    summary = str(fitted.summary.content)
+    since = summary[summary.index(SINCE_HEADING) :]
+    assert all(f"ledger_pool_{i[1:]}" in since for i in moved), since
+    # the shortened copies alone say none of it
+    alone = fit(prepared, grown, target=landing_chars(S), settings=S)
+    assert not isinstance(alone, Stale), alone
+    assert "ledger_pool_" not in str(alone.summary.content)
+
+
 def test_a_long_request_stays_a_message_of_its_own_right_after_the_summary():
     """Issue 18, item 2: a mid-turn cut quoted the turn's request in the summary, up to 7.6k
     chars whatever the threshold. A request longer than a quarter of the summary's budget

@@ -113,3 +113,28 @@ def test_rows_of_other_shapes_are_written_row_by_row_as_before(pg_engine):
         archive.insert_rows(conn, rows)
     got = stored(pg_engine, "job-1")
     assert [(r[3], r[-1]) for r in got] == [("h1", archive.REMOVED), ("a1", archive.REMOVED)]
+
+
+def test_originals_are_read_by_id_in_one_query_the_first_row_of_each(engine):
+    """``archive.originals``: each message's first archived row (a result shortened as it
+    arrived, then removed by a compaction, is read as it first was), the ids not archived
+    and the rows of a job never applied left out."""
+    messages = thread()
+    archive.store_shortened(engine, "s-1", [(3, messages[3])])
+    create_job(engine, "job-1", "s-1", 100)
+    later = [*messages[:3], ToolMessage(id="t1", content="shortened", tool_call_id="c1")]
+    rows = archive.rows_for("s-1", "job-1", "h1", later, ["h1", "a1", "t1"])
+    archive.store_record(engine, "job-1", {"summary": "s"}, rows)
+    create_job(engine, "job-2", "s-1", 100)  # never applied
+    archive.store_record(
+        engine, "job-2", {"summary": "s"}, archive.rows_for("s-1", "job-2", "t2", messages, ["t2"])
+    )
+    assert archive.originals(engine, "s-1", ["t1", "a1", "nope", "t2"]) == {"t1": messages[3]}
+    with engine.begin() as conn:
+        conn.execute(sa.update(JOBS).where(JOBS.c.job_id == "job-1").values(status="applied"))
+    found = archive.originals(engine, "s-1", ["t1", "a1", "nope", "t2", "t1"])
+    assert found == {"t1": messages[3], "a1": messages[2]}
+    assert (
+        archive.originals(engine, "s-2", ["t1"]) == {}
+        and archive.originals(engine, "s-1", []) == {}
+    )

@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
-from langchain_core.messages import BaseMessage, messages_from_dict
+from langchain_core.messages import BaseMessage
 
 from offpath.agent.middleware.claims import Claims
 from offpath.agent.middleware.counting import ThreadSettings, ThreadTokens
@@ -304,12 +304,12 @@ class Applying:
                 )
             else:
                 raise RevertConflict(f"more than {WHOLE_MAX_UNDONE} compactions to undo")
-            for k, m in enumerate(out):
-                if isinstance(m.additional_kwargs.get(SHORTENED_MARK), dict):
-                    first = archive.original(engine, session_id, str(m.id))
-                    if first is not None:  # else the run was given it shortened
-                        (out[k],) = messages_from_dict([first])
-            return out
+            short = [
+                str(m.id) for m in out if isinstance(m.additional_kwargs.get(SHORTENED_MARK), dict)
+            ]
+            firsts = archive.originals(engine, session_id, short)
+            # one not archived: the run was given it shortened
+            return [firsts.get(str(m.id), m) for m in out]
         except Exception as exc:  # the caller gets the thread as it is
             self.reports.trouble(
                 USAGE_DB,
