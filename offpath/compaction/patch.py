@@ -437,11 +437,13 @@ def fit(
     since = ""
     extra: list[str] = []
     read: dict[str, BaseMessage] = {}  # originals read so far, by message id
+    looked_up: set[str] = set()  # ids asked for once (a deeper cut moves them again)
 
     def as_said(moved: list[BaseMessage]) -> list[BaseMessage]:
         """``moved`` with each message shortened in place as it was first (``originals``)."""
-        wanted = [str(m.id) for m in moved if is_shortened(m) and str(m.id) not in read]
+        wanted = [str(m.id) for m in moved if is_shortened(m) and str(m.id) not in looked_up]
         if wanted and originals is not None:
+            looked_up.update(wanted)
             read.update(originals(wanted))
         return [read.get(str(m.id), m) for m in moved]
 
