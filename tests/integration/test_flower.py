@@ -96,11 +96,12 @@ def test_flower_lists_the_worker_and_a_finished_compaction(stacks, stub):
         )
         assert any(name.startswith(f"w-{stack.name}") for name in workers), workers
 
+        # the whole conversation at once (35k chars, over the 30k threshold): its job applies
+        # the compaction itself. Posted turn by turn, a job queued past the prepare point
+        # could run before the crossing turn came and end `prepared` (the hook applies it)
         session = f"flower-{uuid.uuid4().hex[:8]}"
-        for turn in split_turns(
-            load(next(p for p in CASES if p.stem == "summary-first"))["messages"]
-        ):
-            assert stack.post_turn(session, turn).status_code == 200
+        whole = load(next(p for p in CASES if p.stem == "summary-first"))["messages"]
+        assert stack.post_turn(session, whole).status_code == 200
         jobs = stack.settle(session, True, 0)
         job_id = jobs[0]["job_id"]
 
