@@ -226,3 +226,34 @@ def test_a_stale_compaction_is_refused_and_leaves_the_thread_as_it_is(rt, thread
     assert rt.leases.holder(thread.session) is None
     assert usage_events(rt, job) == 0
     assert archive.job_rows(rt.engine, thread.session, job) == []
+
+
+def test_a_late_apply_lists_what_a_message_shortened_since_the_plan_said(rt, thread):
+    """The thread grew after the plan, and a model call over the threshold shortened the
+    agent's newer answers in place (originals archived): the apply takes them too, and its
+    summary lists what they said, read from the archive, not from the 200-char stubs."""
+    from offpath.compaction.facts.sections import SINCE_HEADING
+    from offpath.compaction.shorten import MIN_OLDER_CHARS, shorten
+
+    job = prepared_job(rt, thread.session, thread.messages())
+    said: dict[str, str] = {}
+    for k in range(5, 9):
+        *rest, answer = turn(k)
+        original = AIMessage(
+            id=answer.id,
+            content=f"Shard {k} checked.\n{'z' * 1_200}\nThe pool `ledger_pool_{k}` is exhausted.",
+        )
+        short = shorten(original, MIN_OLDER_CHARS, floor=MIN_OLDER_CHARS)
+        assert f"ledger_pool_{k}" not in str(short.content)
+        archive.store_shortened(rt.engine, thread.session, [(len(THREAD) + 4 * k, original)])
+        said[answer.id] = f"ledger_pool_{k}"
+        for m in (*rest, short):
+            thread.replace(m)
+    fitted = thread.apply(job)
+    assert isinstance(fitted, Fitted), fitted
+    assert fitted.record["since_summary"] > 0
+    moved = [i for i in fitted.removed if i in said]
+    assert moved, fitted.removed
+    summary = str(fitted.summary.content)
+    since = summary[summary.index(SINCE_HEADING) :]
+    assert all(said[i] in since for i in moved), since
