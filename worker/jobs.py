@@ -68,7 +68,6 @@ from offpath.coordination.logs import tag
 from offpath.coordination.outages import database_unavailable
 from offpath.coordination.runtime import Runtime
 from offpath.coordination.writers import CheckpointWriter
-from offpath.stores import archive
 from offpath.stores.checkpoints import Thread, read_thread
 from offpath.stores.db.job_queries import job_row, lost_of
 from offpath.stores.db.tables import FINAL_VALUES, JobStatus
@@ -411,10 +410,7 @@ def with_originals(rt: Runtime, session_id: str, plan: CompactionPlan) -> Compac
     short = [str(m.id) for m in plan.removed if is_shortened(m)]
     if not short:
         return plan
-    try:
-        originals = archive.originals(rt.engine, session_id, short)
-    except Exception:  # the summary is written from the shortened copies
-        return plan
+    originals = rt.jobs.originals(session_id, short)
     removed = tuple(originals.get(str(m.id), m) for m in plan.removed)
     return dataclasses.replace(plan, removed=removed)
 

@@ -436,16 +436,16 @@ def fit(
     cap = summary_budget_chars(settings, fixed) if settings is not None else prepared.summary_budget
     since = ""
     extra: list[str] = []
-    read: dict[str, BaseMessage] = {}  # originals read so far, by message id
-    looked_up: set[str] = set()  # ids asked for once (a deeper cut moves them again)
+    # originals asked for so far, by message id (None: not archived); a deeper cut moves the
+    # same messages again
+    read: dict[str, BaseMessage | None] = {}
 
     def as_said(moved: list[BaseMessage]) -> list[BaseMessage]:
         """``moved`` with each message shortened in place as it was first (``originals``)."""
-        wanted = [str(m.id) for m in moved if is_shortened(m) and str(m.id) not in looked_up]
+        wanted = [str(m.id) for m in moved if is_shortened(m) and str(m.id) not in read]
         if wanted and originals is not None:
-            looked_up.update(wanted)
-            read.update(originals(wanted))
-        return [read.get(str(m.id), m) for m in moved]
+            read.update(dict.fromkeys(wanted), **originals(wanted))
+        return [read.get(str(m.id)) or m for m in moved]
 
     copy = True  # a long request kept as a copy after the summary (the plan's request_copy)
 

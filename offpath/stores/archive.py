@@ -366,26 +366,22 @@ def original(engine: Engine, session_id: str, message_id: str) -> dict[str, Any]
     archived, or its compaction never applied. The *first* row archived under the id: the
     message as it first was, never a later summary or shortened copy that reused its id
     (a summary takes the id of the first message it replaces)."""
-    q = (
-        sa.select(ARCHIVE.c.message)
-        .where(
-            ARCHIVE.c.session_id == session_id,
-            ARCHIVE.c.message_id == message_id,
-            _applied(originals=True),
-        )
-        .order_by(ARCHIVE.c.id)
-        .limit(1)
-    )
-    with engine.connect() as conn:
-        return conn.execute(q).scalar()
+    return _firsts(engine, session_id, [message_id]).get(message_id)
 
 
 def originals(
     engine: Engine, session_id: str, message_ids: Sequence[str]
 ) -> dict[str, BaseMessage]:
-    """The originals of a thread's messages by id, each as :func:`original` reads it (the
-    first row archived under the id), in one query: ``{message id: message}``, those not
-    archived (or whose compaction never applied) left out."""
+    """The originals of a thread's messages by id, each as :func:`original` reads it, in one
+    query: ``{message id: message}``, those not archived (or whose compaction never applied)
+    left out."""
+    found = _firsts(engine, session_id, message_ids)
+    return {i: messages_from_dict([m])[0] for i, m in found.items()}
+
+
+def _firsts(engine: Engine, session_id: str, message_ids: Sequence[str]) -> dict[str, Any]:
+    """The first row archived under each of ``message_ids`` that is shown (or the original
+    of a result shortened by a reverted job), ``{message id: message dict}``: one query."""
     if not message_ids:
         return {}
     q = (
@@ -397,11 +393,11 @@ def originals(
         )
         .order_by(ARCHIVE.c.id)
     )
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, Any] = {}
     with engine.connect() as conn:
         for row in conn.execute(q):
             found.setdefault(str(row.message_id), row.message)
-    return {i: messages_from_dict([m])[0] for i, m in found.items()}
+    return found
 
 
 def ids_cited(engine: Engine, session_id: str, prefix: str) -> list[str]:

@@ -138,8 +138,13 @@ def pin(
     # while only a kept tool output holds it too (that output is shortened, or goes at a
     # later compaction, and tool output is not read for names: the value would go with it)
     held_said: set[str] | None = None
-    words = "\n".join(t for m in kept for t, role, _ in fact_blocks(m) if role != "data")
-    said_text = normal(summary_text + "\n" + words)
+
+    @functools.cache
+    def said_text() -> str:
+        """The summary and the agent's and the user's words in the keep window."""
+        words = "\n".join(t for m in kept for t, role, _ in fact_blocks(m) if role != "data")
+        return normal(summary_text + "\n" + words)
+
     forms: dict[str, str] = {}  # value -> its form looked for (see ``form``)
 
     def form(fact: Fact) -> str:
@@ -151,7 +156,7 @@ def pin(
     # view holds: its values, as the summaries that dropped them listed them
     again = [f for f in lost if _own(f) and f.value not in tools]
     if again:
-        shown = held_in((normal(f.value) for f in again), said_text, whole=True)
+        shown = held_in((normal(f.value) for f in again), said_text(), whole=True)
         again = [f for f in again if normal(f.value) not in shown]
     again_ids = {id(f) for f in again}
 
@@ -169,7 +174,7 @@ def pin(
             if held_said is None:
                 held_said = held_in(
                     (forms.get(f.value) or form(f) for f in positive if _own(f)),
-                    said_text,
+                    said_text(),
                     whole=True,
                 )
             return (forms.get(fact.value) or form(fact)) not in held_said
