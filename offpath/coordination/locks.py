@@ -127,13 +127,15 @@ class ThreadLocks:
         client posting turns back to back would keep every patch out."""
         deadline = time.monotonic() + self.wait_s
         while True:
-            patch_waits = self.redis.exists(waiting) and time.monotonic() < deadline
+            # one clock reading per round: the round that finds the wait over also tries the lock
+            waited_out = time.monotonic() >= deadline
+            patch_waits = not waited_out and self.redis.exists(waiting)
             if not patch_waits and lock.acquire(blocking=False, token=token):
                 return True
             holder = self.redis.get(lock.name)
             if isinstance(holder, bytes) and holder.startswith((b"turn:", b"run:")):
                 raise ThreadBusy("another turn is in progress on this session")
-            if time.monotonic() >= deadline:
+            if waited_out:
                 return False
             time.sleep(0.005)
 

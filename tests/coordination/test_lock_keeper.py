@@ -129,3 +129,28 @@ def test_a_patch_says_it_waits_only_while_it_waits_and_a_turn_lets_it_go_first()
     with turns.turn("t"):  # a turn lets a waiting patch go first, for up to its wait
         assert time.monotonic() - started >= turns.wait_s
     turns.redis.delete(waiting)
+
+
+def test_a_turn_whose_wait_for_a_patch_runs_out_during_a_slow_read_still_takes_the_free_lock():
+    """A turn that let a waiting patch go first for its whole wait takes the lock if it is
+    free then, however slow the lock store was during that wait: a patch that never came is
+    no reason to refuse the turn."""
+    prefix = f"slow-{uuid.uuid4().hex[:6]}"
+    turns = ThreadLocks(redis.Redis.from_url(REDIS_URL), timeout_s=TTL_S, wait_s=0.2, prefix=prefix)
+    waiting = turns._waiting_key("t")
+    turns.redis.set(waiting, "patch:x", px=5_000)  # a patch said it waits and never took the lock
+    real_get = turns.redis.get
+    slowed: list[str] = []
+
+    def slow_get(key, *a, **k):  # the holder read that straddles the end of the wait
+        if not slowed:
+            slowed.append(key)
+            time.sleep(turns.wait_s + 0.05)
+        return real_get(key, *a, **k)
+
+    turns.redis.get = slow_get
+    try:
+        with turns.turn("t"):
+            assert slowed and turns.redis.get(turns._key("t")).startswith(b"turn:")
+    finally:
+        turns.redis.delete(waiting)
