@@ -153,6 +153,38 @@ def test_names_and_line_numbers_the_agent_writes_bare_are_facts_it_said():
         assert value not in facts, value  # tool output's code, and prose
 
 
+def test_a_value_that_ends_a_sentence_is_a_fact_as_it_is_inside_one():
+    """A period after a value ends the sentence: the value is found as without it (a dot
+    followed by more of the value, as in a decimal or a file name, is not an end)."""
+    sentences = {
+        "So PVSystem.__init__ starts at line 194.": ("line 194", "line"),
+        "The leak came with 2.3.1.": ("2.3.1", "version"),
+        "It was fixed in v1.2.": ("v1.2", "version"),
+        "Tracked as PROJ-123.": ("PROJ-123", "ticket"),
+        "Booked item 1008292230.": ("1008292230", "number"),
+        "Ready replicas were 3/4.": ("3/4", "quantity"),
+    }
+    for text, fact in sentences.items():
+        assert fact in kinds(text), text
+        assert fact in kinds(text[:-1] + " now"), text  # the same value mid-sentence
+    assert ("line 194", "line") not in kinds("see line 194.5")
+    assert ("PROJ-123", "ticket") not in kinds("see PROJ-123.md")
+    said = AIMessage(id="a1", content="The check is on line 253. Pinned to 2.3.1.")
+    facts = {f.value: f for f in extract([said])}
+    assert facts["line 253"].said and facts["2.3.1"].said
+
+
+def test_a_word_the_agent_writes_with_letters_then_a_digit_is_a_name_it_said():
+    said = AIMessage(id="a1", content="Let me install h5py: the hashes are sha256, not md5.")
+    tool = ToolMessage(id="t1", content="Collecting h5py\nusing utf8 locale", tool_call_id="c")
+    facts = {f.value: f for f in extract([tool, said])}
+    assert facts["h5py"].said and facts["sha256"].said
+    assert "md5" not in facts  # three chars: a word, not a name
+    assert "utf8" not in facts  # only tool output writes it: its prose is not read for names
+    assert not kinds("the 2nd try, then 3rd")  # a number first: an ordinal
+    assert not kinds("built from g3f2a9c1")  # digits between letters again: an id, not a name
+
+
 def summary_of(text, k=0, removed=()):
     from offpath.compaction.summary import build_summary_message
 

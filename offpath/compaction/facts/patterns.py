@@ -41,7 +41,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         3,
     ),
     ("path", re.compile(r"\w(?<!\w\w)[\w.-]*+(?:/[\w.@+-]+)+\.[A-Za-z]\w{0,5}\b"), 3),  # a/b.py
-    ("ticket", re.compile(r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]{1,9}-\d{1,7}(?![\w.-])"), 3),
+    ("ticket", re.compile(r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]{1,9}-\d{1,7}(?![\w-]|\.\w)"), 3),
     (
         "trace_id",
         re.compile(
@@ -108,7 +108,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         "version",  # 2.3.1, v2.4.2, v1.2 (an IP address is taken before, as an address)
         re.compile(
             r"[vV\d](?<![\w.][vV\d])(?:(?<=[vV])\d+\.\d+|(?<=\d)\d*\.\d+\.\d+)(?:\.\d+)*"
-            r"(?:-[0-9A-Za-z.]+)?(?![\w.])"
+            r"(?:-[0-9A-Za-z.]+)?(?!\w|\.\w)"
         ),
         3,
     ),
@@ -137,7 +137,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
             r"\d(?:(?<![\w.]\d)[\d,]*+(?:\.\d+)?(?:\s?[-\u2013]\s?\d[\d,]*+(?:\.\d+)?)?\s?"
             + _UNITS
             + r"(?![\w/])"
-            r"|(?<![\w./]\d)\d*+/\d+(?![\w/.]))"
+            r"|(?<![\w./]\d)\d*+/\d+(?![\w/]|\.\d))"
         ),
         2,
     ),
@@ -154,14 +154,15 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         re.compile(r"[A-Za-z](?<![\w./#-][A-Za-z])[A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_\d\w*"),
         2,
     ),
-    ("number", re.compile(r"\d(?<![\w.:/#+-]\d)\d{4,}(?![\w.:/%-])"), 1),
+    ("number", re.compile(r"\d(?<![\w.:/#+-]\d)\d{4,}(?![\w:/%-]|\.\w)"), 1),
     # names and line numbers, facts in what the agent or the user writes only (:data:`SAID_ONLY`:
     # tool output, which quotes code, is not scanned for them): a name put in backticks
     # (`build_index`, `minishop`), a line number or range ("line 222", "lines 341-343"), a
     # name written bare: CamelCase (ForeignKey), snake_case (old_name, __init__), a file
-    # (models.py), a dotted name (pvsystem.PVSystem)
+    # (models.py), a dotted name (pvsystem.PVSystem), a word of 4+ chars of letters, one run
+    # of digits, and letters or none (h5py, sha256; not a hex id such as g3f2a9c1)
     ("name", re.compile(r"`(?=[^`\s]*[A-Za-z])([\w.:/-]{3,80}(?:\(\))?)`"), 2),
-    ("line", re.compile(r"[Ll](?<![\w.-][Ll])ines? \d+(?:\s?[-\u2013]\s?\d+)?(?![\w.]|\.\d)"), 2),
+    ("line", re.compile(r"[Ll](?<![\w.-][Ll])ines? \d+(?:\s?[-\u2013]\s?\d+)?(?!\w|\.\w)"), 2),
     (
         "term",
         re.compile(
@@ -170,6 +171,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
             r"|_*[A-Za-z][A-Za-z0-9]*(?:_+[A-Za-z0-9]+)+_*"  # snake_case
             r"|__[a-z]+__"  # a dunder
             r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"  # a dotted name, a file
+            r"|(?=[A-Za-z0-9]{4})[A-Za-z]+\d+[A-Za-z]*"  # letters, digits, letters: h5py, utf8
             r")(?:\(\))?(?![\w@/=-]|\.\w)"  # a key before its value (request_id=) is not one
         ),
         2,
@@ -335,7 +337,7 @@ _REGEX_GATES: dict[str, re.Pattern[str]] = {
     r"\w(?<!\w\w)[\w.-]*+(?:/[\w.@+-]+)+\.[A-Za-z]\w{0,5}\b": re.compile(r"/[\w.@+-]+\.[A-Za-z]"),
     # version: "." then a digit
     r"[vV\d](?<![\w.][vV\d])(?:(?<=[vV])\d+\.\d+|(?<=\d)\d*\.\d+\.\d+)(?:\.\d+)*"
-    r"(?:-[0-9A-Za-z.]+)?(?![\w.])": re.compile(r"\.\d"),
+    r"(?:-[0-9A-Za-z.]+)?(?!\w|\.\w)": re.compile(r"\.\d"),
     # env: "_" then a capital or a digit
     r"[A-Z](?<![\w.-][A-Z])[A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])": re.compile(r"_[A-Z0-9]"),
     # name: a backtick
