@@ -167,6 +167,16 @@ def test_a_value_that_ends_a_sentence_is_a_fact_as_it_is_inside_one():
     for text, fact in sentences.items():
         assert fact in kinds(text), text
         assert fact in kinds(text[:-1] + " now"), text  # the same value mid-sentence
+    marked = {  # a colon that introduces what follows, markdown's bold
+        "Booked item 1008292230: two bags": ("1008292230", "number"),
+        "The node 10.0.3.17: down since noon": ("10.0.3.17", "address"),
+        "The dashboard **https://grafana.example.com/d/api** shows it": (
+            "https://grafana.example.com/d/api",
+            "url",
+        ),
+    }
+    for text, fact in marked.items():
+        assert fact in kinds(text), text
     assert ("line 194", "line") not in kinds("see line 194.5")
     assert ("PROJ-123", "ticket") not in kinds("see PROJ-123.md")
     said = AIMessage(id="a1", content="The check is on line 253. Pinned to 2.3.1.")

@@ -22,7 +22,7 @@ _UNITS = (
     r"[KMGT]iB|bytes?|cores?|nanocores|millicores|m?cpus?|m|req/s|rps|qps|ops/s|conns?|connections)"
 )
 _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
-    ("url", re.compile(r"https?://[^\s'\"<>()\[\]{}`]+[^\s'\"<>()\[\]{}`.,;:!?]"), 3),
+    ("url", re.compile(r"https?://[^\s'\"<>()\[\]{}`]+[^\s'\"<>()\[\]{}`.,;:!?*]"), 3),
     (
         "timestamp",
         re.compile(
@@ -92,7 +92,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
     ),
     (
         "address",  # an IPv4 address, its port if any: 10.0.3.17, 10.0.3.17:8080
-        re.compile(r"\d(?<![\w.:]\d)\d{0,2}(?:\.\d{1,3}){3}(?::\d{1,5})?(?![\w:]|\.\d)"),
+        re.compile(r"\d(?<![\w.:]\d)\d{0,2}(?:\.\d{1,3}){3}(?::\d{1,5})?(?!\w|:\d|\.\d)"),
         3,
     ),
     (
@@ -154,7 +154,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str], int], ...] = (
         re.compile(r"[A-Za-z](?<![\w./#-][A-Za-z])[A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_\d\w*"),
         2,
     ),
-    ("number", re.compile(r"\d(?<![\w.:/#+-]\d)\d{4,}(?![\w:/%-]|\.\w)"), 1),
+    ("number", re.compile(r"\d(?<![\w.:/#+-]\d)\d{4,}(?![\w/%-]|[.:]\w)"), 1),
     # names and line numbers, facts in what the agent or the user writes only (:data:`SAID_ONLY`:
     # tool output, which quotes code, is not scanned for them): a name put in backticks
     # (`build_index`, `minishop`), a line number or range ("line 222", "lines 341-343"), a
