@@ -242,14 +242,20 @@ def dashboard(request: Request, since: Since = None) -> Response:
 def sessions_context(
     request: Request, caller: Principal, q: str, sort: str, order: str, cursor: str | None
 ) -> dict[str, Any]:
-    """A page of the sessions list; 422 for a cursor the list did not give."""
+    """A page of the sessions list; 422 for a ``sort`` not in :data:`SORTS`, an ``order``
+    neither ``asc`` nor ``desc``, or a cursor the list did not give."""
+    if sort not in SORTS:
+        raise HTTPException(
+            status_code=422, detail=f"sort: one of {', '.join(SORTS)}, not {sort[:40]!r}"
+        )
+    if order not in ("", "asc", "desc"):
+        raise HTTPException(status_code=422, detail=f"order: asc or desc, not {order[:40]!r}")
     try:
         rows, next_cursor = listing.session_page(
             rt_of(request), caller, q=q, sort=sort, order=order, cursor=cursor or None
         )
     except BadCursor as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from None
-    sort = sort if sort in SORTS else "last_activity"
     order = order or SORTS[sort]
     more = None
     if next_cursor:
@@ -272,7 +278,7 @@ def sessions_context(
 
 SESSIONS_REGIONS = {"table": "_sessions_table.html"}
 SearchQuery = Query("", max_length=128, description="part of a session id")
-Order = Query("", pattern="^(|asc|desc)$")
+Order = Query("", max_length=64, description="asc or desc (default: the sort's own)")
 Cursor = Query(None, max_length=512, description="the next page's cursor")
 
 

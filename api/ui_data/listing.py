@@ -35,8 +35,10 @@ def session_page(
     :data:`SORTS`; ``order``: asc or desc, default per :data:`SORTS`), and the cursor of
     the next page: what ``GET /sessions`` answers (:func:`offpath.stores.usage.list_sessions`:
     ``session_id``, ``tenant``, ``messages``, ``chars``, ``compactions``, ``last_activity``,
-    ``jobs_in_flight``). Raises :class:`~offpath.stores.usage.BadCursor`."""
-    sort = sort if sort in SORTS else "last_activity"
+    ``jobs_in_flight``). Raises :class:`~offpath.stores.usage.BadCursor`, :class:`ValueError`
+    for a sort or an order it does not have."""
+    if sort not in SORTS or order not in ("", "asc", "desc"):
+        raise ValueError(f"sort {sort!r} or order {order!r} is not one the list has")
     desc = (order or SORTS[sort]) == "desc"
     return list_sessions(
         rt.engine,

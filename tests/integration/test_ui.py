@@ -545,12 +545,14 @@ def test_session_of_another_tenant_is_not_found(browser, ui_stack):
 
 
 def test_a_page_query_it_cannot_read_is_a_page_that_says_why(browser, ui_stack):
-    """``/ui?since=bogus`` and a forged sessions cursor: a 422 page naming the parameter,
-    with a link back to the page without it (not the API's JSON)."""
+    """``/ui?since=bogus``, a forged sessions cursor, an unknown sort or order: a 422 page
+    naming the parameter, with a link back to the page without it (not the API's JSON)."""
     page = logged_in(browser, ui_stack)
     for path, back, word in (
         ("/ui?since=bogus", "/ui", "since"),
         ("/ui/sessions?cursor=forged", "/ui/sessions", "cursor"),
+        ("/ui/sessions?sort=bogus", "/ui/sessions", "sort"),
+        ("/ui/sessions?sort=chars&order=sideways", "/ui/sessions", "order"),
     ):
         answer = page.goto(f"{ui_stack.url}{path}")
         assert answer.status == 422, path
