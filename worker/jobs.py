@@ -41,6 +41,7 @@ import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -57,7 +58,7 @@ from offpath.compaction.loss import lost_again
 from offpath.compaction.patch import Fitted, Stale, landed, patched
 from offpath.compaction.pipeline import prepare
 from offpath.compaction.planner import CompactionPlan, Skip, plan_compaction
-from offpath.compaction.shorten import digests_kept, is_shortened
+from offpath.compaction.shorten import digests_kept, originals_of
 from offpath.compaction.summarizers.base import Summarizer, SummarizerError
 from offpath.compaction.summary import is_summary, summary_meta
 from offpath.compaction.tokens import DEFAULT_ENCODING, encoder, for_thread, measured_ratio
@@ -404,13 +405,14 @@ def _compact(
 
 
 def with_originals(rt: Runtime, session_id: str, plan: CompactionPlan) -> CompactionPlan:
-    """``plan`` with each removed tool result that offpath shortened replaced by its archived
-    original (the same id and digest): the summarizer and the fact guard read what the agent
-    saw, not the shortened copy. A result whose original cannot be read stays as it is."""
-    short = [str(m.id) for m in plan.removed if is_shortened(m)]
-    if not short:
+    """``plan`` with each removed message that offpath shortened (a tool result, the agent's
+    own message, a request's copy) replaced by its archived original (the same digest, given
+    its id: :func:`~offpath.compaction.shorten.originals_of`): the summarizer and the fact
+    guard read what the agent saw, not the shortened copy. One whose original cannot be read
+    stays as it is."""
+    originals = originals_of(plan.removed, partial(rt.jobs.originals, session_id))
+    if not originals:
         return plan
-    originals = rt.jobs.originals(session_id, short)
     removed = tuple(originals.get(str(m.id), m) for m in plan.removed)
     return dataclasses.replace(plan, removed=removed)
 

@@ -78,7 +78,14 @@ from offpath.compaction.planner import (
     summary_budget_chars,
 )
 from offpath.compaction.settings import Settings
-from offpath.compaction.shorten import caps_for, digest, is_shortened, shorten
+from offpath.compaction.shorten import (
+    REQUEST_COPY,
+    caps_for,
+    digest,
+    is_shortened,
+    originals_of,
+    shorten,
+)
 from offpath.compaction.standing import read_standing, standing_blocks, without_standing
 from offpath.compaction.summary import (
     build_summary_message,
@@ -88,8 +95,9 @@ from offpath.compaction.summary import (
     summary_meta,
 )
 
-#: Reads the archived originals of messages shortened in place: message ids -> the originals
-#: found, by id (:func:`offpath.stores.archive.originals`, bound to a thread).
+#: Reads the archived originals of messages shortened in place: archived ids -> the
+#: originals found, by id (:func:`offpath.stores.archive.originals`, bound to a thread;
+#: asked through :func:`~offpath.compaction.shorten.originals_of`).
 Originals = Callable[[Sequence[str]], Mapping[str, BaseMessage]]
 
 
@@ -239,9 +247,6 @@ class Fitted:
 #: The least summary budget whose since-section heading says how it was made; below it the
 #: short heading leaves its chars to the facts under it.
 SHORT_HEADER_BUDGET = 8_000
-#: ``additional_kwargs`` key of the copy of a long request kept as its own message: the id of
-#: the request message it copies.
-REQUEST_COPY = "offpath_request_of"
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,9 +447,9 @@ def fit(
 
     def as_said(moved: list[BaseMessage]) -> list[BaseMessage]:
         """``moved`` with each message shortened in place as it was first (``originals``)."""
-        wanted = [str(m.id) for m in moved if is_shortened(m) and str(m.id) not in read]
+        wanted = [m for m in moved if is_shortened(m) and str(m.id) not in read]
         if wanted and originals is not None:
-            read.update(dict.fromkeys(wanted), **originals(wanted))
+            read.update(dict.fromkeys(str(m.id) for m in wanted), **originals_of(wanted, originals))
         return [read.get(str(m.id)) or m for m in moved]
 
     copy = True  # a long request kept as a copy after the summary (the plan's request_copy)

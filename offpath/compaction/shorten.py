@@ -28,7 +28,7 @@ last turn would leave every job after it nothing to remove (``too_few_messages``
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -47,6 +47,10 @@ M = TypeVar("M", bound=BaseMessage)
 #: ``additional_kwargs`` key of a shortened result: ``{"chars": <the original's chars>,
 #: "digest": <the original's digest>}`` (a client's copy of it is dropped by ``/turns``).
 MARK = "offpath_shortened"
+#: ``additional_kwargs`` key of the copy of a long request kept as its own message after a
+#: summary: the id of the request message it copies. The copy takes the id of the message
+#: the summary's cut removed second, so its original is archived under the request's id.
+REQUEST_COPY = "offpath_request_of"
 #: Most chars of the facts listed in the line that replaces the cut part.
 MAX_FACT_CHARS = 600
 #: A result is shortened only when that saves at least this many chars.
@@ -117,6 +121,38 @@ def is_shortened(message: BaseMessage) -> bool:
     return isinstance(message.additional_kwargs.get(MARK), dict)
 
 
+def archived_as(message: BaseMessage) -> str:
+    """The id ``message``'s original is archived under: the request's for a request's copy
+    (:data:`REQUEST_COPY`; the first row under the copy's own id is another message, the one
+    whose place it took), else its own."""
+    copied = message.additional_kwargs.get(REQUEST_COPY)
+    return copied if isinstance(copied, str) and copied else str(message.id)
+
+
+def originals_of(
+    messages: Sequence[BaseMessage], read: Callable[[Sequence[str]], Mapping[str, BaseMessage]]
+) -> dict[str, BaseMessage]:
+    """The archived originals of those of ``messages`` that offpath shortened, by their ids in
+    the thread: each read (``read``: archived ids -> messages,
+    :func:`offpath.stores.archive.originals` bound to the thread) under :func:`archived_as`,
+    taken only when its digest is the one the shortened message carries (:data:`MARK`; an id
+    used by two messages never gives the other one) and given the thread's id. Those not
+    archived, or archived otherwise, are left out: the caller keeps the shortened copy."""
+    short = [m for m in messages if is_shortened(m)]
+    if not short:
+        return {}
+    found = read(list(dict.fromkeys(archived_as(m) for m in short)))
+    out: dict[str, BaseMessage] = {}
+    for m in short:
+        original = found.get(archived_as(m))
+        if original is None or raw_digest(original) != m.additional_kwargs[MARK].get("digest"):
+            continue
+        out[str(m.id)] = (
+            original if original.id == m.id else original.model_copy(update={"id": m.id})
+        )
+    return out
+
+
 def original_chars(message: BaseMessage) -> int:
     """The size of the result before offpath shortened it (its own size if it never was)."""
     mark = message.additional_kwargs.get(MARK)
@@ -140,7 +176,7 @@ def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORT
     if size <= cap:
         return message
     total = original_chars(message)
-    mid = str(message.id)
+    mid = archived_as(message)  # where recall finds its original (a copy: the request)
     noun = "result" if isinstance(message, ToolMessage) else "message"
     extra = {**message.additional_kwargs, MARK: {"chars": total, "digest": digest(message)}}
     if isinstance(message, AIMessage) and message.tool_calls:
@@ -297,7 +333,7 @@ def _marker(
     recall: bool,
     facts_max: int,
 ) -> str:
-    mid = str(message.id)
+    mid = archived_as(message)  # where recall finds its original (a copy: the request)
     noun = "result" if isinstance(message, ToolMessage) else "message"
     hidden = text[head_end:tail_start]
     if recall:

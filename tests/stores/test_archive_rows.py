@@ -138,3 +138,66 @@ def test_originals_are_read_by_id_in_one_query_the_first_row_of_each(engine):
         archive.originals(engine, "s-2", ["t1"]) == {}
         and archive.originals(engine, "s-1", []) == {}
     )
+
+
+def test_a_request_copys_original_is_the_request_not_the_message_whose_id_it_took(engine):
+    """A long request kept as a shortened copy after the summary takes the id of the message
+    the cut removed second, whose own original is archived first under that id: reading the
+    copy's original gives the request (under the request's id, its digest checked), and a
+    shortened message whose id's first row says something else gives nothing."""
+    from functools import partial
+
+    from langgraph.graph.message import add_messages
+
+    from offpath.compaction.pipeline import compact
+    from offpath.compaction.shorten import (
+        MARK,
+        REQUEST_COPY,
+        is_shortened,
+        originals_of,
+        shorten,
+    )
+    from offpath.compaction.summarizers.offline import OfflineSummarizer
+    from offpath.config import load_settings
+
+    settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
+    request = HumanMessage(
+        id="req", content="Fix the reconciliation job: `ledger_sync` fails. " + "ctx " * 5_000
+    )
+    thread: list[Any] = [SystemMessage(id="sys", content="sys"), request]
+    for i in range(30):
+        thread += [
+            AIMessage(
+                id=f"a{i}",
+                content=f"step {i}",
+                tool_calls=[{"id": f"c{i}", "name": "bash", "args": {"n": i}}],
+            ),
+            ToolMessage(id=f"t{i}", content="z" * 1_500, tool_call_id=f"c{i}"),
+        ]
+    outcome = compact(thread, settings, OfflineSummarizer())
+    plan = outcome.plan
+    assert plan.request_copy == "req", plan
+    after = add_messages(thread, outcome.patch)
+    copy = next(m for m in after if m.additional_kwargs.get(REQUEST_COPY) == "req")
+    assert copy.id == plan.removed[1].id and is_shortened(copy)  # the id it took
+    create_job(engine, "job-1", "s-1", 100)
+    rows = archive.rows_for("s-1", "job-1", "req", thread, [m.id for m in plan.removed])
+    archive.store_record(engine, "job-1", {"summary": "s"}, rows)
+    with engine.begin() as conn:
+        conn.execute(sa.update(JOBS).where(JOBS.c.job_id == "job-1").values(status="applied"))
+    read = partial(archive.originals, engine, "s-1")
+    assert read([copy.id])[copy.id].type == "ai"  # the first row under the copy's id
+    found = originals_of(after, read)
+    assert found[copy.id].content == request.content and found[copy.id].type == "human"
+    assert found[copy.id].id == copy.id  # in the thread's place of the copy
+    for short in (copy, shorten(copy, 600)):  # shortened again in place, the note is the same
+        assert f'recall("{plan.request_copy}"' in short.content, short.content
+    cited = archive.original(engine, "s-1", plan.request_copy)
+    assert cited is not None and cited["data"]["content"] == request.content
+    impostor = ToolMessage(  # shortened, its id's first row another message
+        id=copy.id,
+        content="short",
+        tool_call_id="cx",
+        additional_kwargs={MARK: {"chars": 9_000, "digest": "0" * 16}},
+    )
+    assert originals_of([impostor], read) == {}

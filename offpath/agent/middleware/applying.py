@@ -21,7 +21,7 @@ from offpath.agent.middleware.reports import Reports, log
 from offpath.agent.middleware.state import Call, Write
 from offpath.compaction.patch import Fitted, Stale, landed, patched
 from offpath.compaction.revert import RevertConflict, reverted
-from offpath.compaction.shorten import MARK as SHORTENED_MARK
+from offpath.compaction.shorten import originals_of
 from offpath.compaction.summary import is_summary, summary_meta
 from offpath.compaction.tracking import KEY, MessageSizes, SizedThreads
 from offpath.compaction.turns import OWN_MARKS
@@ -304,10 +304,7 @@ class Applying:
                 )
             else:
                 raise RevertConflict(f"more than {WHOLE_MAX_UNDONE} compactions to undo")
-            short = [
-                str(m.id) for m in out if isinstance(m.additional_kwargs.get(SHORTENED_MARK), dict)
-            ]
-            firsts = archive.originals(engine, session_id, short)
+            firsts = originals_of(out, partial(archive.originals, engine, session_id))
             # one not archived: the run was given it shortened
             return [firsts.get(str(m.id), m) for m in out]
         except Exception as exc:  # the caller gets the thread as it is
