@@ -599,13 +599,30 @@ def test_what_the_agent_said_stays_pinned_while_only_a_kept_tool_output_holds_it
         ToolMessage(
             id="t9", content="def __init__(self, arrays=None, name=None):", tool_call_id="c"
         ),
-        AIMessage(id="a2", content="Next I check PVSystem in the docs."),
+        AIMessage(id="a2", content="Next I check `PVSystem` in the docs."),
     ]
     text = pin("s2", [carried], 1_000, kept)[0]
     assert PINNED_HEADING in text, text  # on its own line, not "held" by the tool output
     pinned = section(text)
     assert "arrays" in pinned, pinned  # only the tool output kept holds it
     assert "PVSystem" not in pinned, pinned  # the agent's kept words hold it
+
+
+def test_a_value_held_only_where_the_next_reading_does_not_find_it_stays_pinned():
+    """A word that is a fact only in backticks, as a tool's argument or as a value the user
+    asked about (``arrays``, ``PVSystem``) is not held by a summary or kept words that write
+    it bare: the next compaction reads them as prose and the value would be gone. Written
+    so that it is read again (in backticks; a name with a shape of its own bare), it is."""
+    listed = "- names (said): arrays, PVSystem, old_name\n- ids (asked): Mugikah"
+    carried = summary_of(f"s\n\n{PINNED_HEADING} (`recall` finds each):\n{listed}")
+    bare = "Creates two arrays; PVSystem and Mugikah are next; old_name is renamed."
+    for summary, kept in ((bare, []), ("s2", [AIMessage(id="a2", content=bare)])):
+        pinned = section(pin(summary, [carried], 1_000, kept)[0])
+        for value in ("arrays", "PVSystem", "Mugikah"):
+            assert value in pinned, (summary, pinned)
+        assert "old_name" not in pinned, (summary, pinned)  # snake_case: a fact read bare
+    held = "Creates two `arrays`; `PVSystem` and `Mugikah` are next; old_name is renamed."
+    assert pin(held, [carried], 1_000)[0] == held  # nothing missing: no section
 
 
 def test_what_the_agent_just_said_is_pinned_while_only_a_kept_tool_output_holds_it():

@@ -148,16 +148,18 @@ def pin(
     forms: dict[str, str] = {}  # value -> its form looked for (see ``form``)
 
     def form(fact: Fact) -> str:
-        # a name is found again only in backticks: a summary that wrote it bare holds it
-        # for the model, but not for the next summary's reading
-        return normal(f"`{fact.value}`" if fact.kind == "name" else fact.value)
+        # a name, or a value that is a fact only where it stood (a word passed to a tool, or
+        # the user asked about), is found again only in backticks: a summary that wrote it
+        # bare holds it for the model, but not for the next summary's reading
+        bare = fact.kind != "name" and read_bare(fact.value)
+        return normal(fact.value if bare else f"`{fact.value}`")
 
     # what earlier compactions lost that the agent said or the user named, and nothing in
     # view holds: its values, as the summaries that dropped them listed them
     again = [f for f in lost if _own(f) and f.value not in tools]
     if again:
-        shown = held_in((normal(f.value) for f in again), said_text(), whole=True)
-        again = [f for f in again if normal(f.value) not in shown]
+        shown = held_in((form(f) for f in again), said_text(), whole=True)
+        again = [f for f in again if form(f) not in shown]
     again_ids = {id(f) for f in again}
 
     def missing(fact: Fact) -> bool:
@@ -457,6 +459,15 @@ def _spans(facts: Sequence[Fact]) -> str:
     for f in facts:
         groups.setdefault(f.age + 1 if f.carried else 0, []).append(_shown(f.value))
     return "; ".join(", ".join(groups[k]) for k in sorted(groups, reverse=True))
+
+
+@functools.lru_cache(maxsize=4_096)
+def read_bare(value: str) -> bool:
+    """``value`` is a fact when read bare: its kind's pattern finds it whole
+    (:func:`~offpath.compaction.facts.patterns.find`), as the next summary's reading of
+    this one does. A plain word (``arrays``) is a fact only in backticks, or as a tool's
+    argument or a value the user asked about: written bare in a summary it is read as prose."""
+    return any(found == value for found, _, _ in find(value))
 
 
 def _own(fact: Fact) -> bool:
