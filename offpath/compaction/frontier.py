@@ -58,7 +58,13 @@ from offpath.compaction.standing import (
     standing_line,
     without_standing,
 )
-from offpath.compaction.summary import HEADINGS, cite, is_summary, looks_like_instruction
+from offpath.compaction.summary import (
+    HEADINGS,
+    archived_as,
+    cite,
+    is_summary,
+    looks_like_instruction,
+)
 
 MAX_ITEM_CHARS = 160
 #: How :func:`into_summary` marks the task when a later request follows it.
@@ -441,7 +447,7 @@ def read_frontier(
             continue
         if requests and requests[-1][1] == text:  # a kept request's copy
             continue
-        requests.append((i, text, str(m.id)))
+        requests.append((i, text, archived_as(m)))  # a request's copy: the request's id
         if (fixed := decision_of(text)) and " ".join(fixed.split()) not in decisions:
             decisions.append(" ".join(fixed.split()))
     task = earlier.task if earlier and earlier.task else None

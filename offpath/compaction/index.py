@@ -21,7 +21,7 @@ from offpath.compaction.accounting import content_text
 from offpath.compaction.facts.extraction import extract_ranked
 from offpath.compaction.facts.sections import INDEX_HEADING
 from offpath.compaction.pairing import is_request
-from offpath.compaction.summary import cite, is_summary, looks_like_instruction
+from offpath.compaction.summary import archived_as, cite, is_summary, looks_like_instruction
 
 #: The whole heading line, with how to use it.
 INDEX_HEADER = (
@@ -150,7 +150,7 @@ def span_line(removed: Sequence[BaseMessage], last_turn: int, shown: str = "") -
         if len(topics) >= MAX_TOPICS:
             break
     named = [text for key, text in topics if key not in present]
-    return _line(first, last, len(fresh), cite(str(fresh[0].id)), tools, named)
+    return _line(first, last, len(fresh), cite(archived_as(fresh[0])), tools, named)
 
 
 def merge_oldest(lines: Sequence[str]) -> list[str] | None:

@@ -33,6 +33,7 @@ from offpath.compaction.accounting import content_text, message_chars
 from offpath.compaction.facts.extraction import Fact, extract_ranked
 from offpath.compaction.facts.patterns import held_in
 from offpath.compaction.fields import message_field
+from offpath.compaction.summary import archived_as
 
 #: Most lost facts a report lists (the most important first); ``facts_lost`` counts them all.
 MAX_LISTED = 50
@@ -169,7 +170,7 @@ def loss_report(
     # what the archive keeps, message by message: their texts joined are what it keeps
     # whole (each message gives its text at least, and case folding maps char by char)
     texts = [visible_text([m]).casefold() for m in left]
-    by_id = {str(m.id): text for m, text in zip(left, texts, strict=True)}
+    by_id = {archived_as(m): text for m, text in zip(left, texts, strict=True)}
     archived = "\n".join(texts)
     # one pass over the facts, each one's case-folded value and tool_only read once: the lost
     # ones, the stated first, each part by rank

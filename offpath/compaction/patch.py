@@ -79,7 +79,6 @@ from offpath.compaction.planner import (
 )
 from offpath.compaction.settings import Settings
 from offpath.compaction.shorten import (
-    REQUEST_COPY,
     caps_for,
     digest,
     is_shortened,
@@ -88,6 +87,8 @@ from offpath.compaction.shorten import (
 )
 from offpath.compaction.standing import read_standing, standing_blocks, without_standing
 from offpath.compaction.summary import (
+    REQUEST_COPY,
+    archived_as,
     build_summary_message,
     cite,
     compactions_of,
@@ -288,13 +289,14 @@ def _assemble(
         kept_copy = prepared.request_copy if copy else None
         blocks: tuple[str, ...] | None = None
         for mid in gone:
-            pointer = pointer_line(mid, KEPT_AFTER)
+            cited = archived_as(by_id[mid])  # a request's copy: the request's id
+            pointer = pointer_line(cited, KEPT_AFTER)
             if mid != kept_copy and by_id[mid].type == "human" and pointer in text:
                 if blocks is None:
                     blocks = standing_blocks(messages, read_standing(text))
                 words = content_text(by_id[mid].content)
                 start = one_line(without_standing(words, blocks) or words)
-                text = text.replace(pointer, f'{start} (whole: recall("{cite(mid)}"))')
+                text = text.replace(pointer, f'{start} (whole: recall("{cite(cited)}"))')
     index = archive_index([by_id[i] for i in gone], index_room(cap), f"{text}\n{since}")
     sections = "\n\n".join(x for x in (since, index) if x)
     if sections:  # before the summary's last line, the recall note, when it has one
@@ -326,6 +328,7 @@ def _assemble(
         request = HumanMessage(
             id=gone[1],
             content=source.content,
+            name=source.name,
             additional_kwargs={**source.additional_kwargs, REQUEST_COPY: copy_of},
         )
         patch.append(request)
@@ -769,7 +772,7 @@ def _quoted(message: BaseMessage, limit: int = 120, blocks: Sequence[str] = ()) 
         text = without_standing(text, blocks) or text
     text = " ".join(text.split())
     quote = text if len(text) <= limit else text[: limit - 3].rsplit(" ", 1)[0] + "..."
-    return f'"{quote}" (recall("{cite(str(message.id))}"))'
+    return f'"{quote}" (recall("{cite(archived_as(message))}"))'
 
 
 def _late_request_caps(

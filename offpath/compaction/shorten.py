@@ -40,17 +40,13 @@ from offpath.compaction.accounting import args_chars, content_text, message_char
 from offpath.compaction.facts.sections import ARGUMENT_HEAD_CHARS, run_after, run_before
 from offpath.compaction.fields import message_field
 from offpath.compaction.settings import MIN_SHORTENED_CHARS
-from offpath.compaction.summary import cite, is_summary
+from offpath.compaction.summary import REQUEST_COPY, archived_as, cite, is_summary
 
 M = TypeVar("M", bound=BaseMessage)
 
 #: ``additional_kwargs`` key of a shortened result: ``{"chars": <the original's chars>,
 #: "digest": <the original's digest>}`` (a client's copy of it is dropped by ``/turns``).
 MARK = "offpath_shortened"
-#: ``additional_kwargs`` key of the copy of a long request kept as its own message after a
-#: summary: the id of the request message it copies. The copy takes the id of the message
-#: the summary's cut removed second, so its original is archived under the request's id.
-REQUEST_COPY = "offpath_request_of"
 #: Most chars of the facts listed in the line that replaces the cut part.
 MAX_FACT_CHARS = 600
 #: A result is shortened only when that saves at least this many chars.
@@ -121,14 +117,6 @@ def is_shortened(message: BaseMessage) -> bool:
     return isinstance(message.additional_kwargs.get(MARK), dict)
 
 
-def archived_as(message: BaseMessage) -> str:
-    """The id ``message``'s original is archived under: the request's for a request's copy
-    (:data:`REQUEST_COPY`; the first row under the copy's own id is another message, the one
-    whose place it took), else its own."""
-    copied = message.additional_kwargs.get(REQUEST_COPY)
-    return copied if isinstance(copied, str) and copied else str(message.id)
-
-
 def originals_of(
     messages: Sequence[BaseMessage], read: Callable[[Sequence[str]], Mapping[str, BaseMessage]]
 ) -> dict[str, BaseMessage]:
@@ -137,7 +125,8 @@ def originals_of(
     :func:`offpath.stores.archive.originals` bound to the thread) under :func:`archived_as`,
     taken only when its digest is the one the shortened message carries (:data:`MARK`; an id
     used by two messages never gives the other one) and given the thread's id. Those not
-    archived, or archived otherwise, are left out: the caller keeps the shortened copy."""
+    archived, or archived otherwise, are left out: the caller keeps the shortened copy. A
+    request's copy gives the request, still marked as the copy (``REQUEST_COPY``)."""
     short = [m for m in messages if is_shortened(m)]
     if not short:
         return {}
@@ -147,9 +136,13 @@ def originals_of(
         original = found.get(archived_as(m))
         if original is None or raw_digest(original) != m.additional_kwargs[MARK].get("digest"):
             continue
-        out[str(m.id)] = (
-            original if original.id == m.id else original.model_copy(update={"id": m.id})
-        )
+        if original.id != m.id or archived_as(original) != archived_as(m):
+            # in the copy's place, still naming the request it copies (what its facts cite)
+            extra = {**original.additional_kwargs}
+            if REQUEST_COPY in m.additional_kwargs:
+                extra[REQUEST_COPY] = m.additional_kwargs[REQUEST_COPY]
+            original = original.model_copy(update={"id": m.id, "additional_kwargs": extra})
+        out[str(m.id)] = original
     return out
 
 

@@ -63,6 +63,21 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 CITED_UUID_CHARS = 8
 
 
+#: ``additional_kwargs`` key of the copy of a long request kept as its own message after a
+#: summary: the id of the request message it copies. The copy takes the id of the message
+#: the summary's cut removed second, so its original is archived under the request's id.
+REQUEST_COPY = "offpath_request_of"
+
+
+def archived_as(message: BaseMessage) -> str:
+    """The id ``message``'s original is archived under, and that a summary cites it by
+    (``recall`` reads the first row archived under an id): the request's for a request's
+    copy (:data:`REQUEST_COPY`; the first row under the copy's own id is the message whose
+    place it took), else its own."""
+    copied = message.additional_kwargs.get(REQUEST_COPY)
+    return copied if isinstance(copied, str) and copied else str(message.id)
+
+
 def cite(message_id: str) -> str:
     """``message_id`` as a summary, a pinned fact or a shortened result names it: a UUID (the
     ids LangGraph gives messages) by its first :data:`CITED_UUID_CHARS` hex chars, any other id

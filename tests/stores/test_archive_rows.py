@@ -4,6 +4,8 @@ a job's rows as one JSON parameter, read back exactly as the row-by-row insert w
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any
 
 import pytest
@@ -149,16 +151,14 @@ def test_a_request_copys_original_is_the_request_not_the_message_whose_id_it_too
 
     from langgraph.graph.message import add_messages
 
-    from offpath.compaction.pipeline import compact
-    from offpath.compaction.shorten import (
-        MARK,
-        REQUEST_COPY,
-        is_shortened,
-        originals_of,
-        shorten,
-    )
+    from offpath.compaction.patch import Stale, fit_now
+    from offpath.compaction.pipeline import compact, prepare
+    from offpath.compaction.planner import CompactionPlan, plan_compaction
+    from offpath.compaction.shorten import MARK, is_shortened, originals_of, shorten
     from offpath.compaction.summarizers.offline import OfflineSummarizer
+    from offpath.compaction.summary import REQUEST_COPY
     from offpath.config import load_settings
+    from offpath.llm import make_summarizer as guarded
 
     settings = load_settings(summarization_threshold_chars=30_000, summarization_keep_chars=10_000)
     request = HumanMessage(
@@ -194,6 +194,33 @@ def test_a_request_copys_original_is_the_request_not_the_message_whose_id_it_too
         assert f'recall("{plan.request_copy}"' in short.content, short.content
     cited = archive.original(engine, "s-1", plan.request_copy)
     assert cited is not None and cited["data"]["content"] == request.content
+    # a later compaction removes the copy: it reads the request, and cites it by the
+    # request's id, the one whose first row recall reads
+    more: list[Any] = [AIMessage(id="done", content="Fixed: `ledger_sync` retries now.")]
+    more.append(HumanMessage(id="req2", content="Now check the billing job."))  # a new turn
+    for i in range(30, 60):
+        more += [
+            AIMessage(
+                id=f"a{i}",
+                content=f"step {i}",
+                tool_calls=[{"id": f"c{i}", "name": "bash", "args": {"n": i}}],
+            ),
+            ToolMessage(id=f"t{i}", content="y" * 1_500, tool_call_id=f"c{i}"),
+        ]
+    grown = add_messages(after, more)
+    plan2 = plan_compaction(grown, settings)
+    assert isinstance(plan2, CompactionPlan) and copy.id in {m.id for m in plan2.removed}
+    back = originals_of(plan2.removed, read)
+    read2 = dataclasses.replace(plan2, removed=tuple(back.get(m.id, m) for m in plan2.removed))
+    done = prepare(plan2, settings, guarded(settings), job_id="job-2", read=read2)
+    fitted = fit_now(done.prepared, grown, settings, force=True, originals=read)
+    assert not isinstance(fitted, Stale), fitted
+    text = str(fitted.patch[0].content)
+    cited = re.findall(r'recall\("([^"]+)"|\(([^()\s;]+)[;)]| from (\S+):', text)
+    ids = {i for groups in cited for i in groups if i}
+    assert copy.id not in ids, text  # its first row is another message
+    span = next(ln for ln in text.splitlines() if ln.startswith("- turn 2,"))
+    assert f"messages from {plan.request_copy}:" in span, text  # the span the copy starts
     impostor = ToolMessage(  # shortened, its id's first row another message
         id=copy.id,
         content="short",

@@ -29,7 +29,12 @@ from offpath.compaction.facts.reading import (
 )
 from offpath.compaction.facts.sections import clip_around
 from offpath.compaction.fields import message_field
-from offpath.compaction.summary import is_summary, looks_like_instruction, may_hold_instruction
+from offpath.compaction.summary import (
+    archived_as,
+    is_summary,
+    looks_like_instruction,
+    may_hold_instruction,
+)
 
 
 @dataclass(slots=True)
@@ -200,7 +205,7 @@ def _observe(m: BaseMessage) -> tuple[Seen, ...]:
     """The facts of one message, in order of first appearance: what :func:`extract` merges.
     Depends on nothing but the message, so it is computed once per message (cached)."""
     seen: dict[str, dict[str, Any]] = {}
-    mid0 = str(m.id)
+    mid0 = archived_as(m)  # what the facts cite: a request's copy, the request
     for value, line in tool_arguments(m):  # an identifier by its use: passed to a tool
         entry = seen.get(value)
         if entry is None:

@@ -35,7 +35,7 @@ from offpath.compaction.facts.sections import (
 )
 from offpath.compaction.fields import message_field
 from offpath.compaction.standing import is_standing, standing_blocks
-from offpath.compaction.summary import cite, is_summary, looks_like_instruction
+from offpath.compaction.summary import archived_as, cite, is_summary, looks_like_instruction
 
 #: The smallest section budget (chars) that lists the values stated on lines of their own:
 #: a label more per kind; below it they share their kind's line (on small budgets, tau-bench
@@ -117,8 +117,9 @@ def pin(
         return summary_text, Pinned((), 0)
     # a quoted line's length follows the budget: a small one is better spent on values
     line_max = max(60, min(MAX_LINE_CHARS, budget // 6))
-    position = {str(m.id): i for i, m in enumerate(removed)}
-    by_id = {str(m.id): m for m in removed}
+    # by the id their facts cite (a request's copy: the request's, :func:`archived_as`)
+    position = {archived_as(m): i for i, m in enumerate(removed)}
+    by_id = {archived_as(m): m for m in removed}
     facts, by_rank = extract_ranked(removed)
     positive = list(itertools.takewhile(lambda f: f.score > 0, by_rank))  # highest score first
     # the opaque values only tool output holds (score 0: listed one line per kind, step 4);
@@ -208,7 +209,7 @@ def pin(
                 if role in ("agent", "action", "user")
             )
         )
-        data_ids = {str(m.id) for m in removed if m.type == "tool"}
+        data_ids = {archived_as(m) for m in removed if m.type == "tool"}
         said = normal(summary_text)
         for fact in ranked:
             if budget // 4 - used < 60:

@@ -32,7 +32,7 @@ from offpath.compaction.facts.sections import (
 )
 from offpath.compaction.fields import message_field
 from offpath.compaction.frontier import KEPT_AFTER, QUOTED_BELOW
-from offpath.compaction.summary import HEADINGS, is_summary, summary_body
+from offpath.compaction.summary import HEADINGS, archived_as, is_summary, summary_body
 
 #: How a summary points at a clipped request's message, or at a request in view
 #: (:func:`frontier.into_summary`, :func:`frontier.pointer_line`): ids offpath cites.
@@ -63,7 +63,7 @@ def fact_blocks(message: BaseMessage) -> Iterable[tuple[str, str, str]]:
     multi-line argument)."""
     from offpath.compaction.accounting import render_content
 
-    mid = str(message.id)
+    mid = archived_as(message)  # what its facts cite: a request's copy, the request
     if is_summary(message):
         text = without_cut_runs(summary_body(message))
         cut = min(

@@ -31,7 +31,13 @@ from offpath.compaction.index import archive_index, index_room
 from offpath.compaction.planner import CompactionPlan
 from offpath.compaction.prompt import SummaryPrompt
 from offpath.compaction.summarizers.base import Summarizer, SummaryResult
-from offpath.compaction.summary import RECALL_NOTE, fit_text, summary_body, summary_request
+from offpath.compaction.summary import (
+    RECALL_NOTE,
+    archived_as,
+    fit_text,
+    summary_body,
+    summary_request,
+)
 
 __all__ = ["RECALL_NOTE", "GuardedSummarizer"]
 
@@ -83,7 +89,9 @@ class GuardedSummarizer:
         share = (plan.summary_chars or 3_000) // 5
         # a request in view (quoted at the summary's end, or kept after it) is pointed at,
         # not repeated
-        kept = {str(m.id) for m in plan.kept if m.type == "human"}
+        kept = {
+            archived_as(m) for m in plan.kept if m.type == "human"
+        }  # as the frontier names them
         if plan.request_copy is not None:
             kept.add(plan.request_copy)
         text = into_summary(result.text, frontier, share, plan.request, kept)
