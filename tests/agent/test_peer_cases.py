@@ -817,6 +817,7 @@ def test_a_model_call_that_fails_and_is_retried_loses_no_compaction_nor_message(
     check_kept(p, requests)
     check_results_whole(p, pages_of(replies))
     assert compactions(p) <= 1
+    p.worker.drain()  # a job the last call queued has run (on a loaded machine it may not yet)
     assert {status for status, _ in jobs_of(p)} <= {"applied", "prepared"}, jobs_of(p)
 
 
