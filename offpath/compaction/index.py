@@ -21,7 +21,13 @@ from offpath.compaction.accounting import content_text
 from offpath.compaction.facts.extraction import extract_ranked
 from offpath.compaction.facts.sections import INDEX_HEADING
 from offpath.compaction.pairing import is_request
-from offpath.compaction.summary import archived_as, cite, is_summary, looks_like_instruction
+from offpath.compaction.summary import (
+    REQUEST_COPY,
+    archived_as,
+    cite,
+    is_summary,
+    looks_like_instruction,
+)
 
 #: The whole heading line, with how to use it.
 INDEX_HEADER = (
@@ -38,10 +44,6 @@ MAX_TOPIC_CHARS = 40
 #: merged to fit), and at least :data:`INDEX_MIN_CHARS` (:func:`index_room`).
 INDEX_SHARE = 8
 INDEX_MIN_CHARS = 200
-#: ``additional_kwargs`` key of a request's copy kept after a summary (it continues a turn
-#: counted already): the patch's ``REQUEST_COPY``.
-_COPY_KEY = "offpath_request_of"
-
 #: One span line: ``- turns 3-5, 18 messages from 1a2b3c4d: tools a x2, b; topics: x, y``.
 _LINE = re.compile(
     r"^- turns? (?P<first>\d+)(?:-(?P<last>\d+))?, (?P<count>\d+) messages from (?P<id>\S+?)"
@@ -120,7 +122,7 @@ def span_line(removed: Sequence[BaseMessage], last_turn: int, shown: str = "") -
     fresh = [m for m in removed if not is_summary(m)]
     if not fresh:
         return None
-    requests = sum(1 for m in fresh if is_request(m) and not m.additional_kwargs.get(_COPY_KEY))
+    requests = sum(1 for m in fresh if is_request(m) and not m.additional_kwargs.get(REQUEST_COPY))
     first = last_turn + 1 if fresh and is_request(fresh[0]) else max(1, last_turn)
     last = max(first, last_turn + requests)
     tools: Counter[str] = Counter()
