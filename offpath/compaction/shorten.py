@@ -136,7 +136,7 @@ def originals_of(
         original = found.get(archived_as(m))
         if original is None or raw_digest(original) != m.additional_kwargs[MARK].get("digest"):
             continue
-        if original.id != m.id or archived_as(original) != archived_as(m):
+        if original.id != m.id:
             # in the copy's place, still naming the request it copies (what its facts cite)
             extra = {**original.additional_kwargs}
             if REQUEST_COPY in m.additional_kwargs:

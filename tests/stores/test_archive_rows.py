@@ -142,6 +142,18 @@ def test_originals_are_read_by_id_in_one_query_the_first_row_of_each(engine):
     )
 
 
+def steps(first: int, last: int, fill: str) -> list[Any]:
+    """Tool-call steps ``first`` to ``last`` (excluded): a call and its 1,500-char result."""
+    out: list[Any] = []
+    for i in range(first, last):
+        call = {"id": f"c{i}", "name": "bash", "args": {"n": i}}
+        out += [
+            AIMessage(id=f"a{i}", content=f"step {i}", tool_calls=[call]),
+            ToolMessage(id=f"t{i}", content=fill * 1_500, tool_call_id=f"c{i}"),
+        ]
+    return out
+
+
 def test_a_request_copys_original_is_the_request_not_the_message_whose_id_it_took(engine):
     """A long request kept as a shortened copy after the summary takes the id of the message
     the cut removed second, whose own original is archived first under that id: reading the
@@ -164,16 +176,7 @@ def test_a_request_copys_original_is_the_request_not_the_message_whose_id_it_too
     request = HumanMessage(
         id="req", content="Fix the reconciliation job: `ledger_sync` fails. " + "ctx " * 5_000
     )
-    thread: list[Any] = [SystemMessage(id="sys", content="sys"), request]
-    for i in range(30):
-        thread += [
-            AIMessage(
-                id=f"a{i}",
-                content=f"step {i}",
-                tool_calls=[{"id": f"c{i}", "name": "bash", "args": {"n": i}}],
-            ),
-            ToolMessage(id=f"t{i}", content="z" * 1_500, tool_call_id=f"c{i}"),
-        ]
+    thread: list[Any] = [SystemMessage(id="sys", content="sys"), request, *steps(0, 30, "z")]
     outcome = compact(thread, settings, OfflineSummarizer())
     plan = outcome.plan
     assert plan.request_copy == "req", plan
@@ -198,15 +201,7 @@ def test_a_request_copys_original_is_the_request_not_the_message_whose_id_it_too
     # request's id, the one whose first row recall reads
     more: list[Any] = [AIMessage(id="done", content="Fixed: `ledger_sync` retries now.")]
     more.append(HumanMessage(id="req2", content="Now check the billing job."))  # a new turn
-    for i in range(30, 60):
-        more += [
-            AIMessage(
-                id=f"a{i}",
-                content=f"step {i}",
-                tool_calls=[{"id": f"c{i}", "name": "bash", "args": {"n": i}}],
-            ),
-            ToolMessage(id=f"t{i}", content="y" * 1_500, tool_call_id=f"c{i}"),
-        ]
+    more += steps(30, 60, "y")
     grown = add_messages(after, more)
     plan2 = plan_compaction(grown, settings)
     assert isinstance(plan2, CompactionPlan) and copy.id in {m.id for m in plan2.removed}
