@@ -544,7 +544,7 @@ def test_session_of_another_tenant_is_not_found(browser, ui_stack):
     context.close()
 
 
-def test_a_page_query_it_cannot_read_is_a_page_that_says_why(browser, ui_stack):
+def test_a_page_query_it_cannot_read_is_a_page_that_says_why(browser, ui_stack, shots):
     """``/ui?since=bogus``, a forged sessions cursor, an unknown sort or order: a 422 page
     naming the parameter, with a link back to the page without it (not the API's JSON)."""
     page = logged_in(browser, ui_stack)
@@ -558,6 +558,7 @@ def test_a_page_query_it_cannot_read_is_a_page_that_says_why(browser, ui_stack):
         assert answer.status == 422, path
         assert answer.headers["content-type"].startswith("text/html"), answer.headers
         assert word in page.locator("main").inner_text(), page.content()[:500]
+        page.screenshot(path=str(shots / f"bad-query-{word}.png"), full_page=True)
         page.click("main a")
         page.wait_for_url(f"{ui_stack.url}{back}")
     page.context.close()
