@@ -83,7 +83,8 @@ def answer(engine: Engine, thread_id: str, query: str, offset: int = 0) -> str:
             stored = archive.original(engine, thread_id, ids[0])
     if stored is not None:
         (message,) = messages_from_dict([stored])
-        text = content_text(message.content)
+        # as a shortened result was cut from (its offsets): other parts as placeholders
+        text = content_text(message.content, placeholders=True)
         calls = getattr(message, "tool_calls", None) or []
         if calls:
             text += "\n" + "\n".join(

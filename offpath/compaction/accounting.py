@@ -14,8 +14,10 @@ len(content) plus the JSON length of each tool call's args"):
   each, never the length of their base64 payload (the ``content-blocks`` case:
   ``str(content)`` counted one screenshot as ~130k chars);
 * parts that repeat a tool call (``tool_use``) count 0, since the call is
-  counted from ``tool_calls``; any other part counts its JSON length, at most
-  :data:`MEDIA_BLOCK_CHARS`;
+  counted from ``tool_calls``; any other part (a search result, a document of
+  text, a JSON payload) counts its JSON length, the media parts inside it at
+  :data:`MEDIA_BLOCK_CHARS` each (what the model is sent: a 20,000-char search
+  result is no cheaper than the same text as a string);
 * each tool call adds the length of its arguments as compact JSON (the
   ``args-heavy`` case: file-writing calls have empty content and big args).
   Compact (no spaces after ``,`` and ``:``, as orjson writes it, which is ~10x
@@ -72,10 +74,43 @@ def block_chars(block: Any) -> int:
         return MEDIA_BLOCK_CHARS
     if kind in _CALL_TYPES:
         return 0
+    media: list[int] = [0]
+    bare = _without_media(block, media)
     try:
-        return min(len(json.dumps(block, ensure_ascii=False, default=str)), MEDIA_BLOCK_CHARS)
-    except (TypeError, ValueError):
-        return MEDIA_BLOCK_CHARS
+        raw = orjson.dumps(bare, default=str)
+        size = len(raw) if raw.isascii() else len(raw.decode())
+    except TypeError:  # e.g. non-string keys
+        size = len(json.dumps(bare, ensure_ascii=False, separators=(",", ":"), default=str))
+    return size + media[0] * MEDIA_BLOCK_CHARS
+
+
+def _without_media(value: Any, media: list[int]) -> Any:
+    """``value`` (a content part or what it holds) with each media part inside it left out
+    (``None``), counted in ``media[0]``."""
+    if isinstance(value, Mapping):
+        if value.get("type") in _MEDIA_TYPES:
+            media[0] += 1
+            return None
+        return {k: _without_media(v, media) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_media(v, media) for v in value]
+    return value
+
+
+def _texts_inside(value: Any) -> list[str]:
+    """The text parts inside a part that is neither text nor media (a search result's
+    ``content``, a ``tool_result``'s): what a model reads of it, in order."""
+    if isinstance(value, Mapping):
+        kind = value.get("type")
+        if kind in _TEXT_KEYS:
+            text = value.get(_TEXT_KEYS[kind])
+            return [text] if isinstance(text, str) else []
+        if kind in _MEDIA_TYPES or kind in _CALL_TYPES:
+            return []
+        return [t for v in value.values() for t in _texts_inside(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _texts_inside(v)]
+    return []
 
 
 def text_only(content: str | Iterable[Any] | None) -> bool:
@@ -111,11 +146,13 @@ def args_chars(args: Any) -> int:
 
 
 def content_text(content: str | Iterable[Any] | None, placeholders: bool = False) -> str:
-    """The text of a message's content: the string, or its text parts joined by newlines.
+    """The text of a message's content: the string, or its text parts joined by newlines
+    (and those inside a part that holds them: a search result's, a ``tool_result``'s).
 
     With ``placeholders``, every other part (but tool-call parts) shows as
     ``[image: 6400 chars not shown]``, never as its payload, or, when its payload lives
-    elsewhere, where: ``[image_url: at https://...]`` (for prompts).
+    elsewhere, where: ``[image_url: at https://...]`` (for prompts, for shortening, for
+    ``recall``: one rendering, so the offsets a shortened result names are ``recall``'s).
     """
     if content is None:
         return ""
@@ -129,6 +166,12 @@ def content_text(content: str | Iterable[Any] | None, placeholders: bool = False
             kind = block.get("type")
             if kind == "text":
                 parts.append(str(block.get("text", "")))
+            elif kind not in _TEXT_KEYS and kind not in _MEDIA_TYPES and kind not in _CALL_TYPES:
+                inside = _texts_inside(block)
+                if inside:
+                    parts.extend(inside)
+                elif placeholders:
+                    parts.append(f"[{kind or 'part'}: {block_chars(block)} chars not shown]")
             elif placeholders and kind not in _CALL_TYPES:
                 where = _reference(block)
                 shown = f"at {where}" if where else f"{block_chars(block)} chars not shown"

@@ -186,6 +186,17 @@ def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORT
     text = content_text(message.content, placeholders=True)
     if isinstance(message, AIMessage) and message.tool_calls and len(text) <= cap:
         return message  # its text fits what its arguments left (or the floor)
+    if not isinstance(message.content, str):
+        # parts other than text (an image costs a fixed amount, its placeholder a line):
+        # the rendering may fit whole where the parts did not
+        how = f'recall("{cite(mid)}") reads it' if recall else f"archived as message {mid}"
+        note = (
+            f"[offpath: this {noun}'s parts other than text are not shown here, as placeholders "
+            f"({total:,} chars in all); {how}]"
+        )
+        if len(text) + len(note) + 1 <= cap:
+            content = f"{text}\n{note}"
+            return message.model_copy(update={"content": content, "additional_kwargs": extra})
     if cap < STUB_BELOW_CHARS:
         how = (
             f'recall("{cite(mid)}") reads it' if recall else f"offpath archived it as message {mid}"
@@ -305,6 +316,8 @@ def _cuts(value: Any) -> bool:
 def _cut(text: str, room: int) -> tuple[int, int]:
     """Where the head ends and the tail starts for ``room`` chars of both: three fifths head,
     two fifths tail, moved to a line break when one is near."""
+    if room >= len(text):
+        return len(text), len(text)
     head = room * 3 // 5
     tail = room - head
     head_end, tail_start = head, len(text) - tail

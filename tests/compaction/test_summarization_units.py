@@ -159,6 +159,23 @@ def test_accounting_media_blocks_cost_a_fixed_amount(payload_len):
     assert message_chars(HumanMessage(content=blocks)) == 5 + 4 * MEDIA_BLOCK_CHARS
 
 
+def test_accounting_counts_a_part_holding_text_whole_and_its_media_at_their_fixed_cost():
+    # a search result, a document of text, a JSON payload: what the model is sent, not at
+    # most one image's worth (a 20,000-char search result counted 6,400: calls went over the
+    # hard limit unseen)
+    text = "line of the runbook\n" * 1_000
+    result = {"type": "search_result", "source": "s", "title": "t"}
+    result["content"] = [{"type": "text", "text": text}]
+    payload = {"type": "json", "json": {"lines": text.split("\n")}}
+    for block in (result, payload):
+        assert message_chars(ToolMessage(content=[block], tool_call_id="c")) >= len(text)
+    # an image inside such a part costs what an image costs, never its base64
+    image = {"type": "image", "base64": "A" * 100_000, "mime_type": "image/png"}
+    wrapped = {"type": "tool_result", "content": [{"type": "text", "text": "shot"}, image]}
+    chars = message_chars(ToolMessage(content=[wrapped], tool_call_id="c"))
+    assert MEDIA_BLOCK_CHARS < chars < MEDIA_BLOCK_CHARS + 200
+
+
 # --- prompt ---------------------------------------------------------------------------------
 
 

@@ -123,6 +123,33 @@ def test_recall_is_bounded(tmp_path):
     assert "".join(pages) == big.content  # every char, once, in order
 
 
+def test_recall_reads_on_from_where_a_shortened_result_of_several_parts_was_cut(tmp_path):
+    # a result of text and an image: the offset its shortened copy names is in the same
+    # text recall reads (the image a placeholder in both), so reading on misses nothing
+    from offpath.compaction.shorten import shorten
+
+    _, engine = archived(tmp_path)
+    lines = "\n".join(f"panel {k}: p99 {k * 7} ms on checkout-api" for k in range(400))
+    image = {"type": "image", "base64": "iVBOR" * 5_000, "mime_type": "image/png"}
+    shot = ToolMessage(
+        id="t-shot", content=[image, {"type": "text", "text": lines}], tool_call_id="c-shot"
+    )
+    short = str(shorten(shot, 3_000).content)
+    head = short.partition("\n[offpath: ")[0]
+    offset = int(short.split('recall("t-shot", offset=')[1].split(")")[0])
+    create_job(engine, "job-4", "inc-1", 100)
+    archive.store_record(
+        engine, "job-4", {}, archive.rows_for("inc-1", "job-4", "s", [shot], ["t-shot"])
+    )
+    with engine.begin() as conn:
+        conn.execute(sa.update(JOBS).where(JOBS.c.job_id == "job-4").values(status="applied"))
+    assert head.startswith("[image: ") and offset == len(head)
+    whole = recall.answer(engine, "inc-1", "t-shot").partition("\n")[2]
+    assert whole.startswith(head)
+    page = recall.answer(engine, "inc-1", "t-shot", offset).partition("\n")[2]
+    assert (head + page).startswith(whole[: len(head) + 100])  # reads on where it was cut
+
+
 def test_agent_has_recall_and_reads_its_own_thread(tmp_path):
     settings, engine = archived(tmp_path)
     model = ToolModel(
