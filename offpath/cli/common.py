@@ -19,6 +19,7 @@ import httpx
 import typer
 from langchain_core.messages import messages_to_dict
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -37,21 +38,29 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     help="Conversation compaction off the request path.",
 )
-console = Console()
-err = Console(stderr=True, soft_wrap=True)
+console = Console(emoji=False)
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit 1."""
 
 
-def settings_or_exit() -> Settings:
+def settings_or_exit(**flags: tuple[str, object]) -> Settings:
     """All settings, validated together (a command that starts part of the service); exit 2
-    with one line naming each bad setting."""
+    with one line naming each bad setting. ``flags``: a setting's field -> ``(the option
+    that sets it, its value)``, None when not given: a value given wins over the
+    environment and is checked as the setting is (DESIGN.md invariant 19), the error naming
+    the option (``--pool: Input should be 'threads', 'prefork' or 'solo' (got 'bogus')``)."""
+    given = {field: value for field, (_, value) in flags.items() if value is not None}
     try:
-        return load_settings()
+        return load_settings(**given)
     except SettingsError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        text = str(exc)
+        for field, (option, _) in flags.items():
+            if field in given:
+                text = text.replace(f"{field.upper()}:", f"{option}:")
+        err.print(f"[red]error:[/red] {escape(text)}", highlight=False)
         raise typer.Exit(2) from None
 
 

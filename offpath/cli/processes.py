@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,10 +32,16 @@ CELERY = [sys.executable, "-m", "celery", "-A", "offpath.worker.celery_app"]
 @app.command()
 def api(
     host: Annotated[str, typer.Option(help="Interface to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port")] = 8000,
+    port: Annotated[int, typer.Option(help="Port", min=1, max=65_535)] = 8000,
 ) -> None:
     """Run the chat API (uvicorn)."""
     settings = settings_or_exit()
+    from offpath.agent.graph import AgentToolsError, load_tools
+
+    try:  # the agent's tools, imported before anything starts: one line, not a traceback
+        load_tools(settings.agent_tools)
+    except AgentToolsError as exc:
+        fail(str(exc), code=2)
     taken = cannot_listen(host, port)
     if taken:
         fail(f"cannot listen on {host}:{port}: {taken}; choose another with --port")
@@ -65,7 +72,8 @@ def worker(
         str | None,
         typer.Option(
             help="Worker node name (default: <CELERY_QUEUE>@host, unique per queue: workers "
-            "of two deployments sharing one broker answer /readyz apart)"
+            "of two deployments sharing one broker answer /readyz apart)",
+            callback=_node_name,
         ),
     ] = None,
     restart: Annotated[bool, typer.Option(help="Restart the worker if it dies", metavar="")] = True,
@@ -79,7 +87,11 @@ def worker(
     (redelivered after the visibility timeout). ``--no-restart``: a process that exits ends
     the others too (a supervisor such as Docker restarts the whole).
     """
-    settings = settings_or_exit()
+    settings = settings_or_exit(
+        worker_pool=("--pool", pool),
+        worker_concurrency=("--concurrency", concurrency),
+        worker_processes=("--processes", processes),
+    )
     migrate_or_exit(settings)
     if settings.redis_eviction_check == "refuse":  # one line, not a restart loop
         from offpath.coordination.eviction import EvictingRedis, check_eviction
@@ -88,16 +100,15 @@ def worker(
             check_eviction(settings, "the worker")
         except EvictingRedis as exc:
             fail(str(exc))
-    n = processes if processes is not None else settings.worker_processes
-    n = n or os.cpu_count() or 1
+    n = settings.worker_processes or os.cpu_count() or 1
     cmds = []
     for i in range(n):
         cmd = [
             *CELERY,
             "worker",
             f"--loglevel={settings.log_level}",
-            f"--pool={pool or settings.worker_pool}",
-            f"--concurrency={concurrency or settings.worker_concurrency}",
+            f"--pool={settings.worker_pool}",
+            f"--concurrency={settings.worker_concurrency}",
             f"--queues={settings.celery_queue}",
             "--without-mingle",
             "--without-gossip",  # start-up sync and chatter offpath does not use
@@ -119,6 +130,21 @@ def worker(
     if n > 1:
         err.print(f"starting {n} worker processes", highlight=False)
     raise typer.Exit(supervise(cmds, restart=restart))
+
+
+#: A Celery node name: ``name`` or ``name@host``, of letters, digits and ``. _ - %`` (Celery's
+#: ``%h``, ``%n``, ``%d``, ``%i`` expand in it).
+NODE_NAME = re.compile(r"[A-Za-z0-9._%-]{1,100}(@[A-Za-z0-9._%-]{1,200})?")
+
+
+def _node_name(value: str | None) -> str | None:
+    """``--name`` as given, once it is a node name (:data:`NODE_NAME`); raises
+    ``typer.BadParameter`` (exit 2) otherwise."""
+    if value is not None and not NODE_NAME.fullmatch(value):
+        raise typer.BadParameter(
+            f"{value!r}: a node name is name or name@host, of letters, digits and . _ - %"
+        )
+    return value
 
 
 #: Signals that stop the supervised workers; blocked while a new child is being started.
@@ -237,7 +263,12 @@ def flower(
 ) -> None:
     """Run Flower on the broker, with basic auth from FLOWER_BASIC_AUTH (empty: no password,
     pages and HTTP API, on 127.0.0.1 only)."""
-    settings = settings_or_exit()
+    settings = settings_or_exit(flower_port=("--port", port))
+    taken = cannot_listen(address, settings.flower_port)
+    if taken:
+        fail(
+            f"cannot listen on {address}:{settings.flower_port}: {taken}; choose another with --port"
+        )
     if not settings.flower_basic_auth and address not in ("127.0.0.1", "localhost", "::1"):
         fail(f"FLOWER_BASIC_AUTH is empty: set user:password before binding Flower to {address}")
     if not settings.flower_basic_auth:
@@ -259,7 +290,7 @@ def flower(
         "offpath.cli.flower_run",
         *CELERY[3:],
         "flower",
-        f"--port={port or settings.flower_port}",
+        f"--port={settings.flower_port}",
         f"--address={address}",
     ]
     os.execv(sys.executable, cmd)

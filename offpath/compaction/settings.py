@@ -205,6 +205,24 @@ class Settings(BaseModel):
     def _upper(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
+    @field_validator("redis_url", "celery_broker_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        """A ``redis://`` URL as redis-py reads it, its port in range and its database a
+        number (redis-py takes ``/abc`` for database 0 in silence)."""
+        if not value.startswith(("redis://", "rediss://")):
+            return value
+        from redis.connection import parse_url
+
+        try:
+            parse_url(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc} in {value.split('@')[-1]!r}") from None
+        path = value.split("://", 1)[1].partition("?")[0].partition("/")[2]
+        if path and not path.isdigit():
+            raise ValueError(f"the database after the host is a number (/0), got /{path}")
+        return value
+
     @property
     def broker_url(self) -> str:
         """The Celery broker: ``CELERY_BROKER_URL``, else ``REDIS_URL``."""

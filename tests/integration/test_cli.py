@@ -408,6 +408,49 @@ def test_flower_refuses_to_listen_beyond_localhost_without_a_password():
     assert r.returncode == 2 and "FLOWER_BASIC_AUTH" in r.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["worker", "--pool", "bogus"], "--pool"),
+        (["worker", "--concurrency", "0"], "--concurrency"),
+        (["worker", "--concurrency", "-3"], "--concurrency"),
+        (["worker", "--processes", "-1"], "--processes"),
+        (["worker", "--name", "bad name@@"], "--name"),
+        (["api", "--port", "70000"], "--port"),
+        (["flower", "--port", "99999"], "--port"),
+        (["flower", "--port", "-1"], "--port"),
+        (["api"], "REDIS_URL"),
+        (["beat", "--check"], "REDIS_URL"),
+        (["api", "--host", "127.0.0.1"], "AGENT_TOOLS"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_an_option_or_setting_out_of_its_range_is_one_line_and_exit_2(tmp_path, args, named):
+    # an option that sets what a setting sets is checked as the setting is (the worker took
+    # --pool bogus and restarted Celery's usage error forever, --processes -1 exited 0 in
+    # silence, a port over 65535 was a traceback or a bind to port - 65536); a Redis URL with
+    # a port out of range or a database that is no number passed the settings check
+    env = {"DATA_DIR": str(tmp_path), "WORKER_POOL": "threads"}
+    if args[-1] in ("api", "--check"):
+        env["REDIS_URL"] = "redis://127.0.0.1:99999/0" if args == ["api"] else "redis://h:6379/x"
+    if "--host" in args:  # a module that holds no list of tools
+        env["AGENT_TOOLS"] = "os:path"
+    r = run(args, env=env, timeout=60)
+    err = r.stderr.strip()
+    assert r.returncode == 2, (r.returncode, r.stdout[-500:], err[-2_000:])
+    assert named in err and "Traceback" not in err, err
+    assert not list(tmp_path.iterdir()), "it migrated a database before refusing"
+
+
+def test_flower_on_a_port_in_use_says_so_in_one_line():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        r = run(["flower", "--port", str(port)], timeout=60)
+    err = r.stderr.strip()
+    assert r.returncode == 1 and f"127.0.0.1:{port}" in err and "--port" in err, err
+    assert "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.stem)
 def test_replay_is_a_lossless_round_trip(stacks, tmp_path, path):
     """Issue 8, item 18: `offpath replay` keeps what langchain_core's converter keeps:
