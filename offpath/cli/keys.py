@@ -17,6 +17,7 @@ from offpath.cli.common import (
     migrate_or_exit,
     settings_or_exit,
 )
+from offpath.compaction.settings import TENANT_PATTERN
 
 keys_app = typer.Typer(
     no_args_is_help=True, rich_markup_mode="markdown", help="Create, list and revoke API keys."
@@ -30,7 +31,7 @@ def keys_create(
     admin: Annotated[bool, typer.Option(help="An admin key sees every tenant")] = False,
 ) -> None:
     """Create a key; it is printed once (only its hash is stored)."""
-    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", tenant):
+    if not re.fullmatch(TENANT_PATTERN, tenant):
         fail("--tenant must be 1-64 letters, digits or . _ -")
     settings = settings_or_exit()
     migrate_or_exit(settings)

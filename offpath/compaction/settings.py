@@ -32,6 +32,13 @@ class SettingsError(ValueError):
     """A setting is missing, malformed or inconsistent; the message names it."""
 
 
+#: A tenant's name (``OWN_AGENT_TENANT``, ``keys create --tenant``, the middleware's
+#: ``tenant``): 1-64 letters, digits or ``. _ -`` (an API key can be made for it).
+TENANT_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+#: The checkpointer URLs a worker can open (``CHECKPOINTER_URL``-style: a user's own agent's).
+CHECKPOINTER_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://", "sqlite:///")
+
+
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 #: ``API_URL``'s default and the form it must have (the server's settings and a client's).
 DEFAULT_API_URL = "http://127.0.0.1:8000"
@@ -185,7 +192,7 @@ class Settings(BaseModel):
     auth_disabled: bool = False
     #: The tenant that owns the threads of a team's own agent (``OffPathCompaction`` in the
     #: team's process): its API keys list, read and compact them.
-    own_agent_tenant: str = Field(default="default", min_length=1, max_length=64)
+    own_agent_tenant: str = Field(default="default", pattern=TENANT_PATTERN)
     #: The key the CLI (``replay``, ``stats``...) sends to the API.
     offpath_api_key: SecretStr | None = None
     #: ``GET /metrics`` of the API answers without a key (a scraper that cannot send one, on
@@ -208,14 +215,12 @@ class Settings(BaseModel):
     @field_validator("redis_url", "celery_broker_url")
     @classmethod
     def _redis_url(cls, value: str) -> str:
-        """A ``redis://`` URL as redis-py reads it, its port in range and its database a
-        number (redis-py takes ``/abc`` for database 0 in silence)."""
+        """A ``redis://`` URL with its port in range and its database a number (redis-py
+        takes ``/abc`` for database 0 in silence, and a port over 65535 fails at start-up)."""
         if not value.startswith(("redis://", "rediss://")):
             return value
-        from redis.connection import parse_url
-
         try:
-            parse_url(value)
+            urlsplit(value).port  # noqa: B018 (it checks the port)
         except ValueError as exc:
             raise ValueError(f"{exc} in {value.split('@')[-1]!r}") from None
         path = value.split("://", 1)[1].partition("?")[0].partition("/")[2]
@@ -239,7 +244,8 @@ class Settings(BaseModel):
                 raise ValueError(
                     f"SUMMARIZATION_THRESHOLD_TOKENS ({self.summarization_threshold_tokens}) and "
                     f"SUMMARIZATION_THRESHOLD_CHARS ({self.summarization_threshold_chars}) are both "
-                    "set: set one (tokens are converted to chars by CHARS_PER_TOKEN)"
+                    "set: keep one, and delete the other's line from .env and the environment "
+                    "(0 is a value: SUMMARIZATION_THRESHOLD_CHARS=0 disables compaction)"
                 )
             self.summarization_threshold_chars = threshold_chars(
                 self.summarization_threshold_tokens, self.chars_per_token
@@ -247,9 +253,16 @@ class Settings(BaseModel):
         threshold = self.summarization_threshold_chars
         keep = self.summarization_keep_chars
         if threshold and keep >= threshold:
+            which = (
+                f"the threshold, {threshold} chars (SUMMARIZATION_THRESHOLD_TOKENS="
+                f"{self.summarization_threshold_tokens} at CHARS_PER_TOKEN {self.chars_per_token})"
+                if self.summarization_threshold_tokens
+                else f"SUMMARIZATION_THRESHOLD_CHARS ({threshold})"
+            )
+            default = "" if "summarization_keep_chars" in self.model_fields_set else ", its default"
             raise ValueError(
-                f"SUMMARIZATION_KEEP_CHARS ({keep}) must be smaller than "
-                f"SUMMARIZATION_THRESHOLD_CHARS ({threshold})"
+                f"SUMMARIZATION_KEEP_CHARS ({keep}{default}) must be smaller than {which}: "
+                "set SUMMARIZATION_KEEP_CHARS lower"
             )
         url = self.database_url.strip()
         if url and not url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):

@@ -177,3 +177,24 @@ def test_pruning_never_deletes_a_checkpoint_another_process_wrote_meanwhile(tmp_
         ]
     assert newest in ids, f"the checkpoint written during the prune was deleted: {ids}"
     assert ids[-1] == newest
+
+
+@pytest.mark.parametrize(
+    ("given", "error", "named"),
+    [
+        ({"checkpointer_url": "mysql://root@db/x"}, "SettingsError", "checkpointer_url"),
+        ({"checkpointer_url": 123}, "SettingsError", "checkpointer_url"),
+        ({"tenant": "bad tenant!"}, "SettingsError", "tenant"),
+        ({"tenant": "a\x00b"}, "SettingsError", "tenant"),
+        ({"on_compaction": 5}, "TypeError", "on_compaction"),
+    ],
+)
+def test_the_middleware_refuses_a_bad_argument_as_the_agent_is_built(tmp_path, given, error, named):
+    # each was taken, then read at the first run as an outage of the database, a job failed
+    # as an internal error, threads no key could see, or a TypeError at every update
+    settings = load_settings(data_dir=str(tmp_path), summarization_enabled=False)
+    with pytest.raises(Exception) as raised:
+        OffPathCompaction(settings, **given)
+    assert type(raised.value).__name__ == error and named in str(raised.value)
+    fine = {"checkpointer_url": f"sqlite:///{tmp_path}/c.db", "tenant": "team.sre-1"}
+    assert OffPathCompaction(settings, on_compaction=print, **fine).tenant == "team.sre-1"

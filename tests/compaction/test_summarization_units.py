@@ -83,6 +83,20 @@ def test_settings_defaults_are_the_seeds():
         ({"celery_broker_url": "kafka://x"}, "CELERY_BROKER_URL"),
         ({"job_lease_s": 1}, "JOB_LEASE_S"),
         ({"worker_pool": "gevent"}, "WORKER_POOL"),
+        ({"redis_url": "redis://127.0.0.1:99999/0"}, "REDIS_URL: Port out of range"),
+        ({"redis_url": "redis://127.0.0.1:6379/abc"}, "REDIS_URL: .*database"),
+        ({"celery_broker_url": "redis://h:6379/db1"}, "CELERY_BROKER_URL: .*database"),
+        ({"own_agent_tenant": "bad tenant!"}, "OWN_AGENT_TENANT"),
+        # a threshold in tokens: the keep window's default named as such, against the
+        # threshold it makes; both thresholds set, how to keep one
+        (
+            {"summarization_threshold_tokens": 5_000},
+            r"SUMMARIZATION_KEEP_CHARS \(20000, its default\) .*THRESHOLD_TOKENS=5000.*lower",
+        ),
+        (
+            {"summarization_threshold_tokens": 5_000, "summarization_threshold_chars": 0},
+            "both set: keep one, and delete the other's line",
+        ),
         # contradictions name both settings (issue 8, items 2 and 4)
         ({"summarization_timeout_s": 100}, "SUMMARIZATION_TIMEOUT_S .*JOB_SOFT_TIME_LIMIT_S"),
         (

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -44,7 +45,12 @@ from offpath.agent.middleware.state import (
 from offpath.agent.recall import recall_tool
 from offpath.compaction.patch import patched
 from offpath.compaction.planner import request_cap_chars
-from offpath.compaction.settings import Settings
+from offpath.compaction.settings import (
+    CHECKPOINTER_SCHEMES,
+    TENANT_PATTERN,
+    Settings,
+    SettingsError,
+)
 from offpath.compaction.shorten import MIN_OLDER_CHARS, arrival_caps
 from offpath.compaction.tokens import Calibration
 from offpath.compaction.tracking import KEY, SizedThreads, ThreadSize, position
@@ -66,12 +72,35 @@ from offpath.stores.leases.claims import Claim, State
 END_READ_WAIT_S = 3.0
 
 
+def _check_arguments(checkpointer_url: Any, tenant: Any, on_compaction: Any) -> None:
+    """:class:`OffPathCompaction`'s arguments as the agent is built, not at its first run
+    (where a bad one read as an outage, or failed every job as an internal error). Raises
+    :class:`~offpath.compaction.settings.SettingsError` naming a bad ``checkpointer_url`` or
+    ``tenant``, ``TypeError`` for an ``on_compaction`` that cannot be called."""
+    if checkpointer_url not in (None, "") and (
+        not isinstance(checkpointer_url, str)
+        or not checkpointer_url.startswith(CHECKPOINTER_SCHEMES)
+    ):
+        raise SettingsError(
+            "checkpointer_url must be postgresql://user@host:5432/db or sqlite:///path/to/file.db"
+            f", got {str(checkpointer_url)[:40]!r}"
+        )
+    if tenant is not None and not (isinstance(tenant, str) and re.match(TENANT_PATTERN, tenant)):
+        raise SettingsError(
+            f"tenant must be 1-64 letters, digits or . _ -, got {str(tenant)[:70]!r}"
+        )
+    if on_compaction is not None and not callable(on_compaction):
+        raise TypeError(
+            f"on_compaction must be callable (one CompactionUpdate), got {type(on_compaction).__name__}"
+        )
+
+
 class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
     """Off-path compaction for a LangChain ``create_agent`` agent (see the package doc).
 
     ``settings``: offpath's settings (default: read from the environment and ``.env``).
     ``checkpointer_url``: where the worker reads the agent's threads
-    (``postgresql://...`` or ``sqlite:///path``; default: offpath's own).
+    (``postgresql://...`` or ``sqlite:///path``; None or empty: offpath's own).
     ``patch``: offpath's own API agent only (the worker may then write the thread
     between runs). ``client``: the usage DB, leases and publisher to use (default: opened
     from ``settings`` as the agent is built, its lease store's connection warmed in the
@@ -80,7 +109,10 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
     originals. ``on_compaction``: called with each :class:`~offpath.events.CompactionUpdate`
     of the run's thread (queued, completed, failed, cancelled); what it raises is logged,
     never raised into the run. ``tenant``: the tenant whose API keys see this agent's threads
-    (default ``OWN_AGENT_TENANT``, itself ``default``).
+    (default ``OWN_AGENT_TENANT``, itself ``default``; 1-64 letters, digits or ``. _ -``).
+    A bad ``checkpointer_url`` or ``tenant`` raises
+    :class:`~offpath.compaction.settings.SettingsError`, an ``on_compaction`` that cannot be
+    called ``TypeError``, as the agent is built.
 
     Its parts, each given what it requires as it is built (nothing else is read from the
     middleware): ``counting`` (the settings in force for a thread), ``background`` (its
@@ -105,6 +137,7 @@ class OffPathCompaction(AgentMiddleware[OffPathState, Any]):
     ) -> None:
         super().__init__()
         base = settings or get_settings()
+        _check_arguments(checkpointer_url, tenant, on_compaction)
         self.options = JobOptions(patch=patch, checkpoints=checkpointer_url)
         self.recall = recall
         self.tenant = tenant or base.own_agent_tenant
