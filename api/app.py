@@ -43,7 +43,15 @@ from offpath.coordination.runtime import Publisher, Runtime
 from offpath.coordination.writers import apply_prepared
 
 from . import admin, metrics, sessions, stats, ui
-from .deps import DATABASE_DOWN, DATABASE_RETRY_AFTER_S, body_gate, principal, sender
+from .deps import (
+    DATABASE_DOWN,
+    DATABASE_RETRY_AFTER_S,
+    SESSION_ID_PATTERN,
+    SESSION_ID_RULE,
+    body_gate,
+    principal,
+    sender,
+)
 from .streams import StreamHub
 
 log = logging.getLogger("offpath.api")
@@ -152,6 +160,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         max_messages=settings.max_turn_messages,
         gate=body_gate,
         who=sender,
+        page=ui.refusal_page,
     )
     app.include_router(sessions.router)
     app.include_router(stats.router)
@@ -177,15 +186,19 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
         return get_swagger_ui_html(openapi_url="/openapi.json", title="offpath API")
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
         """One readable line in ``detail`` (the field and what is wrong), the list in
         ``errors``; the input is never echoed (10 MB in used to be 10 MB out). A body sent
         without a JSON ``Content-Type`` (``curl -d`` sends a form's) is not read as JSON:
-        ``detail`` says so first."""
+        ``detail`` says so first. A thread id that is none says the rule in words, not its
+        pattern. Under ``/ui`` the answer is the UI's 422 page (a link back to the page
+        without the query, or to the sessions list for a path it cannot read)."""
         errors = []
         for e in exc.errors()[:MAX_ERRORS]:
             loc = [str(p) for p in e.get("loc", ())]
             msg = e.get("msg", "")
+            if (e.get("ctx") or {}).get("pattern") == SESSION_ID_PATTERN:
+                msg = SESSION_ID_RULE
             if e.get("type") == "json_invalid":  # its loc holds the char offset, not a field
                 why = (e.get("ctx") or {}).get("error")
                 at = f" at char {loc[1]}" if len(loc) > 1 else ""
@@ -206,6 +219,11 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
                 f"(got {short(sent, 100) or 'none'!r}; curl: -H 'Content-Type: application/json'); "
                 + detail
             )
+        if request.url.path == "/ui" or request.url.path.startswith("/ui/"):
+            in_query = all(e["loc"][:1] == ["query"] for e in errors)
+            back = request.url.path if in_query else "/ui/sessions"
+            context = {"detail": short(detail, 1000), "back": back}
+            return ui.page(request, "bad_request.html", context, status=422)
         return JSONResponse(
             status_code=422, content={"detail": short(detail, 1000), "errors": errors}
         )

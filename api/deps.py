@@ -36,12 +36,15 @@ from .limits.middleware import GateUnavailable
 
 log = logging.getLogger("offpath.api")
 
+#: A thread id (a path's ``{session_id}``): not dots only, as clients and proxies rewrite "."
+#: and ".." path segments (a session made so could be listed but not read).
+SESSION_ID_PATTERN = r"^[A-Za-z0-9._:@-]*[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*$"
+#: :data:`SESSION_ID_PATTERN` in words (what a 422 says, never the pattern).
+SESSION_ID_RULE = "a thread id is 1-128 letters, digits or . _ : @ -, not dots only"
 SessionId = Annotated[
     str,
     Path(
-        # not dots only: clients and proxies rewrite "." and ".." path segments (a session
-        # made so could be listed but not read)
-        pattern=r"^[A-Za-z0-9._:@-]*[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*$",
+        pattern=SESSION_ID_PATTERN,
         max_length=128,
         description="Thread id: 1-128 letters, digits or . _ : @ -, not dots only",
     ),

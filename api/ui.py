@@ -22,7 +22,13 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+)
 from fastapi.security.utils import get_authorization_scheme_param
 from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
@@ -114,6 +120,19 @@ def secured(response: Response) -> Response:
     response.headers["Referrer-Policy"] = "same-origin"
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+def refusal_page(scope: dict[str, Any], detail: str) -> Response | None:
+    """The UI's 422 page for a request refused before the app reads it (a NUL in its query:
+    :class:`~api.limits.middleware.BodyLimit`), with a link to the page without the query;
+    None for a path outside ``/ui`` (answered as JSON)."""
+    path = str(scope.get("path", ""))
+    if path != "/ui" and not path.startswith("/ui/"):
+        return None
+    html = templates.get_template("bad_request.html").render(
+        detail=detail, back=path, poll_ms=POLL_MS, ui_header=UI_HEADER, auth_disabled=False
+    )
+    return secured(HTMLResponse(html, status_code=422))
 
 
 def to_login(request: Request) -> RedirectResponse:

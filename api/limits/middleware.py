@@ -120,11 +120,17 @@ class _Hold:
             self.bytes = size
 
 
+#: The answer to a refused request as a page (an ASGI app: a Starlette ``Response``), for a
+#: request's scope and what is wrong; None: answered as JSON.
+Page = Callable[[dict[str, Any], str], Any]
+
+
 class BodyLimit:
     """ASGI middleware: no body without a key, no NUL in a query string, the bytes in flight
     within ``in_flight`` (per process, and per ``who``: the sender's key), and every body
     within its limits (see the module doc); a body that passes is handed on unchanged, and
-    its bytes count in flight until the app has answered."""
+    its bytes count in flight until the app has answered. ``page``: a NUL in the query of a
+    path it answers with a page (the UI's) is refused with that page."""
 
     def __init__(
         self,
@@ -136,8 +142,10 @@ class BodyLimit:
         gate: Gate | None = None,
         in_flight: InFlight | None = None,
         who: Who | None = None,
+        page: Page | None = None,
     ) -> None:
         self.app = app
+        self.page = page
         self.max_bytes = max_bytes
         self.max_depth = max_depth
         self.max_values = max_values
@@ -170,6 +178,10 @@ class BodyLimit:
                 return
         if (name := nul_parameter(scope.get("query_string") or b"")) is not None:
             problem = "NUL characters are not accepted (PostgreSQL stores none)"
+            shown = self.page(scope, f"{name}: {problem}") if self.page is not None else None
+            if shown is not None:  # a page of the UI's: its 422 page
+                await shown(scope, receive, send)
+                return
             await refuse(
                 send,
                 422,

@@ -67,11 +67,14 @@ def run_demo(
 ) -> int:
     """Run the demo (see the module doc); ``serve``: keep the worker and the API up after the
     report until Ctrl-C or SIGTERM; ``port``: the API's (0: a free one). Returns the exit code
-    (0; 130 when interrupted before the report). Raises :class:`CliError` for a port in use."""
+    (0; 130 when interrupted before the report). Raises :class:`CliError` for a port in use
+    or a ``file`` it cannot read (before anything starts)."""
     if not 0 <= port <= 65_535:
         raise CliError(f"--port {port}: a port is 1 to 65535 (0: a free one)")
     if port and not port_free(port):
         raise CliError(f"port {port} is in use: choose another with --port (0: a free one)")
+    # the file is read before anything starts or the last demo's data goes
+    produced = read_conversation(file) if file is not None else []
     data = ROOT / "data" / "demo"
     shutil.rmtree(data, ignore_errors=True)
     (data / "logs").mkdir(parents=True)
@@ -159,7 +162,6 @@ def run_demo(
             if file is not None:
                 session = f"demo-{session_name(file)}"[:128]
                 replay_file(client, file, session)
-                produced = read_conversation(file)
                 before = (len(produced), total_chars(produced))
             else:
                 session = "demo-incident"

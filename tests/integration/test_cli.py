@@ -442,6 +442,14 @@ def test_an_option_or_setting_out_of_its_range_is_one_line_and_exit_2(tmp_path, 
     assert not list(tmp_path.iterdir()), "it migrated a database before refusing"
 
 
+def test_demo_with_a_file_it_cannot_read_says_so_before_anything_starts(tmp_path):
+    # it started the worker and the API and removed the last demo's data first
+    r = run(["demo", "--file", str(tmp_path / "nonexistent.json")], timeout=60)
+    err = r.stderr.strip()
+    assert r.returncode == 1 and "no such file" in err and len(err.splitlines()) == 1, err
+    assert "broker" not in r.stdout and "worker and API are up" not in r.stdout, r.stdout
+
+
 def test_flower_on_a_port_in_use_says_so_in_one_line():
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
