@@ -123,7 +123,10 @@ def read_conversation(path: Path, fmt: str = "auto") -> list[Any]:
 
 
 def session_name(path: Path) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in path.stem)
+    """A session id made from a file's name: its ASCII letters, digits and ``. _ -``, any
+    other run of chars one ``-`` (``my incident.json``: ``my-incident``; a name of none of
+    them: ``session``), as the API's thread ids take them."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).strip("-.")
     return cleaned[:128] or "session"
 
 

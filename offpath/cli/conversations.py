@@ -57,8 +57,8 @@ def replay(
     api_key: ApiKeyOption = None,
 ) -> None:
     """Replay conversation files against a running API, turn by turn."""
-    if fmt not in FORMATS:
-        fail(f"--format must be one of {', '.join(FORMATS)}")
+    if fmt not in FORMATS:  # a usage error, as typer's own
+        fail(f"--format must be one of {', '.join(FORMATS)}", code=2)
     settings = client_settings_or_exit()
     try:
         for path in files:  # read them all first: a bad file fails before anything is posted
@@ -210,7 +210,9 @@ def show(
     session_id: Annotated[str, typer.Argument(help="The session id")],
     url: UrlOption = None,
     api_key: ApiKeyOption = None,
-    width: Annotated[int, typer.Option(help="Chars of each message shown (0: all of it)")] = 300,
+    width: Annotated[
+        int, typer.Option(help="Chars of each message shown (0: all of it)", min=0)
+    ] = 300,
 ) -> None:
     """Show a session: its thread as the model sees it (the summary marked), then its
     compaction jobs."""

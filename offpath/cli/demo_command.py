@@ -22,7 +22,9 @@ def demo(
     file: Annotated[
         Path | None, typer.Option(help="Conversation to replay (default: the example)")
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the compaction jobs")] = 90,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the compaction jobs", min=1)
+    ] = 90,
     serve: Annotated[
         bool,
         typer.Option(help="Keep the API (and its dashboard at /ui) up until Ctrl-C", metavar=""),
@@ -31,8 +33,8 @@ def demo(
         int, typer.Option(help="The API's port on 127.0.0.1 (0: a free one)", metavar="<port>")
     ] = 0,
 ) -> None:
-    """Run the whole loop on embedded defaults: worker, API, a replayed investigation, /stats,
-    and the dashboard's URL."""
+    """Run the whole loop on embedded defaults: worker, API, an agent asked six questions about
+    an incident (--file: a conversation replayed instead), /stats, and the dashboard's URL."""
     from offpath.cli.demo import run_demo
 
     settings = settings_or_exit()

@@ -28,7 +28,7 @@ def compact(
     wait: Annotated[
         bool, typer.Option(help="Wait for the job to end and print how it ended")
     ] = True,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the job")] = 120,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the job", min=1)] = 120,
 ) -> None:
     """Compact a session now (POST /sessions/{id}/compact), under its threshold too; exits 1
     if there is nothing to compact, a job is in flight, or the job fails."""
@@ -95,6 +95,8 @@ def revert(
     /sessions/{id}/compactions/{job}/revert). Exits 1 if it cannot be reverted now (the API
     says why) or the session has no applied compaction."""
     what = f"cannot revert a compaction of {session_id!r}"
+    if job_id is not None and not job_id.strip():
+        fail(f"{what}: give a job id, or leave it out for the latest applied compaction", code=2)
     jobs = call_api(url, api_key, "GET", f"/sessions/{session_id}/compactions", what).json()
     if job_id is None:
         applied = [j for j in jobs["jobs"] if j["status"] == "applied"]

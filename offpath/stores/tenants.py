@@ -145,6 +145,11 @@ def revoke_key(engine: Engine, key_or_prefix: str) -> int:
             sa.update(KEYS).where(match, KEYS.c.revoked_at.is_(None)).values(revoked_at=_now())
         ).rowcount
     if not n:
+        if len(key_or_prefix) < PREFIX_CHARS:
+            raise UnknownKey(
+                f"{key_or_prefix!r} is no key's prefix: give the key, or its first "
+                f"{PREFIX_CHARS} chars as `keys list` shows them"
+            )
         raise UnknownKey(f"no active key {key_or_prefix[:PREFIX_CHARS]}...")
     _cache.clear()
     return n

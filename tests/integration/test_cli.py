@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -440,6 +441,37 @@ def test_an_option_or_setting_out_of_its_range_is_one_line_and_exit_2(tmp_path, 
     assert r.returncode == 2, (r.returncode, r.stdout[-500:], err[-2_000:])
     assert named in err and "Traceback" not in err, err
     assert not list(tmp_path.iterdir()), "it migrated a database before refusing"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["show", "s", "--width", "-5"], "--width"),
+        (["compact", "s", "--timeout", "-1"], "--timeout"),
+        (["demo", "--timeout", "0"], "--timeout"),
+        (["revert", "s", ""], "give a job id"),
+        (["replay", "f.json", "--format", "xml"], "--format must be one of"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_a_usage_error_is_one_line_and_exit_2_before_the_api_is_asked(args, said):
+    # each was taken (a negative width showed all, a negative timeout queued the job then
+    # 'did not end within -1s'), said oddly ("'' starts 3 job ids") or exited 1
+    r = run([*args, "--url", "http://127.0.0.1:9"] if args[0] != "demo" else args, timeout=60)
+    assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_session_id_made_from_a_file_name_is_one_the_api_takes():
+    from offpath.cli.common import session_name
+
+    for name, made in [
+        ("my incident.json", "my-incident"),
+        ("事故.json", "session"),
+        ("事故-2026.json", "2026"),
+        ("inc_7.v2.json", "inc_7.v2"),
+        ("..json", "session"),
+    ]:
+        assert session_name(Path(name)) == made, name
 
 
 def test_demo_with_a_file_it_cannot_read_says_so_before_anything_starts(tmp_path):

@@ -15,6 +15,8 @@ import psycopg
 import pytest
 from stack import ROOT, free_port, wait_for
 
+from offpath.config import load_settings
+
 pytestmark = pytest.mark.usefixtures("stub")
 
 LIMITS = {
@@ -82,6 +84,21 @@ def test_a_session_belongs_to_its_tenant_others_get_404_and_stats_are_per_tenant
         assert stack.http.get(f"/sessions/{session}/messages").status_code == 200
         for client in (a, b):
             assert client.get("/stats").status_code == 200
+
+
+def test_revoking_by_less_than_a_keys_prefix_says_what_a_prefix_is(tmp_path):
+    # 'op_' (every key starts so) was answered 'no active key op_...', as if it were one
+    from offpath.stores.db.engine import make_engine, migrate
+    from offpath.stores.tenants import PREFIX_CHARS, UnknownKey, create_key, revoke_key
+
+    settings = load_settings(data_dir=str(tmp_path))
+    migrate(settings)
+    engine = make_engine(settings)
+    key = create_key(engine, "dave")
+    with pytest.raises(UnknownKey, match=f"first {PREFIX_CHARS} chars as `keys list`"):
+        revoke_key(engine, key[:3])
+    assert revoke_key(engine, key[:PREFIX_CHARS]) == 1
+    engine.dispose()
 
 
 def test_a_revoked_key_stops_working(stack):
