@@ -72,6 +72,15 @@ MISSING_KEY = (
 UNKNOWN_KEY = "unknown or revoked API key"
 
 
+def missing_key(request: HTTPConnection) -> str:
+    """The 401's words for a request without a key: :data:`MISSING_KEY`, naming the scheme
+    it sent instead when it sent one (``Authorization: Basic ...`` is not read)."""
+    scheme, _ = get_authorization_scheme_param(request.headers.get("authorization"))
+    if scheme and scheme.lower() != "bearer":
+        return f"Authorization: {scheme[:20]} is not read: {MISSING_KEY}"
+    return MISSING_KEY
+
+
 #: The 503 of a request a database did not answer (every route may give it), and its
 #: ``Retry-After`` (s).
 DATABASE_RETRY_AFTER_S = 5
@@ -118,7 +127,7 @@ async def body_gate(scope: dict[str, Any]) -> str | None:
         return None
     key = presented_key(request, await bearer(request))
     if not key:
-        return MISSING_KEY
+        return missing_key(request)
     try:
         found = await run_in_threadpool(principal_of, rt.engine, key)
     except Exception as exc:
@@ -147,7 +156,7 @@ def principal(
             )
     if not key:
         raise HTTPException(
-            status_code=401, detail=MISSING_KEY, headers={"WWW-Authenticate": "Bearer"}
+            status_code=401, detail=missing_key(request), headers={"WWW-Authenticate": "Bearer"}
         )
     found = principal_of(rt.engine, key)
     if found is None:

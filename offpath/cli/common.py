@@ -229,8 +229,25 @@ def api_client(
     return httpx.Client(base_url=url or settings.api_url, timeout=timeout, headers=headers)
 
 
+def not_the_api(r: httpx.Response, what: str) -> None:
+    """One line and exit 1 when ``r`` is no answer of offpath's API (a page of another server
+    at ``--url``: Flower's HTML, a path after the base URL): its status and content type,
+    never its body, and what ``--url`` takes."""
+    kind = r.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+    base = f"{r.request.url.scheme}://{r.request.url.netloc.decode()}"
+    fail(
+        f"{what}: {base} did not answer as offpath's API ({r.status_code}, {kind} for "
+        f"{r.request.url.path}): give --url the API's base URL, e.g. http://127.0.0.1:8000"
+    )
+
+
 def check_answer(r: httpx.Response, what: str) -> None:
-    """One line and exit 1 for an answer that is not 2xx (401 says how to get a key)."""
+    """One line and exit 1 for an answer that is not 2xx (401 says how to get a key; an
+    answer that is not the API's: :func:`not_the_api`)."""
+    if r.status_code >= 400 and "json" not in r.headers.get("content-type", ""):
+        not_the_api(r, what)
+    if r.status_code == 404 and _detail(r) == "Not Found":  # no such route: not the API's
+        not_the_api(r, what)
     if r.status_code == 401:
         make = "create one with `offpath keys create --tenant NAME`"
         if "authorization" not in {k.lower() for k in r.request.headers}:

@@ -29,6 +29,7 @@ from offpath.cli.common import (
     counted,
     fail,
     fmt_ms,
+    not_the_api,
     print_stats,
     read_conversation,
     replay_file,
@@ -86,6 +87,8 @@ def stats(url: UrlOption = None, api_key: ApiKeyOption = None) -> None:
     except httpx.HTTPError as exc:
         fail(f"cannot read /stats from {url or settings.api_url}: {exc}")
     check_answer(r, "cannot read /stats")
+    if "json" not in r.headers.get("content-type", ""):
+        not_the_api(r, "cannot read /stats")
     print_stats(r.json())
 
 

@@ -871,7 +871,9 @@ def plan_compaction(
     if acc < reach:
         return Skip(
             SkipReason.NO_CUT_POINT,
-            "everything after the system prompt fits the keep window",
+            "everything after the system prompt fits the keep window"
+            if head
+            else "the whole thread fits the keep window (it has no system prompt)",
             total,
             total + reach - acc + min_gain,
         )

@@ -88,6 +88,18 @@ def test_summarization_fewer_than_two_turns_and_no_other_cut_is_skipped():
     assert result.reason in (SkipReason.NO_CUT_POINT, SkipReason.TOO_FEW_MESSAGES)
 
 
+@pytest.mark.parametrize("system", [True, False])
+def test_a_thread_that_fits_its_keep_window_says_so_with_or_without_a_system_prompt(system):
+    # the reason named a system prompt the thread did not have
+    msgs = [HumanMessage(id="h", content="why?"), AIMessage(id="a", content="short answer")]
+    if system:
+        msgs.insert(0, SystemMessage(id="sys", content="s"))
+    result = plan_compaction(msgs, S, force=True)
+    assert isinstance(result, Skip) and result.reason is SkipReason.NO_CUT_POINT
+    assert ("system prompt fits" in result.detail) is system, result.detail
+    assert "fits the keep window" in result.detail
+
+
 def test_summarization_single_turn_falls_back_to_tool_group_and_quotes_request():
     request = "The nightly job failed at 02:14 UTC.\nFind out why."
     msgs = [SystemMessage(id="sys", content="s"), HumanMessage(id="h", content=request)]

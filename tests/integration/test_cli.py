@@ -461,6 +461,37 @@ def test_a_usage_error_is_one_line_and_exit_2_before_the_api_is_asked(args, said
     assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+def test_a_url_that_is_not_the_apis_is_said_so_without_its_page():
+    # Flower's URL given to --url: its HTML went into the error line whole; a URL with /stats
+    # after it said only "404: Not Found"
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"<html><body>" + b"dashboard " * 100 + b"</body></html>"
+            self.send_response(200 if self.path == "/stats" else 404)
+            self.send_header("Content-Type", "text/html; charset=UTF-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for args in (["stats"], ["sessions"], ["show", "s"]):
+            r = run([*args, "--url", base], timeout=60)
+            err = r.stderr.strip()
+            assert r.returncode == 1 and "did not answer as offpath's API" in err, (args, err)
+            assert "<html" not in err and len(err.splitlines()) == 1, err
+    finally:
+        server.shutdown()
+
+
 def test_a_session_id_made_from_a_file_name_is_one_the_api_takes():
     from offpath.cli.common import session_name
 

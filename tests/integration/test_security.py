@@ -66,6 +66,17 @@ def test_every_route_but_the_probes_needs_a_key_and_the_openapi_document_says_so
                 assert "offpath keys create" in r.json()["detail"]
         r = client.get("/stats", headers={"Authorization": "Bearer op_not-a-key"})
         assert r.status_code == 401 and "unknown or revoked" in r.json()["detail"]
+        # a key sent in another scheme is not read, and the answer says so (it said only
+        # "missing API key" though a credential was sent)
+        for verb in ("GET", "POST"):
+            r = client.request(
+                verb,
+                "/sessions/s1/turns" if verb == "POST" else "/stats",
+                headers={"Authorization": "Basic b3A6eA=="},
+                json=turn(),
+            )
+            detail = r.json()["detail"]
+            assert r.status_code == 401 and "Authorization: Basic is not read" in detail, detail
 
 
 def test_a_session_belongs_to_its_tenant_others_get_404_and_stats_are_per_tenant(stack):
