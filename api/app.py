@@ -219,7 +219,7 @@ def create_app(settings: Settings | None = None, publish: Publisher | None = Non
                 f"(got {short(sent, 100) or 'none'!r}; curl: -H 'Content-Type: application/json'); "
                 + detail
             )
-        if request.url.path == "/ui" or request.url.path.startswith("/ui/"):
+        if ui.is_page(request.url.path):
             in_query = all(e["loc"][:1] == ["query"] for e in errors)
             back = request.url.path if in_query else "/ui/sessions"
             context = {"detail": short(detail, 1000), "back": back}

@@ -122,12 +122,20 @@ def secured(response: Response) -> Response:
     return response
 
 
+def is_page(path: str) -> bool:
+    """``path`` is one of the UI's pages (not the JSON its scripts fetch under ``/ui/live/``,
+    nor a static file): a request refused there is answered with a page."""
+    return (path == "/ui" or path.startswith("/ui/")) and not path.startswith(
+        ("/ui/live/", "/ui/static/")
+    )
+
+
 def refusal_page(scope: dict[str, Any], detail: str) -> Response | None:
     """The UI's 422 page for a request refused before the app reads it (a NUL in its query:
     :class:`~api.limits.middleware.BodyLimit`), with a link to the page without the query;
     None for a path outside ``/ui`` (answered as JSON)."""
     path = str(scope.get("path", ""))
-    if path != "/ui" and not path.startswith("/ui/"):
+    if not is_page(path):
         return None
     html = templates.get_template("bad_request.html").render(
         detail=detail, back=path, poll_ms=POLL_MS, ui_header=UI_HEADER, auth_disabled=False

@@ -8,6 +8,7 @@ imports no other module of ``offpath.cli``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
@@ -125,8 +126,13 @@ def read_conversation(path: Path, fmt: str = "auto") -> list[Any]:
 def session_name(path: Path) -> str:
     """A session id made from a file's name: its ASCII letters, digits and ``. _ -``, any
     other run of chars one ``-`` (``my incident.json``: ``my-incident``; a name of none of
-    them: ``session``), as the API's thread ids take them."""
+    them: ``session``), as the API's thread ids take them; a name with other scripts ends
+    with 8 hex chars of its hash (``事故.json``: ``session-<hash>``), so two such names make
+    two ids."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).strip("-.")
+    if not path.stem.isascii():  # two names of other scripts do not make one id
+        tag = hashlib.sha256(path.stem.encode()).hexdigest()[:8]
+        return f"{cleaned[:119] or 'session'}-{tag}"
     return cleaned[:128] or "session"
 
 
@@ -236,15 +242,20 @@ def not_the_api(r: httpx.Response, what: str) -> None:
     kind = r.headers.get("content-type", "").split(";")[0].strip() or "no content type"
     base = f"{r.request.url.scheme}://{r.request.url.netloc.decode()}"
     fail(
-        f"{what}: {base} did not answer as offpath's API ({r.status_code}, {kind} for "
-        f"{r.request.url.path}): give --url the API's base URL, e.g. http://127.0.0.1:8000"
+        f"{what}: {base} has no {r.request.url.path} ({r.status_code}, {kind}): give --url the "
+        "API's base URL (e.g. http://127.0.0.1:8000), and an id the API takes"
     )
 
 
 def check_answer(r: httpx.Response, what: str) -> None:
-    """One line and exit 1 for an answer that is not 2xx (401 says how to get a key; an
-    answer that is not the API's: :func:`not_the_api`)."""
-    if r.status_code >= 400 and "json" not in r.headers.get("content-type", ""):
+    """One line and exit 1 for an answer that is not 2xx (401 says how to get a key; a 404
+    of no route, or a 4xx that is no JSON: :func:`not_the_api`; a 5xx that is no JSON, from
+    the API or a proxy before it, by its status alone)."""
+    json_answer = "json" in r.headers.get("content-type", "")
+    if r.status_code >= 500 and not json_answer:
+        kind = r.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+        fail(f"{what}: the API answered {r.status_code} ({kind}): its log says why")
+    if 400 <= r.status_code < 500 and not json_answer:
         not_the_api(r, what)
     if r.status_code == 404 and _detail(r) == "Not Found":  # no such route: not the API's
         not_the_api(r, what)

@@ -109,7 +109,9 @@ def sessions(
             help="last_activity, chars, compactions or session_id; a leading - sorts descending"
         ),
     ] = "-last_activity",
-    limit: Annotated[int, typer.Option(help="Sessions per page (1-200)")] = SESSIONS_PER_PAGE,
+    limit: Annotated[
+        int, typer.Option(help="Sessions per page (1-200)", min=1, max=200)
+    ] = SESSIONS_PER_PAGE,
     cursor: Annotated[
         str | None, typer.Option(help="Start at this page (the cursor a previous list printed)")
     ] = None,

@@ -30,7 +30,10 @@ def demo(
         typer.Option(help="Keep the API (and its dashboard at /ui) up until Ctrl-C", metavar=""),
     ] = False,
     port: Annotated[
-        int, typer.Option(help="The API's port on 127.0.0.1 (0: a free one)", metavar="<port>")
+        int,
+        typer.Option(
+            help="The API's port on 127.0.0.1 (0: a free one)", metavar="<port>", min=0, max=65_535
+        ),
     ] = 0,
 ) -> None:
     """Run the whole loop on embedded defaults: worker, API, an agent asked six questions about

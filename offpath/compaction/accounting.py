@@ -13,11 +13,15 @@ len(content) plus the JSON length of each tool call's args"):
 * image, audio, video, file and document parts count :data:`MEDIA_BLOCK_CHARS`
   each, never the length of their base64 payload (the ``content-blocks`` case:
   ``str(content)`` counted one screenshot as ~130k chars);
+* a document part that carries text (Anthropic's ``source`` of type ``text``)
+  counts that text;
 * parts that repeat a tool call (``tool_use``) count 0, since the call is
-  counted from ``tool_calls``; any other part (a search result, a document of
-  text, a JSON payload) counts its JSON length, the media parts inside it at
+  counted from ``tool_calls``; any other part (a search result, a JSON payload,
+  a ``tool_result``) counts its JSON length, the media parts inside it at
   :data:`MEDIA_BLOCK_CHARS` each (what the model is sent: a 20,000-char search
-  result is no cheaper than the same text as a string);
+  result is no cheaper than the same text as a string). Its text
+  (:func:`part_text`) is the text parts inside it, else its JSON: what prompts,
+  shortening, ``recall`` and the archive's search read;
 * each tool call adds the length of its arguments as compact JSON (the
   ``args-heavy`` case: file-writing calls have empty content and big args).
   Compact (no spaces after ``,`` and ``:``, as orjson writes it, which is ~10x
@@ -28,6 +32,7 @@ len(content) plus the JSON length of each tool call's args"):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -61,7 +66,7 @@ _CALL_TYPES = frozenset({"tool_use", "tool_call", "function_call", "server_tool_
 
 
 def block_chars(block: Any) -> int:
-    """Size in chars of one content part (a string or a dict)."""
+    """Size in chars of one content part (a string or a dict): see the module doc."""
     if isinstance(block, str):
         return len(block)
     if not isinstance(block, Mapping):
@@ -71,46 +76,144 @@ def block_chars(block: Any) -> int:
         value = block.get(_TEXT_KEYS[kind])
         return len(value) if isinstance(value, str) else 0
     if kind in _MEDIA_TYPES:
-        return MEDIA_BLOCK_CHARS
+        text = _document_text(block)
+        return MEDIA_BLOCK_CHARS if text is None else len(text)
     if kind in _CALL_TYPES:
         return 0
-    media: list[int] = [0]
-    bare = _without_media(block, media)
     try:
-        raw = orjson.dumps(bare, default=str)
-        size = len(raw) if raw.isascii() else len(raw.decode())
-    except TypeError:  # e.g. non-string keys
-        size = len(json.dumps(bare, ensure_ascii=False, separators=(",", ":"), default=str))
-    return size + media[0] * MEDIA_BLOCK_CHARS
+        raw = orjson.dumps(block, default=str)
+    except (TypeError, RecursionError):  # keys that are no strings, a part that holds itself
+        return MEDIA_BLOCK_CHARS
+    if not _media_inside(raw):  # the common case: no walk, no copy
+        return len(raw) if raw.isascii() else len(raw.decode())
+    media: list[int] = [0]
+    bare = orjson.dumps(_without_media(block, media), default=str)
+    return (len(bare) if bare.isascii() else len(bare.decode())) + media[0] * MEDIA_BLOCK_CHARS
 
 
-def _without_media(value: Any, media: list[int]) -> Any:
-    """``value`` (a content part or what it holds) with each media part inside it left out
-    (``None``), counted in ``media[0]``."""
+#: A media part inside a part's JSON (as orjson writes it): then its size is walked.
+_MEDIA_INSIDE = re.compile(
+    rb'"type":"(?:' + b"|".join(t.encode() for t in sorted(_MEDIA_TYPES)) + rb')"'
+)
+
+
+def _media_inside(raw: bytes) -> bool:
+    """A part's JSON (its own ``type`` not media) holds a media part: a second ``"type":"``
+    first (one fast count), then which."""
+    return raw.count(b'"type":"') > 1 and _MEDIA_INSIDE.search(raw) is not None
+
+
+def _without_media(value: Any, media: list[int] | None = None) -> Any:
+    """``value`` (a content part or what it holds) with each media part inside it as its
+    placeholder (:func:`_placeholder`), counted in ``media[0]``."""
     if isinstance(value, Mapping):
         if value.get("type") in _MEDIA_TYPES:
-            media[0] += 1
-            return None
+            if media is not None:
+                media[0] += 1
+            return _placeholder(value)
         return {k: _without_media(v, media) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_without_media(v, media) for v in value]
     return value
 
 
-def _texts_inside(value: Any) -> list[str]:
+def _document_text(block: Mapping[str, Any]) -> str | None:
+    """The text a ``document`` part carries (Anthropic's ``source`` of type ``text``, or
+    ``content`` of text parts); None for any other media part."""
+    if block.get("type") != "document":
+        return None
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        return None
+    if source.get("type") == "text" and isinstance(source.get("data"), str):
+        return str(source["data"])
+    if source.get("type") == "content":
+        return "\n".join(_texts_inside(source.get("content"), placeholders=True)) or None
+    return None
+
+
+#: How deep :func:`_texts_inside` looks into a part (the API refuses JSON deeper than 32; a
+#: part built in Python may hold itself).
+MAX_PART_DEPTH = 64
+
+
+def _texts_inside(value: Any, placeholders: bool, depth: int = 0) -> list[str]:
     """The text parts inside a part that is neither text nor media (a search result's
-    ``content``, a ``tool_result``'s): what a model reads of it, in order."""
+    ``content`` after its ``title``, a ``tool_result``'s), media inside it as placeholders
+    (``placeholders``): what a model reads of it, in order."""
+    if depth > MAX_PART_DEPTH:
+        return []
     if isinstance(value, Mapping):
         kind = value.get("type")
         if kind in _TEXT_KEYS:
             text = value.get(_TEXT_KEYS[kind])
             return [text] if isinstance(text, str) else []
-        if kind in _MEDIA_TYPES or kind in _CALL_TYPES:
+        if kind in _MEDIA_TYPES:
+            text = _document_text(value)
+            if text is not None:
+                return [text]
+            return [_placeholder(value)] if placeholders else []
+        if kind in _CALL_TYPES:
             return []
-        return [t for v in value.values() for t in _texts_inside(v)]
+        inside = [t for v in value.values() for t in _texts_inside(v, placeholders, depth + 1)]
+        title = value.get("title")
+        return [title, *inside] if inside and isinstance(title, str) and title else inside
     if isinstance(value, list | tuple):
-        return [t for v in value for t in _texts_inside(v)]
+        return [t for v in value for t in _texts_inside(v, placeholders, depth + 1)]
     return []
+
+
+def _other_text(block: Mapping[str, Any], placeholders: bool) -> str | None:
+    """What a model reads of a part that is neither text, media nor a call: the text parts
+    inside it (:func:`_texts_inside`), else its compact JSON (a JSON payload, a
+    ``tool_result`` of a string), media inside it as placeholders; None for an opaque one
+    (``redacted_thinking``: its data is no text)."""
+    if str(block.get("type") or "").startswith("redacted"):
+        return None
+    inside = _texts_inside(block, placeholders)
+    if inside:
+        return "\n".join(inside)
+    try:
+        raw = orjson.dumps(block, default=str)
+        if _media_inside(raw):
+            raw = orjson.dumps(_without_media(block), default=str)
+    except (TypeError, RecursionError):
+        return None
+    return raw.decode()
+
+
+def _placeholder(block: Mapping[str, Any]) -> str:
+    """A part shown without its payload: ``[image: 6400 chars not shown]``, or where the
+    payload lives (``[image_url: at https://...]``)."""
+    where = _reference(block)
+    shown = f"at {where}" if where else f"{block_chars(block)} chars not shown"
+    return f"[{block.get('type') or 'part'}: {shown}]"
+
+
+def part_text(block: Any, placeholders: bool = False) -> str:
+    """What a model reads of one content part as text (:func:`content_text` joins them): a
+    string, a text part's text; a document's text; the text inside another part, else its
+    JSON. With ``placeholders``, a media part (an image, a file) and a part that is no text
+    (``redacted_thinking``, reasoning and thinking parts) as their placeholder; without,
+    "". Tool-call parts: "" (their calls are counted from ``tool_calls``)."""
+    if isinstance(block, str):
+        return block
+    if not isinstance(block, Mapping):
+        return ""
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind in _CALL_TYPES:
+        return ""
+    if kind in _MEDIA_TYPES:
+        text = _document_text(block)
+        if text is not None:
+            return text
+    elif kind not in _TEXT_KEYS:
+        other = _other_text(block, placeholders)
+        if other is not None:
+            return other
+    return _placeholder(block) if placeholders else ""
 
 
 def text_only(content: str | Iterable[Any] | None) -> bool:
@@ -146,8 +249,9 @@ def args_chars(args: Any) -> int:
 
 
 def content_text(content: str | Iterable[Any] | None, placeholders: bool = False) -> str:
-    """The text of a message's content: the string, or its text parts joined by newlines
-    (and those inside a part that holds them: a search result's, a ``tool_result``'s).
+    """The text of a message's content: the string, or its parts' text (:func:`part_text`:
+    text parts, a document's text, the text inside another part or else its JSON) joined by
+    newlines.
 
     With ``placeholders``, every other part (but tool-call parts) shows as
     ``[image: 6400 chars not shown]``, never as its payload, or, when its payload lives
@@ -160,22 +264,13 @@ def content_text(content: str | Iterable[Any] | None, placeholders: bool = False
         return content
     parts = []
     for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, Mapping):
-            kind = block.get("type")
-            if kind == "text":
-                parts.append(str(block.get("text", "")))
-            elif kind not in _TEXT_KEYS and kind not in _MEDIA_TYPES and kind not in _CALL_TYPES:
-                inside = _texts_inside(block)
-                if inside:
-                    parts.extend(inside)
-                elif placeholders:
-                    parts.append(f"[{kind or 'part'}: {block_chars(block)} chars not shown]")
-            elif placeholders and kind not in _CALL_TYPES:
-                where = _reference(block)
-                shown = f"at {where}" if where else f"{block_chars(block)} chars not shown"
-                parts.append(f"[{kind or 'part'}: {shown}]")
+        text = part_text(block, placeholders)
+        if (
+            text
+            or isinstance(block, str)
+            or (isinstance(block, Mapping) and block.get("type") == "text")
+        ):
+            parts.append(text)  # a text part joins even when empty, as it always has
     return "\n".join(parts)
 
 

@@ -221,11 +221,14 @@ class Settings(BaseModel):
             return value
         try:
             urlsplit(value).port  # noqa: B018 (it checks the port)
-        except ValueError as exc:
-            raise ValueError(f"{exc} in {value.split('@')[-1]!r}") from None
-        path = value.split("://", 1)[1].partition("?")[0].partition("/")[2]
+        except ValueError:  # neither the URL nor part of it is echoed: it may hold a password
+            raise ValueError(
+                "the port after the host is not a number from 0 to 65535 (a password holding "
+                "/, # or @ is written %2F, %23, %40)"
+            ) from None
+        path = urlsplit(value).path.strip("/")
         if path and not path.isdigit():
-            raise ValueError(f"the database after the host is a number (/0), got /{path}")
+            raise ValueError("the database after the host is a number (redis://host:6379/0)")
         return value
 
     @property

@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from offpath.compaction.accounting import message_chars
+from offpath.compaction.accounting import message_chars, part_text
 from offpath.compaction.fields import message_field
 
 #: The usual rule of thumb for English text and code (OpenAI's "about 4 characters").
@@ -164,6 +164,9 @@ def message_text(message: Any) -> str:
                 value = block.get("text") or block.get("reasoning") or block.get("thinking")
                 if isinstance(value, str):
                     parts.append(value)
+                elif block.get("type") not in ("reasoning", "thinking"):
+                    # a search result's text, a JSON payload, a document's text: as counted
+                    parts.append(part_text(block))
     for call in message_field(message, "tool_calls") or []:
         parts.append(orjson.dumps(call.get("args") or {}, default=str).decode())
     return "\n".join(parts)

@@ -186,6 +186,7 @@ def test_pruning_never_deletes_a_checkpoint_another_process_wrote_meanwhile(tmp_
         ({"checkpointer_url": 123}, "SettingsError", "checkpointer_url"),
         ({"tenant": "bad tenant!"}, "SettingsError", "tenant"),
         ({"tenant": "a\x00b"}, "SettingsError", "tenant"),
+        ({"tenant": "ops\n"}, "SettingsError", "tenant"),
         ({"on_compaction": 5}, "TypeError", "on_compaction"),
     ],
 )

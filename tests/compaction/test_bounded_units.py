@@ -13,7 +13,7 @@ from langgraph.graph.message import add_messages
 from shared import check_compacted, pairing_problems, shortened_from
 from sre_sessions import sre_session
 
-from offpath.compaction.accounting import message_chars, total_chars
+from offpath.compaction.accounting import content_text, message_chars, total_chars
 from offpath.compaction.facts.sections import SINCE_HEADING
 from offpath.compaction.patch import Prepared, Stale, fit
 from offpath.compaction.pipeline import Compaction, compact
@@ -117,8 +117,14 @@ def test_a_result_of_images_or_other_parts_is_shortened_within_its_cap(content, 
     assert short.id == original.id and short.tool_call_id == original.tool_call_id
     assert is_shortened(short) and digest(short) == raw_digest(original)
     assert 'recall("t-shot"' in text  # the way back to the whole result
+    # what stays in view is the head of what recall reads (a JSON payload as JSON, a search
+    # result as its title and text, an image as its placeholder): nothing read as nothing
+    read = content_text(original.content, placeholders=True)
+    assert text.startswith(read[:40]) and ("drain node-" in read or "[image: " in read)
     if any(b.get("type") == "search_result" for b in content):
-        assert text.startswith("step 0: drain node-000")  # its text's head stays in view
+        assert text.startswith("runbook\nstep 0: drain node-000")
+    if any(b.get("type") == "json" for b in content):
+        assert '"step 0: drain node-000 before the upgrade"' in text
     if any(b.get("type") == "image" for b in content):
         assert "[image: " in text and "iVBOR" not in text  # said, never its payload
 

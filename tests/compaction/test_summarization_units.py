@@ -17,7 +17,7 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import add_messages
 
-from offpath.compaction.accounting import MEDIA_BLOCK_CHARS, message_chars
+from offpath.compaction.accounting import MEDIA_BLOCK_CHARS, content_text, message_chars
 from offpath.compaction.patch import Prepared, Stale, fit, landed
 from offpath.compaction.pipeline import Compaction, compact
 from offpath.compaction.planner import plan_compaction
@@ -83,7 +83,8 @@ def test_settings_defaults_are_the_seeds():
         ({"celery_broker_url": "kafka://x"}, "CELERY_BROKER_URL"),
         ({"job_lease_s": 1}, "JOB_LEASE_S"),
         ({"worker_pool": "gevent"}, "WORKER_POOL"),
-        ({"redis_url": "redis://127.0.0.1:99999/0"}, "REDIS_URL: Port out of range"),
+        ({"redis_url": "redis://127.0.0.1:99999/0"}, "REDIS_URL: the port after the host"),
+        ({"redis_url": "redis://:se/cret@h:6379/0"}, "REDIS_URL: .*%2F"),
         ({"redis_url": "redis://127.0.0.1:6379/abc"}, "REDIS_URL: .*database"),
         ({"celery_broker_url": "redis://h:6379/db1"}, "CELERY_BROKER_URL: .*database"),
         ({"own_agent_tenant": "bad tenant!"}, "OWN_AGENT_TENANT"),
@@ -122,6 +123,7 @@ def test_settings_bad_values_fail_naming_the_setting(overrides, named):
     with pytest.raises(SettingsError, match=named) as err:
         load_settings(**overrides)
     assert "\n" not in str(err.value)
+    assert "cret" not in str(err.value)  # no part of a password in the error
 
 
 def test_settings_log_level_is_case_insensitive_and_a_retry_on_rabbitmq_is_not_bound_by_redis():
@@ -188,6 +190,24 @@ def test_accounting_counts_a_part_holding_text_whole_and_its_media_at_their_fixe
     wrapped = {"type": "tool_result", "content": [{"type": "text", "text": "shot"}, image]}
     chars = message_chars(ToolMessage(content=[wrapped], tool_call_id="c"))
     assert MEDIA_BLOCK_CHARS < chars < MEDIA_BLOCK_CHARS + 200
+    # a document of text is its text (not one image's worth), read as text
+    document = {"type": "document", "source": {"type": "text", "data": text}}
+    assert message_chars(HumanMessage(content=[document])) == len(text)
+    assert content_text([document]) == text
+    # what is read of each is what is counted: the text inside, else the JSON (searchable,
+    # readable by recall), an image inside as its placeholder, an opaque part as nothing
+    assert content_text([result]).startswith("t\nline of the runbook")
+    assert "ERR-417" in content_text([{"type": "tool_result", "content": "ERR-417 on db-2"}])
+    assert '"lines":["line of the runbook"' in content_text([payload])
+    assert content_text([wrapped], placeholders=True) == "shot\n[image: 6400 chars not shown]"
+    assert content_text([{"type": "redacted_thinking", "data": "EmwK"}]) == ""
+    # a part built in Python that holds itself, or keys that are no strings: counted as
+    # one image, never an exception
+    odd = {"type": "weird"}
+    odd["self"] = odd
+    for block in (odd, {"type": "weird", (1, 2): "x"}):
+        assert message_chars(ToolMessage(content=[block], tool_call_id="c")) == MEDIA_BLOCK_CHARS
+        content_text([block], placeholders=True)
 
 
 # --- prompt ---------------------------------------------------------------------------------
@@ -572,3 +592,18 @@ def test_offline_summary_reads_a_markdown_table_row_by_row_with_its_headings():
     text = OfflineSummarizer().summarize(plan, build_prompt(plan, 60_000)).text
     assert "| |" not in text and "---|" not in text, text
     assert "-2; first slow connection acquire: 14:04:51.2; first timeout: 14:05:04.7" in text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://h:6379/0/",
+        "redis://h/0?db=3",
+        "rediss://h:6380/1?ssl_cert_reqs=none",
+        "redis://:p%40ss@h:6379/2",
+        "unix:///tmp/redis.sock?db=1",
+        "redis://[::1]:6379/0",
+    ],
+)
+def test_a_redis_url_redis_py_reads_is_taken(url):
+    assert load_settings(redis_url=url).redis_url == url

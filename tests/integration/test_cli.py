@@ -486,8 +486,38 @@ def test_a_url_that_is_not_the_apis_is_said_so_without_its_page():
         for args in (["stats"], ["sessions"], ["show", "s"]):
             r = run([*args, "--url", base], timeout=60)
             err = r.stderr.strip()
-            assert r.returncode == 1 and "did not answer as offpath's API" in err, (args, err)
+            assert r.returncode == 1 and "give --url the API's base URL" in err, (args, err)
             assert "<html" not in err and len(err.splitlines()) == 1, err
+    finally:
+        server.shutdown()
+
+
+def test_a_server_error_is_said_by_its_status_not_blamed_on_the_url():
+    # a 500 text/plain (an unhandled error) or a proxy's 502 before a working API was said
+    # as "give --url the API's base URL"
+    import http.server
+    import threading
+
+    class Broken(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"Internal Server Error"
+            self.send_response(502 if "stats" in self.path else 500)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Broken)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for args, status in ((["stats"], "502"), (["show", "s"], "500")):
+            r = run([*args, "--url", f"http://127.0.0.1:{server.server_address[1]}"], timeout=60)
+            err = r.stderr.strip()
+            assert r.returncode == 1 and f"answered {status} (text/plain)" in err, err
+            assert "--url" not in err, err
     finally:
         server.shutdown()
 
@@ -497,12 +527,13 @@ def test_a_session_id_made_from_a_file_name_is_one_the_api_takes():
 
     for name, made in [
         ("my incident.json", "my-incident"),
-        ("事故.json", "session"),
-        ("事故-2026.json", "2026"),
         ("inc_7.v2.json", "inc_7.v2"),
         ("..json", "session"),
     ]:
         assert session_name(Path(name)) == made, name
+    # names of other scripts: ids the API takes, two names two ids
+    made = {session_name(Path(name)) for name in ("事故.json", "障害.json", "事故-2026.json")}
+    assert len(made) == 3 and all(re.fullmatch(r"[A-Za-z0-9._-]{1,128}", m) for m in made), made
 
 
 def test_demo_with_a_file_it_cannot_read_says_so_before_anything_starts(tmp_path):

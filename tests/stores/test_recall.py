@@ -148,6 +148,27 @@ def test_recall_reads_on_from_where_a_shortened_result_of_several_parts_was_cut(
     assert whole.startswith(head)
     page = recall.answer(engine, "inc-1", "t-shot", offset).partition("\n")[2]
     assert (head + page).startswith(whole[: len(head) + 100])  # reads on where it was cut
+    # a JSON payload is read as its JSON (it was a placeholder: found by nothing, read as
+    # nothing), by its id and by the words in it
+    rows = [{"pod": f"checkout-{k}", "error": "ERR-417" if k == 300 else None} for k in range(600)]
+    payload = ToolMessage(
+        id="t-json", content=[{"type": "json", "json": {"rows": rows}}], tool_call_id="c-json"
+    )
+    record = '"pod":"checkout-300","error":"ERR-417"'
+    short = str(shorten(payload, 3_000).content)
+    assert record not in short and "`ERR-417`" in short  # its record cut, the fact listed
+    create_job(engine, "job-5", "inc-1", 100)
+    archive.store_record(
+        engine, "job-5", {}, archive.rows_for("inc-1", "job-5", "s", [payload], ["t-json"])
+    )
+    with engine.begin() as conn:
+        conn.execute(sa.update(JOBS).where(JOBS.c.job_id == "job-5").values(status="applied"))
+    assert recall.answer(engine, "inc-1", "ERR-417").startswith("[t-json] (tool)")
+    read = "".join(
+        recall.answer(engine, "inc-1", "t-json", at).partition("\n")[2]
+        for at in range(0, 40_000, archive.RECALL_MAX_CHARS)
+    )
+    assert record in read
 
 
 def test_agent_has_recall_and_reads_its_own_thread(tmp_path):

@@ -85,7 +85,9 @@ def _check_arguments(checkpointer_url: Any, tenant: Any, on_compaction: Any) -> 
             "checkpointer_url must be postgresql://user@host:5432/db or sqlite:///path/to/file.db"
             f", got {str(checkpointer_url)[:40]!r}"
         )
-    if tenant is not None and not (isinstance(tenant, str) and re.match(TENANT_PATTERN, tenant)):
+    if tenant is not None and not (
+        isinstance(tenant, str) and re.fullmatch(TENANT_PATTERN, tenant)
+    ):
         raise SettingsError(
             f"tenant must be 1-64 letters, digits or . _ -, got {str(tenant)[:70]!r}"
         )
