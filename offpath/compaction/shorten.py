@@ -162,7 +162,10 @@ def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORT
     line that names the chars not shown, the facts found in them (the fact guard's extractor;
     lines that read as instructions give none) and how to read them (``recall`` by message id,
     with an offset; ``recall``: the agent has the tool). Deterministic: the same message and
-    cap give the same text. A message already within ``cap`` is returned as it is.
+    cap give the same text. A message already within ``cap`` is returned as it is. A message
+    of parts (list content) becomes the text read from them
+    (:func:`~offpath.compaction.accounting.content_text` with placeholders: images and files
+    as one line each, as ``recall`` reads it), cut so only when that is still over ``cap``.
     """
     cap = max(cap, floor)
     size = message_chars(message)
@@ -187,12 +190,12 @@ def shorten(message: M, cap: int, *, recall: bool = True, floor: int = MIN_SHORT
     if isinstance(message, AIMessage) and message.tool_calls and len(text) <= cap:
         return message  # its text fits what its arguments left (or the floor)
     if not isinstance(message.content, str):
-        # parts other than text (an image costs a fixed amount, its placeholder a line):
-        # the rendering may fit whole where the parts did not
+        # parts (an image costs a fixed amount, its placeholder a line): the text read from
+        # them may fit whole where the parts did not
         how = f'recall("{cite(mid)}") reads it' if recall else f"archived as message {mid}"
         note = (
-            f"[offpath: this {noun}'s parts other than text are not shown here, as placeholders "
-            f"({total:,} chars in all); {how}]"
+            f"[offpath: this {noun}'s parts are shown as text here, images and files as "
+            f"placeholders ({total:,} chars in all); {how}]"
         )
         if len(text) + len(note) + 1 <= cap:
             content = f"{text}\n{note}"
