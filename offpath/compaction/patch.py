@@ -393,8 +393,9 @@ def fit(
     (LLM-free, each naming its message for ``recall``; human messages and open calls stay);
     then kept tool results are shortened, largest first. A compaction that cannot get under
     the prepare floor (:func:`~compaction.planner.landing_bound`, DESIGN.md invariant 13; the
-    target itself without ``settings``) is :class:`Stale` (re-plan it). None: no bound (an
-    operator's "compact now").
+    target itself without ``settings``) is :class:`Stale` (re-plan it), unless what no cut
+    removes nor shortens is over the floor and it at least halves the thread, as the planner
+    takes such a compaction. None: no bound (an operator's "compact now").
     ``recall``: shortened results name the ``recall`` tool (the agent has it).
     ``originals``: reads the archived originals of messages offpath shortened in place, by
     id (those it cannot read left out): the since-section lists what a message that goes
@@ -567,10 +568,17 @@ def fit(
             prepared = dataclasses.replace(prepared, shorten={**prepared.shorten, **late})
             attempt = assemble(present + extra, since, target)
     if bound is not None and attempt.after > bound:
-        return Stale(
-            f"it would leave the thread at {attempt.after} chars, over {bound} "
-            "(its prepare floor) even with kept tool results shortened"
-        )
+        if settings is None or attempt.after > before // 2:
+            return Stale(
+                f"it would leave the thread at {attempt.after} chars, over {bound} "
+                "(its prepare floor) even with kept tool results shortened"
+            )
+        # what no cut removes nor shortens (the newest model step, its results at their
+        # floor) is over the floor already: as the planner takes such a compaction
+        # (planner.lands), the deepest there is, applied when it at least halves the thread;
+        # stale, it would leave the thread growing with every step, each call masked, until
+        # calls went over the hard limit (DESIGN.md invariant 9)
+        bound = attempt.after
     # the check before the swap (DESIGN.md invariant 16): what the messages written meanwhile
     # name that only the removed part held is pinned, or the compaction is prepared again.
     # Those messages count whether they stay or went to the since-section: naming an id is

@@ -194,6 +194,47 @@ def prepared_on(msgs) -> Prepared:
     return outcome.prepared
 
 
+def test_a_compaction_whose_newest_step_alone_is_over_the_floor_applies_when_it_halves():
+    """Each model step is 3,500 chars of the agent's own text at a 6,000-char threshold, each
+    result ~1,500: the newest step and its result at their floor leave any compaction over the
+    prepare floor. The planner prepares the deepest one (it halves the thread); the apply
+    called it stale every time, so none applied, the thread grew step after step and calls
+    went over the hard limit (26 of 70 in a real agent run). It applies now, as planned."""
+    settings = load_settings(summarization_threshold_chars=6_000, summarization_keep_chars=2_000)
+
+    def step(k: int) -> list:
+        prose = f"Step {k}: checkout-{k}-x7 restarted 3 times. " + "I reason about it. " * 180
+        return [
+            AIMessage(
+                id=f"a{k}",
+                content=prose,
+                tool_calls=[{"id": f"c{k}", "name": "logs", "args": {"pod": f"checkout-{k}-x7"}}],
+            ),
+            ToolMessage(
+                id=f"t{k}",
+                content=f"ERR-{k} on checkout-{k}-x7\n" + "log line " * 170,
+                tool_call_id=f"c{k}",
+            ),
+        ]
+
+    msgs: list = [SystemMessage(id="sys", content="You are an SRE assistant.")]
+    msgs.append(HumanMessage(id="h0", content="why is checkout slow?"))
+    k = 0
+    while not isinstance(plan_compaction(msgs, settings, early=True), CompactionPlan):
+        msgs += step(k)
+        k += 1
+    outcome = compact(msgs, settings, OfflineSummarizer())
+    assert isinstance(outcome, Compaction), outcome
+    for grown in (msgs, msgs + step(k) + step(k + 1)):
+        fitted = fit(outcome.prepared, grown, target=landing_chars(settings), settings=settings)
+        assert not isinstance(fitted, Stale), fitted
+        after = add_messages(grown, fitted.patch)
+        check_compacted(grown, after)
+        assert total_chars(after) <= total_chars(grown) // 2
+        assert total_chars(after) > settings.prepare_floor_chars  # the case itself
+        assert after[-2].id == grown[-2].id and not pairing_problems(after)  # newest step kept
+
+
 def test_a_compaction_applied_late_also_removes_what_came_after_its_plan():
     """Issue 18, item 4: a run outgrew its summary while it was written (a fast loop). The
     compaction still lands the thread under its prepare floor: the messages after its plan
