@@ -3,6 +3,8 @@ against a running API, stats, and one clear line for wrong files."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import re
@@ -10,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -461,17 +464,16 @@ def test_a_usage_error_is_one_line_and_exit_2_before_the_api_is_asked(args, said
     assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-def test_a_url_that_is_not_the_apis_is_said_so_without_its_page():
-    # Flower's URL given to --url: its HTML went into the error line whole; a URL with /stats
-    # after it said only "404: Not Found"
-    import http.server
-    import threading
+@contextlib.contextmanager
+def other_server(answer):
+    """A server on 127.0.0.1 that is not offpath's API: each GET is answered ``answer(path)``,
+    ``(status, content type, body)``. Yields its base URL."""
 
-    class Page(http.server.BaseHTTPRequestHandler):
+    class Other(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            body = b"<html><body>" + b"dashboard " * 100 + b"</body></html>"
-            self.send_response(200 if self.path == "/stats" else 404)
-            self.send_header("Content-Type", "text/html; charset=UTF-8")
+            status, kind, body = answer(self.path)
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -479,47 +481,38 @@ def test_a_url_that_is_not_the_apis_is_said_so_without_its_page():
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_a_url_that_is_not_the_apis_is_said_so_without_its_page():
+    # Flower's URL given to --url: its HTML went into the error line whole; a URL with /stats
+    # after it said only "404: Not Found"
+    page = b"<html><body>" + b"dashboard " * 100 + b"</body></html>"
+    with other_server(lambda path: (200 if path == "/stats" else 404, "text/html", page)) as base:
         for args in (["stats"], ["sessions"], ["show", "s"]):
             r = run([*args, "--url", base], timeout=60)
             err = r.stderr.strip()
             assert r.returncode == 1 and "give --url the API's base URL" in err, (args, err)
             assert "<html" not in err and len(err.splitlines()) == 1, err
-    finally:
-        server.shutdown()
 
 
 def test_a_server_error_is_said_by_its_status_not_blamed_on_the_url():
     # a 500 text/plain (an unhandled error) or a proxy's 502 before a working API was said
     # as "give --url the API's base URL"
-    import http.server
-    import threading
+    def broken(path):
+        return 502 if "stats" in path else 500, "text/plain", b"Internal Server Error"
 
-    class Broken(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = b"Internal Server Error"
-            self.send_response(502 if "stats" in self.path else 500)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Broken)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with other_server(broken) as base:
         for args, status in ((["stats"], "502"), (["show", "s"], "500")):
-            r = run([*args, "--url", f"http://127.0.0.1:{server.server_address[1]}"], timeout=60)
+            r = run([*args, "--url", base], timeout=60)
             err = r.stderr.strip()
             assert r.returncode == 1 and f"answered {status} (text/plain)" in err, err
             assert "--url" not in err, err
-    finally:
-        server.shutdown()
 
 
 def test_a_session_id_made_from_a_file_name_is_one_the_api_takes():
