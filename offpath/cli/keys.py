@@ -17,7 +17,7 @@ from offpath.cli.common import (
     migrate_or_exit,
     settings_or_exit,
 )
-from offpath.compaction.settings import TENANT_PATTERN
+from offpath.compaction.settings import TENANT_PATTERN, TENANT_RULE
 
 keys_app = typer.Typer(
     no_args_is_help=True, rich_markup_mode="markdown", help="Create, list and revoke API keys."
@@ -32,7 +32,7 @@ def keys_create(
 ) -> None:
     """Create a key; it is printed once (only its hash is stored)."""
     if not re.fullmatch(TENANT_PATTERN, tenant):
-        fail("--tenant must be 1-64 letters, digits or . _ -")
+        fail(f"--tenant must be {TENANT_RULE}")
     settings = settings_or_exit()
     migrate_or_exit(settings)
     from offpath.stores.db.engine import make_engine

@@ -80,15 +80,26 @@ def block_chars(block: Any) -> int:
         return MEDIA_BLOCK_CHARS if text is None else len(text)
     if kind in _CALL_TYPES:
         return 0
+    dumped = _json_of(block)
+    if dumped is None:  # keys that are no strings, a part that holds itself
+        return MEDIA_BLOCK_CHARS
+    raw, media = dumped
+    return (len(raw) if raw.isascii() else len(raw.decode())) + media * MEDIA_BLOCK_CHARS
+
+
+def _json_of(block: Mapping[str, Any]) -> tuple[bytes, int] | None:
+    """``block`` as compact JSON with each media part inside it as its placeholder, and how
+    many there were; dumped once, walked only when a media part is inside (the common case:
+    no walk, no copy). None when it cannot be dumped (keys that are no strings, a part that
+    holds itself)."""
     try:
         raw = orjson.dumps(block, default=str)
-    except (TypeError, RecursionError):  # keys that are no strings, a part that holds itself
-        return MEDIA_BLOCK_CHARS
-    if not _media_inside(raw):  # the common case: no walk, no copy
-        return len(raw) if raw.isascii() else len(raw.decode())
-    media: list[int] = [0]
-    bare = orjson.dumps(_without_media(block, media), default=str)
-    return (len(bare) if bare.isascii() else len(bare.decode())) + media[0] * MEDIA_BLOCK_CHARS
+        if not _media_inside(raw):
+            return raw, 0
+        media = [0]
+        return orjson.dumps(_without_media(block, media), default=str), media[0]
+    except (TypeError, RecursionError):
+        return None
 
 
 #: A media part inside a part's JSON (as orjson writes it): then its size is walked.
@@ -103,13 +114,12 @@ def _media_inside(raw: bytes) -> bool:
     return raw.count(b'"type":"') > 1 and _MEDIA_INSIDE.search(raw) is not None
 
 
-def _without_media(value: Any, media: list[int] | None = None) -> Any:
+def _without_media(value: Any, media: list[int]) -> Any:
     """``value`` (a content part or what it holds) with each media part inside it as its
     placeholder (:func:`_placeholder`), counted in ``media[0]``."""
     if isinstance(value, Mapping):
         if value.get("type") in _MEDIA_TYPES:
-            if media is not None:
-                media[0] += 1
+            media[0] += 1
             return _placeholder(value)
         return {k: _without_media(v, media) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -173,13 +183,8 @@ def _other_text(block: Mapping[str, Any], placeholders: bool) -> str | None:
     inside = _texts_inside(block, placeholders)
     if inside:
         return "\n".join(inside)
-    try:
-        raw = orjson.dumps(block, default=str)
-        if _media_inside(raw):
-            raw = orjson.dumps(_without_media(block), default=str)
-    except (TypeError, RecursionError):
-        return None
-    return raw.decode()
+    dumped = _json_of(block)
+    return None if dumped is None else dumped[0].decode()
 
 
 def _placeholder(block: Mapping[str, Any]) -> str:

@@ -35,8 +35,12 @@ class SettingsError(ValueError):
 #: A tenant's name (``OWN_AGENT_TENANT``, ``keys create --tenant``, the middleware's
 #: ``tenant``): 1-64 letters, digits or ``. _ -`` (an API key can be made for it).
 TENANT_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
-#: The checkpointer URLs a worker can open (``CHECKPOINTER_URL``-style: a user's own agent's).
-CHECKPOINTER_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://", "sqlite:///")
+#: :data:`TENANT_PATTERN` in words (what an error says).
+TENANT_RULE = "1-64 letters, digits or . _ -"
+#: How a PostgreSQL URL starts (``DATABASE_URL``, a checkpointer's).
+POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+#: The checkpointer URLs a worker can open (a user's own agent's): PostgreSQL or SQLite.
+CHECKPOINTER_SCHEMES = (*POSTGRES_SCHEMES, "sqlite:///")
 
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -219,14 +223,15 @@ class Settings(BaseModel):
         takes ``/abc`` for database 0 in silence, and a port over 65535 fails at start-up)."""
         if not value.startswith(("redis://", "rediss://")):
             return value
+        parts = urlsplit(value)
         try:
-            urlsplit(value).port  # noqa: B018 (it checks the port)
+            parts.port  # noqa: B018 (it checks the port)
         except ValueError:  # neither the URL nor part of it is echoed: it may hold a password
             raise ValueError(
                 "the port after the host is not a number from 0 to 65535 (a password holding "
                 "/, # or @ is written %2F, %23, %40)"
             ) from None
-        path = urlsplit(value).path.strip("/")
+        path = parts.path.strip("/")
         if path and not path.isdigit():
             raise ValueError("the database after the host is a number (redis://host:6379/0)")
         return value
@@ -268,7 +273,7 @@ class Settings(BaseModel):
                 "set SUMMARIZATION_KEEP_CHARS lower"
             )
         url = self.database_url.strip()
-        if url and not url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        if url and not url.startswith(POSTGRES_SCHEMES):
             raise ValueError(
                 f"DATABASE_URL must be empty (SQLite files under DATA_DIR) or a PostgreSQL URL "
                 f"(postgresql://user@host:5432/db), got {url.split('://')[0]}://..."

@@ -237,7 +237,9 @@ def check_checkpointer(url: str, timeout_s: float) -> None:
     threads from: ``postgresql://...`` or ``sqlite:///path``) cannot be reached: a
     PostgreSQL connection within ``timeout_s``, or a SQLite file that exists. ``ValueError``
     for another URL."""
-    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+    from offpath.compaction.settings import POSTGRES_SCHEMES
+
+    if url.startswith(POSTGRES_SCHEMES):
         import psycopg
 
         psycopg.connect(

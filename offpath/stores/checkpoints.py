@@ -29,7 +29,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from offpath.compaction.patch import patched
-from offpath.compaction.settings import Settings
+from offpath.compaction.settings import POSTGRES_SCHEMES, Settings
 from offpath.stores.db.engine import (
     CHECKPOINTS_LOCK_KEY,
     file_lock,
@@ -191,7 +191,7 @@ def open_checkpoints_url(url: str, settings: Settings, pool_size: int | None = N
     connections (default: the worker's concurrency, 4 to 20; a process running many agents at
     once wants about one per concurrent run, as LangGraph writes each step's checkpoint).
     ``ValueError`` for another URL."""
-    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+    if url.startswith(POSTGRES_SCHEMES):
         size = pool_size or max(4, min(settings.worker_concurrency, 20))
         return _postgres("postgresql://" + url.partition("://")[2], size, settings)
     if url.startswith("sqlite:///"):

@@ -48,6 +48,7 @@ from offpath.compaction.planner import request_cap_chars
 from offpath.compaction.settings import (
     CHECKPOINTER_SCHEMES,
     TENANT_PATTERN,
+    TENANT_RULE,
     Settings,
     SettingsError,
 )
@@ -88,9 +89,7 @@ def _check_arguments(checkpointer_url: Any, tenant: Any, on_compaction: Any) -> 
     if tenant is not None and not (
         isinstance(tenant, str) and re.fullmatch(TENANT_PATTERN, tenant)
     ):
-        raise SettingsError(
-            f"tenant must be 1-64 letters, digits or . _ -, got {str(tenant)[:70]!r}"
-        )
+        raise SettingsError(f"tenant must be {TENANT_RULE}, got {str(tenant)[:70]!r}")
     if on_compaction is not None and not callable(on_compaction):
         raise TypeError(
             f"on_compaction must be callable (one CompactionUpdate), got {type(on_compaction).__name__}"
